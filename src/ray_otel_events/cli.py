@@ -1,0 +1,50 @@
+"""`ray-otel-events`: one command, a subcommand per service or tool.
+
+Each subcommand lives in its own module exposing `add_arguments(parser)` and `run(args) -> int`,
+so this file only wires names to modules. A ConfigError anywhere becomes a one-line message on
+stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from ray_otel_events.config import ConfigError
+
+# name -> (module, help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "aggregator": ("ray_otel_events.services.aggregator_cli", "run the gRPC event aggregator"),
+    "sink": ("ray_otel_events.services.sink_cli", "run an HTTP sink that writes what it receives to a file"),
+    "demo": ("ray_otel_events.demo", "run a small real workload through the whole pipeline"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ray-otel-events", description=__doc__.splitlines()[0])
+    subs = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        module = importlib.import_module(module_name)
+        sub = subs.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(sub)
+        sub.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args._run(args)
+    except ConfigError as exc:
+        print(f"ray-otel-events {args.command}: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,263 @@
+"""Every environment variable the package reads, in one place.
+
+Ray's own variable names are read as they are, so a node configured for Ray's aggregator configures
+ours the same way. Our additions are prefixed `RAY_OTEL_EVENTS_`. Command-line flags override the
+environment (`dataclasses.replace` on the loaded config, then `validate()`). A bad value raises
+ConfigError naming the variable; the CLI prints it and exits non-zero.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ray_otel_events.events.registry import ET, REGISTRY
+
+Environ = Mapping[str, str]
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message names the setting and the problem."""
+
+
+def env_str(env: Environ, name: str, default: str) -> str:
+    return env.get(name, default)
+
+
+def env_bool(env: Environ, name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(f"{name}={raw!r}: expected a boolean (1/0, true/false, yes/no)")
+
+
+def env_int(env: Environ, name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r}: expected an integer") from None
+
+
+def env_float(env: Environ, name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return float(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r}: expected a number") from None
+
+
+def _require(cond: bool, message: str) -> None:
+    if not cond:
+        raise ConfigError(message)
+
+
+# ---------------------------------------------------------------------------------------------
+# Producer side: the recorder in every process that emits events.
+
+RECORDER_MAX_QUEUED = "RAY_ray_event_recorder_max_queued_events"
+RECORDER_INTERVAL_MS = "RAY_ray_events_report_interval_ms"
+RECORDER_FLUSH_TIMEOUT_MS = "RAY_task_events_shutdown_flush_timeout_ms"
+RECORDER_RPC_TIMEOUT_S = "RAY_OTEL_EVENTS_RECORDER_RPC_TIMEOUT_SECONDS"
+NODE_ID = "RAY_OTEL_EVENTS_NODE_ID"
+SESSION_NAME = "RAY_OTEL_EVENTS_SESSION_NAME"
+AGGREGATOR_ADDRESS = "RAY_OTEL_EVENTS_AGGREGATOR_ADDRESS"
+
+
+@dataclass(frozen=True)
+class RecorderConfig:
+    max_queued_events: int = 10_000
+    report_interval_ms: int = 1000
+    shutdown_flush_timeout_ms: int = 5000
+    rpc_timeout_s: float = 5.0
+
+    @classmethod
+    def from_env(cls, env: Environ | None = None) -> RecorderConfig:
+        env = os.environ if env is None else env
+        cfg = cls(
+            max_queued_events=env_int(env, RECORDER_MAX_QUEUED, cls.max_queued_events),
+            report_interval_ms=env_int(env, RECORDER_INTERVAL_MS, cls.report_interval_ms),
+            shutdown_flush_timeout_ms=env_int(env, RECORDER_FLUSH_TIMEOUT_MS, cls.shutdown_flush_timeout_ms),
+            rpc_timeout_s=env_float(env, RECORDER_RPC_TIMEOUT_S, cls.rpc_timeout_s),
+        )
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        _require(
+            self.max_queued_events > 0, f"{RECORDER_MAX_QUEUED} must be > 0, got {self.max_queued_events}"
+        )
+        _require(
+            self.report_interval_ms > 0, f"{RECORDER_INTERVAL_MS} must be > 0, got {self.report_interval_ms}"
+        )
+        _require(
+            self.shutdown_flush_timeout_ms >= 0,
+            f"{RECORDER_FLUSH_TIMEOUT_MS} must be >= 0, got {self.shutdown_flush_timeout_ms}",
+        )
+        _require(self.rpc_timeout_s > 0, f"{RECORDER_RPC_TIMEOUT_S} must be > 0, got {self.rpc_timeout_s}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The aggregator: gRPC AddEvents in, multi-consumer buffer, one publisher per destination.
+
+_AGENT = "RAY_DASHBOARD_AGGREGATOR_AGENT_"
+EXPORT_ADDR = _AGENT + "EVENTS_EXPORT_ADDR"
+EXPORT_ADDR_LEGACY = "RAY_events_export_addr"
+PUBLISH_TO_HTTP = _AGENT + "PUBLISH_EVENTS_TO_EXTERNAL_HTTP_SERVICE"
+MAX_BUFFER_SIZE = _AGENT + "MAX_EVENT_BUFFER_SIZE"
+MAX_BUFFER_BYTES = "RAY_OTEL_EVENTS_MAX_EVENT_BUFFER_BYTES"
+MAX_BATCH_SIZE = _AGENT + "MAX_EVENT_SEND_BATCH_SIZE"
+EXPOSABLE_TYPES = _AGENT + "EXPOSABLE_EVENT_TYPES"
+PRESERVE_PROTO_FIELD_NAME = _AGENT + "PRESERVE_PROTO_FIELD_NAME"
+PUBLISHER_TIMEOUT_S = _AGENT + "PUBLISHER_TIMEOUT_SECONDS"
+PUBLISHER_MAX_RETRIES = _AGENT + "PUBLISHER_MAX_RETRIES"
+PUBLISHER_INITIAL_BACKOFF_S = _AGENT + "PUBLISHER_INITIAL_BACKOFF_SECONDS"
+PUBLISHER_MAX_BACKOFF_S = _AGENT + "PUBLISHER_MAX_BACKOFF_SECONDS"
+PUBLISHER_JITTER_RATIO = _AGENT + "PUBLISHER_JITTER_RATIO"
+PUBLISHER_SEND_INTERVAL_S = _AGENT + "PUBLISHER_MAX_BUFFER_SEND_INTERVAL_SECONDS"
+SHUTDOWN_FLUSH_TIMEOUT_S = "RAY_OTEL_EVENTS_SHUTDOWN_FLUSH_TIMEOUT_SECONDS"
+
+# Ray 2.60's default HTTP list (profile events deliberately out).
+DEFAULT_EXPOSABLE_EVENT_TYPES: frozenset[int] = frozenset(
+    {
+        ET.TASK_DEFINITION_EVENT,
+        ET.TASK_LIFECYCLE_EVENT,
+        ET.ACTOR_TASK_DEFINITION_EVENT,
+        ET.DRIVER_JOB_DEFINITION_EVENT,
+        ET.DRIVER_JOB_LIFECYCLE_EVENT,
+        ET.ACTOR_DEFINITION_EVENT,
+        ET.ACTOR_LIFECYCLE_EVENT,
+        ET.NODE_DEFINITION_EVENT,
+        ET.NODE_LIFECYCLE_EVENT,
+        ET.WORKER_DEFINITION_EVENT,
+        ET.WORKER_LIFECYCLE_EVENT,
+        ET.PLATFORM_EVENT,
+    }
+)
+
+
+def parse_exposable_event_types(raw: str, source: str = EXPOSABLE_TYPES) -> frozenset[int] | None:
+    """A comma list of EventType names, or `ALL` (returned as None: every type, known or not)."""
+    if raw.strip().upper() == "ALL":
+        return None
+    by_name = {spec.name: spec.event_type for spec in REGISTRY.values()}
+    chosen: set[int] = set()
+    for item in raw.split(","):
+        name = item.strip()
+        if not name:
+            continue
+        if name not in by_name:
+            raise ConfigError(
+                f"{source}: unknown event type {name!r} (known: {', '.join(sorted(by_name))}, or ALL)"
+            )
+        chosen.add(by_name[name])
+    return frozenset(chosen)
+
+
+@dataclass(frozen=True)
+class AggregatorConfig:
+    host: str = "127.0.0.1"
+    grpc_port: int = 0
+    export_addr: str = ""
+    publish_to_http: bool = True
+    max_buffer_size: int = 100_000
+    max_buffer_bytes: int = 256 * 1024 * 1024
+    max_batch_size: int = 1000
+    exposable_event_types: frozenset[int] | None = DEFAULT_EXPOSABLE_EVENT_TYPES
+    preserve_proto_field_name: bool = False
+    publisher_timeout_s: float = 3.0
+    publisher_max_retries: int = -1
+    publisher_initial_backoff_s: float = 0.01
+    publisher_max_backoff_s: float = 5.0
+    publisher_jitter_ratio: float = 0.1
+    publisher_send_interval_s: float = 0.1
+    shutdown_flush_timeout_s: float = 10.0
+
+    @classmethod
+    def from_env(cls, env: Environ | None = None) -> AggregatorConfig:
+        env = os.environ if env is None else env
+        exposable_raw = env.get(EXPOSABLE_TYPES)
+        cfg = cls(
+            export_addr=env.get(EXPORT_ADDR) or env.get(EXPORT_ADDR_LEGACY) or "",
+            publish_to_http=env_bool(env, PUBLISH_TO_HTTP, cls.publish_to_http),
+            max_buffer_size=env_int(env, MAX_BUFFER_SIZE, cls.max_buffer_size),
+            max_buffer_bytes=env_int(env, MAX_BUFFER_BYTES, cls.max_buffer_bytes),
+            max_batch_size=env_int(env, MAX_BATCH_SIZE, cls.max_batch_size),
+            exposable_event_types=(
+                DEFAULT_EXPOSABLE_EVENT_TYPES
+                if exposable_raw is None
+                else parse_exposable_event_types(exposable_raw)
+            ),
+            preserve_proto_field_name=env_bool(env, PRESERVE_PROTO_FIELD_NAME, cls.preserve_proto_field_name),
+            publisher_timeout_s=env_float(env, PUBLISHER_TIMEOUT_S, cls.publisher_timeout_s),
+            publisher_max_retries=env_int(env, PUBLISHER_MAX_RETRIES, cls.publisher_max_retries),
+            publisher_initial_backoff_s=env_float(
+                env, PUBLISHER_INITIAL_BACKOFF_S, cls.publisher_initial_backoff_s
+            ),
+            publisher_max_backoff_s=env_float(env, PUBLISHER_MAX_BACKOFF_S, cls.publisher_max_backoff_s),
+            publisher_jitter_ratio=env_float(env, PUBLISHER_JITTER_RATIO, cls.publisher_jitter_ratio),
+            publisher_send_interval_s=env_float(
+                env, PUBLISHER_SEND_INTERVAL_S, cls.publisher_send_interval_s
+            ),
+            shutdown_flush_timeout_s=env_float(env, SHUTDOWN_FLUSH_TIMEOUT_S, cls.shutdown_flush_timeout_s),
+        )
+        cfg.validate()
+        return cfg
+
+    def with_overrides(self, **overrides: object) -> AggregatorConfig:
+        """Apply command-line values (None means "not given") and validate the result."""
+        cfg = dataclasses.replace(self, **{k: v for k, v in overrides.items() if v is not None})
+        cfg.validate()
+        return cfg
+
+    @property
+    def http_enabled(self) -> bool:
+        return self.publish_to_http and bool(self.export_addr)
+
+    def validate(self) -> None:
+        _require(0 <= self.grpc_port <= 65535, f"grpc port must be 0..65535, got {self.grpc_port}")
+        _require(self.max_buffer_size > 0, f"{MAX_BUFFER_SIZE} must be > 0, got {self.max_buffer_size}")
+        _require(self.max_buffer_bytes > 0, f"{MAX_BUFFER_BYTES} must be > 0, got {self.max_buffer_bytes}")
+        _require(self.max_batch_size > 0, f"{MAX_BATCH_SIZE} must be > 0, got {self.max_batch_size}")
+        _require(
+            self.publisher_timeout_s > 0, f"{PUBLISHER_TIMEOUT_S} must be > 0, got {self.publisher_timeout_s}"
+        )
+        _require(
+            self.publisher_max_retries >= -1,
+            f"{PUBLISHER_MAX_RETRIES} must be -1 (forever) or >= 0, got {self.publisher_max_retries}",
+        )
+        _require(
+            0 <= self.publisher_initial_backoff_s <= self.publisher_max_backoff_s,
+            f"{PUBLISHER_INITIAL_BACKOFF_S} must be >= 0 and <= {PUBLISHER_MAX_BACKOFF_S}",
+        )
+        _require(
+            0 <= self.publisher_jitter_ratio <= 1,
+            f"{PUBLISHER_JITTER_RATIO} must be in [0, 1], got {self.publisher_jitter_ratio}",
+        )
+        _require(
+            self.publisher_send_interval_s >= 0,
+            f"{PUBLISHER_SEND_INTERVAL_S} must be >= 0, got {self.publisher_send_interval_s}",
+        )
+        _require(
+            self.shutdown_flush_timeout_s >= 0,
+            f"{SHUTDOWN_FLUSH_TIMEOUT_S} must be >= 0, got {self.shutdown_flush_timeout_s}",
+        )
+        if self.export_addr:
+            _require(
+                self.export_addr.startswith(("http://", "https://")),
+                f"{EXPORT_ADDR}={self.export_addr!r}: expected an http:// or https:// URL",
+            )

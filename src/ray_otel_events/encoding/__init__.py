@@ -1,0 +1,1 @@
+"""Encodings of RayEvents: the JSON Ray's aggregator posts."""

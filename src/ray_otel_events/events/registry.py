@@ -1,0 +1,264 @@
+"""One entry per RayEvent type: payload field, source, entity id and merge rule.
+
+Adding an event type is one entry here plus its message in proto/. Everything else (the recorder's
+grouping, the aggregator's filter, the bridges) reads this table instead of hard-coding types.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+
+ET = RayEvent.EventType
+ST = RayEvent.SourceType
+
+
+class MergeRule(enum.Enum):
+    """How two events of the same (entity id, event type) combine inside one export window."""
+
+    KEEP_FIRST = "keep_first"  # definitions never change: the first one wins
+    LIFECYCLE = "lifecycle"  # append state transitions in order; later set scalars overwrite
+    PROFILE = "profile"  # append profile entries; component fields of the first are kept
+    NEVER = "never"  # each event stands alone (platform events, as in Ray)
+
+
+EntityIdFn = Callable[[Any], Hashable]
+
+
+@dataclass(frozen=True)
+class EventTypeSpec:
+    event_type: int
+    name: str
+    payload_field: str
+    source_type: int
+    entity_id: EntityIdFn
+    merge: MergeRule
+    entity_kind: str
+
+
+def _task_attempt(p: Any) -> Hashable:
+    return (p.task_id, p.task_attempt)
+
+
+def _profile_attempt(p: Any) -> Hashable:
+    return (p.task_id, p.attempt_number)
+
+
+def _field(name: str) -> EntityIdFn:
+    def get(p: Any) -> Hashable:
+        value: Hashable = getattr(p, name)
+        return value
+
+    get.__name__ = f"entity_{name}"
+    return get
+
+
+def _no_entity(p: Any) -> Hashable:
+    return None
+
+
+_SPECS = [
+    EventTypeSpec(
+        ET.TASK_DEFINITION_EVENT,
+        "TASK_DEFINITION_EVENT",
+        "task_definition_event",
+        ST.CORE_WORKER,
+        _task_attempt,
+        MergeRule.KEEP_FIRST,
+        "task",
+    ),
+    EventTypeSpec(
+        ET.TASK_LIFECYCLE_EVENT,
+        "TASK_LIFECYCLE_EVENT",
+        "task_lifecycle_event",
+        ST.CORE_WORKER,
+        _task_attempt,
+        MergeRule.LIFECYCLE,
+        "task",
+    ),
+    EventTypeSpec(
+        ET.ACTOR_TASK_DEFINITION_EVENT,
+        "ACTOR_TASK_DEFINITION_EVENT",
+        "actor_task_definition_event",
+        ST.CORE_WORKER,
+        _task_attempt,
+        MergeRule.KEEP_FIRST,
+        "task",
+    ),
+    EventTypeSpec(
+        ET.TASK_PROFILE_EVENT,
+        "TASK_PROFILE_EVENT",
+        "task_profile_events",
+        ST.CORE_WORKER,
+        _profile_attempt,
+        MergeRule.PROFILE,
+        "task",
+    ),
+    EventTypeSpec(
+        ET.DRIVER_JOB_DEFINITION_EVENT,
+        "DRIVER_JOB_DEFINITION_EVENT",
+        "driver_job_definition_event",
+        ST.GCS,
+        _field("job_id"),
+        MergeRule.KEEP_FIRST,
+        "job",
+    ),
+    EventTypeSpec(
+        ET.DRIVER_JOB_LIFECYCLE_EVENT,
+        "DRIVER_JOB_LIFECYCLE_EVENT",
+        "driver_job_lifecycle_event",
+        ST.GCS,
+        _field("job_id"),
+        MergeRule.LIFECYCLE,
+        "job",
+    ),
+    EventTypeSpec(
+        ET.NODE_DEFINITION_EVENT,
+        "NODE_DEFINITION_EVENT",
+        "node_definition_event",
+        ST.GCS,
+        _field("node_id"),
+        MergeRule.KEEP_FIRST,
+        "node",
+    ),
+    EventTypeSpec(
+        ET.NODE_LIFECYCLE_EVENT,
+        "NODE_LIFECYCLE_EVENT",
+        "node_lifecycle_event",
+        ST.GCS,
+        _field("node_id"),
+        MergeRule.LIFECYCLE,
+        "node",
+    ),
+    EventTypeSpec(
+        ET.ACTOR_DEFINITION_EVENT,
+        "ACTOR_DEFINITION_EVENT",
+        "actor_definition_event",
+        ST.GCS,
+        _field("actor_id"),
+        MergeRule.KEEP_FIRST,
+        "actor",
+    ),
+    EventTypeSpec(
+        ET.ACTOR_LIFECYCLE_EVENT,
+        "ACTOR_LIFECYCLE_EVENT",
+        "actor_lifecycle_event",
+        ST.GCS,
+        _field("actor_id"),
+        MergeRule.LIFECYCLE,
+        "actor",
+    ),
+    EventTypeSpec(
+        ET.PLACEMENT_GROUP_DEFINITION_EVENT,
+        "PLACEMENT_GROUP_DEFINITION_EVENT",
+        "placement_group_definition_event",
+        ST.GCS,
+        _field("placement_group_id"),
+        MergeRule.KEEP_FIRST,
+        "placement_group",
+    ),
+    EventTypeSpec(
+        ET.PLACEMENT_GROUP_LIFECYCLE_EVENT,
+        "PLACEMENT_GROUP_LIFECYCLE_EVENT",
+        "placement_group_lifecycle_event",
+        ST.GCS,
+        _field("placement_group_id"),
+        MergeRule.LIFECYCLE,
+        "placement_group",
+    ),
+    EventTypeSpec(
+        ET.SUBMISSION_JOB_DEFINITION_EVENT,
+        "SUBMISSION_JOB_DEFINITION_EVENT",
+        "submission_job_definition_event",
+        ST.JOBS,
+        _field("submission_id"),
+        MergeRule.KEEP_FIRST,
+        "submission_job",
+    ),
+    EventTypeSpec(
+        ET.SUBMISSION_JOB_LIFECYCLE_EVENT,
+        "SUBMISSION_JOB_LIFECYCLE_EVENT",
+        "submission_job_lifecycle_event",
+        ST.JOBS,
+        _field("submission_id"),
+        MergeRule.LIFECYCLE,
+        "submission_job",
+    ),
+    EventTypeSpec(
+        ET.PLATFORM_EVENT,
+        "PLATFORM_EVENT",
+        "platform_event",
+        ST.CLUSTER_LIFECYCLE,
+        _no_entity,
+        MergeRule.NEVER,
+        "platform",
+    ),
+    EventTypeSpec(
+        ET.WORKER_LIFECYCLE_EVENT,
+        "WORKER_LIFECYCLE_EVENT",
+        "worker_lifecycle_event",
+        ST.GCS,
+        _field("worker_id"),
+        MergeRule.LIFECYCLE,
+        "worker",
+    ),
+    EventTypeSpec(
+        ET.WORKER_DEFINITION_EVENT,
+        "WORKER_DEFINITION_EVENT",
+        "worker_definition_event",
+        ST.GCS,
+        _field("worker_id"),
+        MergeRule.KEEP_FIRST,
+        "worker",
+    ),
+]
+
+REGISTRY: dict[int, EventTypeSpec] = {spec.event_type: spec for spec in _SPECS}
+
+
+def spec_for(event_type: int) -> EventTypeSpec | None:
+    """The entry for a type number, or None for a number this schema does not know."""
+    return REGISTRY.get(event_type)
+
+
+def event_type_name(event_type: int) -> str:
+    """The enum name, or the number as text for a type this schema does not know."""
+    spec = REGISTRY.get(event_type)
+    return spec.name if spec is not None else str(event_type)
+
+
+def payload_of(event: RayEvent) -> Any:
+    """The nested payload message that matches the event's type."""
+    spec = REGISTRY.get(event.event_type)
+    if spec is None:
+        raise KeyError(f"unknown event type {event.event_type}")
+    return getattr(event, spec.payload_field)
+
+
+def entity_key(event: RayEvent) -> Hashable | None:
+    """The recorder's merge key (entity id, event type), or None if the event must stand alone."""
+    spec = REGISTRY.get(event.event_type)
+    if spec is None or spec.merge is MergeRule.NEVER:
+        return None
+    return (spec.entity_id(getattr(event, spec.payload_field)), event.event_type)
+
+
+def merge_into(acc: RayEvent, other: RayEvent) -> None:
+    """Fold `other` (later) into `acc` (earlier) by the type's merge rule; acc keeps its envelope."""
+    spec = REGISTRY[acc.event_type]
+    if spec.merge is MergeRule.KEEP_FIRST:
+        return
+    if spec.merge is MergeRule.LIFECYCLE:
+        # protobuf MergeFrom: repeated transitions concatenate in order, set scalars and
+        # present optionals overwrite, sub-messages merge field by field (Ray 2.60's rule).
+        getattr(acc, spec.payload_field).MergeFrom(getattr(other, spec.payload_field))
+        return
+    if spec.merge is MergeRule.PROFILE:
+        entries = other.task_profile_events.profile_events.events
+        acc.task_profile_events.profile_events.events.extend(entries)
+        return
+    raise ValueError(f"{spec.name} events are never merged")
