@@ -1,0 +1,1 @@
+"""RayEvents as OpenTelemetry data: names, attributes and the mappings both ways."""
