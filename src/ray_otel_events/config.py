@@ -12,6 +12,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ray_otel_events.events.registry import ET, REGISTRY
 
@@ -218,7 +219,7 @@ class AggregatorConfig:
         cfg.validate()
         return cfg
 
-    def with_overrides(self, **overrides: object) -> AggregatorConfig:
+    def with_overrides(self, **overrides: Any) -> AggregatorConfig:
         """Apply command-line values (None means "not given") and validate the result."""
         cfg = dataclasses.replace(self, **{k: v for k, v in overrides.items() if v is not None})
         cfg.validate()

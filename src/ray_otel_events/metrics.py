@@ -32,7 +32,7 @@ class Counters:
         """The sum over every label set that includes the given labels."""
         want = set(labels.items())
         with self._lock:
-            series = self._values.get(name, {})
+            series: dict[Labels, int] = self._values.get(name, {})
             return sum(v for k, v in series.items() if want <= set(k))
 
     def by_label(self, name: str, label: str) -> dict[str, int]:
