@@ -21,7 +21,7 @@ from ray_otel_events.config import RecorderConfig
 from ray_otel_events.events import ids
 from ray_otel_events.events.registry import entity_key, event_type_name, merge_into
 from ray_otel_events.metrics import Counters
-from ray_otel_events.producer.aggregator_client import RayEventExporter
+from ray_otel_events.producer.aggregator_client import GrpcAggregatorExporter, RayEventExporter
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.protobuf.events_event_aggregator_service_pb2 import AddEventsRequest
 
@@ -65,6 +65,16 @@ class RayEventRecorder:
         self._thread: threading.Thread | None = None
         self._stopped = False
         os.register_at_fork(after_in_child=self._after_fork_in_child)
+
+    @classmethod
+    def to_aggregator(
+        cls, address: str, *, config: RecorderConfig | None = None, node_id: bytes | None = None
+    ) -> RayEventRecorder:
+        """A recorder sending to the aggregator at host:port over gRPC (ours or Ray's)."""
+        config = config if config is not None else RecorderConfig.from_env()
+        return cls(
+            GrpcAggregatorExporter(address, timeout_s=config.rpc_timeout_s), config=config, node_id=node_id
+        )
 
     # -- producing ---------------------------------------------------------------------------
 
