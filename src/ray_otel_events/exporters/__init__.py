@@ -1,0 +1,1 @@
+"""Senders: the shared publisher loop and one client per destination kind."""

@@ -1,0 +1,73 @@
+"""POST each batch as a JSON array to one URL, the way Ray's AsyncHttpPublisherClient does.
+
+Same request as Ray 2.60 (ray_live §3): POST to exactly the configured URL, `Content-Type:
+application/json`, body a JSON array of RayEvent objects in buffer order, one kept-alive session,
+a total timeout per request. Success is a 2xx status (redirects are not followed).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import aiohttp
+
+from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
+from ray_otel_events.exporters.publisher import PreparedBatch, PublisherClient
+from ray_otel_events.processors.event_buffer import EventBatch
+
+logger = logging.getLogger(__name__)
+
+_HEADERS = {"Content-Type": "application/json"}
+
+
+class HttpStatusError(RuntimeError):
+    """The destination answered, but not with a 2xx status."""
+
+    def __init__(self, status: int, url: str, body: bytes) -> None:
+        super().__init__(f"HTTP {status} from {url}: {body[:200].decode('utf-8', 'replace')}")
+        self.status = status
+
+
+class HttpJsonPublisherClient(PublisherClient[bytes]):
+    def __init__(self, url: str, encoder: RayEventJsonEncoder, timeout_s: float) -> None:
+        self.url = url
+        self._encoder = encoder
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    def prepare(self, batch: EventBatch) -> PreparedBatch[bytes]:
+        try:
+            return PreparedBatch(self._encoder.encode_serialized(batch.wires), batch.types)
+        except Exception:
+            # One bad event must not sink its batch: find it, count it, send the rest.
+            return self._prepare_one_by_one(batch)
+
+    def _prepare_one_by_one(self, batch: EventBatch) -> PreparedBatch[bytes]:
+        parts: list[bytes] = []
+        sent: list[int] = []
+        failed: list[int] = []
+        for wire, etype in zip(batch.wires, batch.types, strict=True):
+            try:
+                array = self._encoder.encode_serialized([wire])
+            except Exception as exc:
+                logger.warning("dropping an event of type %d that cannot be encoded: %r", etype, exc)
+                failed.append(etype)
+                continue
+            parts.append(array.strip()[1:-1])  # the one element of a one-element JSON array
+            sent.append(etype)
+        return PreparedBatch(b"[" + b",".join(parts) + b"]", sent, failed)
+
+    async def send(self, payload: bytes) -> None:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        async with self._session.post(
+            self.url, data=payload, headers=_HEADERS, allow_redirects=False
+        ) as response:
+            body = await response.read()  # read fully so the connection is reused
+            if not 200 <= response.status < 300:
+                raise HttpStatusError(response.status, self.url, body)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

@@ -1,0 +1,253 @@
+"""The batch loop shared by every destination: read from the buffer, filter, encode, send, retry.
+
+One `EventPublisher` per destination, each a consumer of the shared buffer, so a slow destination
+only holds back itself. What differs per destination (the payload and how it is sent) sits behind
+`PublisherClient`; the HTTP JSON client is one, a binary dashboard-head or OTLP client slots in the
+same way.
+
+Retries follow Ray's RayEventPublisher (initial 0.01 s, doubled per failure from n=1, capped, with
+uniform jitter, -1 = forever). Unlike Ray, an event never disappears without a counter: every event
+the publisher reads ends in exactly one of PUBLISHED, FILTERED, ENCODE_FAILED, DROPPED_AFTER_RETRIES
+or DROPPED_AT_SHUTDOWN, and on shutdown the publisher flushes what the buffer still holds.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import logging
+import random
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from ray_otel_events.events.registry import event_type_name
+from ray_otel_events.metrics import Counters
+from ray_otel_events.processors.event_buffer import EventBatch, MultiConsumerEventBuffer
+from ray_otel_events.processors.exposable_filter import ExposableFilter
+
+logger = logging.getLogger(__name__)
+
+# Counter names, each labelled publisher=<name>, event_type=<type name> (a number as text if unknown).
+PUBLISHED = "published"
+FILTERED = "filtered"
+ENCODE_FAILED = "encode_failed"
+DROPPED_AFTER_RETRIES = "dropped_after_retries"
+DROPPED_AT_SHUTDOWN = "dropped_at_shutdown"
+SEND_FAILURES = "send_failures"  # events in failed attempts (an event retried 3 times counts 3)
+# Labelled publisher=<name> only.
+REQUESTS_SENT = "requests_sent"
+FAILED_ATTEMPTS = "failed_attempts"
+
+OUTCOMES = (PUBLISHED, FILTERED, ENCODE_FAILED, DROPPED_AFTER_RETRIES, DROPPED_AT_SHUTDOWN)
+
+PayloadT = TypeVar("PayloadT")
+
+
+@dataclass(slots=True)
+class PreparedBatch(Generic[PayloadT]):
+    """A batch turned into one destination request, made once and re-sent as is on every retry."""
+
+    payload: PayloadT
+    sent_types: list[int]  # type numbers of the events the payload carries
+    failed_types: list[int] = field(default_factory=list)  # events that could not be encoded
+
+
+class PublisherClient(abc.ABC, Generic[PayloadT]):
+    """How one destination encodes and receives a batch."""
+
+    @abc.abstractmethod
+    def prepare(self, batch: EventBatch) -> PreparedBatch[PayloadT]:
+        """Encode a batch; events that cannot be encoded are reported in `failed_types`."""
+
+    @abc.abstractmethod
+    async def send(self, payload: PayloadT) -> None:
+        """Deliver one payload; raise on any failure (it will be retried)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release connections; called once when the publisher stops."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Ray's defaults: 0.01 s doubled per failure (first wait 0.02 s), capped at 5 s, +-10 %."""
+
+    max_retries: int = -1  # -1: retry forever
+    initial_backoff_s: float = 0.01
+    max_backoff_s: float = 5.0
+    jitter_ratio: float = 0.1
+
+    def gives_up(self, failures_so_far: int) -> bool:
+        """True when a batch that has already failed `failures_so_far` times must not be retried."""
+        return 0 <= self.max_retries <= failures_so_far
+
+    def backoff_s(self, failures: int, rng: random.Random) -> float:
+        """The wait after the `failures`-th consecutive failure (1-based)."""
+        delay = min(self.max_backoff_s, self.initial_backoff_s * 2.0**failures)
+        delay *= 1 + rng.uniform(-self.jitter_ratio, self.jitter_ratio)
+        return max(0.0, delay)
+
+
+class EventPublisher(Generic[PayloadT]):
+    """Consumes the buffer as consumer `name` and publishes to one destination until shut down."""
+
+    def __init__(
+        self,
+        name: str,
+        buffer: MultiConsumerEventBuffer,
+        client: PublisherClient[PayloadT],
+        event_filter: ExposableFilter,
+        retry: RetryPolicy,
+        max_batch_size: int,
+        send_interval_s: float,
+        counters: Counters | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.name = name
+        self.counters = counters if counters is not None else Counters(f"publisher:{name}")
+        self._buffer = buffer
+        self._client = client
+        self._filter = event_filter
+        self._retry = retry
+        self._max_batch_size = max_batch_size
+        self._send_interval_s = send_interval_s
+        self._rng = rng if rng is not None else random.Random()
+        self._deadline: float | None = None  # loop time by which the shutdown flush must end
+        self._shutdown_started = asyncio.Event()
+        self._in_hand: list[int] = []  # type numbers of the batch being published, not yet counted
+        self._task: asyncio.Task[None] | None = None
+        self.consecutive_failures = 0
+        buffer.register_consumer(name)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> asyncio.Task[None]:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self.run(), name=f"publisher:{self.name}")
+        return self._task
+
+    async def run(self) -> None:
+        """Publish batches until the buffer is closed and drained (or the flush deadline passes)."""
+        try:
+            while True:
+                batch = await self._buffer.wait_for_batch(
+                    self.name, self._max_batch_size, self._send_interval_s
+                )
+                if not batch:
+                    return  # only after close(): nothing left to flush
+                await self._publish(batch)
+        finally:
+            # Whatever was not delivered by now is lost; say so in the counters.
+            self._count(DROPPED_AT_SHUTDOWN, self._in_hand)
+            self._in_hand = []
+            for etype, n in self._buffer.discard_unread(self.name).items():
+                self.counters.add(
+                    DROPPED_AT_SHUTDOWN, n, publisher=self.name, event_type=event_type_name(etype)
+                )
+            await self._client.close()
+
+    async def shutdown(self, timeout_s: float) -> None:
+        """Flush for at most `timeout_s`, then stop. The buffer's owner closes the buffer first, so
+        the run loop drains it instead of waiting for new events."""
+        loop = asyncio.get_running_loop()
+        self._deadline = loop.time() + timeout_s
+        self._shutdown_started.set()
+        task = self._task
+        if task is None:
+            # Never started: everything it holds counts as dropped, and the client still closes.
+            for etype, n in self._buffer.discard_unread(self.name).items():
+                self.counters.add(
+                    DROPPED_AT_SHUTDOWN, n, publisher=self.name, event_type=event_type_name(etype)
+                )
+            await self._client.close()
+            return
+        # A send in progress is bounded by the remaining time; a little grace for the finally block.
+        done, _ = await asyncio.wait({task}, timeout=timeout_s + 1.0)
+        if not done:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        elif not task.cancelled() and task.exception() is not None:
+            logger.error("publisher %s stopped with an error", self.name, exc_info=task.exception())
+
+    # -- publishing ----------------------------------------------------------------------------
+
+    def _remaining(self) -> float | None:
+        if self._deadline is None:
+            return None
+        return self._deadline - asyncio.get_running_loop().time()
+
+    def _count(self, counter: str, types: Iterable[int]) -> None:
+        for etype, n in Counter(types).items():
+            self.counters.add(counter, n, publisher=self.name, event_type=event_type_name(etype))
+
+    async def _publish(self, batch: EventBatch) -> None:
+        kept, filtered = self._filter.split(batch)
+        self._count(FILTERED, filtered)
+        if not kept:
+            return  # like Ray: an all-filtered batch is a success with no request
+        try:
+            prepared = self._client.prepare(kept)
+        except Exception:
+            logger.exception("publisher %s could not encode a batch of %d events", self.name, len(kept))
+            self._count(ENCODE_FAILED, kept.types)
+            return
+        self._count(ENCODE_FAILED, prepared.failed_types)
+        if not prepared.sent_types:
+            return
+        await self._send_with_retries(prepared)
+
+    async def _send_with_retries(self, prepared: PreparedBatch[PayloadT]) -> None:
+        # Until an outcome is counted the events are "in hand": a cancelled flush counts them.
+        self._in_hand = prepared.sent_types
+        outcome = await self._attempt_until_outcome(prepared.payload, len(prepared.sent_types))
+        self._in_hand = []
+        self._count(outcome, prepared.sent_types)
+
+    async def _attempt_until_outcome(self, payload: PayloadT, n_events: int) -> str:
+        failures = 0
+        while True:
+            remaining = self._remaining()
+            if remaining is not None and remaining <= 0:
+                return DROPPED_AT_SHUTDOWN
+            try:
+                if remaining is None:
+                    await self._client.send(payload)
+                else:
+                    async with asyncio.timeout(remaining):
+                        await self._client.send(payload)
+            except Exception as exc:  # any failure, timeouts included, is retried like Ray does
+                self._count(SEND_FAILURES, self._in_hand)
+                self.counters.add(FAILED_ATTEMPTS, publisher=self.name)
+                self.consecutive_failures += 1
+                if self._retry.gives_up(failures):
+                    logger.error(
+                        "publisher %s: dropping %d events after %d attempts: %r",
+                        self.name,
+                        n_events,
+                        failures + 1,
+                        exc,
+                    )
+                    return DROPPED_AFTER_RETRIES
+                failures += 1
+                logger.warning("publisher %s: send failed (attempt %d): %r", self.name, failures, exc)
+                await self._sleep(self._retry.backoff_s(failures, self._rng))
+                continue
+            self.consecutive_failures = 0
+            self.counters.add(REQUESTS_SENT, publisher=self.name)
+            return PUBLISHED
+
+    async def _sleep(self, delay_s: float) -> None:
+        """A backoff wait that ends early when shutdown starts, so the flush retries at once."""
+        remaining = self._remaining()
+        if remaining is not None:
+            delay_s = min(delay_s, max(0.0, remaining))
+        if self._shutdown_started.is_set():
+            await asyncio.sleep(delay_s)
+            return
+        try:
+            async with asyncio.timeout(delay_s):
+                await self._shutdown_started.wait()
+        except TimeoutError:
+            pass

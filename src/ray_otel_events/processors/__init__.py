@@ -1,0 +1,1 @@
+"""In-pipeline stages between receivers and exporters (buffering, filtering)."""

@@ -1,0 +1,35 @@
+"""Which event types a destination may see (Ray's EXPOSABLE_EVENT_TYPES).
+
+Ray maps each type number to its enum name and raises on a number its enum does not know, which
+kills the publisher (ray_anchor §3.11). Here the check is on numbers: an unknown number is simply
+not in an explicit list (filtered and counted), and passes when the list is ALL.
+"""
+
+from __future__ import annotations
+
+from ray_otel_events.processors.event_buffer import EventBatch
+
+
+class ExposableFilter:
+    """`allowed=None` means ALL: every type, known to this schema or not."""
+
+    def __init__(self, allowed: frozenset[int] | None) -> None:
+        self.allowed = allowed
+
+    def allows(self, event_type: int) -> bool:
+        return self.allowed is None or event_type in self.allowed
+
+    def split(self, batch: EventBatch) -> tuple[EventBatch, list[int]]:
+        """(the events to publish, the type numbers of the events filtered out), order kept."""
+        allowed = self.allowed
+        if allowed is None or allowed.issuperset(batch.types):
+            return batch, []  # the common case costs one C-level set check, no per-event Python
+        kept = EventBatch()
+        dropped: list[int] = []
+        for wire, etype in zip(batch.wires, batch.types, strict=True):
+            if etype in allowed:
+                kept.wires.append(wire)
+                kept.types.append(etype)
+            else:
+                dropped.append(etype)
+        return kept, dropped

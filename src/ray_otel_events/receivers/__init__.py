@@ -1,0 +1,1 @@
+"""Servers that take data in (gRPC AddEvents; later OTLP and Ray-events HTTP)."""

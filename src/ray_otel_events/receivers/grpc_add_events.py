@@ -1,0 +1,205 @@
+"""The gRPC receiver: `/ray.rpc.events.EventAggregatorService/AddEvents`, as Ray's aggregator serves it.
+
+Events are never turned into full Python messages here. The request is read through two small
+"view" messages that are wire-compatible with AddEventsRequest: one sees each RayEvent as opaque
+bytes (so the buffer keeps the producer's exact bytes, unknown fields included), the other sees
+only each event's `event_type` number. Both parses run in C (upb); per event the receiver does no
+Python work beyond list building, about 0.3 us.
+
+Replies are Ray's: an empty AddEventsReply on success. Unlike Ray, a malformed request gets
+INVALID_ARGUMENT and a request arriving during shutdown gets UNAVAILABLE, so the producer knows
+its events were not taken (the producer's recorder keeps and re-sends them).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any, NoReturn, Protocol
+
+import grpc
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError, Message
+
+from ray_otel_events.events.registry import event_type_name
+from ray_otel_events.metrics import Counters
+from ray_otel_events.processors.event_buffer import BufferClosedError
+from ray_otel_events.protobuf.events_event_aggregator_service_pb2 import TaskEventsMetadata
+
+logger = logging.getLogger(__name__)
+
+SERVICE = "ray.rpc.events.EventAggregatorService"
+METHOD = "AddEvents"
+
+# Counter names (stage "receiver").
+RECEIVED = "received"  # labelled event_type
+NOT_PROCESSED = "not_processed"  # labelled event_type: no destination is enabled (Ray: processing off)
+REQUESTS = "requests"
+REJECTED_REQUESTS = "rejected_requests"  # labelled reason
+PRODUCER_DROPPED_TASK_ATTEMPTS = "producer_dropped_task_attempts"
+
+# Ray's agent accepts messages up to 512 MiB; the buffer's byte bound protects memory, not this.
+MAX_MESSAGE_BYTES = 512 * 1024 * 1024
+
+_EMPTY_REPLY = b""  # AddEventsReply() serialized: Ray's aggregator always answers an empty reply
+
+
+def _build_views() -> tuple[type[Message], type[Message]]:
+    """AddEventsRequest seen as (a) opaque event bytes and (b) event type numbers only."""
+    f = descriptor_pb2.FieldDescriptorProto
+    fd = descriptor_pb2.FileDescriptorProto(
+        name="ray_otel_events/add_events_views.proto", package="ray_otel_events.views", syntax="proto3"
+    )
+
+    def message(name: str, *fields: tuple[str, int, int, str]) -> None:
+        msg = fd.message_type.add(name=name)
+        for field_name, number, ftype, type_name in fields:
+            label = f.LABEL_REPEATED if field_name == "events" else f.LABEL_OPTIONAL
+            msg.field.add(name=field_name, number=number, type=ftype, type_name=type_name, label=label)
+
+    # RayEventsData: events = 1 (repeated RayEvent), task_events_metadata = 2 (TaskEventsMetadata).
+    message("RawEventsData", ("events", 1, f.TYPE_BYTES, ""), ("task_events_metadata", 2, f.TYPE_BYTES, ""))
+    message("RawRequest", ("events_data", 1, f.TYPE_MESSAGE, ".ray_otel_events.views.RawEventsData"))
+    # RayEvent.event_type = 3 (an enum, varint on the wire: int32 keeps numbers we do not know).
+    message("EventTypeView", ("event_type", 3, f.TYPE_INT32, ""))
+    message("TypesEventsData", ("events", 1, f.TYPE_MESSAGE, ".ray_otel_events.views.EventTypeView"))
+    message("TypesRequest", ("events_data", 1, f.TYPE_MESSAGE, ".ray_otel_events.views.TypesEventsData"))
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fd)
+    return (
+        message_factory.GetMessageClass(pool.FindMessageTypeByName("ray_otel_events.views.RawRequest")),
+        message_factory.GetMessageClass(pool.FindMessageTypeByName("ray_otel_events.views.TypesRequest")),
+    )
+
+
+_RawRequest, _TypesRequest = _build_views()
+
+
+class ParsedRequest:
+    __slots__ = ("dropped_task_attempts", "types", "wires")
+
+    def __init__(self, wires: list[bytes], types: list[int], dropped_task_attempts: int) -> None:
+        self.wires = wires
+        self.types = types
+        self.dropped_task_attempts = dropped_task_attempts
+
+
+def parse_add_events_request(data: bytes) -> ParsedRequest:
+    """Split a serialized AddEventsRequest into per-event wire bytes and type numbers.
+
+    Raises DecodeError if the request or an event's top-level framing is malformed; an event whose
+    nested payload is malformed passes here and fails (counted) when a destination encodes it.
+    """
+    raw: Any = _RawRequest.FromString(data)
+    view: Any = _TypesRequest.FromString(data)
+    wires: list[bytes] = list(raw.events_data.events)
+    types: list[int] = [e.event_type for e in view.events_data.events]
+    dropped = 0
+    if raw.events_data.task_events_metadata:
+        dropped = len(
+            TaskEventsMetadata.FromString(raw.events_data.task_events_metadata).dropped_task_attempts
+        )
+    return ParsedRequest(wires, types, dropped)
+
+
+class EventSink(Protocol):
+    """Where accepted events go (the multi-consumer buffer)."""
+
+    def add_many(self, wires: list[bytes], types: list[int]) -> None: ...
+
+
+class AddEventsReceiver:
+    """Handles AddEvents calls; `sink=None` accepts and counts events but keeps none (Ray's
+    "processing disabled" when no destination is configured)."""
+
+    def __init__(self, sink: EventSink | None, counters: Counters | None = None) -> None:
+        self.counters = counters if counters is not None else Counters("receiver")
+        self._sink = sink
+        self._shutting_down = False
+
+    def begin_shutdown(self) -> None:
+        """From now on every call is refused with UNAVAILABLE."""
+        self._shutting_down = True
+
+    async def _reject(self, context: Any, code: Any, reason: str, message: str) -> NoReturn:
+        self.counters.add(REJECTED_REQUESTS, reason=reason)
+        await context.abort(code, message)
+        raise AssertionError("unreachable: abort raises")  # pragma: no cover
+
+    async def add_events(self, request: bytes, context: Any) -> bytes:
+        if self._shutting_down:
+            await self._reject(
+                context, grpc.StatusCode.UNAVAILABLE, "shutting_down", "aggregator is shutting down"
+            )
+        try:
+            parsed = parse_add_events_request(request)
+        except DecodeError as exc:
+            await self._reject(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "malformed",
+                f"malformed AddEventsRequest ({len(request)} bytes): {exc}",
+            )
+        if self._sink is not None:
+            try:
+                self._sink.add_many(parsed.wires, parsed.types)
+            except BufferClosedError:
+                await self._reject(
+                    context, grpc.StatusCode.UNAVAILABLE, "shutting_down", "aggregator is shutting down"
+                )
+        self.counters.add(REQUESTS)
+        self.counters.add(PRODUCER_DROPPED_TASK_ATTEMPTS, parsed.dropped_task_attempts)
+        counted = NOT_PROCESSED if self._sink is None else None
+        for etype, n in Counter(parsed.types).items():
+            name = event_type_name(etype)
+            self.counters.add(RECEIVED, n, event_type=name)
+            if counted is not None:
+                self.counters.add(counted, n, event_type=name)
+        return _EMPTY_REPLY
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        """The service's method table; requests and replies stay bytes (no generic deserialization)."""
+        method = grpc.unary_unary_rpc_method_handler(self.add_events)
+        return grpc.method_handlers_generic_handler(SERVICE, {METHOD: method})
+
+
+class GrpcAddEventsServer:
+    """A grpc.aio server bound to host:port (0 = any free port) serving one receiver."""
+
+    def __init__(self, receiver: AddEventsReceiver, host: str, port: int) -> None:
+        self.receiver = receiver
+        self.host = host
+        self._requested_port = port
+        self.port = 0
+        self._server: Any = None
+
+    async def start(self) -> int:
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        server.add_generic_rpc_handlers((self.receiver.handler(),))
+        address = (
+            f"[{self.host}]:{self._requested_port}"
+            if ":" in self.host
+            else f"{self.host}:{self._requested_port}"
+        )
+        try:
+            self.port = server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen for gRPC on {address}: {exc}") from exc
+        if self.port == 0:
+            raise OSError(f"cannot listen for gRPC on {address}")
+        await server.start()
+        self._server = server
+        return self.port
+
+    async def stop(self, grace_s: float) -> None:
+        """Close the port, letting calls in progress finish for up to `grace_s`. Call
+        `receiver.begin_shutdown()` earlier to refuse calls with a message while flushing."""
+        self.receiver.begin_shutdown()
+        if self._server is not None:
+            await self._server.stop(grace_s)
+            self._server = None

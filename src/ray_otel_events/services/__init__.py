@@ -1,0 +1,1 @@
+"""Runnable servers assembled from receivers, processors and exporters, with their CLI modules."""

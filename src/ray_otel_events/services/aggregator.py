@@ -1,0 +1,154 @@
+"""The aggregator: gRPC AddEvents in -> multi-consumer buffer -> one publisher per destination.
+
+Ray's aggregator agent without its fragilities: unknown event types never crash a publisher, the
+buffer is bounded by bytes as well as count, and shutdown flushes the buffer before exiting.
+
+`stats()` is the documented, stable summary the CLI prints as its last line (`stats {json}`):
+
+    {
+      "version": 1,
+      "received": {TYPE: n},          events taken by AddEvents, per type name (unknown: the number)
+      "received_total": n,
+      "not_processed": {TYPE: n},     taken while no destination is enabled (kept nowhere, like Ray)
+      "requests": n,                  AddEvents calls answered OK
+      "rejected_requests": {REASON: n},   "shutting_down" or "malformed"; their events were NOT taken
+      "producer_dropped_task_attempts": n,   from the requests' TaskEventsMetadata
+      "buffer": {"max_events": n, "max_bytes": n, "held_events": n},
+      "publishers": {NAME: {
+          "published": {TYPE: n}, "filtered": {TYPE: n}, "evicted": {TYPE: n},
+          "encode_failed": {TYPE: n}, "dropped_after_retries": {TYPE: n},
+          "dropped_at_shutdown": {TYPE: n},
+          "accounted_total": n,       sum of the six outcomes above
+          "send_failures": {TYPE: n}, events in failed attempts (a retried event counts each time)
+          "requests_sent": n, "failed_attempts": n}}
+    }
+
+Every received event ends in exactly one outcome per publisher, so after a clean shutdown each
+publisher's `accounted_total` equals `received_total`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from typing import Any
+
+from ray_otel_events.config import AggregatorConfig
+from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
+from ray_otel_events.exporters import publisher as pub
+from ray_otel_events.exporters.http_json import HttpJsonPublisherClient
+from ray_otel_events.metrics import Counters
+from ray_otel_events.processors.event_buffer import EVICTED, MultiConsumerEventBuffer
+from ray_otel_events.processors.exposable_filter import ExposableFilter
+from ray_otel_events.receivers import grpc_add_events as rx
+
+logger = logging.getLogger(__name__)
+
+STATS_VERSION = 1
+HTTP_PUBLISHER = "http_service"  # Ray's name for the external HTTP destination
+
+_PER_TYPE = (
+    pub.PUBLISHED,
+    pub.FILTERED,
+    EVICTED,
+    pub.ENCODE_FAILED,
+    pub.DROPPED_AFTER_RETRIES,
+    pub.DROPPED_AT_SHUTDOWN,
+)
+
+
+class AggregatorService:
+    def __init__(self, config: AggregatorConfig, rng: random.Random | None = None) -> None:
+        self.config = config
+        self.buffer = MultiConsumerEventBuffer(
+            config.max_buffer_size, config.max_buffer_bytes, Counters("buffer")
+        )
+        self.publishers: list[pub.EventPublisher[Any]] = []
+        if config.http_enabled:
+            client = HttpJsonPublisherClient(
+                config.export_addr,
+                RayEventJsonEncoder(preserve_proto_field_name=config.preserve_proto_field_name),
+                timeout_s=config.publisher_timeout_s,
+            )
+            self.publishers.append(
+                pub.EventPublisher(
+                    HTTP_PUBLISHER,
+                    self.buffer,
+                    client,
+                    ExposableFilter(config.exposable_event_types),
+                    pub.RetryPolicy(
+                        max_retries=config.publisher_max_retries,
+                        initial_backoff_s=config.publisher_initial_backoff_s,
+                        max_backoff_s=config.publisher_max_backoff_s,
+                        jitter_ratio=config.publisher_jitter_ratio,
+                    ),
+                    max_batch_size=config.max_batch_size,
+                    send_interval_s=config.publisher_send_interval_s,
+                    rng=rng,
+                )
+            )
+        # With no destination nothing would ever read the buffer: accept and count only (Ray).
+        self.receiver = rx.AddEventsReceiver(self.buffer if self.publishers else None)
+        self.server = rx.GrpcAddEventsServer(self.receiver, config.host, config.grpc_port)
+
+    @property
+    def processing_enabled(self) -> bool:
+        return bool(self.publishers)
+
+    async def start(self) -> int:
+        """Start the publishers, then the gRPC server; returns the bound port."""
+        for publisher in self.publishers:
+            publisher.start()
+        return await self.server.start()
+
+    async def shutdown(self) -> None:
+        """Refuse new calls, flush every publisher (bounded by shutdown_flush_timeout_s), close."""
+        self.receiver.begin_shutdown()
+        self.buffer.close()
+        await asyncio.gather(*(p.shutdown(self.config.shutdown_flush_timeout_s) for p in self.publishers))
+        await self.server.stop(grace_s=1.0)
+
+    def stats(self) -> dict[str, Any]:
+        rc = self.receiver.counters
+        received = rc.by_label(rx.RECEIVED, "event_type")
+        publishers: dict[str, Any] = {}
+        for p in self.publishers:
+            entry: dict[str, Any] = {}
+            for name in _PER_TYPE:
+                source = self.buffer.counters if name == EVICTED else p.counters
+                entry[name] = _per_type(source, name, p.name)
+            entry["accounted_total"] = sum(sum(entry[name].values()) for name in _PER_TYPE)
+            entry[pub.SEND_FAILURES] = _per_type(p.counters, pub.SEND_FAILURES, p.name)
+            entry[pub.REQUESTS_SENT] = p.counters.get(pub.REQUESTS_SENT, publisher=p.name)
+            entry[pub.FAILED_ATTEMPTS] = p.counters.get(pub.FAILED_ATTEMPTS, publisher=p.name)
+            publishers[p.name] = entry
+        return {
+            "version": STATS_VERSION,
+            "received": received,
+            "received_total": sum(received.values()),
+            "not_processed": rc.by_label(rx.NOT_PROCESSED, "event_type"),
+            "requests": rc.get(rx.REQUESTS),
+            "rejected_requests": rc.by_label(rx.REJECTED_REQUESTS, "reason"),
+            "producer_dropped_task_attempts": rc.get(rx.PRODUCER_DROPPED_TASK_ATTEMPTS),
+            "buffer": {
+                "max_events": self.buffer.max_events,
+                "max_bytes": self.buffer.max_bytes,
+                "held_events": len(self.buffer),
+            },
+            "publishers": publishers,
+        }
+
+
+def _per_type(counters: Counters, name: str, consumer: str) -> dict[str, int]:
+    """{event type name: n} for one publisher (labelled publisher=... or consumer=...)."""
+    out: dict[str, int] = {}
+    for series in counters.snapshot().get(name, []):
+        labels = series["labels"]
+        assert isinstance(labels, dict)
+        if consumer in (labels.get("publisher"), labels.get("consumer")):
+            etype = str(labels.get("event_type", ""))
+            value = series["value"]
+            assert isinstance(value, int)
+            out[etype] = out.get(etype, 0) + value
+    return out

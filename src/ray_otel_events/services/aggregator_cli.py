@@ -1,0 +1,137 @@
+"""`ray-otel-events aggregator`: serve AddEvents over gRPC and publish to an HTTP JSON endpoint.
+
+Configuration comes from Ray's environment variables (config.AggregatorConfig); flags override them.
+Stdout carries exactly two lines: `listening grpc=HOST:PORT` once calls are accepted, and on
+SIGTERM/SIGINT, after the buffer is flushed, `stats {json}` (format: services.aggregator docstring).
+Logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import logging
+import signal
+import sys
+
+from ray_otel_events.config import AggregatorConfig, parse_exposable_event_types
+from ray_otel_events.services.aggregator import AggregatorService
+
+logger = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = (
+        "Prints 'listening grpc=HOST:PORT' when ready and, after SIGTERM/SIGINT and the flush, one line "
+        "'stats {json}'. Environment: Ray's RAY_DASHBOARD_AGGREGATOR_AGENT_* variables; flags win."
+    )
+    parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--grpc-port", type=int, help="gRPC port; 0 picks a free one (default 0)")
+    parser.add_argument(
+        "--export-addr",
+        help="URL each batch is POSTed to (env RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR)",
+    )
+    parser.add_argument(
+        "--publish",
+        dest="publish_to_http",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="publish to the export address (default on when an address is set)",
+    )
+    parser.add_argument("--max-buffer-size", type=int, help="events the buffer holds (default 100000)")
+    parser.add_argument("--max-buffer-bytes", type=int, help="bytes the buffer holds (default 256 MiB)")
+    parser.add_argument("--max-batch-size", type=int, help="events per POST (default 1000)")
+    parser.add_argument(
+        "--exposable-event-types",
+        metavar="TYPES",
+        help="comma list of event type names, or ALL (default: Ray's list, profile events excluded)",
+    )
+    parser.add_argument(
+        "--preserve-proto-field-name",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="snake_case JSON keys instead of lowerCamelCase",
+    )
+    parser.add_argument(
+        "--publisher-timeout", type=float, dest="publisher_timeout_s", help="seconds per POST"
+    )
+    parser.add_argument("--max-retries", type=int, dest="publisher_max_retries", help="-1 retries forever")
+    parser.add_argument("--initial-backoff", type=float, dest="publisher_initial_backoff_s", help="seconds")
+    parser.add_argument("--max-backoff", type=float, dest="publisher_max_backoff_s", help="seconds")
+    parser.add_argument("--jitter-ratio", type=float, dest="publisher_jitter_ratio", help="0..1")
+    parser.add_argument(
+        "--send-interval",
+        type=float,
+        dest="publisher_send_interval_s",
+        help="seconds to top a batch up after its first event (default 0.1)",
+    )
+    parser.add_argument(
+        "--shutdown-flush-timeout",
+        type=float,
+        dest="shutdown_flush_timeout_s",
+        help="seconds allowed to flush the buffer on shutdown (default 10)",
+    )
+    parser.add_argument("--log-level", default="WARNING", help="stderr log level (default WARNING)")
+
+
+_OVERRIDES = (
+    "host",
+    "grpc_port",
+    "export_addr",
+    "publish_to_http",
+    "max_buffer_size",
+    "max_buffer_bytes",
+    "max_batch_size",
+    "preserve_proto_field_name",
+    "publisher_timeout_s",
+    "publisher_max_retries",
+    "publisher_initial_backoff_s",
+    "publisher_max_backoff_s",
+    "publisher_jitter_ratio",
+    "publisher_send_interval_s",
+    "shutdown_flush_timeout_s",
+)
+
+
+def config_from_args(args: argparse.Namespace) -> AggregatorConfig:
+    """Environment first, then every flag that was given; raises ConfigError on a bad value."""
+    config = AggregatorConfig.from_env().with_overrides(**{name: getattr(args, name) for name in _OVERRIDES})
+    if args.exposable_event_types is not None:
+        # None from the parser means ALL, so this one cannot go through with_overrides.
+        allowed = parse_exposable_event_types(args.exposable_event_types, source="--exposable-event-types")
+        config = dataclasses.replace(config, exposable_event_types=allowed)
+        config.validate()
+    return config
+
+
+def run(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    logging.basicConfig(
+        level=str(args.log_level).upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    return asyncio.run(serve(config))
+
+
+async def serve(config: AggregatorConfig) -> int:
+    service = AggregatorService(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        port = await service.start()
+    except OSError as exc:
+        print(f"ray-otel-events aggregator: {exc}", file=sys.stderr)
+        await service.shutdown()
+        return 1
+    if not service.processing_enabled:
+        logger.warning("no export address (or publishing off): events are accepted and counted, not kept")
+    print(f"listening grpc={config.host}:{port}", flush=True)
+    await stop.wait()
+    await service.shutdown()
+    print("stats " + json.dumps(service.stats(), sort_keys=True), flush=True)
+    return 0
