@@ -22,19 +22,26 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ray-otel-events", description=__doc__.splitlines()[0])
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """All subcommand names; only `command`'s module is imported (fast start, isolated failures)."""
+    parser = argparse.ArgumentParser(
+        prog="ray-otel-events",
+        description="Ray-compatible lifecycle events and tracing, joined to OpenTelemetry.",
+    )
     subs = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
-        module = importlib.import_module(module_name)
         sub = subs.add_parser(name, help=help_text, description=help_text)
-        module.add_arguments(sub)
-        sub.set_defaults(_run=module.run)
+        if name == command:
+            module = importlib.import_module(module_name)
+            module.add_arguments(sub)
+            sub.set_defaults(_run=module.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(command)
     args = parser.parse_args(argv)
     try:
         code: int = args._run(args)
