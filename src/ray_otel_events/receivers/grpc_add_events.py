@@ -55,7 +55,9 @@ def _build_views() -> tuple[type[Message], type[Message]]:
         msg = fd.message_type.add(name=name)
         for field_name, number, ftype, type_name in fields:
             label = f.LABEL_REPEATED if field_name == "events" else f.LABEL_OPTIONAL
-            msg.field.add(name=field_name, number=number, type=ftype, type_name=type_name, label=label)
+            added = msg.field.add(name=field_name, number=number, type=ftype, label=label)
+            if type_name:
+                added.type_name = type_name
 
     # RayEventsData: events = 1 (repeated RayEvent), task_events_metadata = 2 (TaskEventsMetadata).
     message("RawEventsData", ("events", 1, f.TYPE_BYTES, ""), ("task_events_metadata", 2, f.TYPE_BYTES, ""))

@@ -1,0 +1,1 @@
+"""Shared test helpers: real subprocesses and small producer scripts."""

@@ -1,0 +1,128 @@
+"""Start `ray-otel-events` CLI servers as real subprocesses and read their stdout protocol.
+
+A server prints `listening grpc=HOST:PORT` or `listening http=HOST:PORT` when ready and, after
+SIGTERM, `stats {json}`. stderr goes to a file (kept for failure messages), never a pipe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 60.0
+
+# Variables that would change the aggregator's behaviour if inherited from the developer's shell.
+_SCRUB_PREFIXES = ("RAY_DASHBOARD_AGGREGATOR_AGENT_", "RAY_OTEL_EVENTS_", "RAY_events_export_addr")
+
+
+def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUB_PREFIXES)}
+    env.update(extra or {})
+    return env
+
+
+class CliServer:
+    """One `python -m ray_otel_events <command> ...` process."""
+
+    def __init__(self, command: str, *args: str, env: dict[str, str] | None = None) -> None:
+        self.argv = [sys.executable, "-m", "ray_otel_events", command, *args]
+        self._stderr = tempfile.NamedTemporaryFile(  # noqa: SIM115 (lives as long as the process)
+            prefix=f"{command}-", suffix=".stderr", delete=False
+        )
+        self.proc = subprocess.Popen(
+            self.argv, stdout=subprocess.PIPE, stderr=self._stderr, env=clean_env(env), bufsize=0
+        )
+        self._pending = b""
+        self.returncode: int | None = None
+        self.stats: dict[str, Any] | None = None
+        line = self.read_line(READY_TIMEOUT_S)
+        if not line.startswith("listening "):
+            self.kill()
+            raise AssertionError(f"{self.argv} printed {line!r} instead of a ready line; {self.stderr()}")
+        kind_addr = line.split(" ", 1)[1]
+        self.address = kind_addr.split("=", 1)[1]
+        self.host, port = self.address.rsplit(":", 1)
+        self.port = int(port)
+
+    def read_line(self, timeout_s: float) -> str:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"{self.argv}: no line within {timeout_s}s; {self.stderr()}")
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if ready:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    rc = self.proc.wait(10)
+                    raise AssertionError(f"{self.argv} exited ({rc}) before a line; {self.stderr()}")
+                self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
+        return line.decode()
+
+    def stderr(self) -> str:
+        return "stderr: " + Path(self._stderr.name).read_text(errors="replace")[-4000:]
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = STOP_TIMEOUT_S) -> dict[str, Any]:
+        """Signal, wait for exit 0 and return the parsed `stats` line."""
+        self.proc.send_signal(sig)
+        line = self.read_line(timeout_s)
+        self.returncode = self.proc.wait(timeout_s)
+        assert self.returncode == 0, f"{self.argv} exited {self.returncode}; {self.stderr()}"
+        assert line.startswith("stats "), f"unexpected last line {line!r}"
+        self.stats = json.loads(line[len("stats ") :])
+        return self.stats
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def close(self) -> None:
+        self.kill()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self._stderr.close()
+        os.unlink(self._stderr.name)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def wait_for_lines(path: Path, n: int, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+    """Poll a sink's JSON Lines file until it holds at least n events."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        events = read_jsonl(path)
+        if len(events) >= n or time.monotonic() > deadline:
+            return events
+        time.sleep(0.05)
+
+
+def run_producer(target: str, *args: str, timeout_s: float = 120.0) -> dict[str, Any]:
+    """Run tests/helpers/send_add_events.py as its own process; returns its JSON summary."""
+    script = Path(__file__).with_name("send_add_events.py")
+    out = subprocess.run(
+        [sys.executable, str(script), target, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=clean_env(),
+    )
+    assert out.returncode == 0, f"producer failed ({out.returncode}): {out.stderr[-4000:]}"
+    summary: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return summary
