@@ -1,0 +1,372 @@
+"""`ray-otel-events demo`: the whole native pipeline on embedded defaults, with real processes.
+
+A sink and an aggregator start as subprocesses; a process pool runs tasks and two actor-like
+worker processes serve method calls, each process with its own recorder, the way a Ray node's
+core workers and GCS produce task, actor, job, node and worker events. At the end every process
+flushes, the aggregator is stopped with SIGTERM (it flushes too) and the summary shows, per event
+type, what was recorded, sent, delivered to the sink and dropped, and checks that it adds up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import multiprocessing.connection
+import multiprocessing.util
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ray_otel_events.config import RecorderConfig
+from ray_otel_events.events import ids
+from ray_otel_events.events.builders import (
+    ActorState,
+    EventFactory,
+    JobState,
+    NodeState,
+    TaskStatus,
+    TaskType,
+    WorkerState,
+    python_function,
+    task_error,
+)
+from ray_otel_events.producer import RayEventRecorder
+from ray_otel_events.protobuf import common_pb2
+
+_RECORDER_CONFIG = RecorderConfig(report_interval_ms=200, shutdown_flush_timeout_ms=5000)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What every demo process needs to record events for the same 'cluster'."""
+
+    aggregator: str
+    session: str
+    job: bytes
+    node: bytes
+    stats_dir: str
+
+    def recorder(self) -> RayEventRecorder:
+        rec = RayEventRecorder.to_aggregator(self.aggregator, config=_RECORDER_CONFIG, node_id=self.node)
+        rec.start()
+        return rec
+
+    def save_stats(self, role: str, rec: RayEventRecorder) -> None:
+        path = Path(self.stats_dir) / f"{role}-{os.getpid()}.json"
+        path.write_text(json.dumps(rec.stats()))
+
+
+# -- pool workers ------------------------------------------------------------------------------
+
+_worker: tuple[Cluster, RayEventRecorder, EventFactory, bytes] | None = None
+
+
+def _init_pool_worker(cluster: Cluster) -> None:
+    global _worker
+    rec = cluster.recorder()
+    factory = EventFactory(cluster.session)
+    worker_id = ids.new_unique_id()
+    rec.add(factory.worker_definition(worker_id=worker_id, node_id=cluster.node, pid=os.getpid()))
+    rec.add(factory.worker_lifecycle(worker_id=worker_id, state=WorkerState.ALIVE, job_id=cluster.job))
+    _worker = (cluster, rec, factory, worker_id)
+    # Pool workers end with os._exit: atexit never runs, multiprocessing finalizers do.
+    multiprocessing.util.Finalize(None, _finish_pool_worker, exitpriority=10)
+
+
+def _finish_pool_worker() -> None:
+    assert _worker is not None
+    cluster, rec, factory, worker_id = _worker
+    rec.add(
+        factory.worker_lifecycle(
+            worker_id=worker_id,
+            state=WorkerState.DEAD,
+            job_id=cluster.job,
+            exit_type=common_pb2.INTENDED_SYSTEM_EXIT,
+            exit_detail="pool shut down",
+        )
+    )
+    rec.stop()
+    cluster.save_stats("worker", rec)
+
+
+def simulate(task_id: bytes, n: int) -> int:
+    """The demo task: some CPU work; every seventh input fails on purpose."""
+    assert _worker is not None
+    cluster, rec, factory, worker_id = _worker
+    rec.add(
+        factory.task_lifecycle(
+            task_id=task_id,
+            job_id=cluster.job,
+            state=TaskStatus.RUNNING,
+            worker_id=worker_id,
+            worker_pid=os.getpid(),
+        )
+    )
+    if n % 7 == 3:
+        raise ValueError(f"demo failure for input {n}")
+    return sum(i * i for i in range(n * 2000))
+
+
+# -- actor-like workers ------------------------------------------------------------------------
+
+
+def _actor_main(conn: multiprocessing.connection.Connection, cluster: Cluster, actor_id: bytes) -> None:
+    """Serve calls on a counter until told to stop; this process records its own events."""
+    rec = cluster.recorder()
+    factory = EventFactory(cluster.session)
+    worker_id = ids.new_unique_id()
+    rec.add(
+        factory.actor_lifecycle(
+            actor_id=actor_id,
+            state=ActorState.ALIVE,
+            node_id=cluster.node,
+            worker_id=worker_id,
+            pid=os.getpid(),
+        )
+    )
+    total = 0
+    while True:
+        message = conn.recv()
+        if message is None:
+            break
+        task_id, amount = message
+        rec.add(
+            factory.task_lifecycle(
+                task_id=task_id,
+                job_id=cluster.job,
+                state=TaskStatus.RUNNING,
+                worker_id=worker_id,
+                worker_pid=os.getpid(),
+            )
+        )
+        total += amount
+        conn.send(total)
+    rec.stop()
+    cluster.save_stats("actor", rec)
+
+
+class DemoActor:
+    """The driver's handle on one actor process: records what an owner records."""
+
+    def __init__(self, cluster: Cluster, rec: RayEventRecorder, factory: EventFactory, name: str) -> None:
+        self.cluster, self.rec, self.factory = cluster, rec, factory
+        self.actor_id = ids.new_actor_id(cluster.job)
+        rec.add(
+            factory.actor_definition(
+                actor_id=self.actor_id, job_id=cluster.job, class_name="Counter", name=name
+            )
+        )
+        for state in (ActorState.DEPENDENCIES_UNREADY, ActorState.PENDING_CREATION):
+            rec.add(factory.actor_lifecycle(actor_id=self.actor_id, state=state))
+        self.conn, child = multiprocessing.Pipe()
+        self.process = multiprocessing.Process(target=_actor_main, args=(child, cluster, self.actor_id))
+        self.process.start()
+
+    def add(self, amount: int) -> int:
+        task_id = ids.new_task_id(self.cluster.job, self.actor_id)
+        f, job = self.factory, self.cluster.job
+        self.rec.add(
+            f.actor_task_definition(
+                task_id=task_id,
+                job_id=job,
+                actor_id=self.actor_id,
+                name="Counter.add",
+                function=python_function(__name__, "add", class_name="Counter"),
+                parent_task_id=ids.driver_task_id(job),
+            )
+        )
+        self.rec.add(f.task_lifecycle(task_id=task_id, job_id=job, state=TaskStatus.SUBMITTED_TO_WORKER))
+        self.conn.send((task_id, amount))
+        result: int = self.conn.recv()
+        self.rec.add(f.task_lifecycle(task_id=task_id, job_id=job, state=TaskStatus.FINISHED))
+        return result
+
+    def stop(self) -> None:
+        self.conn.send(None)
+        self.process.join()
+        self.rec.add(self.factory.actor_lifecycle(actor_id=self.actor_id, state=ActorState.DEAD))
+
+
+# -- the driver --------------------------------------------------------------------------------
+
+
+def _run_workload(cluster: Cluster, tasks: int) -> tuple[int, int]:
+    rec = cluster.recorder()
+    f = EventFactory(cluster.session)
+    rec.add(
+        f.node_definition(node_id=cluster.node, node_ip_address="127.0.0.1", hostname=os.uname().nodename)
+    )
+    rec.add(
+        f.node_lifecycle(
+            node_id=cluster.node, state=NodeState.ALIVE, resources={"CPU": float(os.cpu_count() or 1)}
+        )
+    )
+    rec.add(f.job_definition(job_id=cluster.job, driver_pid=os.getpid(), entrypoint="ray-otel-events demo"))
+    rec.add(f.job_lifecycle(job_id=cluster.job, state=JobState.CREATED))
+    driver_task = ids.driver_task_id(cluster.job)
+    ok = failed = 0
+    with ProcessPoolExecutor(max_workers=2, initializer=_init_pool_worker, initargs=(cluster,)) as pool:
+        pending: dict[Future[int], bytes] = {}
+        for n in range(tasks):
+            task_id = ids.new_task_id(cluster.job)
+            rec.add(
+                f.task_definition(
+                    task_id=task_id,
+                    job_id=cluster.job,
+                    name="simulate",
+                    function=python_function(__name__, "simulate"),
+                    task_type=TaskType.NORMAL_TASK,
+                    parent_task_id=driver_task,
+                    required_resources={"CPU": 1.0},
+                )
+            )
+            for state in (TaskStatus.PENDING_ARGS_AVAIL, TaskStatus.SUBMITTED_TO_WORKER):
+                rec.add(f.task_lifecycle(task_id=task_id, job_id=cluster.job, state=state))
+            pending[pool.submit(simulate, task_id, n)] = task_id
+        counters = [DemoActor(cluster, rec, f, name=f"counter-{i}") for i in range(2)]
+        for i in range(10):
+            counters[i % 2].add(i)
+        for future, task_id in pending.items():
+            error = future.exception()
+            if error is None:
+                ok += 1
+                rec.add(f.task_lifecycle(task_id=task_id, job_id=cluster.job, state=TaskStatus.FINISHED))
+            else:
+                failed += 1
+                info = task_error(common_pb2.TASK_EXECUTION_EXCEPTION, f"{type(error).__name__}: {error}")
+                rec.add(
+                    f.task_lifecycle(task_id=task_id, job_id=cluster.job, state=TaskStatus.FAILED, error=info)
+                )
+        for actor in counters:
+            actor.stop()
+    rec.add(f.job_lifecycle(job_id=cluster.job, state=JobState.FINISHED))
+    rec.stop()
+    cluster.save_stats("driver", rec)
+    return ok, failed
+
+
+# -- servers -----------------------------------------------------------------------------------
+
+
+class _Server:
+    """A CLI server subprocess: started, its ready line read, stopped with SIGTERM."""
+
+    def __init__(self, *args: str) -> None:
+        cmd = [sys.executable, "-m", "ray_otel_events", *args]
+        self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline().strip()
+        if not line.startswith("listening "):
+            self.process.kill()
+            raise RuntimeError(f"{args[0]} did not start (said {line!r})")
+        self.address = line.split("=", 1)[1]
+
+    def stop(self) -> str:
+        """SIGTERM, wait, return the rest of its stdout."""
+        self.process.send_signal(signal.SIGTERM)
+        out, _ = self.process.communicate(timeout=60)
+        if self.process.returncode != 0:
+            raise RuntimeError(f"server exited with {self.process.returncode}")
+        return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tasks", type=int, default=40, help="tasks to run in the pool (default 40)")
+    parser.add_argument("--workdir", help="where to write the output (default: a new temporary folder)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.tasks < 1:
+        print("ray-otel-events demo: --tasks must be at least 1", file=sys.stderr)
+        return 2
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="ray-otel-events-demo-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    out_file = workdir / "events.jsonl"
+    stats_dir = workdir / "recorder-stats"
+    stats_dir.mkdir(exist_ok=True)
+    for old in [out_file, *stats_dir.glob("*.json")]:
+        old.unlink(missing_ok=True)
+
+    sink = _Server("sink", "--port", "0", "--out", str(out_file))
+    try:
+        aggregator = _Server(
+            "aggregator", "--grpc-port", "0", "--export-addr", f"http://{sink.address}/events"
+        )
+        try:
+            session = time.strftime("session_demo_%Y-%m-%d_%H-%M-%S")
+            cluster = Cluster(
+                aggregator.address,
+                session,
+                ids.job_id(1),
+                ids.node_id_for_host(os.uname().nodename),
+                str(stats_dir),
+            )
+            print(
+                f"sink http={sink.address}, aggregator grpc={aggregator.address}; "
+                f"running {args.tasks} tasks and 2 actors"
+            )
+            ok, failed = _run_workload(cluster, args.tasks)
+        finally:
+            agg_out = aggregator.stop()
+    finally:
+        sink.stop()
+
+    agg_stats = _last_stats_line(agg_out)
+    recorders = [json.loads(p.read_text()) for p in sorted(stats_dir.glob("*.json"))]
+    delivered = Counter(json.loads(line)["eventType"] for line in out_file.read_text().splitlines() if line)
+    print(f"tasks: {ok} finished, {failed} failed on purpose; {len(recorders)} processes recorded events")
+    return _print_summary(recorders, agg_stats, delivered, out_file)
+
+
+def _last_stats_line(output: str) -> dict[str, Any]:
+    for line in reversed(output.splitlines()):
+        if line.startswith("stats "):
+            stats: dict[str, Any] = json.loads(line[len("stats ") :])
+            return stats
+    raise RuntimeError("the aggregator printed no stats line")
+
+
+def _print_summary(
+    recorders: list[dict[str, Any]], agg: dict[str, Any], delivered: Counter[str], out_file: Path
+) -> int:
+    def total(key: str) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for r in recorders:
+            out.update(r[key])
+        return out
+
+    recorded, sent, rec_dropped = total("recorded_by_type"), total("sent_by_type"), total("dropped_by_type")
+    publisher = next(iter(agg["publishers"].values()))
+    outcomes = ("evicted", "encode_failed", "dropped_after_retries", "dropped_at_shutdown")
+    agg_dropped: Counter[str] = Counter()
+    for name in outcomes:
+        agg_dropped.update(publisher[name])
+    filtered: Counter[str] = Counter(publisher["filtered"])
+    types = sorted(set(recorded) | set(delivered))
+    print()
+    print(f"{'event type':32} {'recorded':>9} {'sent':>6} {'delivered':>10} {'dropped':>8} {'filtered':>9}")
+    balanced = True
+    for t in types:
+        dropped = rec_dropped[t] + agg_dropped[t]
+        print(f"{t:32} {recorded[t]:>9} {sent[t]:>6} {delivered[t]:>10} {dropped:>8} {filtered[t]:>9}")
+        balanced &= sent[t] == delivered[t] + agg_dropped[t] + filtered[t]
+    print(
+        f"{'total':32} {sum(recorded.values()):>9} {sum(sent.values()):>6} {sum(delivered.values()):>10} "
+        f"{sum(rec_dropped.values()) + sum(agg_dropped.values()):>8} {sum(filtered.values()):>9}"
+    )
+    print("(recorded: state updates added to recorders; sent: merged RayEvents the aggregator accepted)")
+    print()
+    if not balanced or agg["received_total"] != sum(sent.values()):
+        print("MISMATCH: sent events are not all delivered or counted as dropped", file=sys.stderr)
+        return 1
+    print(f"every event sent was delivered or counted; output: {out_file}")
+    return 0
