@@ -1,0 +1,144 @@
+"""OTLP spans and log records as plain JSON records, for consumers that do not speak OTLP.
+
+One flat object per span or log record, carrying its resource and scope with it, so a consumer
+needs no nesting or OTLP knowledge: hex ids, attributes as a plain JSON object, enums by name,
+times as integer nanoseconds since the epoch. The format is documented in docs/bridge.md.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+SPAN_KINDS = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
+STATUS_CODES = ("UNSET", "OK", "ERROR")
+
+
+def any_value_to_python(value: AnyValue) -> Any:
+    """An AnyValue as the JSON value it stands for (bytes as base64 text, empty as None)."""
+    kind = value.WhichOneof("value")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "int_value":
+        return value.int_value
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "double_value":
+        return value.double_value
+    if kind == "kvlist_value":
+        return {kv.key: any_value_to_python(kv.value) for kv in value.kvlist_value.values}
+    if kind == "array_value":
+        return [any_value_to_python(v) for v in value.array_value.values]
+    if kind == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode("ascii")
+    return None
+
+
+def attributes_to_dict(attributes: Any) -> dict[str, Any]:
+    """A repeated KeyValue as a plain object (a repeated key keeps its last value)."""
+    return {kv.key: any_value_to_python(kv.value) for kv in attributes}
+
+
+def python_to_any_value(value: Any, out: AnyValue | None = None) -> AnyValue:
+    """The inverse for JSON-like values: dict -> kvlist, list -> array, bool before int."""
+    target = AnyValue() if out is None else out
+    if isinstance(value, str):
+        target.string_value = value
+    elif isinstance(value, bool):
+        target.bool_value = value
+    elif isinstance(value, int):
+        target.int_value = value
+    elif isinstance(value, float):
+        target.double_value = value
+    elif isinstance(value, dict):
+        kvlist = target.kvlist_value
+        kvlist.SetInParent()
+        for key, item in value.items():
+            python_to_any_value(item, kvlist.values.add(key=key).value)
+    elif isinstance(value, (list, tuple)):
+        array = target.array_value
+        array.SetInParent()
+        for item in value:
+            python_to_any_value(item, array.values.add())
+    elif isinstance(value, bytes):
+        target.bytes_value = value
+    elif value is not None:
+        raise TypeError(f"cannot represent {type(value).__name__} as an OTLP AnyValue")
+    return target
+
+
+def key_values(attributes: dict[str, Any]) -> list[KeyValue]:
+    return [KeyValue(key=key, value=python_to_any_value(value)) for key, value in attributes.items()]
+
+
+class RecordContext:
+    """The resource and scope of one ScopeSpans/ScopeLogs, converted once for all its items."""
+
+    def __init__(self, resource: Resource, scope: InstrumentationScope) -> None:
+        self.resource = attributes_to_dict(resource.attributes)
+        self.scope: dict[str, Any] = {"name": scope.name, "version": scope.version}
+        if len(scope.attributes):
+            self.scope["attributes"] = attributes_to_dict(scope.attributes)
+
+
+def _status(status: Status) -> dict[str, Any]:
+    code = status.code
+    return {
+        "code": STATUS_CODES[code] if 0 <= code < len(STATUS_CODES) else str(code),
+        "message": status.message,
+    }
+
+
+def span_record(span: Span, context: RecordContext) -> dict[str, Any]:
+    kind = span.kind
+    return {
+        "signal": "span",
+        "traceId": span.trace_id.hex(),
+        "spanId": span.span_id.hex(),
+        "parentSpanId": span.parent_span_id.hex(),
+        "traceState": span.trace_state,
+        "name": span.name,
+        "kind": SPAN_KINDS[kind] if 0 <= kind < len(SPAN_KINDS) else str(kind),
+        "startTimeUnixNano": span.start_time_unix_nano,
+        "endTimeUnixNano": span.end_time_unix_nano,
+        "status": _status(span.status),
+        "attributes": attributes_to_dict(span.attributes),
+        "events": [
+            {"name": e.name, "timeUnixNano": e.time_unix_nano, "attributes": attributes_to_dict(e.attributes)}
+            for e in span.events
+        ],
+        "links": [
+            {
+                "traceId": link.trace_id.hex(),
+                "spanId": link.span_id.hex(),
+                "traceState": link.trace_state,
+                "attributes": attributes_to_dict(link.attributes),
+            }
+            for link in span.links
+        ],
+        "resource": context.resource,
+        "scope": context.scope,
+    }
+
+
+def log_record(record: LogRecord, context: RecordContext) -> dict[str, Any]:
+    return {
+        "signal": "log",
+        "timeUnixNano": record.time_unix_nano,
+        "observedTimeUnixNano": record.observed_time_unix_nano,
+        "severityNumber": int(record.severity_number),
+        "severityText": record.severity_text,
+        "eventName": record.event_name,
+        "body": any_value_to_python(record.body) if record.HasField("body") else None,
+        "attributes": attributes_to_dict(record.attributes),
+        "traceId": record.trace_id.hex(),
+        "spanId": record.span_id.hex(),
+        "flags": record.flags,
+        "resource": context.resource,
+        "scope": context.scope,
+    }

@@ -1,0 +1,100 @@
+"""Read an HTTP request body under a size limit that holds after decompression.
+
+The limit is on the bytes the server has to hold and parse, so it is checked on the decompressed
+stream, incrementally: a gzip bomb (a few KB that inflate to GBs) is stopped one chunk past the
+limit, never inflated in full. Servers built here run aiohttp with `auto_decompress=False` and let
+this module gunzip; a server that leaves aiohttp's own decompression on passes
+`decoded_by_server=True` and only the size limit applies.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from aiohttp import web
+
+_CHUNK = 64 * 1024
+_IDENTITY = frozenset({"", "identity", "none"})
+_GZIP = frozenset({"gzip", "x-gzip"})
+
+
+class BodyError(Exception):
+    """A body the server will not take; `status` is the HTTP status to answer with."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def content_encoding(request: web.Request) -> str:
+    """The single content coding of the body, lower case; BodyError 415 if it is not supported."""
+    raw = request.headers.get("Content-Encoding", "").strip().lower()
+    codings = [c.strip() for c in raw.split(",") if c.strip()]
+    if len(codings) > 1:
+        raise BodyError(415, f"unsupported Content-Encoding {raw!r}: one coding at most (gzip)")
+    coding = codings[0] if codings else ""
+    if coding not in _IDENTITY and coding not in _GZIP:
+        raise BodyError(415, f"unsupported Content-Encoding {coding!r} (supported: gzip, identity)")
+    return "gzip" if coding in _GZIP else ""
+
+
+def media_type(request: web.Request) -> str:
+    """The Content-Type without parameters, lower case ("application/json; charset=utf-8" -> ...)."""
+    return request.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+
+
+async def read_body(request: web.Request, max_bytes: int, decoded_by_server: bool = False) -> bytes:
+    """The whole (decompressed) body, or BodyError: 413 past `max_bytes`, 400 for broken gzip."""
+    coding = content_encoding(request)
+    gunzip = coding == "gzip" and not decoded_by_server
+    declared = request.content_length
+    if declared is not None and declared > max_bytes and not gunzip:
+        raise BodyError(413, f"body of {declared} bytes exceeds the limit of {max_bytes} bytes")
+    # A gzip body that is valid and inflates to <= max_bytes is never much bigger than max_bytes.
+    max_wire = max_bytes + max_bytes // 100 + 1024 if gunzip else max_bytes
+    if declared is not None and declared > max_wire:
+        raise BodyError(413, f"body of {declared} bytes exceeds the limit of {max_bytes} bytes")
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS) if gunzip else None
+    parts: list[bytes] = []
+    size = 0
+    wire = 0
+    while True:
+        chunk = await request.content.read(_CHUNK)
+        if not chunk:
+            break
+        wire += len(chunk)
+        if wire > max_wire:
+            raise BodyError(413, f"body exceeds the limit of {max_bytes} bytes")
+        if inflater is None:
+            parts.append(chunk)
+            size += len(chunk)
+        else:
+            size += _inflate(inflater, chunk, parts, max_bytes - size)
+        if size > max_bytes:
+            what = "decompressed body" if gunzip else "body"
+            raise BodyError(413, f"{what} exceeds the limit of {max_bytes} bytes")
+    if inflater is not None and wire and not inflater.eof:
+        raise BodyError(400, "gzip body is truncated (no end of stream)")
+    if inflater is not None and inflater.unused_data.strip(b"\0"):
+        raise BodyError(400, "unexpected bytes after the end of the gzip stream")
+    return b"".join(parts)
+
+
+def _inflate(inflater: zlib._Decompress, chunk: bytes, parts: list[bytes], room: int) -> int:
+    """Inflate one wire chunk, producing at most room + 1 bytes (one past the limit is enough)."""
+    produced = 0
+    data = chunk
+    while data:
+        try:
+            out = inflater.decompress(data, max(1, room - produced + 1))
+        except zlib.error as exc:
+            raise BodyError(400, f"body is not valid gzip: {exc}") from None
+        parts.append(out)
+        produced += len(out)
+        if produced > room:
+            return produced
+        data = inflater.unconsumed_tail
+        if inflater.eof:
+            break
+    return produced
