@@ -1,0 +1,727 @@
+"""A Ray cluster's RayEvent stream as OpenTelemetry spans and log records.
+
+What a Ray aggregator posts is a stream of pieces: one task attempt's transitions come from its
+owner and from the worker that ran it, in different POSTs, in no fixed order, sometimes twice
+(ray_live §3-§5). This module keeps a bounded, time-limited state per open entity and turns it
+into spans once the entity is done:
+
+* one trace per driver job, its id derived from the session name and the job id
+  (`trace_id_for_job`), so every POST about a job lands in the same trace and a retried POST gives
+  the same ids;
+* a root span per driver job (CREATED -> FINISHED), a lifetime span per actor (first transition ->
+  DEAD), and one span per task attempt (first transition -> FINISHED/FAILED) whose parent is the
+  span of its `parentTaskId` (the job's root span for tasks without a parent);
+* every state transition is a span event, sorted by its timestamp; a failure sets ERROR status and
+  adds an `exception` event; Ray's ids are attributes in the hex form Ray's tracing uses;
+* every event (node and worker events included) is also one log record (otel/log_records.py: the
+  whole event as body) carrying the trace and span id of its entity's span.
+
+A span is emitted when its entity reaches a terminal state and the pieces that usually trail it
+have arrived (the definition; for tasks the executor's RUNNING), or `terminal_grace_s` after the
+terminal state otherwise. An entity not updated for `entity_ttl_s`, one evicted because
+`max_open_entities` are open, and everything still open at `flush()` (shutdown) is emitted as it
+stands, marked `ray_otel_events.incomplete=true`. Events repeating an event id already seen are
+ignored; pieces arriving after their entity's span left still become log records (counted as late).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+from ray_otel_events.events import ids
+from ray_otel_events.events.builders import ActorState, JobState, TaskStatus, TaskType
+from ray_otel_events.events.registry import ET, event_type_name
+from ray_otel_events.metrics import Counters
+from ray_otel_events.otel import semconv
+from ray_otel_events.otel.log_records import to_log_record
+from ray_otel_events.otel.plain_records import key_values, python_to_any_value
+from ray_otel_events.protobuf import common_pb2
+from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+from ray_otel_events.protobuf.events_task_definition_event_pb2 import TaskDefinitionEvent
+
+PRODUCER = "bridge"  # value of semconv.PRODUCER_ATTR on the spans made here
+
+# Counter names.
+EVENTS = "events"  # labelled event_type
+DUPLICATES = "duplicate_events"
+LATE_EVENTS = "late_events"  # pieces of an entity whose span was already emitted
+SPANS = "spans"  # labelled kind=task|actor|job, outcome=complete|incomplete
+EVICTED = "evicted_open_entities"
+
+_TASK_TERMINAL = frozenset({TaskStatus.FINISHED, TaskStatus.FAILED})
+_TASK_RUNNING = frozenset({TaskStatus.RUNNING, TaskStatus.RUNNING_IN_RAY_GET, TaskStatus.RUNNING_IN_RAY_WAIT})
+# Actor deaths that are how actors normally end; any other death is an error.
+_NORMAL_ACTOR_DEATHS = frozenset(
+    {
+        common_pb2.ActorDiedErrorContext.OWNER_DIED,
+        common_pb2.ActorDiedErrorContext.RAY_KILL,
+        common_pb2.ActorDiedErrorContext.OUT_OF_SCOPE,
+        common_pb2.ActorDiedErrorContext.REF_DELETED,
+    }
+)
+_SPAN_KIND_INTERNAL = 1
+_STATUS_ERROR = 2
+_NIL_TASK_ID = ids.nil_id(ids.TASK_ID_SIZE)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*): (.*)$")
+
+
+# -- deterministic ids --------------------------------------------------------------------------
+
+
+def _digest(*parts: bytes) -> bytes:
+    return hashlib.sha256(b"\0".join(parts)).digest()
+
+
+def trace_id_for_job(session_name: str, job_id: bytes) -> bytes:
+    """16 bytes: SHA-256("ray-otel-events/trace" NUL session NUL job id)[:16].
+
+    The session is part of it because job ids restart at 01000000 in every Ray cluster.
+    """
+    return _digest(b"ray-otel-events/trace", session_name.encode(), job_id)[:16]
+
+
+def job_span_id(session_name: str, job_id: bytes) -> bytes:
+    return _digest(b"ray-otel-events/job", session_name.encode(), job_id)[:8]
+
+
+def task_span_id(session_name: str, task_id: bytes, attempt: int) -> bytes:
+    return _digest(b"ray-otel-events/task", session_name.encode(), task_id, str(attempt).encode())[:8]
+
+
+def actor_span_id(session_name: str, actor_id: bytes) -> bytes:
+    return _digest(b"ray-otel-events/actor", session_name.encode(), actor_id)[:8]
+
+
+def _job_of_task(task_id: bytes, fallback: bytes) -> bytes:
+    return ids.job_of_task(task_id) if len(task_id) == ids.TASK_ID_SIZE else fallback
+
+
+def _job_of_actor(actor_id: bytes, fallback: bytes) -> bytes:
+    return actor_id[-ids.JOB_ID_SIZE :] if len(actor_id) == ids.ACTOR_ID_SIZE else fallback
+
+
+def _is_nil(value: bytes) -> bool:
+    return not value or value == b"\xff" * len(value)
+
+
+# -- output -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EmittedSpan:
+    session_name: str
+    event_type: int  # the type whose entity the span describes (for counters)
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class EmittedLog:
+    session_name: str
+    event_type: int
+    record: LogRecord
+
+
+@dataclass(slots=True)
+class Emitted:
+    spans: list[EmittedSpan] = field(default_factory=list)
+    logs: list[EmittedLog] = field(default_factory=list)
+
+    def extend(self, other: Emitted) -> None:
+        self.spans.extend(other.spans)
+        self.logs.extend(other.logs)
+
+
+# -- per-entity state ---------------------------------------------------------------------------
+
+EntityKey = tuple[str, str, bytes, int]  # (kind, session, id, attempt)
+
+
+@dataclass(slots=True)
+class _Entity:
+    key: EntityKey
+    lifecycle_type: int
+    first_ns: int  # earliest event timestamp seen, for entities without transitions
+    updated_at: float
+    definition: Any = None  # the definition payload (first one wins)
+    lifecycle: Any = None  # lifecycle payloads merged (transitions concatenated)
+    terminal_at: float | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.key[0]
+
+    @property
+    def session(self) -> str:
+        return self.key[1]
+
+
+def _entity_key(event: RayEvent) -> tuple[EntityKey, int] | None:
+    """(entity key, lifecycle event type) for the types that make spans."""
+    etype = event.event_type
+    session = event.session_name
+    if etype == ET.TASK_DEFINITION_EVENT:
+        p: Any = event.task_definition_event
+    elif etype == ET.ACTOR_TASK_DEFINITION_EVENT:
+        p = event.actor_task_definition_event
+    elif etype == ET.TASK_LIFECYCLE_EVENT:
+        p = event.task_lifecycle_event
+    elif etype in (ET.ACTOR_DEFINITION_EVENT, ET.ACTOR_LIFECYCLE_EVENT):
+        actor = (
+            event.actor_definition_event.actor_id
+            if etype == ET.ACTOR_DEFINITION_EVENT
+            else event.actor_lifecycle_event.actor_id
+        )
+        return ("actor", session, actor, 0), ET.ACTOR_LIFECYCLE_EVENT
+    elif etype in (ET.DRIVER_JOB_DEFINITION_EVENT, ET.DRIVER_JOB_LIFECYCLE_EVENT):
+        job = (
+            event.driver_job_definition_event.job_id
+            if etype == ET.DRIVER_JOB_DEFINITION_EVENT
+            else event.driver_job_lifecycle_event.job_id
+        )
+        return ("job", session, job, 0), ET.DRIVER_JOB_LIFECYCLE_EVENT
+    else:
+        return None
+    return ("task", session, p.task_id, p.task_attempt), ET.TASK_LIFECYCLE_EVENT
+
+
+def _trace_context(event: RayEvent, key: EntityKey | None) -> tuple[bytes, bytes]:
+    """(trace id, span id) of the span an event belongs to; empty for node, worker and others."""
+    if key is None:
+        if event.event_type != ET.TASK_PROFILE_EVENT:
+            return b"", b""
+        p = event.task_profile_events
+        key = ("task", event.session_name, p.task_id, p.attempt_number)
+        job = _job_of_task(p.task_id, p.job_id)
+    else:
+        job = _entity_job(event, key)
+    kind, session, ident, attempt = key
+    trace = trace_id_for_job(session, job)
+    if kind == "task":
+        return trace, task_span_id(session, ident, attempt)
+    if kind == "actor":
+        return trace, actor_span_id(session, ident)
+    return trace, job_span_id(session, ident)
+
+
+def _entity_job(event: RayEvent, key: EntityKey) -> bytes:
+    kind, _, ident, _ = key
+    if kind == "task":
+        etype = event.event_type
+        if etype == ET.TASK_DEFINITION_EVENT:
+            fallback = event.task_definition_event.job_id
+        elif etype == ET.ACTOR_TASK_DEFINITION_EVENT:
+            fallback = event.actor_task_definition_event.job_id
+        else:
+            fallback = event.task_lifecycle_event.job_id
+        return _job_of_task(ident, fallback)
+    if kind == "actor":
+        fallback = (
+            event.actor_definition_event.job_id if event.event_type == ET.ACTOR_DEFINITION_EVENT else b""
+        )
+        return _job_of_actor(ident, fallback)
+    return ident
+
+
+class _BoundedSet:
+    """Remembers the most recent `size` keys."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._keys: OrderedDict[Any, None] = OrderedDict()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def add(self, key: Any) -> None:
+        self._keys[key] = None
+        self._keys.move_to_end(key)
+        if len(self._keys) > self.size:
+            self._keys.popitem(last=False)
+
+
+# -- the converter ------------------------------------------------------------------------------
+
+
+class RayEventsToOtel:
+    """Not thread-safe: one owner (the bridge's event loop) calls add/expire/flush."""
+
+    def __init__(
+        self,
+        *,
+        max_open_entities: int = 100_000,
+        entity_ttl_s: float = 600.0,
+        terminal_grace_s: float = 2.0,
+        dedup_window: int = 200_000,
+        clock: Callable[[], float] = time.monotonic,
+        observed_clock_ns: Callable[[], int] = time.time_ns,
+        counters: Counters | None = None,
+    ) -> None:
+        if max_open_entities <= 0 or dedup_window <= 0:
+            raise ValueError("max_open_entities and dedup_window must be > 0")
+        self.max_open_entities = max_open_entities
+        self.entity_ttl_s = entity_ttl_s
+        self.terminal_grace_s = terminal_grace_s
+        self.clock = clock
+        self.observed_clock_ns = observed_clock_ns
+        self.counters = counters if counters is not None else Counters("ray_events_to_otel")
+        self._open: OrderedDict[EntityKey, _Entity] = OrderedDict()  # least recently updated first
+        self._terminal: OrderedDict[EntityKey, float] = OrderedDict()  # waiting out the grace
+        self._seen_event_ids = _BoundedSet(dedup_window)
+        self._emitted = _BoundedSet(dedup_window)
+        self._attempts: OrderedDict[tuple[str, bytes], int] = OrderedDict()  # latest attempt per task
+        self._attempts_size = dedup_window
+
+    @property
+    def open_entities(self) -> int:
+        return len(self._open)
+
+    # -- input ---------------------------------------------------------------------------------
+
+    def add(self, events: Iterable[RayEvent]) -> Emitted:
+        """Take events (in any order); returns their log records and the spans now complete."""
+        out = Emitted()
+        now = self.clock()
+        for event in events:
+            if event.event_id:
+                if event.event_id in self._seen_event_ids:
+                    self.counters.add(DUPLICATES)
+                    continue
+                self._seen_event_ids.add(event.event_id)
+            self.counters.add(EVENTS, event_type=event_type_name(event.event_type))
+            keyed = _entity_key(event)
+            key = keyed[0] if keyed is not None else None
+            out.logs.append(EmittedLog(event.session_name, event.event_type, self._log_record(event, key)))
+            if keyed is None:
+                continue
+            key, lifecycle_type = keyed
+            if key in self._emitted:
+                self.counters.add(LATE_EVENTS, kind=key[0])
+                continue
+            self._update(key, lifecycle_type, event, now, out)
+        return out
+
+    def _update(self, key: EntityKey, lifecycle_type: int, event: RayEvent, now: float, out: Emitted) -> None:
+        entity = self._open.get(key)
+        event_ns = event.timestamp.ToNanoseconds()
+        if entity is None:
+            entity = _Entity(key, lifecycle_type, event_ns, now)
+            self._open[key] = entity
+            if len(self._open) > self.max_open_entities:
+                oldest = next(iter(self._open))
+                self.counters.add(EVICTED)
+                self._emit(self._open[oldest], out)
+        else:
+            entity.first_ns = min(entity.first_ns, event_ns)
+            entity.updated_at = now
+            self._open.move_to_end(key)
+        etype = event.event_type
+        if etype == ET.TASK_DEFINITION_EVENT:
+            self._set_definition(entity, event.task_definition_event)
+        elif etype == ET.ACTOR_TASK_DEFINITION_EVENT:
+            self._set_definition(entity, event.actor_task_definition_event)
+        elif etype == ET.ACTOR_DEFINITION_EVENT:
+            self._set_definition(entity, event.actor_definition_event)
+        elif etype == ET.DRIVER_JOB_DEFINITION_EVENT:
+            self._set_definition(entity, event.driver_job_definition_event)
+        elif etype == ET.TASK_LIFECYCLE_EVENT:
+            self._merge_lifecycle(entity, event.task_lifecycle_event)
+        elif etype == ET.ACTOR_LIFECYCLE_EVENT:
+            self._merge_lifecycle(entity, event.actor_lifecycle_event)
+        elif etype == ET.DRIVER_JOB_LIFECYCLE_EVENT:
+            self._merge_lifecycle(entity, event.driver_job_lifecycle_event)
+        if entity.kind == "task":
+            self._note_attempt(entity.session, key[2], key[3])
+        if self._terminal_state(entity) is None:
+            return
+        if self._ready(entity):
+            self._emit(entity, out)
+        elif entity.terminal_at is None:
+            entity.terminal_at = now
+            self._terminal[key] = now
+
+    @staticmethod
+    def _set_definition(entity: _Entity, payload: Any) -> None:
+        if entity.definition is None:
+            entity.definition = type(payload)()
+            entity.definition.CopyFrom(payload)
+
+    @staticmethod
+    def _merge_lifecycle(entity: _Entity, payload: Any) -> None:
+        if entity.lifecycle is None:
+            entity.lifecycle = type(payload)()
+        entity.lifecycle.MergeFrom(payload)
+
+    def _note_attempt(self, session: str, task_id: bytes, attempt: int) -> None:
+        key = (session, task_id)
+        if self._attempts.get(key, -1) < attempt:
+            self._attempts[key] = attempt
+        self._attempts.move_to_end(key)
+        if len(self._attempts) > self._attempts_size:
+            self._attempts.popitem(last=False)
+
+    # -- readiness -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _transitions(entity: _Entity) -> list[tuple[int, int, Any]]:
+        """(timestamp ns, state, transition) sorted by time, repeats of (state, time) removed."""
+        if entity.lifecycle is None:
+            return []
+        seen: set[tuple[int, int]] = set()
+        out: list[tuple[int, int, Any]] = []
+        for t in entity.lifecycle.state_transitions:
+            ns = t.timestamp.ToNanoseconds()
+            if (ns, t.state) in seen:
+                continue
+            seen.add((ns, t.state))
+            out.append((ns, t.state, t))
+        out.sort(key=lambda item: item[0])
+        return out
+
+    def _terminal_state(self, entity: _Entity) -> tuple[int, int, Any] | None:
+        """The first terminal transition (by time), if any."""
+        for item in self._transitions(entity):
+            state = item[1]
+            if entity.kind == "task" and state in _TASK_TERMINAL:
+                return item
+            if entity.kind == "actor" and state == ActorState.DEAD:
+                return item
+            if entity.kind == "job" and state == JobState.FINISHED:
+                return item
+        return None
+
+    def _ready(self, entity: _Entity) -> bool:
+        if entity.definition is None:
+            return False
+        if entity.kind != "task":
+            return True
+        return any(t.state in _TASK_RUNNING for t in entity.lifecycle.state_transitions)
+
+    # -- time limits and shutdown ----------------------------------------------------------------
+
+    def expire(self) -> Emitted:
+        """Spans whose grace after the terminal state passed, and open entities past their TTL."""
+        out = Emitted()
+        now = self.clock()
+        while self._terminal:
+            key, since = next(iter(self._terminal.items()))
+            if now - since < self.terminal_grace_s:
+                break
+            self._emit(self._open[key], out)
+        while self._open:
+            entity = next(iter(self._open.values()))
+            if now - entity.updated_at < self.entity_ttl_s:
+                break
+            self._emit(entity, out)
+        return out
+
+    def flush(self) -> Emitted:
+        """Everything still open, as it stands (shutdown)."""
+        out = Emitted()
+        while self._open:
+            self._emit(next(iter(self._open.values())), out)
+        return out
+
+    # -- spans ---------------------------------------------------------------------------------
+
+    def _emit(self, entity: _Entity, out: Emitted) -> None:
+        key = entity.key
+        del self._open[key]
+        self._terminal.pop(key, None)
+        self._emitted.add(key)
+        terminal = self._terminal_state(entity)
+        if entity.kind == "task":
+            span = self._task_span(entity, terminal)
+        elif entity.kind == "actor":
+            span = self._actor_span(entity, terminal)
+        else:
+            span = self._job_span(entity, terminal)
+        outcome = "complete" if terminal is not None else "incomplete"
+        self.counters.add(SPANS, kind=entity.kind, outcome=outcome)
+        out.spans.append(EmittedSpan(entity.session, entity.lifecycle_type, span))
+
+    def _base_span(
+        self,
+        entity: _Entity,
+        terminal: tuple[int, int, Any] | None,
+        trace_id: bytes,
+        span_id: bytes,
+        parent_span_id: bytes,
+        name: str,
+        state_name: Callable[[int], str],
+        attributes: dict[str, Any],
+    ) -> Span:
+        transitions = self._transitions(entity)
+        start = transitions[0][0] if transitions else entity.first_ns
+        if terminal is not None:
+            end = terminal[0]
+        else:
+            end = max(transitions[-1][0], start) if transitions else start
+            attributes[semconv.INCOMPLETE_ATTR] = True
+        if transitions:
+            last = terminal if terminal is not None else transitions[-1]
+            attributes[semconv.RAY_STATE] = state_name(last[1])
+        attributes[semconv.PRODUCER_ATTR] = PRODUCER
+        span = Span(
+            trace_id=trace_id,
+            span_id=span_id,
+            parent_span_id=parent_span_id,
+            name=name,
+            kind=_SPAN_KIND_INTERNAL,  # type: ignore[arg-type]
+            start_time_unix_nano=start,
+            end_time_unix_nano=end,
+        )
+        span.attributes.extend(key_values(attributes))
+        for ns, state, _ in transitions:
+            name_of_state = state_name(state)
+            span.events.add(time_unix_nano=ns, name=name_of_state).attributes.extend(
+                key_values({semconv.RAY_STATE: name_of_state})
+            )
+        return span
+
+    @staticmethod
+    def _fail(span: Span, at_ns: int, exc_type: str, message: str, stacktrace: str) -> None:
+        summary = f"{exc_type}: {message}" if message else exc_type
+        span.status.CopyFrom(Status(code=_STATUS_ERROR, message=summary))  # type: ignore[arg-type]
+        attrs = {"exception.type": exc_type, "exception.message": message}
+        if stacktrace:
+            attrs["exception.stacktrace"] = stacktrace
+        span.events.add(time_unix_nano=at_ns, name="exception").attributes.extend(key_values(attrs))
+
+    def _task_parent(self, session: str, job: bytes, parent_task: bytes) -> bytes:
+        if _is_nil(parent_task) or parent_task == _NIL_TASK_ID:
+            return job_span_id(session, job)
+        attempt = self._attempts.get((session, parent_task), 0)
+        return task_span_id(session, parent_task, attempt)
+
+    def _task_span(self, entity: _Entity, terminal: tuple[int, int, Any] | None) -> Span:
+        _, session, task_id, attempt = entity.key
+        d = entity.definition
+        lc = entity.lifecycle
+        job = _job_of_task(task_id, (d.job_id if d is not None else b"") or (lc.job_id if lc else b""))
+        attrs: dict[str, Any] = {
+            semconv.RAY_TASK_ID: task_id.hex(),
+            semconv.RAY_TASK_ATTEMPT: attempt,
+            semconv.RAY_JOB_ID: job.hex(),
+        }
+        is_driver = False
+        actor_id = b""
+        name = ""
+        if isinstance(d, TaskDefinitionEvent):
+            is_driver = d.task_type == TaskType.DRIVER_TASK
+            name = d.task_name or ("driver" if is_driver else "")
+            attrs[semconv.RAY_FUNCTION] = _function_name(d.task_func)
+            attrs["ray.task_type"] = _enum_name(TaskType, d.task_type)
+            if d.task_type == TaskType.ACTOR_CREATION_TASK:
+                actor_id = ids.actor_of_task(task_id)
+        elif d is not None:  # ActorTaskDefinitionEvent
+            name = d.actor_task_name
+            actor_id = d.actor_id
+            attrs[semconv.RAY_FUNCTION] = _function_name(d.actor_func)
+            attrs["ray.task_type"] = "ACTOR_TASK"
+        if actor_id:
+            attrs[semconv.RAY_REMOTE] = "actor"
+            attrs[semconv.RAY_ACTOR_ID] = actor_id.hex()
+            cls, _, method = name.rpartition(":")[2].rpartition(".")
+            if cls:
+                attrs[semconv.RAY_ACTOR_CLASS] = cls
+                attrs[semconv.RAY_ACTOR_METHOD] = method
+        elif d is not None:
+            attrs[semconv.RAY_REMOTE] = "function"
+        if name:
+            attrs[semconv.RAY_TASK_NAME] = name
+        parent_task = d.parent_task_id if d is not None else b""
+        parent = self._task_parent(session, job, parent_task)  # the job's root span when nil
+        if not _is_nil(parent_task):
+            attrs[semconv.RAY_PARENT_TASK_ID] = parent_task.hex()
+        if d is not None and not _is_nil(d.placement_group_id):
+            attrs[semconv.RAY_PLACEMENT_GROUP_ID] = d.placement_group_id.hex()
+        if lc is not None:
+            if lc.node_id:
+                attrs[semconv.RAY_NODE_ID] = lc.node_id.hex()
+            if lc.worker_id:
+                attrs[semconv.RAY_WORKER_ID] = lc.worker_id.hex()
+            if lc.worker_pid:
+                attrs[semconv.RAY_PID] = str(lc.worker_pid)
+        failed = terminal is not None and terminal[1] == TaskStatus.FAILED
+        if failed and lc.HasField("ray_error_info"):
+            attrs["ray.error_type"] = _enum_name(common_pb2.ErrorType, lc.ray_error_info.error_type)
+        span = self._base_span(
+            entity,
+            terminal,
+            trace_id_for_job(session, job),
+            task_span_id(session, task_id, attempt),
+            parent,
+            name or f"task {task_id.hex()}",
+            _task_state_name,
+            attrs,
+        )
+        if actor_id:
+            actor_trace = trace_id_for_job(session, _job_of_actor(actor_id, job))
+            span.links.add(trace_id=actor_trace, span_id=actor_span_id(session, actor_id))
+        if attempt > 0:
+            span.links.add(trace_id=span.trace_id, span_id=task_span_id(session, task_id, attempt - 1))
+        if failed and terminal is not None:
+            info = lc.ray_error_info if lc.HasField("ray_error_info") else common_pb2.RayErrorInfo()
+            error_type = attrs.get("ray.error_type", "TASK_FAILED")
+            exc_type, message = _exception_summary(info.error_message, error_type)
+            self._fail(span, terminal[0], exc_type, message, _ANSI.sub("", info.error_message))
+        return span
+
+    def _actor_span(self, entity: _Entity, terminal: tuple[int, int, Any] | None) -> Span:
+        _, session, actor_id, _ = entity.key
+        d = entity.definition
+        job = _job_of_actor(actor_id, d.job_id if d is not None else b"")
+        attrs: dict[str, Any] = {
+            semconv.RAY_ACTOR_ID: actor_id.hex(),
+            semconv.RAY_JOB_ID: job.hex(),
+            semconv.RAY_REMOTE: "actor",
+        }
+        class_name = ""
+        if d is not None:
+            class_name = d.class_name
+            attrs[semconv.RAY_ACTOR_CLASS] = d.class_name
+            if d.name:
+                attrs["ray.actor_name"] = d.name
+            if d.ray_namespace:
+                attrs["ray.namespace"] = d.ray_namespace
+            attrs["ray.actor_is_detached"] = d.is_detached
+        for _, _, t in self._transitions(entity):
+            if t.node_id:
+                attrs[semconv.RAY_NODE_ID] = t.node_id.hex()
+            if t.worker_id:
+                attrs[semconv.RAY_WORKER_ID] = t.worker_id.hex()
+            if t.pid:
+                attrs[semconv.RAY_PID] = str(t.pid)
+            if t.repr_name:
+                attrs["ray.actor_repr_name"] = t.repr_name
+        span = self._base_span(
+            entity,
+            terminal,
+            trace_id_for_job(session, job),
+            actor_span_id(session, actor_id),
+            job_span_id(session, job),
+            f"actor {class_name or actor_id.hex()}",
+            _actor_state_name,
+            attrs,
+        )
+        if terminal is not None:
+            failure = _actor_failure(terminal[2])
+            if failure is not None:
+                self._fail(span, terminal[0], *failure)
+        return span
+
+    def _job_span(self, entity: _Entity, terminal: tuple[int, int, Any] | None) -> Span:
+        _, session, job_id, _ = entity.key
+        d = entity.definition
+        attrs: dict[str, Any] = {semconv.RAY_JOB_ID: job_id.hex()}
+        entrypoint = ""
+        if d is not None:
+            entrypoint = d.entrypoint
+            attrs["ray.entrypoint"] = d.entrypoint
+            if d.driver_pid:
+                attrs[semconv.RAY_PID] = str(d.driver_pid)
+            if d.driver_node_id:
+                attrs[semconv.RAY_NODE_ID] = d.driver_node_id.hex()
+        return self._base_span(
+            entity,
+            terminal,
+            trace_id_for_job(session, job_id),
+            job_span_id(session, job_id),
+            b"",
+            f"job {entrypoint or job_id.hex()}",
+            _job_state_name,
+            attrs,
+        )
+
+    # -- log records ---------------------------------------------------------------------------
+
+    def _log_record(self, event: RayEvent, key: EntityKey | None) -> LogRecord:
+        fields = to_log_record(event)
+        record = LogRecord(
+            time_unix_nano=fields.timestamp_ns,
+            observed_time_unix_nano=self.observed_clock_ns(),
+            severity_number=fields.severity_number,  # type: ignore[arg-type]
+            severity_text=fields.severity_text,
+            event_name=fields.event_name,
+        )
+        python_to_any_value(fields.body, record.body)
+        record.attributes.extend(key_values(fields.attributes))
+        trace_id, span_id = _trace_context(event, key)
+        if trace_id:
+            record.trace_id = trace_id
+            record.span_id = span_id
+        return record
+
+
+def _enum_name(enum: Any, value: int) -> str:
+    return str(enum.Name(value)) if value in enum.values() else str(value)
+
+
+def _task_state_name(state: int) -> str:
+    return _enum_name(common_pb2.TaskStatus, state)
+
+
+def _actor_state_name(state: int) -> str:
+    return _enum_name(ActorState, state)
+
+
+def _job_state_name(state: int) -> str:
+    return _enum_name(JobState, state)
+
+
+def _function_name(descriptor: common_pb2.FunctionDescriptor) -> str:
+    kind = descriptor.WhichOneof("function_descriptor")
+    if kind == "python_function_descriptor":
+        f = descriptor.python_function_descriptor
+        return ".".join(part for part in (f.module_name, f.class_name, f.function_name) if part)
+    if kind == "java_function_descriptor":
+        j = descriptor.java_function_descriptor
+        return ".".join(part for part in (j.class_name, j.function_name) if part)
+    if kind == "cpp_function_descriptor":
+        return descriptor.cpp_function_descriptor.function_name
+    return ""
+
+
+def _exception_summary(error_message: str, error_type: str) -> tuple[str, str]:
+    """(exception type, message): the last `Type: message` line of a Python traceback if any."""
+    lines = [line.strip() for line in _ANSI.sub("", error_message).splitlines() if line.strip()]
+    for line in reversed(lines):
+        match = _EXCEPTION_LINE.match(line)
+        if match and " " not in match.group(1):
+            return match.group(1), match.group(2)
+    return error_type, lines[0] if lines else ""
+
+
+def _actor_failure(transition: Any) -> tuple[str, str, str] | None:
+    """(exception type, message, stacktrace) when a DEAD transition is not a normal ending."""
+    if not transition.HasField("death_cause"):
+        return None
+    cause = transition.death_cause
+    context = cause.WhichOneof("context")
+    if context == "creation_task_failure_context":
+        text = _ANSI.sub("", cause.creation_task_failure_context.formatted_exception_string)
+        exc_type, message = _exception_summary(text, "ActorCreationFailed")
+        return exc_type, message or "the actor's constructor raised", text
+    if context == "actor_died_error_context":
+        died = cause.actor_died_error_context
+        if died.reason in _NORMAL_ACTOR_DEATHS:
+            return None
+        reason = _enum_name(common_pb2.ActorDiedErrorContext.Reason, died.reason)
+        return f"ActorDied.{reason}", died.error_message, ""
+    if context == "runtime_env_failed_context":
+        return "RuntimeEnvSetupFailed", cause.runtime_env_failed_context.error_message, ""
+    if context == "actor_unschedulable_context":
+        return "ActorUnschedulable", cause.actor_unschedulable_context.error_message, ""
+    if context == "oom_context":
+        return "OutOfMemory", cause.oom_context.error_message, ""
+    return None
