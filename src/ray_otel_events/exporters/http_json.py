@@ -39,23 +39,18 @@ class HttpJsonPublisherClient(PublisherClient[bytes]):
         try:
             return PreparedBatch(self._encoder.encode_serialized(batch.wires), batch.types)
         except Exception:
-            # One bad event must not sink its batch: find it, count it, send the rest.
-            return self._prepare_one_by_one(batch)
-
-    def _prepare_one_by_one(self, batch: EventBatch) -> PreparedBatch[bytes]:
-        parts: list[bytes] = []
-        sent: list[int] = []
-        failed: list[int] = []
-        for wire, etype in zip(batch.wires, batch.types, strict=True):
-            try:
-                array = self._encoder.encode_serialized([wire])
-            except Exception as exc:
-                logger.warning("dropping an event of type %d that cannot be encoded: %r", etype, exc)
-                failed.append(etype)
-                continue
-            parts.append(array.strip()[1:-1])  # the one element of a one-element JSON array
-            sent.append(etype)
-        return PreparedBatch(b"[" + b",".join(parts) + b"]", sent, failed)
+            pass
+        # One bad event must not sink its batch: encode the others, count the bad ones as dropped.
+        result = self._encoder.try_encode_serialized(batch.wires)
+        bad = {failure.index for failure in result.failures}
+        for failure in result.failures:
+            logger.warning(
+                "dropping an event of type %d that cannot be encoded: %s",
+                batch.types[failure.index],
+                failure.reason,
+            )
+        sent = [etype for i, etype in enumerate(batch.types) if i not in bad]
+        return PreparedBatch(result.json, sent, [batch.types[i] for i in sorted(bad)])
 
     async def send(self, payload: bytes) -> None:
         if self._session is None:
