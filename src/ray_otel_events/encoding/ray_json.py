@@ -444,43 +444,69 @@ class RayEventJsonEncoder:
 
     def encode(self, events: Iterable[Message]) -> bytes:
         """A compact JSON array of ``events``; raises EventEncodeError for the first bad one."""
-        events = events if isinstance(events, Sequence) else list(events)
-        to_dict = self.to_dict
+        events = _sequence(events)
         try:
-            return orjson.dumps([to_dict(e) for e in events])
+            return orjson.dumps(self._dicts(events))
         except Exception:
-            _raise_first_failure(events, to_dict)
+            _raise_first_failure(events, self.to_dict)
             raise
 
     def encode_serialized(self, payloads: Iterable[bytes]) -> bytes:
         """A compact JSON array of wire-format RayEvents; raises EventEncodeError for the first bad one."""
-        payloads = payloads if isinstance(payloads, Sequence) else list(payloads)
-        encode_event, parse = self._encode_event, self._parse
+        payloads = _sequence(payloads)
         try:
-            return orjson.dumps([encode_event(parse(p)) for p in payloads])
+            return orjson.dumps(self._dicts_from_wire(payloads))
         except Exception:
-            _raise_first_failure(payloads, lambda p: encode_event(parse(p)))
+            _raise_first_failure(payloads, self._dict_from_wire)
             raise
 
     def try_encode(self, events: Iterable[Message]) -> EncodeResult:
-        """Encodes every event that can be; the others are reported in ``failures``, never raised."""
-        return self._encode_each(events, self.to_dict)
+        """Encodes every event that can be; the others are reported in ``failures``, never raised.
+
+        As fast as ``encode`` when nothing fails.
+        """
+        events = _sequence(events)
+        try:
+            dicts = self._dicts(events)
+        except Exception:
+            return _encode_each(events, self.to_dict)
+        return EncodeResult(orjson.dumps(dicts), len(dicts), ())
 
     def try_encode_serialized(self, payloads: Iterable[bytes]) -> EncodeResult:
         """Like ``try_encode`` for wire-format RayEvents (undecodable bytes are failures too)."""
-        encode_event, parse = self._encode_event, self._parse
-        return self._encode_each(payloads, lambda p: encode_event(parse(p)))
+        payloads = _sequence(payloads)
+        try:
+            dicts = self._dicts_from_wire(payloads)
+        except Exception:
+            return _encode_each(payloads, self._dict_from_wire)
+        return EncodeResult(orjson.dumps(dicts), len(dicts), ())
 
-    @staticmethod
-    def _encode_each(items: Iterable[Any], encode_one: Callable[[Any], dict[str, Any]]) -> EncodeResult:
-        encoded: list[dict[str, Any]] = []
-        failures: list[EncodeFailure] = []
-        for index, item in enumerate(items):
-            try:
-                encoded.append(encode_one(item))
-            except Exception as exc:  # one bad event must not sink its batch: report it instead
-                failures.append(EncodeFailure(index, _reason(exc)))
-        return EncodeResult(orjson.dumps(encoded), len(encoded), tuple(failures))
+    def _dicts(self, events: Sequence[Message]) -> list[dict[str, Any]]:
+        to_dict = self.to_dict
+        return [to_dict(e) for e in events]
+
+    def _dicts_from_wire(self, payloads: Sequence[bytes]) -> list[dict[str, Any]]:
+        encode_event, parse = self._encode_event, self._parse  # the aggregator's hot loop
+        return [encode_event(parse(p)) for p in payloads]
+
+    def _dict_from_wire(self, payload: bytes) -> dict[str, Any]:
+        return self._encode_event(self._parse(payload))
+
+
+def _sequence(items: Iterable[Any]) -> Sequence[Any]:
+    """The slow paths walk a failed batch again, so a one-shot iterator is materialised first."""
+    return items if isinstance(items, Sequence) else list(items)
+
+
+def _encode_each(items: Sequence[Any], encode_one: Callable[[Any], dict[str, Any]]) -> EncodeResult:
+    encoded: list[dict[str, Any]] = []
+    failures: list[EncodeFailure] = []
+    for index, item in enumerate(items):
+        try:
+            encoded.append(encode_one(item))
+        except Exception as exc:  # one bad event must not sink its batch: report it instead
+            failures.append(EncodeFailure(index, _reason(exc)))
+    return EncodeResult(orjson.dumps(encoded), len(encoded), tuple(failures))
 
 
 def _reason(exc: BaseException) -> str:
