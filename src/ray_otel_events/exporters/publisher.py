@@ -116,7 +116,9 @@ class EventPublisher(Generic[PayloadT]):
         self._rng = rng if rng is not None else random.Random()
         self._deadline: float | None = None  # loop time by which the shutdown flush must end
         self._shutdown_started = asyncio.Event()
-        self._in_hand: list[int] = []  # type numbers of the batch being published, not yet counted
+        # Type numbers of prepared batches whose outcome is not counted yet, by batch number: what
+        # a cancelled flush must count as dropped.
+        self._unsettled: dict[int, list[int]] = {}
         self._task: asyncio.Task[None] | None = None
         self.consecutive_failures = 0
         buffer.register_consumer(name)
@@ -129,24 +131,58 @@ class EventPublisher(Generic[PayloadT]):
         return self._task
 
     async def run(self) -> None:
-        """Publish batches until the buffer is closed and drained (or the flush deadline passes)."""
+        """Publish batches until the buffer is closed and drained (or the flush deadline passes).
+
+        Two stages joined by a one-slot queue: while one batch is on the wire, the next is read and
+        encoded, so the encoder's CPU time overlaps the destination's response time. One sender
+        keeps batches in buffer order.
+        """
+        ready: asyncio.Queue[tuple[int, PreparedBatch[PayloadT]] | None] = asyncio.Queue(maxsize=1)
+        stages = [
+            asyncio.ensure_future(self._prepare_loop(ready)),
+            asyncio.ensure_future(self._send_loop(ready)),
+        ]
         try:
-            while True:
-                batch = await self._buffer.wait_for_batch(
-                    self.name, self._max_batch_size, self._send_interval_s
-                )
-                if not batch:
-                    return  # only after close(): nothing left to flush
-                await self._publish(batch)
+            done, _ = await asyncio.wait(stages, return_when=asyncio.FIRST_EXCEPTION)
+            for stage in done:
+                if not stage.cancelled() and stage.exception() is not None:
+                    logger.error("publisher %s stage failed", self.name, exc_info=stage.exception())
         finally:
+            for stage in stages:
+                stage.cancel()
+            await asyncio.gather(*stages, return_exceptions=True)
             # Whatever was not delivered by now is lost; say so in the counters.
-            self._count(DROPPED_AT_SHUTDOWN, self._in_hand)
-            self._in_hand = []
-            for etype, n in self._buffer.discard_unread(self.name).items():
-                self.counters.add(
-                    DROPPED_AT_SHUTDOWN, n, publisher=self.name, event_type=event_type_name(etype)
-                )
+            for types in self._unsettled.values():
+                self._count(DROPPED_AT_SHUTDOWN, types)
+            self._unsettled.clear()
+            self._count_dropped_unread()
             await self._client.close()
+
+    async def _prepare_loop(self, ready: asyncio.Queue[tuple[int, PreparedBatch[PayloadT]] | None]) -> None:
+        number = 0
+        while True:
+            remaining = self._remaining()
+            if remaining is not None and remaining <= 0:
+                break  # flush time is over: what is left is counted, not encoded
+            batch = await self._buffer.wait_for_batch(self.name, self._max_batch_size, self._send_interval_s)
+            if not batch:
+                break  # only after close(): nothing left to flush
+            prepared = await self._prepare(batch)
+            if prepared is not None:
+                number += 1
+                self._unsettled[number] = prepared.sent_types
+                await ready.put((number, prepared))
+        await ready.put(None)
+
+    async def _send_loop(self, ready: asyncio.Queue[tuple[int, PreparedBatch[PayloadT]] | None]) -> None:
+        while (item := await ready.get()) is not None:
+            number, prepared = item
+            outcome = await self._attempt_until_outcome(prepared.payload, prepared.sent_types)
+            self._count(outcome, self._unsettled.pop(number))
+
+    def _count_dropped_unread(self) -> None:
+        for etype, n in self._buffer.discard_unread(self.name).items():
+            self.counters.add(DROPPED_AT_SHUTDOWN, n, publisher=self.name, event_type=event_type_name(etype))
 
     async def shutdown(self, timeout_s: float) -> None:
         """Flush for at most `timeout_s`, then stop. The buffer's owner closes the buffer first, so
@@ -157,10 +193,7 @@ class EventPublisher(Generic[PayloadT]):
         task = self._task
         if task is None:
             # Never started: everything it holds counts as dropped, and the client still closes.
-            for etype, n in self._buffer.discard_unread(self.name).items():
-                self.counters.add(
-                    DROPPED_AT_SHUTDOWN, n, publisher=self.name, event_type=event_type_name(etype)
-                )
+            self._count_dropped_unread()
             await self._client.close()
             return
         # A send in progress is bounded by the remaining time; a little grace for the finally block.
@@ -182,30 +215,23 @@ class EventPublisher(Generic[PayloadT]):
         for etype, n in Counter(types).items():
             self.counters.add(counter, n, publisher=self.name, event_type=event_type_name(etype))
 
-    async def _publish(self, batch: EventBatch) -> None:
+    async def _prepare(self, batch: EventBatch) -> PreparedBatch[PayloadT] | None:
+        """Filter and encode; None when nothing is left to send (counted as filtered or failed)."""
         kept, filtered = self._filter.split(batch)
         self._count(FILTERED, filtered)
         if not kept:
-            return  # like Ray: an all-filtered batch is a success with no request
+            return None  # like Ray: an all-filtered batch is a success with no request
         try:
             prepared = self._client.prepare(kept)
         except Exception:
             logger.exception("publisher %s could not encode a batch of %d events", self.name, len(kept))
             self._count(ENCODE_FAILED, kept.types)
-            return
+            return None
         self._count(ENCODE_FAILED, prepared.failed_types)
-        if not prepared.sent_types:
-            return
-        await self._send_with_retries(prepared)
+        return prepared if prepared.sent_types else None
 
-    async def _send_with_retries(self, prepared: PreparedBatch[PayloadT]) -> None:
-        # Until an outcome is counted the events are "in hand": a cancelled flush counts them.
-        self._in_hand = prepared.sent_types
-        outcome = await self._attempt_until_outcome(prepared.payload, len(prepared.sent_types))
-        self._in_hand = []
-        self._count(outcome, prepared.sent_types)
-
-    async def _attempt_until_outcome(self, payload: PayloadT, n_events: int) -> str:
+    async def _attempt_until_outcome(self, payload: PayloadT, types: list[int]) -> str:
+        n_events = len(types)
         failures = 0
         while True:
             remaining = self._remaining()
@@ -218,7 +244,7 @@ class EventPublisher(Generic[PayloadT]):
                     async with asyncio.timeout(remaining):
                         await self._client.send(payload)
             except Exception as exc:  # any failure, timeouts included, is retried like Ray does
-                self._count(SEND_FAILURES, self._in_hand)
+                self._count(SEND_FAILURES, types)
                 self.counters.add(FAILED_ATTEMPTS, publisher=self.name)
                 self.consecutive_failures += 1
                 if self._retry.gives_up(failures):
