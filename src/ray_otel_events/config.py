@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from ray_otel_events.events.registry import ET, REGISTRY
 
@@ -262,3 +263,198 @@ class AggregatorConfig:
                 self.export_addr.startswith(("http://", "https://")),
                 f"{EXPORT_ADDR}={self.export_addr!r}: expected an http:// or https:// URL",
             )
+
+
+# ---------------------------------------------------------------------------------------------
+# The bridge: OTLP/HTTP in -> RayEvent JSON out, and RayEvent JSON in -> OTLP out.
+# Its OTLP exporter reads the standard OTEL_EXPORTER_OTLP_* variables (HTTP only) and
+# OTEL_SERVICE_NAME; `--otlp-endpoint` overrides the endpoint variables.
+
+_BRIDGE = "RAY_OTEL_EVENTS_BRIDGE_"
+BRIDGE_MAX_BODY_BYTES = _BRIDGE + "MAX_BODY_BYTES"
+BRIDGE_QUEUE_SIZE = _BRIDGE + "QUEUE_SIZE"
+BRIDGE_QUEUE_BYTES = _BRIDGE + "QUEUE_BYTES"
+BRIDGE_BATCH_SIZE = _BRIDGE + "BATCH_SIZE"
+BRIDGE_SEND_INTERVAL_S = _BRIDGE + "SEND_INTERVAL_SECONDS"
+BRIDGE_MAX_OPEN_ENTITIES = _BRIDGE + "MAX_OPEN_ENTITIES"
+BRIDGE_ENTITY_TTL_S = _BRIDGE + "ENTITY_TTL_SECONDS"
+BRIDGE_TERMINAL_GRACE_S = _BRIDGE + "TERMINAL_GRACE_SECONDS"
+BRIDGE_DEDUP_WINDOW = _BRIDGE + "DEDUP_WINDOW"
+
+OTEL_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
+OTEL_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
+OTEL_HEADERS = "OTEL_EXPORTER_OTLP_HEADERS"
+OTEL_COMPRESSION = "OTEL_EXPORTER_OTLP_COMPRESSION"
+OTEL_TIMEOUT_MS = "OTEL_EXPORTER_OTLP_TIMEOUT"
+OTEL_SERVICE_NAME = "OTEL_SERVICE_NAME"
+OTLP_PROTOCOLS = ("http/protobuf", "http/json")
+
+
+def _signal_var(base: str, signal: str) -> str:
+    """OTEL_EXPORTER_OTLP_X -> OTEL_EXPORTER_OTLP_TRACES_X (the per-signal variant)."""
+    return base.replace("OTEL_EXPORTER_OTLP_", f"OTEL_EXPORTER_OTLP_{signal.upper()}_", 1)
+
+
+def parse_otlp_headers(raw: str, source: str) -> dict[str, str]:
+    """`k=v,k2=v2` (W3C baggage style, values URL-decoded), as the OTLP exporter spec says."""
+    headers: dict[str, str] = {}
+    for item in raw.split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        _require(bool(sep) and bool(key.strip()), f"{source}={raw!r}: expected key=value pairs")
+        headers[unquote(key.strip())] = unquote(value.strip())
+    return headers
+
+
+@dataclass(frozen=True)
+class OtlpSignalConfig:
+    """Where and how one signal (traces or logs) is exported."""
+
+    endpoint: str
+    protocol: str = "http/protobuf"
+    headers: tuple[tuple[str, str], ...] = ()
+    compression: str = "none"
+    timeout_s: float = 10.0
+
+    def validate(self, source: str) -> None:
+        _require(
+            self.endpoint.startswith(("http://", "https://")),
+            f"{source}={self.endpoint!r}: expected an http:// or https:// URL",
+        )
+        _require(self.protocol in OTLP_PROTOCOLS, f"OTLP protocol must be one of {OTLP_PROTOCOLS}")
+        _require(self.compression in ("none", "gzip"), "OTLP compression must be none or gzip")
+        _require(self.timeout_s > 0, f"OTLP export timeout must be > 0, got {self.timeout_s}")
+
+
+def otlp_signal_config(
+    signal: str, endpoint_override: str = "", env: Environ | None = None
+) -> OtlpSignalConfig:
+    """The exporter settings for `signal` ("traces" or "logs") per the OTLP exporter spec.
+
+    Endpoint: `endpoint_override` (a base URL) wins; else the per-signal variable, used as is; else
+    OTEL_EXPORTER_OTLP_ENDPOINT + /v1/<signal>; else http://localhost:4318/v1/<signal>.
+    """
+    env = os.environ if env is None else env
+
+    def pick(base: str) -> tuple[str, str | None]:
+        specific = _signal_var(base, signal)
+        if env.get(specific, "").strip():
+            return specific, env[specific].strip()
+        if env.get(base, "").strip():
+            return base, env[base].strip()
+        return base, None
+
+    if endpoint_override:
+        source, endpoint = "--otlp-endpoint", endpoint_override.rstrip("/") + f"/v1/{signal}"
+    elif env.get(_signal_var(OTEL_ENDPOINT, signal), "").strip():
+        source = _signal_var(OTEL_ENDPOINT, signal)
+        endpoint = env[source].strip()
+    else:
+        base = env.get(OTEL_ENDPOINT, "").strip() or "http://localhost:4318"
+        source, endpoint = OTEL_ENDPOINT, base.rstrip("/") + f"/v1/{signal}"
+    protocol_var, protocol = pick(OTEL_PROTOCOL)
+    headers_var, headers_raw = pick(OTEL_HEADERS)
+    compression_var, compression = pick(OTEL_COMPRESSION)
+    timeout_var, timeout_raw = pick(OTEL_TIMEOUT_MS)
+    timeout_ms = env_float({timeout_var: timeout_raw} if timeout_raw else {}, timeout_var, 10_000.0)
+    cfg = OtlpSignalConfig(
+        endpoint=endpoint,
+        protocol=(protocol or "http/protobuf").lower(),
+        headers=tuple(parse_otlp_headers(headers_raw or "", headers_var).items()),
+        compression=(compression or "none").lower(),
+        timeout_s=timeout_ms / 1000.0,
+    )
+    _require(
+        cfg.protocol in OTLP_PROTOCOLS,
+        f"{protocol_var}={protocol!r}: the bridge exports OTLP over HTTP only ({', '.join(OTLP_PROTOCOLS)})",
+    )
+    _require(cfg.compression in ("none", "gzip"), f"{compression_var}={compression!r}: expected gzip or none")
+    cfg.validate(source)
+    return cfg
+
+
+@dataclass(frozen=True)
+class BridgeConfig:
+    host: str = "127.0.0.1"
+    port: int = 0
+    export_addr: str = ""
+    spans_export_addr: str = ""
+    otlp_endpoint: str = ""  # a base URL; empty: the OTEL_EXPORTER_OTLP_* variables decide
+    service_name: str = "ray"
+    max_body_bytes: int = 64 * 1024 * 1024
+    queue_size: int = 100_000
+    queue_bytes: int = 256 * 1024 * 1024
+    batch_size: int = 1000
+    send_interval_s: float = 0.1
+    max_open_entities: int = 100_000
+    entity_ttl_s: float = 600.0
+    terminal_grace_s: float = 2.0
+    dedup_window: int = 200_000
+    preserve_proto_field_name: bool = False
+    publisher_timeout_s: float = 3.0
+    shutdown_flush_timeout_s: float = 10.0
+
+    @classmethod
+    def from_env(cls, env: Environ | None = None) -> BridgeConfig:
+        env = os.environ if env is None else env
+        cfg = cls(
+            service_name=env.get(OTEL_SERVICE_NAME, "").strip() or cls.service_name,
+            max_body_bytes=env_int(env, BRIDGE_MAX_BODY_BYTES, cls.max_body_bytes),
+            queue_size=env_int(env, BRIDGE_QUEUE_SIZE, cls.queue_size),
+            queue_bytes=env_int(env, BRIDGE_QUEUE_BYTES, cls.queue_bytes),
+            batch_size=env_int(env, BRIDGE_BATCH_SIZE, cls.batch_size),
+            send_interval_s=env_float(env, BRIDGE_SEND_INTERVAL_S, cls.send_interval_s),
+            max_open_entities=env_int(env, BRIDGE_MAX_OPEN_ENTITIES, cls.max_open_entities),
+            entity_ttl_s=env_float(env, BRIDGE_ENTITY_TTL_S, cls.entity_ttl_s),
+            terminal_grace_s=env_float(env, BRIDGE_TERMINAL_GRACE_S, cls.terminal_grace_s),
+            dedup_window=env_int(env, BRIDGE_DEDUP_WINDOW, cls.dedup_window),
+            preserve_proto_field_name=env_bool(env, PRESERVE_PROTO_FIELD_NAME, cls.preserve_proto_field_name),
+            publisher_timeout_s=env_float(env, PUBLISHER_TIMEOUT_S, cls.publisher_timeout_s),
+            shutdown_flush_timeout_s=env_float(env, SHUTDOWN_FLUSH_TIMEOUT_S, cls.shutdown_flush_timeout_s),
+        )
+        cfg.validate()
+        return cfg
+
+    def with_overrides(self, **overrides: Any) -> BridgeConfig:
+        """Apply command-line values (None means "not given") and validate the result."""
+        cfg = dataclasses.replace(self, **{k: v for k, v in overrides.items() if v is not None})
+        cfg.validate()
+        return cfg
+
+    def otlp(self, signal: str, env: Environ | None = None) -> OtlpSignalConfig:
+        return otlp_signal_config(signal, self.otlp_endpoint, env)
+
+    def validate(self) -> None:
+        _require(0 <= self.port <= 65535, f"--port must be 0..65535, got {self.port}")
+        for name, url in (
+            ("--export-addr", self.export_addr),
+            ("--spans-export-addr", self.spans_export_addr),
+            ("--otlp-endpoint", self.otlp_endpoint),
+        ):
+            if url:
+                _require(
+                    url.startswith(("http://", "https://")), f"{name}={url!r}: expected an http(s):// URL"
+                )
+        positive = {
+            BRIDGE_MAX_BODY_BYTES: self.max_body_bytes,
+            BRIDGE_QUEUE_SIZE: self.queue_size,
+            BRIDGE_QUEUE_BYTES: self.queue_bytes,
+            BRIDGE_BATCH_SIZE: self.batch_size,
+            BRIDGE_MAX_OPEN_ENTITIES: self.max_open_entities,
+            BRIDGE_ENTITY_TTL_S: self.entity_ttl_s,
+            BRIDGE_DEDUP_WINDOW: self.dedup_window,
+            PUBLISHER_TIMEOUT_S: self.publisher_timeout_s,
+        }
+        for name, value in positive.items():
+            _require(value > 0, f"{name} must be > 0, got {value}")
+        _require(
+            self.send_interval_s >= 0, f"{BRIDGE_SEND_INTERVAL_S} must be >= 0, got {self.send_interval_s}"
+        )
+        _require(
+            self.terminal_grace_s >= 0, f"{BRIDGE_TERMINAL_GRACE_S} must be >= 0, got {self.terminal_grace_s}"
+        )
+        _require(
+            self.shutdown_flush_timeout_s >= 0,
+            f"{SHUTDOWN_FLUSH_TIMEOUT_S} must be >= 0, got {self.shutdown_flush_timeout_s}",
+        )

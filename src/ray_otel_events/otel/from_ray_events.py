@@ -291,6 +291,7 @@ class RayEventsToOtel:
         """Take events (in any order); returns their log records and the spans now complete."""
         out = Emitted()
         now = self.clock()
+        touched: dict[EntityKey, None] = {}
         for event in events:
             if event.event_id:
                 if event.event_id in self._seen_event_ids:
@@ -308,6 +309,12 @@ class RayEventsToOtel:
                 self.counters.add(LATE_EVENTS, kind=key[0])
                 continue
             self._update(key, lifecycle_type, event, now, out)
+            touched[key] = None
+        # Readiness is judged once the whole batch is in: the pieces of one POST arrive together.
+        for key in touched:
+            entity = self._open.get(key)
+            if entity is not None:
+                self._check_terminal(entity, now, out)
         return out
 
     def _update(self, key: EntityKey, lifecycle_type: int, event: RayEvent, now: float, out: Emitted) -> None:
@@ -341,13 +348,16 @@ class RayEventsToOtel:
             self._merge_lifecycle(entity, event.driver_job_lifecycle_event)
         if entity.kind == "task":
             self._note_attempt(entity.session, key[2], key[3])
+
+    def _check_terminal(self, entity: _Entity, now: float, out: Emitted) -> None:
+        """Emit a terminal entity that is complete, or start its grace period."""
         if self._terminal_state(entity) is None:
             return
         if self._ready(entity):
             self._emit(entity, out)
         elif entity.terminal_at is None:
             entity.terminal_at = now
-            self._terminal[key] = now
+            self._terminal[entity.key] = now
 
     @staticmethod
     def _set_definition(entity: _Entity, payload: Any) -> None:
@@ -482,6 +492,8 @@ class RayEventsToOtel:
         )
         span.attributes.extend(key_values(attributes))
         for ns, state, _ in transitions:
+            if terminal is not None and state == terminal[1] and ns > terminal[0]:
+                continue  # a terminal state reported again later (Ray re-sends DEAD at job end)
             name_of_state = state_name(state)
             span.events.add(time_unix_nano=ns, name=name_of_state).attributes.extend(
                 key_values({semconv.RAY_STATE: name_of_state})

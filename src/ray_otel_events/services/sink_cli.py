@@ -17,6 +17,7 @@ from aiohttp import web
 
 from ray_otel_events.config import ConfigError
 from ray_otel_events.services.sink import JsonLinesSink, build_app
+from ray_otel_events.services.sink_otlp import otlp_routes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +44,7 @@ async def serve(sink: JsonLinesSink, host: str, port: int) -> int:
     except OSError as exc:
         print(f"ray-otel-events sink: cannot open {sink.out_path}: {exc}", file=sys.stderr)
         return 1
-    runner = web.AppRunner(build_app(sink), access_log=None)
+    runner = web.AppRunner(build_app(sink, otlp_routes(sink)), access_log=None)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)

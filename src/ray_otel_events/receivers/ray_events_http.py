@@ -1,0 +1,126 @@
+"""`POST /v1/ray-events`: the JSON arrays of RayEvents a Ray cluster's aggregator posts.
+
+Accepts exactly what Ray 2.60 sends (`Content-Type: application/json`, a JSON array of RayEvent
+objects, lowerCamelCase or proto field names, base64 ids, enum names) plus gzip. Ray's publisher
+retries any non-2xx answer forever, so one bad event must not make a whole batch fail: the good
+events are accepted and the answer (200) says how many were rejected and why. Only a body that is
+not a JSON array at all, or an array with no usable event, is a 400. Unknown fields are ignored, so
+a newer Ray's events still go through.
+
+Answers: 200 `{"accepted": n, "rejected": m, "errors": [...]}`; 400/413/415 `{"error": reason}`;
+503 with `Retry-After` when the consumer's queue is full (Ray's publisher retries the batch).
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import math
+from typing import Any
+
+import orjson
+from aiohttp import web
+from google.protobuf import json_format
+
+from ray_otel_events.metrics import Counters
+from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+from ray_otel_events.receivers.http_body import BodyError, media_type, read_body
+from ray_otel_events.receivers.otlp_http import QueueFullError
+
+logger = logging.getLogger(__name__)
+
+PATH = "/v1/ray-events"
+MAX_ERRORS_LISTED = 10
+
+# Counter names.
+REQUESTS = "requests"
+ACCEPTED_EVENTS = "accepted_events"
+REJECTED_EVENTS = "rejected_events"
+REFUSED_REQUESTS = "refused_requests"  # labelled status=<HTTP status>
+
+
+class RayEventsConsumer(abc.ABC):
+    @abc.abstractmethod
+    async def consume_ray_events(self, events: list[RayEvent]) -> None:
+        """Take the events (returning means accepted), or raise QueueFullError."""
+
+
+def parse_event(item: Any) -> RayEvent:
+    """One RayEvent from its JSON object; ValueError names the problem."""
+    if not isinstance(item, dict):
+        raise ValueError(f"expected a RayEvent object, got {type(item).__name__}")
+    try:
+        return json_format.ParseDict(item, RayEvent(), ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        raise ValueError(str(exc)) from None
+
+
+class RayEventsHttpReceiver:
+    def __init__(
+        self,
+        consumer: RayEventsConsumer,
+        max_body_bytes: int,
+        decoded_by_server: bool = False,
+        counters: Counters | None = None,
+    ) -> None:
+        self.consumer = consumer
+        self.max_body_bytes = max_body_bytes
+        self.decoded_by_server = decoded_by_server
+        self.counters = counters if counters is not None else Counters("ray_events_receiver")
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.post(PATH, self.handle)]
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.counters.add(REQUESTS)
+        kind = media_type(request)
+        if kind != "application/json":
+            return self._refuse(
+                415, f"unsupported Content-Type {kind!r}: post a JSON array (application/json)"
+            )
+        try:
+            body = await read_body(request, self.max_body_bytes, self.decoded_by_server)
+        except BodyError as exc:
+            return self._refuse(exc.status, exc.reason)
+        try:
+            value = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            return self._refuse(400, f"body is not valid JSON: {exc}")
+        if not isinstance(value, list):
+            return self._refuse(
+                400, f"body must be a JSON array of RayEvents, got a JSON {type(value).__name__}"
+            )
+        events: list[RayEvent] = []
+        errors: list[str] = []
+        for index, item in enumerate(value):
+            try:
+                events.append(parse_event(item))
+            except ValueError as exc:
+                errors.append(f"[{index}]: {exc}")
+        if errors and not events:
+            self.counters.add(REJECTED_EVENTS, len(errors))
+            return self._refuse(
+                400, "no valid RayEvent in the array: " + "; ".join(errors[:MAX_ERRORS_LISTED])
+            )
+        if events:
+            try:
+                await self.consumer.consume_ray_events(events)
+            except QueueFullError as exc:
+                retry_after = str(max(1, math.ceil(exc.retry_after_s)))
+                return self._refuse(503, exc.reason, {"Retry-After": retry_after})
+            except Exception:
+                logger.exception("RayEvent consumer failed")
+                return self._refuse(500, "internal error while handling the events")
+        self.counters.add(ACCEPTED_EVENTS, len(events))
+        self.counters.add(REJECTED_EVENTS, len(errors))
+        answer = {"accepted": len(events), "rejected": len(errors), "errors": errors[:MAX_ERRORS_LISTED]}
+        return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+    def _refuse(self, status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:
+        self.counters.add(REFUSED_REQUESTS, status=str(status))
+        return web.Response(
+            status=status,
+            body=orjson.dumps({"error": reason}),
+            content_type="application/json",
+            headers=headers,
+        )

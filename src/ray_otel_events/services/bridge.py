@@ -1,0 +1,293 @@
+"""The bridge between OTLP and RayEvent JSON, both ways, on one HTTP server.
+
+    POST /v1/traces, /v1/logs  (OTLP/HTTP, protobuf or JSON)
+        log records with a RayEvent body, Ray's task/actor spans  -> RayEvents -> --export-addr
+        (JSON arrays exactly as Ray's aggregator posts them)
+        other spans and log records -> plain JSON records -> --spans-export-addr (else counted, dropped)
+    POST /v1/ray-events  (what a Ray cluster's aggregator posts)
+        -> spans and log records (otel/from_ray_events.py) -> OTLP/HTTP -> --otlp-endpoint
+
+Every destination has its own bounded queue and publisher (retries with backoff, counted drops), so
+a slow destination holds back only itself. A request is accepted only if its output fits in the
+queues; otherwise it is refused with 503 + Retry-After and the sender retries, so the queues never
+drop what was accepted. On shutdown the server stops taking requests, the open entity state is
+flushed as (incomplete) spans, and every queue is drained within the flush timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import orjson
+from aiohttp import web
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.resources import Resource as SdkResource
+
+from ray_otel_events.config import BridgeConfig, OtlpSignalConfig
+from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
+from ray_otel_events.exporters.http_json import HttpJsonPublisherClient
+from ray_otel_events.exporters.json_records import JsonRecordsPublisherClient
+from ray_otel_events.exporters.otlp import OtlpHttpPublisherClient, OtlpItemEncoder
+from ray_otel_events.exporters.publisher import EventPublisher, PublisherClient, RetryPolicy
+from ray_otel_events.metrics import Counters
+from ray_otel_events.otel.from_ray_events import Emitted, RayEventsToOtel
+from ray_otel_events.otel.plain_records import RecordContext, attributes_to_dict, log_record, span_record
+from ray_otel_events.otel.to_ray_events import (
+    NotARayEventError,
+    RaySpanEvents,
+    claims_ray_event,
+    is_ray_span,
+    ray_event_from_log_record,
+)
+from ray_otel_events.processors.event_buffer import RECORD_OVERHEAD_BYTES, MultiConsumerEventBuffer
+from ray_otel_events.processors.exposable_filter import ExposableFilter
+from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+from ray_otel_events.receivers.otlp_http import ConsumeResult, OtlpConsumer, OtlpHttpReceiver, QueueFullError
+from ray_otel_events.receivers.ray_events_http import RayEventsConsumer, RayEventsHttpReceiver
+
+logger = logging.getLogger(__name__)
+
+# Counter names of the bridge itself.
+RAY_EVENTS_FROM_LOGS = "ray_events_from_log_records"
+RAY_EVENTS_FROM_SPANS = "ray_events_from_spans"
+RECORDS_FORWARDED = "plain_records_forwarded"  # labelled signal=span|log
+RECORDS_DROPPED = "plain_records_dropped"  # no --spans-export-addr; labelled signal=span|log
+REJECTED = "rejected_items"  # claimed to be Ray data but unusable; labelled signal
+
+RECORD_TYPE = 0  # the "event type" plain records carry in their queue (they are not RayEvents)
+RETRY_AFTER_S = 1.0
+RAY_EVENTS_HEADROOM = 0.9  # /v1/ray-events is admitted while its queues are below 90 % full
+MAX_REASONS = 3
+
+
+class _Queue:
+    """One destination: a bounded buffer read by one publisher."""
+
+    def __init__(self, name: str, config: BridgeConfig, client: PublisherClient[Any]) -> None:
+        self.name = name
+        self.buffer = MultiConsumerEventBuffer(
+            config.queue_size, config.queue_bytes, Counters(f"queue:{name}")
+        )
+        self.publisher: EventPublisher[Any] = EventPublisher(
+            name,
+            self.buffer,
+            client,
+            ExposableFilter(None),
+            RetryPolicy(),
+            config.batch_size,
+            config.send_interval_s,
+        )
+
+    def room_for(self, count: int, size: int, fraction: float = 1.0) -> bool:
+        buffer = self.buffer
+        return (
+            len(buffer) + count <= buffer.max_events * fraction
+            and buffer.size_bytes + size + count * RECORD_OVERHEAD_BYTES <= buffer.max_bytes * fraction
+        )
+
+    def full_error(self) -> QueueFullError:
+        return QueueFullError(
+            f"the bridge's queue to {self.name} is full ({len(self.buffer)} items); retry later",
+            RETRY_AFTER_S,
+        )
+
+
+class BridgeService(OtlpConsumer, RayEventsConsumer):
+    def __init__(
+        self, config: BridgeConfig, otlp_traces: OtlpSignalConfig, otlp_logs: OtlpSignalConfig
+    ) -> None:
+        self.config = config
+        self.counters = Counters("bridge")
+        encoder = RayEventJsonEncoder(preserve_proto_field_name=config.preserve_proto_field_name)
+        self.ray_events = _Queue(
+            "ray-events",
+            config,
+            HttpJsonPublisherClient(config.export_addr, encoder, config.publisher_timeout_s),
+        )
+        self.records: _Queue | None = None
+        if config.spans_export_addr:
+            client = JsonRecordsPublisherClient(config.spans_export_addr, config.publisher_timeout_s)
+            self.records = _Queue("records", config, client)
+        self.otlp_traces_client = OtlpHttpPublisherClient("traces", otlp_traces)
+        self.otlp_logs_client = OtlpHttpPublisherClient("logs", otlp_logs)
+        self.otlp_spans = _Queue("otlp-traces", config, self.otlp_traces_client)
+        self.otlp_logs = _Queue("otlp-logs", config, self.otlp_logs_client)
+        self.to_otel = RayEventsToOtel(
+            max_open_entities=config.max_open_entities,
+            entity_ttl_s=config.entity_ttl_s,
+            terminal_grace_s=config.terminal_grace_s,
+            dedup_window=config.dedup_window,
+        )
+        self.ray_spans = RaySpanEvents()
+        self.items = OtlpItemEncoder(config.service_name)
+        self.otlp_receiver = OtlpHttpReceiver(self, config.max_body_bytes)
+        self.ray_events_receiver = RayEventsHttpReceiver(self, config.max_body_bytes)
+        self._sweeper: asyncio.Task[None] | None = None
+
+    @property
+    def queues(self) -> list[_Queue]:
+        queues = [self.ray_events, self.otlp_spans, self.otlp_logs]
+        return queues if self.records is None else [*queues, self.records]
+
+    def routes(self) -> list[web.RouteDef]:
+        return [*self.otlp_receiver.routes(), *self.ray_events_receiver.routes()]
+
+    def build_app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.max_body_bytes)
+        app.add_routes(self.routes())
+        return app
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for queue in self.queues:
+            queue.publisher.start()
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep(), name="bridge:sweeper")
+
+    async def _sweep(self) -> None:
+        """Emit spans whose grace or time limit passed; the period is a fraction of the grace."""
+        period = min(1.0, max(0.05, self.config.terminal_grace_s / 4))
+        while True:
+            await asyncio.sleep(period)
+            try:
+                self._queue_otel(self.to_otel.expire())
+            except Exception:
+                logger.exception("bridge sweeper failed; retrying")
+
+    async def stop(self) -> None:
+        """Call after the server stopped taking requests: flush open state, drain every queue."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        self._queue_otel(self.to_otel.flush())
+        for queue in self.queues:
+            queue.buffer.close()
+        timeout = self.config.shutdown_flush_timeout_s
+        await asyncio.gather(*(queue.publisher.shutdown(timeout) for queue in self.queues))
+
+    # -- OTLP in -> RayEvents and plain records out -------------------------------------------
+
+    async def consume_traces(self, request: ExportTraceServiceRequest) -> ConsumeResult:
+        events: list[RayEvent] = []
+        records: list[bytes] = []
+        rejected: list[str] = []
+        dropped = 0
+        for resource_spans in request.resource_spans:
+            sdk_resource: SdkResource | None = None
+            for scope_spans in resource_spans.scope_spans:
+                context: RecordContext | None = None
+                for span in scope_spans.spans:
+                    if is_ray_span(span):
+                        if sdk_resource is None:
+                            sdk_resource = SdkResource(attributes_to_dict(resource_spans.resource.attributes))
+                        try:
+                            converted = self.ray_spans.convert(span, sdk_resource)
+                        except NotARayEventError as exc:
+                            rejected.append(str(exc))
+                            continue
+                        if converted:
+                            events.extend(converted)
+                            continue
+                    if self.records is None:
+                        dropped += 1
+                        continue
+                    if context is None:
+                        context = RecordContext(resource_spans.resource, scope_spans.scope)
+                    records.append(orjson.dumps(span_record(span, context)))
+        self._admit(events, records)
+        self.counters.add(RAY_EVENTS_FROM_SPANS, len(events))
+        return self._result("span", rejected, len(records), dropped)
+
+    async def consume_logs(self, request: ExportLogsServiceRequest) -> ConsumeResult:
+        events: list[RayEvent] = []
+        records: list[bytes] = []
+        rejected: list[str] = []
+        dropped = 0
+        for resource_logs in request.resource_logs:
+            for scope_logs in resource_logs.scope_logs:
+                context: RecordContext | None = None
+                for record in scope_logs.log_records:
+                    if claims_ray_event(record):
+                        try:
+                            events.append(ray_event_from_log_record(record))
+                        except NotARayEventError as exc:
+                            rejected.append(str(exc))
+                        continue
+                    if self.records is None:
+                        dropped += 1
+                        continue
+                    if context is None:
+                        context = RecordContext(resource_logs.resource, scope_logs.scope)
+                    records.append(orjson.dumps(log_record(record, context)))
+        self._admit(events, records)
+        self.counters.add(RAY_EVENTS_FROM_LOGS, len(events))
+        return self._result("log", rejected, len(records), dropped)
+
+    def _admit(self, events: list[RayEvent], records: list[bytes]) -> None:
+        """Queue everything a request produced, or nothing (QueueFullError) if it does not fit."""
+        wires = [event.SerializeToString() for event in events]
+        if wires and not self.ray_events.room_for(len(wires), sum(map(len, wires))):
+            raise self.ray_events.full_error()
+        if records and self.records is not None:
+            if not self.records.room_for(len(records), sum(map(len, records))):
+                raise self.records.full_error()
+            self.records.buffer.add_many(records, [RECORD_TYPE] * len(records))
+        if wires:
+            self.ray_events.buffer.add_many(wires, [event.event_type for event in events])
+
+    def _result(self, signal: str, rejected: list[str], forwarded: int, dropped: int) -> ConsumeResult:
+        self.counters.add(RECORDS_FORWARDED, forwarded, signal=signal)
+        self.counters.add(RECORDS_DROPPED, dropped, signal=signal)
+        self.counters.add(REJECTED, len(rejected), signal=signal)
+        notes: list[str] = []
+        if rejected:
+            more = f" (and {len(rejected) - MAX_REASONS} more)" if len(rejected) > MAX_REASONS else ""
+            notes.append("; ".join(rejected[:MAX_REASONS]) + more)
+        if dropped:
+            notes.append(
+                f"{dropped} {signal}s that are not Ray data were dropped (no --spans-export-addr)"
+            )
+        return ConsumeResult(rejected=len(rejected), message="; ".join(notes))
+
+    # -- RayEvents in -> OTLP out --------------------------------------------------------------
+
+    async def consume_ray_events(self, events: list[RayEvent]) -> None:
+        count = len(events)
+        for queue in (self.otlp_spans, self.otlp_logs):
+            if not queue.room_for(count, 0, RAY_EVENTS_HEADROOM):
+                raise queue.full_error()
+        self._queue_otel(self.to_otel.add(events))
+
+    def _queue_otel(self, emitted: Emitted) -> None:
+        if emitted.spans:
+            self.otlp_spans.buffer.add_many(
+                [self.items.span_item(s.session_name, s.span) for s in emitted.spans],
+                [s.event_type for s in emitted.spans],
+            )
+        if emitted.logs:
+            self.otlp_logs.buffer.add_many(
+                [self.items.log_item(r.session_name, r.record) for r in emitted.logs],
+                [r.event_type for r in emitted.logs],
+            )
+
+    # -- reporting -----------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "bridge": self.counters.snapshot(),
+            "otlp_receiver": self.otlp_receiver.counters.snapshot(),
+            "ray_events_receiver": self.ray_events_receiver.counters.snapshot(),
+            "ray_events_to_otel": self.to_otel.counters.snapshot(),
+            "otlp_exporter": {
+                "traces": self.otlp_traces_client.counters.snapshot(),
+                "logs": self.otlp_logs_client.counters.snapshot(),
+            },
+            "publishers": {q.name: q.publisher.counters.snapshot() for q in self.queues},
+            "queues": {q.name: q.buffer.counters.snapshot() for q in self.queues},
+            "open_entities": self.to_otel.open_entities,
+        }

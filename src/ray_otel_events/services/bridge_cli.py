@@ -1,0 +1,110 @@
+"""`ray-otel-events bridge`: OTLP/HTTP <-> RayEvent JSON on one HTTP server.
+
+Stdout carries exactly two lines: `listening http=HOST:PORT` once requests are accepted, and on
+SIGTERM/SIGINT, after open spans are flushed and every queue drained, `stats {json}`. Logs go to
+stderr. Environment: RAY_OTEL_EVENTS_BRIDGE_* (config.py) and the standard OTEL_EXPORTER_OTLP_*
+variables for the OTLP side; flags win.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from typing import Any
+
+from aiohttp import web
+
+from ray_otel_events.config import BridgeConfig
+from ray_otel_events.services.bridge import BridgeService
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = (
+        "Routes: POST /v1/traces and /v1/logs (OTLP/HTTP, protobuf or JSON) -> RayEvent JSON to "
+        "--export-addr (other telemetry as plain JSON records to --spans-export-addr); POST "
+        "/v1/ray-events (a Ray aggregator's JSON arrays) -> OTLP to --otlp-endpoint or the "
+        "OTEL_EXPORTER_OTLP_* variables. Prints 'listening http=HOST:PORT' when ready and "
+        "'stats {json}' after SIGTERM/SIGINT and the flush."
+    )
+    parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port; 0 picks a free one (default 0)")
+    parser.add_argument("--export-addr", required=True, help="URL RayEvent JSON arrays are POSTed to")
+    parser.add_argument(
+        "--spans-export-addr", help="URL plain JSON records of other spans and log records are POSTed to"
+    )
+    parser.add_argument(
+        "--otlp-endpoint",
+        help="OTLP/HTTP base URL (/v1/traces and /v1/logs are appended); default: OTEL_EXPORTER_OTLP_*",
+    )
+    parser.add_argument(
+        "--service-name", help="service.name of the exported spans (OTEL_SERVICE_NAME, 'ray')"
+    )
+    parser.add_argument("--max-body-bytes", type=int, help="request size limit after decompression (64 MiB)")
+    parser.add_argument("--queue-size", type=int, help="items each outgoing queue holds (100000)")
+    parser.add_argument(
+        "--entity-ttl", type=float, dest="entity_ttl_s", help="seconds an open entity is kept (600)"
+    )
+    parser.add_argument(
+        "--terminal-grace",
+        type=float,
+        dest="terminal_grace_s",
+        help="seconds to wait for trailing pieces after a terminal state (2)",
+    )
+    parser.add_argument(
+        "--shutdown-flush-timeout",
+        type=float,
+        dest="shutdown_flush_timeout_s",
+        help="seconds allowed to drain the queues on shutdown (10)",
+    )
+    parser.add_argument("--log-level", default="WARNING", help="stderr log level (default WARNING)")
+
+
+_OVERRIDES = (
+    "host",
+    "port",
+    "export_addr",
+    "spans_export_addr",
+    "otlp_endpoint",
+    "service_name",
+    "max_body_bytes",
+    "queue_size",
+    "entity_ttl_s",
+    "terminal_grace_s",
+    "shutdown_flush_timeout_s",
+)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
+    config = BridgeConfig.from_env().with_overrides(**{name: getattr(args, name) for name in _OVERRIDES})
+    traces, logs = config.otlp("traces"), config.otlp("logs")
+    return asyncio.run(serve(BridgeService(config, traces, logs)))
+
+
+async def serve(service: BridgeService) -> int:
+    config = service.config
+    runner = web.AppRunner(service.build_app(), access_log=None, auto_decompress=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, config.host, config.port)
+        await site.start()
+    except OSError as exc:
+        print(f"ray-otel-events bridge: cannot listen on {config.host}:{config.port}: {exc}", file=sys.stderr)
+        await runner.cleanup()
+        return 1
+    service.start()
+    address: Any = runner.addresses[0]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"listening http={config.host}:{address[1]}", flush=True)
+    await stop.wait()
+    await runner.cleanup()  # stop accepting; requests in progress finish first
+    await service.stop()
+    print("stats " + json.dumps(service.stats(), sort_keys=True), flush=True)
+    return 0
