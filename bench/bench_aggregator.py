@@ -244,6 +244,8 @@ def memory_aggregator_rss(m: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="aggmem-") as tmp:
         proc, address = start_ours(
             f"http://127.0.0.1:{free_port()}/",
+            "--log-level",
+            "ERROR",
             "--max-buffer-size",
             str(m + 1000),
             "--shutdown-flush-timeout",
@@ -297,10 +299,12 @@ def main() -> int:
     lines = [
         "## aggregator",
         "",
-        f"Command: `{cmd}`. {n:,} task definition + lifecycle events (captured shapes, fresh ids) sent by a",
-        f"separate load generator ({ours['impl']}'s generated classes) in AddEvents requests of "
-        f"{args.batch}; throughput = events counted at an HTTP sink / seconds from the first request",
-        "to the last event. Exposable types: ALL for both.",
+        f"Command: `{cmd}`",
+        "",
+        f"{n:,} task definition + lifecycle events (captured Ray 2.60 shapes, fresh ids) sent over gRPC "
+        f"AddEvents in requests of {args.batch} by a separate load-generator process built with "
+        f"{ours['impl']}'s generated classes; throughput = events counted at an HTTP sink / seconds from "
+        "the first request to the last event there. Exposable event types: ALL for both aggregators.",
         "",
         "| aggregator | delivered | seconds | events/s | aggregator CPU us/event |",
         "|---|---|---|---|---|",

@@ -280,6 +280,7 @@ def test_calls_during_shutdown_get_unavailable() -> None:
         (["--exposable-event-types", "NOT_A_TYPE"], {}, "unknown event type 'NOT_A_TYPE'"),
         (["--max-buffer-size", "0"], {}, "MAX_EVENT_BUFFER_SIZE must be > 0"),
         ([], {"RAY_DASHBOARD_AGGREGATOR_AGENT_MAX_EVENT_SEND_BATCH_SIZE": "lots"}, "expected an integer"),
+        (["--log-level", "LOUD"], {}, "--log-level 'LOUD'"),
     ],
 )
 def test_bad_configuration_exits_2_with_a_message(args: list[str], env: dict[str, str], needle: str) -> None:

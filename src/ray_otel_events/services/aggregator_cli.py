@@ -16,7 +16,7 @@ import logging
 import signal
 import sys
 
-from ray_otel_events.config import AggregatorConfig, parse_exposable_event_types
+from ray_otel_events.config import AggregatorConfig, ConfigError, parse_exposable_event_types
 from ray_otel_events.services.aggregator import AggregatorService
 
 logger = logging.getLogger(__name__)
@@ -108,8 +108,11 @@ def config_from_args(args: argparse.Namespace) -> AggregatorConfig:
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    level = str(args.log_level).upper()
+    if not isinstance(logging.getLevelName(level), int):
+        raise ConfigError(f"--log-level {args.log_level!r}: expected DEBUG, INFO, WARNING, ERROR or CRITICAL")
     logging.basicConfig(
-        level=str(args.log_level).upper(),
+        level=level,
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
