@@ -239,6 +239,17 @@ def test_no_export_address_accepts_and_counts(servers: list[CliServer]) -> None:
     assert stats["not_processed"] == sent["by_type"]
 
 
+def test_publishing_disabled_by_env_sends_nothing(servers: list[CliServer], tmp_path: Path) -> None:
+    out = tmp_path / "events.jsonl"
+    env = {"RAY_DASHBOARD_AGGREGATOR_AGENT_PUBLISH_EVENTS_TO_EXTERNAL_HTTP_SERVICE": "False"}
+    sink, agg = start_pair(servers, out, env=env)
+    sent = run_producer(agg.address, "--fixture", FIXTURE, "--count", "12")
+    stats = agg.stop()
+    assert stats["publishers"] == {} and stats["not_processed"] == sent["by_type"]
+    assert sink.stop()["requests"] == 0
+    assert read_jsonl(out) == []
+
+
 def test_malformed_request_gets_invalid_argument_and_the_server_goes_on(servers: list[CliServer]) -> None:
     agg = start(servers, "aggregator")
     with grpc.insecure_channel(agg.address) as channel:
