@@ -50,9 +50,14 @@ def parse_event(item: Any) -> RayEvent:
     if not isinstance(item, dict):
         raise ValueError(f"expected a RayEvent object, got {type(item).__name__}")
     try:
-        return json_format.ParseDict(item, RayEvent(), ignore_unknown_fields=True)
+        event = json_format.ParseDict(item, RayEvent(), ignore_unknown_fields=True)
     except json_format.ParseError as exc:
         raise ValueError(str(exc)) from None
+    if event.event_type == RayEvent.EventType.EVENT_TYPE_UNSPECIFIED:
+        # ignore_unknown_fields also passes unknown enum names; an event without a type is useless.
+        given = item.get("eventType", item.get("event_type"))
+        raise ValueError(f"eventType {given!r} is missing or unknown")
+    return event
 
 
 class RayEventsHttpReceiver:
