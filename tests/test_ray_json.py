@@ -10,6 +10,7 @@ import base64
 import json
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -113,7 +114,8 @@ def _assign_message(target: Message, value: Message) -> None:
 
 
 @st.composite
-def messages(draw: st.DrawFn, descriptor: Descriptor, depth: int = 0) -> Message:
+def messages(draw: st.DrawFn, descriptor: Descriptor, budget: int = 6) -> Message:
+    """A random ``descriptor`` message nested at most ``budget`` levels deep (bounds recursion)."""
     cls = message_factory.GetMessageClass(descriptor)
     msg = cls()
     if descriptor.full_name == "google.protobuf.Timestamp":
@@ -132,32 +134,34 @@ def messages(draw: st.DrawFn, descriptor: Descriptor, depth: int = 0) -> Message
                 continue
         elif f.has_presence and not draw(st.booleans()):
             continue  # unset message field / unset `optional`
-        set_field(draw, msg, f, depth)
+        set_field(draw, msg, f, budget)
     return msg
 
 
-def set_field(draw: st.DrawFn, msg: Message, f: FieldDescriptor, depth: int) -> None:
+def set_field(draw: st.DrawFn, msg: Message, f: FieldDescriptor, budget: int) -> None:
+    nested_max = 3 if budget > 1 else 0
     is_map = f.type == T.TYPE_MESSAGE and f.message_type.GetOptions().map_entry
     if is_map:
         key_field = f.message_type.fields_by_name["key"]
         value_field = f.message_type.fields_by_name["value"]
         container = getattr(msg, f.name)
-        for key in draw(st.lists(scalar_values(key_field), max_size=3, unique=True)):
+        max_size = nested_max if value_field.type == T.TYPE_MESSAGE else 3
+        for key in draw(st.lists(scalar_values(key_field), max_size=max_size, unique=True)):
             if value_field.type == T.TYPE_MESSAGE:
-                _assign_message(container[key], draw(messages(value_field.message_type, depth + 1)))
+                _assign_message(container[key], draw(messages(value_field.message_type, budget - 1)))
             else:
                 container[key] = draw(scalar_values(value_field))
     elif f.is_repeated:
         container = getattr(msg, f.name)
         if f.type == T.TYPE_MESSAGE:
-            for item in draw(st.lists(messages(f.message_type, depth + 1), max_size=3 if depth < 4 else 1)):
+            for item in draw(st.lists(messages(f.message_type, budget - 1), max_size=nested_max)):
                 container.add().MergeFrom(item)
         else:
             container.extend(draw(st.lists(scalar_values(f), max_size=3)))
     elif f.type == T.TYPE_MESSAGE:
-        empty = depth >= 6 or draw(st.integers(0, 4)) == 0
+        empty = budget <= 1 or draw(st.integers(0, 4)) == 0
         value = message_factory.GetMessageClass(f.message_type)() if empty else None
-        _assign_message(getattr(msg, f.name), value or draw(messages(f.message_type, depth + 1)))
+        _assign_message(getattr(msg, f.name), value or draw(messages(f.message_type, budget - 1)))
     else:
         setattr(msg, f.name, draw(scalar_values(f)))  # may be the default: "set to default"
 
@@ -171,13 +175,13 @@ def ray_events(draw: st.DrawFn) -> RayEvent:
         if draw(st.integers(0, 5)) != 0:
             event.ClearField(f.name)
     payload = draw(st.sampled_from(PAYLOAD_FIELDS))
-    _assign_message(getattr(event, payload.name), draw(messages(payload.message_type, 1)))
+    _assign_message(getattr(event, payload.name), draw(messages(payload.message_type, 5)))
     return event
 
 
 # --- 1. property: ours == json_format, for our classes -------------------------------------------
 
-_PROPERTY = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @_PROPERTY
@@ -512,43 +516,115 @@ def test_well_known_types_at_the_root_are_refused() -> None:
         RayEventJsonEncoder().to_dict(RayEvent().timestamp)
 
 
-def test_other_well_known_types_match_json_format() -> None:
-    """Types Ray's schema lacks (Duration, Struct, wrappers) still encode like json_format."""
+# --- the generic compiler: field kinds Ray's schema does not use (yet) ----------------------------
+
+KINDS_PROTO = """
+syntax = "proto3";
+package kinds_test;
+import "google/protobuf/timestamp.proto";
+import "google/protobuf/duration.proto";
+import "google/protobuf/struct.proto";
+import "google/protobuf/wrappers.proto";
+
+enum Color { COLOR_UNSPECIFIED = 0; RED = 1; BLUE = 2; }
+
+message Kinds {
+  float f32 = 1;
+  repeated float f32s = 2;
+  sint32 s32 = 3;
+  sint64 s64 = 4;
+  fixed32 x32 = 5;
+  fixed64 x64 = 6;
+  sfixed32 sx32 = 7;
+  sfixed64 sx64 = 8;
+  uint32 u32 = 9;
+  uint64 u64 = 10;
+  map<int64, string> by_int = 11;
+  map<bool, bytes> by_bool = 12;
+  map<uint32, Kinds> children = 13;
+  repeated google.protobuf.Timestamp times = 14;
+  map<string, google.protobuf.Timestamp> named_times = 15;
+  map<string, Color> colors = 16;
+  repeated Color color_list = 17;
+  repeated bytes blobs = 18;
+  repeated int64 longs = 19;
+  repeated double doubles = 20;
+  string class = 21;
+  oneof choice { int32 n = 22; string s = 23; Kinds nested = 24; google.protobuf.Timestamp at = 25; }
+  optional double maybe = 26;
+  optional Color maybe_color = 27;
+  int32 declared_before_lower_numbers = 40;
+  bool flag = 28;
+  Kinds child = 29;
+  map<sint32, double> by_sint = 31;
+}
+
+message WellKnown {
+  google.protobuf.Duration wait = 1;
+  google.protobuf.Struct extra = 2;
+  google.protobuf.Int64Value count = 3;
+  google.protobuf.Value any_value = 4;
+  repeated google.protobuf.StringValue names = 5;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def kinds_pool(tmp_path_factory: pytest.TempPathFactory) -> descriptor_pool.DescriptorPool:
+    """KINDS_PROTO compiled with protoc (grpcio-tools) into a pool of its own."""
+    protoc = pytest.importorskip("grpc_tools.protoc")
+    tmp = tmp_path_factory.mktemp("kinds")
+    (tmp / "kinds.proto").write_text(KINDS_PROTO)
+    include = Path(protoc.__file__).parent / "_proto"
+    out = tmp / "kinds.desc"
+    args = [
+        "protoc",
+        f"-I{tmp}",
+        f"-I{include}",
+        "--include_imports",
+        f"--descriptor_set_out={out}",
+        "kinds.proto",
+    ]
+    assert protoc.main(args) == 0
     pool = descriptor_pool.DescriptorPool()
-    for module in ("duration", "struct", "wrappers"):
-        file = __import__(f"google.protobuf.{module}_pb2", fromlist=["DESCRIPTOR"]).DESCRIPTOR
-        pool.AddSerializedFile(file.serialized_pb)
-    proto = descriptor_pb2.FileDescriptorProto(
-        name="wkt_test.proto",
-        package="wkt_test",
-        syntax="proto3",
-        dependency=[
-            "google/protobuf/duration.proto",
-            "google/protobuf/struct.proto",
-            "google/protobuf/wrappers.proto",
-        ],
+    for file in descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file:
+        pool.Add(file)
+    return pool
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_every_field_kind_matches_json_format(
+    kinds_pool: descriptor_pool.DescriptorPool, data: st.DataObject
+) -> None:
+    """Sint/fixed/float, int and bool map keys, message and Timestamp map values, repeated Timestamps,
+    a scalar oneof, a keyword field name, recursion, and declaration order != number order."""
+    msg = data.draw(messages(kinds_pool.FindMessageTypeByName("kinds_test.Kinds"), budget=3))
+    for preserve, encoder in ENCODERS.items():
+        same_json(encoder.to_dict(msg), json_format_dict(msg, preserve))
+
+
+def test_unset_fields_follow_declaration_order(kinds_pool: descriptor_pool.DescriptorPool) -> None:
+    cls = message_factory.GetMessageClass(kinds_pool.FindMessageTypeByName("kinds_test.Kinds"))
+    keys = list(RayEventJsonEncoder().to_dict(cls()))
+    assert keys.index("declaredBeforeLowerNumbers") < keys.index("flag")  # declared first, numbered later
+    keys = list(RayEventJsonEncoder().to_dict(cls(declared_before_lower_numbers=1, flag=True)))
+    assert keys[:2] == ["flag", "declaredBeforeLowerNumbers"]  # set fields: by number
+
+
+def test_other_well_known_types_match_json_format(kinds_pool: descriptor_pool.DescriptorPool) -> None:
+    """Types Ray's schema lacks (Duration, Struct, Value, wrappers) are delegated to json_format."""
+    cls: Callable[..., Any] = message_factory.GetMessageClass(
+        kinds_pool.FindMessageTypeByName("kinds_test.WellKnown")
     )
-    holder = proto.message_type.add(name="Holder")
-    for number, (name, type_name) in enumerate(
-        [
-            ("wait", ".google.protobuf.Duration"),
-            ("extra", ".google.protobuf.Struct"),
-            ("count", ".google.protobuf.Int64Value"),
-        ],
-        start=1,
-    ):
-        holder.field.add(
-            name=name, number=number, type=T.TYPE_MESSAGE, label=T.LABEL_OPTIONAL, type_name=type_name
-        )
-    pool.Add(proto)
-    holder_cls: Callable[..., Message] = message_factory.GetMessageClass(
-        pool.FindMessageTypeByName("wkt_test.Holder")
-    )
-    msg: Any = holder_cls()
+    msg = cls()
     msg.wait.FromNanoseconds(1_500_000_000)
     msg.extra.update({"a": 1, "b": [True, None, "x"]})
     msg.count.value = 2**40
+    msg.any_value.string_value = "v"
+    msg.names.add(value="n1")
+    msg.names.add(value="")
     for preserve, encoder in ENCODERS.items():
         ours = encoder.to_dict(msg)
-        assert ours["wait"] == "1.500s"
+        assert ours["wait"] == "1.500s" and ours["count"] == str(2**40)
         same_json(ours, json_format_dict(msg, preserve))
