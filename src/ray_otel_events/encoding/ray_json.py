@@ -232,18 +232,20 @@ class _Compiler:
         if found is not None:
             return found
         with self._lock:
+            if descriptor in self._encoders:  # another thread compiled it meanwhile
+                return self._encoders[descriptor]
             pending = self._name_reachable(descriptor)
-            for d in pending:
-                code = compile(self._source(d), f"<ray_json {d.full_name}>", "exec")
-                exec(code, self._namespace)
+            try:
+                for d in pending:
+                    code = compile(self._source(d), f"<ray_json {d.full_name}>", "exec")
+                    exec(code, self._namespace)
+            except BaseException:
+                for d in pending:  # a half-compiled set must not look compiled next time
+                    del self._names[d]
+                raise
             for d in pending:
                 self._encoders[d] = self._namespace[self._names[d]]
         return self._encoders[descriptor]
-
-    def source_of(self, descriptor: DescriptorLike) -> str:
-        """The generated source for ``descriptor`` (for reading and debugging)."""
-        self.encoder_for(descriptor)
-        return self._source(descriptor)
 
     def _name_reachable(self, descriptor: DescriptorLike) -> list[DescriptorLike]:
         pending = []
