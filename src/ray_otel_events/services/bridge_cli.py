@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ray_otel_events.config import BridgeConfig
+from ray_otel_events.config import BridgeConfig, ConfigError
 from ray_otel_events.services.bridge import BridgeService
 
 
@@ -79,7 +79,10 @@ _OVERRIDES = (
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
+    level = logging.getLevelName(args.log_level.upper())
+    if not isinstance(level, int):
+        raise ConfigError(f"--log-level={args.log_level!r}: expected DEBUG, INFO, WARNING or ERROR")
+    logging.basicConfig(level=level, stream=sys.stderr)
     config = BridgeConfig.from_env().with_overrides(**{name: getattr(args, name) for name in _OVERRIDES})
     traces, logs = config.otlp("traces"), config.otlp("logs")
     return asyncio.run(serve(BridgeService(config, traces, logs)))
