@@ -1,7 +1,7 @@
 """The gRPC receiver: `/ray.rpc.events.EventAggregatorService/AddEvents`, as Ray's aggregator serves it.
 
 Events are never turned into full Python messages here. The request is read through two small
-"view" messages that are wire-compatible with AddEventsRequest: one sees each RayEvent as opaque
+"view" messages (add_events_views.proto) wire-compatible with AddEventsRequest: one sees each RayEvent as opaque
 bytes (so the buffer keeps the producer's exact bytes, unknown fields included), the other sees
 only each event's `event_type` number. Both parses run in C (upb); per event the receiver does no
 Python work beyond list building, about 0.3 us.
@@ -18,12 +18,12 @@ from collections import Counter
 from typing import Any, NoReturn, Protocol
 
 import grpc
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import DecodeError
 
 from ray_otel_events.events.registry import event_type_name
 from ray_otel_events.metrics import Counters
 from ray_otel_events.processors.event_buffer import BufferClosedError
+from ray_otel_events.protobuf.add_events_views_pb2 import RawAddEventsRequest, TypesAddEventsRequest
 from ray_otel_events.protobuf.events_event_aggregator_service_pb2 import TaskEventsMetadata
 
 logger = logging.getLogger(__name__)
@@ -44,39 +44,6 @@ MAX_MESSAGE_BYTES = 512 * 1024 * 1024
 _EMPTY_REPLY = b""  # AddEventsReply() serialized: Ray's aggregator always answers an empty reply
 
 
-def _build_views() -> tuple[type[Message], type[Message]]:
-    """AddEventsRequest seen as (a) opaque event bytes and (b) event type numbers only."""
-    f = descriptor_pb2.FieldDescriptorProto
-    fd = descriptor_pb2.FileDescriptorProto(
-        name="ray_otel_events/add_events_views.proto", package="ray_otel_events.views", syntax="proto3"
-    )
-
-    def message(name: str, *fields: tuple[str, int, int, str]) -> None:
-        msg = fd.message_type.add(name=name)
-        for field_name, number, ftype, type_name in fields:
-            label = f.LABEL_REPEATED if field_name == "events" else f.LABEL_OPTIONAL
-            added = msg.field.add(name=field_name, number=number, type=ftype, label=label)
-            if type_name:
-                added.type_name = type_name
-
-    # RayEventsData: events = 1 (repeated RayEvent), task_events_metadata = 2 (TaskEventsMetadata).
-    message("RawEventsData", ("events", 1, f.TYPE_BYTES, ""), ("task_events_metadata", 2, f.TYPE_BYTES, ""))
-    message("RawRequest", ("events_data", 1, f.TYPE_MESSAGE, ".ray_otel_events.views.RawEventsData"))
-    # RayEvent.event_type = 3 (an enum, varint on the wire: int32 keeps numbers we do not know).
-    message("EventTypeView", ("event_type", 3, f.TYPE_INT32, ""))
-    message("TypesEventsData", ("events", 1, f.TYPE_MESSAGE, ".ray_otel_events.views.EventTypeView"))
-    message("TypesRequest", ("events_data", 1, f.TYPE_MESSAGE, ".ray_otel_events.views.TypesEventsData"))
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fd)
-    return (
-        message_factory.GetMessageClass(pool.FindMessageTypeByName("ray_otel_events.views.RawRequest")),
-        message_factory.GetMessageClass(pool.FindMessageTypeByName("ray_otel_events.views.TypesRequest")),
-    )
-
-
-_RawRequest, _TypesRequest = _build_views()
-
-
 class ParsedRequest:
     __slots__ = ("dropped_task_attempts", "types", "wires")
 
@@ -92,8 +59,8 @@ def parse_add_events_request(data: bytes) -> ParsedRequest:
     Raises DecodeError if the request or an event's top-level framing is malformed; an event whose
     nested payload is malformed passes here and fails (counted) when a destination encodes it.
     """
-    raw: Any = _RawRequest.FromString(data)
-    view: Any = _TypesRequest.FromString(data)
+    raw = RawAddEventsRequest.FromString(data)
+    view = TypesAddEventsRequest.FromString(data)
     wires: list[bytes] = list(raw.events_data.events)
     types: list[int] = [e.event_type for e in view.events_data.events]
     dropped = 0
