@@ -1,7 +1,7 @@
 """The gRPC receiver: `/ray.rpc.events.EventAggregatorService/AddEvents`, as Ray's aggregator serves it.
 
 Events are never turned into full Python messages here. The request is read through two small
-"view" messages (add_events_views.proto) wire-compatible with AddEventsRequest: one sees each RayEvent as opaque
+"view" messages (add_events_views.proto) wire-compatible with AddEventsRequest: one sees each event as opaque
 bytes (so the buffer keeps the producer's exact bytes, unknown fields included), the other sees
 only each event's `event_type` number. Both parses run in C (upb); per event the receiver does no
 Python work beyond list building, about 0.3 us.
