@@ -36,12 +36,10 @@ class HttpJsonPublisherClient(PublisherClient[bytes]):
         self._session: aiohttp.ClientSession | None = None
 
     def prepare(self, batch: EventBatch) -> PreparedBatch[bytes]:
-        try:
-            return PreparedBatch(self._encoder.encode_serialized(batch.wires), batch.types)
-        except Exception:
-            pass
         # One bad event must not sink its batch: encode the others, count the bad ones as dropped.
         result = self._encoder.try_encode_serialized(batch.wires)
+        if not result.failures:
+            return PreparedBatch(result.json, batch.types)
         bad = {failure.index for failure in result.failures}
         for failure in result.failures:
             logger.warning(
