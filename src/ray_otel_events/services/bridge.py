@@ -249,9 +249,7 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
             more = f" (and {len(rejected) - MAX_REASONS} more)" if len(rejected) > MAX_REASONS else ""
             notes.append("; ".join(rejected[:MAX_REASONS]) + more)
         if dropped:
-            notes.append(
-                f"{dropped} {signal}s that are not Ray data were dropped (no --spans-export-addr)"
-            )
+            notes.append(f"{dropped} {signal}s that are not Ray data were dropped (no --spans-export-addr)")
         return ConsumeResult(rejected=len(rejected), message="; ".join(notes))
 
     # -- RayEvents in -> OTLP out --------------------------------------------------------------
