@@ -132,6 +132,7 @@ PUBLISHER_MAX_BACKOFF_S = _AGENT + "PUBLISHER_MAX_BACKOFF_SECONDS"
 PUBLISHER_JITTER_RATIO = _AGENT + "PUBLISHER_JITTER_RATIO"
 PUBLISHER_SEND_INTERVAL_S = _AGENT + "PUBLISHER_MAX_BUFFER_SEND_INTERVAL_SECONDS"
 SHUTDOWN_FLUSH_TIMEOUT_S = "RAY_OTEL_EVENTS_SHUTDOWN_FLUSH_TIMEOUT_SECONDS"
+ENCODER_PROCESSES = "RAY_OTEL_EVENTS_ENCODER_PROCESSES"
 
 # Ray 2.60's default HTTP list (profile events deliberately out).
 DEFAULT_EXPOSABLE_EVENT_TYPES: frozenset[int] = frozenset(
@@ -188,6 +189,7 @@ class AggregatorConfig:
     publisher_jitter_ratio: float = 0.1
     publisher_send_interval_s: float = 0.1
     shutdown_flush_timeout_s: float = 10.0
+    encoder_processes: int = 1
 
     @classmethod
     def from_env(cls, env: Environ | None = None) -> AggregatorConfig:
@@ -216,6 +218,7 @@ class AggregatorConfig:
                 env, PUBLISHER_SEND_INTERVAL_S, cls.publisher_send_interval_s
             ),
             shutdown_flush_timeout_s=env_float(env, SHUTDOWN_FLUSH_TIMEOUT_S, cls.shutdown_flush_timeout_s),
+            encoder_processes=env_int(env, ENCODER_PROCESSES, cls.encoder_processes),
         )
         cfg.validate()
         return cfg
@@ -258,11 +261,84 @@ class AggregatorConfig:
             self.shutdown_flush_timeout_s >= 0,
             f"{SHUTDOWN_FLUSH_TIMEOUT_S} must be >= 0, got {self.shutdown_flush_timeout_s}",
         )
+        _require(
+            0 <= self.encoder_processes <= 64,
+            f"{ENCODER_PROCESSES} must be 0 (encode on the event loop) to 64, got {self.encoder_processes}",
+        )
         if self.export_addr:
             _require(
                 self.export_addr.startswith(("http://", "https://")),
                 f"{EXPORT_ADDR}={self.export_addr!r}: expected an http:// or https:// URL",
             )
+
+
+# ---------------------------------------------------------------------------------------------
+# Tracing: the startup hooks and the span processor that turns task spans into RayEvents.
+# (The OTLP hook's exporter settings are the standard OTEL_* variables, read by the OTel SDK.)
+
+SPANS_DIR = "RAY_OTEL_EVENTS_SPANS_DIR"
+EVENT_LOGS = "RAY_OTEL_EVENTS_EVENT_LOGS"
+# Standard OTel names; the SDK exporters read the rest (endpoint, headers, timeout, compression).
+OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
+OTLP_TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+OTLP_LOGS_PROTOCOL = "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL"
+OTLP_PROTOCOLS = ("http/protobuf", "grpc")
+
+
+def otlp_protocol(env: Environ, signal_variable: str) -> str:
+    """The OTLP protocol for one signal: its own variable, else the general one, else http/protobuf
+    (the spec's default; the Python SDK's autoconfiguration alone defaults to grpc)."""
+    source = signal_variable if env.get(signal_variable, "").strip() else OTLP_PROTOCOL
+    value = env.get(source, "").strip().lower() or "http/protobuf"
+    _require(value in OTLP_PROTOCOLS, f"{source}={value!r}: expected one of {', '.join(OTLP_PROTOCOLS)}")
+    return value
+
+
+def parse_host_port(raw: str, source: str) -> str:
+    """`host:port` with a port in 1..65535 (IPv6 hosts in brackets), returned stripped."""
+    value = raw.strip()
+    host, sep, port = value.rpartition(":")
+    _require(bool(sep) and bool(host) and port.isdigit(), f"{source}={raw!r}: expected host:port")
+    _require(1 <= int(port) <= 65535, f"{source}={raw!r}: port must be 1..65535")
+    return value
+
+
+@dataclass(frozen=True)
+class TracingConfig:
+    spans_dir: str = "/tmp/spans"
+    aggregator_address: str = ""  # empty: events become log records only, no recorder
+    session_name: str = ""
+    node_id: bytes = b""  # empty: derived from the host name
+    event_logs: bool = True  # every lifecycle event also as an OTel log record
+    otlp_traces_protocol: str = "http/protobuf"
+    otlp_logs_protocol: str = "http/protobuf"
+
+    @classmethod
+    def from_env(cls, env: Environ | None = None) -> TracingConfig:
+        env = os.environ if env is None else env
+        aggregator = env.get(AGGREGATOR_ADDRESS, "").strip()
+        node_raw = env.get(NODE_ID, "").strip()
+        try:
+            node = bytes.fromhex(node_raw)
+        except ValueError:
+            raise ConfigError(f"{NODE_ID}={node_raw!r}: expected hex") from None
+        cfg = cls(
+            spans_dir=env.get(SPANS_DIR, "").strip() or cls.spans_dir,
+            aggregator_address=parse_host_port(aggregator, AGGREGATOR_ADDRESS) if aggregator else "",
+            session_name=env_str(env, SESSION_NAME, cls.session_name),
+            node_id=node,
+            event_logs=env_bool(env, EVENT_LOGS, cls.event_logs),
+            otlp_traces_protocol=otlp_protocol(env, OTLP_TRACES_PROTOCOL),
+            otlp_logs_protocol=otlp_protocol(env, OTLP_LOGS_PROTOCOL),
+        )
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        _require(
+            len(self.node_id) in (0, 28),
+            f"{NODE_ID} must be 28 bytes (56 hex digits), got {len(self.node_id)}",
+        )
 
 
 # ---------------------------------------------------------------------------------------------

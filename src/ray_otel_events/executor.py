@@ -1,0 +1,275 @@
+"""A ProcessPoolExecutor whose tasks are traced the way Ray traces remote functions.
+
+`TracedProcessPoolExecutor(tracing_startup_hook="module:attr", <every ProcessPoolExecutor argument>)`
+runs the hook once in the submitting process and once in each worker; each `submit` is a PRODUCER
+span `<module>.<func> ray.remote` whose context travels with the call (W3C, global propagator), and
+each execution a CONSUMER span `<module>.<func> ray.remote_worker`, its child, with Ray's `ray.*`
+attributes, so the task-event processor installed by our hooks turns them into task events exactly
+as it does for Ray's spans. A hook that fails in the submitting process raises HookError from the
+constructor; one that fails in a worker is reported once and the worker runs its tasks untraced.
+Exceptions reach the caller as ProcessPoolExecutor delivers them: same type, same args, the remote
+traceback attached as `__cause__`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import itertools
+import multiprocessing.util
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing.context import BaseContext
+from typing import Any, ParamSpec, TypeVar
+
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
+
+from ray_otel_events.config import ConfigError, TracingConfig
+from ray_otel_events.events import ids
+from ray_otel_events.events.builders import TaskStatus
+from ray_otel_events.otel import semconv
+from ray_otel_events.otel.task_spans import FUNCTION, derive_task_id
+from ray_otel_events.tracing.hooks import run_hook_once
+from ray_otel_events.tracing.propagation import attached, inject_current
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_STATE_NAMES = {value: name for name, value in TaskStatus.items()}
+
+
+@dataclass(frozen=True)
+class _ProcessIdentity:
+    """The Ray-style identity of this process: pid, node, worker id and its own job id."""
+
+    pid: int
+    node_hex: str
+    worker_hex: str
+    job_hex: str
+
+
+_identity: _ProcessIdentity | None = None
+# (derived task id hex, job hex) of the task this process is executing, for nested submissions.
+_running_task: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+    "ray_otel_events_running_task", default=None
+)
+
+
+def _process_identity() -> _ProcessIdentity:
+    """Made once per process (a forked child makes its own): the job of a top-level submitter is
+    derived from its pid, so tasks of one submitting process share one job id."""
+    global _identity
+    pid = os.getpid()
+    if _identity is None or _identity.pid != pid:
+        try:
+            node = TracingConfig.from_env().node_id
+        except ConfigError:
+            node = b""
+        _identity = _ProcessIdentity(
+            pid=pid,
+            node_hex=(node or ids.node_id_for_host(os.uname().nodename)).hex(),
+            worker_hex=ids.new_unique_id().hex(),
+            job_hex=ids.job_id(pid & 0xFFFFFFFF).hex(),
+        )
+    return _identity
+
+
+def function_name(fn: Callable[..., Any]) -> str:
+    """`<module>.<name>` as Ray names remote functions (partials are named after what they wrap)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    module = getattr(fn, "__module__", None) or type(fn).__module__
+    name = getattr(fn, "__name__", None) or type(fn).__name__
+    return f"{module}.{name}"
+
+
+def _base_attributes(identity: _ProcessIdentity, function: str, job_hex: str) -> dict[str, Any]:
+    return {
+        semconv.RAY_REMOTE: FUNCTION,
+        semconv.RAY_FUNCTION: function,
+        semconv.RAY_PID: str(identity.pid),
+        semconv.RAY_JOB_ID: job_hex,
+        semconv.RAY_NODE_ID: identity.node_hex,
+        semconv.RAY_WORKER_ID: identity.worker_hex,
+        semconv.PRODUCER_ATTR: "executor",
+    }
+
+
+def _state_event(span: trace.Span, state: int, timestamp_ns: int) -> None:
+    name = _STATE_NAMES[state]
+    span.add_event(name, {semconv.RAY_STATE: name}, timestamp=timestamp_ns)
+
+
+@dataclass(frozen=True)
+class _TracedCall:
+    """What travels to the worker with each call besides fn/args: name, job and trace context."""
+
+    name: str
+    job_hex: str
+    carrier: dict[str, str]
+
+
+def _run_traced(call: _TracedCall, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+    """Executes one task in a worker inside its CONSUMER span (child of the submitter's span)."""
+    identity = _process_identity()
+    tracer = trace.get_tracer(semconv.INSTRUMENTATION_SCOPE)
+    with attached(call.carrier):
+        parent = trace.get_current_span().get_span_context()
+        attributes = _base_attributes(identity, call.name, call.job_hex)
+        task_hex = ""
+        if parent.is_valid:
+            job = bytes.fromhex(call.job_hex)
+            task_hex = derive_task_id(parent.trace_id, parent.span_id, ids.nil_actor_id(job)).hex()
+            attributes[semconv.RAY_TASK_ID] = task_hex
+        with tracer.start_as_current_span(
+            call.name + semconv.EXECUTE_SUFFIX, kind=SpanKind.CONSUMER, attributes=attributes
+        ) as span:
+            if span.is_recording():
+                _state_event(span, TaskStatus.RUNNING, time.time_ns())
+            token = _running_task.set((task_hex, call.job_hex)) if task_hex else None
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException:
+                if span.is_recording():
+                    _state_event(span, TaskStatus.FAILED, time.time_ns())
+                raise
+            finally:
+                if token is not None:
+                    _running_task.reset(token)
+            if span.is_recording():
+                _state_event(span, TaskStatus.FINISHED, time.time_ns())
+            return result
+
+
+def _run_chunk(fn: Callable[..., R], chunk: list[tuple[Any, ...]]) -> list[R]:
+    return [fn(*args) for args in chunk]
+
+
+def _flush_global_providers() -> None:
+    """Flush whatever SDK providers the hook installed, ours or not (batch processors included)."""
+    from opentelemetry import _logs
+
+    from ray_otel_events.tracing.install import flush_at_exit
+
+    flush_at_exit()
+    for provider in (trace.get_tracer_provider(), _logs.get_logger_provider()):
+        force_flush = getattr(provider, "force_flush", None)
+        if callable(force_flush):
+            with contextlib.suppress(Exception):  # exiting anyway; exporters report their own errors
+                force_flush(10_000)
+
+
+def _init_worker(
+    hook: str | None, initializer: Callable[..., object] | None, initargs: tuple[Any, ...]
+) -> None:
+    """Worker start: the hook (failures reported, never fatal), exit flush, then the user's initializer."""
+    if hook is not None:
+        run_hook_once(hook)
+    # Pool workers end with os._exit, which skips atexit; multiprocessing runs its finalizers first.
+    multiprocessing.util.Finalize(None, _flush_global_providers, exitpriority=90)
+    if initializer is not None:
+        initializer(*initargs)
+
+
+class _ReplacingProcessPoolExecutor(ProcessPoolExecutor):
+    """CPython gh-115634 (3.11 up to the fix): after a worker exits at `max_tasks_per_child`, the
+    pool may take a stale idle token for a live worker, never start a replacement, and hang. The
+    fix (`_replace_dead_worker`, 3.13.x+) replaces exited workers without consulting the token; this
+    does the same on Pythons that lack it. Only the manager thread replaces exited workers."""
+
+    def _adjust_process_count(self) -> None:
+        if threading.current_thread() is getattr(self, "_executor_manager_thread", None):
+            if len(self._processes) < self._max_workers:  # type: ignore[attr-defined]
+                self._spawn_process()  # type: ignore[attr-defined]
+            return
+        super()._adjust_process_count()
+
+
+_POOL_CLASS: type[ProcessPoolExecutor] = (
+    ProcessPoolExecutor
+    if hasattr(ProcessPoolExecutor, "_replace_dead_worker")
+    else _ReplacingProcessPoolExecutor
+)
+
+
+class TracedProcessPoolExecutor(Executor):
+    """ProcessPoolExecutor + Ray-style PRODUCER/CONSUMER spans and a tracing startup hook."""
+
+    def __init__(
+        self,
+        max_workers: int | None = None,
+        mp_context: BaseContext | None = None,
+        initializer: Callable[..., object] | None = None,
+        initargs: tuple[Any, ...] = (),
+        *,
+        max_tasks_per_child: int | None = None,
+        tracing_startup_hook: str | None = None,
+    ) -> None:
+        self.tracing_startup_hook = tracing_startup_hook
+        if tracing_startup_hook is not None:
+            run_hook_once(tracing_startup_hook, raise_errors=True)
+        pool_class = _POOL_CLASS if max_tasks_per_child is not None else ProcessPoolExecutor
+        self._pool = pool_class(
+            max_workers,
+            mp_context,
+            _init_worker,
+            (tracing_startup_hook, initializer, initargs),
+            max_tasks_per_child=max_tasks_per_child,
+        )
+        self._tracer = trace.get_tracer(semconv.INSTRUMENTATION_SCOPE)
+
+    def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
+        return self._submit_named(function_name(fn), fn, args, kwargs)
+
+    def _submit_named(
+        self, name: str, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Future[R]:
+        identity = _process_identity()
+        running = _running_task.get()
+        attributes = _base_attributes(identity, name, running[1] if running else identity.job_hex)
+        if running is not None:
+            attributes[semconv.RAY_TASK_ID] = running[0]  # as Ray: the submitting task's id
+        with self._tracer.start_as_current_span(
+            name + semconv.SUBMIT_SUFFIX, kind=SpanKind.PRODUCER, attributes=attributes
+        ):
+            call = _TracedCall(name, attributes[semconv.RAY_JOB_ID], inject_current())
+            return self._pool.submit(_run_traced, call, fn, args, kwargs)
+
+    def map(
+        self,
+        fn: Callable[..., R],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        chunksize: int = 1,
+    ) -> Iterator[R]:
+        """As ProcessPoolExecutor.map; with chunksize > 1 each chunk is one traced task."""
+        if chunksize < 1:
+            raise ValueError("chunksize must be >= 1.")
+        if chunksize == 1:
+            return super().map(fn, *iterables, timeout=timeout)
+        name = function_name(fn)
+        zipped = zip(*iterables, strict=False)
+        chunks = iter(lambda: list(itertools.islice(zipped, chunksize)), [])
+        futures = [self._submit_named(name, _run_chunk, (fn, chunk), {}) for chunk in chunks]
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def results() -> Iterator[R]:
+            try:
+                futures.reverse()
+                while futures:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    yield from futures.pop().result(remaining)
+            finally:
+                for future in futures:
+                    future.cancel()
+
+        return results()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)

@@ -1,0 +1,115 @@
+"""A queue drained in batches by one background thread, so span hooks cost an append.
+
+Span processors run on the thread that ends a span, i.e. inside task submission. Everything slow
+(JSON, protobuf, file writes, log records) is handed to `BatchingQueue.append` and done shortly
+after on a daemon thread, in batches (the linger lets a burst collect). `flush()` drains on the
+calling thread, which is what exit hooks and `force_flush` use. When the queue reaches its bound
+the appending thread drains it itself: back-pressure rather than loss. After a fork the child gets
+an empty queue and a new thread on first use: what the parent queued is the parent's to handle.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+logger = logging.getLogger("ray_otel_events.tracing")
+
+T = TypeVar("T")
+
+
+def _reinit_after_fork(ref: weakref.ref[BatchingQueue[Any]]) -> None:
+    queue = ref()
+    if queue is not None:
+        queue._after_fork_in_child()
+
+
+class BatchingQueue(Generic[T]):
+    """Calls `handle(batch)` with queued items, in order, from one thread at a time."""
+
+    def __init__(
+        self,
+        handle: Callable[[list[T]], None],
+        *,
+        name: str,
+        linger_s: float = 0.05,
+        max_pending: int = 10_000,
+    ) -> None:
+        self.handle = handle
+        self.name = name
+        self.linger_s = linger_s
+        self.max_pending = max_pending
+        self._closed = False
+        self._init_process_state()
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _reinit_after_fork(ref))
+
+    def _init_process_state(self) -> None:
+        self._items: collections.deque[T] = collections.deque()
+        self._wake = threading.Event()
+        self._drain_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def _after_fork_in_child(self) -> None:
+        self._init_process_state()
+
+    def append(self, item: T) -> bool:
+        """Queue one item; False (item not taken) once closed."""
+        if self._closed:
+            return False
+        self._items.append(item)
+        if len(self._items) >= self.max_pending:
+            self.flush()
+        elif self._thread is None:
+            self._start_thread()
+        elif not self._wake.is_set():
+            self._wake.set()
+        return True
+
+    def _start_thread(self) -> None:
+        with self._drain_lock:
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def _run(self) -> None:
+        wake = self._wake
+        while True:
+            wake.wait()
+            if self._closed:
+                return
+            if self.linger_s:
+                time.sleep(self.linger_s)
+            wake.clear()
+            self.flush()
+
+    def flush(self) -> None:
+        """Handle everything queued, on this thread."""
+        with self._drain_lock:
+            items = self._items
+            batch: list[T] = []
+            while items:
+                batch.append(items.popleft())
+            if not batch:
+                return
+            try:
+                self.handle(batch)
+            except Exception:  # a failing handler must not kill the thread or the caller
+                logger.exception("ray_otel_events: %s failed on a batch of %d", self.name, len(batch))
+
+    def pending(self) -> int:
+        return len(self._items)
+
+    def close(self) -> None:
+        """Handle what is queued, then refuse new items and stop the thread."""
+        self.flush()
+        self._closed = True
+        self._wake.set()
+        self.flush()  # anything appended between the two checks

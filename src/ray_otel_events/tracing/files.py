@@ -1,0 +1,150 @@
+"""Spans and log records appended as JSON lines to `<dir>/<pid><suffix>`, off the caller's thread.
+
+Ray's bundled hook writes each span synchronously (SimpleSpanProcessor + ConsoleSpanExporter), which
+puts JSON encoding and a write(2) on every task submission. Here `on_end` only queues the span; a
+background thread formats and appends in batches shortly after, `force_flush` writes everything now,
+and the installation flushes at interpreter exit and at multiprocessing child exit (which ends with
+`os._exit`, skipping atexit), so a worker's last spans are on disk before it is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from opentelemetry.context import Context
+from opentelemetry.sdk._logs import LogRecordProcessor, ReadWriteLogRecord
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+
+from ray_otel_events.otel.span_json import log_record_to_json_line, span_to_json_line
+from ray_otel_events.tracing.background import BatchingQueue
+
+logger = logging.getLogger("ray_otel_events.tracing")
+
+SPAN_FILE_SUFFIX = ".json"
+LOG_FILE_SUFFIX = ".logs.jsonl"
+
+T = TypeVar("T")
+
+
+class LineFileWriter(Generic[T]):
+    """Appends `format_line(item)` lines to `<directory>/<pid><suffix>`, batched in the background.
+
+    The file is opened for append on first write, per process, so a forked child writes its own
+    file. Failures are reported once per process and counted in `failed`; `written` counts lines
+    on disk.
+    """
+
+    def __init__(
+        self, directory: str, suffix: str, format_line: Callable[[T], str], *, linger_s: float = 0.05
+    ) -> None:
+        self.directory = directory
+        self.suffix = suffix
+        self.format_line = format_line
+        self.written = 0
+        self.failed = 0
+        self._fd: int | None = None
+        self._fd_pid = -1
+        self._reported_pid = -1
+        self.queue: BatchingQueue[T] = BatchingQueue(
+            self._write_batch, name="ray_otel_events.files", linger_s=linger_s
+        )
+
+    @property
+    def path(self) -> str:
+        """This process's file (whether or not written yet)."""
+        return os.path.join(self.directory, f"{os.getpid()}{self.suffix}")
+
+    def append(self, item: T) -> None:
+        if not self.queue.append(item):
+            self.failed += 1
+
+    def flush(self) -> bool:
+        failed = self.failed
+        self.queue.flush()
+        return self.failed == failed
+
+    def close(self) -> bool:
+        failed = self.failed
+        self.queue.close()
+        if self._fd is not None and self._fd_pid == os.getpid():
+            os.close(self._fd)
+        self._fd = None
+        return self.failed == failed
+
+    def _write_batch(self, items: list[T]) -> None:
+        lines = []
+        for item in items:
+            try:
+                lines.append(self.format_line(item))
+            except Exception as exc:  # one bad item must not cost the batch
+                self.failed += 1
+                self._report(f"cannot format {type(item).__name__}: {exc!r}")
+        if not lines:
+            return
+        data = ("\n".join(lines) + "\n").encode()
+        try:
+            fd = self._open()
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError as exc:
+            self.failed += len(lines)
+            self._report(f"cannot write {self.path}: {exc}")
+            return
+        self.written += len(lines)
+
+    def _open(self) -> int:
+        pid = os.getpid()
+        if self._fd is None or self._fd_pid != pid:
+            os.makedirs(self.directory, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._fd_pid = pid
+        return self._fd
+
+    def _report(self, message: str) -> None:
+        if self._reported_pid != os.getpid():
+            self._reported_pid = os.getpid()
+            logger.error("ray_otel_events: %s (reported once per process)", message)
+
+
+class SpanFileProcessor(SpanProcessor):
+    """Ended spans as `ReadableSpan.to_json(indent=None)` lines in `<directory>/<pid>.json`."""
+
+    def __init__(self, directory: str, *, suffix: str = SPAN_FILE_SUFFIX, linger_s: float = 0.05) -> None:
+        self.writer: LineFileWriter[ReadableSpan] = LineFileWriter(
+            directory, suffix, span_to_json_line, linger_s=linger_s
+        )
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        return None
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.context is not None and span.context.trace_flags.sampled:
+            self.writer.append(span)
+
+    def shutdown(self) -> None:
+        self.writer.close()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.writer.flush()
+
+
+class LogRecordFileProcessor(LogRecordProcessor):
+    """Log records as `ReadableLogRecord.to_json(indent=None)` lines in `<directory>/<pid>.logs.jsonl`."""
+
+    def __init__(self, directory: str, *, suffix: str = LOG_FILE_SUFFIX, linger_s: float = 0.05) -> None:
+        self.writer: LineFileWriter[ReadWriteLogRecord] = LineFileWriter(
+            directory, suffix, log_record_to_json_line, linger_s=linger_s
+        )
+
+    def on_emit(self, log_record: ReadWriteLogRecord) -> None:
+        self.writer.append(log_record)
+
+    def shutdown(self) -> None:
+        self.writer.close()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.writer.flush()

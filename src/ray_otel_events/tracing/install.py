@@ -1,0 +1,171 @@
+"""One tracing installation per process: providers, the event side, and flushing at exit.
+
+`install_tracing` is the building block both bundled hooks use, and a user's own hook can too: give
+it the span processors (where spans go) and log record processors (where event log records go); it
+adds the task-event processor in front (spans -> RayEvents -> recorder and log records), sets the
+global providers, and makes sure everything is flushed when the process ends, including a
+multiprocessing child ending with `os._exit` (atexit does not run there; multiprocessing's own
+finalizers do).
+
+Once per process: a second call returns the existing installation. A forked child inherits its
+parent's installation; every component re-initialises itself after fork (own files, own queues,
+own gRPC channel), and the first call in the child adopts it: restarts the recorder thread and
+registers the child's exit flush.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import multiprocessing.util
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from opentelemetry import _logs, trace
+from opentelemetry.sdk._logs import LoggerProvider, LogRecordProcessor
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+
+from ray_otel_events.config import RecorderConfig, TracingConfig
+from ray_otel_events.events.builders import EventFactory
+from ray_otel_events.otel import semconv
+from ray_otel_events.producer.aggregator_client import GrpcAggregatorExporter
+from ray_otel_events.producer.recorder import RayEventRecorder
+from ray_otel_events.tracing.task_events import (
+    EventLogEmitter,
+    EventSink,
+    RecorderSink,
+    TaskEventSpanProcessor,
+)
+
+logger = logging.getLogger("ray_otel_events.tracing")
+
+EXIT_FLUSH_TIMEOUT_S = 10.0
+
+
+@dataclass
+class TracingInstallation:
+    """What `install_tracing` set up in this process."""
+
+    config: TracingConfig
+    tracer_provider: TracerProvider
+    logger_provider: LoggerProvider | None
+    task_events: TaskEventSpanProcessor | None
+    recorder: RayEventRecorder | None
+    pid: int = field(default_factory=os.getpid)
+
+    def flush(self, timeout_s: float = EXIT_FLUSH_TIMEOUT_S) -> bool:
+        """Spans -> events -> recorder and log records, then every exporter; True if all flushed."""
+        millis = int(timeout_s * 1000)
+        ok = self.tracer_provider.force_flush(millis)  # the task-event processor runs first
+        if self.logger_provider is not None:
+            ok = self.logger_provider.force_flush(millis) and ok
+        return ok
+
+
+_lock = threading.RLock()
+_installation: TracingInstallation | None = None
+_exit_registered_pid = -1
+
+
+def current_installation() -> TracingInstallation | None:
+    """The installation of this process (or inherited from its fork parent), if any."""
+    return _installation
+
+
+def recorder_from_config(config: TracingConfig) -> RayEventRecorder | None:
+    """A started recorder exporting to `RAY_OTEL_EVENTS_AGGREGATOR_ADDRESS`, or None when unset."""
+    if not config.aggregator_address:
+        return None
+    recorder_config = RecorderConfig.from_env()
+    recorder = RayEventRecorder(
+        GrpcAggregatorExporter(config.aggregator_address, timeout_s=recorder_config.rpc_timeout_s),
+        config=recorder_config,
+        node_id=config.node_id or None,
+    )
+    recorder.start()
+    return recorder
+
+
+def _tracer_provider(resource: Resource) -> TracerProvider:
+    """The global SDK provider if someone already set one (we add to it), else a new global one."""
+    existing = trace.get_tracer_provider()
+    if isinstance(existing, TracerProvider):
+        return existing
+    provider = TracerProvider(resource=resource)
+    trace.set_tracer_provider(provider)
+    return provider
+
+
+def install_tracing(
+    span_processors: Sequence[SpanProcessor] = (),
+    log_processors: Sequence[LogRecordProcessor] = (),
+    *,
+    config: TracingConfig | None = None,
+    resource: Resource | None = None,
+) -> TracingInstallation:
+    """Install tracing and the event side in this process (idempotent; see the module doc)."""
+    global _installation
+    with _lock:
+        if _installation is not None:
+            if _installation.pid != os.getpid():
+                _adopt_after_fork(_installation)
+            return _installation
+        config = config if config is not None else TracingConfig.from_env()
+        resource = resource if resource is not None else Resource.create()
+        tracer_provider = _tracer_provider(resource)
+        recorder = recorder_from_config(config)
+        sinks: list[EventSink] = [] if recorder is None else [RecorderSink(recorder)]
+        logger_provider: LoggerProvider | None = None
+        if log_processors:
+            logger_provider = LoggerProvider(resource=resource)
+            for log_processor in log_processors:
+                logger_provider.add_log_record_processor(log_processor)
+            if not isinstance(_logs.get_logger_provider(), LoggerProvider):
+                _logs.set_logger_provider(logger_provider)
+            if config.event_logs:
+                sinks.append(EventLogEmitter(logger_provider.get_logger(semconv.INSTRUMENTATION_SCOPE)))
+        task_events: TaskEventSpanProcessor | None = None
+        if sinks:
+            task_events = TaskEventSpanProcessor(
+                sinks, factory=EventFactory(session_name=config.session_name)
+            )
+            tracer_provider.add_span_processor(task_events)
+        for span_processor in span_processors:
+            tracer_provider.add_span_processor(span_processor)
+        _installation = TracingInstallation(config, tracer_provider, logger_provider, task_events, recorder)
+        _register_exit_flush()
+        return _installation
+
+
+def _adopt_after_fork(installation: TracingInstallation) -> None:
+    installation.pid = os.getpid()
+    if installation.recorder is not None:
+        installation.recorder.start()  # its thread did not survive the fork
+    _register_exit_flush()
+
+
+def flush_at_exit() -> None:
+    """Flush this process's installation (bounded); safe to call more than once."""
+    installation = _installation
+    if installation is None or installation.pid != os.getpid():
+        return
+    try:
+        if not installation.flush(EXIT_FLUSH_TIMEOUT_S):
+            logger.warning("ray_otel_events: not everything could be flushed at exit (pid %d)", os.getpid())
+    except Exception:
+        logger.exception("ray_otel_events: flush at exit failed (pid %d)", os.getpid())
+
+
+def _register_exit_flush() -> None:
+    """atexit for normal interpreter exit, a multiprocessing finalizer for children ending in os._exit."""
+    global _exit_registered_pid
+    pid = os.getpid()
+    if _exit_registered_pid == pid:
+        return
+    if _exit_registered_pid == -1:
+        atexit.register(flush_at_exit)  # inherited by forked children; it checks the pid
+    multiprocessing.util.Finalize(None, flush_at_exit, exitpriority=100)
+    _exit_registered_pid = pid

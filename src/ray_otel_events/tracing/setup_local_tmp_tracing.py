@@ -1,0 +1,35 @@
+"""Startup hook: spans to `/tmp/spans/<pid>.json` (one JSON line each), events as log records next to them.
+
+    ray start --head --tracing-startup-hook=ray_otel_events.tracing.setup_local_tmp_tracing:setup_tracing
+
+Same line format as Ray's bundled hook (`ReadableSpan.to_json(indent=None)`), but appended rather
+than truncated, written off the submitting thread, and flushed when a process ends (including
+multiprocessing children, which end with `os._exit`). The folder is `RAY_OTEL_EVENTS_SPANS_DIR`.
+Task and actor spans also become RayEvents: log records in `<pid>.logs.jsonl`, and, when
+`RAY_OTEL_EVENTS_AGGREGATOR_ADDRESS` is set, native events sent to that aggregator. The hook never
+raises: a problem is reported once and the process runs on.
+"""
+
+from __future__ import annotations
+
+from ray_otel_events.config import TracingConfig
+from ray_otel_events.tracing.files import LogRecordFileProcessor, SpanFileProcessor
+from ray_otel_events.tracing.install import current_installation, install_tracing
+from ray_otel_events.tracing.report import report_setup_failure
+
+HOOK = "ray_otel_events.tracing.setup_local_tmp_tracing:setup_tracing"
+
+
+def setup_tracing() -> None:
+    try:
+        if current_installation() is not None:
+            install_tracing()  # already installed here or in the fork parent: adopt it
+            return
+        config = TracingConfig.from_env()
+        install_tracing(
+            [SpanFileProcessor(config.spans_dir)],
+            [LogRecordFileProcessor(config.spans_dir)] if config.event_logs else [],
+            config=config,
+        )
+    except Exception as exc:  # a hook must never take its process down
+        report_setup_failure(HOOK, exc)

@@ -1,0 +1,39 @@
+"""Startup hook: spans and event log records over OTLP to a Collector or Jaeger.
+
+    ray start --head --tracing-startup-hook=ray_otel_events.tracing.setup_otlp_tracing:setup_tracing
+
+Configured only by the standard variables, read by the OpenTelemetry SDK: OTEL_EXPORTER_OTLP_ENDPOINT
+(or the per-signal _TRACES_/_LOGS_ forms), _HEADERS, _TIMEOUT, _COMPRESSION, OTEL_SERVICE_NAME,
+OTEL_RESOURCE_ATTRIBUTES, OTEL_BSP_*/OTEL_BLRP_*; and OTEL_EXPORTER_OTLP_PROTOCOL (`http/protobuf`,
+the default, or `grpc`). Batches are flushed when a process ends, including multiprocessing children.
+The hook never raises: a problem is reported once and the process runs on.
+"""
+
+from __future__ import annotations
+
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from ray_otel_events.config import TracingConfig
+from ray_otel_events.tracing.install import current_installation, install_tracing
+from ray_otel_events.tracing.otlp import otlp_log_exporter, otlp_span_exporter
+from ray_otel_events.tracing.report import report_setup_failure
+
+HOOK = "ray_otel_events.tracing.setup_otlp_tracing:setup_tracing"
+
+
+def setup_tracing() -> None:
+    try:
+        if current_installation() is not None:
+            install_tracing()  # already installed here or in the fork parent: adopt it
+            return
+        config = TracingConfig.from_env()
+        install_tracing(
+            [BatchSpanProcessor(otlp_span_exporter(config.otlp_traces_protocol))],
+            [BatchLogRecordProcessor(otlp_log_exporter(config.otlp_logs_protocol))]
+            if config.event_logs
+            else [],
+            config=config,
+        )
+    except Exception as exc:  # a hook must never take its process down
+        report_setup_failure(HOOK, exc)

@@ -1,0 +1,158 @@
+"""The span processor that turns task and actor spans into RayEvents and OTel log records.
+
+`on_start`/`on_end` only queue the span (a deque append); a background thread maps spans to events
+(`otel.task_spans`) and hands each event to the sinks: a `RayEventRecorder`, which merges per
+(entity id, event type) and exports to an aggregator exactly as for native events, and an
+`EventLogEmitter`, which emits the event as an OTel log record carrying the span's trace and span
+ids. `force_flush` maps everything queued on the calling thread (exit hooks use it).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Protocol
+
+from opentelemetry import trace
+from opentelemetry._logs import Logger, SeverityNumber
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import NonRecordingSpan, SpanContext
+
+from ray_otel_events.events.builders import EventFactory
+from ray_otel_events.metrics import Counters
+from ray_otel_events.otel import semconv
+from ray_otel_events.otel.log_records import to_log_record
+from ray_otel_events.otel.task_spans import EXECUTE, SUBMIT, TaskSpanEvents, UnmappableSpan, task_role
+from ray_otel_events.producer.recorder import RayEventRecorder
+from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+from ray_otel_events.tracing.background import BatchingQueue
+
+logger = logging.getLogger("ray_otel_events.tracing")
+
+_STARTED = 0
+_ENDED = 1
+
+
+class EventSink(Protocol):
+    """Where the events made from spans go; called from the processor's background thread."""
+
+    def consume(self, events: list[tuple[RayEvent, SpanContext]]) -> None: ...
+
+    def flush(self, timeout_s: float) -> bool: ...
+
+
+class RecorderSink:
+    """Hands events to a RayEventRecorder (which merges, batches and exports them)."""
+
+    def __init__(self, recorder: RayEventRecorder) -> None:
+        self.recorder = recorder
+
+    def consume(self, events: list[tuple[RayEvent, SpanContext]]) -> None:
+        self.recorder.add_many(event for event, _ in events)
+
+    def flush(self, timeout_s: float) -> bool:
+        limit = self.recorder.config.shutdown_flush_timeout_ms / 1000
+        return self.recorder.flush(min(timeout_s, limit))
+
+
+class EventLogEmitter:
+    """Emits each event as an OTel log record in the context of its span (trace and span ids set)."""
+
+    def __init__(self, otel_logger: Logger) -> None:
+        self.logger = otel_logger
+
+    def consume(self, events: list[tuple[RayEvent, SpanContext]]) -> None:
+        now = time.time_ns()
+        for event, span_context in events:
+            fields = to_log_record(event)
+            attributes = dict(fields.attributes)
+            attributes[semconv.PRODUCER_ATTR] = "task_event_span_processor"
+            self.logger.emit(
+                timestamp=fields.timestamp_ns,
+                observed_timestamp=now,
+                context=trace.set_span_in_context(NonRecordingSpan(span_context), Context()),
+                severity_number=SeverityNumber(fields.severity_number),
+                severity_text=fields.severity_text or None,
+                body=fields.body,
+                attributes=attributes,
+                event_name=fields.event_name,
+            )
+
+    def flush(self, timeout_s: float) -> bool:
+        return True  # the logger provider is flushed by its owner
+
+
+class TaskEventSpanProcessor(SpanProcessor):
+    """Watches task/actor spans (Ray's and ours) and feeds the RayEvents they imply to sinks."""
+
+    def __init__(
+        self,
+        sinks: list[EventSink],
+        *,
+        factory: EventFactory | None = None,
+        linger_s: float = 0.05,
+    ) -> None:
+        self.sinks = list(sinks)
+        self.mapper = TaskSpanEvents(factory if factory is not None else EventFactory())
+        self.counters = Counters("task_event_span_processor")
+        self.queue: BatchingQueue[tuple[int, Any]] = BatchingQueue(
+            self._handle, name="ray_otel_events.task_events", linger_s=linger_s
+        )
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        if span.name.endswith(semconv.EXECUTE_SUFFIX):
+            self.queue.append((_STARTED, span))
+
+    def on_end(self, span: ReadableSpan) -> None:
+        name = span.name
+        if name.endswith(semconv.EXECUTE_SUFFIX) or name.endswith(semconv.SUBMIT_SUFFIX):
+            self.queue.append((_ENDED, span))
+
+    def _handle(self, batch: list[tuple[int, Any]]) -> None:
+        events: list[tuple[RayEvent, SpanContext]] = []
+        mapper = self.mapper
+        for phase, span in batch:
+            try:
+                produced = mapper.started(span) if phase == _STARTED else mapper.ended(span)
+            except UnmappableSpan as exc:
+                self.counters.add("unmapped_spans", 1)
+                logger.debug("ray_otel_events: span %r not mapped: %s", span.name, exc)
+                continue
+            if produced:
+                role = task_role(span)
+                self.counters.add(
+                    "mapped_spans", 1, role=role or "", phase="start" if phase == _STARTED else "end"
+                )
+            events.extend((item.event, item.span_context) for item in produced)
+        if not events:
+            return
+        self.counters.add("events", len(events))
+        for sink in self.sinks:
+            try:
+                sink.consume(events)
+            except Exception:
+                self.counters.add("sink_errors", 1, sink=type(sink).__name__)
+                logger.exception("ray_otel_events: event sink %s failed", type(sink).__name__)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        self.queue.flush()
+        ok = True
+        for sink in self.sinks:
+            ok = sink.flush(timeout_millis / 1000) and ok
+        return ok
+
+    def shutdown(self) -> None:
+        self.queue.close()
+
+    def stats(self) -> dict[str, Any]:
+        c = self.counters
+        return {
+            "mapped_spans": c.get("mapped_spans"),
+            "submit_spans": c.get("mapped_spans", role=SUBMIT, phase="end"),
+            "execute_spans": c.get("mapped_spans", role=EXECUTE, phase="end"),
+            "unmapped_spans": c.get("unmapped_spans"),
+            "events": c.get("events"),
+            "sink_errors": c.get("sink_errors"),
+            "pending": self.queue.pending(),
+        }
