@@ -28,11 +28,11 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
+from ray_otel_events.encoding.ray_json_decode import decode_event
 from ray_otel_events.events import ids
 from ray_otel_events.events.builders import EventFactory
 from ray_otel_events.events.registry import REGISTRY, entity_key, event_type_name, merge_into
 from ray_otel_events.otel import semconv
-from ray_otel_events.otel.log_records import from_log_body
 from ray_otel_events.otel.plain_records import any_value_to_python, attributes_to_dict
 from ray_otel_events.otel.task_spans import TaskSpanEvents, UnmappableSpan
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
@@ -67,7 +67,8 @@ def ray_event_from_log_record(record: LogRecord) -> RayEvent:
     if record.body.WhichOneof("value") != "kvlist_value":
         raise NotARayEventError(f"log record {name!r}: body is not a RayEvent object (expected a kvlist)")
     try:
-        event = from_log_body(any_value_to_python(record.body))
+        # log_records.from_log_body's rule (strict protobuf JSON mapping), by the fast decoder.
+        event = decode_event(any_value_to_python(record.body))
     except json_format.ParseError as exc:
         raise NotARayEventError(f"log record {name!r}: body is not a RayEvent: {exc}") from None
     expected = semconv.event_name_for(event_type_name(event.event_type))

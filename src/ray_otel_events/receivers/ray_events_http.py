@@ -22,6 +22,7 @@ import orjson
 from aiohttp import web
 from google.protobuf import json_format
 
+from ray_otel_events.encoding.ray_json_decode import decode_event
 from ray_otel_events.metrics import Counters
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.receivers.http_body import BodyError, media_type, read_body
@@ -50,7 +51,7 @@ def parse_event(item: Any) -> RayEvent:
     if not isinstance(item, dict):
         raise ValueError(f"expected a RayEvent object, got {type(item).__name__}")
     try:
-        event = json_format.ParseDict(item, RayEvent(), ignore_unknown_fields=True)
+        event = decode_event(item, ignore_unknown_fields=True)
     except json_format.ParseError as exc:
         raise ValueError(str(exc)) from None
     if event.event_type == RayEvent.EventType.EVENT_TYPE_UNSPECIFIED:
