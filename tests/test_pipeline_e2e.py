@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.helpers.agg_procs import CliServer, clean_env, read_jsonl, wait_for_lines
+from helpers.agg_procs import CliServer, clean_env, read_jsonl, wait_for_lines
 
 PRODUCER = Path(__file__).parent / "helpers" / "record_events.py"
 

@@ -7,11 +7,13 @@ a total timeout per request. Success is a 2xx status (redirects are not followed
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import aiohttp
 
-from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
+from ray_otel_events.encoding.process_pool import EncoderProcessPool
+from ray_otel_events.encoding.ray_json import EncodeResult, RayEventJsonEncoder
 from ray_otel_events.exporters.publisher import PreparedBatch, PublisherClient
 from ray_otel_events.processors.event_buffer import EventBatch
 
@@ -29,15 +31,32 @@ class HttpStatusError(RuntimeError):
 
 
 class HttpJsonPublisherClient(PublisherClient[bytes]):
-    def __init__(self, url: str, encoder: RayEventJsonEncoder, timeout_s: float) -> None:
+    """`pool`, when given, encodes batches in worker processes (and is closed with the client)."""
+
+    def __init__(
+        self,
+        url: str,
+        encoder: RayEventJsonEncoder,
+        timeout_s: float,
+        pool: EncoderProcessPool | None = None,
+    ) -> None:
         self.url = url
         self._encoder = encoder
+        self._pool = pool
+        self.concurrency = pool.processes if pool is not None else 1
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
 
     def prepare(self, batch: EventBatch) -> PreparedBatch[bytes]:
-        # One bad event must not sink its batch: encode the others, count the bad ones as dropped.
-        result = self._encoder.try_encode_serialized(batch.wires)
+        return self._prepared(batch, self._encoder.try_encode_serialized(batch.wires))
+
+    async def prepare_async(self, batch: EventBatch) -> PreparedBatch[bytes]:
+        if self._pool is None:
+            return self.prepare(batch)
+        return self._prepared(batch, await self._pool.try_encode_serialized(list(batch.wires)))
+
+    def _prepared(self, batch: EventBatch, result: EncodeResult) -> PreparedBatch[bytes]:
+        # One bad event must not sink its batch: the others go, the bad ones count as dropped.
         if not result.failures:
             return PreparedBatch(result.json, batch.types)
         bad = {failure.index for failure in result.failures}
@@ -64,3 +83,6 @@ class HttpJsonPublisherClient(PublisherClient[bytes]):
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._pool is not None:
+            await asyncio.to_thread(self._pool.close)
+            self._pool = None

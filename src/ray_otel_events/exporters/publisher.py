@@ -57,9 +57,16 @@ class PreparedBatch(Generic[PayloadT]):
 class PublisherClient(abc.ABC, Generic[PayloadT]):
     """How one destination encodes and receives a batch."""
 
+    # How many batches may be encoded at once (a client encoding in worker processes raises it).
+    concurrency: int = 1
+
     @abc.abstractmethod
     def prepare(self, batch: EventBatch) -> PreparedBatch[PayloadT]:
         """Encode a batch; events that cannot be encoded are reported in `failed_types`."""
+
+    async def prepare_async(self, batch: EventBatch) -> PreparedBatch[PayloadT]:
+        """What the publisher awaits: `prepare` on the loop, unless a client encodes elsewhere."""
+        return self.prepare(batch)
 
     @abc.abstractmethod
     async def send(self, payload: PayloadT) -> None:
@@ -133,11 +140,12 @@ class EventPublisher(Generic[PayloadT]):
     async def run(self) -> None:
         """Publish batches until the buffer is closed and drained (or the flush deadline passes).
 
-        Two stages joined by a one-slot queue: while one batch is on the wire, the next is read and
-        encoded, so the encoder's CPU time overlaps the destination's response time. One sender
-        keeps batches in buffer order.
+        Two stages joined by a queue of encodings in progress (as many as the client can run at
+        once): while one batch is on the wire, the next ones are read and encoded, so encoding
+        overlaps the destination's response time. One sender awaits them in buffer order.
         """
-        ready: asyncio.Queue[tuple[int, PreparedBatch[PayloadT]] | None] = asyncio.Queue(maxsize=1)
+        ready: asyncio.Queue[tuple[int, asyncio.Future[PreparedBatch[PayloadT] | None]] | None]
+        ready = asyncio.Queue(maxsize=max(1, self._client.concurrency))
         stages = [
             asyncio.ensure_future(self._prepare_loop(ready)),
             asyncio.ensure_future(self._send_loop(ready)),
@@ -158,7 +166,9 @@ class EventPublisher(Generic[PayloadT]):
             self._count_dropped_unread()
             await self._client.close()
 
-    async def _prepare_loop(self, ready: asyncio.Queue[tuple[int, PreparedBatch[PayloadT]] | None]) -> None:
+    async def _prepare_loop(
+        self, ready: asyncio.Queue[tuple[int, asyncio.Future[PreparedBatch[PayloadT] | None]] | None]
+    ) -> None:
         number = 0
         while True:
             remaining = self._remaining()
@@ -167,18 +177,35 @@ class EventPublisher(Generic[PayloadT]):
             batch = await self._buffer.wait_for_batch(self.name, self._max_batch_size, self._send_interval_s)
             if not batch:
                 break  # only after close(): nothing left to flush
-            prepared = await self._prepare(batch)
-            if prepared is not None:
-                number += 1
-                self._unsettled[number] = prepared.sent_types
-                await ready.put((number, prepared))
+            kept, filtered = self._filter.split(batch)
+            self._count(FILTERED, filtered)
+            if not kept:
+                continue  # like Ray: an all-filtered batch is a success with no request
+            number += 1
+            self._unsettled[number] = kept.types
+            await ready.put((number, asyncio.ensure_future(self._prepare(number, kept))))
         await ready.put(None)
 
-    async def _send_loop(self, ready: asyncio.Queue[tuple[int, PreparedBatch[PayloadT]] | None]) -> None:
-        while (item := await ready.get()) is not None:
-            number, prepared = item
-            outcome = await self._attempt_until_outcome(prepared.payload, prepared.sent_types)
-            self._count(outcome, self._unsettled.pop(number))
+    async def _send_loop(
+        self, ready: asyncio.Queue[tuple[int, asyncio.Future[PreparedBatch[PayloadT] | None]] | None]
+    ) -> None:
+        pending: asyncio.Future[PreparedBatch[PayloadT] | None] | None = None
+        try:
+            while (item := await ready.get()) is not None:
+                number, pending = item
+                prepared = await pending
+                if prepared is None:
+                    continue
+                outcome = await self._attempt_until_outcome(prepared.payload, prepared.sent_types)
+                self._count(outcome, self._unsettled.pop(number))
+        finally:
+            # Encodings still queued are abandoned on shutdown; their events count as dropped.
+            if pending is not None:
+                pending.cancel()
+            while not ready.empty():
+                left = ready.get_nowait()
+                if left is not None:
+                    left[1].cancel()
 
     def _count_dropped_unread(self) -> None:
         for etype, n in self._buffer.discard_unread(self.name).items():
@@ -215,20 +242,22 @@ class EventPublisher(Generic[PayloadT]):
         for etype, n in Counter(types).items():
             self.counters.add(counter, n, publisher=self.name, event_type=event_type_name(etype))
 
-    async def _prepare(self, batch: EventBatch) -> PreparedBatch[PayloadT] | None:
-        """Filter and encode; None when nothing is left to send (counted as filtered or failed)."""
-        kept, filtered = self._filter.split(batch)
-        self._count(FILTERED, filtered)
-        if not kept:
-            return None  # like Ray: an all-filtered batch is a success with no request
+    async def _prepare(self, number: int, kept: EventBatch) -> PreparedBatch[PayloadT] | None:
+        """Encode; None when nothing is left to send (counted as failed)."""
         try:
-            prepared = self._client.prepare(kept)
+            prepared = await self._client.prepare_async(kept)
+        except asyncio.CancelledError:
+            raise
         except Exception:
             logger.exception("publisher %s could not encode a batch of %d events", self.name, len(kept))
-            self._count(ENCODE_FAILED, kept.types)
+            self._count(ENCODE_FAILED, self._unsettled.pop(number))
             return None
         self._count(ENCODE_FAILED, prepared.failed_types)
-        return prepared if prepared.sent_types else None
+        if not prepared.sent_types:
+            self._unsettled.pop(number)
+            return None
+        self._unsettled[number] = prepared.sent_types
+        return prepared
 
     async def _attempt_until_outcome(self, payload: PayloadT, types: list[int]) -> str:
         n_events = len(types)

@@ -35,6 +35,7 @@ import random
 from typing import Any
 
 from ray_otel_events.config import AggregatorConfig
+from ray_otel_events.encoding.process_pool import EncoderProcessPool
 from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
 from ray_otel_events.exporters import publisher as pub
 from ray_otel_events.exporters.http_json import HttpJsonPublisherClient
@@ -66,10 +67,16 @@ class AggregatorService:
         )
         self.publishers: list[pub.EventPublisher[Any]] = []
         if config.http_enabled:
+            preserve = config.preserve_proto_field_name
+            pool = None
+            if config.encoder_processes:
+                pool = EncoderProcessPool(preserve, config.encoder_processes)
+                pool.warm_up()  # before the ready line: the first batch must not wait for a boot
             client = HttpJsonPublisherClient(
                 config.export_addr,
-                RayEventJsonEncoder(preserve_proto_field_name=config.preserve_proto_field_name),
+                RayEventJsonEncoder(preserve_proto_field_name=preserve),
                 timeout_s=config.publisher_timeout_s,
+                pool=pool,
             )
             self.publishers.append(
                 pub.EventPublisher(

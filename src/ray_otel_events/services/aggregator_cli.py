@@ -73,6 +73,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="shutdown_flush_timeout_s",
         help="seconds allowed to flush the buffer on shutdown (default 10)",
     )
+    parser.add_argument(
+        "--encoder-processes",
+        type=int,
+        help="worker processes that encode JSON beside the event loop; 0 encodes on the loop (default 2)",
+    )
     parser.add_argument("--log-level", default="WARNING", help="stderr log level (default WARNING)")
 
 
@@ -92,6 +97,7 @@ _OVERRIDES = (
     "publisher_jitter_ratio",
     "publisher_send_interval_s",
     "shutdown_flush_timeout_s",
+    "encoder_processes",
 )
 
 
