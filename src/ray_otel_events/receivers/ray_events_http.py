@@ -2,10 +2,10 @@
 
 Accepts exactly what Ray 2.60 sends (`Content-Type: application/json`, a JSON array of RayEvent
 objects, lowerCamelCase or proto field names, base64 ids, enum names) plus gzip. Ray's publisher
-retries any non-2xx answer forever, so one bad event must not make a whole batch fail: the good
-events are accepted and the answer (200) says how many were rejected and why. Only a body that is
-not a JSON array at all, or an array with no usable event, is a 400. Unknown fields are ignored, so
-a newer Ray's events still go through.
+retries any non-2xx answer forever, so an event that can never be read must not fail its batch
+(retrying would block Ray's publisher for good): the good events are accepted and the answer (200)
+says how many were rejected and why, even when that is all of them. Only a body that is not a JSON
+array at all is a 400. Unknown fields are ignored, so a newer Ray's events still go through.
 
 Answers: 200 `{"accepted": n, "rejected": m, "errors": [...]}`; 400/413/415 `{"error": reason}`;
 503 with `Retry-After` when the consumer's queue is full (Ray's publisher retries the batch).
@@ -103,11 +103,6 @@ class RayEventsHttpReceiver:
                 events.append(parse_event(item))
             except ValueError as exc:
                 errors.append(f"[{index}]: {exc}")
-        if errors and not events:
-            self.counters.add(REJECTED_EVENTS, len(errors))
-            return self._refuse(
-                400, "no valid RayEvent in the array: " + "; ".join(errors[:MAX_ERRORS_LISTED])
-            )
         if events:
             try:
                 await self.consumer.consume_ray_events(events)
