@@ -189,7 +189,7 @@ class AggregatorConfig:
     publisher_jitter_ratio: float = 0.1
     publisher_send_interval_s: float = 0.1
     shutdown_flush_timeout_s: float = 10.0
-    encoder_processes: int = 1
+    encoder_processes: int = 2
 
     @classmethod
     def from_env(cls, env: Environ | None = None) -> AggregatorConfig:
