@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "aggregator": ("ray_otel_events.services.aggregator_cli", "run the gRPC event aggregator"),
     "sink": ("ray_otel_events.services.sink_cli", "run an HTTP sink that writes what it receives to a file"),
     "demo": ("ray_otel_events.demo", "run a small real workload through the whole pipeline"),
+    "spans": ("ray_otel_events.tracing.spans_cli", "print the traces in a spans folder as trees"),
     "bridge": ("ray_otel_events.services.bridge_cli", "bridge OTLP/HTTP and RayEvent JSON, both ways"),
 }
 

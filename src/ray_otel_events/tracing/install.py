@@ -31,7 +31,6 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from ray_otel_events.config import RecorderConfig, TracingConfig
 from ray_otel_events.events.builders import EventFactory
 from ray_otel_events.otel import semconv
-from ray_otel_events.producer.aggregator_client import GrpcAggregatorExporter
 from ray_otel_events.producer.recorder import RayEventRecorder
 from ray_otel_events.tracing.task_events import (
     EventLogEmitter,
@@ -79,11 +78,8 @@ def recorder_from_config(config: TracingConfig) -> RayEventRecorder | None:
     """A started recorder exporting to `RAY_OTEL_EVENTS_AGGREGATOR_ADDRESS`, or None when unset."""
     if not config.aggregator_address:
         return None
-    recorder_config = RecorderConfig.from_env()
-    recorder = RayEventRecorder(
-        GrpcAggregatorExporter(config.aggregator_address, timeout_s=recorder_config.rpc_timeout_s),
-        config=recorder_config,
-        node_id=config.node_id or None,
+    recorder = RayEventRecorder.to_aggregator(
+        config.aggregator_address, config=RecorderConfig.from_env(), node_id=config.node_id or None
     )
     recorder.start()
     return recorder
