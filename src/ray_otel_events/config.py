@@ -282,7 +282,7 @@ EVENT_LOGS = "RAY_OTEL_EVENTS_EVENT_LOGS"
 OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
 OTLP_TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
 OTLP_LOGS_PROTOCOL = "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL"
-OTLP_PROTOCOLS = ("http/protobuf", "grpc")
+OTLP_HOOK_PROTOCOLS = ("http/protobuf", "grpc")
 
 
 def otlp_protocol(env: Environ, signal_variable: str) -> str:
@@ -290,7 +290,9 @@ def otlp_protocol(env: Environ, signal_variable: str) -> str:
     (the spec's default; the Python SDK's autoconfiguration alone defaults to grpc)."""
     source = signal_variable if env.get(signal_variable, "").strip() else OTLP_PROTOCOL
     value = env.get(source, "").strip().lower() or "http/protobuf"
-    _require(value in OTLP_PROTOCOLS, f"{source}={value!r}: expected one of {', '.join(OTLP_PROTOCOLS)}")
+    _require(
+        value in OTLP_HOOK_PROTOCOLS, f"{source}={value!r}: expected one of {', '.join(OTLP_HOOK_PROTOCOLS)}"
+    )
     return value
 
 
@@ -310,8 +312,6 @@ class TracingConfig:
     session_name: str = ""
     node_id: bytes = b""  # empty: derived from the host name
     event_logs: bool = True  # every lifecycle event also as an OTel log record
-    otlp_traces_protocol: str = "http/protobuf"
-    otlp_logs_protocol: str = "http/protobuf"
 
     @classmethod
     def from_env(cls, env: Environ | None = None) -> TracingConfig:
@@ -328,8 +328,6 @@ class TracingConfig:
             session_name=env_str(env, SESSION_NAME, cls.session_name),
             node_id=node,
             event_logs=env_bool(env, EVENT_LOGS, cls.event_logs),
-            otlp_traces_protocol=otlp_protocol(env, OTLP_TRACES_PROTOCOL),
-            otlp_logs_protocol=otlp_protocol(env, OTLP_LOGS_PROTOCOL),
         )
         cfg.validate()
         return cfg
@@ -338,6 +336,21 @@ class TracingConfig:
         _require(
             len(self.node_id) in (0, 28),
             f"{NODE_ID} must be 28 bytes (56 hex digits), got {len(self.node_id)}",
+        )
+
+
+@dataclass(frozen=True)
+class OtlpProtocols:
+    """The wire protocol per signal for the OTLP hook (the only OTEL_* choice the SDK leaves to us)."""
+
+    traces: str = "http/protobuf"
+    logs: str = "http/protobuf"
+
+    @classmethod
+    def from_env(cls, env: Environ | None = None) -> OtlpProtocols:
+        env = os.environ if env is None else env
+        return cls(
+            traces=otlp_protocol(env, OTLP_TRACES_PROTOCOL), logs=otlp_protocol(env, OTLP_LOGS_PROTOCOL)
         )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from ray_otel_events.config import TracingConfig
+from ray_otel_events.config import OtlpProtocols, TracingConfig
 from ray_otel_events.tracing.install import current_installation, install_tracing
 from ray_otel_events.tracing.otlp import otlp_log_exporter, otlp_span_exporter
 from ray_otel_events.tracing.report import report_setup_failure
@@ -28,11 +28,10 @@ def setup_tracing() -> None:
             install_tracing()  # already installed here or in the fork parent: adopt it
             return
         config = TracingConfig.from_env()
+        protocols = OtlpProtocols.from_env()
         install_tracing(
-            [BatchSpanProcessor(otlp_span_exporter(config.otlp_traces_protocol))],
-            [BatchLogRecordProcessor(otlp_log_exporter(config.otlp_logs_protocol))]
-            if config.event_logs
-            else [],
+            [BatchSpanProcessor(otlp_span_exporter(protocols.traces))],
+            [BatchLogRecordProcessor(otlp_log_exporter(protocols.logs))] if config.event_logs else [],
             config=config,
         )
     except Exception as exc:  # a hook must never take its process down
