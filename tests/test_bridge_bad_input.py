@@ -19,7 +19,7 @@ import pytest
 import requests
 from google.rpc import status_pb2  # type: ignore[import-untyped]
 from helpers.agg_procs import CliServer, read_jsonl
-from helpers.bridge_procs import otlp_spans, start_bridge, start_sink, url, wait_until
+from helpers.bridge_procs import ServerGroup, otlp_spans, url, wait_until
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -68,24 +68,20 @@ def _ray_log_request(n: int, session: str = "s") -> ExportLogsServiceRequest:
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[CliServer, Path, Path]]:
-    tmp = tmp_path_factory.mktemp("bad")
-    sink, events_path = start_sink(tmp, "events")
-    records_sink, records_path = start_sink(tmp, "records")
-    bridge = start_bridge(
-        "--export-addr",
-        url(sink),
-        "--spans-export-addr",
-        url(records_sink),
-        "--otlp-endpoint",
-        url(sink),
-        "--max-body-bytes",
-        str(LIMIT),
-    )
-    try:
+    with ServerGroup(tmp_path_factory.mktemp("bad")) as group:
+        sink, events_path = group.sink("events")
+        records_sink, records_path = group.sink("records")
+        bridge = group.bridge(
+            "--export-addr",
+            url(sink),
+            "--spans-export-addr",
+            url(records_sink),
+            "--otlp-endpoint",
+            url(sink),
+            "--max-body-bytes",
+            str(LIMIT),
+        )
         yield bridge, events_path, records_path
-    finally:
-        for server in (bridge, sink, records_sink):
-            server.close()
 
 
 def _post(bridge: CliServer, path: str, body: Any, headers: dict[str, str]) -> requests.Response:
@@ -330,18 +326,18 @@ def test_still_serving_after_the_matrix(servers: tuple[CliServer, Path, Path]) -
 
 
 def test_full_queue_answers_503_with_retry_after(tmp_path: Path) -> None:
-    dead_sink, _ = start_sink(tmp_path, "dead", "--fail-first", "1000000")
-    bridge = start_bridge(
-        "--export-addr",
-        url(dead_sink),
-        "--otlp-endpoint",
-        url(dead_sink),
-        "--queue-size",
-        "5",
-        "--shutdown-flush-timeout",
-        "0.5",
-    )
-    try:
+    with ServerGroup(tmp_path) as group:
+        dead_sink, _ = group.sink("dead", "--fail-first", "1000000")
+        bridge = group.bridge(
+            "--export-addr",
+            url(dead_sink),
+            "--otlp-endpoint",
+            url(dead_sink),
+            "--queue-size",
+            "5",
+            "--shutdown-flush-timeout",
+            "0.5",
+        )
         statuses = []
         for _ in range(8):  # the publisher holds a few batches itself (one sending, one encoded)
             response = _post(bridge, "/v1/logs", _ray_log_request(3).SerializeToString(), PROTOBUF)
@@ -355,9 +351,6 @@ def test_full_queue_answers_503_with_retry_after(tmp_path: Path) -> None:
         response = _post(bridge, "/v1/ray-events", orjson.dumps(events), JSON)
         assert response.status_code == 503 and response.headers["Retry-After"] == "1"
         stats = bridge.stop()
-    finally:
-        bridge.close()
-        dead_sink.close()
     refused = stats["otlp_receiver"]["refused_requests"]
     assert sum(item["value"] for item in refused if item["labels"]["status"] == "503") == statuses.count(503)
     # Nothing accepted was silently evicted: the queue refused instead.
@@ -376,10 +369,10 @@ def _event_dict(i: int) -> dict[str, Any]:
 
 def test_sigterm_delivers_everything_accepted(tmp_path: Path) -> None:
     """A destination failing at first, SIGTERM right after the last 200: all of it still arrives."""
-    events_sink, events_path = start_sink(tmp_path, "events", "--fail-first", "3")
-    otlp_sink, otlp_path = start_sink(tmp_path, "otlp")
-    bridge = start_bridge("--export-addr", url(events_sink), "--otlp-endpoint", url(otlp_sink))
-    try:
+    with ServerGroup(tmp_path) as group:
+        events_sink, events_path = group.sink("events", "--fail-first", "3")
+        otlp_sink, otlp_path = group.sink("otlp")
+        bridge = group.bridge("--export-addr", url(events_sink), "--otlp-endpoint", url(otlp_sink))
         sent = 0
         for _ in range(10):
             response = _post(bridge, "/v1/logs", _ray_log_request(20).SerializeToString(), PROTOBUF)
@@ -398,9 +391,6 @@ def test_sigterm_delivers_everything_accepted(tmp_path: Path) -> None:
         stats = bridge.stop()
         received = read_jsonl(events_path)
         spans = otlp_spans(otlp_path)
-    finally:
-        for server in (bridge, events_sink, otlp_sink):
-            server.close()
     assert len(received) == sent == 200
     assert len({e["eventId"] for e in received}) == 200
     published = sum(i["value"] for i in stats["publishers"]["ray-events"].get("published", []))

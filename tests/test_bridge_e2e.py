@@ -19,8 +19,8 @@ import orjson
 import pytest
 import requests
 from google.protobuf import json_format
-from helpers.agg_procs import CliServer, read_jsonl
-from helpers.bridge_procs import otlp_log_records, otlp_spans, start_bridge, start_sink, url, wait_until
+from helpers.agg_procs import read_jsonl
+from helpers.bridge_procs import ServerGroup, otlp_log_records, otlp_spans, url, wait_until
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -45,11 +45,11 @@ ENCODER = RayEventJsonEncoder()
 
 
 class Stack:
-    def __init__(self, tmp: Path) -> None:
-        self.events_sink, self.events_path = start_sink(tmp, "events")
-        self.records_sink, self.records_path = start_sink(tmp, "records")
-        self.otlp_sink, self.otlp_path = start_sink(tmp, "otlp")
-        self.bridge = start_bridge(
+    def __init__(self, group: ServerGroup) -> None:
+        self.events_sink, self.events_path = group.sink("events")
+        self.records_sink, self.records_path = group.sink("records")
+        self.otlp_sink, self.otlp_path = group.sink("otlp")
+        self.bridge = group.bridge(
             "--export-addr",
             url(self.events_sink, "/ray-events"),
             "--spans-export-addr",
@@ -58,18 +58,11 @@ class Stack:
             url(self.otlp_sink),
         )
 
-    def servers(self) -> list[CliServer]:
-        return [self.bridge, self.events_sink, self.records_sink, self.otlp_sink]
-
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    s = Stack(tmp_path_factory.mktemp("bridge"))
-    try:
-        yield s
-    finally:
-        for server in s.servers():
-            server.close()
+    with ServerGroup(tmp_path_factory.mktemp("bridge")) as group:
+        yield Stack(group)
 
 
 def _tracer(marker: str) -> tuple[TracerProvider, InMemorySpanExporter]:
@@ -260,12 +253,12 @@ def test_sdk_log_exporter_ray_events_exactly_and_other_logs_as_records(stack: St
 
 
 def test_ray_events_replay_becomes_one_trace_at_an_otlp_sink(tmp_path: Path) -> None:
-    otlp_sink, otlp_path = start_sink(tmp_path, "otlp")
-    events_sink, _ = start_sink(tmp_path, "events")
-    bridge = start_bridge(
-        "--export-addr", url(events_sink), "--otlp-endpoint", url(otlp_sink), "--terminal-grace", "0.2"
-    )
-    try:
+    with ServerGroup(tmp_path) as group:
+        otlp_sink, otlp_path = group.sink("otlp")
+        events_sink, _ = group.sink("events")
+        bridge = group.bridge(
+            "--export-addr", url(events_sink), "--otlp-endpoint", url(otlp_sink), "--terminal-grace", "0.2"
+        )
         for path in sorted(RUN_E.glob("*.body")):
             response = requests.post(
                 url(bridge, "/v1/ray-events"),
@@ -280,9 +273,6 @@ def test_ray_events_replay_becomes_one_trace_at_an_otlp_sink(tmp_path: Path) -> 
         stats = bridge.stop()  # SIGTERM: the open actor is flushed as an incomplete span
         spans = otlp_spans(otlp_path)
         records = wait_until(lambda: otlp_log_records(otlp_path), 120)
-    finally:
-        for server in (bridge, otlp_sink, events_sink):
-            server.close()
     assert stats["open_entities"] == 0
     assert len(spans) == 28 and len(records) == 120
     assert {s["traceId"] for s in spans} == {trace_id_for_job(SESSION, bytes.fromhex("01000000")).hex()}
@@ -317,9 +307,9 @@ def test_ray_events_replay_becomes_one_trace_at_an_otlp_sink(tmp_path: Path) -> 
 
 
 def test_without_spans_addr_other_telemetry_is_counted_and_dropped(tmp_path: Path) -> None:
-    events_sink, events_path = start_sink(tmp_path, "events")
-    bridge = start_bridge("--export-addr", url(events_sink), "--otlp-endpoint", url(events_sink))
-    try:
+    with ServerGroup(tmp_path) as group:
+        events_sink, events_path = group.sink("events")
+        bridge = group.bridge("--export-addr", url(events_sink), "--otlp-endpoint", url(events_sink))
         body = encode_spans(_sent_spans(uuid.uuid4().hex)).SerializeToString()
         response = requests.post(
             url(bridge, "/v1/traces"),
@@ -333,9 +323,6 @@ def test_without_spans_addr_other_telemetry_is_counted_and_dropped(tmp_path: Pat
         assert "3 spans that are not Ray data were dropped" in partial.error_message
         events = wait_until(lambda: read_jsonl(events_path), 2)
         stats = bridge.stop()
-    finally:
-        bridge.close()
-        events_sink.close()
     assert len(events) == 2 and all("eventType" in e for e in events)  # only RayEvents reach it
     dropped = stats["bridge"]["plain_records_dropped"]
     assert dropped == [{"labels": {"signal": "span"}, "value": 3}]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from helpers.agg_procs import CliServer
-from helpers.bridge_procs import otlp_spans, start_bridge, start_sink, url, wait_until
+from helpers.bridge_procs import ServerGroup, otlp_spans, url, wait_until
 
 pytest.importorskip("ray")
 if not Path("/proc/self/cmdline").exists():
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.ray
 
 WORKLOAD = """
 import ray
-ray.init(address="auto")
+ray.init()  # RAY_ADDRESS names this test's cluster
 
 @ray.remote
 def ok(x):
@@ -68,10 +68,15 @@ def _ray_bin() -> str:
 
 @pytest.fixture
 def cluster_env(tmp_path: Path) -> Iterator[tuple[dict[str, str], CliServer, Path]]:
-    sink, sink_path = start_sink(tmp_path, "otlp")
-    bridge = start_bridge(
-        "--export-addr", url(sink, "/events"), "--otlp-endpoint", url(sink), "--terminal-grace", "1"
-    )
+    with ServerGroup(tmp_path) as group:
+        sink, sink_path = group.sink("otlp")
+        bridge = group.bridge(
+            "--export-addr", url(sink, "/events"), "--otlp-endpoint", url(sink), "--terminal-grace", "1"
+        )
+        yield from _cluster(bridge, sink_path)
+
+
+def _cluster(bridge: CliServer, sink_path: Path) -> Iterator[tuple[dict[str, str], CliServer, Path]]:
     temp_dir = tempfile.mkdtemp(prefix="rb", dir="/tmp")  # short: Ray puts unix sockets in it
     port = _free_port()
     env = {
@@ -82,33 +87,31 @@ def cluster_env(tmp_path: Path) -> Iterator[tuple[dict[str, str], CliServer, Pat
         "RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR": url(bridge, "/v1/ray-events"),
         "RAY_ADDRESS": f"127.0.0.1:{port}",
     }
-    started = subprocess.run(
-        [
-            _ray_bin(),
-            "start",
-            "--head",
-            "--num-cpus=1",
-            f"--port={port}",
-            "--node-ip-address=127.0.0.1",
-            f"--ray-client-server-port={_free_port()}",
-            "--include-dashboard=false",
-            "--dashboard-agent-listen-port=0",
-            f"--temp-dir={temp_dir}",
-            "--disable-usage-stats",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
     try:
+        started = subprocess.run(
+            [
+                _ray_bin(),
+                "start",
+                "--head",
+                "--num-cpus=1",
+                f"--port={port}",
+                "--node-ip-address=127.0.0.1",
+                f"--ray-client-server-port={_free_port()}",
+                "--include-dashboard=false",
+                "--dashboard-agent-listen-port=0",
+                f"--temp-dir={temp_dir}",
+                "--disable-usage-stats",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert started.returncode == 0, started.stdout + started.stderr
         yield env, bridge, sink_path
     finally:
         _stop_cluster(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
-        bridge.close()
-        sink.close()
 
 
 def _pids_of(temp_dir: str) -> list[int]:

@@ -15,7 +15,7 @@ import pytest
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from helpers.agg_procs import read_jsonl
-from helpers.bridge_procs import start_bridge, start_sink, url, wait_until
+from helpers.bridge_procs import ServerGroup, url, wait_until
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
@@ -158,9 +158,9 @@ def test_round_trip_in_process_is_exact(wire: str) -> None:
 
 def test_round_trip_through_the_bridge_process_with_the_sdk_exporter(tmp_path: Path) -> None:
     events = every_type_events() + capture_events()
-    sink, sink_path = start_sink(tmp_path, "events")
-    bridge = start_bridge("--export-addr", url(sink, "/events"), "--otlp-endpoint", url(sink))
-    try:
+    with ServerGroup(tmp_path) as group:
+        sink, sink_path = group.sink("events")
+        bridge = group.bridge("--export-addr", url(sink, "/events"), "--otlp-endpoint", url(sink))
         provider = LoggerProvider()
         provider.add_log_record_processor(
             SimpleLogRecordProcessor(OTLPLogExporter(endpoint=url(bridge, "/v1/logs")))
@@ -177,9 +177,6 @@ def test_round_trip_through_the_bridge_process_with_the_sdk_exporter(tmp_path: P
         provider.shutdown()
         received = wait_until(lambda: read_jsonl(sink_path), len(events))
         stats = bridge.stop()
-    finally:
-        bridge.close()
-        sink.close()
     expected = [CAMEL.to_dict(e) for e in events]
     assert len(received) == len(expected)
     by_id = {e["eventId"]: e for e in received}

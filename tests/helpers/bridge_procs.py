@@ -84,3 +84,32 @@ def any_value(value: dict[str, Any]) -> Any:
 
 def _attrs(key_values: list[dict[str, Any]]) -> dict[str, Any]:
     return {kv["key"]: any_value(kv.get("value", {})) for kv in key_values}
+
+
+class ServerGroup:
+    """Starts sinks and bridges and closes every one it started, even when a later start fails."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.started: list[CliServer] = []
+
+    def sink(self, name: str, *args: str) -> tuple[CliServer, Path]:
+        server, path = start_sink(self.tmp_path, name, *args)
+        self.started.append(server)
+        return server, path
+
+    def bridge(self, *args: str, env: dict[str, str] | None = None) -> CliServer:
+        server = start_bridge(*args, env=env)
+        self.started.append(server)
+        return server
+
+    def close(self) -> None:
+        for server in reversed(self.started):
+            server.close()
+        self.started.clear()
+
+    def __enter__(self) -> ServerGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
