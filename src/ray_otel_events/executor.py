@@ -36,7 +36,7 @@ from ray_otel_events.events.builders import TaskStatus
 from ray_otel_events.otel import semconv
 from ray_otel_events.otel.task_spans import FUNCTION, derive_task_id
 from ray_otel_events.tracing.hooks import run_hook_once
-from ray_otel_events.tracing.propagation import attached, inject_current
+from ray_otel_events.tracing.propagation import attached, inject_into
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -235,11 +235,16 @@ class TracedProcessPoolExecutor(Executor):
         attributes = _base_attributes(identity, name, running[1] if running else identity.job_hex)
         if running is not None:
             attributes[semconv.RAY_TASK_ID] = running[0]  # as Ray: the submitting task's id
-        with self._tracer.start_as_current_span(
+        # The span ends when the call is ready to hand over, before the pool sees it: a worker may
+        # start it before submit() returns, and SUBMITTED_TO_WORKER (the span's end) must not come
+        # after RUNNING. It is never made current, so nothing else can nest under it here.
+        span = self._tracer.start_span(
             name + semconv.SUBMIT_SUFFIX, kind=SpanKind.PRODUCER, attributes=attributes
-        ):
-            call = _TracedCall(name, attributes[semconv.RAY_JOB_ID], inject_current())
-            return self._pool.submit(_run_traced, call, fn, args, kwargs)
+        )
+        carrier = inject_into(trace.set_span_in_context(span))
+        span.end()
+        call = _TracedCall(name, attributes[semconv.RAY_JOB_ID], carrier)
+        return self._pool.submit(_run_traced, call, fn, args, kwargs)
 
     def map(
         self,

@@ -52,6 +52,7 @@ class BatchingQueue(Generic[T]):
 
     def _init_process_state(self) -> None:
         self._items: collections.deque[T] = collections.deque()
+        self._urgent = False
         self._wake = threading.Event()
         self._drain_lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -59,16 +60,18 @@ class BatchingQueue(Generic[T]):
     def _after_fork_in_child(self) -> None:
         self._init_process_state()
 
-    def append(self, item: T) -> bool:
-        """Queue one item; False (item not taken) once closed."""
+    def append(self, item: T, urgent: bool = False) -> bool:
+        """Queue one item; `urgent` skips the linger. False (item not taken) once closed."""
         if self._closed:
             return False
         self._items.append(item)
+        if urgent:
+            self._urgent = True
         if len(self._items) >= self.max_pending:
             self.flush()
         elif self._thread is None:
             self._start_thread()
-        elif not self._wake.is_set():
+        elif urgent or not self._wake.is_set():
             self._wake.set()
         return True
 
@@ -85,8 +88,9 @@ class BatchingQueue(Generic[T]):
             wake.wait()
             if self._closed:
                 return
-            if self.linger_s:
+            if self.linger_s and not self._urgent:
                 time.sleep(self.linger_s)
+            self._urgent = False
             wake.clear()
             self.flush()
 
@@ -113,3 +117,35 @@ class BatchingQueue(Generic[T]):
         self._closed = True
         self._wake.set()
         self.flush()  # anything appended between the two checks
+
+
+class PromptFlusher:
+    """Runs `flush()` on its own thread soon after `request()`, at most once per `min_interval_s`.
+
+    Requests made while a flush runs or during the pause after it are coalesced into one more
+    flush, so a steady stream of requests costs at most 1/min_interval_s flushes a second.
+    """
+
+    def __init__(self, flush: Callable[[], object], *, name: str, min_interval_s: float = 0.1) -> None:
+        self.flush = flush
+        self.name = name
+        self.min_interval_s = min_interval_s
+        self._wanted = threading.Event()
+        self._pid = -1
+
+    def request(self) -> None:
+        if self._pid != os.getpid():  # first use, or first use after a fork
+            self._wanted = threading.Event()
+            self._pid = os.getpid()
+            threading.Thread(target=self._run, args=(self._wanted,), name=self.name, daemon=True).start()
+        self._wanted.set()
+
+    def _run(self, wanted: threading.Event) -> None:
+        while True:
+            wanted.wait()
+            wanted.clear()
+            try:
+                self.flush()
+            except Exception:
+                logger.exception("ray_otel_events: %s failed", self.name)
+            time.sleep(self.min_interval_s)

@@ -17,7 +17,9 @@ from typing import Generic, TypeVar
 from opentelemetry.context import Context
 from opentelemetry.sdk._logs import LogRecordProcessor, ReadWriteLogRecord
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import SpanKind
 
+from ray_otel_events.otel import semconv
 from ray_otel_events.otel.span_json import log_record_to_json_line, span_to_json_line
 from ray_otel_events.tracing.background import BatchingQueue
 
@@ -111,7 +113,12 @@ class LineFileWriter(Generic[T]):
 
 
 class SpanFileProcessor(SpanProcessor):
-    """Ended spans as `ReadableSpan.to_json(indent=None)` lines in `<directory>/<pid>.json`."""
+    """Ended spans as `ReadableSpan.to_json(indent=None)` lines in `<directory>/<pid>.json`.
+
+    When a task's execute span (`... ray.remote_worker`) ends, everything queued in this process is
+    written before the task returns: a Ray actor is killed without any exit hook when its job ends,
+    so spans of finished tasks must already be on disk. Submission spans stay off the caller's path.
+    """
 
     def __init__(self, directory: str, *, suffix: str = SPAN_FILE_SUFFIX, linger_s: float = 0.05) -> None:
         self.writer: LineFileWriter[ReadableSpan] = LineFileWriter(
@@ -124,6 +131,8 @@ class SpanFileProcessor(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         if span.context is not None and span.context.trace_flags.sampled:
             self.writer.append(span)
+            if span.kind is SpanKind.CONSUMER and span.name.endswith(semconv.EXECUTE_SUFFIX):
+                self.writer.flush()
 
     def shutdown(self) -> None:
         self.writer.close()

@@ -122,7 +122,11 @@ def install_tracing(
             if not isinstance(_logs.get_logger_provider(), LoggerProvider):
                 _logs.set_logger_provider(logger_provider)
             if config.event_logs:
-                sinks.append(EventLogEmitter(logger_provider.get_logger(semconv.INSTRUMENTATION_SCOPE)))
+                emitter = EventLogEmitter(
+                    logger_provider.get_logger(semconv.INSTRUMENTATION_SCOPE),
+                    flush=logger_provider.force_flush,
+                )
+                sinks.append(emitter)
         task_events: TaskEventSpanProcessor | None = None
         if sinks:
             task_events = TaskEventSpanProcessor(

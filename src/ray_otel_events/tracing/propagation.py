@@ -12,10 +12,10 @@ from contextlib import contextmanager
 from opentelemetry import context, propagate
 
 
-def inject_current() -> dict[str, str]:
-    """The current context as a carrier dict."""
+def inject_into(ctx: context.Context) -> dict[str, str]:
+    """A given context (e.g. `trace.set_span_in_context(span)`) as a carrier dict."""
     carrier: dict[str, str] = {}
-    propagate.inject(carrier)
+    propagate.inject(carrier, context=ctx)
     return carrier
 
 

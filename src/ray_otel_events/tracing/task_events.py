@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from opentelemetry import trace
@@ -26,7 +27,7 @@ from ray_otel_events.otel.log_records import to_log_record
 from ray_otel_events.otel.task_spans import EXECUTE, SUBMIT, TaskSpanEvents, UnmappableSpan, task_role
 from ray_otel_events.producer.recorder import RayEventRecorder
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
-from ray_otel_events.tracing.background import BatchingQueue
+from ray_otel_events.tracing.background import BatchingQueue, PromptFlusher
 
 logger = logging.getLogger("ray_otel_events.tracing")
 
@@ -35,21 +36,34 @@ _ENDED = 1
 
 
 class EventSink(Protocol):
-    """Where the events made from spans go; called from the processor's background thread."""
+    """Where the events made from spans go; called from the processor's background thread.
 
-    def consume(self, events: list[tuple[RayEvent, SpanContext]]) -> None: ...
+    `prompt` is set when the batch holds the end of a task (or an actor's creation): a sink that
+    buffers should pass it on soon rather than at its next tick, because a Ray actor is killed
+    without exit hooks when its job ends.
+    """
+
+    def consume(self, events: list[tuple[RayEvent, SpanContext]], prompt: bool) -> None: ...
 
     def flush(self, timeout_s: float) -> bool: ...
 
 
 class RecorderSink:
-    """Hands events to a RayEventRecorder (which merges, batches and exports them)."""
+    """Hands events to a RayEventRecorder, which merges, batches and exports them; prompt batches
+    trigger an export now (coalesced to at most one per `prompt_interval_s`)."""
 
-    def __init__(self, recorder: RayEventRecorder) -> None:
+    def __init__(self, recorder: RayEventRecorder, *, prompt_interval_s: float = 0.1) -> None:
         self.recorder = recorder
+        self.prompt = PromptFlusher(
+            lambda: recorder.flush(recorder.config.rpc_timeout_s),
+            name="ray_otel_events.prompt_export",
+            min_interval_s=prompt_interval_s,
+        )
 
-    def consume(self, events: list[tuple[RayEvent, SpanContext]]) -> None:
+    def consume(self, events: list[tuple[RayEvent, SpanContext]], prompt: bool) -> None:
         self.recorder.add_many(event for event, _ in events)
+        if prompt:
+            self.prompt.request()
 
     def flush(self, timeout_s: float) -> bool:
         limit = self.recorder.config.shutdown_flush_timeout_ms / 1000
@@ -57,12 +71,27 @@ class RecorderSink:
 
 
 class EventLogEmitter:
-    """Emits each event as an OTel log record in the context of its span (trace and span ids set)."""
+    """Emits each event as an OTel log record in the context of its span (trace and span ids set).
 
-    def __init__(self, otel_logger: Logger) -> None:
+    `flush` (e.g. the logger provider's `force_flush`) is called soon after prompt batches,
+    coalesced to at most one per `prompt_interval_s`; the provider's owner flushes it at exit.
+    """
+
+    def __init__(
+        self,
+        otel_logger: Logger,
+        *,
+        flush: Callable[[], object] | None = None,
+        prompt_interval_s: float = 0.1,
+    ) -> None:
         self.logger = otel_logger
+        self.prompt = (
+            None
+            if flush is None
+            else PromptFlusher(flush, name="ray_otel_events.prompt_logs", min_interval_s=prompt_interval_s)
+        )
 
-    def consume(self, events: list[tuple[RayEvent, SpanContext]]) -> None:
+    def consume(self, events: list[tuple[RayEvent, SpanContext]], prompt: bool) -> None:
         now = time.time_ns()
         for event, span_context in events:
             fields = to_log_record(event)
@@ -78,6 +107,8 @@ class EventLogEmitter:
                 attributes=attributes,
                 event_name=fields.event_name,
             )
+        if prompt and self.prompt is not None:
+            self.prompt.request()
 
     def flush(self, timeout_s: float) -> bool:
         return True  # the logger provider is flushed by its owner
@@ -106,12 +137,15 @@ class TaskEventSpanProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         name = span.name
-        if name.endswith(semconv.EXECUTE_SUFFIX) or name.endswith(semconv.SUBMIT_SUFFIX):
+        if name.endswith(semconv.EXECUTE_SUFFIX):
+            self.queue.append((_ENDED, span), urgent=True)  # a finished task: report it promptly
+        elif name.endswith(semconv.SUBMIT_SUFFIX):
             self.queue.append((_ENDED, span))
 
     def _handle(self, batch: list[tuple[int, Any]]) -> None:
         events: list[tuple[RayEvent, SpanContext]] = []
         mapper = self.mapper
+        prompt = False
         for phase, span in batch:
             try:
                 produced = mapper.started(span) if phase == _STARTED else mapper.ended(span)
@@ -121,6 +155,7 @@ class TaskEventSpanProcessor(SpanProcessor):
                 continue
             if produced:
                 role = task_role(span)
+                prompt = prompt or (role == EXECUTE and phase == _ENDED)
                 self.counters.add(
                     "mapped_spans", 1, role=role or "", phase="start" if phase == _STARTED else "end"
                 )
@@ -130,7 +165,7 @@ class TaskEventSpanProcessor(SpanProcessor):
         self.counters.add("events", len(events))
         for sink in self.sinks:
             try:
-                sink.consume(events)
+                sink.consume(events, prompt)
             except Exception:
                 self.counters.add("sink_errors", 1, sink=type(sink).__name__)
                 logger.exception("ray_otel_events: event sink %s failed", type(sink).__name__)
