@@ -1,0 +1,243 @@
+"""Our hooks in real Ray 2.60: `ray start --tracing-startup-hook=...` and `ray.init(_tracing_startup_hook=...)`.
+
+Driver and worker spans land in the spans folder with Ray's parent/child links, custom spans in
+tasks and actor methods nest under their execution spans, and the task events derived from the
+spans reach a real aggregator (and its sink). Each cluster has its own ports and temp dir, and only
+its own processes are stopped (by pid), never with `ray stop`, which would stop every cluster here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.agg_procs import CliServer, read_jsonl
+from helpers.tracing_procs import HELPERS, LOCAL_HOOK, script_env, sid, spans_by_pid
+
+pytest.importorskip("ray")
+if not Path("/proc/self/cmdline").exists():
+    pytest.skip("finds the cluster's processes through /proc", allow_module_level=True)
+
+pytestmark = pytest.mark.ray
+DRIVER = str(HELPERS / "tracing_ray_driver.py")
+# A bare ray.init() otherwise turns token auth on and writes ~/.ray/auth_token, which then breaks
+# every later cluster on this machine that was started without it.
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pids_of(temp_dir: str) -> list[int]:
+    """This cluster's processes: those whose command line names its temp dir, and their descendants
+    (workers and agents retitle themselves `ray::...`)."""
+    parents: dict[int, int] = {}
+    roots = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            pid = int(entry.name)
+            parents[pid] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if temp_dir.encode() in (entry / "cmdline").read_bytes():
+                roots.append(pid)
+    found = set(roots)
+    grew = True
+    while grew:
+        grew = False
+        for pid, parent in parents.items():
+            if parent in found and pid not in found:
+                found.add(pid)
+                grew = True
+    return sorted(found)
+
+
+def _stop_cluster(temp_dir: str) -> None:
+    """SIGTERM (a worker flushes at exit), then SIGKILL what is left, of this cluster's processes only.
+
+    A job's workers are gone once its driver has disconnected, so the daemons need no grace here.
+    """
+    for sig, wait_s in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 10.0)):
+        for pid in _pids_of(temp_dir):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait_s
+        while _pids_of(temp_dir) and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+
+def _run_driver(*args: str, env: dict[str, str]) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, DRIVER, *args], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
+    summary: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return summary
+
+
+def _check_trace(spans_dir: Path, summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """One trace under the driver's root span, linked across driver, task and actor processes."""
+    spans = spans_by_pid(spans_dir)
+    driver = summary["pid"]
+    assert driver in spans, f"no driver span file in {sorted(spans)}"
+    by_id = {sid(s): s for lines in spans.values() for s in lines}
+    root = by_id["0x" + summary["root"]]
+    assert root["name"] == "driver-root" and root["parent_id"] is None
+    trace_ids = {s["context"]["trace_id"] for s in by_id.values()}
+    assert trace_ids == {root["context"]["trace_id"]}
+
+    def chain(span_id: str) -> list[str]:
+        names = []
+        span: dict[str, Any] | None = by_id["0x" + span_id]
+        while span is not None:
+            names.append(span["name"])
+            span = by_id.get(span["parent_id"]) if span["parent_id"] else None
+        return names
+
+    assert chain(summary["leaf"]["span_id"]) == [
+        "custom-in-task",
+        "__main__.leaf ray.remote_worker",
+        "__main__.leaf ray.remote",
+        "driver-root",
+    ]
+    assert chain(summary["mid"]["span_id"]) == [
+        "custom-in-task",
+        "__main__.leaf ray.remote_worker",
+        "__main__.leaf ray.remote",  # submitted from inside mid, in mid's worker
+        "__main__.mid ray.remote_worker",
+        "__main__.mid ray.remote",
+        "driver-root",
+    ]
+    assert chain(summary["acc"]["span_id"]) == [
+        "custom-in-actor",
+        "Acc.add ray.remote_worker",
+        "Acc.add ray.remote",
+        "driver-root",
+    ]
+    # Each span sits in the file of the process that made it; the execution spans in workers.
+    for pid, lines in spans.items():
+        for span in lines:
+            if "ray.pid" in span["attributes"]:
+                assert span["attributes"]["ray.pid"] == str(pid)
+    assert summary["leaf"]["pid"] != driver and summary["acc"]["pid"] in spans
+    boom = next(s for s in by_id.values() if s["name"] == "__main__.boom ray.remote_worker")
+    assert boom["status"] == {"status_code": "ERROR", "description": "ValueError: traced failure"}
+    assert summary["boom"].startswith("RayTaskError")
+    return by_id
+
+
+@pytest.fixture(scope="module")
+def cli_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """`ray start --head --tracing-startup-hook=<our local hook>`, with an aggregator and sink for events."""
+    base = tmp_path_factory.mktemp("ray-cli")
+    sink = CliServer("sink", "--out", str(base / "sink.jsonl"))
+    aggregator = CliServer("aggregator", "--export-addr", f"http://{sink.address}/v1/events")
+    temp_dir = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray puts unix sockets in it
+    port = _free_port()
+    env = script_env(
+        base / "spans",
+        {
+            "RAY_OTEL_EVENTS_AGGREGATOR_ADDRESS": aggregator.address,
+            "RAY_ADDRESS": f"127.0.0.1:{port}",
+            **RAY_ENV,
+        },
+    )
+    try:
+        started = subprocess.run(
+            [
+                str(Path(sys.executable).with_name("ray")),
+                "start",
+                "--head",
+                "--num-cpus=2",
+                f"--port={port}",
+                "--node-ip-address=127.0.0.1",
+                f"--ray-client-server-port={_free_port()}",
+                "--include-dashboard=false",
+                "--dashboard-agent-listen-port=0",
+                f"--temp-dir={temp_dir}",
+                "--disable-usage-stats",
+                f"--tracing-startup-hook={LOCAL_HOOK}",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert started.returncode == 0, started.stdout + started.stderr
+        yield {
+            "env": env,
+            "spans": base / "spans",
+            "sink": sink,
+            "aggregator": aggregator,
+            "out": base / "sink.jsonl",
+            "temp_dir": temp_dir,
+        }
+    finally:
+        _stop_cluster(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        aggregator.close()
+        sink.close()
+
+
+def test_ray_start_hook_spans_link_across_processes_and_events_reach_the_aggregator(
+    cli_cluster: dict[str, Any],
+) -> None:
+    summary = _run_driver("connect", env=cli_cluster["env"])
+    by_id = _check_trace(cli_cluster["spans"], summary)
+    # Task events: the driver flushed at exit; stopping the cluster makes the workers flush theirs.
+    _stop_cluster(cli_cluster["temp_dir"])
+    stats = cli_cluster["aggregator"].stop()
+    cli_cluster["sink"].stop()
+    events = read_jsonl(cli_cluster["out"])
+    assert stats["received_total"] >= len(events) > 0
+    definitions = {
+        e["taskDefinitionEvent"]["taskId"]: e["taskDefinitionEvent"]
+        for e in events
+        if "taskDefinitionEvent" in e
+    }
+    names = sorted(d["taskName"] for d in definitions.values())
+    assert names == ["Acc.__init__", "boom", "leaf", "leaf", "mid"]
+    states: dict[str, list[str]] = {}
+    for e in sorted((e for e in events if "taskLifecycleEvent" in e), key=lambda e: e["timestamp"]):
+        lifecycle = e["taskLifecycleEvent"]
+        states.setdefault(lifecycle["taskId"], []).extend(t["state"] for t in lifecycle["stateTransitions"])
+    by_name = {definitions[t]["taskName"]: s for t, s in states.items() if t in definitions}
+    assert by_name["mid"] == ["PENDING_ARGS_AVAIL", "SUBMITTED_TO_WORKER", "RUNNING", "FINISHED"]
+    assert by_name["boom"] == ["PENDING_ARGS_AVAIL", "SUBMITTED_TO_WORKER", "RUNNING", "FAILED"]
+    actor_defs = [e["actorDefinitionEvent"] for e in events if "actorDefinitionEvent" in e]
+    assert [a["className"] for a in actor_defs] == ["Acc"]
+    actor_task_defs = [
+        e["actorTaskDefinitionEvent"]["actorTaskName"] for e in events if "actorTaskDefinitionEvent" in e
+    ]
+    assert actor_task_defs == ["Acc.add"]
+    # The nested leaf's parent is mid (derived ids on both sides of each span pair).
+    mid_id = next(t for t, d in definitions.items() if d["taskName"] == "mid")
+    nested = [d for d in definitions.values() if d["taskName"] == "leaf" and d["parentTaskId"] == mid_id]
+    assert len(nested) == 1
+    assert any(s["name"] == "__main__.mid ray.remote_worker" for s in by_id.values())
+
+
+def test_ray_init_hook_spans_link_across_processes(tmp_path: Path) -> None:
+    temp_dir = tempfile.mkdtemp(prefix="ri", dir="/tmp")
+    try:
+        env = script_env(tmp_path / "spans", RAY_ENV)
+        summary = _run_driver("init", LOCAL_HOOK, temp_dir, env=env)
+        _check_trace(tmp_path / "spans", summary)
+    finally:
+        _stop_cluster(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
