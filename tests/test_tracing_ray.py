@@ -1,4 +1,4 @@
-"""Our hooks in real Ray 2.60: `ray start --tracing-startup-hook=...` and `ray.init(_tracing_startup_hook=...)`.
+"""Our hooks in real Ray 2.60: `ray start --tracing-startup-hook` and `ray.init(_tracing_startup_hook=)`.
 
 Driver and worker spans land in the spans folder with Ray's parent/child links, custom spans in
 tasks and actor methods nest under their execution spans, and the task events derived from the
