@@ -35,9 +35,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
-from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
-from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span
 
 from ray_otel_events.config import OtlpSignalConfig
 from ray_otel_events.exporters.publisher import PreparedBatch, PublisherClient
@@ -103,51 +103,40 @@ class OtlpItemEncoder:
         return item.SerializeToString()
 
 
-def traces_request(items: list[bytes]) -> ExportTraceServiceRequest:
-    """Queued span items regrouped: one ResourceSpans per resource, one ScopeSpans per scope."""
-    request = ExportTraceServiceRequest()
-    groups: dict[tuple[bytes, str], ResourceSpans] = {}
-    scopes: dict[tuple[bytes, str, bytes, str], ScopeSpans] = {}
+def _regroup(
+    items: list[bytes], item_type: Any, request: Any, resources: Any, scopes_of: str, records_of: str
+) -> None:
+    """Queued one-item envelopes merged into `resources`: one entry per resource, one scope
+    entry per scope within it, records in queue order."""
+    by_resource: dict[tuple[bytes, str], Any] = {}
+    by_scope: dict[tuple[bytes, str, bytes, str], Any] = {}
     for wire in items:
-        item = ResourceSpans.FromString(wire)
+        item = item_type.FromString(wire)
         rkey = (item.resource.SerializeToString(deterministic=True), item.schema_url)
-        target = groups.get(rkey)
+        target = by_resource.get(rkey)
         if target is None:
-            target = groups[rkey] = request.resource_spans.add(
-                resource=item.resource, schema_url=item.schema_url
-            )
-        for scope_spans in item.scope_spans:
-            skey = (*rkey, scope_spans.scope.SerializeToString(deterministic=True), scope_spans.schema_url)
-            scope_target = scopes.get(skey)
+            target = by_resource[rkey] = resources.add(resource=item.resource, schema_url=item.schema_url)
+        for scoped in getattr(item, scopes_of):
+            skey = (*rkey, scoped.scope.SerializeToString(deterministic=True), scoped.schema_url)
+            scope_target = by_scope.get(skey)
             if scope_target is None:
-                scope_target = scopes[skey] = target.scope_spans.add(
-                    scope=scope_spans.scope, schema_url=scope_spans.schema_url
+                scope_target = by_scope[skey] = getattr(target, scopes_of).add(
+                    scope=scoped.scope, schema_url=scoped.schema_url
                 )
-            scope_target.spans.extend(scope_spans.spans)
+            getattr(scope_target, records_of).extend(getattr(scoped, records_of))
+
+
+def traces_request(items: list[bytes]) -> ExportTraceServiceRequest:
+    """Queued span items regrouped into one request."""
+    request = ExportTraceServiceRequest()
+    _regroup(items, ResourceSpans, request.resource_spans, "scope_spans", "spans")
     return request
 
 
 def logs_request(items: list[bytes]) -> ExportLogsServiceRequest:
-    """Queued log items regrouped like `traces_request`."""
+    """Queued log items regrouped into one request."""
     request = ExportLogsServiceRequest()
-    groups: dict[tuple[bytes, str], ResourceLogs] = {}
-    scopes: dict[tuple[bytes, str, bytes, str], ScopeLogs] = {}
-    for wire in items:
-        item = ResourceLogs.FromString(wire)
-        rkey = (item.resource.SerializeToString(deterministic=True), item.schema_url)
-        target = groups.get(rkey)
-        if target is None:
-            target = groups[rkey] = request.resource_logs.add(
-                resource=item.resource, schema_url=item.schema_url
-            )
-        for scope_logs in item.scope_logs:
-            skey = (*rkey, scope_logs.scope.SerializeToString(deterministic=True), scope_logs.schema_url)
-            scope_target = scopes.get(skey)
-            if scope_target is None:
-                scope_target = scopes[skey] = target.scope_logs.add(
-                    scope=scope_logs.scope, schema_url=scope_logs.schema_url
-                )
-            scope_target.log_records.extend(scope_logs.log_records)
+    _regroup(items, ResourceLogs, request.resource_logs, "scope_logs", "log_records")
     return request
 
 
