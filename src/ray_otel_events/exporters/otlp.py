@@ -103,9 +103,7 @@ class OtlpItemEncoder:
         return item.SerializeToString()
 
 
-def _regroup(
-    items: list[bytes], item_type: Any, request: Any, resources: Any, scopes_of: str, records_of: str
-) -> None:
+def _regroup(items: list[bytes], item_type: Any, resources: Any, scopes_of: str, records_of: str) -> None:
     """Queued one-item envelopes merged into `resources`: one entry per resource, one scope
     entry per scope within it, records in queue order."""
     by_resource: dict[tuple[bytes, str], Any] = {}
