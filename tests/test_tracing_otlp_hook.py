@@ -150,7 +150,11 @@ def _check(received: Received, summary: dict[str, Any]) -> None:
     names = sorted({r.event_name for _, r in records})
     assert names == ["ray.task_definition_event", "ray.task_lifecycle_event"]
     lifecycle = [r for _, r in records if r.event_name == "ray.task_lifecycle_event"]
-    assert len(lifecycle) == 4 * 4 + 4 * 4  # squares + pid_of tasks, 4 transitions each
+    # Per task (4 squares, 4 pid_of): PENDING_ARGS_AVAIL + SUBMITTED_TO_WORKER at the submit span's
+    # end (one event), RUNNING at the execute span's start, FINISHED at its end.
+    assert len(lifecycle) == 8 * 3
+    transitions = [t for r in lifecycle for t in _value(r.body)["taskLifecycleEvent"]["stateTransitions"]]
+    assert len(transitions) == 8 * 4
 
 
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])

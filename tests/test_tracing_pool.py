@@ -112,6 +112,7 @@ def test_parent_child_custom_spans_and_the_line_format(tmp_path: Path) -> None:
     raw = (tmp_path / f"{parent}.json").read_text().splitlines()[0]
     assert list(json.loads(raw)) == RAY_SPAN_KEYS
     assert ", " in raw and "\n" not in raw and not raw.startswith(" ")
+    assert not list(tmp_path.glob("*.logs.jsonl")), "event log records are opt-in for the local hook"
 
 
 def test_exceptions_reach_the_caller_unchanged_and_mark_the_span(tmp_path: Path) -> None:
@@ -131,7 +132,8 @@ def test_exceptions_reach_the_caller_unchanged_and_mark_the_span(tmp_path: Path)
 
 
 def test_lifecycle_log_records_carry_the_spans_trace_and_span_ids(tmp_path: Path) -> None:
-    summary, _ = run_pool({"hook": LOCAL_HOOK, "tasks": 3, "fail": True}, script_env(tmp_path))
+    env = script_env(tmp_path, {"RAY_OTEL_EVENTS_EVENT_LOGS": "1"})  # off by default for this hook
+    summary, _ = run_pool({"hook": LOCAL_HOOK, "tasks": 3, "fail": True}, env)
     spans = spans_by_pid(tmp_path)
     logs = logs_by_pid(tmp_path)
     span_ids = {(tid(s), sid(s)): s for lines in spans.values() for s in lines}

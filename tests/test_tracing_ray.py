@@ -153,6 +153,7 @@ def cli_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
         base / "spans",
         {
             "RAY_OTEL_EVENTS_AGGREGATOR_ADDRESS": aggregator.address,
+            "RAY_OTEL_EVENTS_SYNC_TASK_EVENTS": "1",
             "RAY_ADDRESS": f"127.0.0.1:{port}",
             **RAY_ENV,
         },
@@ -199,7 +200,20 @@ def test_ray_start_hook_spans_link_across_processes_and_events_reach_the_aggrega
 ) -> None:
     summary = _run_driver("connect", env=cli_cluster["env"])
     by_id = _check_trace(cli_cluster["spans"], summary)
-    # Task events: the driver flushed at exit; stopping the cluster makes the workers flush theirs.
+
+    # Task events: the driver flushed at exit; workers sent each task's events before it returned
+    # (RAY_OTEL_EVENTS_SYNC_TASK_EVENTS: Ray kills the actor without exit hooks when the job ends).
+    # Wait (bounded) for the last terminal state to pass the aggregator to the sink.
+    def terminal_states() -> int:
+        return sum(
+            t["state"] in ("FINISHED", "FAILED")
+            for e in read_jsonl(cli_cluster["out"])
+            for t in e.get("taskLifecycleEvent", {}).get("stateTransitions", [])
+        )
+
+    deadline = time.monotonic() + 60
+    while terminal_states() < 6 and time.monotonic() < deadline:  # leaf x2, mid, boom, Acc.__init__, add
+        time.sleep(0.1)
     _stop_cluster(cli_cluster["temp_dir"])
     stats = cli_cluster["aggregator"].stop()
     cli_cluster["sink"].stop()
@@ -218,6 +232,8 @@ def test_ray_start_hook_spans_link_across_processes_and_events_reach_the_aggrega
         states.setdefault(lifecycle["taskId"], []).extend(t["state"] for t in lifecycle["stateTransitions"])
     by_name = {definitions[t]["taskName"]: s for t, s in states.items() if t in definitions}
     assert by_name["mid"] == ["PENDING_ARGS_AVAIL", "SUBMITTED_TO_WORKER", "RUNNING", "FINISHED"]
+    assert sorted(by_name) == ["Acc.__init__", "boom", "leaf", "mid"]
+    assert all(s[-1] in ("FINISHED", "FAILED") for s in states.values()), states
     assert by_name["boom"] == ["PENDING_ARGS_AVAIL", "SUBMITTED_TO_WORKER", "RUNNING", "FAILED"]
     actor_defs = [e["actorDefinitionEvent"] for e in events if "actorDefinitionEvent" in e]
     assert [a["className"] for a in actor_defs] == ["Acc"]

@@ -278,6 +278,7 @@ class AggregatorConfig:
 
 SPANS_DIR = "RAY_OTEL_EVENTS_SPANS_DIR"
 EVENT_LOGS = "RAY_OTEL_EVENTS_EVENT_LOGS"
+SYNC_TASK_EVENTS = "RAY_OTEL_EVENTS_SYNC_TASK_EVENTS"
 # Standard OTel names; the SDK exporters read the rest (endpoint, headers, timeout, compression).
 OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
 OTLP_TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
@@ -311,7 +312,11 @@ class TracingConfig:
     aggregator_address: str = ""  # empty: events become log records only, no recorder
     session_name: str = ""
     node_id: bytes = b""  # empty: derived from the host name
-    event_logs: bool = True  # every lifecycle event also as an OTel log record
+    # Every task/actor event also as an OTel log record: None leaves it to the hook (the OTLP hook
+    # on, the local hook off: a log record costs more than the span it comes from).
+    event_logs: bool | None = None
+    # Export a task's events before it returns (a round trip per task); see TaskEventSpanProcessor.
+    sync_task_events: bool = False
 
     @classmethod
     def from_env(cls, env: Environ | None = None) -> TracingConfig:
@@ -327,7 +332,8 @@ class TracingConfig:
             aggregator_address=parse_host_port(aggregator, AGGREGATOR_ADDRESS) if aggregator else "",
             session_name=env_str(env, SESSION_NAME, cls.session_name),
             node_id=node,
-            event_logs=env_bool(env, EVENT_LOGS, cls.event_logs),
+            event_logs=env_bool(env, EVENT_LOGS, False) if env.get(EVENT_LOGS, "").strip() else None,
+            sync_task_events=env_bool(env, SYNC_TASK_EVENTS, cls.sync_task_events),
         )
         cfg.validate()
         return cfg

@@ -3,9 +3,10 @@
 A task is two spans: the submitter's PRODUCER span `<module>.<func> ray.remote` and the executor's
 CONSUMER span `... ray.remote_worker`, its child across processes. Both carry Ray's `ray.*`
 attributes (`ray.remote` is "function" or "actor"). From them we build what Ray's core workers
-would have recorded: on the submit side a definition plus PENDING_ARGS_AVAIL (span start) and
-SUBMITTED_TO_WORKER (span end); on the execute side RUNNING (span start) and FINISHED or FAILED
-(span end, ERROR status); for `__init__` also the actor's definition and lifecycle.
+would have recorded: on the submit side a definition plus one lifecycle event with
+PENDING_ARGS_AVAIL (span start) and SUBMITTED_TO_WORKER (span end); on the execute side RUNNING
+(span start) and FINISHED or FAILED (span end, ERROR status); for `__init__` also the actor's
+definition and lifecycle.
 
 Ids. Ray's submit spans do not say which task they submit (a driver's carry no task id, a nested
 one carries its *parent's*), so both sides derive the task id from the same facts: the trace id and
@@ -111,6 +112,12 @@ def _error_message(span: Any) -> str:
                 return trace_text
     description: str | None = span.status.description
     return description or "task failed"
+
+
+def _append_transition(lifecycle: Any, state: int, timestamp_ns: int) -> None:
+    """A second transition known at the same moment (a span's end): one event, as the recorder's
+    merge of two single-transition events would make it."""
+    lifecycle.state_transitions.add(state=state).timestamp.FromNanoseconds(timestamp_ns)
 
 
 @dataclass(frozen=True)
@@ -236,14 +243,11 @@ class TaskSpanEvents:
                         timestamp_ns=start,
                     )
                 )
-                out.append(
-                    f.actor_lifecycle(
-                        actor_id=actor, state=ActorState.DEPENDENCIES_UNREADY, timestamp_ns=start
-                    )
+                pending = f.actor_lifecycle(
+                    actor_id=actor, state=ActorState.DEPENDENCIES_UNREADY, timestamp_ns=start
                 )
-                out.append(
-                    f.actor_lifecycle(actor_id=actor, state=ActorState.PENDING_CREATION, timestamp_ns=end)
-                )
+                _append_transition(pending.actor_lifecycle_event, ActorState.PENDING_CREATION, end)
+                out.append(pending)
             else:
                 out.append(
                     f.actor_task_definition(
@@ -269,16 +273,11 @@ class TaskSpanEvents:
                     timestamp_ns=start,
                 )
             )
-        out.append(
-            f.task_lifecycle(
-                task_id=task_id, job_id=job, state=TaskStatus.PENDING_ARGS_AVAIL, timestamp_ns=start
-            )
+        submitted = f.task_lifecycle(
+            task_id=task_id, job_id=job, state=TaskStatus.PENDING_ARGS_AVAIL, timestamp_ns=start
         )
-        out.append(
-            f.task_lifecycle(
-                task_id=task_id, job_id=job, state=TaskStatus.SUBMITTED_TO_WORKER, timestamp_ns=end
-            )
-        )
+        _append_transition(submitted.task_lifecycle_event, TaskStatus.SUBMITTED_TO_WORKER, end)
+        out.append(submitted)
         return [SpanEvent(event, ctx) for event in out]
 
     # -- execute side ------------------------------------------------------------------------

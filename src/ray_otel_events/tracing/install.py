@@ -121,16 +121,16 @@ def install_tracing(
                 logger_provider.add_log_record_processor(log_processor)
             if not isinstance(_logs.get_logger_provider(), LoggerProvider):
                 _logs.set_logger_provider(logger_provider)
-            if config.event_logs:
-                emitter = EventLogEmitter(
-                    logger_provider.get_logger(semconv.INSTRUMENTATION_SCOPE),
-                    flush=logger_provider.force_flush,
-                )
-                sinks.append(emitter)
+            emitter = EventLogEmitter(
+                logger_provider.get_logger(semconv.INSTRUMENTATION_SCOPE), flush=logger_provider.force_flush
+            )
+            sinks.append(emitter)
         task_events: TaskEventSpanProcessor | None = None
         if sinks:
             task_events = TaskEventSpanProcessor(
-                sinks, factory=EventFactory(session_name=config.session_name)
+                sinks,
+                factory=EventFactory(session_name=config.session_name),
+                sync_task_end=config.sync_task_events,
             )
             tracer_provider.add_span_processor(task_events)
         for span_processor in span_processors:

@@ -5,8 +5,9 @@
 Same line format as Ray's bundled hook (`ReadableSpan.to_json(indent=None)`), but appended rather
 than truncated, written off the submitting thread, and flushed when a process ends (including
 multiprocessing children, which end with `os._exit`). The folder is `RAY_OTEL_EVENTS_SPANS_DIR`.
-Task and actor spans also become RayEvents: log records in `<pid>.logs.jsonl`, and, when
-`RAY_OTEL_EVENTS_AGGREGATOR_ADDRESS` is set, native events sent to that aggregator. The hook never
+Task and actor spans also become RayEvents: when `RAY_OTEL_EVENTS_AGGREGATOR_ADDRESS` is set,
+native events sent to that aggregator, and with `RAY_OTEL_EVENTS_EVENT_LOGS=1` OTel log records in
+`<pid>.logs.jsonl` (off by default: one costs more than the span it comes from). The hook never
 raises: a problem is reported once and the process runs on.
 """
 
@@ -28,7 +29,7 @@ def setup_tracing() -> None:
         config = TracingConfig.from_env()
         install_tracing(
             [SpanFileProcessor(config.spans_dir)],
-            [LogRecordFileProcessor(config.spans_dir)] if config.event_logs else [],
+            [LogRecordFileProcessor(config.spans_dir)] if config.event_logs is True else [],
             config=config,
         )
     except Exception as exc:  # a hook must never take its process down

@@ -31,7 +31,9 @@ def setup_tracing() -> None:
         protocols = OtlpProtocols.from_env()
         install_tracing(
             [BatchSpanProcessor(otlp_span_exporter(protocols.traces))],
-            [BatchLogRecordProcessor(otlp_log_exporter(protocols.logs))] if config.event_logs else [],
+            [BatchLogRecordProcessor(otlp_log_exporter(protocols.logs))]
+            if config.event_logs is not False
+            else [],
             config=config,
         )
     except Exception as exc:  # a hook must never take its process down

@@ -115,7 +115,13 @@ class EventLogEmitter:
 
 
 class TaskEventSpanProcessor(SpanProcessor):
-    """Watches task/actor spans (Ray's and ours) and feeds the RayEvents they imply to sinks."""
+    """Watches task/actor spans (Ray's and ours) and feeds the RayEvents they imply to sinks.
+
+    With `sync_task_end`, a task's execute span ending maps and flushes every sink (for a recorder:
+    one AddEvents call) before the task returns. That costs a round trip per task, and is the only
+    way a Ray actor's last calls are reported: Ray kills an actor without any exit hook when its
+    job ends. Otherwise finished tasks are reported promptly, in the background.
+    """
 
     def __init__(
         self,
@@ -123,8 +129,12 @@ class TaskEventSpanProcessor(SpanProcessor):
         *,
         factory: EventFactory | None = None,
         linger_s: float = 0.05,
+        sync_task_end: bool = False,
+        sync_timeout_s: float = 5.0,
     ) -> None:
         self.sinks = list(sinks)
+        self.sync_task_end = sync_task_end
+        self.sync_timeout_s = sync_timeout_s
         self.mapper = TaskSpanEvents(factory if factory is not None else EventFactory())
         self.counters = Counters("task_event_span_processor")
         self.queue: BatchingQueue[tuple[int, Any]] = BatchingQueue(
@@ -139,6 +149,8 @@ class TaskEventSpanProcessor(SpanProcessor):
         name = span.name
         if name.endswith(semconv.EXECUTE_SUFFIX):
             self.queue.append((_ENDED, span), urgent=True)  # a finished task: report it promptly
+            if self.sync_task_end:
+                self.force_flush(int(self.sync_timeout_s * 1000))
         elif name.endswith(semconv.SUBMIT_SUFFIX):
             self.queue.append((_ENDED, span))
 

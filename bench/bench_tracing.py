@@ -1,0 +1,230 @@
+"""Per-task cost of tracing: a process pool with and without our hook, and real Ray with our hook,
+with Ray's bundled hook, and with none.
+
+Submit path = what the submitting thread pays per task: the wall time of the submit loop divided by
+the number of tasks, and the CPU time of that thread alone (`time.thread_time`), which excludes
+the workers and our background threads. End to end = first submit to last result, tasks/s.
+"Ray's bundled hook" is `ray.util.tracing.setup_local_tmp_tracing` as shipped (SimpleSpanProcessor +
+ConsoleSpanExporter writing `to_json` per span), copied here only to write into a temp folder
+instead of /tmp/spans. Each mode runs in a fresh process (fresh providers, fresh Ray cluster with
+its own temp dir, token auth off); rounds alternate the modes; medians are shown. Prints one
+Markdown section.
+
+    python bench/bench_tracing.py [--quick] [--tasks N] [--ray-tasks N] [--rounds R] [--no-ray]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import Executor, ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+LOCAL_HOOK = "ray_otel_events.tracing.setup_local_tmp_tracing:setup_tracing"
+RAY_STYLE_HOOK = "bench_tracing:ray_bundled_hook"
+TARGET_US = 30.0
+
+
+def ray_bundled_hook() -> None:
+    """Ray 2.60's `setup_local_tmp_tracing.setup_tracing`, writing to $BENCH_SPANS_DIR instead of /tmp/spans."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+
+    spans_dir = os.environ["BENCH_SPANS_DIR"]
+    os.makedirs(spans_dir, exist_ok=True)
+    trace.set_tracer_provider(TracerProvider())
+    trace.get_tracer_provider().add_span_processor(  # type: ignore[attr-defined]
+        SimpleSpanProcessor(
+            ConsoleSpanExporter(
+                out=open(f"{spans_dir}/{os.getpid()}.txt", "w"),  # noqa: SIM115 (as Ray does)
+                formatter=lambda span: span.to_json(indent=None) + os.linesep,
+            )
+        )
+    )
+
+
+def noop() -> None:
+    return None
+
+
+# -- one measurement, in a fresh process ------------------------------------------------------
+
+
+def _time_submits(submit_all: Any, n: int) -> dict[str, float]:
+    wall0, cpu0 = time.perf_counter(), time.thread_time()
+    handles = submit_all(n)
+    wall1, cpu1 = time.perf_counter(), time.thread_time()
+    return {"handles": handles, "submit_wall_us": (wall1 - wall0) / n * 1e6, "submit_cpu_us": (cpu1 - cpu0) / n * 1e6, "t0": wall0}
+
+
+def child_pool(mode: str, n: int) -> dict[str, float]:
+    from ray_otel_events.executor import TracedProcessPoolExecutor
+
+    pool: Executor
+    if mode == "plain":
+        pool = ProcessPoolExecutor(2)
+    else:
+        hook = {"traced-nohook": None, "traced-ours": LOCAL_HOOK, "traced-ray-style": RAY_STYLE_HOOK}[mode]
+        pool = TracedProcessPoolExecutor(2, tracing_startup_hook=hook)
+    with pool:
+        for f in [pool.submit(noop) for _ in range(200)]:  # warm-up: workers started, caches hot
+            f.result()
+        timed = _time_submits(lambda k: [pool.submit(noop) for _ in range(k)], n)
+        for f in timed["handles"]:
+            f.result()
+        total = time.perf_counter() - timed["t0"]
+    return {"submit_wall_us": timed["submit_wall_us"], "submit_cpu_us": timed["submit_cpu_us"], "tasks_per_s": n / total}
+
+
+def child_ray(mode: str, n: int) -> dict[str, float]:
+    import ray
+
+    hook = {"none": None, "ray-bundled": RAY_STYLE_HOOK, "ours": LOCAL_HOOK}[mode]
+    temp_dir = tempfile.mkdtemp(prefix="rb", dir="/tmp")
+    kwargs: dict[str, Any] = {"_tracing_startup_hook": hook} if hook else {}
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", _temp_dir=temp_dir, **kwargs)
+    try:
+        f = ray.remote(noop)
+        ray.get([f.remote() for _ in range(500)])  # warm-up, as in ray_live.md's measurements
+        timed = _time_submits(lambda k: [f.remote() for _ in range(k)], n)
+        ray.get(timed["handles"])
+        total = time.perf_counter() - timed["t0"]
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    return {"submit_wall_us": timed["submit_wall_us"], "submit_cpu_us": timed["submit_cpu_us"], "tasks_per_s": n / total}
+
+
+# -- orchestration ----------------------------------------------------------------------------
+
+
+def run_child(kind: str, mode: str, n: int, spans_dir: str) -> dict[str, float]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_OTEL_EVENTS_", "OTEL_", "RAY_ADDRESS"))}
+    env.update(
+        {
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH", "")])),
+            "RAY_OTEL_EVENTS_SPANS_DIR": spans_dir,
+            "BENCH_SPANS_DIR": spans_dir,
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_AUTH_MODE": "disabled",  # a bare ray.init() would otherwise write ~/.ray/auth_token
+        }
+    )
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", kind, mode, str(n)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"{kind} {mode} failed: {out.stderr[-3000:]}")
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def measure(kind: str, modes: list[str], n: int, rounds: int) -> dict[str, dict[str, float]]:
+    samples: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
+    for _ in range(rounds):
+        for mode in modes:
+            spans_dir = tempfile.mkdtemp(prefix="bench-spans-")
+            try:
+                samples[mode].append(run_child(kind, mode, n, spans_dir))
+            finally:
+                shutil.rmtree(spans_dir, ignore_errors=True)
+    return {m: {k: statistics.median(s[k] for s in runs) for k in runs[0]} for m, runs in samples.items()}
+
+
+def table(results: dict[str, dict[str, float]], baseline: str, labels: dict[str, str]) -> list[str]:
+    base = results[baseline]
+    lines = [
+        "| mode | submit wall µs/task | added | submit CPU µs/task | added | end to end tasks/s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for mode, r in results.items():
+        added_wall = r["submit_wall_us"] - base["submit_wall_us"]
+        added_cpu = r["submit_cpu_us"] - base["submit_cpu_us"]
+        same = mode == baseline
+        lines.append(
+            f"| {labels[mode]} | {r['submit_wall_us']:.1f} | {'–' if same else f'{added_wall:+.1f}'} | "
+            f"{r['submit_cpu_us']:.1f} | {'–' if same else f'{added_cpu:+.1f}'} | {r['tasks_per_s']:.0f} |"
+        )
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small runs, for a sanity check only")
+    parser.add_argument("--tasks", type=int, help="pool tasks per run (default 5000, quick 500)")
+    parser.add_argument("--ray-tasks", type=int, help="Ray tasks per run (default 5000, quick 500)")
+    parser.add_argument("--rounds", type=int, help="rounds per mode (default 3, quick 1)")
+    parser.add_argument("--no-ray", action="store_true", help="skip the real Ray part")
+    parser.add_argument("--child", nargs=3, metavar=("KIND", "MODE", "N"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        kind, mode, n = args.child
+        print(json.dumps((child_pool if kind == "pool" else child_ray)(mode, int(n))))
+        return 0
+    n = args.tasks or (500 if args.quick else 5000)
+    ray_n = args.ray_tasks or (500 if args.quick else 5000)
+    rounds = args.rounds or (1 if args.quick else 3)
+    command = "python bench/bench_tracing.py" + (" --quick" if args.quick else "")
+    pool_labels = {
+        "plain": "ProcessPoolExecutor",
+        "traced-nohook": "TracedProcessPoolExecutor, no hook",
+        "traced-ours": "TracedProcessPoolExecutor + our local hook",
+        "traced-ray-style": "TracedProcessPoolExecutor + Ray's bundled hook (copy)",
+    }
+    pool = measure("pool", list(pool_labels), n, rounds)
+    ours_added = pool["traced-ours"]["submit_wall_us"] - pool["traced-nohook"]["submit_wall_us"]
+    ours_cpu = pool["traced-ours"]["submit_cpu_us"] - pool["traced-nohook"]["submit_cpu_us"]
+    out = [
+        "## Tracing: per-task overhead (process pool and real Ray)",
+        "",
+        f"Command: `{command}` ({n} pool tasks and {ray_n} Ray tasks per run, {rounds} round(s), medians;",
+        "2 pool workers, `num_cpus=2` for Ray; no-op tasks; warm-up before timing).",
+        "",
+        "Process pool (our hook's added cost is against the traced pool without a hook, whose",
+        "remaining cost is the pool's own work plus no-op spans):",
+        "",
+        *table(pool, "traced-nohook", pool_labels),
+        "",
+        f"Our local hook adds **{ours_added:.1f} µs** (wall) / **{ours_cpu:.1f} µs** (CPU of the submitting"
+        f" thread) per task on the submit path; target ≤ {TARGET_US:.0f} µs:"
+        f" **{'met' if ours_added <= TARGET_US else 'NOT met'}**.",
+    ]
+    if not args.no_ray:
+        ray_labels = {"none": "Ray, no hook", "ray-bundled": "Ray + Ray's bundled hook (copy)", "ours": "Ray + our local hook"}
+        ray_results = measure("ray", list(ray_labels), ray_n, rounds)
+        ray_added = ray_results["ours"]["submit_wall_us"] - ray_results["none"]["submit_wall_us"]
+        theirs = ray_results["ray-bundled"]["submit_wall_us"] - ray_results["none"]["submit_wall_us"]
+        out += [
+            "",
+            "Real Ray 2.60 (`ray.init(_tracing_startup_hook=...)`, one fresh local cluster per run):",
+            "",
+            *table(ray_results, "none", ray_labels),
+            "",
+            f"On Ray's submit path our hook adds **{ray_added:.1f} µs** per task, Ray's bundled hook"
+            f" {theirs:.1f} µs (both include the span Ray's wrapper creates once a hook is set).",
+        ]
+    out += [
+        "",
+        "Not on the submit path: spans are written and task spans turned into events and log records",
+        "by background threads (process CPU, shared with the workers on this 2-core machine), and a",
+        "task's execution span is written before the task returns, in the worker.",
+    ]
+    print("\n".join(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
