@@ -97,7 +97,6 @@ def _base_attributes(identity: _ProcessIdentity, function: str, job_hex: str) ->
         semconv.RAY_JOB_ID: job_hex,
         semconv.RAY_NODE_ID: identity.node_hex,
         semconv.RAY_WORKER_ID: identity.worker_hex,
-        semconv.PRODUCER_ATTR: "executor",
     }
 
 
@@ -122,6 +121,7 @@ def _run_traced(call: _TracedCall, fn: Callable[..., R], args: tuple[Any, ...], 
     with attached(call.carrier):
         parent = trace.get_current_span().get_span_context()
         attributes = _base_attributes(identity, call.name, call.job_hex)
+        attributes[semconv.PRODUCER_ATTR] = "executor"  # not on the submit span: every µs counts there
         task_hex = ""
         if parent.is_valid:
             job = bytes.fromhex(call.job_hex)
