@@ -136,6 +136,9 @@ def _check(received: Received, summary: dict[str, Any]) -> None:
         assert res_p["service.name"] == res_c["service.name"] == "pool-under-test"
         assert res_c["deployment.environment"] == "test"
         assert _attrs(consumer.attributes)["ray.pid"] != _attrs(producer.attributes)["ray.pid"]
+        # Their events travel as log records: the marker tells a bridge not to derive them again.
+        for span in (producer, consumer):
+            assert _attrs(span.attributes)["ray_otel_events.producer"] == "task_event_span_processor"
     pids = {_attrs(s.attributes)["ray.pid"] for _, s in spans if s.name.endswith("ray.remote_worker")}
     assert pids and str(summary["pid"]) not in pids
     # Log records: one per lifecycle event, in the context of its span.

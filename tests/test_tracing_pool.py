@@ -113,6 +113,8 @@ def test_parent_child_custom_spans_and_the_line_format(tmp_path: Path) -> None:
     assert list(json.loads(raw)) == RAY_SPAN_KEYS
     assert ", " in raw and "\n" not in raw and not raw.startswith(" ")
     assert not list(tmp_path.glob("*.logs.jsonl")), "event log records are opt-in for the local hook"
+    # No aggregator and no log records: no event processor, so no span is marked as handled.
+    assert all("ray_otel_events.producer" not in s["attributes"] for lines in spans.values() for s in lines)
 
 
 def test_exceptions_reach_the_caller_unchanged_and_mark_the_span(tmp_path: Path) -> None:

@@ -121,7 +121,6 @@ def _run_traced(call: _TracedCall, fn: Callable[..., R], args: tuple[Any, ...], 
     with attached(call.carrier):
         parent = trace.get_current_span().get_span_context()
         attributes = _base_attributes(identity, call.name, call.job_hex)
-        attributes[semconv.PRODUCER_ATTR] = "executor"  # not on the submit span: every µs counts there
         task_hex = ""
         if parent.is_valid:
             job = bytes.fromhex(call.job_hex)

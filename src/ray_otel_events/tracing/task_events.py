@@ -33,6 +33,7 @@ logger = logging.getLogger("ray_otel_events.tracing")
 
 _STARTED = 0
 _ENDED = 1
+PRODUCER = "task_event_span_processor"  # value of semconv.PRODUCER_ATTR on spans and records we handle
 
 
 class EventSink(Protocol):
@@ -96,7 +97,7 @@ class EventLogEmitter:
         for event, span_context in events:
             fields = to_log_record(event)
             attributes = dict(fields.attributes)
-            attributes[semconv.PRODUCER_ATTR] = "task_event_span_processor"
+            attributes[semconv.PRODUCER_ATTR] = PRODUCER
             self.logger.emit(
                 timestamp=fields.timestamp_ns,
                 observed_timestamp=now,
@@ -116,6 +117,10 @@ class EventLogEmitter:
 
 class TaskEventSpanProcessor(SpanProcessor):
     """Watches task/actor spans (Ray's and ours) and feeds the RayEvents they imply to sinks.
+
+    Each task span it takes gets `ray_otel_events.producer = "task_event_span_processor"`: its
+    events are on their way (as log records and/or to an aggregator), so a bridge that later sees
+    the span must not turn it into events a second time.
 
     With `sync_task_end`, a task's execute span ending maps and flushes every sink (for a recorder:
     one AddEvents call) before the task returns. That costs a round trip per task, and is the only
@@ -142,8 +147,12 @@ class TaskEventSpanProcessor(SpanProcessor):
         )
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        if span.name.endswith(semconv.EXECUTE_SUFFIX):
+        name = span.name
+        if name.endswith(semconv.EXECUTE_SUFFIX):
+            span.set_attribute(semconv.PRODUCER_ATTR, PRODUCER)
             self.queue.append((_STARTED, span))
+        elif name.endswith(semconv.SUBMIT_SUFFIX):
+            span.set_attribute(semconv.PRODUCER_ATTR, PRODUCER)
 
     def on_end(self, span: ReadableSpan) -> None:
         name = span.name
