@@ -138,3 +138,11 @@ def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
     out = spans_cli(str(tmp_path / "absent"))
     assert out.returncode == 2
     assert "no such file or folder" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_largest_trace_tree_for_a_demo(tmp_path: Path) -> None:
+    from ray_otel_events.tracing.span_files import largest_trace_tree
+
+    tree = largest_trace_tree(FIXTURES)
+    assert tree.startswith(f"trace 0x{MAIN_TRACE}  15 spans") and "driver-root" in tree
+    assert largest_trace_tree(FIXTURES, name="no-such-span") == ""

@@ -295,3 +295,13 @@ def chrome_trace(traces: dict[str, list[SpanRecord]]) -> dict[str, Any]:
                 {**common, "ph": "f", "bp": "e", "ts": span.start_ns / 1000, "pid": pid, "tid": tid}
             )
     return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def largest_trace_tree(path: str | os.PathLike[str], *, name: str | None = None) -> str:
+    """The tree of the trace with the most spans in a spans folder (among those holding a span whose
+    name contains `name`), or "" when there is none: what a demo shows as "one trace"."""
+    traces = select_traces(read_spans(path).spans, name=name)
+    if not traces:
+        return ""
+    trace_id, members = max(traces.items(), key=lambda item: (len(item[1]), item[1][0].start_ns))
+    return render_trace(trace_id, members)
