@@ -182,3 +182,15 @@ def test_hook_runs_once_in_the_submitter_and_once_in_each_worker(tmp_path: Path)
     assert len(pids) == len(set(pids)), "a process ran the hook twice"
     assert summary["pid"] in pids
     assert set(summary["worker_pids"]) <= set(pids) and len(pids) >= 1 + 5
+
+
+def test_a_users_own_hook_from_our_building_blocks(tmp_path: Path) -> None:
+    user_dir = tmp_path / "user"
+    env = script_env(tmp_path / "unused", {"USER_SPANS_DIR": str(user_dir)})
+    summary, stderr = run_pool(
+        {"hook": "tracing_workload:user_hook", "tasks": 3, "start_method": "spawn"}, env
+    )
+    spans = spans_by_pid(user_dir)
+    assert len(_pairs(spans, summary["pid"], SQUARE)) == 3
+    assert all(consumer is not None for _, consumer in _pairs(spans, summary["pid"], SQUARE)), stderr
+    assert not (tmp_path / "unused").exists()

@@ -81,3 +81,10 @@ class Nested:
         @staticmethod
         def hook() -> None:
             counting_hook()
+
+
+def user_hook() -> None:
+    """A user's own hook built from our blocks, as the README shows: span files in $USER_SPANS_DIR."""
+    from ray_otel_events.tracing import SpanFileProcessor, install_tracing
+
+    install_tracing([SpanFileProcessor(os.environ["USER_SPANS_DIR"])])
