@@ -210,7 +210,7 @@ def main() -> int:
     n = args.tasks or (500 if args.quick else 5000)
     ray_n = args.ray_tasks or (500 if args.quick else 5000)
     rounds = args.rounds or (1 if args.quick else 3)
-    command = "python bench/bench_tracing.py" + (" --quick" if args.quick else "")
+    command = " ".join(["python", "bench/bench_tracing.py", *sys.argv[1:]])
     pool_labels = {
         "plain": "ProcessPoolExecutor",
         "traced-nohook": "TracedProcessPoolExecutor, no hook",

@@ -90,8 +90,24 @@ def _run_driver(*args: str, env: dict[str, str]) -> dict[str, Any]:
     return summary
 
 
+def _wait_for_spans(spans_dir: Path, summary: dict[str, Any], timeout_s: float = 60.0) -> None:
+    """Until the workload's last spans are on disk. An actor call's span is written before the call
+    returns; a task's within 50 ms in the background or, at the latest, when Ray ends the worker
+    after the job (atexit). Under load that can be after the driver has exited."""
+    wanted = {"0x" + summary[k]["span_id"] for k in ("leaf", "mid", "acc")}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        spans = [s for lines in spans_by_pid(spans_dir).values() for s in lines]
+        if wanted <= {sid(s) for s in spans} and any(
+            s["name"] == "__main__.boom ray.remote_worker" for s in spans
+        ):
+            return
+        time.sleep(0.1)
+
+
 def _check_trace(spans_dir: Path, summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """One trace under the driver's root span, linked across driver, task and actor processes."""
+    _wait_for_spans(spans_dir, summary)
     spans = spans_by_pid(spans_dir)
     driver = summary["pid"]
     assert driver in spans, f"no driver span file in {sorted(spans)}"

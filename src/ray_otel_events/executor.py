@@ -80,6 +80,18 @@ def _process_identity() -> _ProcessIdentity:
     return _identity
 
 
+_tracer_for_pid: tuple[int, trace.Tracer] | None = None
+
+
+def _worker_tracer(pid: int) -> trace.Tracer:
+    """One tracer per process (the SDK builds a new one per `get_tracer` call); the hook has run in
+    the worker's initializer, before any task, so the provider it set is the one to keep."""
+    global _tracer_for_pid
+    if _tracer_for_pid is None or _tracer_for_pid[0] != pid:
+        _tracer_for_pid = (pid, trace.get_tracer(semconv.INSTRUMENTATION_SCOPE))
+    return _tracer_for_pid[1]
+
+
 def function_name(fn: Callable[..., Any]) -> str:
     """`<module>.<name>` as Ray names remote functions (partials are named after what they wrap)."""
     while isinstance(fn, functools.partial):
@@ -117,7 +129,7 @@ class _TracedCall:
 def _run_traced(call: _TracedCall, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
     """Executes one task in a worker inside its CONSUMER span (child of the submitter's span)."""
     identity = _process_identity()
-    tracer = trace.get_tracer(semconv.INSTRUMENTATION_SCOPE)
+    tracer = _worker_tracer(identity.pid)
     with attached(call.carrier):
         parent = trace.get_current_span().get_span_context()
         attributes = _base_attributes(identity, call.name, call.job_hex)

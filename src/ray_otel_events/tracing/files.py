@@ -116,8 +116,9 @@ class SpanFileProcessor(SpanProcessor):
     """Ended spans as `ReadableSpan.to_json(indent=None)` lines in `<directory>/<pid>.json`.
 
     When a task's execute span (`... ray.remote_worker`) ends, everything queued in this process is
-    written before the task returns: a Ray actor is killed without any exit hook when its job ends,
-    so spans of finished tasks must already be on disk. Submission spans stay off the caller's path.
+    written before the task returns: Ray kills actors when their job ends, and every worker when a
+    `ray.init()` cluster shuts down, without any exit hook, so the spans of finished tasks must
+    already be on disk. Submission spans stay off the submitting thread.
     """
 
     def __init__(self, directory: str, *, suffix: str = SPAN_FILE_SUFFIX, linger_s: float = 0.05) -> None:
