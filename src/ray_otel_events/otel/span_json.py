@@ -20,26 +20,22 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext, format_span_id, format_trace_id
 
 _UTC = datetime.UTC
-_resource_cache: dict[int, tuple[Resource, dict[str, Any], str]] = {}
+_resource_cache: dict[int, tuple[Resource, str]] = {}
 _cache_lock = threading.Lock()
 
 
-def _resource(resource: Resource) -> tuple[Resource, dict[str, Any], str]:
+def _resource_json(resource: Resource) -> str:
+    """`json.dumps(json.loads(resource.to_json()))`, computed once per Resource object."""
     cached = _resource_cache.get(id(resource))
     if cached is not None and cached[0] is resource:
-        return cached
-    value: dict[str, Any] = json.loads(resource.to_json())
-    entry = (resource, value, json.dumps(value))
+        return cached[1]
+    text = json.dumps(json.loads(resource.to_json()))
+    entry = (resource, text)
     with _cache_lock:
         if len(_resource_cache) > 64:  # resources are per provider: a handful per process
             _resource_cache.clear()
         _resource_cache[id(resource)] = entry
-    return entry
-
-
-def resource_dict(resource: Resource) -> dict[str, Any]:
-    """`json.loads(resource.to_json())`, computed once per Resource object."""
-    return _resource(resource)[1]
+    return text
 
 
 def ns_to_iso_str(nanoseconds: int) -> str:
@@ -88,20 +84,13 @@ def _span_fields(span: ReadableSpan) -> dict[str, Any]:
     }
 
 
-def span_to_dict(span: ReadableSpan) -> dict[str, Any]:
-    """The dict `ReadableSpan.to_json` serialises, same keys in the same order."""
-    fields = _span_fields(span)
-    fields["resource"] = resource_dict(span.resource)
-    return fields
-
-
 def span_to_json_line(span: ReadableSpan) -> str:
     """Exactly `span.to_json(indent=None)`, without the trailing newline.
 
     The resource comes last in the SDK's key order, so its cached JSON text is spliced in.
     """
     head = json.dumps(_span_fields(span))
-    return f'{head[:-1]}, "resource": {_resource(span.resource)[2]}}}'
+    return f'{head[:-1]}, "resource": {_resource_json(span.resource)}}}'
 
 
 class _BytesEncoder(json.JSONEncoder):
@@ -132,4 +121,4 @@ def log_record_to_json_line(record: Any) -> str:
         cls=_BytesEncoder,
     )
     tail = json.dumps({"event_name": log.event_name if log.event_name else ""})
-    return f'{head[:-1]}, "resource": {_resource(record.resource)[2]}, {tail[1:]}'
+    return f'{head[:-1]}, "resource": {_resource_json(record.resource)}, {tail[1:]}'
