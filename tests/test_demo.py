@@ -28,5 +28,12 @@ def test_demo_delivers_every_event_and_says_so(tmp_path: Path) -> None:
     total_line = next(line for line in proc.stdout.splitlines() if line.startswith("total"))
     assert int(total_line.split()[3]) == len(lines)  # the summary's delivered column is the file's truth
     assert "every event sent was delivered or counted" in proc.stdout
+    job = next(json.loads(x) for x in lines if "DRIVER_JOB_DEFINITION" in x)["driverJobDefinitionEvent"][
+        "jobId"
+    ]
+    tasks = [json.loads(x)["taskLifecycleEvent"] for x in lines if "TASK_LIFECYCLE" in x]
+    assert {t["jobId"] for t in tasks} == {job}  # events from spans and by hand join on one job
+    assert "demo driver" in proc.stdout and "ray.remote_worker" in proc.stdout  # the trace tree
+    assert list((tmp_path / "spans").glob("*.json"))
     failed = [json.loads(x) for x in lines if '"FAILED"' in x]
     assert failed and all("rayErrorInfo" in e["taskLifecycleEvent"] for e in failed)

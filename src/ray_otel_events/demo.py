@@ -1,10 +1,12 @@
-"""`ray-otel-events demo`: the whole native pipeline on embedded defaults, with real processes.
+"""`ray-otel-events demo`: the whole pipeline on embedded defaults, with real processes.
 
-A sink and an aggregator start as subprocesses; a process pool runs tasks and two actor-like
-worker processes serve method calls, each process with its own recorder, the way a Ray node's
-core workers and GCS produce task, actor, job, node and worker events. At the end every process
-flushes, the aggregator is stopped with SIGTERM (it flushes too) and the summary shows, per event
-type, what was recorded, sent, delivered to the sink and dropped, and checks that it adds up.
+A sink and an aggregator start as subprocesses. Tasks run in a TracedProcessPoolExecutor with the
+local tracing hook: spans go to a spans folder and the hook's span processor turns each task's
+spans into task events, sent by a recorder in every process. Two actor-like worker processes
+serve method calls and record actor events by hand, and the driver records job and node events,
+the way a Ray node's core workers and GCS do. At the end every process flushes, the aggregator is
+stopped with SIGTERM (it flushes too) and the summary shows, per event type, what was recorded,
+sent, delivered to the sink and dropped, checks that it adds up, and prints one trace tree.
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from opentelemetry import trace
+
+from ray_otel_events import config
 from ray_otel_events.config import RecorderConfig
 from ray_otel_events.events import ids
 from ray_otel_events.events.builders import (
@@ -34,13 +39,15 @@ from ray_otel_events.events.builders import (
     JobState,
     NodeState,
     TaskStatus,
-    TaskType,
     WorkerState,
     python_function,
-    task_error,
 )
+from ray_otel_events.executor import TracedProcessPoolExecutor
 from ray_otel_events.producer import RayEventRecorder
 from ray_otel_events.protobuf import common_pb2
+from ray_otel_events.tracing.install import current_installation
+from ray_otel_events.tracing.setup_local_tmp_tracing import HOOK
+from ray_otel_events.tracing.span_files import largest_trace_tree
 
 _RECORDER_CONFIG = RecorderConfig(report_interval_ms=200, shutdown_flush_timeout_ms=5000)
 
@@ -70,16 +77,25 @@ class Cluster:
 _worker: tuple[Cluster, RayEventRecorder, EventFactory, bytes] | None = None
 
 
+def _hook_recorder() -> RayEventRecorder:
+    """The recorder the tracing hook runs in this process (it sends the task events)."""
+    installation = current_installation()
+    if installation is None or installation.recorder is None:
+        raise RuntimeError("the tracing hook did not install a recorder: is the aggregator address set?")
+    return installation.recorder
+
+
 def _init_pool_worker(cluster: Cluster) -> None:
+    """Runs after the hook in each pool worker: the worker's own events go through its recorder."""
     global _worker
-    rec = cluster.recorder()
+    rec = _hook_recorder()
     factory = EventFactory(cluster.session)
     worker_id = ids.new_unique_id()
     rec.add(factory.worker_definition(worker_id=worker_id, node_id=cluster.node, pid=os.getpid()))
     rec.add(factory.worker_lifecycle(worker_id=worker_id, state=WorkerState.ALIVE, job_id=cluster.job))
     _worker = (cluster, rec, factory, worker_id)
     # Pool workers end with os._exit: atexit never runs, multiprocessing finalizers do.
-    multiprocessing.util.Finalize(None, _finish_pool_worker, exitpriority=10)
+    multiprocessing.util.Finalize(None, _finish_pool_worker, exitpriority=100)
 
 
 def _finish_pool_worker() -> None:
@@ -94,23 +110,19 @@ def _finish_pool_worker() -> None:
             exit_detail="pool shut down",
         )
     )
-    rec.stop()
-    cluster.save_stats("worker", rec)
+    _flush_tracing_and_save(cluster, "worker")
 
 
-def simulate(task_id: bytes, n: int) -> int:
+def _flush_tracing_and_save(cluster: Cluster, role: str) -> None:
+    installation = current_installation()
+    assert installation is not None and installation.recorder is not None
+    installation.flush()  # spans -> task events into the recorder, spans to their files
+    installation.recorder.stop()
+    cluster.save_stats(role, installation.recorder)
+
+
+def simulate(n: int) -> int:
     """The demo task: some CPU work; every seventh input fails on purpose."""
-    assert _worker is not None
-    cluster, rec, factory, worker_id = _worker
-    rec.add(
-        factory.task_lifecycle(
-            task_id=task_id,
-            job_id=cluster.job,
-            state=TaskStatus.RUNNING,
-            worker_id=worker_id,
-            worker_pid=os.getpid(),
-        )
-    )
     if n % 7 == 3:
         raise ValueError(f"demo failure for input {n}")
     return sum(i * i for i in range(n * 2000))
@@ -212,42 +224,23 @@ def _run_workload(cluster: Cluster, tasks: int) -> tuple[int, int]:
     )
     rec.add(f.job_definition(job_id=cluster.job, driver_pid=os.getpid(), entrypoint="ray-otel-events demo"))
     rec.add(f.job_lifecycle(job_id=cluster.job, state=JobState.CREATED))
-    driver_task = ids.driver_task_id(cluster.job)
     ok = failed = 0
-    with ProcessPoolExecutor(max_workers=2, initializer=_init_pool_worker, initargs=(cluster,)) as pool:
-        pending: dict[Future[int], bytes] = {}
-        for n in range(tasks):
-            task_id = ids.new_task_id(cluster.job)
-            rec.add(
-                f.task_definition(
-                    task_id=task_id,
-                    job_id=cluster.job,
-                    name="simulate",
-                    function=python_function(__name__, "simulate"),
-                    task_type=TaskType.NORMAL_TASK,
-                    parent_task_id=driver_task,
-                    required_resources={"CPU": 1.0},
-                )
-            )
-            for state in (TaskStatus.PENDING_ARGS_AVAIL, TaskStatus.SUBMITTED_TO_WORKER):
-                rec.add(f.task_lifecycle(task_id=task_id, job_id=cluster.job, state=state))
-            pending[pool.submit(simulate, task_id, n)] = task_id
+    pool = TracedProcessPoolExecutor(
+        tracing_startup_hook=HOOK, max_workers=2, initializer=_init_pool_worker, initargs=(cluster,)
+    )
+    with pool, trace.get_tracer(__name__).start_as_current_span("demo driver"):
+        futures: list[Future[int]] = [pool.submit(simulate, n) for n in range(tasks)]
         counters = [DemoActor(cluster, rec, f, name=f"counter-{i}") for i in range(2)]
         for i in range(10):
             counters[i % 2].add(i)
-        for future, task_id in pending.items():
-            error = future.exception()
-            if error is None:
+        for future in futures:
+            if future.exception() is None:
                 ok += 1
-                rec.add(f.task_lifecycle(task_id=task_id, job_id=cluster.job, state=TaskStatus.FINISHED))
             else:
                 failed += 1
-                info = task_error(common_pb2.TASK_EXECUTION_EXCEPTION, f"{type(error).__name__}: {error}")
-                rec.add(
-                    f.task_lifecycle(task_id=task_id, job_id=cluster.job, state=TaskStatus.FAILED, error=info)
-                )
         for actor in counters:
             actor.stop()
+    _flush_tracing_and_save(cluster, "driver-tasks")
     rec.add(f.job_lifecycle(job_id=cluster.job, state=JobState.FINISHED))
     rec.stop()
     cluster.save_stats("driver", rec)
@@ -292,9 +285,12 @@ def run(args: argparse.Namespace) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     out_file = workdir / "events.jsonl"
     stats_dir = workdir / "recorder-stats"
-    stats_dir.mkdir(exist_ok=True)
-    for old in [out_file, *stats_dir.glob("*.json")]:
-        old.unlink(missing_ok=True)
+    spans_dir = workdir / "spans"
+    for folder in (stats_dir, spans_dir):
+        folder.mkdir(exist_ok=True)
+        for old in folder.glob("*.json*"):
+            old.unlink()
+    out_file.unlink(missing_ok=True)
 
     sink = _Server("sink", "--port", "0", "--out", str(out_file))
     try:
@@ -303,10 +299,15 @@ def run(args: argparse.Namespace) -> int:
         )
         try:
             session = time.strftime("session_demo_%Y-%m-%d_%H-%M-%S")
+            # The tracing hook in this process and in every pool worker reads these. The job id is the
+            # one the traced pool gives tasks submitted from this process (its pid), so all events join.
+            os.environ[config.SPANS_DIR] = str(spans_dir)
+            os.environ[config.AGGREGATOR_ADDRESS] = aggregator.address
+            os.environ[config.SESSION_NAME] = session
             cluster = Cluster(
                 aggregator.address,
                 session,
-                ids.job_id(1),
+                ids.job_id(os.getpid() & 0xFFFFFFFF),
                 ids.node_id_for_host(os.uname().nodename),
                 str(stats_dir),
             )
@@ -323,8 +324,20 @@ def run(args: argparse.Namespace) -> int:
     agg_stats = _last_stats_line(agg_out)
     recorders = [json.loads(p.read_text()) for p in sorted(stats_dir.glob("*.json"))]
     delivered = Counter(json.loads(line)["eventType"] for line in out_file.read_text().splitlines() if line)
-    print(f"tasks: {ok} finished, {failed} failed on purpose; {len(recorders)} processes recorded events")
-    return _print_summary(recorders, agg_stats, delivered, out_file)
+    print(f"tasks: {ok} finished, {failed} failed on purpose; {len(recorders)} recorders sent events")
+    code = _print_summary(recorders, agg_stats, delivered, out_file)
+    _print_trace(spans_dir)
+    return code
+
+
+def _print_trace(spans_dir: Path, max_lines: int = 14) -> None:
+    tree = largest_trace_tree(spans_dir).splitlines()
+    print()
+    print(f"one trace from {spans_dir} (`ray-otel-events spans {spans_dir}` shows them all):")
+    for line in tree[:max_lines]:
+        print("  " + line)
+    if len(tree) > max_lines:
+        print(f"  ... {len(tree) - max_lines} more lines")
 
 
 def _last_stats_line(output: str) -> dict[str, Any]:
