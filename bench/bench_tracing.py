@@ -72,15 +72,27 @@ def noop() -> None:
 # -- one measurement, in a fresh process ------------------------------------------------------
 
 
-def _time_submits(submit_all: Any, n: int) -> dict[str, float]:
-    wall0, cpu0 = time.perf_counter(), time.thread_time()
-    handles = submit_all(n)
-    wall1, cpu1 = time.perf_counter(), time.thread_time()
+BATCHES = 5
+
+
+def _timed_batches(submit: Any, wait: Any, n: int) -> dict[str, float]:
+    """n tasks in BATCHES batches (submit all, then wait for all): the median batch's submit cost per
+    task, wall and CPU of this thread, and the overall tasks/s. Medians shrug off a stall of the
+    shared machine in one batch."""
+    per = max(1, n // BATCHES)
+    walls, cpus, total = [], [], 0.0
+    for _ in range(BATCHES):
+        wall0, cpu0 = time.perf_counter(), time.thread_time()
+        handles = [submit() for _ in range(per)]
+        wall1, cpu1 = time.perf_counter(), time.thread_time()
+        wait(handles)
+        total += time.perf_counter() - wall0
+        walls.append((wall1 - wall0) / per * 1e6)
+        cpus.append((cpu1 - cpu0) / per * 1e6)
     return {
-        "handles": handles,
-        "submit_wall_us": (wall1 - wall0) / n * 1e6,
-        "submit_cpu_us": (cpu1 - cpu0) / n * 1e6,
-        "t0": wall0,
+        "submit_wall_us": statistics.median(walls),
+        "submit_cpu_us": statistics.median(cpus),
+        "tasks_per_s": per * BATCHES / total,
     }
 
 
@@ -96,15 +108,7 @@ def child_pool(mode: str, n: int) -> dict[str, float]:
     with pool:
         for f in [pool.submit(noop) for _ in range(200)]:  # warm-up: workers started, caches hot
             f.result()
-        timed = _time_submits(lambda k: [pool.submit(noop) for _ in range(k)], n)
-        for f in timed["handles"]:
-            f.result()
-        total = time.perf_counter() - timed["t0"]
-    return {
-        "submit_wall_us": timed["submit_wall_us"],
-        "submit_cpu_us": timed["submit_cpu_us"],
-        "tasks_per_s": n / total,
-    }
+        return _timed_batches(lambda: pool.submit(noop), lambda fs: [f.result() for f in fs], n)
 
 
 def child_ray(mode: str, n: int) -> dict[str, float]:
@@ -123,17 +127,10 @@ def child_ray(mode: str, n: int) -> dict[str, float]:
     try:
         f = ray.remote(noop)
         ray.get([f.remote() for _ in range(500)])  # warm-up, as in ray_live.md's measurements
-        timed = _time_submits(lambda k: [f.remote() for _ in range(k)], n)
-        ray.get(timed["handles"])
-        total = time.perf_counter() - timed["t0"]
+        return _timed_batches(f.remote, ray.get, n)
     finally:
         ray.shutdown()
         shutil.rmtree(temp_dir, ignore_errors=True)
-    return {
-        "submit_wall_us": timed["submit_wall_us"],
-        "submit_cpu_us": timed["submit_cpu_us"],
-        "tasks_per_s": n / total,
-    }
 
 
 # -- orchestration ----------------------------------------------------------------------------
@@ -197,8 +194,8 @@ def table(results: dict[str, dict[str, float]], baseline: str, labels: dict[str,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small runs, for a sanity check only")
-    parser.add_argument("--tasks", type=int, help="pool tasks per run (default 5000, quick 500)")
-    parser.add_argument("--ray-tasks", type=int, help="Ray tasks per run (default 5000, quick 500)")
+    parser.add_argument("--tasks", type=int, help="pool tasks per run (default 5000, quick 1000)")
+    parser.add_argument("--ray-tasks", type=int, help="Ray tasks per run (default 5000, quick 1000)")
     parser.add_argument("--rounds", type=int, help="rounds per mode (default 3, quick 1)")
     parser.add_argument("--no-ray", action="store_true", help="skip the real Ray part")
     parser.add_argument("--child", nargs=3, metavar=("KIND", "MODE", "N"), help=argparse.SUPPRESS)
@@ -207,8 +204,8 @@ def main() -> int:
         kind, mode, n = args.child
         print(json.dumps((child_pool if kind == "pool" else child_ray)(mode, int(n))))
         return 0
-    n = args.tasks or (500 if args.quick else 5000)
-    ray_n = args.ray_tasks or (500 if args.quick else 5000)
+    n = args.tasks or (1000 if args.quick else 5000)
+    ray_n = args.ray_tasks or (1000 if args.quick else 5000)
     rounds = args.rounds or (1 if args.quick else 3)
     command = " ".join(["python", "bench/bench_tracing.py", *sys.argv[1:]])
     pool_labels = {
@@ -223,7 +220,8 @@ def main() -> int:
     out = [
         "## Tracing: per-task overhead (process pool and real Ray)",
         "",
-        f"Command: `{command}` ({n} pool tasks and {ray_n} Ray tasks per run, {rounds} round(s), medians;",
+        f"Command: `{command}` ({n} pool tasks and {ray_n} Ray tasks per run in {BATCHES} batches,"
+        f" {rounds} round(s); medians over batches, then rounds;",
         "2 pool workers, `num_cpus=2` for Ray; no-op tasks; warm-up before timing).",
         "",
         "Process pool (our hook's added cost is against the traced pool without a hook, whose",
