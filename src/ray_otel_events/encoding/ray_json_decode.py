@@ -22,6 +22,7 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 
+from ray_otel_events.encoding.proto_scalars import INT_RANGES
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
 __all__ = ["decode_event"]
@@ -31,18 +32,6 @@ class _Fallback(Exception):
     """The fast path does not handle this input; json_format decides."""
 
 
-_INT_RANGES = {
-    FieldDescriptor.TYPE_INT32: (-(2**31), 2**31 - 1),
-    FieldDescriptor.TYPE_SINT32: (-(2**31), 2**31 - 1),
-    FieldDescriptor.TYPE_SFIXED32: (-(2**31), 2**31 - 1),
-    FieldDescriptor.TYPE_UINT32: (0, 2**32 - 1),
-    FieldDescriptor.TYPE_FIXED32: (0, 2**32 - 1),
-    FieldDescriptor.TYPE_INT64: (-(2**63), 2**63 - 1),
-    FieldDescriptor.TYPE_SINT64: (-(2**63), 2**63 - 1),
-    FieldDescriptor.TYPE_SFIXED64: (-(2**63), 2**63 - 1),
-    FieldDescriptor.TYPE_UINT64: (0, 2**64 - 1),
-    FieldDescriptor.TYPE_FIXED64: (0, 2**64 - 1),
-}
 _FLOAT32_MAX = 3.4028234663852886e38
 _INT_TEXT = re.compile(r"-?[0-9]+")
 _BASE64 = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
@@ -125,8 +114,8 @@ def _enum_reader(field: Any) -> Callable[[Any], int]:
 
 def _scalar_reader(field: Any) -> Callable[[Any], Any]:
     kind = field.type
-    if kind in _INT_RANGES:
-        return _int_reader(*_INT_RANGES[kind])
+    if kind in INT_RANGES:
+        return _int_reader(*INT_RANGES[kind])
     if kind == FieldDescriptor.TYPE_STRING:
         return _read_string
     if kind == FieldDescriptor.TYPE_BYTES:

@@ -26,6 +26,8 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+from ray_otel_events.encoding.proto_scalars import INT_RANGES
+
 __all__ = [
     "OtlpJsonError",
     "from_json",
@@ -37,18 +39,6 @@ __all__ = [
 # bytes fields that OTLP/JSON writes as hex, with their only valid non-empty lengths.
 _ID_LENGTHS = {"trace_id": 16, "span_id": 8, "parent_span_id": 8}
 
-_INT_RANGES: dict[int, tuple[int, int]] = {
-    FieldDescriptor.TYPE_INT32: (-(2**31), 2**31 - 1),
-    FieldDescriptor.TYPE_SINT32: (-(2**31), 2**31 - 1),
-    FieldDescriptor.TYPE_SFIXED32: (-(2**31), 2**31 - 1),
-    FieldDescriptor.TYPE_UINT32: (0, 2**32 - 1),
-    FieldDescriptor.TYPE_FIXED32: (0, 2**32 - 1),
-    FieldDescriptor.TYPE_INT64: (-(2**63), 2**63 - 1),
-    FieldDescriptor.TYPE_SINT64: (-(2**63), 2**63 - 1),
-    FieldDescriptor.TYPE_SFIXED64: (-(2**63), 2**63 - 1),
-    FieldDescriptor.TYPE_UINT64: (0, 2**64 - 1),
-    FieldDescriptor.TYPE_FIXED64: (0, 2**64 - 1),
-}
 _INT64_TYPES = frozenset(
     {
         FieldDescriptor.TYPE_INT64,
@@ -143,7 +133,7 @@ def _read_int(field: FieldDescriptor, value: Any, path: str) -> int:
             raise OtlpJsonError(path, f"expected an integer, got {_describe(value)}") from None
     else:
         raise OtlpJsonError(path, f"expected an integer, got {_json_type(value)}")
-    low, high = _INT_RANGES[field.type]
+    low, high = INT_RANGES[field.type]
     if not low <= number <= high:
         raise OtlpJsonError(path, f"integer {number} out of range [{low}, {high}]")
     return number
@@ -155,7 +145,7 @@ def _read_scalar(field: Any, value: Any, path: str) -> Any:
         if not isinstance(value, str):
             raise OtlpJsonError(path, f"expected a string, got {_json_type(value)}")
         return value
-    if kind in _INT_RANGES:
+    if kind in INT_RANGES:
         return _read_int(field, value, path)
     if kind == FieldDescriptor.TYPE_BYTES:
         if field.name in _ID_LENGTHS:

@@ -38,6 +38,15 @@ class _PerProcess:
     def _current(self) -> Any:
         return self._exporter if self._pid == os.getpid() else None
 
+    def shutdown(self) -> None:
+        exporter = self._current()
+        if exporter is not None:
+            exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        exporter = self._current()
+        return True if exporter is None else bool(exporter.force_flush(timeout_millis))
+
 
 class PerProcessSpanExporter(_PerProcess, SpanExporter):
     """Delegates to `factory()`'s exporter, made once in each process that exports."""
@@ -46,15 +55,6 @@ class PerProcessSpanExporter(_PerProcess, SpanExporter):
         result: SpanExportResult = self._get().export(spans)
         return result
 
-    def shutdown(self) -> None:
-        exporter = self._current()
-        if exporter is not None:
-            exporter.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        exporter = self._current()
-        return True if exporter is None else bool(exporter.force_flush(timeout_millis))
-
 
 class PerProcessLogRecordExporter(_PerProcess, LogRecordExporter):
     """Delegates to `factory()`'s exporter, made once in each process that exports."""
@@ -62,15 +62,6 @@ class PerProcessLogRecordExporter(_PerProcess, LogRecordExporter):
     def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
         result: LogRecordExportResult = self._get().export(batch)
         return result
-
-    def shutdown(self) -> None:
-        exporter = self._current()
-        if exporter is not None:
-            exporter.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        exporter = self._current()
-        return True if exporter is None else bool(exporter.force_flush(timeout_millis))
 
 
 def otlp_span_exporter(protocol: str) -> SpanExporter:
