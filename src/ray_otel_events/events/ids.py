@@ -75,11 +75,3 @@ def job_of_task(task: bytes) -> bytes:
 def actor_of_task(task: bytes) -> bytes:
     """The ActorID embedded in a TaskID (nil unique part for normal tasks)."""
     return task[-ACTOR_ID_SIZE:]
-
-
-def to_hex(value: bytes) -> str:
-    return value.hex()
-
-
-def from_hex(value: str) -> bytes:
-    return bytes.fromhex(value)

@@ -32,12 +32,15 @@ EntityIdFn = Callable[[Any], Hashable]
 @dataclass(frozen=True)
 class EventTypeSpec:
     event_type: int
-    name: str
     payload_field: str
     source_type: int
     entity_id: EntityIdFn
     merge: MergeRule
-    entity_kind: str
+
+    @property
+    def name(self) -> str:
+        """The EventType enum name, e.g. TASK_LIFECYCLE_EVENT."""
+        return ET.Name(self.event_type)
 
 
 def _task_attempt(p: Any) -> Hashable:
@@ -64,156 +67,122 @@ def _no_entity(p: Any) -> Hashable:
 _SPECS = [
     EventTypeSpec(
         ET.TASK_DEFINITION_EVENT,
-        "TASK_DEFINITION_EVENT",
         "task_definition_event",
         ST.CORE_WORKER,
         _task_attempt,
         MergeRule.KEEP_FIRST,
-        "task",
     ),
     EventTypeSpec(
         ET.TASK_LIFECYCLE_EVENT,
-        "TASK_LIFECYCLE_EVENT",
         "task_lifecycle_event",
         ST.CORE_WORKER,
         _task_attempt,
         MergeRule.LIFECYCLE,
-        "task",
     ),
     EventTypeSpec(
         ET.ACTOR_TASK_DEFINITION_EVENT,
-        "ACTOR_TASK_DEFINITION_EVENT",
         "actor_task_definition_event",
         ST.CORE_WORKER,
         _task_attempt,
         MergeRule.KEEP_FIRST,
-        "task",
     ),
     EventTypeSpec(
         ET.TASK_PROFILE_EVENT,
-        "TASK_PROFILE_EVENT",
         "task_profile_events",
         ST.CORE_WORKER,
         _profile_attempt,
         MergeRule.PROFILE,
-        "task",
     ),
     EventTypeSpec(
         ET.DRIVER_JOB_DEFINITION_EVENT,
-        "DRIVER_JOB_DEFINITION_EVENT",
         "driver_job_definition_event",
         ST.GCS,
         _field("job_id"),
         MergeRule.KEEP_FIRST,
-        "job",
     ),
     EventTypeSpec(
         ET.DRIVER_JOB_LIFECYCLE_EVENT,
-        "DRIVER_JOB_LIFECYCLE_EVENT",
         "driver_job_lifecycle_event",
         ST.GCS,
         _field("job_id"),
         MergeRule.LIFECYCLE,
-        "job",
     ),
     EventTypeSpec(
         ET.NODE_DEFINITION_EVENT,
-        "NODE_DEFINITION_EVENT",
         "node_definition_event",
         ST.GCS,
         _field("node_id"),
         MergeRule.KEEP_FIRST,
-        "node",
     ),
     EventTypeSpec(
         ET.NODE_LIFECYCLE_EVENT,
-        "NODE_LIFECYCLE_EVENT",
         "node_lifecycle_event",
         ST.GCS,
         _field("node_id"),
         MergeRule.LIFECYCLE,
-        "node",
     ),
     EventTypeSpec(
         ET.ACTOR_DEFINITION_EVENT,
-        "ACTOR_DEFINITION_EVENT",
         "actor_definition_event",
         ST.GCS,
         _field("actor_id"),
         MergeRule.KEEP_FIRST,
-        "actor",
     ),
     EventTypeSpec(
         ET.ACTOR_LIFECYCLE_EVENT,
-        "ACTOR_LIFECYCLE_EVENT",
         "actor_lifecycle_event",
         ST.GCS,
         _field("actor_id"),
         MergeRule.LIFECYCLE,
-        "actor",
     ),
     EventTypeSpec(
         ET.PLACEMENT_GROUP_DEFINITION_EVENT,
-        "PLACEMENT_GROUP_DEFINITION_EVENT",
         "placement_group_definition_event",
         ST.GCS,
         _field("placement_group_id"),
         MergeRule.KEEP_FIRST,
-        "placement_group",
     ),
     EventTypeSpec(
         ET.PLACEMENT_GROUP_LIFECYCLE_EVENT,
-        "PLACEMENT_GROUP_LIFECYCLE_EVENT",
         "placement_group_lifecycle_event",
         ST.GCS,
         _field("placement_group_id"),
         MergeRule.LIFECYCLE,
-        "placement_group",
     ),
     EventTypeSpec(
         ET.SUBMISSION_JOB_DEFINITION_EVENT,
-        "SUBMISSION_JOB_DEFINITION_EVENT",
         "submission_job_definition_event",
         ST.JOBS,
         _field("submission_id"),
         MergeRule.KEEP_FIRST,
-        "submission_job",
     ),
     EventTypeSpec(
         ET.SUBMISSION_JOB_LIFECYCLE_EVENT,
-        "SUBMISSION_JOB_LIFECYCLE_EVENT",
         "submission_job_lifecycle_event",
         ST.JOBS,
         _field("submission_id"),
         MergeRule.LIFECYCLE,
-        "submission_job",
     ),
     EventTypeSpec(
         ET.PLATFORM_EVENT,
-        "PLATFORM_EVENT",
         "platform_event",
         ST.CLUSTER_LIFECYCLE,
         _no_entity,
         MergeRule.NEVER,
-        "platform",
     ),
     EventTypeSpec(
         ET.WORKER_LIFECYCLE_EVENT,
-        "WORKER_LIFECYCLE_EVENT",
         "worker_lifecycle_event",
         ST.GCS,
         _field("worker_id"),
         MergeRule.LIFECYCLE,
-        "worker",
     ),
     EventTypeSpec(
         ET.WORKER_DEFINITION_EVENT,
-        "WORKER_DEFINITION_EVENT",
         "worker_definition_event",
         ST.GCS,
         _field("worker_id"),
         MergeRule.KEEP_FIRST,
-        "worker",
     ),
 ]
 
@@ -225,10 +194,12 @@ def spec_for(event_type: int) -> EventTypeSpec | None:
     return REGISTRY.get(event_type)
 
 
+_NAMES: dict[int, str] = {spec.event_type: spec.name for spec in _SPECS}
+
+
 def event_type_name(event_type: int) -> str:
     """The enum name, or the number as text for a type this schema does not know."""
-    spec = REGISTRY.get(event_type)
-    return spec.name if spec is not None else str(event_type)
+    return _NAMES.get(event_type) or str(event_type)
 
 
 def payload_of(event: RayEvent) -> Any:

@@ -44,9 +44,6 @@ class EventBatch:
     def __len__(self) -> int:
         return len(self.wires)
 
-    def type_counts(self) -> Counter[int]:
-        return Counter(self.types)
-
 
 @dataclass(slots=True)
 class _Consumer:
@@ -83,15 +80,8 @@ class MultiConsumerEventBuffer:
         """Payload bytes plus the per-record overhead, the figure `max_bytes` bounds."""
         return self._bytes + len(self) * RECORD_OVERHEAD_BYTES
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def _end(self) -> int:
         return self._start + len(self._wires)
-
-    def unread(self, consumer: str) -> int:
-        return self._end() - self._consumer(consumer).cursor
 
     def _consumer(self, name: str) -> _Consumer:
         try:

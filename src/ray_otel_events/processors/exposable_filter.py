@@ -16,9 +16,6 @@ class ExposableFilter:
     def __init__(self, allowed: frozenset[int] | None) -> None:
         self.allowed = allowed
 
-    def allows(self, event_type: int) -> bool:
-        return self.allowed is None or event_type in self.allowed
-
     def split(self, batch: EventBatch) -> tuple[EventBatch, list[int]]:
         """(the events to publish, the type numbers of the events filtered out), order kept."""
         allowed = self.allowed

@@ -20,7 +20,8 @@ buffer is bounded by bytes as well as count, and shutdown flushes the buffer bef
           "dropped_at_shutdown": {TYPE: n},
           "accounted_total": n,       sum of the six outcomes above
           "send_failures": {TYPE: n}, events in failed attempts (a retried event counts each time)
-          "requests_sent": n, "failed_attempts": n}}
+          "requests_sent": n, "failed_attempts": n,
+          "consecutive_failures": n}}  failed attempts since the last success (Ray's gauge)
     }
 
 Every received event ends in exactly one outcome per publisher, so after a clean shutdown each
@@ -49,14 +50,7 @@ logger = logging.getLogger(__name__)
 STATS_VERSION = 1
 HTTP_PUBLISHER = "http_service"  # Ray's name for the external HTTP destination
 
-_PER_TYPE = (
-    pub.PUBLISHED,
-    pub.FILTERED,
-    EVICTED,
-    pub.ENCODE_FAILED,
-    pub.DROPPED_AFTER_RETRIES,
-    pub.DROPPED_AT_SHUTDOWN,
-)
+_PER_TYPE = (*pub.OUTCOMES, EVICTED)
 
 
 class AggregatorService:
@@ -129,6 +123,7 @@ class AggregatorService:
             entry[pub.SEND_FAILURES] = _per_type(p.counters, pub.SEND_FAILURES, p.name)
             entry[pub.REQUESTS_SENT] = p.counters.get(pub.REQUESTS_SENT, publisher=p.name)
             entry[pub.FAILED_ATTEMPTS] = p.counters.get(pub.FAILED_ATTEMPTS, publisher=p.name)
+            entry["consecutive_failures"] = p.consecutive_failures
             publishers[p.name] = entry
         return {
             "version": STATS_VERSION,
