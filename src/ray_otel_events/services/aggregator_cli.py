@@ -13,11 +13,11 @@ import asyncio
 import dataclasses
 import json
 import logging
-import signal
 import sys
 
-from ray_otel_events.config import AggregatorConfig, ConfigError, parse_exposable_event_types
+from ray_otel_events.config import AggregatorConfig, parse_exposable_event_types
 from ray_otel_events.services.aggregator import AggregatorService
+from ray_otel_events.services.lifecycle import configure_logging, stop_on_signals
 
 logger = logging.getLogger(__name__)
 
@@ -114,23 +114,13 @@ def config_from_args(args: argparse.Namespace) -> AggregatorConfig:
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    level = str(args.log_level).upper()
-    if not isinstance(logging.getLevelName(level), int):
-        raise ConfigError(f"--log-level {args.log_level!r}: expected DEBUG, INFO, WARNING, ERROR or CRITICAL")
-    logging.basicConfig(
-        level=level,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(str(args.log_level))
     return asyncio.run(serve(config))
 
 
 async def serve(config: AggregatorConfig) -> int:
     service = AggregatorService(config)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     try:
         port = await service.start()
     except OSError as exc:

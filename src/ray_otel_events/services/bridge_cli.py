@@ -11,15 +11,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
-import signal
 import sys
 from typing import Any
 
 from aiohttp import web
 
-from ray_otel_events.config import BridgeConfig, ConfigError
+from ray_otel_events.config import BridgeConfig
 from ray_otel_events.services.bridge import BridgeService
+from ray_otel_events.services.lifecycle import configure_logging, stop_on_signals
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,10 +78,7 @@ _OVERRIDES = (
 
 
 def run(args: argparse.Namespace) -> int:
-    level = logging.getLevelName(args.log_level.upper())
-    if not isinstance(level, int):
-        raise ConfigError(f"--log-level={args.log_level!r}: expected DEBUG, INFO, WARNING or ERROR")
-    logging.basicConfig(level=level, stream=sys.stderr)
+    configure_logging(str(args.log_level))
     config = BridgeConfig.from_env().with_overrides(**{name: getattr(args, name) for name in _OVERRIDES})
     traces, logs = config.otlp("traces"), config.otlp("logs")
     return asyncio.run(serve(BridgeService(config, traces, logs)))
@@ -101,10 +97,7 @@ async def serve(service: BridgeService) -> int:
         return 1
     service.start()
     address: Any = runner.addresses[0]
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     print(f"listening http={config.host}:{address[1]}", flush=True)
     await stop.wait()
     await runner.cleanup()  # stop accepting; requests in progress finish first

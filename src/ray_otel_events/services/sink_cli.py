@@ -9,13 +9,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
 import sys
 from typing import Any
 
 from aiohttp import web
 
 from ray_otel_events.config import ConfigError
+from ray_otel_events.services.lifecycle import stop_on_signals
 from ray_otel_events.services.sink import JsonLinesSink, build_app
 from ray_otel_events.services.sink_otlp import otlp_routes
 
@@ -55,10 +55,7 @@ async def serve(sink: JsonLinesSink, host: str, port: int) -> int:
         sink.close()
         return 1
     address: Any = runner.addresses[0]
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     print(f"listening http={host}:{address[1]}", flush=True)
     await stop.wait()
     await runner.cleanup()  # lets requests in progress finish before the file closes
