@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from opentelemetry import trace
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
@@ -10,9 +12,19 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.sdk.util import ns_to_iso_str as sdk_ns_to_iso_str
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+)
 
-from ray_otel_events.otel.span_json import log_record_to_json_line, span_to_json_line
+from ray_otel_events.otel.span_json import log_record_to_json_line, ns_to_iso_str, span_to_json_line
 
 
 def test_span_lines_equal_the_sdks() -> None:
@@ -65,3 +77,74 @@ def test_log_record_lines_equal_the_sdks() -> None:
     for record in records:
         assert isinstance(record, ReadableLogRecord)
         assert log_record_to_json_line(record) == record.to_json(indent=None)
+
+
+_attribute_values = st.one_of(
+    st.text(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(),  # NaN and the infinities included: json.dumps writes NaN / Infinity
+    st.lists(st.text(max_size=5), max_size=3).map(tuple),
+    st.lists(st.integers(min_value=0, max_value=10**6), max_size=3).map(tuple),
+    st.lists(st.floats(), max_size=3).map(tuple),
+    st.lists(st.booleans(), max_size=3).map(tuple),
+)
+_attributes = st.dictionaries(st.text(min_size=1, max_size=12), _attribute_values, max_size=5)
+# Nanosecond times from 1970 to 2100, plus values whose microsecond fraction sits on a rounding edge.
+_times = st.one_of(
+    st.integers(min_value=1, max_value=4_102_444_800 * 10**9),
+    st.integers(min_value=1, max_value=4_102_444_800 * 10**6).map(lambda us: us * 1000 + 500),
+    st.integers(min_value=1, max_value=4_102_444_800).map(lambda s: s * 10**9 + 999_999_500),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.text(),
+    kind=st.sampled_from(list(SpanKind)),
+    attributes=_attributes,
+    events=st.lists(st.tuples(st.text(max_size=8), st.none() | _attributes, _times), max_size=3),
+    link_attributes=st.lists(_attributes, max_size=2),
+    status=st.sampled_from(
+        [Status(StatusCode.UNSET), Status(StatusCode.OK), Status(StatusCode.ERROR, 'no\n"x" ü')]
+    ),
+    trace_state=st.sampled_from([TraceState(), TraceState([("vendor", "v1"), ("other", "x-y")])]),
+    times=st.tuples(_times, _times),
+    parent=st.booleans(),
+)
+def test_random_span_lines_equal_the_sdks(
+    name: str,
+    kind: SpanKind,
+    attributes: dict[str, object],
+    events: list[tuple[str, dict[str, object] | None, int]],
+    link_attributes: list[dict[str, object]],
+    status: Status,
+    trace_state: TraceState,
+    times: tuple[int, int],
+    parent: bool,
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "svc"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("t")
+    remote = SpanContext(0x1234, 0x5678, is_remote=True, trace_flags=TraceFlags(1), trace_state=trace_state)
+    ctx = trace.set_span_in_context(NonRecordingSpan(remote)) if parent else None
+    span = tracer.start_span(
+        name,
+        context=ctx,
+        kind=kind,
+        attributes=attributes,  # type: ignore[arg-type]
+        links=[Link(remote, a) for a in link_attributes],  # type: ignore[arg-type]
+        start_time=min(times),
+    )
+    for event_name, event_attributes, timestamp in events:
+        span.add_event(event_name, event_attributes, timestamp=timestamp)  # type: ignore[arg-type]
+    span.set_status(status)
+    span.end(end_time=max(times))
+    (finished,) = exporter.get_finished_spans()
+    assert span_to_json_line(finished) == finished.to_json(indent=None)
+
+
+@given(_times)
+def test_timestamps_round_as_the_sdks(nanoseconds: int) -> None:
+    assert ns_to_iso_str(nanoseconds) == sdk_ns_to_iso_str(nanoseconds)
