@@ -35,8 +35,10 @@ from ray_otel_events.events import ids
 from ray_otel_events.events.builders import TaskStatus
 from ray_otel_events.otel import semconv
 from ray_otel_events.otel.task_spans import FUNCTION, derive_task_id
+from ray_otel_events.tracing.deferred_spans import record_submit_span
 from ray_otel_events.tracing.hooks import run_hook_once
-from ray_otel_events.tracing.propagation import attached, inject_into
+from ray_otel_events.tracing.install import current_installation, flush_at_exit
+from ray_otel_events.tracing.propagation import attached
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -166,8 +168,6 @@ def _flush_global_providers() -> None:
     """Flush whatever SDK providers the hook installed, ours or not (batch processors included)."""
     from opentelemetry import _logs
 
-    from ray_otel_events.tracing.install import flush_at_exit
-
     flush_at_exit()
     for provider in (trace.get_tracer_provider(), _logs.get_logger_provider()):
         force_flush = getattr(provider, "force_flush", None)
@@ -249,11 +249,13 @@ class TracedProcessPoolExecutor(Executor):
         # The span ends when the call is ready to hand over, before the pool sees it: a worker may
         # start it before submit() returns, and SUBMITTED_TO_WORKER (the span's end) must not come
         # after RUNNING. It is never made current, so nothing else can nest under it here.
-        span = self._tracer.start_span(
-            name + semconv.SUBMIT_SUFFIX, kind=SpanKind.PRODUCER, attributes=attributes
+        installation = current_installation()
+        carrier = record_submit_span(
+            self._tracer,
+            name + semconv.SUBMIT_SUFFIX,
+            attributes,
+            installation.deferred_spans if installation is not None else None,
         )
-        carrier = inject_into(trace.set_span_in_context(span))
-        span.end()
         call = _TracedCall(name, attributes[semconv.RAY_JOB_ID], carrier)
         return self._pool.submit(_run_traced, call, fn, args, kwargs)
 

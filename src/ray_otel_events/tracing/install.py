@@ -32,6 +32,7 @@ from ray_otel_events.config import RecorderConfig, TracingConfig
 from ray_otel_events.events.builders import EventFactory
 from ray_otel_events.otel import semconv
 from ray_otel_events.producer.recorder import RayEventRecorder
+from ray_otel_events.tracing.deferred_spans import DeferredSpans
 from ray_otel_events.tracing.task_events import (
     EventLogEmitter,
     EventSink,
@@ -53,11 +54,15 @@ class TracingInstallation:
     logger_provider: LoggerProvider | None
     task_events: TaskEventSpanProcessor | None
     recorder: RayEventRecorder | None
+    deferred_spans: DeferredSpans | None = None
     pid: int = field(default_factory=os.getpid)
 
     def flush(self, timeout_s: float = EXIT_FLUSH_TIMEOUT_S) -> bool:
-        """Spans -> events -> recorder and log records, then every exporter; True if all flushed."""
+        """Deferred spans -> spans -> events -> recorder and log records, then every exporter; True
+        if all flushed."""
         millis = int(timeout_s * 1000)
+        if self.deferred_spans is not None:
+            self.deferred_spans.flush()
         ok = self.tracer_provider.force_flush(millis)  # the task-event processor runs first
         if self.logger_provider is not None:
             ok = self.logger_provider.force_flush(millis) and ok
@@ -85,14 +90,16 @@ def recorder_from_config(config: TracingConfig) -> RayEventRecorder | None:
     return recorder
 
 
-def _tracer_provider(resource: Resource) -> TracerProvider:
-    """The global SDK provider if someone already set one (we add to it), else a new global one."""
+def _tracer_provider(resource: Resource) -> tuple[TracerProvider, DeferredSpans | None]:
+    """The global SDK provider if someone already set one (we add to it), else a new global one
+    whose ids let submission spans be created off the submitting thread."""
     existing = trace.get_tracer_provider()
     if isinstance(existing, TracerProvider):
-        return existing
-    provider = TracerProvider(resource=resource)
+        return existing, None
+    deferred = DeferredSpans()
+    provider = TracerProvider(resource=resource, id_generator=deferred.id_generator)
     trace.set_tracer_provider(provider)
-    return provider
+    return provider, deferred
 
 
 def install_tracing(
@@ -111,7 +118,7 @@ def install_tracing(
             return _installation
         config = config if config is not None else TracingConfig.from_env()
         resource = resource if resource is not None else Resource.create()
-        tracer_provider = _tracer_provider(resource)
+        tracer_provider, deferred_spans = _tracer_provider(resource)
         recorder = recorder_from_config(config)
         sinks: list[EventSink] = [] if recorder is None else [RecorderSink(recorder)]
         logger_provider: LoggerProvider | None = None
@@ -135,7 +142,9 @@ def install_tracing(
             tracer_provider.add_span_processor(task_events)
         for span_processor in span_processors:
             tracer_provider.add_span_processor(span_processor)
-        _installation = TracingInstallation(config, tracer_provider, logger_provider, task_events, recorder)
+        _installation = TracingInstallation(
+            config, tracer_provider, logger_provider, task_events, recorder, deferred_spans
+        )
         _register_exit_flush()
         return _installation
 

@@ -1,0 +1,162 @@
+"""Submission spans recorded off the submitting thread: ids now, the SDK span a moment later.
+
+A PRODUCER span for one task submission starts and ends inside `submit()`, and only its context is
+needed there (it travels with the call). Creating it with the SDK costs more than the submission
+itself (ids, sampler, attribute cleaning, a ReadableSpan copy, every processor), so when the
+provider is ours `record_submit_span` does only what the carrier needs: it chooses the ids, asks
+the provider's sampler (the SDK's own built-in samplers are deterministic, so the later call agrees),
+reads the clock at start and end, and queues the rest. A background thread then creates the same
+span through the SDK, with those ids (`PresetIdGenerator`), the captured parent context and the
+recorded times, so processors and exporters see an ordinary span. Anything else (a provider a user
+installed, a custom sampler) gets the span created synchronously, as before.
+
+The queue is flushed before the providers are (`TracingInstallation.flush`), at exit included.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import NamedTuple
+
+from opentelemetry import context as context_api
+from opentelemetry import trace
+from opentelemetry.sdk.trace import Tracer as SdkTracer
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.sdk.trace.sampling import Decision
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
+from opentelemetry.util.types import Attributes
+
+from ray_otel_events.tracing.background import BatchingQueue
+from ray_otel_events.tracing.propagation import inject_into
+
+logger = logging.getLogger("ray_otel_events.tracing")
+
+_SDK_SAMPLERS_MODULE = "opentelemetry.sdk.trace.sampling"
+
+
+class PresetIdGenerator(RandomIdGenerator):
+    """Random ids, except for the next span created on a thread that has preset them."""
+
+    def __init__(self) -> None:
+        self._preset = threading.local()
+
+    @contextmanager
+    def preset(self, trace_id: int, span_id: int) -> Iterator[None]:
+        """The next span created on this thread in the block gets these ids (trace id if it is a root)."""
+        self._preset.ids = (trace_id, span_id)
+        try:
+            yield
+        finally:
+            self._preset.ids = None
+
+    def generate_trace_id(self) -> int:
+        ids = getattr(self._preset, "ids", None)
+        return ids[0] if ids is not None else super().generate_trace_id()
+
+    def generate_span_id(self) -> int:
+        ids = getattr(self._preset, "ids", None)
+        if ids is None:
+            return super().generate_span_id()
+        self._preset.ids = None  # the trace id is asked first (roots only), the span id last
+        return int(ids[1])
+
+
+class _Submission(NamedTuple):
+    tracer: SdkTracer
+    name: str
+    parent: context_api.Context
+    span_context: SpanContext
+    attributes: Attributes
+    start_ns: int
+    end_ns: int
+
+
+class DeferredSpans:
+    """Creates queued submission spans through the SDK on a background thread (see the module doc)."""
+
+    def __init__(self, *, linger_s: float = 0.05) -> None:
+        self.id_generator = PresetIdGenerator()
+        self.created = 0
+        self.mismatched = 0
+        self.queue: BatchingQueue[_Submission] = BatchingQueue(
+            self._create, name="ray_otel_events.deferred_spans", linger_s=linger_s
+        )
+
+    def can_defer(self, tracer: trace.Tracer) -> bool:
+        """True for a tracer of the provider using our ids, with one of the SDK's own samplers."""
+        return (
+            isinstance(tracer, SdkTracer)
+            and tracer.id_generator is self.id_generator
+            and type(tracer.sampler).__module__ == _SDK_SAMPLERS_MODULE
+        )
+
+    def record(self, tracer: SdkTracer, name: str, attributes: Attributes) -> dict[str, str]:
+        """The carrier of a PRODUCER span starting and ending now; the span itself follows."""
+        start_ns = time.time_ns()
+        parent_ctx = context_api.get_current()
+        parent = trace.get_current_span(parent_ctx).get_span_context()
+        if parent.is_valid:
+            trace_id, random_trace_id = parent.trace_id, parent.trace_flags.random_trace_id
+        else:
+            trace_id, random_trace_id = self.id_generator.generate_trace_id(), True
+        sampling = tracer.sampler.should_sample(parent_ctx, trace_id, name, SpanKind.PRODUCER, attributes, ())
+        flags = TraceFlags.SAMPLED if sampling.decision is Decision.RECORD_AND_SAMPLE else TraceFlags.DEFAULT
+        if random_trace_id:
+            flags |= TraceFlags.RANDOM_TRACE_ID
+        span_context = SpanContext(
+            trace_id,
+            self.id_generator.generate_span_id(),
+            is_remote=False,
+            trace_flags=TraceFlags(flags),
+            trace_state=sampling.trace_state,
+        )
+        carrier = inject_into(trace.set_span_in_context(NonRecordingSpan(span_context)))
+        if sampling.decision is not Decision.DROP:
+            self.queue.append(
+                _Submission(tracer, name, parent_ctx, span_context, attributes, start_ns, time.time_ns())
+            )
+        return carrier
+
+    def flush(self) -> None:
+        self.queue.flush()
+
+    def _create(self, batch: list[_Submission]) -> None:
+        preset = self.id_generator.preset
+        for item in batch:
+            with preset(item.span_context.trace_id, item.span_context.span_id):
+                span = item.tracer.start_span(
+                    item.name,
+                    context=item.parent,
+                    kind=SpanKind.PRODUCER,
+                    attributes=item.attributes,
+                    start_time=item.start_ns,
+                )
+            span.end(end_time=item.end_ns)
+            self.created += 1
+            if span.get_span_context() != item.span_context:
+                self.mismatched += 1
+                if self.mismatched == 1:
+                    logger.warning(
+                        "ray_otel_events: a deferred span came out as %s, not the %s already propagated",
+                        span.get_span_context(),
+                        item.span_context,
+                    )
+
+
+def record_submit_span(
+    tracer: trace.Tracer, name: str, attributes: Attributes, deferred: DeferredSpans | None
+) -> dict[str, str]:
+    """A PRODUCER span covering this instant; returns the W3C carrier of its context.
+
+    Deferred when `deferred` can take this tracer, created synchronously otherwise.
+    """
+    if deferred is not None and deferred.can_defer(tracer):
+        return deferred.record(tracer, name, attributes)  # type: ignore[arg-type]
+    span = tracer.start_span(name, kind=SpanKind.PRODUCER, attributes=attributes)
+    carrier = inject_into(trace.set_span_in_context(span))
+    span.end()
+    return carrier

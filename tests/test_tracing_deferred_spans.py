@@ -1,0 +1,131 @@
+"""Submission spans created off the submitting thread are the spans whose context was propagated."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry import context as context_api
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_OFF,
+    ALWAYS_ON,
+    ParentBased,
+    Sampler,
+    SamplingResult,
+    TraceIdRatioBased,
+)
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags, TraceState
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from ray_otel_events.tracing.deferred_spans import DeferredSpans, record_submit_span
+
+PARENT_BASED = ParentBased(ALWAYS_ON)  # the SDK's default sampler
+ATTRS = {"ray.remote": "function", "ray.function": "m.f"}
+
+
+def _provider(
+    sampler: Sampler = PARENT_BASED,
+) -> tuple[DeferredSpans, TracerProvider, InMemorySpanExporter]:
+    deferred = DeferredSpans(linger_s=60)  # only explicit flushes create spans here
+    provider = TracerProvider(sampler=sampler, id_generator=deferred.id_generator)
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return deferred, provider, exporter
+
+
+def _context_of(carrier: dict[str, str]) -> SpanContext:
+    ctx = TraceContextTextMapPropagator().extract(carrier)
+    return trace.get_current_span(ctx).get_span_context()
+
+
+def test_a_root_submission_becomes_the_span_its_carrier_names() -> None:
+    deferred, provider, exporter = _provider()
+    tracer = provider.get_tracer("t")
+    assert deferred.can_defer(tracer)
+    carrier = record_submit_span(tracer, "m.f ray.remote", ATTRS, deferred)
+    assert exporter.get_finished_spans() == ()  # nothing created on the submitting thread
+    deferred.flush()
+    (span,) = exporter.get_finished_spans()
+    propagated = _context_of(carrier)
+    assert span.context is not None
+    assert (span.context.trace_id, span.context.span_id) == (propagated.trace_id, propagated.span_id)
+    assert span.context.trace_flags == propagated.trace_flags == TraceFlags(0x03)  # sampled, random id
+    assert span.parent is None and span.kind is SpanKind.PRODUCER and span.name == "m.f ray.remote"
+    assert dict(span.attributes or {}) == ATTRS
+    assert span.start_time is not None and span.end_time is not None
+    assert 0 <= span.end_time - span.start_time < 10**9
+    assert deferred.created == 1 and deferred.mismatched == 0
+
+
+def test_a_nested_submission_keeps_its_parent_and_trace_state() -> None:
+    deferred, provider, exporter = _provider()
+    tracer = provider.get_tracer("t")
+    parent = SpanContext(
+        0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(1), trace_state=TraceState([("k", "v")])
+    )
+    token = context_api.attach(trace.set_span_in_context(NonRecordingSpan(parent)))
+    try:
+        carrier = record_submit_span(tracer, "m.f ray.remote", ATTRS, deferred)
+    finally:
+        context_api.detach(token)
+    assert carrier["tracestate"] == "k=v"
+    deferred.flush()
+    (span,) = exporter.get_finished_spans()
+    assert span.parent is not None and span.parent.span_id == 0xDEF
+    assert span.context is not None and span.context.trace_id == 0xABC
+    assert span.context.span_id == _context_of(carrier).span_id
+    assert span.context.trace_flags == TraceFlags(1)  # the parent's flags: not a random trace id
+    assert deferred.mismatched == 0
+
+
+def test_unsampled_submissions_propagate_but_create_nothing() -> None:
+    deferred, provider, exporter = _provider(ALWAYS_OFF)
+    carrier = record_submit_span(provider.get_tracer("t"), "m.f ray.remote", ATTRS, deferred)
+    assert carrier["traceparent"].endswith("-02")  # not sampled (random trace id flag only)
+    deferred.flush()
+    assert exporter.get_finished_spans() == () and deferred.created == 0
+
+
+def test_ratio_sampling_agrees_with_what_was_propagated() -> None:
+    deferred, provider, exporter = _provider(TraceIdRatioBased(0.5))
+    tracer = provider.get_tracer("t")
+    carriers = [record_submit_span(tracer, "m.f ray.remote", ATTRS, deferred) for _ in range(400)]
+    deferred.flush()
+    sampled = {_context_of(c).span_id for c in carriers if _context_of(c).trace_flags.sampled}
+    assert 100 < len(sampled) < 300
+    assert {s.context.span_id for s in exporter.get_finished_spans() if s.context} == sampled
+    assert deferred.mismatched == 0
+
+
+class _CustomSampler(Sampler):
+    def should_sample(self, *args: object, **kwargs: object) -> SamplingResult:
+        return ALWAYS_ON.should_sample(*args, **kwargs)  # type: ignore[arg-type]
+
+    def get_description(self) -> str:
+        return "custom"
+
+
+@pytest.mark.parametrize("case", ["custom sampler", "foreign provider", "no deferral"])
+def test_other_providers_get_their_span_synchronously(case: str) -> None:
+    deferred, provider, exporter = _provider(_CustomSampler() if case == "custom sampler" else ALWAYS_ON)
+    if case == "foreign provider":
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("t")
+    assert not deferred.can_defer(tracer) or case == "no deferral"
+    carrier = record_submit_span(tracer, "m.f ray.remote", ATTRS, None if case == "no deferral" else deferred)
+    (span,) = exporter.get_finished_spans()  # already there, no flush needed
+    assert span.context is not None and span.context.span_id == _context_of(carrier).span_id
+    assert deferred.created == 0
+
+
+def test_spans_created_elsewhere_on_the_provider_get_random_ids() -> None:
+    deferred, provider, _ = _provider()
+    tracer = provider.get_tracer("t")
+    record_submit_span(tracer, "m.f ray.remote", ATTRS, deferred)
+    ids = {tracer.start_span("x").get_span_context().span_id for _ in range(100)}
+    deferred.flush()
+    ids |= {tracer.start_span("x").get_span_context().span_id for _ in range(100)}
+    assert len(ids) == 200 and deferred.created == 1
