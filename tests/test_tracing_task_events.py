@@ -22,6 +22,8 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from ray_otel_events.config import RecorderConfig
 from ray_otel_events.events import ids
 from ray_otel_events.events.builders import EventFactory, TaskStatus, python_function
+from ray_otel_events.otel import semconv
+from ray_otel_events.otel.from_ray_events import RayEventsToOtel
 from ray_otel_events.otel.task_spans import TaskSpanEvents, derive_task_id
 from ray_otel_events.producer import RayEventRecorder
 from ray_otel_events.protobuf import events_event_aggregator_service_pb2 as svc
@@ -131,6 +133,24 @@ def test_rays_captured_spans_map_to_joined_task_and_actor_events() -> None:
     }
     assert len(method_ids) == 2 and all(t.endswith(actor_id) for t in method_ids)
     assert set(lifecycle_states(actor)) == method_ids | {ids.actor_creation_task_id(actor_id)}
+
+
+def test_events_from_rays_spans_give_an_actor_lifetime_span() -> None:
+    """No single process's spans see an actor's whole life (Ray kills actors without exit hooks), so
+    the lifetime span is built from the event stream: the same converter the bridge runs."""
+    events = events_of_process(12444) + events_of_process(12464) + events_of_process(12538)
+    converter = RayEventsToOtel()
+    emitted = converter.add(events)
+    emitted.extend(converter.flush())
+    [actor] = [e.span for e in emitted.spans if e.span.name == "actor Acc"]
+    attrs = {kv.key: kv.value for kv in actor.attributes}
+    assert attrs[semconv.RAY_ACTOR_ID].string_value == "8120f6171da3a1b94ae0b91a01000000"
+    assert attrs[semconv.RAY_PID].string_value == "12538"  # where it lives, from its ALIVE transition
+    assert [e.name for e in actor.events] == ["DEPENDENCIES_UNREADY", "PENDING_CREATION", "ALIVE"]
+    # Ray's spans never show the death of a healthy actor: the span says it is incomplete.
+    assert attrs[semconv.INCOMPLETE_ATTR].bool_value is True
+    tasks = {e.span.name: e.span for e in emitted.spans}
+    assert actor.trace_id == tasks["boom"].trace_id  # one trace per job
 
 
 class Capture(svc_grpc.EventAggregatorServiceServicer):
