@@ -58,6 +58,8 @@ def test_every_span_lands_although_workers_end_with_os_exit(
     }
     summary, stderr = run_pool(spec, script_env(tmp_path))
     assert summary["squares"] == [i * i for i in range(9)]
+    # Our hook's provider: every submission span was deferred (created off the submitting thread).
+    assert summary["provider"] == "CachingTracerProvider" and summary["deferred_spans"] == 13
     spans = spans_by_pid(tmp_path)
     parent = summary["pid"]
     workers = set(spans) - {parent}

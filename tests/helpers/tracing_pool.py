@@ -17,6 +17,7 @@ import traceback
 import tracing_workload as w
 
 from ray_otel_events.executor import TracedProcessPoolExecutor
+from ray_otel_events.tracing.install import current_installation
 
 
 def main() -> None:
@@ -46,6 +47,11 @@ def main() -> None:
         if spec.get("custom"):
             summary["custom"] = pool.submit(w.with_custom_spans, 1).result()
         summary["worker_pids"] = sorted({f.result() for f in [pool.submit(w.pid_of) for _ in range(4)]})
+    installation = current_installation()
+    if installation is not None:
+        summary["provider"] = type(installation.tracer_provider).__name__
+        deferred = installation.deferred_spans
+        summary["deferred_spans"] = None if deferred is None else deferred.created + deferred.queue.pending()
     print(json.dumps(summary))
 
 

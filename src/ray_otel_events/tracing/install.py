@@ -33,6 +33,7 @@ from ray_otel_events.events.builders import EventFactory
 from ray_otel_events.otel import semconv
 from ray_otel_events.producer.recorder import RayEventRecorder
 from ray_otel_events.tracing.deferred_spans import DeferredSpans
+from ray_otel_events.tracing.provider import CachingTracerProvider
 from ray_otel_events.tracing.task_events import (
     EventLogEmitter,
     EventSink,
@@ -92,12 +93,13 @@ def recorder_from_config(config: TracingConfig) -> RayEventRecorder | None:
 
 def _tracer_provider(resource: Resource) -> tuple[TracerProvider, DeferredSpans | None]:
     """The global SDK provider if someone already set one (we add to it), else a new global one
-    whose ids let submission spans be created off the submitting thread."""
+    whose ids let submission spans be created off the submitting thread and whose tracers are
+    cached by name (Ray asks for one per task)."""
     existing = trace.get_tracer_provider()
     if isinstance(existing, TracerProvider):
         return existing, None
     deferred = DeferredSpans()
-    provider = TracerProvider(resource=resource, id_generator=deferred.id_generator)
+    provider = CachingTracerProvider(resource=resource, id_generator=deferred.id_generator)
     trace.set_tracer_provider(provider)
     return provider, deferred
 
