@@ -9,7 +9,6 @@ own, kept in its registry too, so anything the SDK later does to its tracers app
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from opentelemetry import trace
@@ -23,7 +22,6 @@ class CachingTracerProvider(TracerProvider):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._by_name: dict[str, trace.Tracer] = {}
-        self._by_name_lock = threading.Lock()
 
     def get_tracer(
         self,
@@ -33,11 +31,10 @@ class CachingTracerProvider(TracerProvider):
         attributes: Attributes = None,
     ) -> trace.Tracer:
         if instrumenting_library_version is None and schema_url is None and attributes is None:
-            tracer = self._by_name.get(instrumenting_module_name)
-            if tracer is None:
-                tracer = super().get_tracer(instrumenting_module_name)
-                with self._by_name_lock:
-                    tracer = self._by_name.setdefault(instrumenting_module_name, tracer)
+            name = instrumenting_module_name
+            tracer = self._by_name.get(name)
+            if tracer is None:  # the SDK's registry gives every caller the same tracer for a scope
+                tracer = self._by_name[name] = super().get_tracer(name)
             return tracer
         return super().get_tracer(
             instrumenting_module_name, instrumenting_library_version, schema_url, attributes
