@@ -234,6 +234,9 @@ class TracedProcessPoolExecutor(Executor):
             max_tasks_per_child=max_tasks_per_child,
         )
         self._tracer = trace.get_tracer(semconv.INSTRUMENTATION_SCOPE)
+        # Our installation, if any, is in place once the hook has run: the tracer above is its own.
+        installation = current_installation()
+        self._deferred_spans = installation.deferred_spans if installation is not None else None
 
     def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         return self._submit_named(function_name(fn), fn, args, kwargs)
@@ -249,12 +252,8 @@ class TracedProcessPoolExecutor(Executor):
         # The span ends when the call is ready to hand over, before the pool sees it: a worker may
         # start it before submit() returns, and SUBMITTED_TO_WORKER (the span's end) must not come
         # after RUNNING. It is never made current, so nothing else can nest under it here.
-        installation = current_installation()
         carrier = record_submit_span(
-            self._tracer,
-            name + semconv.SUBMIT_SUFFIX,
-            attributes,
-            installation.deferred_spans if installation is not None else None,
+            self._tracer, name + semconv.SUBMIT_SUFFIX, attributes, self._deferred_spans
         )
         call = _TracedCall(name, attributes[semconv.RAY_JOB_ID], carrier)
         return self._pool.submit(_run_traced, call, fn, args, kwargs)
