@@ -76,25 +76,23 @@ def derive_task_id(trace_id: int, submit_span_id: int, actor_part: bytes) -> byt
     return unique + actor_part
 
 
-def _hex_bytes(attrs: Mapping[str, Any], key: str, size: int) -> bytes | None:
-    value = attrs.get(key)
-    if not isinstance(value, str):
-        return None
-    try:
-        raw = bytes.fromhex(value)
-    except ValueError:
-        return None
-    return raw if len(raw) == size else None
-
-
-def _opt_hex(attrs: Mapping[str, Any], key: str) -> bytes:
-    value = attrs.get(key)
+def hex_or_empty(value: Any) -> bytes:
+    """An id attribute's bytes: b"" when it is missing, not a string or not hex."""
     if not isinstance(value, str):
         return b""
     try:
         return bytes.fromhex(value)
     except ValueError:
         return b""
+
+
+def _hex_bytes(attrs: Mapping[str, Any], key: str, size: int) -> bytes | None:
+    raw = hex_or_empty(attrs.get(key))
+    return raw if raw and len(raw) == size else None
+
+
+def _opt_hex(attrs: Mapping[str, Any], key: str) -> bytes:
+    return hex_or_empty(attrs.get(key))
 
 
 def _int(attrs: Mapping[str, Any], key: str) -> int:

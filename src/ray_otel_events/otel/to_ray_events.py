@@ -34,7 +34,7 @@ from ray_otel_events.events.builders import EventFactory
 from ray_otel_events.events.registry import REGISTRY, entity_key, event_type_name, merge_into
 from ray_otel_events.otel import semconv
 from ray_otel_events.otel.plain_records import any_value_to_python, attributes_to_dict
-from ray_otel_events.otel.task_spans import TaskSpanEvents, UnmappableSpan
+from ray_otel_events.otel.task_spans import TaskSpanEvents, UnmappableSpan, hex_or_empty
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
 _KNOWN_EVENT_NAMES = frozenset(semconv.event_name_for(spec.name) for spec in REGISTRY.values())
@@ -146,7 +146,7 @@ class RaySpanEvents:
             pieces = [*mapper.started(view), *mapper.ended(view)]
         except UnmappableSpan as exc:
             raise NotARayEventError(f"span {span.name!r}: {exc}") from None
-        node = _hex(view.attributes.get(semconv.RAY_NODE_ID) if view.attributes else None)
+        node = hex_or_empty(view.attributes.get(semconv.RAY_NODE_ID) if view.attributes else None)
         events = [piece.event for piece in pieces]
         for index, event in enumerate(events):
             seed = (
@@ -156,15 +156,6 @@ class RaySpanEvents:
             if len(node) == ids.UNIQUE_ID_SIZE:
                 event.node_id = node
         return merge_per_entity(events)
-
-
-def _hex(value: Any) -> bytes:
-    if not isinstance(value, str):
-        return b""
-    try:
-        return bytes.fromhex(value)
-    except ValueError:
-        return b""
 
 
 def merge_per_entity(events: Iterable[RayEvent]) -> list[RayEvent]:
