@@ -11,7 +11,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.agg_procs import CliServer
+from helpers.agg_procs import CliServer, free_port
 from helpers.bridge_procs import ServerGroup, otlp_spans, url, wait_until
 
 pytest.importorskip("ray")
@@ -56,12 +55,6 @@ assert ray.get(acc.add.remote(2)) == 2
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _ray_bin() -> str:
     return str(Path(sys.executable).with_name("ray"))
 
@@ -78,7 +71,7 @@ def cluster_env(tmp_path: Path) -> Iterator[tuple[dict[str, str], CliServer, Pat
 
 def _cluster(bridge: CliServer, sink_path: Path) -> Iterator[tuple[dict[str, str], CliServer, Path]]:
     temp_dir = tempfile.mkdtemp(prefix="rb", dir="/tmp")  # short: Ray puts unix sockets in it
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "RAY_USAGE_STATS_ENABLED": "0",
@@ -96,7 +89,7 @@ def _cluster(bridge: CliServer, sink_path: Path) -> Iterator[tuple[dict[str, str
                 "--num-cpus=1",
                 f"--port={port}",
                 "--node-ip-address=127.0.0.1",
-                f"--ray-client-server-port={_free_port()}",
+                f"--ray-client-server-port={free_port()}",
                 "--include-dashboard=false",
                 "--dashboard-agent-listen-port=0",
                 f"--temp-dir={temp_dir}",

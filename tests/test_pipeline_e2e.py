@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -12,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.agg_procs import CliServer, clean_env, read_jsonl, wait_for_lines
+from helpers.agg_procs import CliServer, clean_env, free_port, read_jsonl, wait_for_lines
 
 PRODUCER = Path(__file__).parent / "helpers" / "record_events.py"
 
@@ -80,19 +79,12 @@ def test_recorders_to_sink_every_event_delivered_or_counted(sink: tuple[CliServe
     assert len(full) >= 600
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def test_events_recorded_while_the_aggregator_is_down_arrive_once_it_is_up(
     sink: tuple[CliServer, Path],
 ) -> None:
     """Ray's recorder drops a batch whose RPC fails; ours keeps it and sends it later."""
     sink_server, out = sink
-    port = _free_port()
+    port = free_port()
     producer = start_producer(f"127.0.0.1:{port}", "--tasks", "50", "--start-first", "--interval-ms", "50")
     time.sleep(1.0)  # several export ticks fail: nothing listens yet
     aggregator = CliServer(

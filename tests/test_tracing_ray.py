@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.agg_procs import CliServer, read_jsonl
+from helpers.agg_procs import CliServer, free_port, read_jsonl
 from helpers.tracing_procs import HELPERS, LOCAL_HOOK, script_env, sid, spans_by_pid
 
 pytest.importorskip("ray")
@@ -35,12 +34,6 @@ DRIVER = str(HELPERS / "tracing_ray_driver.py")
 # A bare ray.init() otherwise turns token auth on and writes ~/.ray/auth_token, which then breaks
 # every later cluster on this machine that was started without it.
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _pids_of(temp_dir: str) -> list[int]:
@@ -164,7 +157,7 @@ def cli_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
     sink = CliServer("sink", "--out", str(base / "sink.jsonl"))
     aggregator = CliServer("aggregator", "--export-addr", f"http://{sink.address}/v1/events")
     temp_dir = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray puts unix sockets in it
-    port = _free_port()
+    port = free_port()
     env = script_env(
         base / "spans",
         {
@@ -183,7 +176,7 @@ def cli_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
                 "--num-cpus=2",
                 f"--port={port}",
                 "--node-ip-address=127.0.0.1",
-                f"--ray-client-server-port={_free_port()}",
+                f"--ray-client-server-port={free_port()}",
                 "--include-dashboard=false",
                 "--dashboard-agent-listen-port=0",
                 f"--temp-dir={temp_dir}",

@@ -10,6 +10,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -95,6 +96,13 @@ class CliServer:
             self.proc.stdout.close()
         self._stderr.close()
         os.unlink(self._stderr.name)
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now, for commands (like `ray start`) that cannot take port 0."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
