@@ -67,7 +67,8 @@ class Recorder:
     """A real HTTP endpoint that records every request and fails the first `fail` ones."""
 
     fail: int = 0
-    status: int = 500
+    status: int = 503
+    headers: dict[str, str] = field(default_factory=dict)
     requests: list[dict[str, Any]] = field(default_factory=list)
     url: str = ""
 
@@ -75,10 +76,16 @@ class Recorder:
         body = await request.read()
         peer = request.transport.get_extra_info("peername") if request.transport else None
         self.requests.append(
-            {"path": request.path_qs, "headers": dict(request.headers), "body": body, "peer": peer}
+            {
+                "path": request.path_qs,
+                "headers": dict(request.headers),
+                "body": body,
+                "peer": peer,
+                "at": asyncio.get_running_loop().time(),
+            }
         )
         if len(self.requests) <= self.fail:
-            return web.Response(status=self.status, text="failing on purpose")
+            return web.Response(status=self.status, text="failing on purpose", headers=self.headers)
         return web.json_response({})
 
     @property
@@ -350,5 +357,87 @@ def test_shutdown_with_dead_destination_counts_what_is_left() -> None:
             assert count(publisher, pub.DROPPED_AT_SHUTDOWN) == 7
             assert count(publisher, pub.PUBLISHED) == 0
             assert len(buffer) == 0
+
+    run(body())
+
+
+@pytest.mark.parametrize("status", [400, 401, 413, 500])
+def test_non_retryable_status_is_a_counted_permanent_failure(status: int) -> None:
+    """Only connection errors and 429/502/503/504 are retried; a 400 or 500 would fail forever."""
+
+    async def body() -> None:
+        async with http_server(Recorder(fail=1, status=status)) as server:
+            buffer = MultiConsumerEventBuffer(100, 1 << 20)
+            publisher = make_publisher(server.url, buffer)
+            add(buffer, events_of("TASK_LIFECYCLE_EVENT", 3))
+            publisher.start()
+            await wait_until(lambda: count(publisher, pub.REJECTED) == 3)
+            add(buffer, events_of("TASK_DEFINITION_EVENT", 2))  # the queue is not blocked
+            await wait_until(lambda: count(publisher, pub.PUBLISHED) == 2)
+            await stop(publisher, buffer)
+            assert len(server.requests) == 2  # the refused batch was sent once, never again
+            assert count(publisher, pub.FAILURES_BY_STATUS, status=str(status)) == 1
+            assert count(publisher, pub.DROPPED_AFTER_RETRIES) == 0
+
+    run(body())
+
+
+@pytest.mark.parametrize("status", [429, 502, 503, 504])
+def test_retryable_statuses_are_retried(status: int) -> None:
+    async def body() -> None:
+        async with http_server(Recorder(fail=2, status=status)) as server:
+            buffer = MultiConsumerEventBuffer(100, 1 << 20)
+            publisher = make_publisher(server.url, buffer)
+            add(buffer, events_of("TASK_LIFECYCLE_EVENT", 3))
+            publisher.start()
+            await wait_until(lambda: count(publisher, pub.PUBLISHED) == 3)
+            await stop(publisher, buffer)
+            assert len(server.requests) == 3
+            assert count(publisher, pub.FAILURES_BY_STATUS, status=str(status)) == 2
+
+    run(body())
+
+
+def test_retry_after_is_honoured_over_a_shorter_backoff() -> None:
+    async def body() -> None:
+        recorder = Recorder(fail=1, status=429, headers={"Retry-After": "1"})
+        async with http_server(recorder) as server:
+            buffer = MultiConsumerEventBuffer(100, 1 << 20)
+            publisher = make_publisher(server.url, buffer)  # its own backoff is ~1 ms
+            add(buffer, events_of("TASK_LIFECYCLE_EVENT", 1))
+            publisher.start()
+            await wait_until(lambda: count(publisher, pub.PUBLISHED) == 1)
+            await stop(publisher, buffer)
+            gap = server.requests[1]["at"] - server.requests[0]["at"]
+            assert gap >= 0.95, f"retried after {gap:.3f}s despite Retry-After: 1"
+
+    run(body())
+
+
+def test_connection_refused_is_retried_until_the_destination_is_up() -> None:
+    async def body() -> None:
+        recorder = Recorder()
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", recorder.handle)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        await runner.cleanup()  # the port is known and nothing listens on it now
+        buffer = MultiConsumerEventBuffer(100, 1 << 20)
+        publisher = make_publisher(f"http://127.0.0.1:{port}/", buffer)
+        add(buffer, events_of("TASK_LIFECYCLE_EVENT", 2))
+        publisher.start()
+        await wait_until(lambda: count(publisher, pub.FAILURES_BY_STATUS, status="connection") >= 2)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            await wait_until(lambda: count(publisher, pub.PUBLISHED) == 2)
+            await stop(publisher, buffer)
+        finally:
+            await runner.cleanup()
+        assert len(recorder.posted_events) == 2
 
     run(body())

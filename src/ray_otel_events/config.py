@@ -381,6 +381,7 @@ OTEL_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
 OTEL_HEADERS = "OTEL_EXPORTER_OTLP_HEADERS"
 OTEL_COMPRESSION = "OTEL_EXPORTER_OTLP_COMPRESSION"
 OTEL_TIMEOUT_MS = "OTEL_EXPORTER_OTLP_TIMEOUT"
+OTEL_CERTIFICATE = "OTEL_EXPORTER_OTLP_CERTIFICATE"  # CA file that verifies an https endpoint
 OTEL_SERVICE_NAME = "OTEL_SERVICE_NAME"
 OTLP_PROTOCOLS = ("http/protobuf", "http/json")
 
@@ -411,6 +412,7 @@ class OtlpSignalConfig:
     headers: tuple[tuple[str, str], ...] = ()
     compression: str = "none"
     timeout_s: float = 10.0
+    certificate: str = ""
 
     def validate(self, source: str) -> None:
         _require(
@@ -452,6 +454,7 @@ def otlp_signal_config(
     headers_var, headers_raw = pick(OTEL_HEADERS)
     compression_var, compression = pick(OTEL_COMPRESSION)
     timeout_var, timeout_raw = pick(OTEL_TIMEOUT_MS)
+    _, certificate = pick(OTEL_CERTIFICATE)
     timeout_ms = env_float({timeout_var: timeout_raw} if timeout_raw else {}, timeout_var, 10_000.0)
     cfg = OtlpSignalConfig(
         endpoint=endpoint,
@@ -459,6 +462,7 @@ def otlp_signal_config(
         headers=tuple(parse_otlp_headers(headers_raw or "", headers_var).items()),
         compression=(compression or "none").lower(),
         timeout_s=timeout_ms / 1000.0,
+        certificate=certificate or "",
     )
     _require(
         cfg.protocol in OTLP_PROTOCOLS,

@@ -15,19 +15,13 @@ import aiohttp
 from ray_otel_events.encoding.process_pool import EncoderProcessPool
 from ray_otel_events.encoding.ray_json import EncodeResult, RayEventJsonEncoder
 from ray_otel_events.exporters.publisher import PreparedBatch, PublisherClient
+from ray_otel_events.exporters.retry import SendError, status_error
+from ray_otel_events.exporters.transport import HttpTransport
 from ray_otel_events.processors.event_buffer import EventBatch
 
 logger = logging.getLogger(__name__)
 
 _HEADERS = {"Content-Type": "application/json"}
-
-
-class HttpStatusError(RuntimeError):
-    """The destination answered, but not with a 2xx status."""
-
-    def __init__(self, status: int, url: str, body: bytes) -> None:
-        super().__init__(f"HTTP {status} from {url}: {body[:200].decode('utf-8', 'replace')}")
-        self.status = status
 
 
 class HttpJsonPublisherClient(PublisherClient[bytes]):
@@ -39,8 +33,12 @@ class HttpJsonPublisherClient(PublisherClient[bytes]):
         encoder: RayEventJsonEncoder,
         timeout_s: float,
         pool: EncoderProcessPool | None = None,
+        transport: HttpTransport | None = None,
     ) -> None:
         self.url = url
+        transport = transport or HttpTransport()
+        self._headers = {**transport.headers, **_HEADERS}
+        self._ssl = transport.ssl
         self._encoder = encoder
         self._pool = pool
         self.concurrency = pool.processes if pool is not None else 1
@@ -71,13 +69,20 @@ class HttpJsonPublisherClient(PublisherClient[bytes]):
 
     async def send(self, payload: bytes) -> None:
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
-        async with self._session.post(
-            self.url, data=payload, headers=_HEADERS, allow_redirects=False
-        ) as response:
-            body = await response.read()  # read fully so the connection is reused
-            if not 200 <= response.status < 300:
-                raise HttpStatusError(response.status, self.url, body)
+            self._session = aiohttp.ClientSession(
+                timeout=self._timeout, connector=aiohttp.TCPConnector(ssl=self._ssl or True)
+            )
+        try:
+            async with self._session.post(
+                self.url, data=payload, headers=self._headers, allow_redirects=False
+            ) as response:
+                body = await response.read()  # read fully so the connection is reused
+                status = response.status
+                retry_after = response.headers.get("Retry-After")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise SendError(f"POST {self.url} failed: {exc!r}", "connection", retryable=True) from None
+        if not 200 <= status < 300:
+            raise status_error(f"POST {self.url}", status, body, retry_after)
 
     async def close(self) -> None:
         if self._session is not None:

@@ -14,11 +14,8 @@ a 200 response lists in `partial_success`.
 
 from __future__ import annotations
 
-import asyncio
-import email.utils
 import gzip
 import logging
-import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -41,6 +38,8 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span
 
 from ray_otel_events.config import OtlpSignalConfig
 from ray_otel_events.exporters.publisher import PreparedBatch, PublisherClient
+from ray_otel_events.exporters.retry import RETRYABLE_STATUSES, SendError, parse_retry_after
+from ray_otel_events.exporters.transport import HttpTransport
 from ray_otel_events.metrics import Counters
 from ray_otel_events.otel import otlp_json, semconv
 from ray_otel_events.otel.plain_records import key_values
@@ -50,8 +49,6 @@ logger = logging.getLogger(__name__)
 
 Signal = Literal["traces", "logs"]
 
-RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
-MAX_RETRY_AFTER_S = 60.0
 
 # Counter names, labelled signal=traces|logs.
 EXPORTED_ITEMS = "exported_items"
@@ -64,10 +61,6 @@ try:
     _PACKAGE_VERSION = _version("ray-otel-events")
 except Exception:  # not installed as a distribution (e.g. run from a source tree)
     _PACKAGE_VERSION = "0"
-
-
-class RetryableExportError(Exception):
-    """The destination asked us to come back later (or could not be reached)."""
 
 
 class OtlpItemEncoder:
@@ -138,20 +131,6 @@ def logs_request(items: list[bytes]) -> ExportLogsServiceRequest:
     return request
 
 
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header (delay-seconds or an HTTP-date), or None."""
-    if not value:
-        return None
-    text = value.strip()
-    if text.isdigit():
-        return float(text)
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
 @dataclass(frozen=True, slots=True)
 class OtlpPayload:
     """One encoded request and the number of items in it (for the counters)."""
@@ -163,12 +142,21 @@ class OtlpPayload:
 class OtlpHttpPublisherClient(PublisherClient[OtlpPayload]):
     """One signal to one OTLP/HTTP endpoint."""
 
-    def __init__(self, signal: Signal, config: OtlpSignalConfig, counters: Counters | None = None) -> None:
+    def __init__(
+        self,
+        signal: Signal,
+        config: OtlpSignalConfig,
+        counters: Counters | None = None,
+        transport: HttpTransport | None = None,
+    ) -> None:
         self.signal = signal
         self.config = config
         self.counters = counters if counters is not None else Counters(f"otlp_exporter:{signal}")
+        transport = transport or HttpTransport()
+        self._ssl = HttpTransport.build({}, config.certificate).ssl if config.certificate else transport.ssl
         self._json = config.protocol == "http/json"
         self._headers = {
+            **transport.headers,
             **dict(config.headers),
             "Content-Type": "application/json" if self._json else "application/x-protobuf",
             "User-Agent": f"ray-otel-events/{_PACKAGE_VERSION}",
@@ -188,7 +176,9 @@ class OtlpHttpPublisherClient(PublisherClient[OtlpPayload]):
     async def send(self, payload: OtlpPayload) -> None:
         items = payload.items
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
+            self._session = aiohttp.ClientSession(
+                timeout=self._timeout, connector=aiohttp.TCPConnector(ssl=self._ssl or True)
+            )
         try:
             async with self._session.post(
                 self.config.endpoint, data=payload.body, headers=self._headers, allow_redirects=False
@@ -199,8 +189,8 @@ class OtlpHttpPublisherClient(PublisherClient[OtlpPayload]):
                 content_type = response.headers.get("Content-Type", "")
         except (aiohttp.ClientError, TimeoutError) as exc:
             self.counters.add(RETRYABLE_FAILURES, signal=self.signal, status="connection")
-            raise RetryableExportError(
-                f"OTLP {self.signal} export to {self.config.endpoint} failed: {exc!r}"
+            raise SendError(
+                f"OTLP {self.signal} export to {self.config.endpoint} failed: {exc!r}", "connection", True
             ) from None
         if 200 <= status < 300:
             rejected, message = _partial_success(self.signal, body, content_type)
@@ -213,18 +203,14 @@ class OtlpHttpPublisherClient(PublisherClient[OtlpPayload]):
             return
         if status in RETRYABLE_STATUSES:
             self.counters.add(RETRYABLE_FAILURES, signal=self.signal, status=str(status))
-            if retry_after:
-                await asyncio.sleep(min(retry_after, MAX_RETRY_AFTER_S))
-            raise RetryableExportError(f"OTLP {self.signal} endpoint answered {status}")
+            raise SendError(f"OTLP {self.signal} endpoint answered {status}", str(status), True, retry_after)
         # The spec: any other status must not be retried; the items are lost, and counted.
         self.counters.add(REJECTED_ITEMS, items, signal=self.signal)
-        logger.error(
-            "OTLP %s endpoint %s answered %d (not retryable): dropping %d items: %s",
-            self.signal,
-            self.config.endpoint,
-            status,
-            items,
-            body[:300].decode("utf-8", "replace"),
+        raise SendError(
+            f"OTLP {self.signal} endpoint {self.config.endpoint} answered {status} (not retryable): "
+            + body[:300].decode("utf-8", "replace"),
+            str(status),
+            False,
         )
 
     async def close(self) -> None:

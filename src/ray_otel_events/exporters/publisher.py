@@ -5,10 +5,11 @@ only holds back itself. What differs per destination (the payload and how it is 
 `PublisherClient`; the HTTP JSON client is one, a binary dashboard-head or OTLP client slots in the
 same way.
 
-Retries follow Ray's RayEventPublisher (initial 0.01 s, doubled per failure from n=1, capped, with
-uniform jitter, -1 = forever). Unlike Ray, an event never disappears without a counter: every event
-the publisher reads ends in exactly one of PUBLISHED, FILTERED, ENCODE_FAILED, DROPPED_AFTER_RETRIES
-or DROPPED_AT_SHUTDOWN, and on shutdown the publisher flushes what the buffer still holds.
+Backoff follows Ray's RayEventPublisher (initial 0.01 s, doubled per failure from n=1, capped, with
+uniform jitter, -1 = forever); what is retried follows the Collector (exporters/retry.py). Unlike
+Ray, an event never disappears without a counter: every event the publisher reads ends in exactly
+one of PUBLISHED, FILTERED, ENCODE_FAILED, DROPPED_AFTER_RETRIES, DROPPED_AT_SHUTDOWN or REJECTED,
+and on shutdown the publisher flushes what the buffer still holds.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from ray_otel_events.events.registry import event_type_name
+from ray_otel_events.exporters.retry import RetryPolicy, failure_status, is_retryable
 from ray_otel_events.metrics import Counters
 from ray_otel_events.processors.event_buffer import EventBatch, MultiConsumerEventBuffer
 from ray_otel_events.processors.exposable_filter import ExposableFilter
@@ -35,12 +37,17 @@ FILTERED = "filtered"
 ENCODE_FAILED = "encode_failed"
 DROPPED_AFTER_RETRIES = "dropped_after_retries"
 DROPPED_AT_SHUTDOWN = "dropped_at_shutdown"
+REJECTED = "rejected"  # the destination refused the batch for good (a non-retryable status)
 SEND_FAILURES = "send_failures"  # events in failed attempts (an event retried 3 times counts 3)
 # Labelled publisher=<name> only.
 REQUESTS_SENT = "requests_sent"
 FAILED_ATTEMPTS = "failed_attempts"
+# Labelled publisher=<name>, status=<HTTP status or "connection">.
+FAILURES_BY_STATUS = "failures_by_status"
 
-OUTCOMES = (PUBLISHED, FILTERED, ENCODE_FAILED, DROPPED_AFTER_RETRIES, DROPPED_AT_SHUTDOWN)
+__all__ = ["RetryPolicy"]  # re-exported: callers configure retries where they build publishers
+
+OUTCOMES = (PUBLISHED, FILTERED, ENCODE_FAILED, DROPPED_AFTER_RETRIES, DROPPED_AT_SHUTDOWN, REJECTED)
 
 PayloadT = TypeVar("PayloadT")
 
@@ -75,26 +82,6 @@ class PublisherClient(abc.ABC, Generic[PayloadT]):
     @abc.abstractmethod
     async def close(self) -> None:
         """Release connections; called once when the publisher stops."""
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Ray's defaults: 0.01 s doubled per failure (first wait 0.02 s), capped at 5 s, +-10 %."""
-
-    max_retries: int = -1  # -1: retry forever
-    initial_backoff_s: float = 0.01
-    max_backoff_s: float = 5.0
-    jitter_ratio: float = 0.1
-
-    def gives_up(self, failures_so_far: int) -> bool:
-        """True when a batch that has already failed `failures_so_far` times must not be retried."""
-        return 0 <= self.max_retries <= failures_so_far
-
-    def backoff_s(self, failures: int, rng: random.Random) -> float:
-        """The wait after the `failures`-th consecutive failure (1-based)."""
-        delay = min(self.max_backoff_s, self.initial_backoff_s * 2.0**failures)
-        delay *= 1 + rng.uniform(-self.jitter_ratio, self.jitter_ratio)
-        return max(0.0, delay)
 
 
 class EventPublisher(Generic[PayloadT]):
@@ -272,13 +259,19 @@ class EventPublisher(Generic[PayloadT]):
                 else:
                     async with asyncio.timeout(remaining):
                         await self._client.send(payload)
-            except Exception as exc:  # any failure, timeouts included, is retried like Ray does
+            except Exception as exc:
                 self._count(SEND_FAILURES, types)
                 self.counters.add(FAILED_ATTEMPTS, publisher=self.name)
+                self.counters.add(FAILURES_BY_STATUS, publisher=self.name, status=failure_status(exc))
                 self.consecutive_failures += 1
+                if not is_retryable(exc):
+                    logger.error(
+                        "publisher %s: destination refused %d events for good: %s", self.name, n_events, exc
+                    )
+                    return REJECTED
                 if self._retry.gives_up(failures):
                     logger.error(
-                        "publisher %s: dropping %d events after %d attempts: %r",
+                        "publisher %s: dropping %d events after %d attempts: %s",
                         self.name,
                         n_events,
                         failures + 1,
@@ -286,8 +279,15 @@ class EventPublisher(Generic[PayloadT]):
                     )
                     return DROPPED_AFTER_RETRIES
                 failures += 1
-                logger.warning("publisher %s: send failed (attempt %d): %r", self.name, failures, exc)
-                await self._sleep(self._retry.backoff_s(failures, self._rng))
+                delay = self._retry.delay_s(failures, exc, self._rng)
+                logger.warning(
+                    "publisher %s: send failed (attempt %d), retrying in %.2fs: %s",
+                    self.name,
+                    failures,
+                    delay,
+                    exc,
+                )
+                await self._sleep(delay)
                 continue
             self.consecutive_failures = 0
             self.counters.add(REQUESTS_SENT, publisher=self.name)

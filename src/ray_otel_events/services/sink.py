@@ -24,7 +24,7 @@ MAX_BODY_BYTES = 512 * 1024 * 1024
 class JsonLinesSink:
     """Owns the output file and the counters; its handlers are plain aiohttp handlers."""
 
-    def __init__(self, out_path: str | Path, fail_first: int = 0, fail_status: int = 500) -> None:
+    def __init__(self, out_path: str | Path, fail_first: int = 0, fail_status: int = 503) -> None:
         if fail_first < 0:
             raise ValueError(f"fail_first must be >= 0, got {fail_first}")
         if not 400 <= fail_status <= 599:

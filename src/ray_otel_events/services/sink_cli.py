@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=0, help="port; 0 picks a free one (default 0)")
     parser.add_argument("--out", required=True, help="JSON Lines file events are appended to")
     parser.add_argument("--fail-first", type=int, default=0, metavar="N", help="fail the first N POSTs")
-    parser.add_argument("--fail-status", type=int, default=500, help="status for those failures (500)")
+    parser.add_argument("--fail-status", type=int, default=503, help="status for those failures (503)")
 
 
 def run(args: argparse.Namespace) -> int:
