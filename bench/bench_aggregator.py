@@ -111,6 +111,8 @@ def start_ours(export_addr: str, *flags: str) -> tuple[subprocess.Popen[str], st
             "-m",
             "ray_otel_events",
             "aggregator",
+            "--log-format",
+            "json",
             "--export-addr",
             export_addr,
             "--exposable-event-types",

@@ -64,6 +64,8 @@ def test_ctrl_c_to_the_whole_process_group_still_flushes(tmp_path: Path) -> None
                 "-m",
                 "ray_otel_events",
                 "aggregator",
+                "--log-format",
+                "json",
                 "--grpc-port",
                 "0",
                 "--export-addr",

@@ -12,6 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from ray_otel_events import __version__
 from ray_otel_events.config import ConfigError
 
 # name -> (module, help)
@@ -29,6 +30,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ray-otel-events",
         description="Ray-compatible lifecycle events and tracing, joined to OpenTelemetry.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"ray-otel-events {__version__} (Ray event schema 2.60)"
     )
     subs = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():

@@ -69,6 +69,35 @@ def _require(cond: bool, message: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Security, shared by every server and by the clients that talk to them.
+
+AUTH_TOKEN = "RAY_OTEL_EVENTS_AUTH_TOKEN"  # the bearer token itself
+AUTH_TOKEN_FILE = "RAY_OTEL_EVENTS_AUTH_TOKEN_FILE"  # a file holding it (wins over AUTH_TOKEN)
+TLS_CA_FILE = "RAY_OTEL_EVENTS_TLS_CA_FILE"  # CA that verifies the aggregator's certificate (producers)
+
+
+@dataclass(frozen=True)
+class ClientSecurityConfig:
+    """What a producer presents to a secured aggregator: the token, and the CA to verify it by."""
+
+    token: str = ""
+    tls_ca_file: str = ""  # set: connect with TLS, verifying the server against this CA
+
+    @classmethod
+    def from_env(cls, env: Environ | None = None) -> ClientSecurityConfig:
+        env = os.environ if env is None else env
+        token = env.get(AUTH_TOKEN, "").strip()
+        token_file = env.get(AUTH_TOKEN_FILE, "").strip()
+        if token_file:
+            try:
+                with open(token_file) as handle:
+                    token = handle.read().strip()
+            except OSError as exc:
+                raise ConfigError(f"{AUTH_TOKEN_FILE}={token_file!r}: {exc}") from None
+        return cls(token=token, tls_ca_file=env.get(TLS_CA_FILE, "").strip())
+
+
+# ---------------------------------------------------------------------------------------------
 # Producer side: the recorder in every process that emits events.
 
 RECORDER_MAX_QUEUED = "RAY_ray_event_recorder_max_queued_events"
@@ -78,6 +107,9 @@ RECORDER_RPC_TIMEOUT_S = "RAY_OTEL_EVENTS_RECORDER_RPC_TIMEOUT_SECONDS"
 NODE_ID = "RAY_OTEL_EVENTS_NODE_ID"
 SESSION_NAME = "RAY_OTEL_EVENTS_SESSION_NAME"
 AGGREGATOR_ADDRESS = "RAY_OTEL_EVENTS_AGGREGATOR_ADDRESS"
+# Ray's master switch. Ray's default is off; ours is on (a recorder exists because it was asked
+# for), so only an explicit RAY_enable_ray_event=0 turns recording off (events counted "disabled").
+ENABLE_RAY_EVENT = "RAY_enable_ray_event"
 
 
 @dataclass(frozen=True)
@@ -86,11 +118,13 @@ class RecorderConfig:
     report_interval_ms: int = 1000
     shutdown_flush_timeout_ms: int = 5000
     rpc_timeout_s: float = 5.0
+    enabled: bool = True
 
     @classmethod
     def from_env(cls, env: Environ | None = None) -> RecorderConfig:
         env = os.environ if env is None else env
         cfg = cls(
+            enabled=env_bool(env, ENABLE_RAY_EVENT, cls.enabled) if env.get(ENABLE_RAY_EVENT) else True,
             max_queued_events=env_int(env, RECORDER_MAX_QUEUED, cls.max_queued_events),
             report_interval_ms=env_int(env, RECORDER_INTERVAL_MS, cls.report_interval_ms),
             shutdown_flush_timeout_ms=env_int(env, RECORDER_FLUSH_TIMEOUT_MS, cls.shutdown_flush_timeout_ms),
@@ -124,6 +158,9 @@ MAX_BUFFER_SIZE = _AGENT + "MAX_EVENT_BUFFER_SIZE"
 MAX_BUFFER_BYTES = "RAY_OTEL_EVENTS_MAX_EVENT_BUFFER_BYTES"
 MAX_BATCH_SIZE = _AGENT + "MAX_EVENT_SEND_BATCH_SIZE"
 EXPOSABLE_TYPES = _AGENT + "EXPOSABLE_EVENT_TYPES"
+# Newer Ray names the list per publisher; when both are set the per-publisher name wins (it is
+# the more specific one, and what current Ray reads).
+EXPOSABLE_TYPES_HTTP = _AGENT + "PUBLISHER_HTTP_ENDPOINT_EXPOSABLE_EVENT_TYPES"
 PRESERVE_PROTO_FIELD_NAME = _AGENT + "PRESERVE_PROTO_FIELD_NAME"
 PUBLISHER_TIMEOUT_S = _AGENT + "PUBLISHER_TIMEOUT_SECONDS"
 PUBLISHER_MAX_RETRIES = _AGENT + "PUBLISHER_MAX_RETRIES"
@@ -190,11 +227,15 @@ class AggregatorConfig:
     publisher_send_interval_s: float = 0.1
     shutdown_flush_timeout_s: float = 10.0
     encoder_processes: int = 2
+    metrics_port: int | None = None  # None: no /metrics, /healthz, /readyz HTTP port
+    export_headers: tuple[tuple[str, str], ...] = ()  # sent with every POST (e.g. a token)
+    export_ca_file: str = ""  # verifies an https export address against this CA
 
     @classmethod
     def from_env(cls, env: Environ | None = None) -> AggregatorConfig:
         env = os.environ if env is None else env
-        exposable_raw = env.get(EXPOSABLE_TYPES)
+        exposable_var = EXPOSABLE_TYPES_HTTP if env.get(EXPOSABLE_TYPES_HTTP) is not None else EXPOSABLE_TYPES
+        exposable_raw = env.get(exposable_var)
         cfg = cls(
             export_addr=env.get(EXPORT_ADDR) or env.get(EXPORT_ADDR_LEGACY) or "",
             publish_to_http=env_bool(env, PUBLISH_TO_HTTP, cls.publish_to_http),
@@ -204,7 +245,7 @@ class AggregatorConfig:
             exposable_event_types=(
                 DEFAULT_EXPOSABLE_EVENT_TYPES
                 if exposable_raw is None
-                else parse_exposable_event_types(exposable_raw)
+                else parse_exposable_event_types(exposable_raw, source=exposable_var)
             ),
             preserve_proto_field_name=env_bool(env, PRESERVE_PROTO_FIELD_NAME, cls.preserve_proto_field_name),
             publisher_timeout_s=env_float(env, PUBLISHER_TIMEOUT_S, cls.publisher_timeout_s),
@@ -235,6 +276,10 @@ class AggregatorConfig:
 
     def validate(self) -> None:
         _require(0 <= self.grpc_port <= 65535, f"grpc port must be 0..65535, got {self.grpc_port}")
+        _require(
+            self.metrics_port is None or 0 <= self.metrics_port <= 65535,
+            f"--metrics-port must be 0..65535, got {self.metrics_port}",
+        )
         _require(self.max_buffer_size > 0, f"{MAX_BUFFER_SIZE} must be > 0, got {self.max_buffer_size}")
         _require(self.max_buffer_bytes > 0, f"{MAX_BUFFER_BYTES} must be > 0, got {self.max_buffer_bytes}")
         _require(self.max_batch_size > 0, f"{MAX_BATCH_SIZE} must be > 0, got {self.max_batch_size}")

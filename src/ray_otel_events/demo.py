@@ -254,7 +254,17 @@ class _Server:
     """A CLI server subprocess: started, its ready line read, stopped with SIGTERM."""
 
     def __init__(self, *args: str) -> None:
-        cmd = [sys.executable, "-m", "ray_otel_events", *args]
+        # JSON form: the demo parses the `stats {json}` exit line; warnings only on the terminal.
+        cmd = [
+            sys.executable,
+            "-m",
+            "ray_otel_events",
+            *args,
+            "--log-format",
+            "json",
+            "--log-level",
+            "WARNING",
+        ]
         self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         assert self.process.stdout is not None
         line = self.process.stdout.readline().strip()

@@ -35,7 +35,8 @@ class CliServer:
     """One `python -m ray_otel_events <command> ...` process."""
 
     def __init__(self, command: str, *args: str, env: dict[str, str] | None = None) -> None:
-        self.argv = [sys.executable, "-m", "ray_otel_events", command, *args]
+        # JSON logs and a `stats {json}` exit line: the machine-readable form this helper parses.
+        self.argv = [sys.executable, "-m", "ray_otel_events", command, "--log-format", "json", *args]
         self._stderr = tempfile.NamedTemporaryFile(  # noqa: SIM115 (lives as long as the process)
             prefix=f"{command}-", suffix=".stderr", delete=False
         )

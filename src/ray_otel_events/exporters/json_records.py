@@ -10,12 +10,13 @@ from __future__ import annotations
 from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
 from ray_otel_events.exporters.http_json import HttpJsonPublisherClient
 from ray_otel_events.exporters.publisher import PreparedBatch
+from ray_otel_events.exporters.transport import HttpTransport
 from ray_otel_events.processors.event_buffer import EventBatch
 
 
 class JsonRecordsPublisherClient(HttpJsonPublisherClient):
-    def __init__(self, url: str, timeout_s: float) -> None:
-        super().__init__(url, RayEventJsonEncoder(), timeout_s)
+    def __init__(self, url: str, timeout_s: float, transport: HttpTransport | None = None) -> None:
+        super().__init__(url, RayEventJsonEncoder(), timeout_s, transport=transport)
 
     def prepare(self, batch: EventBatch) -> PreparedBatch[bytes]:
         return PreparedBatch(b"[" + b",".join(batch.wires) + b"]", batch.types)

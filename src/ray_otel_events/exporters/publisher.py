@@ -18,8 +18,9 @@ import abc
 import asyncio
 import logging
 import random
+import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -115,6 +116,9 @@ class EventPublisher(Generic[PayloadT]):
         self._unsettled: dict[int, list[int]] = {}
         self._task: asyncio.Task[None] | None = None
         self.consecutive_failures = 0
+        self.last_success: float | None = None  # time.monotonic() of the last delivered batch
+        # Called with the seconds every send attempt took (a metrics histogram's observe).
+        self.observe_attempt: Callable[[float], None] | None = None
         buffer.register_consumer(name)
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -253,6 +257,7 @@ class EventPublisher(Generic[PayloadT]):
             remaining = self._remaining()
             if remaining is not None and remaining <= 0:
                 return DROPPED_AT_SHUTDOWN
+            started = time.monotonic()
             try:
                 if remaining is None:
                     await self._client.send(payload)
@@ -260,6 +265,7 @@ class EventPublisher(Generic[PayloadT]):
                     async with asyncio.timeout(remaining):
                         await self._client.send(payload)
             except Exception as exc:
+                self._observe(started)
                 self._count(SEND_FAILURES, types)
                 self.counters.add(FAILED_ATTEMPTS, publisher=self.name)
                 self.counters.add(FAILURES_BY_STATUS, publisher=self.name, status=failure_status(exc))
@@ -289,9 +295,15 @@ class EventPublisher(Generic[PayloadT]):
                 )
                 await self._sleep(delay)
                 continue
+            self._observe(started)
             self.consecutive_failures = 0
+            self.last_success = time.monotonic()
             self.counters.add(REQUESTS_SENT, publisher=self.name)
             return PUBLISHED
+
+    def _observe(self, started: float) -> None:
+        if self.observe_attempt is not None:
+            self.observe_attempt(time.monotonic() - started)
 
     async def _sleep(self, delay_s: float) -> None:
         """A backoff wait that ends early when shutdown starts, so the flush retries at once."""

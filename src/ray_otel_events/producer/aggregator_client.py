@@ -8,6 +8,7 @@ from typing import Protocol
 
 import grpc
 
+from ray_otel_events.config import TLS_CA_FILE, ClientSecurityConfig, ConfigError
 from ray_otel_events.protobuf import events_event_aggregator_service_pb2_grpc as svc_grpc
 from ray_otel_events.protobuf.events_event_aggregator_service_pb2 import AddEventsRequest
 
@@ -30,9 +31,20 @@ class GrpcAggregatorExporter:
     process pools fork workers that inherit this object.
     """
 
-    def __init__(self, address: str, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, address: str, timeout_s: float = 5.0, security: ClientSecurityConfig | None = None
+    ) -> None:
         self.address = address
         self.timeout_s = timeout_s
+        security = security if security is not None else ClientSecurityConfig.from_env()
+        self._metadata = (("authorization", f"Bearer {security.token}"),) if security.token else None
+        self._credentials: grpc.ChannelCredentials | None = None
+        if security.tls_ca_file:
+            try:
+                with open(security.tls_ca_file, "rb") as handle:
+                    self._credentials = grpc.ssl_channel_credentials(root_certificates=handle.read())
+            except OSError as exc:
+                raise ConfigError(f"{TLS_CA_FILE}={security.tls_ca_file!r}: {exc}") from None
         self._lock = threading.Lock()
         self._pid = -1
         self._channel: grpc.Channel | None = None
@@ -41,19 +53,20 @@ class GrpcAggregatorExporter:
     def _stub_for_this_process(self) -> svc_grpc.EventAggregatorServiceStub:
         with self._lock:
             if self._stub is None or self._pid != os.getpid():
-                self._channel = grpc.insecure_channel(
-                    self.address,
-                    options=[
-                        ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
-                        ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
-                    ],
-                )
+                options = [
+                    ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+                    ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+                ]
+                if self._credentials is None:
+                    self._channel = grpc.insecure_channel(self.address, options=options)
+                else:
+                    self._channel = grpc.secure_channel(self.address, self._credentials, options=options)
                 self._stub = svc_grpc.EventAggregatorServiceStub(self._channel)  # type: ignore[no-untyped-call]
                 self._pid = os.getpid()
             return self._stub
 
     def export(self, request: AddEventsRequest) -> None:
-        self._stub_for_this_process().AddEvents(request, timeout=self.timeout_s)
+        self._stub_for_this_process().AddEvents(request, timeout=self.timeout_s, metadata=self._metadata)
 
     def close(self) -> None:
         with self._lock:

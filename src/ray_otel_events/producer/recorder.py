@@ -84,8 +84,8 @@ class RayEventRecorder:
     def add_many(self, events: Any) -> None:
         with self._lock:
             for event in events:
-                if self._stopped:
-                    self._count_drop(event, 1, reason="stopped")
+                if self._stopped or not self.config.enabled:
+                    self._count_drop(event, 1, reason="stopped" if self._stopped else "disabled")
                     continue
                 self.counters.add("recorded", 1, event_type=event_type_name(event.event_type))
                 self._buffer.append(event)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, Protocol
 
 import grpc
@@ -85,6 +86,7 @@ class AddEventsReceiver:
         self.counters = counters if counters is not None else Counters("receiver")
         self._sink = sink
         self._shutting_down = False
+        self.in_flight = 0  # calls being handled now (a gauge)
 
     def begin_shutdown(self) -> None:
         """From now on every call is refused with UNAVAILABLE."""
@@ -96,6 +98,13 @@ class AddEventsReceiver:
         raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
     async def add_events(self, request: bytes, context: Any) -> bytes:
+        self.in_flight += 1
+        try:
+            return await self._add_events(request, context)
+        finally:
+            self.in_flight -= 1
+
+    async def _add_events(self, request: bytes, context: Any) -> bytes:
         if self._shutting_down:
             await self._reject(
                 context, grpc.StatusCode.UNAVAILABLE, "shutting_down", "aggregator is shutting down"
@@ -135,28 +144,45 @@ class AddEventsReceiver:
 class GrpcAddEventsServer:
     """A grpc.aio server bound to host:port (0 = any free port) serving one receiver."""
 
-    def __init__(self, receiver: AddEventsReceiver, host: str, port: int) -> None:
+    def __init__(
+        self,
+        receiver: AddEventsReceiver,
+        host: str,
+        port: int,
+        credentials: grpc.ServerCredentials | None = None,
+        interceptors: Sequence[Any] = (),
+        add_services: Callable[[Any], None] | None = None,
+    ) -> None:
         self.receiver = receiver
         self.host = host
         self._requested_port = port
+        self._credentials = credentials
+        self._interceptors = tuple(interceptors)
+        self._add_services = add_services  # more services on the same port (grpc.health.v1)
         self.port = 0
         self._server: Any = None
 
     async def start(self) -> int:
         server = grpc.aio.server(
+            interceptors=self._interceptors,
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
         )
         server.add_generic_rpc_handlers((self.receiver.handler(),))
+        if self._add_services is not None:
+            self._add_services(server)
         address = (
             f"[{self.host}]:{self._requested_port}"
             if ":" in self.host
             else f"{self.host}:{self._requested_port}"
         )
         try:
-            self.port = server.add_insecure_port(address)
+            if self._credentials is None:
+                self.port = server.add_insecure_port(address)
+            else:
+                self.port = server.add_secure_port(address, self._credentials)
         except RuntimeError as exc:
             raise OSError(f"cannot listen for gRPC on {address}: {exc}") from exc
         if self.port == 0:

@@ -35,27 +35,46 @@ import logging
 import random
 from typing import Any
 
+from aiohttp import web
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+
 from ray_otel_events.config import AggregatorConfig
 from ray_otel_events.encoding.process_pool import EncoderProcessPool
 from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
 from ray_otel_events.exporters import publisher as pub
 from ray_otel_events.exporters.http_json import HttpJsonPublisherClient
+from ray_otel_events.exporters.transport import HttpTransport
 from ray_otel_events.metrics import Counters
+from ray_otel_events.observability.admin_server import AdminHttpServer
+from ray_otel_events.observability.http_endpoints import Readiness, observability_routes
+from ray_otel_events.observability.metrics_registry import ServerMetrics
+from ray_otel_events.observability.service_metrics import register_buffers, register_publishers
 from ray_otel_events.processors.event_buffer import EVICTED, MultiConsumerEventBuffer
 from ray_otel_events.processors.exposable_filter import ExposableFilter
 from ray_otel_events.receivers import grpc_add_events as rx
+from ray_otel_events.security.options import ServerSecurity
+
+HealthServicer = health_aio.HealthServicer
 
 logger = logging.getLogger(__name__)
 
 STATS_VERSION = 1
 HTTP_PUBLISHER = "http_service"  # Ray's name for the external HTTP destination
+READY_QUEUE_FRACTION = 0.9  # not ready (take traffic elsewhere) once the buffer is this full
 
 _PER_TYPE = (*pub.OUTCOMES, EVICTED)
 
 
 class AggregatorService:
-    def __init__(self, config: AggregatorConfig, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        config: AggregatorConfig,
+        rng: random.Random | None = None,
+        security: ServerSecurity | None = None,
+    ) -> None:
         self.config = config
+        self.security = security or ServerSecurity()
         self.buffer = MultiConsumerEventBuffer(
             config.max_buffer_size, config.max_buffer_bytes, Counters("buffer")
         )
@@ -71,6 +90,7 @@ class AggregatorService:
                 RayEventJsonEncoder(preserve_proto_field_name=preserve),
                 timeout_s=config.publisher_timeout_s,
                 pool=pool,
+                transport=HttpTransport.build(dict(config.export_headers), config.export_ca_file),
             )
             self.publishers.append(
                 pub.EventPublisher(
@@ -91,7 +111,52 @@ class AggregatorService:
             )
         # With no destination nothing would ever read the buffer: accept and count only (Ray).
         self.receiver = rx.AddEventsReceiver(self.buffer if self.publishers else None)
-        self.server = rx.GrpcAddEventsServer(self.receiver, config.host, config.grpc_port)
+        self.health = HealthServicer()
+        token = self.security.token
+        self.server = rx.GrpcAddEventsServer(
+            self.receiver,
+            config.host,
+            config.grpc_port,
+            credentials=self.security.tls.grpc_credentials() if self.security.tls else None,
+            interceptors=[token.grpc_interceptor()] if token else [],
+            add_services=lambda server: health_pb2_grpc.add_HealthServicer_to_server(self.health, server),
+        )
+        self.metrics = self._build_metrics()
+        self.admin: AdminHttpServer | None = None
+        if config.metrics_port is not None:
+            app = web.Application(middlewares=[token.http_middleware()] if token else [])
+            app.add_routes(observability_routes(self.metrics, self.readiness))
+            tls = self.security.tls
+            self.admin = AdminHttpServer(
+                config.host, config.metrics_port, app, tls.ssl_context() if tls else None
+            )
+        self._listening = False
+
+    def _build_metrics(self) -> ServerMetrics:
+        metrics = ServerMetrics("aggregator")
+        metrics.add_counters("receiver", self.receiver.counters)
+        register_buffers(metrics, {"events": self.buffer})
+        register_publishers(metrics, self.publishers)
+        metrics.add_gauge(
+            "requests_in_flight_grpc",
+            "AddEvents calls being handled now",
+            lambda: {(): self.receiver.in_flight},
+        )
+        return metrics
+
+    def readiness(self) -> Readiness:
+        """Listening; the buffer below 90 % of its bounds; every destination reachable."""
+        state = Readiness().add("listening", self._listening, f"grpc port {self.server.port}")
+        buffer = self.buffer
+        full = max(len(buffer) / buffer.max_events, buffer.size_bytes / buffer.max_bytes)
+        state.add("queue_below_limit", full < READY_QUEUE_FRACTION, f"{full:.0%} of the buffer's bounds used")
+        for p in self.publishers:
+            state.add(
+                f"exporter_{p.name}",
+                p.consecutive_failures == 0,
+                f"{p.consecutive_failures} failed attempts since the last success",
+            )
+        return state
 
     @property
     def processing_enabled(self) -> bool:
@@ -101,14 +166,24 @@ class AggregatorService:
         """Start the publishers, then the gRPC server; returns the bound port."""
         for publisher in self.publishers:
             publisher.start()
-        return await self.server.start()
+        port = await self.server.start()
+        if self.admin is not None:
+            await self.admin.start()
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        await self.health.set(rx.SERVICE, health_pb2.HealthCheckResponse.SERVING)
+        self._listening = True
+        return port
 
     async def shutdown(self) -> None:
         """Refuse new calls, flush every publisher (bounded by shutdown_flush_timeout_s), close."""
+        self._listening = False
+        await self.health.enter_graceful_shutdown()
         self.receiver.begin_shutdown()
         self.buffer.close()
         await asyncio.gather(*(p.shutdown(self.config.shutdown_flush_timeout_s) for p in self.publishers))
         await self.server.stop(grace_s=1.0)
+        if self.admin is not None:
+            await self.admin.stop()
 
     def stats(self) -> dict[str, Any]:
         rc = self.receiver.counters
@@ -140,6 +215,29 @@ class AggregatorService:
             },
             "publishers": publishers,
         }
+
+
+_SUMMARY_OUTCOMES = (
+    (pub.PUBLISHED, "published"),
+    (pub.FILTERED, "filtered (not exposable)"),
+    (EVICTED, "dropped: evicted (buffer full)"),
+    (pub.REJECTED, "dropped: refused by destination"),
+    (pub.DROPPED_AFTER_RETRIES, "dropped: retries exhausted"),
+    (pub.ENCODE_FAILED, "dropped: cannot encode"),
+    (pub.DROPPED_AT_SHUTDOWN, "dropped: at shutdown"),
+)
+
+
+def summary_rows(stats: dict[str, Any]) -> list[tuple[str, int]]:
+    """The exit table: what came in, and where each event ended, per destination."""
+    rows = [("events received", stats["received_total"]), ("AddEvents calls", stats["requests"])]
+    rows += [(f"calls refused: {reason}", n) for reason, n in sorted(stats["rejected_requests"].items())]
+    for name, entry in stats["publishers"].items():
+        for key, label in _SUMMARY_OUTCOMES:
+            total = sum(entry[key].values())
+            if total or key == pub.PUBLISHED:
+                rows.append((f"{name}: {label}", total))
+    return rows
 
 
 def _per_type(counters: Counters, name: str, consumer: str) -> dict[str, int]:

@@ -1,9 +1,9 @@
 """`ray-otel-events aggregator`: serve AddEvents over gRPC and publish to an HTTP JSON endpoint.
 
 Configuration comes from Ray's environment variables (config.AggregatorConfig); flags override them.
-Stdout carries exactly two lines: `listening grpc=HOST:PORT` once calls are accepted, and on
-SIGTERM/SIGINT, after the buffer is flushed, `stats {json}` (format: services.aggregator docstring).
-Logs go to stderr.
+Stdout carries the ready line `listening grpc=HOST:PORT` once calls are accepted and, on
+SIGTERM/SIGINT after the buffer is flushed, the exit summary: a table, or with `--log-format json`
+one `stats {json}` line (format: services.aggregator docstring). Logs go to stderr.
 """
 
 from __future__ import annotations
@@ -11,21 +11,29 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import json
 import logging
 import sys
 
 from ray_otel_events.config import AggregatorConfig, parse_exposable_event_types
-from ray_otel_events.services.aggregator import AggregatorService
-from ray_otel_events.services.lifecycle import configure_logging, stop_on_signals
+from ray_otel_events.exporters.transport import parse_header_flags
+from ray_otel_events.security.options import ServerSecurity, add_security_arguments, security_from_args
+from ray_otel_events.services.aggregator import AggregatorService, summary_rows
+from ray_otel_events.services.lifecycle import (
+    add_logging_arguments,
+    configure_logging,
+    print_exit_summary,
+    stop_on_signals,
+)
 
 logger = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
-        "Prints 'listening grpc=HOST:PORT' when ready and, after SIGTERM/SIGINT and the flush, one line "
-        "'stats {json}'. Environment: Ray's RAY_DASHBOARD_AGGREGATOR_AGENT_* variables; flags win."
+        "Prints 'listening grpc=HOST:PORT' when ready and, after SIGTERM/SIGINT and the flush, a summary "
+        "table ('stats {json}' with --log-format json). Environment: Ray's RAY_DASHBOARD_AGGREGATOR_AGENT_* "
+        "variables; flags win. Kubernetes: livenessProbe httpGet /healthz and readinessProbe httpGet "
+        "/readyz on --metrics-port, or a grpc probe (grpc.health.v1) on the gRPC port."
     )
     parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--grpc-port", type=int, help="gRPC port; 0 picks a free one (default 0)")
@@ -78,7 +86,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="worker processes that encode JSON beside the event loop; 0 encodes on the loop (default 2)",
     )
-    parser.add_argument("--log-level", default="WARNING", help="stderr log level (default WARNING)")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        help="HTTP port for GET /metrics (Prometheus), /healthz and /readyz; 0 picks one (default: off)",
+    )
+    parser.add_argument(
+        "--export-header",
+        action="append",
+        metavar="'NAME: VALUE'",
+        help="header sent with every POST to --export-addr (repeatable), e.g. 'Authorization: Bearer T'",
+    )
+    parser.add_argument("--export-ca-file", help="PEM CA that verifies an https --export-addr")
+    add_logging_arguments(parser)
+    add_security_arguments(parser)
 
 
 _OVERRIDES = (
@@ -98,12 +119,17 @@ _OVERRIDES = (
     "publisher_send_interval_s",
     "shutdown_flush_timeout_s",
     "encoder_processes",
+    "metrics_port",
+    "export_ca_file",
 )
 
 
 def config_from_args(args: argparse.Namespace) -> AggregatorConfig:
     """Environment first, then every flag that was given; raises ConfigError on a bad value."""
     config = AggregatorConfig.from_env().with_overrides(**{name: getattr(args, name) for name in _OVERRIDES})
+    if args.export_header:
+        headers = tuple(parse_header_flags(args.export_header).items())
+        config = dataclasses.replace(config, export_headers=headers)
     if args.exposable_event_types is not None:
         # None from the parser means ALL, so this one cannot go through with_overrides.
         allowed = parse_exposable_event_types(args.exposable_event_types, source="--exposable-event-types")
@@ -114,12 +140,15 @@ def config_from_args(args: argparse.Namespace) -> AggregatorConfig:
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    configure_logging(str(args.log_level))
-    return asyncio.run(serve(config))
+    security = security_from_args(args)
+    configure_logging(str(args.log_level), args.log_format)
+    return asyncio.run(serve(config, security, args.log_format))
 
 
-async def serve(config: AggregatorConfig) -> int:
-    service = AggregatorService(config)
+async def serve(
+    config: AggregatorConfig, security: ServerSecurity | None = None, log_format: str = "json"
+) -> int:
+    service = AggregatorService(config, security=security)
     stop = stop_on_signals()
     try:
         port = await service.start()
@@ -129,8 +158,20 @@ async def serve(config: AggregatorConfig) -> int:
         return 1
     if not service.processing_enabled:
         logger.warning("no export address (or publishing off): events are accepted and counted, not kept")
+    admin = f" metrics http={config.host}:{service.admin.port}" if service.admin else ""
+    logger.info(
+        "aggregator ready: grpc=%s:%d%s tls=%s token=%s export=%s",
+        config.host,
+        port,
+        admin,
+        "on" if service.security.tls else "off",
+        "on" if service.security.token else "off",
+        config.export_addr or "none",
+    )
     print(f"listening grpc={config.host}:{port}", flush=True)
     await stop.wait()
     await service.shutdown()
-    print("stats " + json.dumps(service.stats(), sort_keys=True), flush=True)
+    stats = service.stats()
+    logger.info("aggregator stopped: %d events received", stats["received_total"])
+    print_exit_summary("aggregator", summary_rows(stats), stats, log_format)
     return 0

@@ -33,7 +33,11 @@ from ray_otel_events.exporters.http_json import HttpJsonPublisherClient
 from ray_otel_events.exporters.json_records import JsonRecordsPublisherClient
 from ray_otel_events.exporters.otlp import OtlpHttpPublisherClient, OtlpItemEncoder
 from ray_otel_events.exporters.publisher import EventPublisher, PublisherClient, RetryPolicy
+from ray_otel_events.exporters.transport import HttpTransport
 from ray_otel_events.metrics import Counters
+from ray_otel_events.observability.http_endpoints import Readiness, in_flight_middleware, observability_routes
+from ray_otel_events.observability.metrics_registry import ServerMetrics
+from ray_otel_events.observability.service_metrics import register_buffers, register_publishers
 from ray_otel_events.otel.from_ray_events import Emitted, RayEventsToOtel
 from ray_otel_events.otel.plain_records import RecordContext, attributes_to_dict, log_record, span_record
 from ray_otel_events.otel.to_ray_events import (
@@ -48,6 +52,7 @@ from ray_otel_events.processors.exposable_filter import ExposableFilter
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.receivers.otlp_http import ConsumeResult, OtlpConsumer, OtlpHttpReceiver, QueueFullError
 from ray_otel_events.receivers.ray_events_http import RayEventsConsumer, RayEventsHttpReceiver
+from ray_otel_events.security.auth import BearerToken
 
 logger = logging.getLogger(__name__)
 
@@ -98,22 +103,31 @@ class _Queue:
 
 class BridgeService(OtlpConsumer, RayEventsConsumer):
     def __init__(
-        self, config: BridgeConfig, otlp_traces: OtlpSignalConfig, otlp_logs: OtlpSignalConfig
+        self,
+        config: BridgeConfig,
+        otlp_traces: OtlpSignalConfig,
+        otlp_logs: OtlpSignalConfig,
+        transport: HttpTransport | None = None,
     ) -> None:
+        """`transport`: headers and CA for every destination (the OTLP ones add OTEL_* headers)."""
         self.config = config
         self.counters = Counters("bridge")
         encoder = RayEventJsonEncoder(preserve_proto_field_name=config.preserve_proto_field_name)
         self.ray_events = _Queue(
             "ray-events",
             config,
-            HttpJsonPublisherClient(config.export_addr, encoder, config.publisher_timeout_s),
+            HttpJsonPublisherClient(
+                config.export_addr, encoder, config.publisher_timeout_s, transport=transport
+            ),
         )
         self.records: _Queue | None = None
         if config.spans_export_addr:
-            client = JsonRecordsPublisherClient(config.spans_export_addr, config.publisher_timeout_s)
+            client = JsonRecordsPublisherClient(
+                config.spans_export_addr, config.publisher_timeout_s, transport=transport
+            )
             self.records = _Queue("records", config, client)
-        self.otlp_traces_client = OtlpHttpPublisherClient("traces", otlp_traces)
-        self.otlp_logs_client = OtlpHttpPublisherClient("logs", otlp_logs)
+        self.otlp_traces_client = OtlpHttpPublisherClient("traces", otlp_traces, transport=transport)
+        self.otlp_logs_client = OtlpHttpPublisherClient("logs", otlp_logs, transport=transport)
         self.otlp_spans = _Queue("otlp-traces", config, self.otlp_traces_client)
         self.otlp_logs = _Queue("otlp-logs", config, self.otlp_logs_client)
         self.to_otel = RayEventsToOtel(
@@ -127,6 +141,38 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
         self.otlp_receiver = OtlpHttpReceiver(self, config.max_body_bytes)
         self.ray_events_receiver = RayEventsHttpReceiver(self, config.max_body_bytes)
         self._sweeper: asyncio.Task[None] | None = None
+        self._running = False
+        self.metrics = self._build_metrics()
+
+    def _build_metrics(self) -> ServerMetrics:
+        metrics = ServerMetrics("bridge")
+        metrics.add_counters("bridge", self.counters)
+        metrics.add_counters("otlp_receiver", self.otlp_receiver.counters)
+        metrics.add_counters("ray_events_receiver", self.ray_events_receiver.counters)
+        metrics.add_counters("assembler", self.to_otel.counters)
+        metrics.add_counters("otlp_exporter", self.otlp_traces_client.counters)
+        metrics.add_counters("otlp_exporter", self.otlp_logs_client.counters)
+        register_buffers(metrics, {q.name: q.buffer for q in self.queues})
+        register_publishers(metrics, [q.publisher for q in self.queues])
+        metrics.add_gauge(
+            "assembler_open_entities",
+            "task attempts, actors, jobs... whose span is still open in the bridge",
+            lambda: {(): float(self.to_otel.open_entities)},
+        )
+        return metrics
+
+    def readiness(self) -> Readiness:
+        """Running; every queue below 90 % of its bounds; every destination reachable."""
+        state = Readiness().add("listening", self._running)
+        for queue in self.queues:
+            buffer = queue.buffer
+            full = max(len(buffer) / buffer.max_events, buffer.size_bytes / buffer.max_bytes)
+            state.add(f"queue_{queue.name}", full < RAY_EVENTS_HEADROOM, f"{full:.0%} of its bounds used")
+            failures = queue.publisher.consecutive_failures
+            state.add(
+                f"exporter_{queue.name}", failures == 0, f"{failures} failed attempts since the last success"
+            )
+        return state
 
     @property
     def queues(self) -> list[_Queue]:
@@ -136,9 +182,12 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
     def routes(self) -> list[web.RouteDef]:
         return [*self.otlp_receiver.routes(), *self.ray_events_receiver.routes()]
 
-    def build_app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes)
-        app.add_routes(self.routes())
+    def build_app(self, token: BearerToken | None = None) -> web.Application:
+        middlewares: list[Any] = [in_flight_middleware(self.metrics, "http")]
+        if token is not None:
+            middlewares.insert(0, token.http_middleware())
+        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=middlewares)
+        app.add_routes([*observability_routes(self.metrics, self.readiness), *self.routes()])
         return app
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -146,6 +195,7 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
     def start(self) -> None:
         for queue in self.queues:
             queue.publisher.start()
+        self._running = True
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep(), name="bridge:sweeper")
 
     async def _sweep(self) -> None:
@@ -160,6 +210,7 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
 
     async def stop(self) -> None:
         """Call after the server stopped taking requests: flush open state, drain every queue."""
+        self._running = False
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -274,6 +325,28 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
             )
 
     # -- reporting -----------------------------------------------------------------------------
+
+    def summary_rows(self) -> list[tuple[str, int]]:
+        """The exit table: what came in on each route, and where it ended."""
+        otlp_in, ray_in = self.otlp_receiver.counters, self.ray_events_receiver.counters
+        rows = [
+            ("OTLP items accepted", otlp_in.get("accepted_items")),
+            ("OTLP requests refused", otlp_in.get("refused_requests")),
+            ("RayEvents accepted (/v1/ray-events)", ray_in.get("accepted_events")),
+            ("RayEvents rejected (/v1/ray-events)", ray_in.get("rejected_events")),
+            ("duplicate RayEvents ignored", self.to_otel.counters.get("duplicate_events")),
+            ("spans emitted", self.to_otel.counters.get("spans")),
+            ("spans emitted incomplete", self.to_otel.counters.get("spans", outcome="incomplete")),
+        ]
+        for queue in self.queues:
+            counters = queue.publisher.counters
+            rows.append((f"{queue.name}: published", counters.get("published")))
+            for outcome in ("rejected", "dropped_after_retries", "encode_failed", "dropped_at_shutdown"):
+                if n := counters.get(outcome):
+                    rows.append((f"{queue.name}: dropped ({outcome})", n))
+            if n := queue.buffer.counters.get("evicted"):
+                rows.append((f"{queue.name}: dropped (evicted)", n))
+        return rows
 
     def stats(self) -> dict[str, Any]:
         return {

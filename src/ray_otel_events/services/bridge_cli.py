@@ -10,15 +10,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import logging
 import sys
 from typing import Any
 
 from aiohttp import web
 
 from ray_otel_events.config import BridgeConfig
+from ray_otel_events.exporters.transport import HttpTransport, parse_header_flags
+from ray_otel_events.security.options import ServerSecurity, add_security_arguments, security_from_args
 from ray_otel_events.services.bridge import BridgeService
-from ray_otel_events.services.lifecycle import configure_logging, stop_on_signals
+from ray_otel_events.services.lifecycle import (
+    add_logging_arguments,
+    configure_logging,
+    print_exit_summary,
+    stop_on_signals,
+)
+
+logger = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,8 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Routes: POST /v1/traces and /v1/logs (OTLP/HTTP, protobuf or JSON) -> RayEvent JSON to "
         "--export-addr (other telemetry as plain JSON records to --spans-export-addr); POST "
         "/v1/ray-events (a Ray aggregator's JSON arrays) -> OTLP to --otlp-endpoint or the "
-        "OTEL_EXPORTER_OTLP_* variables. Prints 'listening http=HOST:PORT' when ready and "
-        "'stats {json}' after SIGTERM/SIGINT and the flush."
+        "OTEL_EXPORTER_OTLP_* variables. GET /metrics, /healthz, /readyz on the same port (Kubernetes: "
+        "livenessProbe httpGet /healthz, readinessProbe httpGet /readyz). Prints 'listening "
+        "http=HOST:PORT' when ready and a summary table after SIGTERM/SIGINT and the flush ('stats "
+        "{json}' with --log-format json)."
     )
     parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port; 0 picks a free one (default 0)")
@@ -59,7 +70,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="shutdown_flush_timeout_s",
         help="seconds allowed to drain the queues on shutdown (10)",
     )
-    parser.add_argument("--log-level", default="WARNING", help="stderr log level (default WARNING)")
+    parser.add_argument(
+        "--export-header",
+        action="append",
+        metavar="'NAME: VALUE'",
+        help="header sent with every export (repeatable); OTLP exports add OTEL_EXPORTER_OTLP_HEADERS",
+    )
+    parser.add_argument(
+        "--export-ca-file",
+        help="PEM CA that verifies https destinations (OTLP: OTEL_EXPORTER_OTLP_CERTIFICATE)",
+    )
+    add_logging_arguments(parser)
+    add_security_arguments(parser)
 
 
 _OVERRIDES = (
@@ -78,18 +100,24 @@ _OVERRIDES = (
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging(str(args.log_level))
+    configure_logging(str(args.log_level), args.log_format)
     config = BridgeConfig.from_env().with_overrides(**{name: getattr(args, name) for name in _OVERRIDES})
+    security = security_from_args(args)
     traces, logs = config.otlp("traces"), config.otlp("logs")
-    return asyncio.run(serve(BridgeService(config, traces, logs)))
+    transport = HttpTransport.build(parse_header_flags(args.export_header), args.export_ca_file or "")
+    return asyncio.run(serve(BridgeService(config, traces, logs, transport), security, args.log_format))
 
 
-async def serve(service: BridgeService) -> int:
+async def serve(
+    service: BridgeService, security: ServerSecurity | None = None, log_format: str = "json"
+) -> int:
     config = service.config
-    runner = web.AppRunner(service.build_app(), access_log=None, auto_decompress=False)
+    security = security or ServerSecurity()
+    runner = web.AppRunner(service.build_app(security.token), access_log=None, auto_decompress=False)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, config.host, config.port)
+        ssl_context = security.tls.ssl_context() if security.tls else None
+        site = web.TCPSite(runner, config.host, config.port, ssl_context=ssl_context)
         await site.start()
     except OSError as exc:
         print(f"ray-otel-events bridge: cannot listen on {config.host}:{config.port}: {exc}", file=sys.stderr)
@@ -98,9 +126,19 @@ async def serve(service: BridgeService) -> int:
     service.start()
     address: Any = runner.addresses[0]
     stop = stop_on_signals()
+    logger.info(
+        "bridge ready: %s://%s:%d tls=%s token=%s",
+        security.scheme,
+        config.host,
+        address[1],
+        "on" if security.tls else "off",
+        "on" if security.token else "off",
+    )
     print(f"listening http={config.host}:{address[1]}", flush=True)
     await stop.wait()
     await runner.cleanup()  # stop accepting; requests in progress finish first
     await service.stop()
-    print("stats " + json.dumps(service.stats(), sort_keys=True), flush=True)
+    stats = service.stats()
+    logger.info("bridge stopped")
+    print_exit_summary("bridge", service.summary_rows(), stats, log_format)
     return 0

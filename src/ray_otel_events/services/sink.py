@@ -9,9 +9,10 @@ exercise a publisher's retries.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import orjson
 from aiohttp import web
@@ -24,7 +25,14 @@ MAX_BODY_BYTES = 512 * 1024 * 1024
 class JsonLinesSink:
     """Owns the output file and the counters; its handlers are plain aiohttp handlers."""
 
-    def __init__(self, out_path: str | Path, fail_first: int = 0, fail_status: int = 503) -> None:
+    def __init__(
+        self,
+        out_path: str | Path,
+        fail_first: int = 0,
+        fail_status: int = 503,
+        retry_after: str = "",
+        delay_s: float = 0.0,
+    ) -> None:
         if fail_first < 0:
             raise ValueError(f"fail_first must be >= 0, got {fail_first}")
         if not 400 <= fail_status <= 599:
@@ -32,6 +40,10 @@ class JsonLinesSink:
         self.out_path = Path(out_path)
         self.fail_first = fail_first
         self.fail_status = fail_status
+        self.retry_after = retry_after  # the Retry-After header of the failures, if any
+        if delay_s < 0:
+            raise ValueError(f"delay must be >= 0, got {delay_s}")
+        self.delay_s = delay_s  # seconds every POST takes (a slow destination)
         self.requests = 0
         self.events = 0
         self.rejected = 0
@@ -40,6 +52,10 @@ class JsonLinesSink:
 
     def open(self) -> None:
         self._out = self.out_path.open("ab")
+
+    @property
+    def is_open(self) -> bool:
+        return self._out is not None
 
     def close(self) -> None:
         if self._out is not None:
@@ -57,12 +73,15 @@ class JsonLinesSink:
     async def fail_first_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.method == "POST":
             self.requests += 1
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
             if self.requests <= self.fail_first:
                 self.failed_on_purpose += 1
                 await request.read()
                 return web.json_response(
                     {"error": f"failing on purpose ({self.requests} of the first {self.fail_first})"},
                     status=self.fail_status,
+                    headers={"Retry-After": self.retry_after} if self.retry_after else None,
                 )
         return await handler(request)
 
@@ -91,8 +110,14 @@ class JsonLinesSink:
         }
 
 
-def build_app(sink: JsonLinesSink, extra_routes: Sequence[web.RouteDef] = ()) -> web.Application:
+def build_app(
+    sink: JsonLinesSink,
+    extra_routes: Sequence[web.RouteDef] = (),
+    middlewares: Sequence[Any] = (),
+) -> web.Application:
     """The route table: specific routes first, then the catch-all JSON array route."""
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[sink.fail_first_middleware])
+    app = web.Application(
+        client_max_size=MAX_BODY_BYTES, middlewares=[*list(middlewares), sink.fail_first_middleware]
+    )
     app.add_routes([*extra_routes, web.post("/{tail:.*}", sink.handle_json_array)])
     return app

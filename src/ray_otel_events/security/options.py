@@ -1,0 +1,59 @@
+"""The security flags every server takes, and what they turn into."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ray_otel_events.config import AUTH_TOKEN, AUTH_TOKEN_FILE, ConfigError
+from ray_otel_events.security.auth import BearerToken
+from ray_otel_events.security.tls import TlsFiles
+
+
+@dataclass(frozen=True)
+class ServerSecurity:
+    tls: TlsFiles | None = None
+    token: BearerToken | None = None
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
+
+
+def add_security_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("security (default: plain text, no token, 127.0.0.1 only)")
+    group.add_argument("--tls-cert", help="PEM certificate (chain) the server presents")
+    group.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    group.add_argument("--tls-client-ca", help="PEM CA bundle; clients must present a certificate it signed")
+    group.add_argument(
+        "--auth-token-file",
+        help=f"file holding the bearer token every request must carry, except GET /healthz "
+        f"(env {AUTH_TOKEN_FILE}, or the token itself in {AUTH_TOKEN})",
+    )
+
+
+def _token(args: argparse.Namespace) -> str:
+    path = args.auth_token_file or os.environ.get(AUTH_TOKEN_FILE, "")
+    if path:
+        try:
+            token = Path(path).read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"--auth-token-file {path!r}: {exc}") from None
+        if not token:
+            raise ConfigError(f"--auth-token-file {path!r} is empty")
+        return token
+    return os.environ.get(AUTH_TOKEN, "").strip()
+
+
+def security_from_args(args: argparse.Namespace) -> ServerSecurity:
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ConfigError("--tls-cert and --tls-key go together")
+    if args.tls_client_ca and not args.tls_cert:
+        raise ConfigError("--tls-client-ca needs --tls-cert and --tls-key")
+    tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca or "") if args.tls_cert else None
+    if tls is not None:
+        tls.ssl_context()  # fail at start, with the file named, not at the first connection
+    token = _token(args)
+    return ServerSecurity(tls, BearerToken(token) if token else None)
