@@ -170,6 +170,9 @@ PUBLISHER_JITTER_RATIO = _AGENT + "PUBLISHER_JITTER_RATIO"
 PUBLISHER_SEND_INTERVAL_S = _AGENT + "PUBLISHER_MAX_BUFFER_SEND_INTERVAL_SECONDS"
 SHUTDOWN_FLUSH_TIMEOUT_S = "RAY_OTEL_EVENTS_SHUTDOWN_FLUSH_TIMEOUT_SECONDS"
 ENCODER_PROCESSES = "RAY_OTEL_EVENTS_ENCODER_PROCESSES"
+QUEUE_DIR = "RAY_OTEL_EVENTS_QUEUE_DIR"  # set: accepted events are kept on disk until delivered
+QUEUE_MAX_BYTES = "RAY_OTEL_EVENTS_QUEUE_MAX_BYTES"
+DEDUP_WINDOW = "RAY_OTEL_EVENTS_DEDUP_WINDOW"  # recent eventIds remembered; 0 turns de-dup off
 
 # Ray 2.60's default HTTP list (profile events deliberately out).
 DEFAULT_EXPOSABLE_EVENT_TYPES: frozenset[int] = frozenset(
@@ -230,6 +233,9 @@ class AggregatorConfig:
     metrics_port: int | None = None  # None: no /metrics, /healthz, /readyz HTTP port
     export_headers: tuple[tuple[str, str], ...] = ()  # sent with every POST (e.g. a token)
     export_ca_file: str = ""  # verifies an https export address against this CA
+    queue_dir: str = ""
+    queue_max_bytes: int = 1024 * 1024 * 1024  # with queue_dir: the bound of disk and memory both
+    dedup_window: int = 100_000
 
     @classmethod
     def from_env(cls, env: Environ | None = None) -> AggregatorConfig:
@@ -260,6 +266,9 @@ class AggregatorConfig:
             ),
             shutdown_flush_timeout_s=env_float(env, SHUTDOWN_FLUSH_TIMEOUT_S, cls.shutdown_flush_timeout_s),
             encoder_processes=env_int(env, ENCODER_PROCESSES, cls.encoder_processes),
+            queue_dir=env.get(QUEUE_DIR, "").strip(),
+            queue_max_bytes=env_int(env, QUEUE_MAX_BYTES, cls.queue_max_bytes),
+            dedup_window=env_int(env, DEDUP_WINDOW, cls.dedup_window),
         )
         cfg.validate()
         return cfg
@@ -282,6 +291,8 @@ class AggregatorConfig:
         )
         _require(self.max_buffer_size > 0, f"{MAX_BUFFER_SIZE} must be > 0, got {self.max_buffer_size}")
         _require(self.max_buffer_bytes > 0, f"{MAX_BUFFER_BYTES} must be > 0, got {self.max_buffer_bytes}")
+        _require(self.queue_max_bytes > 0, f"{QUEUE_MAX_BYTES} must be > 0, got {self.queue_max_bytes}")
+        _require(self.dedup_window >= 0, f"{DEDUP_WINDOW} must be >= 0, got {self.dedup_window}")
         _require(self.max_batch_size > 0, f"{MAX_BATCH_SIZE} must be > 0, got {self.max_batch_size}")
         _require(
             self.publisher_timeout_s > 0, f"{PUBLISHER_TIMEOUT_S} must be > 0, got {self.publisher_timeout_s}"

@@ -114,6 +114,10 @@ class EventPublisher(Generic[PayloadT]):
         # Type numbers of prepared batches whose outcome is not counted yet, by batch number: what
         # a cancelled flush must count as dropped.
         self._unsettled: dict[int, list[int]] = {}
+        # Durable-queue ids of those batches, and who deletes them once their outcome is final
+        # (a batch cut short by shutdown stays on disk and is replayed on the next start).
+        self._unsettled_ids: dict[int, list[int]] = {}
+        self.on_settled: Callable[[list[int]], None] | None = None
         self._task: asyncio.Task[None] | None = None
         self.consecutive_failures = 0
         self.last_success: float | None = None  # time.monotonic() of the last delivered batch
@@ -154,6 +158,7 @@ class EventPublisher(Generic[PayloadT]):
             for types in self._unsettled.values():
                 self._count(DROPPED_AT_SHUTDOWN, types)
             self._unsettled.clear()
+            self._unsettled_ids.clear()
             self._count_dropped_unread()
             await self._client.close()
 
@@ -169,11 +174,13 @@ class EventPublisher(Generic[PayloadT]):
             if not batch:
                 break  # only after close(): nothing left to flush
             kept, filtered = self._filter.split(batch)
-            self._count(FILTERED, filtered)
+            self._count(FILTERED, filtered.types)
+            self._settle(filtered.ids)
             if not kept:
                 continue  # like Ray: an all-filtered batch is a success with no request
             number += 1
             self._unsettled[number] = kept.types
+            self._unsettled_ids[number] = kept.ids
             await ready.put((number, asyncio.ensure_future(self._prepare(number, kept))))
         await ready.put(None)
 
@@ -189,6 +196,9 @@ class EventPublisher(Generic[PayloadT]):
                     continue
                 outcome = await self._attempt_until_outcome(prepared.payload, prepared.sent_types)
                 self._count(outcome, self._unsettled.pop(number))
+                ids = self._unsettled_ids.pop(number, [])
+                if outcome != DROPPED_AT_SHUTDOWN:
+                    self._settle(ids)
         finally:
             # Encodings still queued are abandoned on shutdown; their events count as dropped.
             if pending is not None:
@@ -224,6 +234,10 @@ class EventPublisher(Generic[PayloadT]):
 
     # -- publishing ----------------------------------------------------------------------------
 
+    def _settle(self, ids: list[int]) -> None:
+        if ids and self.on_settled is not None:
+            self.on_settled(ids)
+
     def _remaining(self) -> float | None:
         if self._deadline is None:
             return None
@@ -242,10 +256,12 @@ class EventPublisher(Generic[PayloadT]):
         except Exception:
             logger.exception("publisher %s could not encode a batch of %d events", self.name, len(kept))
             self._count(ENCODE_FAILED, self._unsettled.pop(number))
+            self._settle(self._unsettled_ids.pop(number, []))
             return None
         self._count(ENCODE_FAILED, prepared.failed_types)
         if not prepared.sent_types:
             self._unsettled.pop(number)
+            self._settle(self._unsettled_ids.pop(number, []))
             return None
         self._unsettled[number] = prepared.sent_types
         return prepared

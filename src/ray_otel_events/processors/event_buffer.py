@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ray_otel_events.events.registry import event_type_name
@@ -40,6 +41,7 @@ class EventBatch:
 
     wires: list[bytes] = field(default_factory=list)
     types: list[int] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)  # durable-queue sequence numbers (durable buffers only)
 
     def __len__(self) -> int:
         return len(self.wires)
@@ -54,7 +56,15 @@ class _Consumer:
 class MultiConsumerEventBuffer:
     """asyncio-only (not thread-safe): all calls must come from the event loop that owns it."""
 
-    def __init__(self, max_events: int, max_bytes: int, counters: Counters | None = None) -> None:
+    def __init__(
+        self,
+        max_events: int,
+        max_bytes: int,
+        counters: Counters | None = None,
+        on_evicted: Callable[[list[int]], None] | None = None,
+    ) -> None:
+        """`on_evicted`: set for a buffer mirroring a durable queue; every record then carries
+        its queue sequence number, and evicted records' numbers are passed to it (to delete)."""
         if max_events <= 0 or max_bytes <= 0:
             raise ValueError(f"buffer bounds must be > 0, got max_events={max_events} max_bytes={max_bytes}")
         self.max_events = max_events
@@ -63,6 +73,8 @@ class MultiConsumerEventBuffer:
         # Live records are _wires[_head:], _types[_head:]; record index i has sequence _start + i.
         self._wires: list[bytes] = []
         self._types: list[int] = []
+        self._on_evicted = on_evicted
+        self._ids: list[int] = []  # parallel to _wires when on_evicted is set, else empty
         self._head = 0
         self._start = 0
         self._bytes = 0
@@ -74,6 +86,11 @@ class MultiConsumerEventBuffer:
 
     def __len__(self) -> int:
         return len(self._wires) - self._head
+
+    @property
+    def payload_bytes(self) -> int:
+        """The events' own bytes, without the per-record overhead."""
+        return self._bytes
 
     @property
     def size_bytes(self) -> int:
@@ -100,16 +117,22 @@ class MultiConsumerEventBuffer:
     def add(self, wire: bytes, event_type: int) -> None:
         self.add_many([wire], [event_type])
 
-    def add_many(self, wires: list[bytes], types: list[int]) -> None:
+    def add_many(self, wires: list[bytes], types: list[int], ids: list[int] | None = None) -> None:
         """Append events in order, evicting the oldest ones beyond either bound."""
         if self._closed:
             raise BufferClosedError("event buffer is closed")
         if len(wires) != len(types):
             raise ValueError(f"{len(wires)} events but {len(types)} event types")
+        if (ids is not None) != (self._on_evicted is not None) or (
+            ids is not None and len(ids) != len(wires)
+        ):
+            raise ValueError("a durable buffer takes one queue id per event; a plain one takes none")
         if not wires:
             return
         self._wires.extend(wires)
         self._types.extend(types)
+        if ids is not None:
+            self._ids.extend(ids)
         self._bytes += sum(map(len, wires))
         self._evict_overflow()
         self._wake()
@@ -134,6 +157,8 @@ class MultiConsumerEventBuffer:
         if new_head <= head:
             return
         new_head_seq = self._start + new_head
+        if count_unread and self._on_evicted is not None:
+            self._on_evicted(self._ids[head:new_head])
         if count_unread:
             for consumer in self._consumers.values():
                 if consumer.cursor < new_head_seq:
@@ -151,6 +176,7 @@ class MultiConsumerEventBuffer:
             # Compact once the dead prefix is at least as long as the live part: amortised O(1).
             del self._wires[: self._head]
             del self._types[: self._head]
+            del self._ids[: self._head]
             self._start += self._head
             self._head = 0
 
@@ -195,7 +221,7 @@ class MultiConsumerEventBuffer:
         state = self._consumer(consumer)
         first = state.cursor - self._start
         last = min(first + max_events, len(self._wires))
-        batch = EventBatch(self._wires[first:last], self._types[first:last])
+        batch = EventBatch(self._wires[first:last], self._types[first:last], self._ids[first:last])
         state.cursor = self._start + last
         self._drop_read()
         return batch

@@ -16,17 +16,18 @@ class ExposableFilter:
     def __init__(self, allowed: frozenset[int] | None) -> None:
         self.allowed = allowed
 
-    def split(self, batch: EventBatch) -> tuple[EventBatch, list[int]]:
-        """(the events to publish, the type numbers of the events filtered out), order kept."""
+    def split(self, batch: EventBatch) -> tuple[EventBatch, EventBatch]:
+        """(the events to publish, the events filtered out), order kept."""
         allowed = self.allowed
         if allowed is None or allowed.issuperset(batch.types):
-            return batch, []  # the common case costs one C-level set check, no per-event Python
+            return batch, EventBatch()  # the common case: one C-level set check, no per-event Python
         kept = EventBatch()
-        dropped: list[int] = []
-        for wire, etype in zip(batch.wires, batch.types, strict=True):
-            if etype in allowed:
-                kept.wires.append(wire)
-                kept.types.append(etype)
-            else:
-                dropped.append(etype)
+        dropped = EventBatch()
+        ids = batch.ids or [0] * len(batch.wires)
+        for wire, etype, seq in zip(batch.wires, batch.types, ids, strict=True):
+            target = kept if etype in allowed else dropped
+            target.wires.append(wire)
+            target.types.append(etype)
+            if batch.ids:
+                target.ids.append(seq)
         return kept, dropped

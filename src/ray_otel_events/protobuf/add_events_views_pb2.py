@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _POOL.AddSerializedFile(b'\n/ray_otel_events/protobuf/add_events_views.proto\x12\x15ray_otel_events.views\"=\n\rRawEventsData\x12\x0e\n\x06\x65vents\x18\x01 \x03(\x0c\x12\x1c\n\x14task_events_metadata\x18\x02 \x01(\x0c\"P\n\x13RawAddEventsRequest\x12\x39\n\x0b\x65vents_data\x18\x01 \x01(\x0b\x32$.ray_otel_events.views.RawEventsData\"#\n\rEventTypeView\x12\x12\n\nevent_type\x18\x03 \x01(\x05\"G\n\x0fTypesEventsData\x12\x34\n\x06\x65vents\x18\x01 \x03(\x0b\x32$.ray_otel_events.views.EventTypeView\"T\n\x15TypesAddEventsRequest\x12;\n\x0b\x65vents_data\x18\x01 \x01(\x0b\x32&.ray_otel_events.views.TypesEventsDatab\x06proto3')
+DESCRIPTOR = _POOL.AddSerializedFile(b'\n/ray_otel_events/protobuf/add_events_views.proto\x12\x15ray_otel_events.views\"=\n\rRawEventsData\x12\x0e\n\x06\x65vents\x18\x01 \x03(\x0c\x12\x1c\n\x14task_events_metadata\x18\x02 \x01(\x0c\"P\n\x13RawAddEventsRequest\x12\x39\n\x0b\x65vents_data\x18\x01 \x01(\x0b\x32$.ray_otel_events.views.RawEventsData\"5\n\rEventTypeView\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x0c\x12\x12\n\nevent_type\x18\x03 \x01(\x05\"G\n\x0fTypesEventsData\x12\x34\n\x06\x65vents\x18\x01 \x03(\x0b\x32$.ray_otel_events.views.EventTypeView\"T\n\x15TypesAddEventsRequest\x12;\n\x0b\x65vents_data\x18\x01 \x01(\x0b\x32&.ray_otel_events.views.TypesEventsDatab\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,9 +36,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RAWADDEVENTSREQUEST']._serialized_start=137
   _globals['_RAWADDEVENTSREQUEST']._serialized_end=217
   _globals['_EVENTTYPEVIEW']._serialized_start=219
-  _globals['_EVENTTYPEVIEW']._serialized_end=254
-  _globals['_TYPESEVENTSDATA']._serialized_start=256
-  _globals['_TYPESEVENTSDATA']._serialized_end=327
-  _globals['_TYPESADDEVENTSREQUEST']._serialized_start=329
-  _globals['_TYPESADDEVENTSREQUEST']._serialized_end=413
+  _globals['_EVENTTYPEVIEW']._serialized_end=272
+  _globals['_TYPESEVENTSDATA']._serialized_start=274
+  _globals['_TYPESEVENTSDATA']._serialized_end=345
+  _globals['_TYPESADDEVENTSREQUEST']._serialized_start=347
+  _globals['_TYPESADDEVENTSREQUEST']._serialized_end=431
 # @@protoc_insertion_point(module_scope)

@@ -21,10 +21,12 @@ class RawAddEventsRequest(_message.Message):
     def __init__(self, events_data: _Optional[_Union[RawEventsData, _Mapping]] = ...) -> None: ...
 
 class EventTypeView(_message.Message):
-    __slots__ = ("event_type",)
+    __slots__ = ("event_id", "event_type")
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     EVENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    event_id: bytes
     event_type: int
-    def __init__(self, event_type: _Optional[int] = ...) -> None: ...
+    def __init__(self, event_id: _Optional[bytes] = ..., event_type: _Optional[int] = ...) -> None: ...
 
 class TypesEventsData(_message.Message):
     __slots__ = ("events",)

@@ -14,6 +14,7 @@ its events were not taken (the producer's recorder keeps and re-sends them).
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, Protocol
@@ -21,6 +22,7 @@ from typing import Any, NoReturn, Protocol
 import grpc
 from google.protobuf.message import DecodeError
 
+from ray_otel_events.durable.recent_ids import RecentIds
 from ray_otel_events.events.registry import event_type_name
 from ray_otel_events.metrics import Counters
 from ray_otel_events.processors.event_buffer import BufferClosedError
@@ -38,6 +40,7 @@ NOT_PROCESSED = "not_processed"  # labelled event_type: no destination is enable
 REQUESTS = "requests"
 REJECTED_REQUESTS = "rejected_requests"  # labelled reason
 PRODUCER_DROPPED_TASK_ATTEMPTS = "producer_dropped_task_attempts"
+DUPLICATES = "duplicates"  # labelled event_type: an eventId seen in the recent-id window, not taken again
 
 # Ray's agent accepts messages up to 512 MiB; the buffer's byte bound protects memory, not this.
 MAX_MESSAGE_BYTES = 512 * 1024 * 1024
@@ -46,12 +49,27 @@ _EMPTY_REPLY = b""  # AddEventsReply() serialized: Ray's aggregator always answe
 
 
 class ParsedRequest:
-    __slots__ = ("dropped_task_attempts", "types", "wires")
+    __slots__ = ("dropped_task_attempts", "ids", "types", "wires")
 
-    def __init__(self, wires: list[bytes], types: list[int], dropped_task_attempts: int) -> None:
+    def __init__(
+        self, wires: list[bytes], types: list[int], dropped_task_attempts: int, ids: list[bytes] | None = None
+    ) -> None:
         self.wires = wires
         self.types = types
         self.dropped_task_attempts = dropped_task_attempts
+        self.ids = ids if ids is not None else [b""] * len(wires)
+
+    def without_duplicates(self, recent: RecentIds) -> list[int]:
+        """Drop events whose id was seen recently (in place); returns the dropped events' types."""
+        first = recent.first_sighting
+        keep = [first(event_id) for event_id in self.ids]
+        if all(keep):
+            return []
+        dropped = [t for t, k in zip(self.types, keep, strict=True) if not k]
+        self.wires = [w for w, k in zip(self.wires, keep, strict=True) if k]
+        self.types = [t for t, k in zip(self.types, keep, strict=True) if k]
+        self.ids = [i for i, k in zip(self.ids, keep, strict=True) if k]
+        return dropped
 
 
 def parse_add_events_request(data: bytes) -> ParsedRequest:
@@ -63,13 +81,15 @@ def parse_add_events_request(data: bytes) -> ParsedRequest:
     raw = RawAddEventsRequest.FromString(data)
     view = TypesAddEventsRequest.FromString(data)
     wires: list[bytes] = list(raw.events_data.events)
-    types: list[int] = [e.event_type for e in view.events_data.events]
+    views = view.events_data.events
+    types: list[int] = [e.event_type for e in views]
+    ids: list[bytes] = [e.event_id for e in views]
     dropped = 0
     if raw.events_data.task_events_metadata:
         dropped = len(
             TaskEventsMetadata.FromString(raw.events_data.task_events_metadata).dropped_task_attempts
         )
-    return ParsedRequest(wires, types, dropped)
+    return ParsedRequest(wires, types, dropped, ids)
 
 
 class EventSink(Protocol):
@@ -82,9 +102,12 @@ class AddEventsReceiver:
     """Handles AddEvents calls; `sink=None` accepts and counts events but keeps none (Ray's
     "processing disabled" when no destination is configured)."""
 
-    def __init__(self, sink: EventSink | None, counters: Counters | None = None) -> None:
+    def __init__(
+        self, sink: EventSink | None, counters: Counters | None = None, recent_ids: RecentIds | None = None
+    ) -> None:
         self.counters = counters if counters is not None else Counters("receiver")
         self._sink = sink
+        self.recent_ids = recent_ids
         self._shutting_down = False
         self.in_flight = 0  # calls being handled now (a gauge)
 
@@ -118,12 +141,22 @@ class AddEventsReceiver:
                 "malformed",
                 f"malformed AddEventsRequest ({len(request)} bytes): {exc}",
             )
-        if self._sink is not None:
+        duplicates = parsed.without_duplicates(self.recent_ids) if self.recent_ids is not None else []
+        for etype, n in Counter(duplicates).items():
+            self.counters.add(DUPLICATES, n, event_type=event_type_name(etype))
+        if self._sink is not None and parsed.wires:
             try:
                 self._sink.add_many(parsed.wires, parsed.types)
             except BufferClosedError:
+                self._forget(parsed)
                 await self._reject(
                     context, grpc.StatusCode.UNAVAILABLE, "shutting_down", "aggregator is shutting down"
+                )
+            except (OSError, sqlite3.Error) as exc:  # the durable queue could not store them
+                self._forget(parsed)
+                logger.error("cannot store %d events in the durable queue: %s", len(parsed.wires), exc)
+                await self._reject(
+                    context, grpc.StatusCode.UNAVAILABLE, "storage_error", f"cannot store events: {exc}"
                 )
         self.counters.add(REQUESTS)
         self.counters.add(PRODUCER_DROPPED_TASK_ATTEMPTS, parsed.dropped_task_attempts)
@@ -134,6 +167,11 @@ class AddEventsReceiver:
             if counted is not None:
                 self.counters.add(counted, n, event_type=name)
         return _EMPTY_REPLY
+
+    def _forget(self, parsed: ParsedRequest) -> None:
+        """Events refused after the duplicate check: their retry must not look like a duplicate."""
+        if self.recent_ids is not None:
+            self.recent_ids.forget(parsed.ids)
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The service's method table; requests and replies stay bytes (no generic deserialization)."""

@@ -40,6 +40,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
 from ray_otel_events.config import AggregatorConfig
+from ray_otel_events.durable.durable_buffer import DurableBuffer
+from ray_otel_events.durable.recent_ids import RecentIds
+from ray_otel_events.durable.sqlite_queue import SqliteEventQueue
 from ray_otel_events.encoding.process_pool import EncoderProcessPool
 from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
 from ray_otel_events.exporters import publisher as pub
@@ -75,9 +78,17 @@ class AggregatorService:
     ) -> None:
         self.config = config
         self.security = security or ServerSecurity()
+        self.queue: SqliteEventQueue | None = None
+        if config.queue_dir:
+            # Disk and memory hold the same events under one bound: the smaller of the two settings.
+            self.queue = SqliteEventQueue(config.queue_dir, config.queue_max_bytes)
         self.buffer = MultiConsumerEventBuffer(
-            config.max_buffer_size, config.max_buffer_bytes, Counters("buffer")
+            config.max_buffer_size,
+            min(config.max_buffer_bytes, config.queue_max_bytes) if self.queue else config.max_buffer_bytes,
+            Counters("buffer"),
+            on_evicted=self.queue.delete if self.queue else None,
         )
+        self.durable = DurableBuffer(self.queue, self.buffer) if self.queue else None
         self.publishers: list[pub.EventPublisher[Any]] = []
         if config.http_enabled:
             preserve = config.preserve_proto_field_name
@@ -109,8 +120,13 @@ class AggregatorService:
                     rng=rng,
                 )
             )
+        if self.queue is not None:
+            for publisher in self.publishers:
+                publisher.on_settled = self.queue.delete
+        self.recent_ids = RecentIds(config.dedup_window) if config.dedup_window else None
         # With no destination nothing would ever read the buffer: accept and count only (Ray).
-        self.receiver = rx.AddEventsReceiver(self.buffer if self.publishers else None)
+        sink: rx.EventSink | None = (self.durable or self.buffer) if self.publishers else None
+        self.receiver = rx.AddEventsReceiver(sink, recent_ids=self.recent_ids)
         self.health = HealthServicer()
         token = self.security.token
         self.server = rx.GrpcAddEventsServer(
@@ -137,6 +153,12 @@ class AggregatorService:
         metrics.add_counters("receiver", self.receiver.counters)
         register_buffers(metrics, {"events": self.buffer})
         register_publishers(metrics, self.publishers)
+        if self.queue is not None:
+            queue = self.queue
+            metrics.add_gauge("durable_queue_events", "events on disk", lambda: {(): float(queue.count)})
+            metrics.add_gauge(
+                "durable_queue_bytes", "event bytes on disk", lambda: {(): float(queue.size_bytes)}
+            )
         metrics.add_gauge(
             "requests_in_flight_grpc",
             "AddEvents calls being handled now",
@@ -151,10 +173,12 @@ class AggregatorService:
         full = max(len(buffer) / buffer.max_events, buffer.size_bytes / buffer.max_bytes)
         state.add("queue_below_limit", full < READY_QUEUE_FRACTION, f"{full:.0%} of the buffer's bounds used")
         for p in self.publishers:
+            # With a durable queue, an unreachable destination loses nothing: still ready.
             state.add(
                 f"exporter_{p.name}",
-                p.consecutive_failures == 0,
-                f"{p.consecutive_failures} failed attempts since the last success",
+                p.consecutive_failures == 0 or self.queue is not None,
+                f"{p.consecutive_failures} failed attempts since the last success"
+                + (" (events kept on disk)" if self.queue is not None else ""),
             )
         return state
 
@@ -164,6 +188,10 @@ class AggregatorService:
 
     async def start(self) -> int:
         """Start the publishers, then the gRPC server; returns the bound port."""
+        if self.durable is not None:
+            replayed = self.durable.replay(self.recent_ids)
+            if replayed:
+                logger.info("replaying %d events left in %s by the previous run", replayed, self.queue_path)
         for publisher in self.publishers:
             publisher.start()
         port = await self.server.start()
@@ -184,6 +212,14 @@ class AggregatorService:
         await self.server.stop(grace_s=1.0)
         if self.admin is not None:
             await self.admin.stop()
+        if self.queue is not None:
+            if self.queue.count:
+                logger.warning("%d events stay in %s for the next start", self.queue.count, self.queue_path)
+            self.queue.close()
+
+    @property
+    def queue_path(self) -> str:
+        return str(self.queue.path) if self.queue else ""
 
     def stats(self) -> dict[str, Any]:
         rc = self.receiver.counters
@@ -214,6 +250,17 @@ class AggregatorService:
                 "held_events": len(self.buffer),
             },
             "publishers": publishers,
+            "duplicates": rc.by_label(rx.DUPLICATES, "event_type"),
+            "durable_queue": None
+            if self.queue is None or self.durable is None
+            else {
+                "path": str(self.queue.path),
+                "held_events": self.queue.count,
+                "held_bytes": self.queue.size_bytes,
+                "replayed": self.durable.replayed,
+                "recovered_from": str(self.queue.recovered_from or ""),
+                "salvaged": self.queue.salvaged,
+            },
         }
 
 
@@ -232,6 +279,10 @@ def summary_rows(stats: dict[str, Any]) -> list[tuple[str, int]]:
     """The exit table: what came in, and where each event ended, per destination."""
     rows = [("events received", stats["received_total"]), ("AddEvents calls", stats["requests"])]
     rows += [(f"calls refused: {reason}", n) for reason, n in sorted(stats["rejected_requests"].items())]
+    if duplicates := sum(stats["duplicates"].values()):
+        rows.append(("duplicates ignored (eventId)", duplicates))
+    if durable := stats["durable_queue"]:
+        rows += [("replayed from disk", durable["replayed"]), ("left on disk", durable["held_events"])]
     for name, entry in stats["publishers"].items():
         for key, label in _SUMMARY_OUTCOMES:
             total = sum(entry[key].values())

@@ -98,6 +98,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="header sent with every POST to --export-addr (repeatable), e.g. 'Authorization: Bearer T'",
     )
     parser.add_argument("--export-ca-file", help="PEM CA that verifies an https --export-addr")
+    parser.add_argument(
+        "--queue-dir",
+        help="keep accepted events on disk (SQLite WAL) until delivered; replayed after a crash or "
+        "restart (env RAY_OTEL_EVENTS_QUEUE_DIR; default: memory only)",
+    )
+    parser.add_argument(
+        "--queue-max-bytes", type=int, help="bound of the durable queue; oldest dropped, counted (1 GiB)"
+    )
+    parser.add_argument(
+        "--dedup-window",
+        type=int,
+        help="recent eventIds remembered to drop retried duplicates; 0: off (100000)",
+    )
     add_logging_arguments(parser)
     add_security_arguments(parser)
 
@@ -121,6 +134,9 @@ _OVERRIDES = (
     "encoder_processes",
     "metrics_port",
     "export_ca_file",
+    "queue_dir",
+    "queue_max_bytes",
+    "dedup_window",
 )
 
 
