@@ -16,7 +16,7 @@ from importlib import metadata
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["encoder", "aggregator", "tracing", "bridge"]
+ORDER = ["encoder", "aggregator", "production", "tracing", "bridge"]
 
 
 def _machine() -> str:

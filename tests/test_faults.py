@@ -310,7 +310,7 @@ def test_damaged_queue_salvages_the_readable_rows(tmp_path: Path) -> None:
     """Rows written by a run, then the file's tail overwritten: the readable rows come back."""
     from ray_otel_events.durable.sqlite_queue import SqliteEventQueue
 
-    queue = SqliteEventQueue(tmp_path, 10**9)
+    queue = SqliteEventQueue.single(tmp_path, 10**9)
     wires = [os.urandom(3000) for _ in range(200)]
     queue.append(wires, [1] * 200)
     queue.close()
@@ -318,8 +318,8 @@ def test_damaged_queue_salvages_the_readable_rows(tmp_path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[len(data) // 2 :] = b"\x00garbage" * (len(data) // 2 // 8 + 1)
     path.write_bytes(bytes(data[: len(data)]))
-    reopened = SqliteEventQueue(tmp_path, 10**9)
-    assert reopened.recovered_from is not None
+    reopened = SqliteEventQueue.single(tmp_path, 10**9)
+    assert reopened.database.recovered_from is not None
     stored = reopened.read_all()
     assert stored.wires, "nothing salvaged"
     assert stored.wires == wires[: len(stored.wires)]  # what came back is exact and in order

@@ -3,6 +3,7 @@ client certificates, on gRPC (aggregator) and HTTP (sink, bridge, the aggregator
 
 from __future__ import annotations
 
+import os
 import ssl
 import subprocess
 import sys
@@ -51,7 +52,7 @@ def token_file(tmp_path: Path) -> str:
 
 def one_request() -> svc.AddEventsRequest:
     request = svc.AddEventsRequest()
-    event = RayEvent(event_id=b"\x07" * 16, event_type=RayEvent.TASK_DEFINITION_EVENT, message="secured")
+    event = RayEvent(event_id=os.urandom(16), event_type=RayEvent.TASK_DEFINITION_EVENT, message="secured")
     request.events_data.events.append(event)
     return request
 

@@ -549,6 +549,8 @@ class BridgeConfig:
     preserve_proto_field_name: bool = False
     publisher_timeout_s: float = 3.0
     shutdown_flush_timeout_s: float = 10.0
+    queue_dir: str = ""  # set: queues and open entities kept on disk (durable)
+    queue_max_bytes: int = 1024 * 1024 * 1024  # with queue_dir: the bound of each queue on disk
 
     @classmethod
     def from_env(cls, env: Environ | None = None) -> BridgeConfig:
@@ -567,6 +569,8 @@ class BridgeConfig:
             preserve_proto_field_name=env_bool(env, PRESERVE_PROTO_FIELD_NAME, cls.preserve_proto_field_name),
             publisher_timeout_s=env_float(env, PUBLISHER_TIMEOUT_S, cls.publisher_timeout_s),
             shutdown_flush_timeout_s=env_float(env, SHUTDOWN_FLUSH_TIMEOUT_S, cls.shutdown_flush_timeout_s),
+            queue_dir=env.get(QUEUE_DIR, "").strip(),
+            queue_max_bytes=env_int(env, QUEUE_MAX_BYTES, cls.queue_max_bytes),
         )
         cfg.validate()
         return cfg
@@ -600,6 +604,7 @@ class BridgeConfig:
             BRIDGE_ENTITY_TTL_S: self.entity_ttl_s,
             BRIDGE_DEDUP_WINDOW: self.dedup_window,
             PUBLISHER_TIMEOUT_S: self.publisher_timeout_s,
+            QUEUE_MAX_BYTES: self.queue_max_bytes,
         }
         for name, value in positive.items():
             _require(value > 0, f"{name} must be > 0, got {value}")

@@ -6,17 +6,20 @@ good, filtered); what is left is replayed on the next start. WAL with `synchrono
 committed transaction survive the process being killed (kill -9, OOM); only an OS crash or power
 loss can take the last transactions back, as with the Collector's file_storage default.
 
-Bounded by bytes: when full, the oldest events are deleted and reported to the caller, which counts
-them as dropped. A file that SQLite cannot read is moved aside (never deleted) with a clear log line
-and whatever rows could still be read are carried over, so a corrupt queue never causes a crash loop.
+One file (`QueueDatabase`) holds one table per queue, so a server that moves items between queues
+(the bridge: an accepted piece becomes a log record now and part of a span later) does it in one
+transaction. A file SQLite cannot read is moved aside (never deleted) with a clear log line and
+every row still readable is carried over, so a corrupt queue never causes a crash loop.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,52 +28,52 @@ from ray_otel_events.config import ConfigError
 logger = logging.getLogger(__name__)
 
 FILE_NAME = "events.sqlite3"
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY, type INTEGER NOT NULL, wire BLOB NOT NULL)"
-)
+_TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
 @dataclass(slots=True)
 class Stored:
-    """Rows in queue order: `seqs[i]` holds `wires[i]` of type `types[i]`."""
+    """Rows in queue order: `seqs[i]` holds `wires[i]` of type `types[i]` (and `keys[i]`)."""
 
     seqs: list[int]
     wires: list[bytes]
     types: list[int]
+    keys: list[bytes]
 
 
 class QueueOpenError(ConfigError):
     """The queue directory cannot be used at all (not writable, not a directory...)."""
 
 
-class SqliteEventQueue:
-    def __init__(self, directory: str | Path, max_bytes: int) -> None:
-        if max_bytes <= 0:
-            raise ValueError(f"max_bytes must be > 0, got {max_bytes}")
+class QueueDatabase:
+    """The SQLite file of one server and its transactions (re-entrant: inner ones join the outer)."""
+
+    def __init__(self, directory: str | Path, tables: Sequence[str]) -> None:
+        for table in tables:
+            if not _TABLE_NAME.match(table):
+                raise ValueError(f"bad queue table name {table!r}")
         self.directory = Path(directory)
-        self.max_bytes = max_bytes
         self.path = self.directory / FILE_NAME
+        self.tables = tuple(tables)
         self.recovered_from: Path | None = None  # the corrupt file moved aside, if any
         self.salvaged = 0  # rows carried over from it
+        self._depth = 0
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise QueueOpenError(f"cannot create queue directory {self.directory}: {exc}") from None
-        self._db = self._open_or_recover()
-        row = self._db.execute(
-            "SELECT COALESCE(MAX(seq), 0), COUNT(*), COALESCE(SUM(LENGTH(wire)), 0) FROM events"
-        ).fetchone()
-        self._next_seq = int(row[0]) + 1
-        self.count = int(row[1])
-        self.size_bytes = int(row[2])
-
-    # -- opening -------------------------------------------------------------------------------
+        self.db = self._open_or_recover()
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
-        db.execute(_SCHEMA)
+        for table in self.tables:
+            db.execute(
+                f"CREATE TABLE IF NOT EXISTS {table} "
+                "(seq INTEGER PRIMARY KEY, type INTEGER NOT NULL, key BLOB NOT NULL, wire BLOB NOT NULL)"
+            )
+            db.execute(f"CREATE INDEX IF NOT EXISTS {table}_key ON {table} (key) WHERE key != x''")
         return db
 
     def _open_or_recover(self) -> sqlite3.Connection:
@@ -90,66 +93,95 @@ class SqliteEventQueue:
     def _recover(self, reason: str) -> sqlite3.Connection:
         """Move the unreadable file aside, start a new one holding every row still readable."""
         aside = self.path.with_name(f"{FILE_NAME}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
-        rows = _salvage(self.path)
+        rows = {table: _salvage(self.path, table) for table in self.tables}
         for suffix in ("", "-wal", "-shm"):
             part = Path(str(self.path) + suffix)
             if part.exists():
                 part.rename(Path(str(aside) + suffix))
         db = self._connect()
-        with db:
-            db.execute("BEGIN")
-            db.executemany("INSERT INTO events (seq, type, wire) VALUES (?, ?, ?)", rows)
-            db.execute("COMMIT")
+        db.execute("BEGIN")
+        for table, table_rows in rows.items():
+            db.executemany(f"INSERT INTO {table} (seq, type, key, wire) VALUES (?, ?, ?, ?)", table_rows)
+        db.execute("COMMIT")
         self.recovered_from = aside
-        self.salvaged = len(rows)
+        self.salvaged = sum(map(len, rows.values()))
         logger.error(
             "queue file %s is unreadable (%s): moved to %s, %d events recovered from it",
             self.path,
             reason,
             aside,
-            len(rows),
+            self.salvaged,
         )
         return db
 
-    # -- the queue -----------------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """Commit at the end of the outermost block; roll everything back on an exception."""
+        if self._depth == 0:
+            self.db.execute("BEGIN")
+        self._depth += 1
+        try:
+            yield self.db
+        except BaseException:
+            self._depth -= 1
+            if self._depth == 0:
+                self.db.execute("ROLLBACK")
+            raise
+        self._depth -= 1
+        if self._depth == 0:
+            self.db.execute("COMMIT")
 
-    def append(self, wires: Sequence[bytes], types: Sequence[int]) -> list[int]:
-        """Store events durably (one transaction); returns their sequence numbers."""
+    def close(self) -> None:
+        try:
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            self.db.close()
+
+
+class SqliteEventQueue:
+    """One queue (table) of a QueueDatabase. Sizes are tracked in memory (read once at open)."""
+
+    def __init__(self, database: QueueDatabase, table: str, max_bytes: int) -> None:
+        if max_bytes <= 0:
+            raise ValueError(f"max_bytes must be > 0, got {max_bytes}")
+        if table not in database.tables:
+            raise ValueError(f"table {table!r} is not one of {database.tables}")
+        self.database = database
+        self.table = table
+        self.max_bytes = max_bytes
+        row = database.db.execute(
+            f"SELECT COALESCE(MAX(seq), 0), COUNT(*), COALESCE(SUM(LENGTH(wire)), 0) FROM {table}"
+        ).fetchone()
+        self._next_seq = int(row[0]) + 1
+        self.count = int(row[1])
+        self.size_bytes = int(row[2])
+
+    @classmethod
+    def single(cls, directory: str | Path, max_bytes: int) -> SqliteEventQueue:
+        """A file holding just one queue (the aggregator's)."""
+        return cls(QueueDatabase(directory, ["events"]), "events", max_bytes)
+
+    @property
+    def path(self) -> Path:
+        return self.database.path
+
+    def append(
+        self, wires: Sequence[bytes], types: Sequence[int], keys: Sequence[bytes] | None = None
+    ) -> list[int]:
+        """Store items durably (in the current transaction, or one of their own); returns their
+        sequence numbers. `keys` group items for `delete_keys` (the bridge's open entities)."""
         first = self._next_seq
         seqs = list(range(first, first + len(wires)))
-        self._db.execute("BEGIN")
-        try:
-            self._db.executemany(
-                "INSERT INTO events (seq, type, wire) VALUES (?, ?, ?)", zip(seqs, types, wires, strict=True)
-            )
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
+        rows = zip(seqs, types, keys if keys is not None else [b""] * len(wires), wires, strict=True)
+        with self.database.transaction() as db:
+            db.executemany(f"INSERT INTO {self.table} (seq, type, key, wire) VALUES (?, ?, ?, ?)", rows)
         self._next_seq += len(wires)
         self.count += len(wires)
         self.size_bytes += sum(map(len, wires))
         return seqs
 
-    def overflow(self) -> Stored:
-        """Delete the oldest events beyond `max_bytes`; returns what was deleted (to count it)."""
-        if self.size_bytes <= self.max_bytes:
-            return Stored([], [], [])
-        excess = self.size_bytes - self.max_bytes
-        seqs: list[int] = []
-        types: list[int] = []
-        freed = 0
-        for seq, etype, size in self._db.execute("SELECT seq, type, LENGTH(wire) FROM events ORDER BY seq"):
-            seqs.append(int(seq))
-            types.append(int(etype))
-            freed += int(size)
-            if freed >= excess:
-                break
-        self.delete(seqs, freed)
-        return Stored(seqs, [], types)
-
-    def delete(self, seqs: Sequence[int], size_hint: int | None = None) -> None:
-        """Forget events whose outcome is final. Contiguous runs are deleted as ranges."""
+    def delete(self, seqs: Sequence[int]) -> None:
+        """Forget items whose outcome is final. Contiguous runs are deleted as ranges."""
         if not seqs:
             return
         ordered = sorted(seqs)
@@ -161,53 +193,63 @@ class SqliteEventQueue:
                 start = seq
             prev = seq
         runs.append((start, prev))
-        self._db.execute("BEGIN")
-        freed = 0
-        count = 0
-        for low, high in runs:
-            row = (
-                self._db.execute(
-                    "SELECT COUNT(*), COALESCE(SUM(LENGTH(wire)), 0) FROM events WHERE seq BETWEEN ? AND ?",
+        with self.database.transaction() as db:
+            for low, high in runs:
+                count, size = db.execute(
+                    f"SELECT COUNT(*), COALESCE(SUM(LENGTH(wire)), 0) FROM {self.table} "
+                    "WHERE seq BETWEEN ? AND ?",
                     (low, high),
                 ).fetchone()
-                if size_hint is None
-                else None
-            )
-            if row is not None:
-                count += int(row[0])
-                freed += int(row[1])
-            self._db.execute("DELETE FROM events WHERE seq BETWEEN ? AND ?", (low, high))
-        self._db.execute("COMMIT")
-        if size_hint is not None:
-            count, freed = len(ordered), size_hint
-        self.count -= count
-        self.size_bytes -= freed
+                db.execute(f"DELETE FROM {self.table} WHERE seq BETWEEN ? AND ?", (low, high))
+                self.count -= int(count)
+                self.size_bytes -= int(size)
+
+    def delete_through(self, seq: int) -> None:
+        """Forget every item up to and including `seq` (trimming a bounded history)."""
+        with self.database.transaction() as db:
+            db.execute(f"DELETE FROM {self.table} WHERE seq <= ?", (seq,))
+            count, size = db.execute(
+                f"SELECT COUNT(*), COALESCE(SUM(LENGTH(wire)), 0) FROM {self.table}"
+            ).fetchone()
+        self.count, self.size_bytes = int(count), int(size)
+
+    def delete_keys(self, keys: Sequence[bytes]) -> None:
+        """Forget every item stored under these keys."""
+        with self.database.transaction() as db:
+            for key in keys:
+                count, size = db.execute(
+                    f"SELECT COUNT(*), COALESCE(SUM(LENGTH(wire)), 0) FROM {self.table} WHERE key = ?", (key,)
+                ).fetchone()
+                if count:
+                    db.execute(f"DELETE FROM {self.table} WHERE key = ?", (key,))
+                    self.count -= int(count)
+                    self.size_bytes -= int(size)
 
     def read_all(self) -> Stored:
         """Everything still queued, oldest first (what a restart replays)."""
-        stored = Stored([], [], [])
-        for seq, etype, wire in self._db.execute("SELECT seq, type, wire FROM events ORDER BY seq"):
+        stored = Stored([], [], [], [])
+        for seq, etype, key, wire in self.database.db.execute(
+            f"SELECT seq, type, key, wire FROM {self.table} ORDER BY seq"
+        ):
             stored.seqs.append(int(seq))
             stored.types.append(int(etype))
+            stored.keys.append(bytes(key))
             stored.wires.append(bytes(wire))
         return stored
 
     def close(self) -> None:
-        try:
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        finally:
-            self._db.close()
+        self.database.close()
 
 
-def _salvage(path: Path) -> list[tuple[int, int, bytes]]:
-    """Every row of a damaged queue file that can still be read, in order; [] if none."""
-    rows: list[tuple[int, int, bytes]] = []
+def _salvage(path: Path, table: str) -> list[tuple[int, int, bytes, bytes]]:
+    """Every row of one table of a damaged file that can still be read, in order; [] if none."""
+    rows: list[tuple[int, int, bytes, bytes]] = []
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     except sqlite3.DatabaseError:
         return rows
     try:
-        cursor = db.execute("SELECT seq, type, wire FROM events ORDER BY seq")
+        cursor = db.execute(f"SELECT seq, type, key, wire FROM {table} ORDER BY seq")
         while True:
             try:
                 row = cursor.fetchone()
@@ -215,7 +257,7 @@ def _salvage(path: Path) -> list[tuple[int, int, bytes]]:
                 break
             if row is None:
                 break
-            rows.append((int(row[0]), int(row[1]), bytes(row[2])))
+            rows.append((int(row[0]), int(row[1]), bytes(row[2]), bytes(row[3])))
     except sqlite3.DatabaseError:
         pass
     finally:

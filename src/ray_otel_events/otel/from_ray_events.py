@@ -122,6 +122,7 @@ class EmittedSpan:
     session_name: str
     event_type: int  # the type whose entity the span describes (for counters)
     span: Span
+    entity: bytes = b""  # entity_key_bytes of the entity it closes (the durable queue's group)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,15 +136,30 @@ class EmittedLog:
 class Emitted:
     spans: list[EmittedSpan] = field(default_factory=list)
     logs: list[EmittedLog] = field(default_factory=list)
+    # Events now held in an open entity, by entity_key_bytes: what a durable bridge keeps on disk
+    # until that entity's span is emitted.
+    taken: list[tuple[bytes, RayEvent]] = field(default_factory=list)
 
     def extend(self, other: Emitted) -> None:
         self.spans.extend(other.spans)
         self.logs.extend(other.logs)
+        self.taken.extend(other.taken)
 
 
 # -- per-entity state ---------------------------------------------------------------------------
 
 EntityKey = tuple[str, str, bytes, int]  # (kind, session, id, attempt)
+
+
+def entity_key_bytes(key: EntityKey) -> bytes:
+    """A durable, reversible form of an entity key (the id last: it may hold any byte)."""
+    kind, session, ident, attempt = key
+    return b"\0".join((kind.encode(), session.encode(), str(attempt).encode(), ident))
+
+
+def entity_key_from_bytes(raw: bytes) -> EntityKey:
+    kind, session, attempt, ident = raw.split(b"\0", 3)
+    return kind.decode(), session.decode(), ident, int(attempt)
 
 
 @dataclass(slots=True)
@@ -285,10 +301,17 @@ class RayEventsToOtel:
     def open_entities(self) -> int:
         return len(self._open)
 
+    def remember_emitted(self, keys: Iterable[EntityKey]) -> None:
+        """Entities whose span a previous run emitted: their late pieces stay late after a restart."""
+        for key in keys:
+            self._emitted.add(key)
+
     # -- input ---------------------------------------------------------------------------------
 
-    def add(self, events: Iterable[RayEvent]) -> Emitted:
-        """Take events (in any order); returns their log records and the spans now complete."""
+    def add(self, events: Iterable[RayEvent], replay: bool = False) -> Emitted:
+        """Take events (in any order); returns their log records and the spans now complete.
+
+        `replay`: events a durable bridge kept from a previous run; their log records left then."""
         out = Emitted()
         now = self.clock()
         touched: dict[EntityKey, None] = {}
@@ -301,7 +324,10 @@ class RayEventsToOtel:
             self.counters.add(EVENTS, event_type=event_type_name(event.event_type))
             keyed = _entity_key(event)
             key = keyed[0] if keyed is not None else None
-            out.logs.append(EmittedLog(event.session_name, event.event_type, self._log_record(event, key)))
+            if not replay:
+                out.logs.append(
+                    EmittedLog(event.session_name, event.event_type, self._log_record(event, key))
+                )
             if keyed is None:
                 continue
             key, lifecycle_type = keyed
@@ -310,6 +336,7 @@ class RayEventsToOtel:
                 continue
             self._update(key, lifecycle_type, event, now, out)
             touched[key] = None
+            out.taken.append((entity_key_bytes(key), event))
         # Readiness is judged once the whole batch is in: the pieces of one POST arrive together.
         for key in touched:
             entity = self._open.get(key)
@@ -457,7 +484,9 @@ class RayEventsToOtel:
             span = self._job_span(entity, terminal)
         outcome = "complete" if terminal is not None else "incomplete"
         self.counters.add(SPANS, kind=entity.kind, outcome=outcome)
-        out.spans.append(EmittedSpan(entity.session, entity.lifecycle_type, span))
+        out.spans.append(
+            EmittedSpan(entity.session, entity.lifecycle_type, span, entity_key_bytes(entity.key))
+        )
 
     def _base_span(
         self,

@@ -81,7 +81,7 @@ class AggregatorService:
         self.queue: SqliteEventQueue | None = None
         if config.queue_dir:
             # Disk and memory hold the same events under one bound: the smaller of the two settings.
-            self.queue = SqliteEventQueue(config.queue_dir, config.queue_max_bytes)
+            self.queue = SqliteEventQueue.single(config.queue_dir, config.queue_max_bytes)
         self.buffer = MultiConsumerEventBuffer(
             config.max_buffer_size,
             min(config.max_buffer_bytes, config.queue_max_bytes) if self.queue else config.max_buffer_bytes,
@@ -258,8 +258,8 @@ class AggregatorService:
                 "held_events": self.queue.count,
                 "held_bytes": self.queue.size_bytes,
                 "replayed": self.durable.replayed,
-                "recovered_from": str(self.queue.recovered_from or ""),
-                "salvaged": self.queue.salvaged,
+                "recovered_from": str(self.queue.database.recovered_from or ""),
+                "salvaged": self.queue.database.salvaged,
             },
         }
 

@@ -28,6 +28,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.resources import Resource as SdkResource
 
 from ray_otel_events.config import BridgeConfig, OtlpSignalConfig
+from ray_otel_events.durable.durable_buffer import DurableBuffer
+from ray_otel_events.durable.sqlite_queue import QueueDatabase, SqliteEventQueue
 from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
 from ray_otel_events.exporters.http_json import HttpJsonPublisherClient
 from ray_otel_events.exporters.json_records import JsonRecordsPublisherClient
@@ -38,7 +40,7 @@ from ray_otel_events.metrics import Counters
 from ray_otel_events.observability.http_endpoints import Readiness, in_flight_middleware, observability_routes
 from ray_otel_events.observability.metrics_registry import ServerMetrics
 from ray_otel_events.observability.service_metrics import register_buffers, register_publishers
-from ray_otel_events.otel.from_ray_events import Emitted, RayEventsToOtel
+from ray_otel_events.otel.from_ray_events import Emitted, RayEventsToOtel, entity_key_from_bytes
 from ray_otel_events.otel.plain_records import RecordContext, attributes_to_dict, log_record, span_record
 from ray_otel_events.otel.to_ray_events import (
     NotARayEventError,
@@ -63,6 +65,8 @@ RECORDS_FORWARDED = "plain_records_forwarded"  # labelled signal=span|log
 RECORDS_DROPPED = "plain_records_dropped"  # no --spans-export-addr; labelled signal=span|log
 REJECTED = "rejected_items"  # claimed to be Ray data but unusable; labelled signal
 
+PENDING_TABLE = "pending"  # durable: RayEvents held in open entities, by entity key
+EMITTED_TABLE = "emitted"  # durable: keys of entities whose span left (late pieces stay late)
 RECORD_TYPE = 0  # the "event type" plain records carry in their queue (they are not RayEvents)
 RETRY_AFTER_S = 1.0
 RAY_EVENTS_HEADROOM = 0.9  # /v1/ray-events is admitted while its queues are below 90 % full
@@ -70,13 +74,26 @@ MAX_REASONS = 3
 
 
 class _Queue:
-    """One destination: a bounded buffer read by one publisher."""
+    """One destination: a bounded buffer read by one publisher, mirrored on disk if durable."""
 
-    def __init__(self, name: str, config: BridgeConfig, client: PublisherClient[Any]) -> None:
+    def __init__(
+        self,
+        name: str,
+        config: BridgeConfig,
+        client: PublisherClient[Any],
+        database: QueueDatabase | None = None,
+    ) -> None:
         self.name = name
-        self.buffer = MultiConsumerEventBuffer(
-            config.queue_size, config.queue_bytes, Counters(f"queue:{name}")
+        self.disk = (
+            SqliteEventQueue(database, _table(name), config.queue_max_bytes) if database is not None else None
         )
+        self.buffer = MultiConsumerEventBuffer(
+            config.queue_size,
+            min(config.queue_bytes, config.queue_max_bytes) if self.disk else config.queue_bytes,
+            Counters(f"queue:{name}"),
+            on_evicted=self.disk.delete if self.disk else None,
+        )
+        self.durable = DurableBuffer(self.disk, self.buffer) if self.disk else None
         self.publisher: EventPublisher[Any] = EventPublisher(
             name,
             self.buffer,
@@ -86,6 +103,15 @@ class _Queue:
             config.batch_size,
             config.send_interval_s,
         )
+        if self.disk is not None:
+            self.publisher.on_settled = self.disk.delete
+
+    def add_many(self, wires: list[bytes], types: list[int]) -> None:
+        """Into the queue; on disk first when durable (inside the caller's transaction)."""
+        if self.durable is not None:
+            self.durable.add_many(wires, types)
+        else:
+            self.buffer.add_many(wires, types)
 
     def room_for(self, count: int, size: int, fraction: float = 1.0) -> bool:
         buffer = self.buffer
@@ -101,6 +127,13 @@ class _Queue:
         )
 
 
+def _table(queue_name: str) -> str:
+    return queue_name.replace("-", "_")
+
+
+QUEUE_NAMES = ("ray-events", "records", "otlp-traces", "otlp-logs")
+
+
 class BridgeService(OtlpConsumer, RayEventsConsumer):
     def __init__(
         self,
@@ -112,6 +145,15 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
         """`transport`: headers and CA for every destination (the OTLP ones add OTEL_* headers)."""
         self.config = config
         self.counters = Counters("bridge")
+        self.database: QueueDatabase | None = None
+        self.pending: SqliteEventQueue | None = None
+        self.emitted_keys: SqliteEventQueue | None = None
+        if config.queue_dir:
+            tables = [*(_table(name) for name in QUEUE_NAMES), PENDING_TABLE, EMITTED_TABLE]
+            self.database = QueueDatabase(config.queue_dir, tables)
+            self.pending = SqliteEventQueue(self.database, PENDING_TABLE, config.queue_max_bytes)
+            self.emitted_keys = SqliteEventQueue(self.database, EMITTED_TABLE, config.queue_max_bytes)
+        db = self.database
         encoder = RayEventJsonEncoder(preserve_proto_field_name=config.preserve_proto_field_name)
         self.ray_events = _Queue(
             "ray-events",
@@ -119,17 +161,18 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
             HttpJsonPublisherClient(
                 config.export_addr, encoder, config.publisher_timeout_s, transport=transport
             ),
+            db,
         )
         self.records: _Queue | None = None
         if config.spans_export_addr:
             client = JsonRecordsPublisherClient(
                 config.spans_export_addr, config.publisher_timeout_s, transport=transport
             )
-            self.records = _Queue("records", config, client)
+            self.records = _Queue("records", config, client, db)
         self.otlp_traces_client = OtlpHttpPublisherClient("traces", otlp_traces, transport=transport)
         self.otlp_logs_client = OtlpHttpPublisherClient("logs", otlp_logs, transport=transport)
-        self.otlp_spans = _Queue("otlp-traces", config, self.otlp_traces_client)
-        self.otlp_logs = _Queue("otlp-logs", config, self.otlp_logs_client)
+        self.otlp_spans = _Queue("otlp-traces", config, self.otlp_traces_client, db)
+        self.otlp_logs = _Queue("otlp-logs", config, self.otlp_logs_client, db)
         self.to_otel = RayEventsToOtel(
             max_open_entities=config.max_open_entities,
             entity_ttl_s=config.entity_ttl_s,
@@ -193,10 +236,30 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> None:
+        if self.database is not None:
+            self._replay()
         for queue in self.queues:
             queue.publisher.start()
         self._running = True
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep(), name="bridge:sweeper")
+
+    def _replay(self) -> None:
+        """Resume what a previous run left on disk: queued items, and open entities' pieces."""
+        for queue in self.queues:
+            if queue.durable is not None and (n := queue.durable.replay(None)):
+                logger.info("bridge: replaying %d items of queue %s", n, queue.name)
+        if self.pending is None:
+            return
+        if self.emitted_keys is not None:
+            closed = self.emitted_keys.read_all().keys
+            self.to_otel.remember_emitted(entity_key_from_bytes(k) for k in closed)
+        stored = self.pending.read_all()
+        if stored.wires:
+            logger.info("bridge: resuming %d pieces of open entities", len(stored.wires))
+            events = [RayEvent.FromString(wire) for wire in stored.wires]
+            emitted = self.to_otel.add(events, replay=True)
+            emitted.taken.clear()  # already on disk
+            self._queue_otel(emitted)
 
     async def _sweep(self) -> None:
         """Emit spans whose grace or time limit passed; the period is a fraction of the grace."""
@@ -215,11 +278,19 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
-        self._queue_otel(self.to_otel.flush())
+        if self.pending is None:
+            self._queue_otel(self.to_otel.flush())
+        elif self.to_otel.open_entities:
+            # Durable: open entities stay on disk and resume at the next start, complete.
+            logger.info(
+                "bridge: %d open entities kept on disk for the next start", self.to_otel.open_entities
+            )
         for queue in self.queues:
             queue.buffer.close()
         timeout = self.config.shutdown_flush_timeout_s
         await asyncio.gather(*(queue.publisher.shutdown(timeout) for queue in self.queues))
+        if self.database is not None:
+            self.database.close()
 
     # -- OTLP in -> RayEvents and plain records out -------------------------------------------
 
@@ -284,12 +355,21 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
         wires = [event.SerializeToString() for event in events]
         if wires and not self.ray_events.room_for(len(wires), sum(map(len, wires))):
             raise self.ray_events.full_error()
-        if records and self.records is not None:
-            if not self.records.room_for(len(records), sum(map(len, records))):
-                raise self.records.full_error()
-            self.records.buffer.add_many(records, [RECORD_TYPE] * len(records))
-        if wires:
-            self.ray_events.buffer.add_many(wires, [event.event_type for event in events])
+        if (
+            records
+            and self.records is not None
+            and not self.records.room_for(len(records), sum(map(len, records)))
+        ):
+            raise self.records.full_error()
+        with self._transaction():
+            if records and self.records is not None:
+                self.records.add_many(records, [RECORD_TYPE] * len(records))
+            if wires:
+                self.ray_events.add_many(wires, [event.event_type for event in events])
+
+    def _transaction(self) -> contextlib.AbstractContextManager[object]:
+        """One disk transaction for everything a request or a sweep queues (none in memory mode)."""
+        return self.database.transaction() if self.database is not None else contextlib.nullcontext()
 
     def _result(self, signal: str, rejected: list[str], forwarded: int, dropped: int) -> ConsumeResult:
         self.counters.add(RECORDS_FORWARDED, forwarded, signal=signal)
@@ -313,16 +393,39 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
         self._queue_otel(self.to_otel.add(events))
 
     def _queue_otel(self, emitted: Emitted) -> None:
-        if emitted.spans:
-            self.otlp_spans.buffer.add_many(
-                [self.items.span_item(s.session_name, s.span) for s in emitted.spans],
-                [s.event_type for s in emitted.spans],
-            )
-        if emitted.logs:
-            self.otlp_logs.buffer.add_many(
-                [self.items.log_item(r.session_name, r.record) for r in emitted.logs],
-                [r.event_type for r in emitted.logs],
-            )
+        """Queue spans and log records; when durable, in one transaction with the open entities'
+        pieces: new ones stored, those of entities whose span is now queued deleted."""
+        with self._transaction():
+            if emitted.spans:
+                self.otlp_spans.add_many(
+                    [self.items.span_item(s.session_name, s.span) for s in emitted.spans],
+                    [s.event_type for s in emitted.spans],
+                )
+            if emitted.logs:
+                self.otlp_logs.add_many(
+                    [self.items.log_item(r.session_name, r.record) for r in emitted.logs],
+                    [r.event_type for r in emitted.logs],
+                )
+            if self.pending is not None:
+                closed = {span.entity for span in emitted.spans}
+                held = [(key, event) for key, event in emitted.taken if key not in closed]
+                if held:
+                    self.pending.append(
+                        [event.SerializeToString() for _, event in held],
+                        [event.event_type for _, event in held],
+                        [key for key, _ in held],
+                    )
+                if closed:
+                    self.pending.delete_keys(sorted(closed))
+                    self._remember_closed(sorted(closed))
+
+    def _remember_closed(self, keys: list[bytes]) -> None:
+        """Keep the last `dedup_window` emitted entity keys on disk (what a restart must know)."""
+        if self.emitted_keys is None:
+            return
+        seqs = self.emitted_keys.append([b""] * len(keys), [0] * len(keys), keys)
+        if self.emitted_keys.count > self.config.dedup_window * 1.1:  # trim now and then, not always
+            self.emitted_keys.delete_through(seqs[-1] - self.config.dedup_window)
 
     # -- reporting -----------------------------------------------------------------------------
 

@@ -80,6 +80,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--export-ca-file",
         help="PEM CA that verifies https destinations (OTLP: OTEL_EXPORTER_OTLP_CERTIFICATE)",
     )
+    parser.add_argument(
+        "--queue-dir",
+        help="keep every queue and the open entities on disk (SQLite WAL); resumed after a crash or "
+        "restart (env RAY_OTEL_EVENTS_QUEUE_DIR; default: memory only)",
+    )
+    parser.add_argument("--queue-max-bytes", type=int, help="bound of each durable queue (1 GiB)")
     add_logging_arguments(parser)
     add_security_arguments(parser)
 
@@ -96,6 +102,8 @@ _OVERRIDES = (
     "entity_ttl_s",
     "terminal_grace_s",
     "shutdown_flush_timeout_s",
+    "queue_dir",
+    "queue_max_bytes",
 )
 
 
