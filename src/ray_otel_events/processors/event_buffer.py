@@ -17,6 +17,8 @@ of the serialized event, and ready to be written to disk as it is.
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +31,9 @@ from ray_otel_events.metrics import Counters
 RECORD_OVERHEAD_BYTES = 49
 
 EVICTED = "evicted"
+EVICTION_LOG_INTERVAL_S = 10.0
+
+logger = logging.getLogger(__name__)
 
 
 class BufferClosedError(RuntimeError):
@@ -79,6 +84,8 @@ class MultiConsumerEventBuffer:
         self._start = 0
         self._bytes = 0
         self._consumers: dict[str, _Consumer] = {}
+        self._last_eviction_log = -EVICTION_LOG_INTERVAL_S
+        self._evicted_since_log = 0
         self._waiters: list[asyncio.Future[None]] = []
         self._closed = False
 
@@ -160,6 +167,7 @@ class MultiConsumerEventBuffer:
         if count_unread and self._on_evicted is not None:
             self._on_evicted(self._ids[head:new_head])
         if count_unread:
+            self._log_eviction(new_head - head)
             for consumer in self._consumers.values():
                 if consumer.cursor < new_head_seq:
                     first = consumer.cursor - self._start
@@ -179,6 +187,20 @@ class MultiConsumerEventBuffer:
             del self._ids[: self._head]
             self._start += self._head
             self._head = 0
+
+    def _log_eviction(self, count: int) -> None:
+        """One warning per EVICTION_LOG_INTERVAL_S at most: a full buffer evicts on every add."""
+        self._evicted_since_log += count
+        now = time.monotonic()
+        if now - self._last_eviction_log >= EVICTION_LOG_INTERVAL_S:
+            logger.warning(
+                "buffer full (%d events, %d bytes bound): %d oldest events evicted since the last report",
+                self.max_events,
+                self.max_bytes,
+                self._evicted_since_log,
+            )
+            self._last_eviction_log = now
+            self._evicted_since_log = 0
 
     def _wake(self) -> None:
         waiters, self._waiters = self._waiters, []

@@ -30,6 +30,10 @@ from ray_otel_events.services.sink_otlp import otlp_routes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = (
+        "GET /metrics, /healthz and /readyz on the same port (Kubernetes: livenessProbe httpGet "
+        "/healthz, readinessProbe httpGet /readyz). Prints 'listening http=HOST:PORT' when ready."
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="port; 0 picks a free one (default 0)")
     parser.add_argument("--out", required=True, help="JSON Lines file events are appended to")
