@@ -41,7 +41,7 @@ from ray_otel_events.exporters.publisher import PreparedBatch, PublisherClient
 from ray_otel_events.exporters.retry import RETRYABLE_STATUSES, SendError, parse_retry_after
 from ray_otel_events.exporters.transport import HttpTransport
 from ray_otel_events.metrics import Counters
-from ray_otel_events.otel import otlp_json, semconv
+from ray_otel_events.otel import otlp_json, otlp_wire, semconv
 from ray_otel_events.otel.plain_records import key_values
 from ray_otel_events.processors.event_buffer import EventBatch
 
@@ -71,6 +71,7 @@ class OtlpItemEncoder:
         self.scope = InstrumentationScope(name=semconv.INSTRUMENTATION_SCOPE, version=_PACKAGE_VERSION)
         self._max_sessions = max_sessions
         self._resources: OrderedDict[str, Resource] = OrderedDict()
+        self._wire_prefix: dict[str, tuple[bytes, bytes]] = {}
 
     def resource(self, session_name: str) -> Resource:
         resource = self._resources.get(session_name)
@@ -89,6 +90,18 @@ class OtlpItemEncoder:
         item = ResourceSpans(resource=self.resource(session_name))
         item.scope_spans.add(scope=self.scope).spans.append(span)
         return item.SerializeToString()
+
+    def log_item_wire(self, session_name: str, record: bytes) -> bytes:
+        """`log_item` for a record already serialized (the bridge's RayEvent records)."""
+        cached = self._wire_prefix.get(session_name)
+        if cached is None:
+            cached = self._wire_prefix[session_name] = (
+                self.resource(session_name).SerializeToString(),
+                self.scope.SerializeToString(),
+            )
+            if len(self._wire_prefix) > self._max_sessions:
+                self._wire_prefix.pop(next(iter(self._wire_prefix)))
+        return otlp_wire.resource_logs_item(cached[0], cached[1], record)
 
     def log_item(self, session_name: str, record: LogRecord) -> bytes:
         item = ResourceLogs(resource=self.resource(session_name))

@@ -41,9 +41,9 @@ from ray_otel_events.events import ids
 from ray_otel_events.events.builders import ActorState, JobState, TaskStatus, TaskType
 from ray_otel_events.events.registry import ET, event_type_name
 from ray_otel_events.metrics import Counters
-from ray_otel_events.otel import semconv
+from ray_otel_events.otel import otlp_wire, semconv
 from ray_otel_events.otel.log_records import to_log_record
-from ray_otel_events.otel.plain_records import key_values, python_to_any_value
+from ray_otel_events.otel.plain_records import key_values
 from ray_otel_events.protobuf import common_pb2
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.protobuf.events_task_definition_event_pb2 import TaskDefinitionEvent
@@ -129,7 +129,11 @@ class EmittedSpan:
 class EmittedLog:
     session_name: str
     event_type: int
-    record: LogRecord
+    wire: bytes  # a serialized LogRecord (otel/otlp_wire.py)
+
+    @property
+    def record(self) -> LogRecord:
+        return LogRecord.FromString(self.wire)
 
 
 @dataclass(slots=True)
@@ -686,22 +690,20 @@ class RayEventsToOtel:
 
     # -- log records ---------------------------------------------------------------------------
 
-    def _log_record(self, event: RayEvent, key: EntityKey | None) -> LogRecord:
+    def _log_record(self, event: RayEvent, key: EntityKey | None) -> bytes:
         fields = to_log_record(event)
-        record = LogRecord(
+        trace_id, span_id = _trace_context(event, key)
+        return otlp_wire.log_record(
             time_unix_nano=fields.timestamp_ns,
             observed_time_unix_nano=self.observed_clock_ns(),
-            severity_number=fields.severity_number,  # type: ignore[arg-type]
+            severity_number=fields.severity_number,
             severity_text=fields.severity_text,
             event_name=fields.event_name,
+            body=fields.body,
+            attrs=fields.attributes,
+            trace_id=trace_id,
+            span_id=span_id if trace_id else b"",
         )
-        python_to_any_value(fields.body, record.body)
-        record.attributes.extend(key_values(fields.attributes))
-        trace_id, span_id = _trace_context(event, key)
-        if trace_id:
-            record.trace_id = trace_id
-            record.span_id = span_id
-        return record
 
 
 def _enum_name(enum: Any, value: int) -> str:

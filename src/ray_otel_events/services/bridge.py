@@ -403,7 +403,7 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
                 )
             if emitted.logs:
                 self.otlp_logs.add_many(
-                    [self.items.log_item(r.session_name, r.record) for r in emitted.logs],
+                    [self.items.log_item_wire(r.session_name, r.wire) for r in emitted.logs],
                     [r.event_type for r in emitted.logs],
                 )
             if self.pending is not None:

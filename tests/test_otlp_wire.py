@@ -1,0 +1,76 @@
+"""otel/otlp_wire.py writes the same OTLP messages the generated classes would build."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs
+
+from ray_otel_events.otel import otlp_wire
+from ray_otel_events.otel.plain_records import key_values, python_to_any_value
+
+scalars = (
+    st.text()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats(allow_nan=False)
+    | st.binary()
+    | st.none()
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(values)
+def test_any_value_decodes_to_what_python_to_any_value_builds(value: Any) -> None:
+    assert AnyValue.FromString(otlp_wire.any_value(value)) == python_to_any_value(value)
+
+
+@given(st.dictionaries(st.text(), values, max_size=6), values)
+def test_log_record_decodes_to_the_message(attrs: dict[str, Any], body: Any) -> None:
+    wire = otlp_wire.log_record(
+        time_unix_nano=1_700_000_000_123_456_789,
+        observed_time_unix_nano=1_700_000_001_000_000_000,
+        severity_number=9,
+        severity_text="INFO",
+        event_name="ray.TASK_LIFECYCLE_EVENT",
+        body=body,
+        attrs=attrs,
+        trace_id=b"\x01" * 16,
+        span_id=b"\x02" * 8,
+    )
+    expected = LogRecord(
+        time_unix_nano=1_700_000_000_123_456_789,
+        observed_time_unix_nano=1_700_000_001_000_000_000,
+        severity_number=9,  # type: ignore[arg-type]
+        severity_text="INFO",
+        event_name="ray.TASK_LIFECYCLE_EVENT",
+        trace_id=b"\x01" * 16,
+        span_id=b"\x02" * 8,
+    )
+    python_to_any_value(body, expected.body)
+    expected.attributes.extend(key_values(attrs))
+    assert LogRecord.FromString(wire) == expected
+
+
+def test_resource_logs_item_wraps_one_record() -> None:
+    record = otlp_wire.log_record(
+        time_unix_nano=5,
+        observed_time_unix_nano=0,
+        severity_number=0,
+        severity_text="",
+        event_name="e",
+        body="b",
+        attrs={"k": 1},
+    )
+    item = ResourceLogs.FromString(otlp_wire.resource_logs_item(b"", b"\x0a\x01s", record))
+    (scope_logs,) = item.scope_logs
+    assert scope_logs.scope.name == "s"
+    (parsed,) = scope_logs.log_records
+    assert parsed.body.string_value == "b" and parsed.attributes[0].value.int_value == 1
