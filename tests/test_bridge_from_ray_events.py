@@ -18,6 +18,7 @@ from ray_otel_events.otel.from_ray_events import (
     Emitted,
     RayEventsToOtel,
     job_span_id,
+    routing_key,
     task_span_id,
     trace_id_for_job,
 )
@@ -279,6 +280,40 @@ def test_ttl_and_eviction_emit_incomplete_spans() -> None:
     assert attrs(last.span)[semconv.INCOMPLETE_ATTR] is True
     assert attrs(last.span)[semconv.RAY_STATE] == "RUNNING"
     assert converter.open_entities == 0
+
+
+def test_byte_bound_evicts_the_least_recently_updated_as_incomplete_and_counts_it() -> None:
+    factory = EventFactory(session_name="s")
+    one = RayEventsToOtel()
+    one.add([_task(factory, ids.new_task_id(JOB), TaskStatus.RUNNING, 100)])
+    per_entity = one.open_bytes
+    assert 0 < per_entity <= 1024  # what an open task attempt is charged
+    converter = RayEventsToOtel(max_open_bytes=per_entity * 3 + per_entity // 2)
+    tasks = [ids.new_task_id(JOB) for _ in range(5)]
+    out = Emitted()
+    for i, task in enumerate(tasks):
+        out.extend(converter.add([_task(factory, task, TaskStatus.RUNNING, 100 + i)]))
+    assert [attrs(s.span)[semconv.RAY_TASK_ID] for s in out.spans] == [tasks[0].hex(), tasks[1].hex()]
+    assert all(attrs(s.span)[semconv.INCOMPLETE_ATTR] is True for s in out.spans)
+    assert converter.open_entities == 3 and converter.open_bytes <= converter.max_open_bytes
+    assert converter.counters.get("evicted_open_entities", reason="bytes") == 2
+    converter.flush()
+    assert converter.open_bytes == 0  # the accounting returns to zero
+
+
+def test_routing_key_is_the_trace_id_for_every_piece_of_an_entity() -> None:
+    batches = posts()
+    converter, out, _ = replay(batches)
+    traces = {span.trace_id for span in all_spans(converter, out)}
+    et = RayEvent.EventType
+    no_span = {et.NODE_DEFINITION_EVENT, et.NODE_LIFECYCLE_EVENT, et.WORKER_DEFINITION_EVENT}
+    no_span.add(et.WORKER_LIFECYCLE_EVENT)
+    for event in (e for batch in batches for e in batch):
+        key = routing_key(event)
+        if event.event_type in no_span:
+            assert key == event.event_id  # no span: spread by event id
+        else:
+            assert key in traces
 
 
 @pytest.mark.parametrize("session", ["", "session_a"])

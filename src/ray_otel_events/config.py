@@ -431,6 +431,9 @@ BRIDGE_MAX_OPEN_ENTITIES = _BRIDGE + "MAX_OPEN_ENTITIES"
 BRIDGE_ENTITY_TTL_S = _BRIDGE + "ENTITY_TTL_SECONDS"
 BRIDGE_TERMINAL_GRACE_S = _BRIDGE + "TERMINAL_GRACE_SECONDS"
 BRIDGE_DEDUP_WINDOW = _BRIDGE + "DEDUP_WINDOW"
+BRIDGE_MAX_OPEN_BYTES = _BRIDGE + "MAX_OPEN_BYTES"
+BRIDGE_WORKERS = _BRIDGE + "WORKERS"
+BRIDGE_MODES = ("full", "convert", "assemble")
 
 OTEL_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
 OTEL_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
@@ -543,9 +546,15 @@ class BridgeConfig:
     batch_size: int = 1000
     send_interval_s: float = 0.1
     max_open_entities: int = 100_000
+    max_open_bytes: int = 256 * 1024 * 1024  # what open entities may hold (about 1 KiB each)
     entity_ttl_s: float = 600.0
     terminal_grace_s: float = 2.0
     dedup_window: int = 200_000
+    # full: RayEvents -> log records and spans; convert: log records only (spans assembled by an
+    # assemble tier routed by trace id); assemble: OTLP log records carrying RayEvents -> spans.
+    mode: str = "full"
+    grpc_port: int | None = None  # an OTLP/gRPC receiver (what the Collector's loadbalancing speaks)
+    workers: int = 1  # processes behind the one port, RayEvents routed between them by trace id
     preserve_proto_field_name: bool = False
     publisher_timeout_s: float = 3.0
     shutdown_flush_timeout_s: float = 10.0
@@ -563,6 +572,8 @@ class BridgeConfig:
             batch_size=env_int(env, BRIDGE_BATCH_SIZE, cls.batch_size),
             send_interval_s=env_float(env, BRIDGE_SEND_INTERVAL_S, cls.send_interval_s),
             max_open_entities=env_int(env, BRIDGE_MAX_OPEN_ENTITIES, cls.max_open_entities),
+            max_open_bytes=env_int(env, BRIDGE_MAX_OPEN_BYTES, cls.max_open_bytes),
+            workers=env_int(env, BRIDGE_WORKERS, cls.workers),
             entity_ttl_s=env_float(env, BRIDGE_ENTITY_TTL_S, cls.entity_ttl_s),
             terminal_grace_s=env_float(env, BRIDGE_TERMINAL_GRACE_S, cls.terminal_grace_s),
             dedup_window=env_int(env, BRIDGE_DEDUP_WINDOW, cls.dedup_window),
@@ -601,6 +612,8 @@ class BridgeConfig:
             BRIDGE_QUEUE_BYTES: self.queue_bytes,
             BRIDGE_BATCH_SIZE: self.batch_size,
             BRIDGE_MAX_OPEN_ENTITIES: self.max_open_entities,
+            BRIDGE_MAX_OPEN_BYTES: self.max_open_bytes,
+            BRIDGE_WORKERS: self.workers,
             BRIDGE_ENTITY_TTL_S: self.entity_ttl_s,
             BRIDGE_DEDUP_WINDOW: self.dedup_window,
             PUBLISHER_TIMEOUT_S: self.publisher_timeout_s,
@@ -608,6 +621,11 @@ class BridgeConfig:
         }
         for name, value in positive.items():
             _require(value > 0, f"{name} must be > 0, got {value}")
+        _require(
+            self.mode in BRIDGE_MODES, f"mode must be one of {', '.join(BRIDGE_MODES)}, got {self.mode!r}"
+        )
+        if self.grpc_port is not None:
+            _require(0 <= self.grpc_port <= 65535, f"--grpc-port must be 0..65535, got {self.grpc_port}")
         _require(
             self.send_interval_s >= 0, f"{BRIDGE_SEND_INTERVAL_S} must be >= 0, got {self.send_interval_s}"
         )

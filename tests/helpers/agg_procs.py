@@ -50,8 +50,9 @@ class CliServer:
         if not line.startswith("listening "):
             self.kill()
             raise AssertionError(f"{self.argv} printed {line!r} instead of a ready line; {self.stderr()}")
-        kind_addr = line.split(" ", 1)[1]
-        self.address = kind_addr.split("=", 1)[1]
+        # `listening http=HOST:PORT` (or grpc=), maybe followed by more `kind=HOST:PORT` pairs.
+        self.addresses = dict(pair.split("=", 1) for pair in line.split()[1:])
+        self.address = next(iter(self.addresses.values()))
         self.host, port = self.address.rsplit(":", 1)
         self.port = int(port)
 

@@ -45,8 +45,11 @@ from ray_otel_events.otel import otlp_wire, semconv
 from ray_otel_events.otel.log_records import to_log_record
 from ray_otel_events.otel.plain_records import key_values
 from ray_otel_events.protobuf import common_pb2
+from ray_otel_events.protobuf.events_actor_lifecycle_event_pb2 import ActorLifecycleEvent
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+from ray_otel_events.protobuf.events_driver_job_lifecycle_event_pb2 import DriverJobLifecycleEvent
 from ray_otel_events.protobuf.events_task_definition_event_pb2 import TaskDefinitionEvent
+from ray_otel_events.protobuf.events_task_lifecycle_event_pb2 import TaskLifecycleEvent
 
 PRODUCER = "bridge"  # value of semconv.PRODUCER_ATTR on the spans made here
 
@@ -58,6 +61,14 @@ SPANS = "spans"  # labelled kind=task|actor|job, outcome=complete|incomplete
 EVICTED = "evicted_open_entities"
 
 _TASK_TERMINAL = frozenset({TaskStatus.FINISHED, TaskStatus.FAILED})
+_ACTOR_TERMINAL = frozenset({ActorState.DEAD})
+_JOB_TERMINAL = frozenset({JobState.FINISHED})
+_TERMINAL_STATES = {"task": _TASK_TERMINAL, "actor": _ACTOR_TERMINAL, "job": _JOB_TERMINAL}
+_LIFECYCLE_CLASSES: dict[str, Any] = {
+    "task": TaskLifecycleEvent,
+    "actor": ActorLifecycleEvent,
+    "job": DriverJobLifecycleEvent,
+}
 _TASK_RUNNING = frozenset({TaskStatus.RUNNING, TaskStatus.RUNNING_IN_RAY_GET, TaskStatus.RUNNING_IN_RAY_WAIT})
 # Actor deaths that are how actors normally end; any other death is an error.
 _NORMAL_ACTOR_DEATHS = frozenset(
@@ -166,15 +177,30 @@ def entity_key_from_bytes(raw: bytes) -> EntityKey:
     return kind.decode(), session.decode(), ident, int(attempt)
 
 
+# Bytes an open entity costs beyond its stored pieces (the object, its key, two dict entries).
+ENTITY_OVERHEAD_BYTES = 360
+
+
 @dataclass(slots=True)
 class _Entity:
+    """An open entity holds its pieces as protobuf wire bytes, not messages: a third of the memory.
+
+    Concatenated serialized payloads parse as their MergeFrom, so the lifecycle is one bytes value;
+    `running` and `terminal` are kept on the side so readiness never parses it."""
+
     key: EntityKey
     lifecycle_type: int
     first_ns: int  # earliest event timestamp seen, for entities without transitions
     updated_at: float
-    definition: Any = None  # the definition payload (first one wins)
-    lifecycle: Any = None  # lifecycle payloads merged (transitions concatenated)
+    definition_wire: bytes | None = None  # the definition payload (first one wins)
+    definition_cls: Any = None  # its message class (a task's may be an actor task's)
+    lifecycle_wire: bytes = b""  # lifecycle payloads, concatenated
+    running: bool = False  # a task saw a RUNNING* transition
+    terminal: bool = False  # a terminal transition arrived
     terminal_at: float | None = None
+    # Parsed only when the span is built (_materialize).
+    definition: Any = None
+    lifecycle: Any = None
 
     @property
     def kind(self) -> str:
@@ -183,6 +209,10 @@ class _Entity:
     @property
     def session(self) -> str:
         return self.key[1]
+
+    @property
+    def size(self) -> int:
+        return ENTITY_OVERHEAD_BYTES + len(self.definition_wire or b"") + len(self.lifecycle_wire)
 
 
 def _entity_key(event: RayEvent) -> tuple[EntityKey, int] | None:
@@ -252,6 +282,14 @@ def _entity_job(event: RayEvent, key: EntityKey) -> bytes:
     return ident
 
 
+def routing_key(event: RayEvent) -> bytes:
+    """The trace id of the span an event belongs to (its event id when it has none): what splits
+    assembly over processes or machines so that every piece of one entity meets in one place."""
+    keyed = _entity_key(event)
+    trace, _ = _trace_context(event, keyed[0] if keyed is not None else None)
+    return trace or event.event_id
+
+
 class _BoundedSet:
     """Remembers the most recent `size` keys."""
 
@@ -279,6 +317,7 @@ class RayEventsToOtel:
         self,
         *,
         max_open_entities: int = 100_000,
+        max_open_bytes: int = 256 * 1024 * 1024,
         entity_ttl_s: float = 600.0,
         terminal_grace_s: float = 2.0,
         dedup_window: int = 200_000,
@@ -286,9 +325,11 @@ class RayEventsToOtel:
         observed_clock_ns: Callable[[], int] = time.time_ns,
         counters: Counters | None = None,
     ) -> None:
-        if max_open_entities <= 0 or dedup_window <= 0:
-            raise ValueError("max_open_entities and dedup_window must be > 0")
+        if max_open_entities <= 0 or max_open_bytes <= 0 or dedup_window <= 0:
+            raise ValueError("max_open_entities, max_open_bytes and dedup_window must be > 0")
         self.max_open_entities = max_open_entities
+        self.max_open_bytes = max_open_bytes
+        self._open_bytes = 0  # sum of the open entities' `size`
         self.entity_ttl_s = entity_ttl_s
         self.terminal_grace_s = terminal_grace_s
         self.clock = clock
@@ -305,6 +346,11 @@ class RayEventsToOtel:
     def open_entities(self) -> int:
         return len(self._open)
 
+    @property
+    def open_bytes(self) -> int:
+        """What the open entities hold: their stored pieces plus a fixed overhead each."""
+        return self._open_bytes
+
     def remember_emitted(self, keys: Iterable[EntityKey]) -> None:
         """Entities whose span a previous run emitted: their late pieces stay late after a restart."""
         for key in keys:
@@ -312,10 +358,12 @@ class RayEventsToOtel:
 
     # -- input ---------------------------------------------------------------------------------
 
-    def add(self, events: Iterable[RayEvent], replay: bool = False) -> Emitted:
+    def add(self, events: Iterable[RayEvent], logs: bool = True, assemble: bool = True) -> Emitted:
         """Take events (in any order); returns their log records and the spans now complete.
 
-        `replay`: events a durable bridge kept from a previous run; their log records left then."""
+        `logs=False`: no log records (a durable bridge's replay, whose records left before; an
+        assemble-only stage, fed the records themselves). `assemble=False`: log records only (a
+        convert-only stage; spans are assembled elsewhere, routed by trace id)."""
         out = Emitted()
         now = self.clock()
         touched: dict[EntityKey, None] = {}
@@ -328,11 +376,11 @@ class RayEventsToOtel:
             self.counters.add(EVENTS, event_type=event_type_name(event.event_type))
             keyed = _entity_key(event)
             key = keyed[0] if keyed is not None else None
-            if not replay:
+            if logs:
                 out.logs.append(
                     EmittedLog(event.session_name, event.event_type, self._log_record(event, key))
                 )
-            if keyed is None:
+            if keyed is None or not assemble:
                 continue
             key, lifecycle_type = keyed
             if key in self._emitted:
@@ -346,6 +394,7 @@ class RayEventsToOtel:
             entity = self._open.get(key)
             if entity is not None:
                 self._check_terminal(entity, now, out)
+        self._evict_over_bounds(out)
         return out
 
     def _update(self, key: EntityKey, lifecycle_type: int, event: RayEvent, now: float, out: Emitted) -> None:
@@ -354,11 +403,8 @@ class RayEventsToOtel:
         if entity is None:
             entity = _Entity(key, lifecycle_type, event_ns, now)
             self._open[key] = entity
-            if len(self._open) > self.max_open_entities:
-                oldest = next(iter(self._open))
-                self.counters.add(EVICTED)
-                self._emit(self._open[oldest], out)
         else:
+            self._open_bytes -= entity.size
             entity.first_ns = min(entity.first_ns, event_ns)
             entity.updated_at = now
             self._open.move_to_end(key)
@@ -372,17 +418,27 @@ class RayEventsToOtel:
         elif etype == ET.DRIVER_JOB_DEFINITION_EVENT:
             self._set_definition(entity, event.driver_job_definition_event)
         elif etype == ET.TASK_LIFECYCLE_EVENT:
-            self._merge_lifecycle(entity, event.task_lifecycle_event)
+            self._merge_lifecycle(entity, event.task_lifecycle_event, _TASK_TERMINAL)
         elif etype == ET.ACTOR_LIFECYCLE_EVENT:
-            self._merge_lifecycle(entity, event.actor_lifecycle_event)
+            self._merge_lifecycle(entity, event.actor_lifecycle_event, _ACTOR_TERMINAL)
         elif etype == ET.DRIVER_JOB_LIFECYCLE_EVENT:
-            self._merge_lifecycle(entity, event.driver_job_lifecycle_event)
+            self._merge_lifecycle(entity, event.driver_job_lifecycle_event, _JOB_TERMINAL)
+        self._open_bytes += entity.size
         if entity.kind == "task":
             self._note_attempt(entity.session, key[2], key[3])
 
+    def _evict_over_bounds(self, out: Emitted) -> None:
+        """The least recently updated entities leave as incomplete spans while a bound is passed."""
+        while len(self._open) > self.max_open_entities or (
+            self._open_bytes > self.max_open_bytes and len(self._open) > 1
+        ):
+            reason = "entities" if len(self._open) > self.max_open_entities else "bytes"
+            self.counters.add(EVICTED, reason=reason)
+            self._emit(next(iter(self._open.values())), out)
+
     def _check_terminal(self, entity: _Entity, now: float, out: Emitted) -> None:
         """Emit a terminal entity that is complete, or start its grace period."""
-        if self._terminal_state(entity) is None:
+        if not entity.terminal:
             return
         if self._ready(entity):
             self._emit(entity, out)
@@ -392,15 +448,19 @@ class RayEventsToOtel:
 
     @staticmethod
     def _set_definition(entity: _Entity, payload: Any) -> None:
-        if entity.definition is None:
-            entity.definition = type(payload)()
-            entity.definition.CopyFrom(payload)
+        if entity.definition_wire is None:
+            entity.definition_wire = payload.SerializeToString()
+            entity.definition_cls = type(payload)
 
     @staticmethod
-    def _merge_lifecycle(entity: _Entity, payload: Any) -> None:
-        if entity.lifecycle is None:
-            entity.lifecycle = type(payload)()
-        entity.lifecycle.MergeFrom(payload)
+    def _merge_lifecycle(entity: _Entity, payload: Any, terminal_states: frozenset[int]) -> None:
+        entity.lifecycle_wire += payload.SerializeToString()
+        for transition in payload.state_transitions:
+            state = transition.state
+            if state in terminal_states:
+                entity.terminal = True
+            elif state in _TASK_RUNNING and entity.kind == "task":
+                entity.running = True
 
     def _note_attempt(self, session: str, task_id: bytes, attempt: int) -> None:
         key = (session, task_id)
@@ -429,23 +489,18 @@ class RayEventsToOtel:
         return out
 
     def _terminal_state(self, entity: _Entity) -> tuple[int, int, Any] | None:
-        """The first terminal transition (by time), if any."""
+        """The first terminal transition (by time), if any (of a materialized entity)."""
+        terminal_states = _TERMINAL_STATES[entity.kind]
         for item in self._transitions(entity):
-            state = item[1]
-            if entity.kind == "task" and state in _TASK_TERMINAL:
-                return item
-            if entity.kind == "actor" and state == ActorState.DEAD:
-                return item
-            if entity.kind == "job" and state == JobState.FINISHED:
+            if item[1] in terminal_states:
                 return item
         return None
 
-    def _ready(self, entity: _Entity) -> bool:
-        if entity.definition is None:
+    @staticmethod
+    def _ready(entity: _Entity) -> bool:
+        if entity.definition_wire is None:
             return False
-        if entity.kind != "task":
-            return True
-        return any(t.state in _TASK_RUNNING for t in entity.lifecycle.state_transitions)
+        return entity.kind != "task" or entity.running
 
     # -- time limits and shutdown ----------------------------------------------------------------
 
@@ -477,6 +532,8 @@ class RayEventsToOtel:
     def _emit(self, entity: _Entity, out: Emitted) -> None:
         key = entity.key
         del self._open[key]
+        self._open_bytes -= entity.size
+        self._materialize(entity)
         self._terminal.pop(key, None)
         self._emitted.add(key)
         terminal = self._terminal_state(entity)
@@ -491,6 +548,14 @@ class RayEventsToOtel:
         out.spans.append(
             EmittedSpan(entity.session, entity.lifecycle_type, span, entity_key_bytes(entity.key))
         )
+
+    @staticmethod
+    def _materialize(entity: _Entity) -> None:
+        """Parse the stored pieces into the payload messages the span builders read."""
+        if entity.definition_wire is not None:
+            entity.definition = entity.definition_cls.FromString(entity.definition_wire)
+        if entity.lifecycle_wire:
+            entity.lifecycle = _LIFECYCLE_CLASSES[entity.kind].FromString(entity.lifecycle_wire)
 
     def _base_span(
         self,

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, Protocol
 
 import grpc
@@ -43,7 +42,6 @@ PRODUCER_DROPPED_TASK_ATTEMPTS = "producer_dropped_task_attempts"
 DUPLICATES = "duplicates"  # labelled event_type: an eventId seen in the recent-id window, not taken again
 
 # Ray's agent accepts messages up to 512 MiB; the buffer's byte bound protects memory, not this.
-MAX_MESSAGE_BYTES = 512 * 1024 * 1024
 
 _EMPTY_REPLY = b""  # AddEventsReply() serialized: Ray's aggregator always answers an empty reply
 
@@ -177,62 +175,3 @@ class AddEventsReceiver:
         """The service's method table; requests and replies stay bytes (no generic deserialization)."""
         method = grpc.unary_unary_rpc_method_handler(self.add_events)
         return grpc.method_handlers_generic_handler(SERVICE, {METHOD: method})
-
-
-class GrpcAddEventsServer:
-    """A grpc.aio server bound to host:port (0 = any free port) serving one receiver."""
-
-    def __init__(
-        self,
-        receiver: AddEventsReceiver,
-        host: str,
-        port: int,
-        credentials: grpc.ServerCredentials | None = None,
-        interceptors: Sequence[Any] = (),
-        add_services: Callable[[Any], None] | None = None,
-    ) -> None:
-        self.receiver = receiver
-        self.host = host
-        self._requested_port = port
-        self._credentials = credentials
-        self._interceptors = tuple(interceptors)
-        self._add_services = add_services  # more services on the same port (grpc.health.v1)
-        self.port = 0
-        self._server: Any = None
-
-    async def start(self) -> int:
-        server = grpc.aio.server(
-            interceptors=self._interceptors,
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.so_reuseport", 0),
-            ],
-        )
-        server.add_generic_rpc_handlers((self.receiver.handler(),))
-        if self._add_services is not None:
-            self._add_services(server)
-        address = (
-            f"[{self.host}]:{self._requested_port}"
-            if ":" in self.host
-            else f"{self.host}:{self._requested_port}"
-        )
-        try:
-            if self._credentials is None:
-                self.port = server.add_insecure_port(address)
-            else:
-                self.port = server.add_secure_port(address, self._credentials)
-        except RuntimeError as exc:
-            raise OSError(f"cannot listen for gRPC on {address}: {exc}") from exc
-        if self.port == 0:
-            raise OSError(f"cannot listen for gRPC on {address}")
-        await server.start()
-        self._server = server
-        return self.port
-
-    async def stop(self, grace_s: float) -> None:
-        """Close the port, letting calls in progress finish for up to `grace_s`. Call
-        `receiver.begin_shutdown()` earlier to refuse calls with a message while flushing."""
-        self.receiver.begin_shutdown()
-        if self._server is not None:
-            await self._server.stop(grace_s)
-            self._server = None

@@ -141,7 +141,7 @@ class OtlpHttpReceiver:
         except Exception:
             logger.exception("OTLP %s consumer failed", signal)
             return self._refuse(signal, kind, 500, f"internal error while handling {signal}")
-        total = _count_items(decoded)
+        total = count_items(decoded)
         rejected = invalid.count + result.rejected
         self.counters.add(ACCEPTED_ITEMS, total - result.rejected, signal=signal)
         self.counters.add(REJECTED_ITEMS, rejected, signal=signal)
@@ -232,7 +232,7 @@ def _valid_span_ids(span: Message) -> bool:
     )
 
 
-def _count_items(request: ExportTraceServiceRequest | ExportLogsServiceRequest) -> int:
+def count_items(request: ExportTraceServiceRequest | ExportLogsServiceRequest) -> int:
     if isinstance(request, ExportTraceServiceRequest):
         return sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
     return sum(len(sl.log_records) for rl in request.resource_logs for sl in rl.scope_logs)

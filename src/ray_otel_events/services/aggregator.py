@@ -56,6 +56,7 @@ from ray_otel_events.observability.service_metrics import register_buffers, regi
 from ray_otel_events.processors.event_buffer import EVICTED, MultiConsumerEventBuffer
 from ray_otel_events.processors.exposable_filter import ExposableFilter
 from ray_otel_events.receivers import grpc_add_events as rx
+from ray_otel_events.receivers.grpc_server import GrpcServer
 from ray_otel_events.security.options import ServerSecurity
 
 HealthServicer = health_aio.HealthServicer
@@ -129,7 +130,7 @@ class AggregatorService:
         self.receiver = rx.AddEventsReceiver(sink, recent_ids=self.recent_ids)
         self.health = HealthServicer()
         token = self.security.token
-        self.server = rx.GrpcAddEventsServer(
+        self.server = GrpcServer(
             self.receiver,
             config.host,
             config.grpc_port,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
@@ -52,6 +52,7 @@ from ray_otel_events.otel.to_ray_events import (
 from ray_otel_events.processors.event_buffer import RECORD_OVERHEAD_BYTES, MultiConsumerEventBuffer
 from ray_otel_events.processors.exposable_filter import ExposableFilter
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+from ray_otel_events.receivers.otlp_grpc import OtlpGrpcReceiver
 from ray_otel_events.receivers.otlp_http import ConsumeResult, OtlpConsumer, OtlpHttpReceiver, QueueFullError
 from ray_otel_events.receivers.ray_events_http import RayEventsConsumer, RayEventsHttpReceiver
 from ray_otel_events.security.auth import BearerToken
@@ -64,6 +65,7 @@ RAY_EVENTS_FROM_SPANS = "ray_events_from_spans"
 RECORDS_FORWARDED = "plain_records_forwarded"  # labelled signal=span|log
 RECORDS_DROPPED = "plain_records_dropped"  # no --spans-export-addr; labelled signal=span|log
 REJECTED = "rejected_items"  # claimed to be Ray data but unusable; labelled signal
+RAY_EVENTS_DROPPED = "ray_events_dropped"  # RayEvents from OTLP with no --export-addr to go to
 
 PENDING_TABLE = "pending"  # durable: RayEvents held in open entities, by entity key
 EMITTED_TABLE = "emitted"  # durable: keys of entities whose span left (late pieces stay late)
@@ -71,6 +73,11 @@ RECORD_TYPE = 0  # the "event type" plain records carry in their queue (they are
 RETRY_AFTER_S = 1.0
 RAY_EVENTS_HEADROOM = 0.9  # /v1/ray-events is admitted while its queues are below 90 % full
 MAX_REASONS = 3
+
+
+class PieceRouter(Protocol):
+    async def forward(self, events: list[RayEvent]) -> list[RayEvent]:
+        """Send the events another process owns to it; return this process's share."""
 
 
 class _Queue:
@@ -155,26 +162,25 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
             self.emitted_keys = SqliteEventQueue(self.database, EMITTED_TABLE, config.queue_max_bytes)
         db = self.database
         encoder = RayEventJsonEncoder(preserve_proto_field_name=config.preserve_proto_field_name)
-        self.ray_events = _Queue(
-            "ray-events",
-            config,
-            HttpJsonPublisherClient(
+        self.ray_events: _Queue | None = None
+        if config.export_addr:
+            client = HttpJsonPublisherClient(
                 config.export_addr, encoder, config.publisher_timeout_s, transport=transport
-            ),
-            db,
-        )
+            )
+            self.ray_events = _Queue("ray-events", config, client, db)
         self.records: _Queue | None = None
         if config.spans_export_addr:
-            client = JsonRecordsPublisherClient(
+            records_client = JsonRecordsPublisherClient(
                 config.spans_export_addr, config.publisher_timeout_s, transport=transport
             )
-            self.records = _Queue("records", config, client, db)
+            self.records = _Queue("records", config, records_client, db)
         self.otlp_traces_client = OtlpHttpPublisherClient("traces", otlp_traces, transport=transport)
         self.otlp_logs_client = OtlpHttpPublisherClient("logs", otlp_logs, transport=transport)
         self.otlp_spans = _Queue("otlp-traces", config, self.otlp_traces_client, db)
         self.otlp_logs = _Queue("otlp-logs", config, self.otlp_logs_client, db)
         self.to_otel = RayEventsToOtel(
             max_open_entities=config.max_open_entities,
+            max_open_bytes=config.max_open_bytes,
             entity_ttl_s=config.entity_ttl_s,
             terminal_grace_s=config.terminal_grace_s,
             dedup_window=config.dedup_window,
@@ -183,8 +189,10 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
         self.items = OtlpItemEncoder(config.service_name)
         self.otlp_receiver = OtlpHttpReceiver(self, config.max_body_bytes)
         self.ray_events_receiver = RayEventsHttpReceiver(self, config.max_body_bytes)
+        self.otlp_grpc_receiver = OtlpGrpcReceiver(self, self.otlp_receiver.counters)
         self._sweeper: asyncio.Task[None] | None = None
         self._running = False
+        self.router: PieceRouter | None = None  # set by a multi-process bridge (bridge_workers.py)
         self.metrics = self._build_metrics()
 
     def _build_metrics(self) -> ServerMetrics:
@@ -201,6 +209,11 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
             "assembler_open_entities",
             "task attempts, actors, jobs... whose span is still open in the bridge",
             lambda: {(): float(self.to_otel.open_entities)},
+        )
+        metrics.add_gauge(
+            "assembler_open_bytes",
+            "bytes the open entities hold (their pieces plus a fixed overhead each)",
+            lambda: {(): float(self.to_otel.open_bytes)},
         )
         return metrics
 
@@ -219,8 +232,8 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
 
     @property
     def queues(self) -> list[_Queue]:
-        queues = [self.ray_events, self.otlp_spans, self.otlp_logs]
-        return queues if self.records is None else [*queues, self.records]
+        optional = [q for q in (self.ray_events, self.records) if q is not None]
+        return [self.otlp_spans, self.otlp_logs, *optional]
 
     def routes(self) -> list[web.RouteDef]:
         return [*self.otlp_receiver.routes(), *self.ray_events_receiver.routes()]
@@ -257,7 +270,7 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
         if stored.wires:
             logger.info("bridge: resuming %d pieces of open entities", len(stored.wires))
             events = [RayEvent.FromString(wire) for wire in stored.wires]
-            emitted = self.to_otel.add(events, replay=True)
+            emitted = self.to_otel.add(events, logs=False)
             emitted.taken.clear()  # already on disk
             self._queue_otel(emitted)
 
@@ -321,9 +334,9 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
                     if context is None:
                         context = RecordContext(resource_spans.resource, scope_spans.scope)
                     records.append(orjson.dumps(span_record(span, context)))
-        self._admit(events, records)
+        lost = self._admit(events, records)
         self.counters.add(RAY_EVENTS_FROM_SPANS, len(events))
-        return self._result("span", rejected, len(records), dropped)
+        return self._result("span", rejected, len(records), dropped, lost)
 
     async def consume_logs(self, request: ExportLogsServiceRequest) -> ConsumeResult:
         events: list[RayEvent] = []
@@ -346,14 +359,30 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
                     if context is None:
                         context = RecordContext(resource_logs.resource, scope_logs.scope)
                     records.append(orjson.dumps(log_record(record, context)))
-        self._admit(events, records)
         self.counters.add(RAY_EVENTS_FROM_LOGS, len(events))
-        return self._result("log", rejected, len(records), dropped)
+        lost = 0
+        if self.config.mode == "assemble":
+            # The records are the convert tier's: what is left to do here is their spans.
+            self._admit([], records)
+            if events:
+                await self.consume_ray_events(events)
+        else:
+            lost = self._admit(events, records)
+        return self._result("log", rejected, len(records), dropped, lost)
 
-    def _admit(self, events: list[RayEvent], records: list[bytes]) -> None:
-        """Queue everything a request produced, or nothing (QueueFullError) if it does not fit."""
+    def _admit(self, events: list[RayEvent], records: list[bytes]) -> int:
+        """Queue everything a request produced, or nothing (QueueFullError) if it does not fit.
+        Returns how many RayEvents had nowhere to go (no --export-addr)."""
+        lost = 0
+        if events and self.ray_events is None:
+            lost, events = len(events), []
+            self.counters.add(RAY_EVENTS_DROPPED, lost)
         wires = [event.SerializeToString() for event in events]
-        if wires and not self.ray_events.room_for(len(wires), sum(map(len, wires))):
+        if (
+            wires
+            and self.ray_events is not None
+            and not self.ray_events.room_for(len(wires), sum(map(len, wires)))
+        ):
             raise self.ray_events.full_error()
         if (
             records
@@ -364,14 +393,17 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
         with self._transaction():
             if records and self.records is not None:
                 self.records.add_many(records, [RECORD_TYPE] * len(records))
-            if wires:
+            if wires and self.ray_events is not None:
                 self.ray_events.add_many(wires, [event.event_type for event in events])
+        return lost
 
     def _transaction(self) -> contextlib.AbstractContextManager[object]:
         """One disk transaction for everything a request or a sweep queues (none in memory mode)."""
         return self.database.transaction() if self.database is not None else contextlib.nullcontext()
 
-    def _result(self, signal: str, rejected: list[str], forwarded: int, dropped: int) -> ConsumeResult:
+    def _result(
+        self, signal: str, rejected: list[str], forwarded: int, dropped: int, lost: int = 0
+    ) -> ConsumeResult:
         self.counters.add(RECORDS_FORWARDED, forwarded, signal=signal)
         self.counters.add(RECORDS_DROPPED, dropped, signal=signal)
         self.counters.add(REJECTED, len(rejected), signal=signal)
@@ -381,16 +413,23 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
             notes.append("; ".join(rejected[:MAX_REASONS]) + more)
         if dropped:
             notes.append(f"{dropped} {signal}s that are not Ray data were dropped (no --spans-export-addr)")
+        if lost:
+            notes.append(f"{lost} RayEvents were dropped (no --export-addr)")
         return ConsumeResult(rejected=len(rejected), message="; ".join(notes))
 
     # -- RayEvents in -> OTLP out --------------------------------------------------------------
 
-    async def consume_ray_events(self, events: list[RayEvent]) -> None:
+    async def consume_ray_events(self, events: list[RayEvent], routed: bool = False) -> None:
+        """`routed`: a peer process sent these, as their owner; otherwise the router (if any)
+        first sends every event owned elsewhere to its owner (raising QueueFullError if it is full)."""
         count = len(events)
         for queue in (self.otlp_spans, self.otlp_logs):
             if not queue.room_for(count, 0, RAY_EVENTS_HEADROOM):
                 raise queue.full_error()
-        self._queue_otel(self.to_otel.add(events))
+        if self.router is not None and not routed:
+            events = await self.router.forward(events)
+        mode = self.config.mode
+        self._queue_otel(self.to_otel.add(events, logs=mode != "assemble", assemble=mode != "convert"))
 
     def _queue_otel(self, emitted: Emitted) -> None:
         """Queue spans and log records; when durable, in one transaction with the open entities'

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from typing import Any
 
@@ -18,8 +19,10 @@ from aiohttp import web
 
 from ray_otel_events.config import BridgeConfig
 from ray_otel_events.exporters.transport import HttpTransport, parse_header_flags
+from ray_otel_events.receivers.grpc_server import GrpcServer
 from ray_otel_events.security.options import ServerSecurity, add_security_arguments, security_from_args
 from ray_otel_events.services.bridge import BridgeService
+from ray_otel_events.services.bridge_workers import run_workers
 from ray_otel_events.services.lifecycle import (
     add_logging_arguments,
     configure_logging,
@@ -42,7 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port; 0 picks a free one (default 0)")
-    parser.add_argument("--export-addr", required=True, help="URL RayEvent JSON arrays are POSTed to")
+    parser.add_argument(
+        "--export-addr",
+        help="URL RayEvent JSON arrays (from OTLP input) are POSTed to; without it such input is "
+        "counted and dropped",
+    )
     parser.add_argument(
         "--spans-export-addr", help="URL plain JSON records of other spans and log records are POSTed to"
     )
@@ -86,6 +93,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "restart (env RAY_OTEL_EVENTS_QUEUE_DIR; default: memory only)",
     )
     parser.add_argument("--queue-max-bytes", type=int, help="bound of each durable queue (1 GiB)")
+    stage = parser.add_mutually_exclusive_group()
+    stage.add_argument(
+        "--convert-only",
+        dest="mode",
+        action="store_const",
+        const="convert",
+        help="RayEvents -> OTLP log records only (each with its trace and span id); spans are "
+        "assembled by an --assemble-only tier the Collector routes to by traceID (docs/scaling.md)",
+    )
+    stage.add_argument(
+        "--assemble-only",
+        dest="mode",
+        action="store_const",
+        const="assemble",
+        help="OTLP log records carrying RayEvents (HTTP /v1/logs, or gRPC with --grpc-port) -> spans",
+    )
+    parser.add_argument(
+        "--grpc-port",
+        type=int,
+        help="also take OTLP over gRPC on this port (0: a free one), as the Collector's loadbalancing "
+        "exporter sends it",
+    )
+    parser.add_argument("--max-open-entities", type=int, help="open task attempts/actors/jobs kept (100000)")
+    parser.add_argument(
+        "--max-open-bytes",
+        type=int,
+        help="bytes the open entities may hold (256 MiB); past either bound the least recently "
+        "updated leave as incomplete spans, counted",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        help="processes behind the one port (default 1; 0: one per CPU); RayEvents are routed "
+        "between them by trace id so every span is assembled exactly once",
+    )
     add_logging_arguments(parser)
     add_security_arguments(parser)
 
@@ -104,15 +146,24 @@ _OVERRIDES = (
     "shutdown_flush_timeout_s",
     "queue_dir",
     "queue_max_bytes",
+    "mode",
+    "grpc_port",
+    "max_open_entities",
+    "max_open_bytes",
+    "workers",
 )
 
 
 def run(args: argparse.Namespace) -> int:
     configure_logging(str(args.log_level), args.log_format)
+    if args.workers == 0:
+        args.workers = os.cpu_count() or 1
     config = BridgeConfig.from_env().with_overrides(**{name: getattr(args, name) for name in _OVERRIDES})
     security = security_from_args(args)
-    traces, logs = config.otlp("traces"), config.otlp("logs")
     transport = HttpTransport.build(parse_header_flags(args.export_header), args.export_ca_file or "")
+    if config.workers > 1:
+        return run_workers(config, security, transport, args.log_format)
+    traces, logs = config.otlp("traces"), config.otlp("logs")
     return asyncio.run(serve(BridgeService(config, traces, logs, transport), security, args.log_format))
 
 
@@ -131,6 +182,21 @@ async def serve(
         print(f"ray-otel-events bridge: cannot listen on {config.host}:{config.port}: {exc}", file=sys.stderr)
         await runner.cleanup()
         return 1
+    grpc_server: GrpcServer | None = None
+    if config.grpc_port is not None:
+        grpc_server = GrpcServer(
+            service.otlp_grpc_receiver,
+            config.host,
+            config.grpc_port,
+            credentials=security.tls.grpc_credentials() if security.tls else None,
+            interceptors=[security.token.grpc_interceptor()] if security.token else [],
+        )
+        try:
+            await grpc_server.start()
+        except OSError as exc:
+            print(f"ray-otel-events bridge: {exc}", file=sys.stderr)
+            await runner.cleanup()
+            return 1
     service.start()
     address: Any = runner.addresses[0]
     stop = stop_on_signals()
@@ -142,8 +208,11 @@ async def serve(
         "on" if security.tls else "off",
         "on" if security.token else "off",
     )
-    print(f"listening http={config.host}:{address[1]}", flush=True)
+    grpc_part = f" grpc={config.host}:{grpc_server.port}" if grpc_server is not None else ""
+    print(f"listening http={config.host}:{address[1]}{grpc_part}", flush=True)
     await stop.wait()
+    if grpc_server is not None:
+        await grpc_server.stop(config.shutdown_flush_timeout_s)
     await runner.cleanup()  # stop accepting; requests in progress finish first
     await service.stop()
     stats = service.stats()

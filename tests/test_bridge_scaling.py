@@ -1,0 +1,165 @@
+"""Scaling the RayEvent->OTLP bridge: `--workers 2` behind one port, and a convert tier feeding two
+`--assemble-only` processes split by trace id (what the Collector's loadbalancing exporter does),
+each giving the same spans as one process. Input: a real Ray 2.60 cluster's POSTs
+(fixtures/bridge/runE) replayed under several session names, so that there are several traces."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import orjson
+import pytest
+import requests
+from helpers.agg_procs import read_jsonl
+from helpers.bridge_procs import ServerGroup, any_value, otlp_log_records, otlp_spans, url, wait_until
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2_grpc import LogsServiceStub
+
+from ray_otel_events.otel import otlp_json, semconv
+
+RUN_E = Path(__file__).parent / "fixtures" / "bridge" / "runE"
+SESSIONS = [f"session_2026-11-23_00-00-0{i}_000000_{i}" for i in range(4)]
+EVENTS_PER_SESSION = 120  # RayEvents in runE
+SPANS_PER_SESSION = 28  # 27 complete and the detached actor, flushed incomplete
+
+
+def bodies() -> Iterator[bytes]:
+    """Every runE POST, once per session (new event ids too): the sessions' traces interleave as a
+    busy cluster's would."""
+    for path in sorted(RUN_E.glob("*.body")):
+        events = orjson.loads(path.read_bytes())
+        for index, session in enumerate(SESSIONS):
+            yield orjson.dumps(
+                [{**e, "sessionName": session, "eventId": _event_id(e["eventId"], index)} for e in events]
+            )
+
+
+def _event_id(original: str, index: int) -> str:
+    return base64.b64encode(bytes([index]) + base64.b64decode(original)).decode()
+
+
+def post_all(bridge: Any) -> None:
+    for body in bodies():
+        response = requests.post(  # a new connection each time: any worker may take it
+            url(bridge, "/v1/ray-events"),
+            data=body,
+            headers={"Content-Type": "application/json"},
+            timeout=30,
+        )
+        assert response.status_code == 200, response.text
+
+
+def span_view(spans: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What must not depend on how the work was split: ids, parents, times, status, events."""
+    return sorted(
+        (
+            s["traceId"],
+            s["spanId"],
+            s.get("parentSpanId", ""),
+            s["name"],
+            s["startTimeUnixNano"],
+            s["endTimeUnixNano"],
+            s.get("status", {}).get("code", 0),
+            bool(s["_attrs"].get(semconv.INCOMPLETE_ATTR)),
+            tuple((e["name"], e["timeUnixNano"]) for e in s.get("events", [])),
+        )
+        for s in spans
+    )
+
+
+def run_full_bridge(tmp_path: Path, *extra: str) -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
+    (tmp_path).mkdir()
+    with ServerGroup(tmp_path) as group:
+        sink, sink_path = group.sink("otlp")
+        bridge = group.bridge("--otlp-endpoint", url(sink), "--terminal-grace", "0.2", *extra)
+        post_all(bridge)
+        stats = bridge.stop()
+        expected = SPANS_PER_SESSION * len(SESSIONS)
+        spans = wait_until(lambda: otlp_spans(sink_path), expected)
+        records = wait_until(lambda: otlp_log_records(sink_path), EVENTS_PER_SESSION * len(SESSIONS))
+    return spans, len(records), stats
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    spans, records, _ = run_full_bridge(tmp_path_factory.mktemp("ref") / "one")
+    assert len(spans) == SPANS_PER_SESSION * len(SESSIONS)
+    assert records == EVENTS_PER_SESSION * len(SESSIONS)
+    assert len({s["traceId"] for s in spans}) == len(SESSIONS)
+    return spans
+
+
+def test_two_workers_give_the_same_spans_as_one(reference: list[dict[str, Any]], tmp_path: Path) -> None:
+    spans, records, stats = run_full_bridge(tmp_path / "two", "--workers", "2")
+    assert stats["workers"] == 2
+    assert records == EVENTS_PER_SESSION * len(SESSIONS)  # every event's record, once
+    assert span_view(spans) == span_view(reference)
+    assert len(spans) == len({s["spanId"] for s in spans})  # each span assembled exactly once
+    routed = sum(s["value"] for s in stats["router"]["forwarded_events"])
+    assert 0 < routed < EVENTS_PER_SESSION * len(SESSIONS)  # both workers owned traces
+    assert stats["open_entities"] == 0  # SIGTERM flushed both workers' open entities
+
+
+def split_by_trace_id(request: ExportLogsServiceRequest, parts: int) -> list[ExportLogsServiceRequest]:
+    """As the loadbalancing exporter routes by traceID (records without one go to the first)."""
+    out = [ExportLogsServiceRequest() for _ in range(parts)]
+    for resource_logs in request.resource_logs:
+        for scope_logs in resource_logs.scope_logs:
+            for record in scope_logs.log_records:
+                owner = int.from_bytes(record.trace_id[:8], "big") % parts if record.trace_id else 0
+                target = out[owner].resource_logs.add(resource=resource_logs.resource)
+                target.scope_logs.add(scope=scope_logs.scope).log_records.append(record)
+    return out
+
+
+def test_convert_tier_and_two_assemblers_split_by_trace_id_give_the_same_spans(
+    reference: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    with ServerGroup(tmp_path) as group:
+        logs_sink, logs_path = group.sink("logs")
+        spans_sink, spans_path = group.sink("spans")
+        convert = group.bridge("--convert-only", "--otlp-endpoint", url(logs_sink))
+        assemblers = [
+            group.bridge(
+                "--assemble-only",
+                "--grpc-port",
+                "0",
+                "--otlp-endpoint",
+                url(spans_sink),
+                "--terminal-grace",
+                "0.2",
+            )
+            for _ in range(2)
+        ]
+        post_all(convert)
+        convert_stats = convert.stop()
+        records = wait_until(lambda: otlp_log_records(logs_path), EVENTS_PER_SESSION * len(SESSIONS))
+        assert not otlp_spans(logs_path)  # convert makes no spans
+        # The Collector's part: route each record to an assembler by trace id, over OTLP/gRPC.
+        channels = [grpc.insecure_channel(a.addresses["grpc"]) for a in assemblers]
+        try:
+            for line in read_jsonl(logs_path):
+                request = otlp_json.logs_request_from_json(line)
+                for part, channel in zip(split_by_trace_id(request, 2), channels, strict=True):
+                    if part.resource_logs:
+                        reply = LogsServiceStub(channel).Export(part, timeout=30)
+                        assert isinstance(reply, ExportLogsServiceResponse)
+                        assert reply.partial_success.rejected_log_records == 0
+        finally:
+            for channel in channels:
+                channel.close()
+        assembler_stats = [a.stop() for a in assemblers]
+        spans = wait_until(lambda: otlp_spans(spans_path), SPANS_PER_SESSION * len(SESSIONS))
+    assert len(records) == EVENTS_PER_SESSION * len(SESSIONS)
+    assert all(any_value(r["body"])["sessionName"] in SESSIONS for r in records)
+    assert convert_stats["open_entities"] == 0 and "spans" not in convert_stats["ray_events_to_otel"]
+    assert all(s["ray_events_to_otel"]["spans"] for s in assembler_stats)  # both assembled some
+    assert not otlp_log_records(spans_path)  # assemblers add no second copy of the records
+    assert span_view(spans) == span_view(reference)
