@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import orjson
+from google.protobuf import json_format
 from hypothesis import given
 from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs
 
 from ray_otel_events.otel import otlp_wire
+from ray_otel_events.otel.log_records import log_record_wire, to_log_record
 from ray_otel_events.otel.plain_records import key_values, python_to_any_value
+from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+
+FIXTURES = Path(__file__).parent / "fixtures"
 
 scalars = (
     st.text()
@@ -74,3 +81,37 @@ def test_resource_logs_item_wraps_one_record() -> None:
     assert scope_logs.scope.name == "s"
     (parsed,) = scope_logs.log_records
     assert parsed.body.string_value == "b" and parsed.attributes[0].value.int_value == 1
+
+
+def _fixture_events() -> list[RayEvent]:
+    """Every real RayEvent we hold: runE's POSTs, the aggregator capture, one per event type."""
+    dicts: list[dict[str, Any]] = []
+    for path in sorted((FIXTURES / "bridge" / "runE").glob("*.body")):
+        dicts.extend(orjson.loads(path.read_bytes()))
+    captured = orjson.loads((FIXTURES / "aggregator-ray-2.60" / "events.json").read_bytes())
+    dicts.extend(item.get("event", item) for item in captured)
+    for path in sorted((FIXTURES / "ray-2.60").glob("*.json")):
+        dicts.extend(item["event"] for item in orjson.loads(path.read_bytes()))
+    return [json_format.ParseDict(d, RayEvent(), ignore_unknown_fields=True) for d in dicts]
+
+
+def test_a_ray_events_record_in_one_pass_equals_the_fields_encoded() -> None:
+    events = _fixture_events()
+    assert len(events) > 150
+    for event in events:
+        fields = to_log_record(event)
+        trace, span = b"\x01" * 16, b"\x02" * 8
+        expected = otlp_wire.log_record(
+            time_unix_nano=fields.timestamp_ns,
+            observed_time_unix_nano=7,
+            severity_number=fields.severity_number,
+            severity_text=fields.severity_text,
+            event_name=fields.event_name,
+            body=fields.body,
+            attrs=fields.attributes,
+            trace_id=trace,
+            span_id=span,
+        )
+        got = log_record_wire(event, trace, span, 7)
+        assert LogRecord.FromString(got) == LogRecord.FromString(expected)
+        assert got == expected  # byte for byte: the same fields in the same order

@@ -41,8 +41,8 @@ from ray_otel_events.events import ids
 from ray_otel_events.events.builders import ActorState, JobState, TaskStatus, TaskType
 from ray_otel_events.events.registry import ET, event_type_name
 from ray_otel_events.metrics import Counters
-from ray_otel_events.otel import otlp_wire, semconv
-from ray_otel_events.otel.log_records import to_log_record
+from ray_otel_events.otel import semconv
+from ray_otel_events.otel.log_records import log_record_wire
 from ray_otel_events.otel.plain_records import key_values
 from ray_otel_events.protobuf import common_pb2
 from ray_otel_events.protobuf.events_actor_lifecycle_event_pb2 import ActorLifecycleEvent
@@ -756,19 +756,8 @@ class RayEventsToOtel:
     # -- log records ---------------------------------------------------------------------------
 
     def _log_record(self, event: RayEvent, key: EntityKey | None) -> bytes:
-        fields = to_log_record(event)
         trace_id, span_id = _trace_context(event, key)
-        return otlp_wire.log_record(
-            time_unix_nano=fields.timestamp_ns,
-            observed_time_unix_nano=self.observed_clock_ns(),
-            severity_number=fields.severity_number,
-            severity_text=fields.severity_text,
-            event_name=fields.event_name,
-            body=fields.body,
-            attrs=fields.attributes,
-            trace_id=trace_id,
-            span_id=span_id if trace_id else b"",
-        )
+        return log_record_wire(event, trace_id, span_id if trace_id else b"", self.observed_clock_ns())
 
 
 def _enum_name(enum: Any, value: int) -> str:

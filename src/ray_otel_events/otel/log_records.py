@@ -16,7 +16,7 @@ from google.protobuf import json_format
 
 from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
 from ray_otel_events.events.registry import REGISTRY, event_type_name
-from ray_otel_events.otel import semconv
+from ray_otel_events.otel import otlp_wire, semconv
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
 AttributeValue = str | bool | int | float | list[str] | list[bool] | list[int] | list[float]
@@ -121,3 +121,168 @@ def from_log_body(body: Mapping[str, Any]) -> RayEvent:
     event = RayEvent()
     json_format.ParseDict(dict(body), event)
     return event
+
+
+# -- the same record, straight to OTLP wire bytes -------------------------------------------------
+#
+# The bridge writes one record per RayEvent; building `LogRecordFields` and then encoding it walks
+# the event four times (two dict conversions, the flattening, the encoding). This walks the camelCase
+# dict once, guided by the descriptors (so map keys, user data, are never renamed), and writes the
+# body's KeyValues and the flattened attributes together. Entries whose value is a string repeat a
+# lot (enum names, node/job/worker ids, the session): each is encoded once and kept in a bounded cache.
+
+_FieldInfo = tuple[str, Any, Any]  # (proto name, message descriptor to descend into, map value's)
+_fields_by_json: dict[Any, dict[str, _FieldInfo]] = {}
+_ENTRY_CACHE_MAX = 1 << 16
+_body_entries: dict[tuple[str, str], bytes] = {}
+_attr_entries: dict[tuple[str, str], bytes] = {}
+_OPAQUE = frozenset({"google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue"})
+
+
+def _json_fields(descriptor: Any) -> dict[str, _FieldInfo]:
+    fields = _fields_by_json.get(descriptor)
+    if fields is None:
+        fields = {}
+        for field in descriptor.fields:
+            sub = field.message_type
+            if sub is not None and sub.GetOptions().map_entry:
+                value_type = sub.fields_by_name["value"].message_type
+                fields[field.json_name] = (field.name, None, value_type)
+            elif sub is not None and sub.full_name not in _OPAQUE:
+                fields[field.json_name] = (field.name, sub, None)
+            else:
+                fields[field.json_name] = (field.name, None, None)
+        _fields_by_json[descriptor] = fields
+    return fields
+
+
+def _entry(cache: dict[tuple[str, str], bytes], tag: bytes, key: str, value: Any) -> bytes:
+    """One repeated KeyValue entry (`tag` + length + KeyValue), cached when the value is a string."""
+    if type(value) is str:
+        cached = cache.get((key, value))
+        if cached is not None:
+            return cached
+    kv = otlp_wire.key_value(key, value)
+    entry = tag + otlp_wire.varint(len(kv)) + kv
+    if type(value) is str:
+        if len(cache) >= _ENTRY_CACHE_MAX:
+            cache.clear()
+        cache[(key, value)] = entry
+    return entry
+
+
+_KVLIST_ENTRY = b"\x0a"  # KeyValueList.values = 1
+_LOG_ATTRIBUTE = b"\x32"  # LogRecord.attributes = 6
+
+
+_leaf_entries: dict[tuple[str, str, str], tuple[bytes, bytes]] = {}
+_NO_FIELDS: dict[str, _FieldInfo] = {}
+
+
+def _walk(obj: Mapping[str, Any], descriptor: Any, path: str, attrs: list[bytes]) -> bytes:
+    """The KeyValueList entries of `obj` (camelCase, as the body holds it); appends the flattened
+    attribute entries (proto names under `path`) to `attrs`, as `_flatten` would yield them."""
+    fields = _json_fields(descriptor) if descriptor is not None else _NO_FIELDS
+    entries: list[bytes] = []
+    leaves = _leaf_entries
+    for key, value in obj.items():
+        if type(value) is str:  # most leaves: one lookup for both entries
+            pair = leaves.get((path, key, value))
+            if pair is None:
+                info = fields.get(key)
+                where = f"{path}.{info[0] if info is not None else key}"
+                pair = (
+                    _entry(_body_entries, _KVLIST_ENTRY, key, value),
+                    _entry(_attr_entries, _LOG_ATTRIBUTE, where, value),
+                )
+                if len(leaves) >= _ENTRY_CACHE_MAX:
+                    leaves.clear()
+                leaves[(path, key, value)] = pair
+            entries.append(pair[0])
+            attrs.append(pair[1])
+            continue
+        info = fields.get(key)
+        name, sub, map_value = info if info is not None else (key, None, None)
+        where = f"{path}.{name}"
+        if isinstance(value, Mapping):
+            if map_value is not None or info is None or sub is None:
+                inner = _walk_map(value, map_value, where, attrs)
+            else:
+                inner = _walk(value, sub, where, attrs)
+            kv = otlp_wire.key_with_value(key, otlp_wire.kvlist_value(inner))
+            entries.append(_KVLIST_ENTRY + otlp_wire.varint(len(kv)) + kv)
+        elif isinstance(value, list) and any(isinstance(item, (Mapping, list)) for item in value):
+            items = [_walk_value(item, sub, f"{where}.{i}", attrs) for i, item in enumerate(value)]
+            kv = otlp_wire.key_with_value(key, otlp_wire.array_value(items))
+            entries.append(_KVLIST_ENTRY + otlp_wire.varint(len(kv)) + kv)
+        else:
+            entries.append(_entry(_body_entries, _KVLIST_ENTRY, key, value))
+            _flat_leaf(where, value, attrs)
+    return b"".join(entries)
+
+
+def _walk_map(obj: Mapping[str, Any], value_descriptor: Any, path: str, attrs: list[bytes]) -> bytes:
+    """A map or Struct: keys are data, kept as they are."""
+    entries: list[bytes] = []
+    for key, value in obj.items():
+        where = f"{path}.{key}"
+        if isinstance(value, (Mapping, list)) and not (
+            isinstance(value, list) and all(isinstance(item, str) for item in value)
+        ):
+            inner = _walk_value(value, value_descriptor, where, attrs)
+            kv = otlp_wire.key_with_value(key, inner)
+            entries.append(_KVLIST_ENTRY + otlp_wire.varint(len(kv)) + kv)
+        else:
+            entries.append(_entry(_body_entries, _KVLIST_ENTRY, key, value))
+            _flat_leaf(where, value, attrs)
+    return b"".join(entries)
+
+
+def _walk_value(value: Any, descriptor: Any, path: str, attrs: list[bytes]) -> bytes:
+    """The serialized AnyValue of a list item or map value."""
+    if isinstance(value, Mapping):
+        inner = (
+            _walk(value, descriptor, path, attrs)
+            if descriptor is not None
+            else _walk_map(value, None, path, attrs)
+        )
+        return otlp_wire.kvlist_value(inner)
+    if isinstance(value, list):
+        if all(isinstance(item, str) for item in value):
+            _flat_leaf(path, value, attrs)
+            return otlp_wire.any_value(value)
+        items = [_walk_value(item, descriptor, f"{path}.{i}", attrs) for i, item in enumerate(value)]
+        return otlp_wire.array_value(items)
+    _flat_leaf(path, value, attrs)
+    return otlp_wire.any_value(value)
+
+
+def _flat_leaf(path: str, value: Any, attrs: list[bytes]) -> None:
+    if isinstance(value, list):
+        if all(isinstance(item, str) for item in value):
+            attrs.append(_entry(_attr_entries, _LOG_ATTRIBUTE, path, list(value)))
+        else:
+            for index, item in enumerate(value):
+                _flat_leaf(f"{path}.{index}", item, attrs)
+    elif isinstance(value, (str, bool, int, float)):
+        attrs.append(_entry(_attr_entries, _LOG_ATTRIBUTE, path, value))
+
+
+def log_record_wire(event: RayEvent, trace_id: bytes, span_id: bytes, observed_time_unix_nano: int) -> bytes:
+    """A serialized LogRecord equal to the one `to_log_record`'s fields encode to."""
+    attrs: list[bytes] = []
+    body = otlp_wire.kvlist_value(_walk(_camel.to_dict(event), RayEvent.DESCRIPTOR, "ray.event", attrs))
+    for key, value in entity_attributes(event).items():
+        attrs.append(_entry(_attr_entries, _LOG_ATTRIBUTE, key, value))
+    severity = SEVERITY_NUMBER.get(event.severity, 0)
+    return otlp_wire.log_record_from_parts(
+        time_unix_nano=event.timestamp.ToNanoseconds(),
+        observed_time_unix_nano=observed_time_unix_nano,
+        severity_number=severity,
+        severity_text=RayEvent.Severity.Name(event.severity) if severity else "",
+        event_name=semconv.event_name_for(event_type_name(event.event_type)),
+        body=body,
+        attributes=b"".join(attrs),
+        trace_id=trace_id,
+        span_id=span_id,
+    )

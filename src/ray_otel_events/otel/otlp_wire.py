@@ -82,6 +82,26 @@ def _key(key: str) -> bytes:
     return encoded
 
 
+def key_value(key: str, value: Any) -> bytes:
+    """A serialized KeyValue (a None value leaves its value unset)."""
+    return _key(key) if value is None else _key(key) + _length_delimited(_KV_VALUE, any_value(value))
+
+
+def key_with_value(key: str, value: bytes) -> bytes:
+    """A serialized KeyValue from an already serialized AnyValue."""
+    return _key(key) + _length_delimited(_KV_VALUE, value)
+
+
+def kvlist_value(entries: bytes) -> bytes:
+    """An AnyValue holding a KeyValueList, from its concatenated `values` entries."""
+    return _length_delimited(_ANY_KVLIST, entries)
+
+
+def array_value(values: list[bytes]) -> bytes:
+    """An AnyValue holding an ArrayValue, from serialized AnyValues."""
+    return _length_delimited(_ANY_ARRAY, b"".join(_length_delimited(_REPEATED_1, v) for v in values))
+
+
 def key_values(values: Mapping[str, Any]) -> bytes:
     """Repeated KeyValue (field 1 of KeyValueList), as the concatenated entries (a None value
     leaves the entry's value unset, as python_to_any_value does inside a kvlist)."""
@@ -117,6 +137,32 @@ def log_record(
     span_id: bytes = b"",
 ) -> bytes:
     """A serialized opentelemetry.proto.logs.v1.LogRecord (default values omitted, as proto3 does)."""
+    return log_record_from_parts(
+        time_unix_nano=time_unix_nano,
+        observed_time_unix_nano=observed_time_unix_nano,
+        severity_number=severity_number,
+        severity_text=severity_text,
+        event_name=event_name,
+        body=None if body is None else any_value(body),
+        attributes=attributes(attrs, _LOG_ATTRIBUTES),
+        trace_id=trace_id,
+        span_id=span_id,
+    )
+
+
+def log_record_from_parts(
+    *,
+    time_unix_nano: int,
+    observed_time_unix_nano: int,
+    severity_number: int,
+    severity_text: str,
+    event_name: str,
+    body: bytes | None,
+    attributes: bytes,
+    trace_id: bytes = b"",
+    span_id: bytes = b"",
+) -> bytes:
+    """The same, from the serialized body AnyValue and the concatenated attribute entries."""
     parts = []
     if time_unix_nano:
         parts.append(b"\x09" + _pack_fixed64(time_unix_nano))  # 1, fixed64
@@ -125,8 +171,8 @@ def log_record(
     if severity_text:
         parts.append(_length_delimited(b"\x1a", severity_text.encode()))  # 3
     if body is not None:
-        parts.append(_length_delimited(b"\x2a", any_value(body)))  # 5
-    parts.append(attributes(attrs, _LOG_ATTRIBUTES))  # 6
+        parts.append(_length_delimited(b"\x2a", body))  # 5
+    parts.append(attributes)  # 6
     if trace_id:
         parts.append(_length_delimited(b"\x4a", trace_id))  # 9
     if span_id:
