@@ -186,7 +186,8 @@ async def _run_worker(args: _WorkerArgs, conn: Connection) -> None:
     config = args.config
     service = BridgeService(config, config.otlp("traces"), config.otlp("logs"), args.transport)
     router = TraceIdRouter(args.index, args.peer_urls, args.secret)
-    service.router = router
+    if config.mode != "convert":  # converting alone holds no state: any worker will do
+        service.router = router
     public = web.AppRunner(service.build_app(args.security.token), access_log=None, auto_decompress=False)
     private_app = web.Application(client_max_size=config.max_body_bytes)
     private_app.add_routes(_private_routes(service, args.secret))
