@@ -21,6 +21,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsServiceResponse,
 )
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2_grpc import LogsServiceStub
+from prometheus_client.parser import text_string_to_metric_families
 
 from ray_otel_events.otel import otlp_json, semconv
 
@@ -74,12 +75,30 @@ def span_view(spans: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     )
 
 
-def run_full_bridge(tmp_path: Path, *extra: str) -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
+ACCEPTED = "ray_otel_events_ray_events_receiver_accepted_events_total"
+
+
+def accepted_by_worker(exposition: str) -> dict[str, float]:
+    """The bridge's accepted-RayEvents counter per `worker` label, from one /metrics scrape."""
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            if sample.name == ACCEPTED:
+                worker = sample.labels.get("worker", "")
+                found[worker] = found.get(worker, 0.0) + sample.value
+    return found
+
+
+def run_full_bridge(
+    tmp_path: Path, *extra: str, scrapes: list[str] | None = None
+) -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
     (tmp_path).mkdir()
     with ServerGroup(tmp_path) as group:
         sink, sink_path = group.sink("otlp")
         bridge = group.bridge("--otlp-endpoint", url(sink), "--terminal-grace", "0.2", *extra)
         post_all(bridge)
+        for _ in range(3 if scrapes is not None else 0):  # each scrape may land on either worker
+            scrapes.append(requests.get(url(bridge, "/metrics"), timeout=30).text)  # type: ignore[union-attr]
         stats = bridge.stop()
         expected = SPANS_PER_SESSION * len(SESSIONS)
         spans = wait_until(lambda: otlp_spans(sink_path), expected)
@@ -97,8 +116,14 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
 
 
 def test_two_workers_give_the_same_spans_as_one(reference: list[dict[str, Any]], tmp_path: Path) -> None:
-    spans, records, stats = run_full_bridge(tmp_path / "two", "--workers", "2")
+    scrapes: list[str] = []
+    spans, records, stats = run_full_bridge(tmp_path / "two", "--workers", "2", scrapes=scrapes)
     assert stats["workers"] == 2
+    for exposition in scrapes:  # whichever worker answers, it speaks for both
+        accepted = accepted_by_worker(exposition)
+        assert set(accepted) == {"0", "1"}
+        assert sum(accepted.values()) == EVENTS_PER_SESSION * len(SESSIONS)
+        assert exposition.count(f"# TYPE {ACCEPTED} counter") == 1  # one family, not one per worker
     assert records == EVENTS_PER_SESSION * len(SESSIONS)  # every event's record, once
     assert span_view(spans) == span_view(reference)
     assert len(spans) == len({s["spanId"] for s in spans})  # each span assembled exactly once

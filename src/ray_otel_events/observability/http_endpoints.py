@@ -7,7 +7,7 @@ check, so a probe's failure says why (a Kubernetes readiness probe, a load balan
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -38,9 +38,15 @@ class Readiness:
         }
 
 
-def observability_routes(metrics: ServerMetrics, readiness: Callable[[], Readiness]) -> list[web.RouteDef]:
+def observability_routes(
+    metrics: ServerMetrics,
+    readiness: Callable[[], Readiness],
+    render: Callable[[], Awaitable[bytes]] | None = None,
+) -> list[web.RouteDef]:
+    """`render`: what /metrics serves when it is more than this process's registry."""
+
     async def get_metrics(_request: web.Request) -> web.Response:
-        response = web.Response(body=metrics.render())
+        response = web.Response(body=await render() if render is not None else metrics.render())
         response.headers["Content-Type"] = metrics.content_type
         return response
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import orjson
@@ -238,12 +239,16 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
     def routes(self) -> list[web.RouteDef]:
         return [*self.otlp_receiver.routes(), *self.ray_events_receiver.routes()]
 
-    def build_app(self, token: BearerToken | None = None) -> web.Application:
+    def build_app(
+        self, token: BearerToken | None = None, render_metrics: Callable[[], Awaitable[bytes]] | None = None
+    ) -> web.Application:
+        """`render_metrics`: /metrics of every worker of a multi-process bridge (bridge_workers.py)."""
         middlewares: list[Any] = [in_flight_middleware(self.metrics, "http")]
         if token is not None:
             middlewares.insert(0, token.http_middleware())
         app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=middlewares)
-        app.add_routes([*observability_routes(self.metrics, self.readiness), *self.routes()])
+        observability = observability_routes(self.metrics, self.readiness, render_metrics)
+        app.add_routes([*observability, *self.routes()])
         return app
 
     # -- lifecycle -----------------------------------------------------------------------------

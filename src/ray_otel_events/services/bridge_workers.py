@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hmac
 import logging
 import multiprocessing
 import os
@@ -40,6 +41,7 @@ from aiohttp import web
 from ray_otel_events.config import BridgeConfig
 from ray_otel_events.exporters.transport import HttpTransport
 from ray_otel_events.metrics import Counters
+from ray_otel_events.observability.merged_metrics import merge_expositions
 from ray_otel_events.otel.from_ray_events import routing_key
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.receivers.otlp_http import QueueFullError
@@ -50,6 +52,7 @@ from ray_otel_events.services.lifecycle import print_exit_summary
 logger = logging.getLogger(__name__)
 
 FORWARD_PATH = "/internal/v1/ray-event-pieces"
+METRICS_PATH = "/internal/metrics"
 SECRET_HEADER = "X-Ray-Otel-Events-Worker-Secret"
 READY_TIMEOUT_S = 60.0
 FORWARD_TIMEOUT_S = 30.0
@@ -114,6 +117,26 @@ class TraceIdRouter:
             await asyncio.gather(*(self._send(owner, group) for owner, group in groups.items()))
         return local
 
+    async def scrape_all(self, own: bytes) -> bytes:
+        """Every worker's /metrics as one exposition, each sample labelled with its worker."""
+        assert self._session is not None, "start() first"
+
+        async def scrape(index: int) -> tuple[str, bytes | None]:
+            try:
+                async with self._session.get(  # type: ignore[union-attr]
+                    self.peer_urls[index] + METRICS_PATH, headers={SECRET_HEADER: self.secret}
+                ) as response:
+                    return str(index), await response.read() if response.status == 200 else None
+            except (TimeoutError, aiohttp.ClientError):
+                return str(index), None  # a worker that cannot answer is missing from this scrape
+
+        peers = [i for i in range(len(self.peer_urls)) if i != self.index]
+        texts = {str(self.index): own}
+        for index, text in await asyncio.gather(*(scrape(i) for i in peers)):
+            if text is not None:
+                texts[index] = text
+        return merge_expositions(dict(sorted(texts.items())))
+
     async def _send(self, owner: int, events: list[RayEvent]) -> None:
         assert self._session is not None, "start() first"
         try:
@@ -133,7 +156,7 @@ class TraceIdRouter:
 
 def _private_routes(service: BridgeService, secret: str) -> list[web.RouteDef]:
     async def take_pieces(request: web.Request) -> web.Response:
-        if request.headers.get(SECRET_HEADER, "") != secret:
+        if not hmac.compare_digest(request.headers.get(SECRET_HEADER, ""), secret):
             return web.Response(status=401, text="not a bridge worker")
         try:
             events = decode_pieces(await request.read())
@@ -145,7 +168,12 @@ def _private_routes(service: BridgeService, secret: str) -> list[web.RouteDef]:
             return web.Response(status=503, text=exc.reason)
         return web.Response(status=200)
 
-    return [web.post(FORWARD_PATH, take_pieces)]
+    async def metrics(request: web.Request) -> web.Response:
+        if not hmac.compare_digest(request.headers.get(SECRET_HEADER, ""), secret):
+            return web.Response(status=401, text="not a bridge worker")
+        return web.Response(body=service.metrics.render(), content_type="text/plain")
+
+    return [web.post(FORWARD_PATH, take_pieces), web.get(METRICS_PATH, metrics)]
 
 
 # -- one worker ---------------------------------------------------------------------------------
@@ -188,7 +216,8 @@ async def _run_worker(args: _WorkerArgs, conn: Connection) -> None:
     router = TraceIdRouter(args.index, args.peer_urls, args.secret)
     if config.mode != "convert":  # converting alone holds no state: any worker will do
         service.router = router
-    public = web.AppRunner(service.build_app(args.security.token), access_log=None, auto_decompress=False)
+    app = service.build_app(args.security.token, lambda: router.scrape_all(service.metrics.render()))
+    public = web.AppRunner(app, access_log=None, auto_decompress=False)
     private_app = web.Application(client_max_size=config.max_body_bytes)
     private_app.add_routes(_private_routes(service, args.secret))
     private = web.AppRunner(private_app, access_log=None)
