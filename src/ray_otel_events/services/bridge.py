@@ -2,10 +2,14 @@
 
     POST /v1/traces, /v1/logs  (OTLP/HTTP, protobuf or JSON)
         log records with a RayEvent body, Ray's task/actor spans  -> RayEvents -> --export-addr
-        (JSON arrays exactly as Ray's aggregator posts them)
+        (JSON arrays exactly as Ray's aggregator posts them; without it: counted, dropped)
         other spans and log records -> plain JSON records -> --spans-export-addr (else counted, dropped)
     POST /v1/ray-events  (what a Ray cluster's aggregator posts)
         -> spans and log records (otel/from_ray_events.py) -> OTLP/HTTP -> --otlp-endpoint
+
+Modes (docs/scaling.md): `convert` makes the log records only; `assemble` takes RayEvent-carrying
+log records (HTTP /v1/logs, or OTLP/gRPC) and makes the spans only. A multi-process bridge
+(bridge_workers.py) sets a `router` that sends each RayEvent to the process owning its trace id.
 
 Every destination has its own bounded queue and publisher (retries with backoff, counted drops), so
 a slow destination holds back only itself. A request is accepted only if its output fits in the
