@@ -12,36 +12,26 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from helpers.agg_procs import CliServer, clean_env, read_jsonl, run_producer, wait_for_lines
+from helpers.agg_procs import (
+    FIXTURE,
+    TASK_TYPES,
+    CliServer,
+    clean_env,
+    read_jsonl,
+    run_producer,
+    start,
+    wait_for_lines,
+)
 
 from ray_otel_events.config import AggregatorConfig
 from ray_otel_events.protobuf import events_event_aggregator_service_pb2 as svc
 from ray_otel_events.protobuf import events_event_aggregator_service_pb2_grpc as svc_grpc
 from ray_otel_events.services.aggregator import HTTP_PUBLISHER, AggregatorService
-
-FIXTURE = str(Path(__file__).parent / "fixtures" / "aggregator-ray-2.60" / "events.json")
-TASK_TYPES = "TASK_DEFINITION_EVENT,TASK_LIFECYCLE_EVENT"
-
-
-@pytest.fixture
-def servers() -> Iterator[list[CliServer]]:
-    """Every server a test starts; killed at the end whatever happened."""
-    started: list[CliServer] = []
-    yield started
-    for server in started:
-        server.close()
-
-
-def start(servers: list[CliServer], command: str, *args: str, env: dict[str, str] | None = None) -> CliServer:
-    server = CliServer(command, *args, env=env)
-    servers.append(server)
-    return server
 
 
 def start_pair(

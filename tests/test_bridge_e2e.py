@@ -20,7 +20,7 @@ import pytest
 import requests
 from google.protobuf import json_format
 from helpers.agg_procs import read_jsonl
-from helpers.bridge_procs import ServerGroup, otlp_log_records, otlp_spans, url, wait_until
+from helpers.bridge_procs import ServerGroup, otlp_log_records, otlp_spans, post_ray_events, url, wait_until
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -260,14 +260,7 @@ def test_ray_events_replay_becomes_one_trace_at_an_otlp_sink(tmp_path: Path) -> 
             "--export-addr", url(events_sink), "--otlp-endpoint", url(otlp_sink), "--terminal-grace", "0.2"
         )
         for path in sorted(RUN_E.glob("*.body")):
-            response = requests.post(
-                url(bridge, "/v1/ray-events"),
-                data=path.read_bytes(),
-                headers={"Content-Type": "application/json"},
-                timeout=30,
-            )
-            assert response.status_code == 200, response.text
-            assert response.json()["rejected"] == 0
+            post_ray_events(bridge, path.read_bytes())
         # Complete spans go out while the bridge runs; only the detached actor is still open.
         assert len(wait_until(lambda: otlp_spans(otlp_path), 27)) == 27
         stats = bridge.stop()  # SIGTERM: the open actor is flushed as an incomplete span

@@ -15,7 +15,15 @@ import orjson
 import pytest
 import requests
 from helpers.agg_procs import read_jsonl
-from helpers.bridge_procs import ServerGroup, any_value, otlp_log_records, otlp_spans, url, wait_until
+from helpers.bridge_procs import (
+    ServerGroup,
+    any_value,
+    otlp_log_records,
+    otlp_spans,
+    post_ray_events,
+    url,
+    wait_until,
+)
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsServiceRequest,
     ExportLogsServiceResponse,
@@ -47,14 +55,8 @@ def _event_id(original: str, index: int) -> str:
 
 
 def post_all(bridge: Any) -> None:
-    for body in bodies():
-        response = requests.post(  # a new connection each time: any worker may take it
-            url(bridge, "/v1/ray-events"),
-            data=body,
-            headers={"Content-Type": "application/json"},
-            timeout=30,
-        )
-        assert response.status_code == 200, response.text
+    for body in bodies():  # a new connection each time: any worker may take it
+        post_ray_events(bridge, body)
 
 
 def span_view(spans: list[dict[str, Any]]) -> list[tuple[Any, ...]]:

@@ -13,13 +13,21 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 import requests
-from helpers.agg_procs import CliServer, free_port, read_jsonl, run_producer, wait_for_lines
+from helpers.agg_procs import (
+    FIXTURE,
+    TASK_TYPES,
+    CliServer,
+    free_port,
+    read_jsonl,
+    run_producer,
+    start,
+    wait_for_lines,
+)
 
 from ray_otel_events.config import RecorderConfig
 from ray_otel_events.events import ids
@@ -28,23 +36,6 @@ from ray_otel_events.producer import RayEventRecorder
 from ray_otel_events.protobuf import events_event_aggregator_service_pb2 as svc
 from ray_otel_events.protobuf import events_event_aggregator_service_pb2_grpc as svc_grpc
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
-
-FIXTURE = str(Path(__file__).parent / "fixtures" / "aggregator-ray-2.60" / "events.json")
-TASK_TYPES = "TASK_DEFINITION_EVENT,TASK_LIFECYCLE_EVENT"
-
-
-@pytest.fixture
-def servers() -> Iterator[list[CliServer]]:
-    started: list[CliServer] = []
-    yield started
-    for server in started:
-        server.close()
-
-
-def start(servers: list[CliServer], command: str, *args: str) -> CliServer:
-    server = CliServer(command, *args)
-    servers.append(server)
-    return server
 
 
 def sink_ids(path: Path) -> list[str]:

@@ -9,9 +9,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-import requests
 from helpers.agg_procs import free_port
-from helpers.bridge_procs import ServerGroup, any_value, otlp_log_records, otlp_spans, url, wait_until
+from helpers.bridge_procs import (
+    ServerGroup,
+    any_value,
+    otlp_log_records,
+    otlp_spans,
+    post_ray_events,
+    url,
+    wait_until,
+)
 
 from ray_otel_events.otel import semconv
 
@@ -20,13 +27,7 @@ RUN_E = Path(__file__).parent / "fixtures" / "bridge" / "runE"
 
 def post_all(bridge: Any, bodies: list[Path]) -> None:
     for path in bodies:
-        response = requests.post(
-            url(bridge, "/v1/ray-events"),
-            data=path.read_bytes(),
-            headers={"Content-Type": "application/json"},
-            timeout=30,
-        )
-        assert response.status_code == 200, response.text
+        post_ray_events(bridge, path.read_bytes())
 
 
 def event_ids(records: list[dict[str, Any]]) -> list[str]:

@@ -6,34 +6,26 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 import requests
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from helpers.agg_procs import CliServer, clean_env, free_port, read_jsonl, run_producer, wait_for_lines
+from helpers.agg_procs import (
+    FIXTURE,
+    TASK_TYPES,
+    CliServer,
+    clean_env,
+    free_port,
+    read_jsonl,
+    run_producer,
+    start,
+    wait_for_lines,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from ray_otel_events.config import AggregatorConfig, RecorderConfig
-
-FIXTURE = str(Path(__file__).parent / "fixtures" / "aggregator-ray-2.60" / "events.json")
-TASK_TYPES = "TASK_DEFINITION_EVENT,TASK_LIFECYCLE_EVENT"
-
-
-@pytest.fixture
-def servers() -> Iterator[list[CliServer]]:
-    started: list[CliServer] = []
-    yield started
-    for server in started:
-        server.close()
-
-
-def start(servers: list[CliServer], command: str, *args: str, env: dict[str, str] | None = None) -> CliServer:
-    server = CliServer(command, *args, env=env)
-    servers.append(server)
-    return server
 
 
 def scrape(url: str) -> dict[str, float]:

@@ -7,13 +7,12 @@ import os
 import ssl
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 import requests
-from helpers.agg_procs import CliServer, clean_env, free_port, wait_for_lines
+from helpers.agg_procs import CliServer, clean_env, free_port, start, wait_for_lines
 from helpers.certs import Certs, make_certs
 
 from ray_otel_events.config import ClientSecurityConfig
@@ -25,23 +24,9 @@ from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 TOKEN = "s3cret-token-for-tests"
 
 
-@pytest.fixture
-def servers() -> Iterator[list[CliServer]]:
-    started: list[CliServer] = []
-    yield started
-    for server in started:
-        server.close()
-
-
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
     return make_certs(tmp_path_factory.mktemp("certs"))
-
-
-def start(servers: list[CliServer], command: str, *args: str, env: dict[str, str] | None = None) -> CliServer:
-    server = CliServer(command, *args, env=env)
-    servers.append(server)
-    return server
 
 
 def token_file(tmp_path: Path) -> str:

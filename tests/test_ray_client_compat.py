@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +27,6 @@ from ray.core.generated import events_event_aggregator_service_pb2 as ray_svc  #
 pytestmark = pytest.mark.ray
 
 FIXTURE = Path(__file__).parent / "fixtures" / "aggregator-ray-2.60" / "events.json"
-
-
-@pytest.fixture
-def servers() -> Iterator[list[CliServer]]:
-    started: list[CliServer] = []
-    yield started
-    for server in started:
-        server.close()
 
 
 def ray_events_from_fixture(copies: int) -> list[Any]:

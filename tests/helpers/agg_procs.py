@@ -136,3 +136,15 @@ def run_producer(target: str, *args: str, timeout_s: float = 120.0) -> dict[str,
     assert out.returncode == 0, f"producer failed ({out.returncode}): {out.stderr[-4000:]}"
     summary: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return summary
+
+
+# Captured Ray 2.60 events the aggregator tests replay (run_producer --fixture); the types they send.
+FIXTURE = str(Path(__file__).parent.parent / "fixtures" / "aggregator-ray-2.60" / "events.json")
+TASK_TYPES = "TASK_DEFINITION_EVENT,TASK_LIFECYCLE_EVENT"
+
+
+def start(servers: list[CliServer], command: str, *args: str, env: dict[str, str] | None = None) -> CliServer:
+    """Start a server and register it with the `servers` fixture (conftest.py), which closes it."""
+    server = CliServer(command, *args, env=env)
+    servers.append(server)
+    return server

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import requests
+
 from helpers.agg_procs import CliServer, read_jsonl
 
 # The bridge's OTLP side reads these; the developer's shell must not change what a test sees.
@@ -29,6 +31,17 @@ def start_bridge(*args: str, env: dict[str, str] | None = None) -> CliServer:
 
 def url(server: CliServer, path: str = "") -> str:
     return f"http://{server.address}{path}"
+
+
+def post_ray_events(bridge: CliServer, body: bytes) -> dict[str, Any]:
+    """POST one JSON array of RayEvents as Ray's aggregator does; every event must be accepted."""
+    response = requests.post(
+        url(bridge, "/v1/ray-events"), data=body, headers={"Content-Type": "application/json"}, timeout=30
+    )
+    assert response.status_code == 200, response.text
+    answer: dict[str, Any] = response.json()
+    assert answer["rejected"] == 0, answer
+    return answer
 
 
 def wait_until(read: Callable[[], list[Any]], n: int, timeout_s: float = 60.0) -> list[Any]:

@@ -258,14 +258,9 @@ def _walk_value(value: Any, descriptor: Any, path: str, attrs: list[bytes]) -> b
 
 
 def _flat_leaf(path: str, value: Any, attrs: list[bytes]) -> None:
-    if isinstance(value, list):
-        if all(isinstance(item, str) for item in value):
-            attrs.append(_entry(_attr_entries, _LOG_ATTRIBUTE, path, list(value)))
-        else:
-            for index, item in enumerate(value):
-                _flat_leaf(f"{path}.{index}", item, attrs)
-    elif isinstance(value, (str, bool, int, float)):
-        attrs.append(_entry(_attr_entries, _LOG_ATTRIBUTE, path, value))
+    """A leaf (or a list of leaves) as `_flatten` makes attributes of it."""
+    for key, flat in _flatten(path, value):
+        attrs.append(_entry(_attr_entries, _LOG_ATTRIBUTE, key, flat))
 
 
 def log_record_wire(event: RayEvent, trace_id: bytes, span_id: bytes, observed_time_unix_nano: int) -> bytes:

@@ -13,16 +13,8 @@ from typing import Any, NoReturn
 
 import grpc
 from google.protobuf.message import DecodeError
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-    ExportLogsPartialSuccess,
-    ExportLogsServiceRequest,
-    ExportLogsServiceResponse,
-)
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTracePartialSuccess,
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from ray_otel_events.metrics import Counters
 from ray_otel_events.receivers.otlp_http import (
@@ -36,6 +28,7 @@ from ray_otel_events.receivers.otlp_http import (
     Signal,
     count_items,
     drop_invalid_ids,
+    export_response,
 )
 
 logger = logging.getLogger(__name__)
@@ -98,19 +91,7 @@ class OtlpGrpcReceiver:
         self.counters.add(ACCEPTED_ITEMS, count_items(decoded) - result.rejected, signal=signal)
         self.counters.add(REJECTED_ITEMS, rejected, signal=signal)
         message = "; ".join(m for m in (invalid.message, result.message) if m)
-        if signal == "traces":
-            traces = ExportTraceServiceResponse()
-            if rejected or message:
-                traces.partial_success.CopyFrom(
-                    ExportTracePartialSuccess(rejected_spans=rejected, error_message=message)
-                )
-            return traces.SerializeToString()
-        logs = ExportLogsServiceResponse()
-        if rejected or message:
-            logs.partial_success.CopyFrom(
-                ExportLogsPartialSuccess(rejected_log_records=rejected, error_message=message)
-            )
-        return logs.SerializeToString()
+        return export_response(signal, rejected, message).SerializeToString()
 
     async def _refuse(self, context: Any, signal: Signal, code: grpc.StatusCode, reason: str) -> NoReturn:
         self.counters.add(REFUSED_REQUESTS, signal=signal, status=code.name)

@@ -239,6 +239,16 @@ def count_items(request: ExportTraceServiceRequest | ExportLogsServiceRequest) -
 
 
 def _success(signal: Signal, kind: str, rejected: int, message: str) -> web.Response:
+    response = export_response(signal, rejected, message)
+    if kind == PROTOBUF:
+        return web.Response(body=response.SerializeToString(), content_type=PROTOBUF)
+    return web.Response(body=orjson.dumps(otlp_json.to_json(response)), content_type=JSON)
+
+
+def export_response(
+    signal: Signal, rejected: int, message: str
+) -> ExportTraceServiceResponse | ExportLogsServiceResponse:
+    """The Export*ServiceResponse of a request: empty, or `partial_success` with the rejects."""
     response: ExportTraceServiceResponse | ExportLogsServiceResponse
     if signal == "traces":
         response = ExportTraceServiceResponse()
@@ -252,9 +262,7 @@ def _success(signal: Signal, kind: str, rejected: int, message: str) -> web.Resp
             response.partial_success.CopyFrom(
                 ExportLogsPartialSuccess(rejected_log_records=rejected, error_message=message)
             )
-    if kind == PROTOBUF:
-        return web.Response(body=response.SerializeToString(), content_type=PROTOBUF)
-    return web.Response(body=orjson.dumps(otlp_json.to_json(response)), content_type=JSON)
+    return response
 
 
 _GRPC_CODE = {
