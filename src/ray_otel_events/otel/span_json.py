@@ -25,6 +25,7 @@ from opentelemetry.trace import SpanContext, SpanKind, StatusCode, format_span_i
 
 _UTC = datetime.UTC
 _str = json.encoder.encode_basestring_ascii  # what json.dumps does to a str, in C
+_dumps = json.JSONEncoder().encode  # json.dumps with its defaults, without the per-call argument checks
 _resource_cache: dict[int, tuple[Resource, str]] = {}
 _cache_lock = threading.Lock()
 
@@ -63,15 +64,11 @@ _KIND_JSON = {kind: _str(str(kind)) for kind in SpanKind}
 _STATUS_JSON = {code: '{"status_code": ' + _str(code.name) for code in StatusCode}
 
 
-def _value(value: Any) -> str:
-    return _str(value) if type(value) is str else json.dumps(value)
-
-
 def _attrs(attributes: Any) -> str:
     """`json.dumps(dict(attributes))`: keys are strings, values mostly strings."""
     if attributes is None:
         return "null"
-    return "{" + ", ".join([f"{_str(key)}: {_value(value)}" for key, value in attributes.items()]) + "}"
+    return _dumps(attributes if type(attributes) is dict else dict(attributes))
 
 
 def _context(ctx: SpanContext) -> str:

@@ -121,6 +121,8 @@ class SpanFileProcessor(SpanProcessor):
     already be on disk. Submission spans stay off the submitting thread.
     """
 
+    accepts_direct_spans = True  # reads ended spans through ReadableSpan only
+
     def __init__(self, directory: str, *, suffix: str = SPAN_FILE_SUFFIX, linger_s: float = 0.05) -> None:
         self.writer: LineFileWriter[ReadableSpan] = LineFileWriter(
             directory, suffix, span_to_json_line, linger_s=linger_s

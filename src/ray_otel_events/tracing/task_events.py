@@ -128,6 +128,8 @@ class TaskEventSpanProcessor(SpanProcessor):
     job ends. Otherwise finished tasks are reported promptly, in the background.
     """
 
+    accepts_direct_spans = True  # reads ended spans through ReadableSpan only
+
     def __init__(
         self,
         sinks: list[EventSink],

@@ -1,0 +1,254 @@
+"""Spans without the SDK's per-span machinery, for providers whose processors are all known to us.
+
+An SDK span costs about 40 µs to start and end: bounded attribute and event containers that clean
+every value, a lock per call, metrics hooks, and a ReadableSpan copy made at the end for the
+processors. A traced task makes two of them (submit and execute), and Ray's wrappers make them for
+every submission. When every processor on the provider is one that only reads spans through the
+`ReadableSpan` interface (ours, and the SDK's batch and simple processors), `DirectTracer` hands out
+`DirectSpan`s instead: a `ReadableSpan` that can still be written to until it ends (attributes,
+events, status, exceptions, name: everything user code may do to the current span), given to the
+processors itself at its end rather than copied. Ids, sampling, limits, parenting and the JSON and
+OTLP output are the SDK's own; a provider with any other processor gets SDK spans as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from opentelemetry import context as context_api
+from opentelemetry import trace as trace_api
+from opentelemetry.attributes import _clean_attribute_value
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, SpanProcessor
+from opentelemetry.sdk.trace import Tracer as SdkTracer
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.sampling import Decision
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.util import types
+
+logger = logging.getLogger("ray_otel_events.tracing")
+
+_SDK_READERS = (BatchSpanProcessor, SimpleSpanProcessor)
+
+
+def reads_spans_only(processor: SpanProcessor) -> bool:
+    """True for a processor that takes ended spans as plain ReadableSpans and never touches SDK
+    span internals: ours declare `accepts_direct_spans = True`; the SDK's batch and simple ones do."""
+    return bool(getattr(processor, "accepts_direct_spans", False)) or type(processor) in _SDK_READERS
+
+
+def clean_value(value: Any, max_length: int | None) -> Any:
+    """The SDK's own cleaning (`opentelemetry.attributes`), after a fast path for the common case."""
+    if type(value) is str and max_length is None:
+        return value
+    return _clean_attribute_value(value, max_length)
+
+
+class DirectSpan(trace_api.Span, ReadableSpan):
+    """A recording span that is its own ReadableSpan (see the module doc); not thread-safe for
+    concurrent writers, which the API does not promise for one span either."""
+
+    def __init__(
+        self,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        tracer: DirectTracer,
+        kind: SpanKind,
+        attributes: dict[str, Any],
+        links: Sequence[Link],
+        record_exception: bool,
+        set_status_on_exception: bool,
+    ) -> None:
+        ReadableSpan.__init__(
+            self,
+            name,
+            context,
+            parent,
+            tracer.resource,
+            attributes,
+            [],
+            tuple(links),
+            kind,
+            None,
+            Status(StatusCode.UNSET),
+            None,
+            None,
+            tracer.scope,
+        )
+        self._tracer = tracer
+        self._record_exception = record_exception
+        self._set_status_on_exception = set_status_on_exception
+        self._dropped_attributes = 0
+        self._dropped_events = 0
+
+    # -- what processors read that ReadableSpan would report as 0 for a plain dict/list --------
+
+    @property
+    def dropped_attributes(self) -> int:
+        return self._dropped_attributes
+
+    @property
+    def dropped_events(self) -> int:
+        return self._dropped_events
+
+    # -- the API ----------------------------------------------------------------------------
+
+    def get_span_context(self) -> SpanContext:
+        assert self._context is not None
+        return self._context
+
+    def is_recording(self) -> bool:
+        return self._end_time is None
+
+    def _ended(self, what: str) -> bool:
+        if self._end_time is None:
+            return False
+        logger.warning("Tried calling %s on an ended span.", what)
+        return True
+
+    def set_attribute(self, key: str, value: types.AttributeValue) -> None:
+        if self._ended("set_attribute"):
+            return
+        attributes: dict[str, Any] = self._attributes  # type: ignore[assignment]
+        if not key or not isinstance(key, str):
+            logger.warning("invalid key `%s`. must be non-empty string. Dropping key from attributes.", key)
+            self._dropped_attributes += 1
+            return
+        cleaned = clean_value(value, self._tracer.limits.max_span_attribute_length)
+        limit = self._tracer.limits.max_span_attributes
+        if key in attributes:
+            del attributes[key]  # a key set again moves to the end, as in BoundedAttributes
+        elif limit is not None and len(attributes) >= limit:
+            self._dropped_attributes += 1
+            if not attributes:
+                return  # a limit of 0 keeps nothing
+            del attributes[next(iter(attributes))]  # full: the oldest goes, as in the SDK
+        attributes[key] = cleaned
+
+    def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
+        for key, value in attributes.items():
+            self.set_attribute(key, value)
+
+    def add_event(self, name: str, attributes: types.Attributes = None, timestamp: int | None = None) -> None:
+        if self._ended("add_event"):
+            return
+        events: list[Event] = self._events  # type: ignore[assignment]
+        limit = self._tracer.limits.max_events
+        if limit is not None and len(events) >= limit:
+            self._dropped_events += 1
+            return
+        max_length = self._tracer.limits.max_attribute_length
+        cleaned = {key: clean_value(value, max_length) for key, value in (attributes or {}).items() if key}
+        events.append(Event(name, cleaned, timestamp if timestamp is not None else time.time_ns()))
+
+    def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
+        if self._ended("add_link") or not context.is_valid:
+            return
+        self._links = (*self._links, Link(context, attributes))
+
+    def update_name(self, name: str) -> None:
+        if not self._ended("update_name"):
+            self._name = name
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        if self._ended("set_status") or self._status.status_code is StatusCode.OK:
+            return  # OK is final, as in the SDK
+        if isinstance(status, Status):
+            self._status = status
+        else:
+            self._status = Status(status, description)
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: types.Attributes = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        module = type(exception).__module__
+        qualname = type(exception).__qualname__
+        recorded: dict[str, Any] = {
+            "exception.type": f"{module}.{qualname}" if module and module != "builtins" else qualname,
+            "exception.message": str(exception),
+            "exception.stacktrace": "".join(traceback.format_exception(exception)),
+            "exception.escaped": str(escaped),
+        }
+        if attributes:
+            recorded.update(attributes)
+        self.add_event("exception", recorded, timestamp)
+
+    def end(self, end_time: int | None = None) -> None:
+        if self._ended("end"):
+            return
+        self._end_time = end_time if end_time is not None else time.time_ns()
+        self._tracer.span_processor.on_end(self)
+
+    def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> None:
+        if exc_val is not None and self.is_recording():
+            if self._record_exception:
+                self.record_exception(exc_val, escaped=True)
+            if self._set_status_on_exception:
+                self.set_status(Status(StatusCode.ERROR, f"{exc_type.__name__}: {exc_val}"))
+        super().__exit__(exc_type, exc_val, exc_tb)
+
+
+class DirectTracer(SdkTracer):
+    """An SDK tracer that makes DirectSpans while `direct()` says every processor allows it."""
+
+    def __init__(self, *args: Any, direct: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.direct = direct
+        self.limits: SpanLimits = self._span_limits
+        self.scope: InstrumentationScope = self._instrumentation_scope
+
+    def start_span(
+        self,
+        name: str,
+        context: context_api.Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: types.Attributes = None,
+        links: Sequence[Link] | None = (),
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+    ) -> trace_api.Span:
+        if not self.direct():
+            return super().start_span(
+                name, context, kind, attributes, links, start_time, record_exception, set_status_on_exception
+            )
+        links = links or ()
+        parent: SpanContext | None = trace_api.get_current_span(context).get_span_context()
+        if parent is None or not parent.is_valid:
+            parent = None
+            trace_id = self.id_generator.generate_trace_id()
+            random_trace_id = self.id_generator.is_trace_id_random()
+        else:
+            trace_id = parent.trace_id
+            random_trace_id = parent.trace_flags.random_trace_id
+        sampling = self.sampler.should_sample(context, trace_id, name, kind, attributes, links)
+        flags = TraceFlags.SAMPLED if sampling.decision is Decision.RECORD_AND_SAMPLE else TraceFlags.DEFAULT
+        if random_trace_id:
+            flags |= TraceFlags.RANDOM_TRACE_ID
+        span_context = SpanContext(
+            trace_id,
+            self.id_generator.generate_span_id(),
+            is_remote=False,
+            trace_flags=TraceFlags(flags),
+            trace_state=sampling.trace_state,
+        )
+        if sampling.decision is Decision.DROP:
+            return trace_api.NonRecordingSpan(span_context)
+        span = DirectSpan(
+            name, span_context, parent, self, kind, {}, links, record_exception, set_status_on_exception
+        )
+        for key, value in (sampling.attributes or {}).items():
+            span.set_attribute(key, value)
+        span._start_time = start_time if start_time is not None else time.time_ns()
+        # Typed for SDK spans; direct() holds only while every processor reads spans through the API.
+        self.span_processor.on_start(span, parent_context=context)  # type: ignore[arg-type]
+        return span

@@ -1,0 +1,101 @@
+"""Direct spans (tracing/direct_spans.py) come out exactly as SDK spans do, and only where allowed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace import Span as SdkSpan
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+
+from ray_otel_events.otel.span_json import span_to_json_line
+from ray_otel_events.tracing.direct_spans import DirectSpan
+from ray_otel_events.tracing.provider import CachingTracerProvider
+
+
+class ForeignProcessor(SpanProcessor):
+    """A processor we know nothing about: it may rely on SDK span internals."""
+
+    def __init__(self) -> None:
+        self.started: list[Any] = []
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        self.started.append(span)
+
+
+def _provider(foreign: bool) -> tuple[CachingTracerProvider, InMemorySpanExporter]:
+    provider = CachingTracerProvider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    if foreign:
+        provider.add_span_processor(ForeignProcessor())
+    return provider, exporter
+
+
+def _workload(tracer: trace.Tracer) -> None:
+    """Everything user code may do to spans, nested, with an exception and limits exceeded."""
+    attributes = {"a": "1", "n": 2}
+    with tracer.start_as_current_span("parent", kind=SpanKind.PRODUCER, attributes=attributes) as parent:
+        parent.set_attribute("list", ["x", "y"])
+        parent.set_attribute("bad", {"not": "allowed"})
+        parent.add_event("ev", {"k": "v", "t": (1, 2)}, timestamp=1_700_000_000_000_000_000)
+        parent.add_event("bare", timestamp=1_700_000_000_500_000_000)
+        parent.update_name("parent-renamed")
+        for i in range(200):
+            parent.set_attribute(f"k{i}", i)
+        with pytest.raises(ValueError), tracer.start_as_current_span("child", kind=SpanKind.CONSUMER):
+            raise ValueError("boom")
+        child_ctx = trace.get_current_span().get_span_context()
+        other = tracer.start_span("linked", links=[Link(child_ctx, {"l": True})])
+        other.set_status(StatusCode.OK)
+        other.set_status(Status(StatusCode.ERROR, "ignored after OK"))
+        other.end()
+        other.set_attribute("after", "end")  # refused: ended
+
+
+def _comparable(span: ReadableSpan) -> dict[str, Any]:
+    data = json.loads(span_to_json_line(span))
+    for key in ("context", "parent_id", "start_time", "end_time"):
+        data.pop(key)
+    for event in data["events"]:
+        if event["name"] == "exception":
+            event["timestamp"] = None
+            attributes = event["attributes"]
+            attributes["exception.stacktrace"] = attributes["exception.stacktrace"].splitlines()[-1]
+    for link in data["links"]:
+        link["context"] = None
+    data["dropped"] = (span.dropped_attributes, span.dropped_events, span.dropped_links)
+    return data
+
+
+def test_direct_spans_equal_sdk_spans() -> None:
+    direct_provider, direct_out = _provider(foreign=False)
+    sdk_provider, sdk_out = _provider(foreign=True)
+    _workload(direct_provider.get_tracer("t"))
+    _workload(sdk_provider.get_tracer("t"))
+    direct, sdk = direct_out.get_finished_spans(), sdk_out.get_finished_spans()
+    assert all(isinstance(span, DirectSpan) for span in direct)
+    assert not any(isinstance(span, DirectSpan) for span in sdk)
+    assert [_comparable(s) for s in direct] == [_comparable(s) for s in sdk]
+    by_name = {span.name: span for span in direct}
+    assert by_name["child"].parent == by_name["parent-renamed"].context
+    assert by_name["child"].status.status_code is StatusCode.ERROR
+    assert by_name["child"].status.description == "ValueError: boom"
+    assert by_name["parent-renamed"].dropped_attributes == 200 + 4 - 128
+    assert by_name["linked"].status.status_code is StatusCode.OK
+    assert "after" not in by_name["linked"].attributes
+
+
+def test_a_foreign_processor_gets_sdk_spans() -> None:
+    provider, _ = _provider(foreign=False)
+    tracer = provider.get_tracer("t")
+    assert isinstance(tracer.start_span("before"), DirectSpan)
+    foreign = ForeignProcessor()
+    provider.add_span_processor(foreign)
+    span = tracer.start_span("after")
+    assert isinstance(span, SdkSpan) and foreign.started == [span]
