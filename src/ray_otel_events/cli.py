@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("ray_otel_events.demo", "run a small real workload through the whole pipeline"),
     "spans": ("ray_otel_events.tracing.spans_cli", "print the traces in a spans folder as trees"),
     "bridge": ("ray_otel_events.services.bridge_cli", "bridge OTLP/HTTP and RayEvent JSON, both ways"),
+    "serve": ("ray_otel_events.services.serve_cli", "store events and answer Ray's state API (ray list ...)"),
 }
 
 

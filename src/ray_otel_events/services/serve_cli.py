@@ -1,0 +1,116 @@
+"""`ray-otel-events serve`: the event store and Ray's state API on one HTTP port.
+
+    ray-otel-events serve --port 8265 --store ~/.local/share/ray-otel-events/events.sqlite3
+    ray list tasks --address http://127.0.0.1:8265
+
+Point Ray's aggregator (or ours: `aggregator --export-addr http://HOST:PORT/v1/ray-events`) at it.
+Stdout carries `listening http=HOST:PORT` once it accepts requests and a summary after
+SIGTERM/SIGINT; GET /healthz and /readyz on the same port.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from ray_otel_events.config import ConfigError
+from ray_otel_events.observability.http_endpoints import Readiness, observability_routes
+from ray_otel_events.observability.metrics_registry import ServerMetrics
+from ray_otel_events.services.lifecycle import (
+    add_logging_arguments,
+    configure_logging,
+    print_exit_summary,
+    stop_on_signals,
+)
+from ray_otel_events.services.state_api import StateApi
+from ray_otel_events.store.sqlite_store import EventStore
+
+RETENTION_INTERVAL_S = 60.0
+
+
+def default_store_path() -> Path:
+    """`$XDG_DATA_HOME/ray-otel-events/events.sqlite3` (~/.local/share when unset)."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "ray-otel-events" / "events.sqlite3"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = "Prints 'listening http=HOST:PORT' when ready; GET /healthz and /readyz on the same port."
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="port; 0 picks a free one (default 0)")
+    parser.add_argument(
+        "--store", type=Path, default=None, help=f"SQLite file (default {default_store_path()})"
+    )
+    parser.add_argument(
+        "--retention-hours", type=float, default=24.0 * 7, help="drop rows not updated for this long (168)"
+    )
+    parser.add_argument(
+        "--retention-rows",
+        type=int,
+        default=2_000_000,
+        help="keep at most this many rows, newest (2,000,000)",
+    )
+    add_logging_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 0 <= args.port <= 65535:
+        raise ConfigError(f"--port must be 0..65535, got {args.port}")
+    if args.retention_hours <= 0 or args.retention_rows <= 0:
+        raise ConfigError("--retention-hours and --retention-rows must be positive")
+    configure_logging(args.log_level, args.log_format)
+    path = args.store or default_store_path()
+    try:
+        store = EventStore(path)
+    except (OSError, sqlite3.Error) as exc:
+        print(f"ray-otel-events serve: cannot open the store {path}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        return asyncio.run(serve(store, args))
+    finally:
+        store.close()
+
+
+async def _retention(store: EventStore, args: argparse.Namespace) -> None:
+    while True:
+        await asyncio.to_thread(
+            store.prune, max_age_s=args.retention_hours * 3600, max_rows=args.retention_rows
+        )
+        await asyncio.sleep(RETENTION_INTERVAL_S)
+
+
+async def serve(store: EventStore, args: argparse.Namespace) -> int:
+    api = StateApi(store)
+    metrics = ServerMetrics("serve")
+    metrics.add_total("serve_events_stored", "events folded into the store", lambda: {(): api.events_stored})
+    metrics.add_total("serve_duplicates", "events skipped as already stored", lambda: {(): api.duplicates})
+    metrics.add_total("serve_rejected_posts", "POSTs answered 4xx", lambda: {(): api.rejected})
+    ready = lambda: Readiness().add("store_open", True, str(store.path))  # noqa: E731
+    app = web.Application(client_max_size=0)
+    app.add_routes([*observability_routes(metrics, ready), *api.routes()])
+    runner = web.AppRunner(app, access_log=None, auto_decompress=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, args.host, args.port)
+        await site.start()
+    except OSError as exc:
+        print(f"ray-otel-events serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        await runner.cleanup()
+        return 1
+    address: Any = runner.addresses[0]
+    stop = stop_on_signals()
+    retention = asyncio.create_task(_retention(store, args))
+    print(f"listening http={args.host}:{address[1]}", flush=True)
+    await stop.wait()
+    retention.cancel()
+    await runner.cleanup()  # POSTs in progress are stored before the store closes
+    stats = api.stats()
+    print_exit_summary("serve", list(stats.items()), stats, args.log_format)
+    return 0

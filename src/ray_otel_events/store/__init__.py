@@ -1,0 +1,1 @@
+"""The event store: RayEvents folded into Ray's state rows and history (SQLite)."""

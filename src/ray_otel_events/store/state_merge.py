@@ -1,0 +1,393 @@
+"""RayEvent JSON pieces merged into the state rows Ray's state API returns.
+
+Ray keeps one row per task attempt, actor, job, node, worker and placement group, built from a
+definition piece and any number of lifecycle pieces that arrive in any order, in any POST. Here
+each piece is folded into a plain dict whose keys are the field names of `ray.util.state`'s
+dataclasses (TaskState, ActorState, ...), so a row can be answered as it is. A row's `state` is
+the state of its latest transition by timestamp, whatever order the pieces came in; the
+transitions themselves are kept as history. Ids are turned from base64 into Ray's hex.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+Row = dict[str, Any]
+
+TASKS, ACTORS, JOBS, NODES, WORKERS, PLACEMENT_GROUPS = (
+    "tasks",
+    "actors",
+    "jobs",
+    "nodes",
+    "workers",
+    "placement_groups",
+)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Where one event goes: the resource, the row's key, and how to fold it in."""
+
+    resource: str
+    entity_id: str
+    attempt: int
+    fold: Callable[[Row, dict[str, Any]], list[tuple[str, int]]]
+    body: dict[str, Any]
+
+
+def hex_id(value: Any) -> str:
+    """Base64 (as in RayEvent JSON) to Ray's hex; empty stays empty."""
+    if not value:
+        return ""
+    return base64.b64decode(value).hex()
+
+
+def _nil_to_none(hexed: str) -> str | None:
+    return None if not hexed or set(hexed) == {"f"} else hexed
+
+
+def rfc3339_ns(value: Any) -> int:
+    """`2026-11-22T01:37:30.525422162Z` to ns since the epoch (nanoseconds kept)."""
+    if not value:
+        return 0
+    text = str(value).rstrip("Z")
+    whole, _, fraction = text.partition(".")
+    moment = datetime.datetime.fromisoformat(whole).replace(tzinfo=datetime.UTC)
+    return int(moment.timestamp()) * 1_000_000_000 + int((fraction + "000000000")[:9])
+
+
+def _ms(ns: int) -> int:
+    return ns // 1_000_000
+
+
+def _descriptor_name(func: dict[str, Any]) -> str:
+    """Ray's CallString for a Python descriptor: `Class.function`, or `function`."""
+    python = func.get("pythonFunctionDescriptor") or {}
+    cls, name = python.get("className", ""), python.get("functionName", "")
+    return f"{cls}.{name}" if cls else name
+
+
+def _transitions(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
+    """The piece's (state, ns) pairs, merged into the row's `events` and `state` (latest wins)."""
+    pairs = [(t.get("state", ""), rfc3339_ns(t.get("timestamp"))) for t in body.get("stateTransitions", [])]
+    events = row.setdefault("events", [])
+    known = {(e["state"], e["created_ns"]) for e in events}
+    for state, ns in pairs:
+        if (state, ns) not in known:
+            events.append({"state": state, "created_ms": _ms(ns), "created_ns": ns})
+    events.sort(key=lambda e: e["created_ns"])
+    if events:
+        row["state"] = events[-1]["state"]
+    return pairs
+
+
+def _first_ms(row: Row, *states: str) -> int | None:
+    for event in row.get("events", []):
+        if event["state"] in states:
+            return int(event["created_ms"])
+    return None
+
+
+def _last_ms(row: Row, *states: str) -> int | None:
+    found = None
+    for event in row.get("events", []):
+        if event["state"] in states:
+            found = int(event["created_ms"])
+    return found
+
+
+# -- tasks ---------------------------------------------------------------------------------
+
+_TERMINAL_TASK = ("FINISHED", "FAILED")
+
+
+def _task_definition(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
+    actor_task = "actorTaskName" in body or "actorFunc" in body
+    func = body.get("actorFunc") if actor_task else body.get("taskFunc")
+    row.update(
+        {
+            "name": body.get("actorTaskName") if actor_task else body.get("taskName", ""),
+            "type": "ACTOR_TASK" if actor_task else body.get("taskType", "NORMAL_TASK"),
+            "func_or_class_name": _descriptor_name(func or {}),
+            "language": body.get("language", "PYTHON"),
+            "required_resources": body.get("requiredResources", {}),
+            "runtime_env_info": {"serialized_runtime_env": body.get("serializedRuntimeEnv", "{}")},
+            "placement_group_id": _nil_to_none(hex_id(body.get("placementGroupId"))),
+            "parent_task_id": hex_id(body.get("parentTaskId")),
+            "job_id": hex_id(body.get("jobId")),
+            "actor_id": _nil_to_none(hex_id(body.get("actorId"))),
+            "call_site": body.get("callSite") or None,
+            "label_selector": body.get("labelSelector") or {},
+        }
+    )
+    return []
+
+
+def _task_lifecycle(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
+    pairs = _transitions(row, body)
+    if body.get("jobId"):
+        row["job_id"] = hex_id(body["jobId"])
+    if body.get("nodeId"):
+        row["node_id"] = hex_id(body["nodeId"])
+    if body.get("workerId"):
+        row["worker_id"] = hex_id(body["workerId"])
+    if body.get("workerPid"):
+        row["worker_pid"] = int(body["workerPid"])
+    error = body.get("rayErrorInfo")
+    if error:
+        row["error_type"] = error.get("errorType")
+        row["error_message"] = error.get("errorMessage")
+    log_info = body.get("taskLogInfo")
+    if log_info:
+        row["task_log_info"] = {
+            "stdout_file": log_info.get("stdoutFile"),
+            "stderr_file": log_info.get("stderrFile"),
+            "stdout_start": int(log_info.get("stdoutStart", 0)),
+            "stdout_end": int(log_info.get("stdoutEnd", 0)),
+            "stderr_start": int(log_info.get("stderrStart", 0)),
+            "stderr_end": int(log_info.get("stderrEnd", 0)),
+        }
+    row["creation_time_ms"] = _first_ms(row, "PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT")
+    row["start_time_ms"] = _first_ms(row, "RUNNING")
+    row["end_time_ms"] = _last_ms(row, *_TERMINAL_TASK)
+    return pairs
+
+
+def _task_profile(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
+    profile = body.get("profileEvents") or {}
+    data = row.setdefault(
+        "profiling_data",
+        {
+            "component_type": profile.get("componentType", ""),
+            "component_id": hex_id(profile.get("componentId")),
+            "node_ip_address": profile.get("nodeIpAddress", ""),
+            "events": [],
+        },
+    )
+    for event in profile.get("events", []):
+        data["events"].append(
+            {
+                "event_name": event.get("eventName", ""),
+                "start_time": int(event.get("startTime", 0)) // 1000,  # µs, as Ray's timeline
+                "end_time": int(event.get("endTime", 0)) // 1000,
+                "extra_data": json.loads(event["extraData"]) if event.get("extraData") else {},
+            }
+        )
+    if body.get("jobId"):
+        row.setdefault("job_id", hex_id(body["jobId"]))
+    return []
+
+
+# -- actors, jobs, nodes, workers, placement groups --------------------------------------
+
+
+def _actor_definition(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
+    row.update(
+        {
+            "class_name": body.get("className", ""),
+            "job_id": hex_id(body.get("jobId")),
+            "name": body.get("name", ""),
+            "ray_namespace": body.get("rayNamespace", ""),
+            "serialized_runtime_env": body.get("serializedRuntimeEnv", "{}"),
+            "required_resources": body.get("requiredResources", {}),
+            "is_detached": bool(body.get("isDetached", False)),
+            "placement_group_id": _nil_to_none(hex_id(body.get("placementGroupId"))),
+            "call_site": body.get("callSite") or None,
+            "label_selector": body.get("labelSelector") or {},
+        }
+    )
+    return []
+
+
+def _actor_lifecycle(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
+    pairs = _transitions(row, body)
+    ordered = sorted(body.get("stateTransitions", []), key=lambda t: rfc3339_ns(t.get("timestamp")))
+    for transition in ordered:
+        if transition.get("nodeId"):
+            row["node_id"] = hex_id(transition["nodeId"])
+        if transition.get("pid"):
+            row["pid"] = int(transition["pid"])
+        if transition.get("reprName"):
+            row["repr_name"] = transition["reprName"]
+        if transition.get("deathCause"):
+            row["death_cause"] = transition["deathCause"]
+    row["num_restarts"] = max(0, sum(1 for e in row["events"] if e["state"] == "ALIVE") - 1)
+    return pairs
+
+
+def _job_definition(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
+    config = body.get("config") or {}
+    row.update(
+        {
+            "type": "DRIVER",
+            "entrypoint": body.get("entrypoint", ""),
+            "metadata": config.get("metadata", {}),
+            "runtime_env": json.loads(config.get("serializedRuntimeEnv") or "{}"),
+            "driver_node_id": hex_id(body.get("driverNodeId")),
+            "driver_info": {
+                "id": hex_id(body.get("jobId")),
+                "node_ip_address": body.get("driverNodeIpAddress", ""),
+                "pid": str(body.get("driverPid", "")),
+            },
+        }
+    )
+    return []
+
+
+_JOB_STATUS = {"CREATED": "RUNNING", "FINISHED": "SUCCEEDED"}
+
+
+def _job_lifecycle(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
+    pairs = _transitions(row, body)
+    row["status"] = _JOB_STATUS.get(row["state"], row["state"])
+    row["start_time"] = _first_ms(row, "CREATED")
+    row["end_time"] = _last_ms(row, "FINISHED")
+    return pairs
+
+
+def _node_definition(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
+    labels = body.get("labels") or {}
+    row.update(
+        {
+            "node_ip": body.get("nodeIpAddress", ""),
+            "node_name": body.get("nodeName", ""),
+            "labels": labels,
+            "start_time_ms": _ms(rfc3339_ns(body.get("startTimestamp"))) or None,
+        }
+    )
+    return []
+
+
+def _node_lifecycle(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
+    pairs = _transitions(row, body)
+    ordered = sorted(body.get("stateTransitions", []), key=lambda t: rfc3339_ns(t.get("timestamp")))
+    for transition in ordered:
+        if transition.get("resources"):
+            row["resources_total"] = transition["resources"]
+            row["is_head_node"] = "node:__internal_head__" in transition["resources"]
+        if transition.get("deathInfo"):
+            row["state_message"] = (transition["deathInfo"] or {}).get("reasonMessage")
+    row["end_time_ms"] = _last_ms(row, "DEAD")
+    return pairs
+
+
+def _worker_definition(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
+    row.update(
+        {
+            "worker_type": body.get("workerType", "WORKER"),
+            "node_id": hex_id(body.get("nodeId")),
+            "pid": int(body.get("pid", 0)),
+            "ip": body.get("nodeIpAddress", ""),
+        }
+    )
+    return []
+
+
+def _worker_lifecycle(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
+    pairs = _transitions(row, body)
+    row["is_alive"] = row["state"] == "ALIVE"
+    for transition in sorted(body.get("stateTransitions", []), key=lambda t: rfc3339_ns(t.get("timestamp"))):
+        for source, target in (
+            ("workerLaunchTimeMs", "worker_launch_time_ms"),
+            ("workerLaunchedTimeMs", "worker_launched_time_ms"),
+            ("startTimeMs", "start_time_ms"),
+            ("endTimeMs", "end_time_ms"),
+        ):
+            if int(transition.get(source, 0) or 0):
+                row[target] = int(transition[source])
+        if transition.get("exitType"):
+            row["exit_type"] = transition["exitType"]
+        if transition.get("exitDetail"):
+            row["exit_detail"] = transition["exitDetail"]
+    return pairs
+
+
+def _pg_definition(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
+    row.update(
+        {
+            "name": body.get("name", ""),
+            "creator_job_id": hex_id(body.get("creatorJobId")),
+            "is_detached": bool(body.get("isDetached", False)),
+            "bundles": body.get("bundles", []),
+            "topology_strategy": body.get("strategy", ""),
+        }
+    )
+    return []
+
+
+def _pg_lifecycle(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
+    return _transitions(row, body)
+
+
+# event type -> (payload key, resource, id key, attempt key, fold)
+_ROUTES: dict[
+    str, tuple[str, str, str, str | None, Callable[[Row, dict[str, Any]], list[tuple[str, int]]]]
+] = {
+    "TASK_DEFINITION_EVENT": ("taskDefinitionEvent", TASKS, "taskId", "taskAttempt", _task_definition),
+    "ACTOR_TASK_DEFINITION_EVENT": (
+        "actorTaskDefinitionEvent",
+        TASKS,
+        "taskId",
+        "taskAttempt",
+        _task_definition,
+    ),
+    "TASK_LIFECYCLE_EVENT": ("taskLifecycleEvent", TASKS, "taskId", "taskAttempt", _task_lifecycle),
+    "TASK_PROFILE_EVENT": ("taskProfileEvents", TASKS, "taskId", "attemptNumber", _task_profile),
+    "ACTOR_DEFINITION_EVENT": ("actorDefinitionEvent", ACTORS, "actorId", None, _actor_definition),
+    "ACTOR_LIFECYCLE_EVENT": ("actorLifecycleEvent", ACTORS, "actorId", None, _actor_lifecycle),
+    "DRIVER_JOB_DEFINITION_EVENT": ("driverJobDefinitionEvent", JOBS, "jobId", None, _job_definition),
+    "DRIVER_JOB_LIFECYCLE_EVENT": ("driverJobLifecycleEvent", JOBS, "jobId", None, _job_lifecycle),
+    "NODE_DEFINITION_EVENT": ("nodeDefinitionEvent", NODES, "nodeId", None, _node_definition),
+    "NODE_LIFECYCLE_EVENT": ("nodeLifecycleEvent", NODES, "nodeId", None, _node_lifecycle),
+    "WORKER_DEFINITION_EVENT": ("workerDefinitionEvent", WORKERS, "workerId", None, _worker_definition),
+    "WORKER_LIFECYCLE_EVENT": ("workerLifecycleEvent", WORKERS, "workerId", None, _worker_lifecycle),
+    "PLACEMENT_GROUP_DEFINITION_EVENT": (
+        "placementGroupDefinitionEvent",
+        PLACEMENT_GROUPS,
+        "placementGroupId",
+        None,
+        _pg_definition,
+    ),
+    "PLACEMENT_GROUP_LIFECYCLE_EVENT": (
+        "placementGroupLifecycleEvent",
+        PLACEMENT_GROUPS,
+        "placementGroupId",
+        None,
+        _pg_lifecycle,
+    ),
+}
+
+ID_COLUMN = {
+    TASKS: "task_id",
+    ACTORS: "actor_id",
+    JOBS: "job_id",
+    NODES: "node_id",
+    WORKERS: "worker_id",
+    PLACEMENT_GROUPS: "placement_group_id",
+}
+
+
+def piece_of(event: dict[str, Any]) -> Piece | None:
+    """Where a RayEvent (JSON form) goes, or None for a type that has no state row."""
+    route = _ROUTES.get(str(event.get("eventType", "")))
+    if route is None:
+        return None
+    key, resource, id_key, attempt_key, fold = route
+    body = event.get(key)
+    if not isinstance(body, dict) or not body.get(id_key):
+        raise ValueError(f"{event.get('eventType')} without {key}.{id_key}")
+    attempt = int(body.get(attempt_key, 0) or 0) if attempt_key else 0
+    return Piece(resource, hex_id(body[id_key]), attempt, fold, body)
+
+
+def apply(row: Row, piece: Piece) -> list[tuple[str, int]]:
+    """Fold a piece into its row (created empty by the caller); returns the new transitions."""
+    row[ID_COLUMN[piece.resource]] = piece.entity_id
+    if piece.resource == TASKS:
+        row["attempt_number"] = piece.attempt
+    return piece.fold(row, piece.body)

@@ -1,0 +1,353 @@
+"""Ray's state API list semantics over stored rows: columns, filters, limit, and the response body.
+
+The contract is Ray 2.60's `ray.util.state` (read from the installed package, restated here):
+each resource has base columns (returned with `detail=false`) and detail columns, a set of
+filterable columns, filters as `(key, "=" | "!=", value)` with the value converted to the
+column's type, and a list response `{total, num_after_truncation, num_filtered, result,
+partial_failure_warning, warnings}`. Every returned row has every column of its mode, None where
+unknown, because Ray's client builds its dataclasses from them (`TaskState(**row)`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ray_otel_events.store.state_merge import ACTORS, JOBS, NODES, PLACEMENT_GROUPS, TASKS, WORKERS, Row
+
+BASE_COLUMNS: dict[str, list[str]] = {
+    TASKS: [
+        "task_id",
+        "attempt_number",
+        "name",
+        "state",
+        "job_id",
+        "actor_id",
+        "type",
+        "func_or_class_name",
+        "parent_task_id",
+        "node_id",
+        "worker_id",
+        "worker_pid",
+        "error_type",
+    ],
+    ACTORS: ["actor_id", "class_name", "state", "job_id", "name", "node_id", "pid", "ray_namespace"],
+    NODES: [
+        "node_id",
+        "node_ip",
+        "is_head_node",
+        "state",
+        "state_message",
+        "node_name",
+        "resources_total",
+        "labels",
+    ],
+    WORKERS: ["worker_id", "is_alive", "worker_type", "exit_type", "node_id", "ip", "pid"],
+    PLACEMENT_GROUPS: ["placement_group_id", "name", "creator_job_id", "state"],
+    JOBS: ["job_id", "submission_id", "entrypoint", "type", "status", "message", "error_type", "driver_info"],
+}
+
+DETAIL_COLUMNS: dict[str, list[str]] = {
+    TASKS: [
+        "language",
+        "required_resources",
+        "runtime_env_info",
+        "placement_group_id",
+        "events",
+        "profiling_data",
+        "creation_time_ms",
+        "start_time_ms",
+        "end_time_ms",
+        "task_log_info",
+        "error_message",
+        "is_debugger_paused",
+        "call_site",
+        "label_selector",
+        "fallback_strategy",
+    ],
+    ACTORS: [
+        "serialized_runtime_env",
+        "required_resources",
+        "death_cause",
+        "is_detached",
+        "placement_group_id",
+        "repr_name",
+        "num_restarts",
+        "num_restarts_due_to_lineage_reconstruction",
+        "num_restarts_due_to_node_preemption",
+        "call_site",
+        "label_selector",
+        "fallback_strategy",
+    ],
+    NODES: ["start_time_ms", "end_time_ms"],
+    WORKERS: [
+        "exit_detail",
+        "worker_launch_time_ms",
+        "worker_launched_time_ms",
+        "start_time_ms",
+        "end_time_ms",
+        "debugger_port",
+        "num_paused_threads",
+    ],
+    PLACEMENT_GROUPS: ["bundles", "is_detached", "stats", "topology_strategy", "topology_assignments"],
+    JOBS: [
+        "start_time",
+        "end_time",
+        "metadata",
+        "runtime_env",
+        "driver_agent_http_address",
+        "driver_node_id",
+        "driver_exit_code",
+    ],
+}
+
+FILTERABLE: dict[str, set[str]] = {
+    TASKS: {
+        "actor_id",
+        "attempt_number",
+        "error_type",
+        "func_or_class_name",
+        "is_debugger_paused",
+        "job_id",
+        "language",
+        "name",
+        "node_id",
+        "parent_task_id",
+        "placement_group_id",
+        "state",
+        "task_id",
+        "type",
+        "worker_id",
+        "worker_pid",
+    },
+    ACTORS: {
+        "actor_id",
+        "class_name",
+        "job_id",
+        "name",
+        "node_id",
+        "pid",
+        "placement_group_id",
+        "ray_namespace",
+    }
+    | {"repr_name", "state"},
+    NODES: {"is_head_node", "node_id", "node_ip", "node_name", "state"},
+    WORKERS: {
+        "debugger_port",
+        "exit_type",
+        "ip",
+        "is_alive",
+        "node_id",
+        "num_paused_threads",
+        "pid",
+        "worker_id",
+    }
+    | {"worker_type"},
+    PLACEMENT_GROUPS: {"creator_job_id", "is_detached", "name", "placement_group_id", "state"},
+    JOBS: {"job_id", "status", "submission_id", "type"},
+}
+
+RESOURCES = tuple(BASE_COLUMNS)
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 10_000
+PREDICATES = ("=", "!=")
+
+
+class QueryError(ValueError):
+    """A query Ray's server would refuse with 400; the message says why."""
+
+
+@dataclass
+class ListQuery:
+    resource: str
+    limit: int = DEFAULT_LIMIT
+    detail: bool = False
+    exclude_driver: bool = True
+    filters: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+def _flag(value: str | None, default: bool, name: str) -> bool:
+    if value is None:
+        return default
+    lowered = value.lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise QueryError(f"{name}={value!r} is not a boolean")
+
+
+def parse_query(resource: str, params: Any) -> ListQuery:
+    """`params` is a multidict (`getall`, `get`) of Ray's query parameters."""
+    if resource not in BASE_COLUMNS:
+        raise QueryError(f"unknown resource {resource!r}; one of {', '.join(RESOURCES)}")
+    try:
+        limit = int(params.get("limit", DEFAULT_LIMIT))
+    except ValueError:
+        raise QueryError(f"limit={params.get('limit')!r} is not an integer") from None
+    if not 0 < limit <= MAX_LIMIT:
+        raise QueryError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
+    keys = params.getall("filter_keys", [])
+    predicates = params.getall("filter_predicates", [])
+    values = params.getall("filter_values", [])
+    if not len(keys) == len(predicates) == len(values):
+        raise QueryError("filter_keys, filter_predicates and filter_values must come in equal numbers")
+    filters = []
+    for key, predicate, value in zip(keys, predicates, values, strict=True):
+        if key not in FILTERABLE[resource]:
+            raise QueryError(
+                f"Given filter column {key} is not supported. Supported filter columns: "
+                f"{sorted(FILTERABLE[resource])}"
+            )
+        if predicate not in PREDICATES:
+            raise QueryError(f"Unsupported filter predicate {predicate!r}; supported: {list(PREDICATES)}")
+        filters.append((key, predicate, value))
+    return ListQuery(
+        resource,
+        limit,
+        _flag(params.get("detail"), False, "detail"),
+        _flag(params.get("exclude_driver"), True, "exclude_driver"),
+        filters,
+    )
+
+
+def _matches(value: Any, wanted: str) -> bool:
+    """Ray converts the filter value to the column's type; ids and names compare as strings, and
+    Ray's state values are upper case whatever case was typed."""
+    if isinstance(value, bool):
+        return value == (wanted.lower() in ("true", "1"))
+    if isinstance(value, int):
+        try:
+            return value == int(wanted)
+        except ValueError:
+            return False
+    if value is None:
+        return wanted.lower() in ("", "none", "null")
+    text = str(value)
+    return text == wanted or text.upper() == wanted.upper()
+
+
+def columns(resource: str, detail: bool) -> list[str]:
+    return BASE_COLUMNS[resource] + (DETAIL_COLUMNS[resource] if detail else [])
+
+
+# What Ray itself reports before a row's pieces are all in (its schema does not allow None here):
+# a task with no lifecycle piece yet is NIL; one whose definition has not arrived is a normal
+# Python task until it does.
+_UNKNOWN: dict[str, dict[str, Any]] = {
+    TASKS: {
+        "state": "NIL",
+        "type": "NORMAL_TASK",
+        "language": "PYTHON",
+        "name": "",
+        "job_id": "",
+        "func_or_class_name": "",
+        "parent_task_id": "",
+    },
+    ACTORS: {
+        "state": "DEPENDENCIES_UNREADY",
+        "class_name": "",
+        "job_id": "",
+        "num_restarts": 0,
+        "num_restarts_due_to_lineage_reconstruction": 0,
+        "num_restarts_due_to_node_preemption": 0,
+    },
+    NODES: {
+        "state": "ALIVE",
+        "node_ip": "",
+        "node_name": "",
+        "is_head_node": False,
+        "resources_total": {},
+        "labels": {},
+    },
+    WORKERS: {"worker_type": "WORKER", "is_alive": True, "node_id": "", "ip": "", "pid": 0},
+    PLACEMENT_GROUPS: {"state": "PENDING", "name": "", "creator_job_id": ""},
+    JOBS: {"type": "DRIVER", "status": "PENDING"},
+}
+
+
+def shape(resource: str, row: Row, detail: bool) -> Row:
+    """A row with exactly its mode's columns (Ray's `filter_fields`)."""
+    out = {column: row.get(column) for column in columns(resource, detail)}
+    for column, value in _UNKNOWN.get(resource, {}).items():
+        if column in out and out[column] is None:
+            out[column] = value
+    events = out.get("events")
+    if resource == TASKS and events:
+        out["events"] = [{"state": e["state"], "created_ms": e["created_ms"]} for e in events]
+    return out
+
+
+def list_response(query: ListQuery, rows: Iterable[Row]) -> dict[str, Any]:
+    """Ray's ListApiResponse as a dict: filtered, truncated to the limit, newest first."""
+    total = 0
+    matched: list[Row] = []
+    for row in rows:
+        total += 1
+        if query.resource == TASKS and query.exclude_driver and row.get("type") == "DRIVER_TASK":
+            continue
+        if all(
+            _matches(row.get(key), value) == (predicate == "=") for key, predicate, value in query.filters
+        ):
+            matched.append(row)
+    result = [shape(query.resource, row, query.detail) for row in matched[: query.limit]]
+    truncated = max(0, len(matched) - query.limit)
+    return {
+        "total": total,
+        "num_after_truncation": total - truncated,
+        "num_filtered": len(matched),
+        "result": result,
+        "partial_failure_warning": "",
+        "warnings": None,
+    }
+
+
+def envelope(result: Any, *, ok: bool = True, message: str = "") -> dict[str, Any]:
+    """The dashboard's reply body: `{"result": ok, "msg": ..., "data": {"result": ...}}`."""
+    return {"result": ok, "msg": message, "data": {"result": result}}
+
+
+def summarize_tasks(rows: Iterable[Row]) -> dict[str, Any]:
+    """Ray's task summary by function name: type and counts per state, under one node key
+    (`node_id_to_summary.cluster`), as `ray summary tasks` reads it."""
+    summary: dict[str, dict[str, Any]] = {}
+    total_tasks = total_actor_tasks = total_actor_scheduled = 0
+    for row in rows:
+        name = row.get("func_or_class_name") or row.get("name") or ""
+        entry = summary.setdefault(
+            name, {"func_or_class_name": name, "type": row.get("type"), "state_counts": {}}
+        )
+        state = row.get("state") or "NIL"
+        entry["state_counts"][state] = entry["state_counts"].get(state, 0) + 1
+        if row.get("type") == "ACTOR_TASK":
+            total_actor_tasks += 1
+        elif row.get("type") == "ACTOR_CREATION_TASK":
+            total_actor_scheduled += 1
+        else:
+            total_tasks += 1
+    return {
+        "node_id_to_summary": {
+            "cluster": {
+                "summary": summary,
+                "total_tasks": total_tasks,
+                "total_actor_tasks": total_actor_tasks,
+                "total_actor_scheduled": total_actor_scheduled,
+                "summary_by": "func_name",
+            }
+        }
+    }
+
+
+def summarize_actors(rows: Iterable[Row]) -> dict[str, Any]:
+    summary: dict[str, dict[str, Any]] = {}
+    total = 0
+    for row in rows:
+        name = row.get("class_name") or ""
+        entry = summary.setdefault(name, {"class_name": name, "state_counts": {}})
+        state = row.get("state") or "NIL"
+        entry["state_counts"][state] = entry["state_counts"].get(state, 0) + 1
+        total += 1
+    return {
+        "node_id_to_summary": {"cluster": {"summary": summary, "total_actors": total, "summary_by": "class"}}
+    }

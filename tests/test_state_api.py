@@ -1,0 +1,160 @@
+"""`serve`: RayEvents stored and merged, and Ray's own state tools answered from the store.
+
+The store is filled from a real Ray 2.60 capture, in pieces, out of order and duplicated; then
+Ray's CLI (`ray list/get/summary --address`) and `ray.util.state` run against our server, as a
+user would run them against a dashboard.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from helpers.agg_procs import FIXTURE, TASK_TYPES, CliServer, run_producer, start
+
+from ray_otel_events.store.sqlite_store import EventStore
+from ray_otel_events.store.state_merge import TASKS
+
+EVENTS: list[dict[str, Any]] = [item.get("event", item) for item in json.loads(Path(FIXTURE).read_text())]
+FLAKY = "e0dc174c83599034ffffffffffffffffffffffff01000000"  # attempt 0 failed, attempt 1 pending
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def _post(server: CliServer, events: list[dict[str, Any]]) -> requests.Response:
+    return requests.post(f"http://{server.address}/v1/ray-events", data=json.dumps(events), timeout=30)
+
+
+def _ray(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    return subprocess.run([RAY, *args], capture_output=True, text=True, timeout=120, env=env, cwd="/tmp")
+
+
+@pytest.fixture
+def filled(servers: list[CliServer], tmp_path: Path) -> CliServer:
+    server = start(servers, "serve", "--store", str(tmp_path / "events.sqlite3"))
+    reverse = EVENTS[::-1]
+    for i in range(0, len(reverse), 5):  # one task's pieces spread over several POSTs, newest first
+        assert _post(server, reverse[i : i + 5]).status_code == 200
+    again = _post(server, EVENTS[:7])  # a retried batch
+    assert again.json() == {"stored": 0, "duplicates": 7, "ignored": 0}
+    return server
+
+
+def test_ray_cli_lists_gets_and_summarizes_our_store(filled: CliServer) -> None:
+    address = f"http://{filled.address}"
+    listed = _ray("list", "tasks", "--address", address, "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    tasks = json.loads(listed.stdout)
+    by_key = {(t["task_id"], t["attempt_number"]): t for t in tasks}
+    assert by_key[(FLAKY, 0)]["state"] == "FAILED"
+    assert by_key[(FLAKY, 0)]["error_type"] == "TASK_EXECUTION_EXCEPTION"
+    assert by_key[(FLAKY, 0)]["name"] == "flaky"
+    assert by_key[(FLAKY, 1)]["state"] == "PENDING_ARGS_AVAIL"
+    failed = _ray("list", "tasks", "--address", address, "--filter", "state=FAILED", "--format", "json")
+    assert failed.returncode == 0, failed.stderr
+    assert {t["state"] for t in json.loads(failed.stdout)} == {"FAILED"}
+    assert len(json.loads(failed.stdout)) == sum(1 for t in tasks if t["state"] == "FAILED") >= 2
+    got = _ray("get", "tasks", FLAKY, "--address", address)
+    assert got.returncode == 0, got.stderr
+    assert "TASK_EXECUTION_EXCEPTION" in got.stdout and "attempt_number: 1" in got.stdout
+    summary = _ray("summary", "tasks", "--address", address)
+    assert summary.returncode == 0, summary.stderr
+    assert "flaky" in summary.stdout and "Counter.inc" in summary.stdout
+    actors = _ray("list", "actors", "--address", address, "--format", "json")
+    assert actors.returncode == 0, actors.stderr
+    assert "Counter" in {a["class_name"] for a in json.loads(actors.stdout)}
+    for resource in ("jobs", "nodes", "workers"):
+        out = _ray("list", resource, "--address", address, "--format", "json")
+        assert out.returncode == 0 and json.loads(out.stdout), (resource, out.stderr)
+
+
+def test_ray_python_state_api_and_detail(filled: CliServer) -> None:
+    from ray.util.state import list_tasks
+
+    tasks = list_tasks(address=f"http://{filled.address}", filters=[("name", "=", "flaky")], detail=True)
+    (flaky,) = tasks
+    assert flaky.state == "FAILED" and flaky.attempt_number == 0
+    assert [e["state"] for e in flaky.events][-1] == "FAILED"
+    assert flaky.error_message and "first attempt fails on purpose" in flaky.error_message
+    assert flaky.end_time_ms == max(e["created_ms"] for e in flaky.events)
+
+
+def test_bad_queries_and_posts_get_clear_errors(filled: CliServer) -> None:
+    base = f"http://{filled.address}"
+    bad = requests.get(
+        f"{base}/api/v0/tasks",
+        params={"filter_keys": "bogus", "filter_predicates": "=", "filter_values": "1"},
+        timeout=10,
+    )
+    assert bad.status_code == 400
+    body = bad.json()
+    assert body["result"] is False and "bogus" in body["msg"] and body["data"] == {"result": None}
+    assert requests.get(f"{base}/api/v0/tasks", params={"limit": "x"}, timeout=10).status_code == 400
+    assert requests.get(f"{base}/api/v0/objects", timeout=10).status_code == 400
+    cli = _ray("list", "tasks", "--address", base, "--filter", "bogus=1")
+    assert cli.returncode != 0 and "bogus" in (cli.stdout + cli.stderr)
+    not_json = requests.post(f"{base}/v1/ray-events", data=b"{nope", timeout=10)
+    assert not_json.status_code == 400 and "not JSON" in not_json.text
+    mixed = _post(
+        filled, [{"eventId": "bmV3", "eventType": "TASK_LIFECYCLE_EVENT", "taskLifecycleEvent": {}}]
+    )
+    assert mixed.status_code == 400 and "taskId" in mixed.text
+    limited = requests.get(f"{base}/api/v0/tasks", params={"limit": "2"}, timeout=10).json()["data"]["result"]
+    assert (
+        len(limited["result"]) == 2
+        and limited["total"] > 2
+        and limited["num_after_truncation"] < limited["total"]
+    )
+
+
+def test_restart_keeps_everything(servers: list[CliServer], filled: CliServer, tmp_path: Path) -> None:
+    before = requests.get(
+        f"http://{filled.address}/api/v0/tasks", params={"detail": "true"}, timeout=10
+    ).json()
+    assert filled.stop()["events_stored"] == len(EVENTS)
+    again = start(servers, "serve", "--store", str(tmp_path / "events.sqlite3"))
+    after = requests.get(f"http://{again.address}/api/v0/tasks", params={"detail": "true"}, timeout=10).json()
+    assert after == before and before["data"]["result"]["result"]
+    assert _post(again, EVENTS).json()["duplicates"] == len(EVENTS)  # its memory of ids survived too
+
+
+def test_sessions_kept_apart_and_retention(tmp_path: Path) -> None:
+    store = EventStore(tmp_path / "s.sqlite3")
+    other = [dict(e, sessionName="session_other", eventId="x" + e["eventId"]) for e in EVENTS]
+    store.ingest(EVENTS, now=1000.0)
+    store.ingest(other, now=2000.0)
+    assert len(store.sessions()) == 2
+    rows = list(store.rows(TASKS))
+    assert len(rows) == 2 * len(list(store.rows(TASKS, session="session_other")))
+    resources = ("tasks", "actors", "jobs", "nodes", "workers")
+    first = EVENTS[0]["sessionName"]
+    old = sum(len(list(store.rows(r, session=first))) for r in resources)
+    assert old > 0
+    assert store.prune(max_age_s=500, max_rows=None, now=2100.0) == old
+    assert store.sessions() == ["session_other"]
+    assert store.prune(max_age_s=None, max_rows=3, now=2100.0) > 0
+    assert sum(len(list(store.rows(r))) for r in resources) == 3
+    assert store.history(TASKS, FLAKY) == []  # pruned rows take their history with them
+
+
+def test_our_aggregator_feeds_the_store(servers: list[CliServer], tmp_path: Path) -> None:
+    """The aggregator's HTTP exporter is the store's intake: no extra process in between."""
+    store = start(servers, "serve", "--store", str(tmp_path / "events.sqlite3"))
+    agg = start(
+        servers,
+        "aggregator",
+        "--export-addr",
+        f"http://{store.address}/v1/ray-events",
+        "--exposable-event-types",
+        "TASK_DEFINITION_EVENT,TASK_LIFECYCLE_EVENT,ACTOR_DEFINITION_EVENT,ACTOR_LIFECYCLE_EVENT",
+    )
+    sent = run_producer(agg.address, "--fixture", FIXTURE, "--count", "40", "--types", TASK_TYPES)
+    agg.stop()
+    stats = store.stop()
+    assert stats["events_stored"] == sent["sent"] == 40
