@@ -19,7 +19,7 @@ from aiohttp import web
 from ray_otel_events.receivers.http_body import BodyError, read_body
 from ray_otel_events.store import state_query
 from ray_otel_events.store.sqlite_store import EventStore
-from ray_otel_events.store.state_merge import ACTORS, TASKS
+from ray_otel_events.store.state_merge import ACTORS, TASKS, Row
 
 RAY_VERSION = "2.60.0"  # the state API contract we answer to
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -88,6 +88,9 @@ class StateApi:
             )
         return _json({"stored": result.stored, "duplicates": result.duplicates, "ignored": result.ignored})
 
+    async def _rows(self, resource: str) -> list[Row]:
+        return await asyncio.to_thread(lambda: [stored.data for stored in self.store.rows(resource)])
+
     async def version(self, _: web.Request) -> web.Response:
         return _json(
             {
@@ -104,15 +107,15 @@ class StateApi:
             query = state_query.parse_query(resource, request.query)
         except state_query.QueryError as exc:
             return _json(state_query.envelope(None, ok=False, message=str(exc)), status=400)
-        rows = await asyncio.to_thread(lambda: [stored.data for stored in self.store.rows(resource)])
+        rows = await self._rows(resource)
         return _json(state_query.envelope(state_query.list_response(query, rows)))
 
     async def summarize_tasks(self, _: web.Request) -> web.Response:
-        rows = await asyncio.to_thread(lambda: [stored.data for stored in self.store.rows(TASKS)])
+        rows = await self._rows(TASKS)
         return _json(state_query.envelope(_summary(len(rows), state_query.summarize_tasks(rows))))
 
     async def summarize_actors(self, _: web.Request) -> web.Response:
-        rows = await asyncio.to_thread(lambda: [stored.data for stored in self.store.rows(ACTORS)])
+        rows = await self._rows(ACTORS)
         return _json(state_query.envelope(_summary(len(rows), state_query.summarize_actors(rows))))
 
     def stats(self) -> dict[str, int]:

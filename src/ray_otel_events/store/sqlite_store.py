@@ -16,7 +16,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,7 @@ class IngestResult:
     stored: int = 0
     duplicates: int = 0
     ignored: int = 0  # event types with no state row (e.g. platform events)
-    invalid: list[str] | None = None
+    invalid: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class EventStore:
 
     def ingest(self, events: Iterable[dict[str, Any]], *, now: float | None = None) -> IngestResult:
         """Fold a batch into the store in one transaction (see the module doc)."""
-        result = IngestResult(invalid=[])
+        result = IngestResult()
         received = time.time() if now is None else now
         with self._lock:
             db = self._db
@@ -97,13 +97,11 @@ class EventStore:
                 for event in events:
                     event_id = event.get("eventId") if isinstance(event, dict) else None
                     if not event_id:
-                        assert result.invalid is not None
                         result.invalid.append("an event without eventId")
                         continue
                     try:
                         piece = piece_of(event)
                     except (ValueError, TypeError) as exc:
-                        assert result.invalid is not None
                         result.invalid.append(str(exc))
                         continue
                     inserted = db.execute(

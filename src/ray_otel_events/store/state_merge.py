@@ -86,6 +86,11 @@ def _transitions(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
     return pairs
 
 
+def _in_time_order(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A piece's transitions oldest first, so the last one sets a row's current fields."""
+    return sorted(body.get("stateTransitions", []), key=lambda t: rfc3339_ns(t.get("timestamp")))
+
+
 def _first_ms(row: Row, *states: str) -> int | None:
     for event in row.get("events", []):
         if event["state"] in states:
@@ -206,8 +211,7 @@ def _actor_definition(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
 
 def _actor_lifecycle(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
     pairs = _transitions(row, body)
-    ordered = sorted(body.get("stateTransitions", []), key=lambda t: rfc3339_ns(t.get("timestamp")))
-    for transition in ordered:
+    for transition in _in_time_order(body):
         if transition.get("nodeId"):
             row["node_id"] = hex_id(transition["nodeId"])
         if transition.get("pid"):
@@ -265,8 +269,7 @@ def _node_definition(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
 
 def _node_lifecycle(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
     pairs = _transitions(row, body)
-    ordered = sorted(body.get("stateTransitions", []), key=lambda t: rfc3339_ns(t.get("timestamp")))
-    for transition in ordered:
+    for transition in _in_time_order(body):
         if transition.get("resources"):
             row["resources_total"] = transition["resources"]
             row["is_head_node"] = "node:__internal_head__" in transition["resources"]
@@ -291,7 +294,7 @@ def _worker_definition(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
 def _worker_lifecycle(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
     pairs = _transitions(row, body)
     row["is_alive"] = row["state"] == "ALIVE"
-    for transition in sorted(body.get("stateTransitions", []), key=lambda t: rfc3339_ns(t.get("timestamp"))):
+    for transition in _in_time_order(body):
         for source, target in (
             ("workerLaunchTimeMs", "worker_launch_time_ms"),
             ("workerLaunchedTimeMs", "worker_launched_time_ms"),

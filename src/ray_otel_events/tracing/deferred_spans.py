@@ -27,10 +27,11 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import Decision
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind
 from opentelemetry.util.types import Attributes
 
 from ray_otel_events.tracing.background import BatchingQueue
+from ray_otel_events.tracing.direct_spans import new_span_context
 from ray_otel_events.tracing.propagation import inject_into
 
 logger = logging.getLogger("ray_otel_events.tracing")
@@ -98,22 +99,8 @@ class DeferredSpans:
         """The carrier of a PRODUCER span starting and ending now; the span itself follows."""
         start_ns = time.time_ns()
         parent_ctx = context_api.get_current()
-        parent = trace.get_current_span(parent_ctx).get_span_context()
-        if parent.is_valid:
-            trace_id, random_trace_id = parent.trace_id, parent.trace_flags.random_trace_id
-        else:
-            trace_id, random_trace_id = self.id_generator.generate_trace_id(), True
-        sampling = tracer.sampler.should_sample(parent_ctx, trace_id, name, SpanKind.PRODUCER, attributes, ())
-        flags = TraceFlags.SAMPLED if sampling.decision is Decision.RECORD_AND_SAMPLE else TraceFlags.DEFAULT
-        if random_trace_id:
-            flags |= TraceFlags.RANDOM_TRACE_ID
-        span_context = SpanContext(
-            trace_id,
-            self.id_generator.generate_span_id(),
-            is_remote=False,
-            trace_flags=TraceFlags(flags),
-            trace_state=sampling.trace_state,
-        )
+        kind = SpanKind.PRODUCER
+        _, span_context, sampling = new_span_context(tracer, parent_ctx, name, kind, attributes, ())
         carrier = inject_into(trace.set_span_in_context(NonRecordingSpan(span_context)))
         if sampling.decision is not Decision.DROP:
             self.queue.append(

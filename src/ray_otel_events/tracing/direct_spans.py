@@ -25,7 +25,7 @@ from opentelemetry.attributes import _clean_attribute_value
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, SpanProcessor
 from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-from opentelemetry.sdk.trace.sampling import Decision
+from opentelemetry.sdk.trace.sampling import Decision, SamplingResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util import types
@@ -46,6 +46,38 @@ def clean_value(value: Any, max_length: int | None) -> Any:
     if type(value) is str and max_length is None:
         return value
     return _clean_attribute_value(value, max_length)
+
+
+def new_span_context(
+    tracer: SdkTracer,
+    context: context_api.Context | None,
+    name: str,
+    kind: SpanKind,
+    attributes: types.Attributes,
+    links: Sequence[Link],
+) -> tuple[SpanContext | None, SpanContext, SamplingResult]:
+    """The SDK's choice of parent, ids, flags and sampling for a span starting in `context`, made
+    without creating the span: (valid parent or None, the new span's context, the sampling result)."""
+    parent: SpanContext | None = trace_api.get_current_span(context).get_span_context()
+    if parent is None or not parent.is_valid:
+        parent = None
+        trace_id = tracer.id_generator.generate_trace_id()
+        random_trace_id = tracer.id_generator.is_trace_id_random()
+    else:
+        trace_id = parent.trace_id
+        random_trace_id = parent.trace_flags.random_trace_id
+    sampling = tracer.sampler.should_sample(context, trace_id, name, kind, attributes, links)
+    flags = TraceFlags.SAMPLED if sampling.decision is Decision.RECORD_AND_SAMPLE else TraceFlags.DEFAULT
+    if random_trace_id:
+        flags |= TraceFlags.RANDOM_TRACE_ID
+    span_context = SpanContext(
+        trace_id,
+        tracer.id_generator.generate_span_id(),
+        is_remote=False,
+        trace_flags=TraceFlags(flags),
+        trace_state=sampling.trace_state,
+    )
+    return parent, span_context, sampling
 
 
 class DirectSpan(trace_api.Span, ReadableSpan):
@@ -222,25 +254,7 @@ class DirectTracer(SdkTracer):
                 name, context, kind, attributes, links, start_time, record_exception, set_status_on_exception
             )
         links = links or ()
-        parent: SpanContext | None = trace_api.get_current_span(context).get_span_context()
-        if parent is None or not parent.is_valid:
-            parent = None
-            trace_id = self.id_generator.generate_trace_id()
-            random_trace_id = self.id_generator.is_trace_id_random()
-        else:
-            trace_id = parent.trace_id
-            random_trace_id = parent.trace_flags.random_trace_id
-        sampling = self.sampler.should_sample(context, trace_id, name, kind, attributes, links)
-        flags = TraceFlags.SAMPLED if sampling.decision is Decision.RECORD_AND_SAMPLE else TraceFlags.DEFAULT
-        if random_trace_id:
-            flags |= TraceFlags.RANDOM_TRACE_ID
-        span_context = SpanContext(
-            trace_id,
-            self.id_generator.generate_span_id(),
-            is_remote=False,
-            trace_flags=TraceFlags(flags),
-            trace_state=sampling.trace_state,
-        )
+        parent, span_context, sampling = new_span_context(self, context, name, kind, attributes, links)
         if sampling.decision is Decision.DROP:
             return trace_api.NonRecordingSpan(span_context)
         span = DirectSpan(
