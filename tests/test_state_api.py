@@ -18,7 +18,7 @@ import pytest
 import requests
 from helpers.agg_procs import FIXTURE, TASK_TYPES, CliServer, run_producer, start
 
-from ray_otel_events.store.sqlite_store import EventStore
+from ray_otel_events.store.sqlite_store import ColumnFilter, EventStore
 from ray_otel_events.store.state_merge import TASKS
 
 EVENTS: list[dict[str, Any]] = [item.get("event", item) for item in json.loads(Path(FIXTURE).read_text())]
@@ -130,16 +130,20 @@ def test_sessions_kept_apart_and_retention(tmp_path: Path) -> None:
     store.ingest(EVENTS, now=1000.0)
     store.ingest(other, now=2000.0)
     assert len(store.sessions()) == 2
-    rows = list(store.rows(TASKS))
-    assert len(rows) == 2 * len(list(store.rows(TASKS, session="session_other")))
+
+    def rows(resource: str, session: str | None = None) -> list[dict[str, Any]]:
+        only = [ColumnFilter("session", True, session)] if session else []
+        return store.select(resource, only, limit=10**6).rows
+
+    assert len(rows(TASKS)) == 2 * len(rows(TASKS, "session_other"))
     resources = ("tasks", "actors", "jobs", "nodes", "workers")
     first = EVENTS[0]["sessionName"]
-    old = sum(len(list(store.rows(r, session=first))) for r in resources)
+    old = sum(len(rows(r, first)) for r in resources)
     assert old > 0
     assert store.prune(max_age_s=500, max_rows=None, now=2100.0) == old
     assert store.sessions() == ["session_other"]
     assert store.prune(max_age_s=None, max_rows=3, now=2100.0) > 0
-    assert sum(len(list(store.rows(r))) for r in resources) == 3
+    assert sum(len(rows(r)) for r in resources) == 3
     assert store.history(TASKS, FLAKY) == []  # pruned rows take their history with them
 
 

@@ -23,6 +23,14 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "spans": ("ray_otel_events.tracing.spans_cli", "print the traces in a spans folder as trees"),
     "bridge": ("ray_otel_events.services.bridge_cli", "bridge OTLP/HTTP and RayEvent JSON, both ways"),
     "serve": ("ray_otel_events.services.serve_cli", "store events and answer Ray's state API (ray list ...)"),
+    "list": (
+        "ray_otel_events.state_cli",
+        "list stored tasks, actors, jobs, nodes, workers or placement groups",
+    ),
+    "get": ("ray_otel_events.state_cli", "one stored task, actor, job, node, worker or placement group"),
+    "summary": ("ray_otel_events.state_cli", "stored tasks or actors counted by name and state"),
+    "timeline": ("ray_otel_events.state_cli", "write stored task attempts as a Chrome/Perfetto trace"),
+    "logs": ("ray_otel_events.state_cli", "print a stored task's log lines"),
 }
 
 

@@ -1,11 +1,12 @@
-"""`ray-otel-events serve`: the event store and Ray's state API on one HTTP port.
+"""`ray-otel-events serve`: the event store, Ray's state API and the page on one HTTP port.
 
     ray-otel-events serve --port 8265 --store ~/.local/share/ray-otel-events/events.sqlite3
     ray list tasks --address http://127.0.0.1:8265
 
-Point Ray's aggregator (or ours: `aggregator --export-addr http://HOST:PORT/v1/ray-events`) at it.
+Point Ray's aggregator (or ours: `aggregator --export-addr http://HOST:PORT/v1/ray-events`) at it,
+and OTLP exporters (`OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:PORT`) for spans and task logs.
 Stdout carries `listening http=HOST:PORT` once it accepts requests and a summary after
-SIGTERM/SIGINT; GET /healthz and /readyz on the same port.
+SIGTERM/SIGINT; GET /healthz, /readyz and /metrics on the same port; the page at /.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from ray_otel_events.services.lifecycle import (
     stop_on_signals,
 )
 from ray_otel_events.services.state_api import StateApi
-from ray_otel_events.store.sqlite_store import EventStore
+from ray_otel_events.services.state_intake import StateIntake
+from ray_otel_events.store.sqlite_store import EventStore, StoreError
+from ray_otel_events.store.views import StoreViews
 
 RETENTION_INTERVAL_S = 60.0
 
@@ -69,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     path = args.store or default_store_path()
     try:
         store = EventStore(path)
-    except (OSError, sqlite3.Error) as exc:
+    except (OSError, sqlite3.Error, StoreError) as exc:
         print(f"ray-otel-events serve: cannot open the store {path}: {exc}", file=sys.stderr)
         return 1
     try:
@@ -87,14 +90,22 @@ async def _retention(store: EventStore, args: argparse.Namespace) -> None:
 
 
 async def serve(store: EventStore, args: argparse.Namespace) -> int:
-    api = StateApi(store)
+    intake = StateIntake(store)
+    api = StateApi(StoreViews(store))
     metrics = ServerMetrics("serve")
-    metrics.add_total("serve_events_stored", "events folded into the store", lambda: {(): api.events_stored})
-    metrics.add_total("serve_duplicates", "events skipped as already stored", lambda: {(): api.duplicates})
-    metrics.add_total("serve_rejected_posts", "POSTs answered 4xx", lambda: {(): api.rejected})
+    metrics.add_total(
+        "serve_events_stored",
+        "events folded into the store, by type",
+        lambda: {(t,): n for t, n in intake.events_by_type.items()},
+        ("event_type",),
+    )
+    metrics.add_total("serve_duplicates", "events skipped as already stored", lambda: {(): intake.duplicates})
+    metrics.add_total("serve_rejected_posts", "POSTs answered 4xx", lambda: {(): intake.rejected})
+    metrics.add_total("serve_spans", "spans stored", lambda: {(): intake.spans})
+    metrics.add_total("serve_log_lines", "task log lines stored", lambda: {(): intake.log_lines})
     ready = lambda: Readiness().add("store_open", True, str(store.path))  # noqa: E731
     app = web.Application(client_max_size=0)
-    app.add_routes([*observability_routes(metrics, ready), *api.routes()])
+    app.add_routes([*observability_routes(metrics, ready), *intake.routes(), *api.routes()])
     runner = web.AppRunner(app, access_log=None, auto_decompress=False)
     await runner.setup()
     try:
@@ -111,6 +122,6 @@ async def serve(store: EventStore, args: argparse.Namespace) -> int:
     await stop.wait()
     retention.cancel()
     await runner.cleanup()  # POSTs in progress are stored before the store closes
-    stats = api.stats()
+    stats = intake.stats()
     print_exit_summary("serve", list(stats.items()), stats, args.log_format)
     return 0

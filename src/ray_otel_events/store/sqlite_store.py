@@ -1,12 +1,15 @@
-"""The event store: one SQLite file (WAL) holding merged state rows and their transition history.
+"""The event store: one SQLite file (WAL) holding merged state rows, their history, spans and task logs.
 
 `ingest` takes a batch of RayEvents (JSON form, as Ray's aggregator POSTs them) in one
 transaction: an event id already seen is skipped (duplicates from retries cost nothing), every
 other event is folded into its row (`state_merge`), and its new state transitions are appended to
 the history. Rows are keyed by session name as well, so several clusters (or one cluster's
-restarts) stay apart. `prune` applies the retention: rows not updated within `max_age_s`, then the
-oldest rows beyond `max_rows`. One connection, guarded by a lock: the server calls it from worker
-threads.
+restarts) stay apart. The fields lists filter and sort on are copied into indexed columns, so
+`select` answers a filtered page in SQL however many rows there are. Spans and task log lines
+(from OTLP) are kept beside the rows, joined to a task by its id or by the span a line was
+written in. `prune` applies the retention: rows not updated within `max_age_s`, then the oldest
+rows beyond `max_rows`; spans and lines by age. One connection, guarded by a lock: the server
+calls it from worker threads.
 """
 
 from __future__ import annotations
@@ -15,14 +18,19 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ray_otel_events.store.state_merge import Row, apply, piece_of
+from ray_otel_events.store.state_merge import INDEXED_COLUMNS, Row, apply, indexed_values, piece_of
 
-_SCHEMA = """
+SCHEMA_VERSION = 2
+_TEXT_COLUMNS = ("state", "job", "name", "func", "node", "worker", "kind", "error")
+_COLUMN_DEFS = ", ".join(
+    f"{c} TEXT COLLATE NOCASE" if c in _TEXT_COLUMNS else f"{c} INTEGER" for c in INDEXED_COLUMNS
+)
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS seen_events (
     event_id TEXT PRIMARY KEY,
     received REAL NOT NULL
@@ -30,17 +38,19 @@ CREATE TABLE IF NOT EXISTS seen_events (
 CREATE INDEX IF NOT EXISTS seen_by_time ON seen_events(received);
 CREATE TABLE IF NOT EXISTS state_rows (
     resource TEXT NOT NULL,
-    entity_id TEXT NOT NULL,
+    entity_id TEXT NOT NULL COLLATE NOCASE,
     attempt INTEGER NOT NULL,
     session TEXT NOT NULL,
-    state TEXT,
-    job_id TEXT,
     updated REAL NOT NULL,
     data TEXT NOT NULL,
+    {_COLUMN_DEFS},
     PRIMARY KEY (resource, entity_id, attempt, session)
-) WITHOUT ROWID;
+);
 CREATE INDEX IF NOT EXISTS rows_by_update ON state_rows(resource, updated);
-CREATE INDEX IF NOT EXISTS rows_by_job ON state_rows(resource, job_id);
+CREATE INDEX IF NOT EXISTS rows_by_state ON state_rows(resource, state, updated);
+CREATE INDEX IF NOT EXISTS rows_by_job ON state_rows(resource, job, updated);
+CREATE INDEX IF NOT EXISTS rows_by_func ON state_rows(resource, func, updated);
+CREATE INDEX IF NOT EXISTS rows_by_node ON state_rows(resource, node, updated);
 CREATE TABLE IF NOT EXISTS transitions (
     resource TEXT NOT NULL,
     entity_id TEXT NOT NULL,
@@ -50,7 +60,49 @@ CREATE TABLE IF NOT EXISTS transitions (
     ts_ns INTEGER NOT NULL,
     PRIMARY KEY (resource, entity_id, attempt, session, ts_ns, state)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS spans (
+    trace_id TEXT NOT NULL,
+    span_id TEXT NOT NULL,
+    parent_span_id TEXT NOT NULL,
+    task_id TEXT,
+    name TEXT NOT NULL,
+    start_ns INTEGER NOT NULL,
+    end_ns INTEGER NOT NULL,
+    received REAL NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (trace_id, span_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS spans_by_task ON spans(task_id);
+CREATE INDEX IF NOT EXISTS spans_by_span ON spans(span_id);
+CREATE INDEX IF NOT EXISTS spans_by_time ON spans(received);
+CREATE TABLE IF NOT EXISTS log_lines (
+    ts_ns INTEGER NOT NULL,
+    trace_id TEXT NOT NULL,
+    span_id TEXT NOT NULL,
+    task_id TEXT,
+    received REAL NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS lines_by_task ON log_lines(task_id, ts_ns);
+CREATE INDEX IF NOT EXISTS lines_by_span ON log_lines(span_id);
+CREATE INDEX IF NOT EXISTS lines_by_time ON log_lines(received);
 """
+
+ORDERS = {
+    "updated": "updated",
+    "start": "start_ms",
+    "end": "end_ms",
+    "duration": "(end_ms - start_ms)",
+    "name": "name",
+    "func": "func",
+    "state": "state",
+    "node": "node",
+    "error": "error",
+}
+
+
+class StoreError(Exception):
+    """The file is not a store this version can open (the message says why)."""
 
 
 @dataclass
@@ -59,30 +111,79 @@ class IngestResult:
     duplicates: int = 0
     ignored: int = 0  # event types with no state row (e.g. platform events)
     invalid: list[str] = field(default_factory=list)
+    by_type: dict[str, int] = field(default_factory=dict)  # new (not duplicate) events per type
 
 
 @dataclass(frozen=True)
-class StoredRow:
-    session: str
-    updated: float
-    data: Row
+class ColumnFilter:
+    """`column = value` (or `!=` when not `equal`) on INDEXED_COLUMNS, entity_id, attempt or session.
+    Text compares ignoring case; "", "none" and "null" also match a missing value, as Ray's do."""
+
+    column: str
+    equal: bool
+    value: str
+
+
+@dataclass
+class Selection:
+    total: int  # rows of the resource
+    matched: int  # rows passing every filter
+    rows: list[Row]
+
+
+def _condition(f: ColumnFilter) -> tuple[str, list[Any]]:
+    if f.column not in (*INDEXED_COLUMNS, "entity_id", "attempt", "session"):
+        raise ValueError(f"{f.column!r} is not an indexed column")
+    params: list[Any]
+    if f.column in ("attempt", "start_ms", "end_ms"):
+        try:
+            sql, params = f"{f.column} = ?", [int(f.value)]
+        except ValueError:
+            sql, params = "0", []
+    else:
+        sql, params = f"{f.column} IS ?", [f.value]
+        if f.value.lower() in ("", "none", "null"):
+            sql = f"({sql} OR {f.column} IS NULL OR {f.column} = '')"
+    return (sql, params) if f.equal else (f"NOT ({sql})", params)
 
 
 class EventStore:
-    """State rows and history in one SQLite file; see the module doc."""
+    """State rows, history, spans and task logs in one SQLite file; see the module doc."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
+        if read_only:
+            if not self.path.exists():
+                raise StoreError(f"no store at {self.path}")
+            self._db = sqlite3.connect(
+                f"file:{self.path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
+            )
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA busy_timeout=10000")
         self._lock = threading.Lock()
+        self.generation = 0  # bumped by every write: pages poll it to know when to refresh
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        known = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if version == 0 and "state_rows" in known:
+            raise StoreError(
+                f"{self.path} was written by an older ray-otel-events (schema 1);"
+                " move it away to start a new one"
+            )
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{self.path} has schema {version}, newer than this version's {SCHEMA_VERSION}")
+        if not read_only:
+            self._db.executescript(_SCHEMA)
+            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+    # -- writing -------------------------------------------------------------------------------
 
     def ingest(self, events: Iterable[dict[str, Any]], *, now: float | None = None) -> IngestResult:
         """Fold a batch into the store in one transaction (see the module doc)."""
@@ -111,6 +212,8 @@ class EventStore:
                     if not inserted:
                         result.duplicates += 1
                         continue
+                    event_type = str(event.get("eventType", ""))
+                    result.by_type[event_type] = result.by_type.get(event_type, 0) + 1
                     if piece is None:
                         result.ignored += 1
                         continue
@@ -127,13 +230,15 @@ class EventStore:
                     for state, ts_ns in apply(row, piece):
                         history.append((*key, state, ts_ns))
                     result.stored += 1
+                columns = ", ".join(INDEXED_COLUMNS)
+                marks = ", ".join("?" for _ in INDEXED_COLUMNS)
+                updates = ", ".join(f"{c}=excluded.{c}" for c in INDEXED_COLUMNS)
                 db.executemany(
-                    "INSERT INTO state_rows"
-                    "(resource, entity_id, attempt, session, state, job_id, updated, data)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET state=excluded.state,"
-                    " job_id=excluded.job_id, updated=excluded.updated, data=excluded.data",
+                    f"INSERT INTO state_rows(resource, entity_id, attempt, session, updated, data, {columns})"
+                    f" VALUES (?, ?, ?, ?, ?, ?, {marks}) ON CONFLICT DO UPDATE SET"
+                    f" updated=excluded.updated, data=excluded.data, {updates}",
                     [
-                        (*key, row.get("state"), row.get("job_id"), received, json.dumps(row))
+                        (*key, received, json.dumps(row), *indexed_values(key[0], row))
                         for key, row in rows.items()
                     ],
                 )
@@ -146,36 +251,177 @@ class EventStore:
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
+            self.generation += 1
         return result
 
-    def rows(self, resource: str, *, session: str | None = None) -> Iterator[StoredRow]:
-        """Every row of a resource, newest first (sessions mixed unless one is given)."""
-        query = "SELECT session, updated, data FROM state_rows WHERE resource=?"
-        params: tuple[Any, ...] = (resource,)
-        if session is not None:
-            query += " AND session=?"
-            params += (session,)
+    def add_spans(self, spans: Sequence[dict[str, Any]], *, now: float | None = None) -> int:
+        """Spans as dicts with trace_id, span_id, parent_span_id (hex), name, start_ns, end_ns and
+        optionally task_id; the whole dict is kept. A span sent twice is stored once."""
+        received = time.time() if now is None else now
         with self._lock:
-            found = self._db.execute(query + " ORDER BY updated DESC", params).fetchall()
-        for session_name, updated, data in found:
-            yield StoredRow(session_name, updated, json.loads(data))
+            self._db.executemany(
+                "INSERT OR REPLACE INTO spans(trace_id, span_id, parent_span_id, task_id, name, start_ns,"
+                " end_ns, received, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        s["trace_id"],
+                        s["span_id"],
+                        s.get("parent_span_id", ""),
+                        s.get("task_id") or None,
+                        s["name"],
+                        s["start_ns"],
+                        s["end_ns"],
+                        received,
+                        json.dumps(s),
+                    )
+                    for s in spans
+                ],
+            )
+            self.generation += 1
+        return len(spans)
+
+    def add_log_lines(self, lines: Sequence[dict[str, Any]], *, now: float | None = None) -> int:
+        """Log lines as dicts with ts_ns, trace_id, span_id (hex, may be empty), task_id and body."""
+        received = time.time() if now is None else now
+        with self._lock:
+            self._db.executemany(
+                "INSERT INTO log_lines(ts_ns, trace_id, span_id, task_id, received, data)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        line["ts_ns"],
+                        line.get("trace_id", ""),
+                        line.get("span_id", ""),
+                        line.get("task_id") or None,
+                        received,
+                        json.dumps(line),
+                    )
+                    for line in lines
+                ],
+            )
+            self.generation += 1
+        return len(lines)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self._lock:
+            return self._db.execute(sql, params).fetchall()
+
+    def select(
+        self,
+        resource: str,
+        filters: Sequence[ColumnFilter] = (),
+        *,
+        keep: Callable[[Row], bool] | None = None,
+        search: str = "",
+        order: str = "updated",
+        descending: bool = True,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> Selection:
+        """A page of a resource's rows: `filters` run in SQL, `keep` (for fields with no column)
+        on the rows SQL returns; `matched` counts rows passing both. `search` is a substring of the
+        id, name, function or error type."""
+        if order not in ORDERS:
+            raise ValueError(f"cannot sort by {order!r}; one of {', '.join(ORDERS)}")
+        where, params = ["resource = ?"], [resource]
+        for f in filters:
+            sql, values = _condition(f)
+            where.append(sql)
+            params += values
+        if search:
+            pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            where.append(
+                "("
+                + " OR ".join(f"{c} LIKE ? ESCAPE '\\'" for c in ("entity_id", "name", "func", "error"))
+                + ")"
+            )
+            params += [pattern] * 4
+        clause = " AND ".join(where)
+        direction = "DESC" if descending else "ASC"
+        ordering = f"{ORDERS[order]} IS NULL, {ORDERS[order]} {direction}, updated DESC"
+        total = self._query("SELECT COUNT(*) FROM state_rows WHERE resource = ?", (resource,))[0][0]
+        query = f"SELECT data FROM state_rows WHERE {clause} ORDER BY {ordering}"
+        if keep is None:
+            matched = self._query(f"SELECT COUNT(*) FROM state_rows WHERE {clause}", params)[0][0]
+            found = self._query(query + " LIMIT ? OFFSET ?", [*params, limit, offset])
+            return Selection(total, matched, [json.loads(r[0]) for r in found])
+        rows: list[Row] = []
+        matched = 0
+        for (data,) in self._query(query, params):
+            row = json.loads(data)
+            if keep(row):
+                if offset <= matched < offset + limit:
+                    rows.append(row)
+                matched += 1
+        return Selection(total, matched, rows)
+
+    def counts(self, resource: str, *columns: str) -> list[tuple[Any, ...]]:
+        """(values of `columns`..., count) of the resource's rows, grouped by those columns."""
+        for column in columns:
+            if column not in INDEXED_COLUMNS:
+                raise ValueError(f"{column!r} is not an indexed column")
+        names = ", ".join(columns)
+        return self._query(
+            f"SELECT {names}, COUNT(*) FROM state_rows WHERE resource = ? GROUP BY {names}", (resource,)
+        )
 
     def history(self, resource: str, entity_id: str) -> list[tuple[int, str, str, int]]:
         """(attempt, session, state, ts_ns) of every transition of one entity, in time order."""
-        with self._lock:
-            return list(
-                self._db.execute(
-                    "SELECT attempt, session, state, ts_ns FROM transitions WHERE resource=? AND entity_id=?"
-                    " ORDER BY ts_ns",
-                    (resource, entity_id),
-                )
-            )
+        return self._query(
+            "SELECT attempt, session, state, ts_ns FROM transitions WHERE resource=? AND entity_id=?"
+            " ORDER BY ts_ns",
+            (resource, entity_id.lower()),
+        )
 
     def sessions(self) -> list[str]:
-        with self._lock:
-            return [
-                r[0] for r in self._db.execute("SELECT DISTINCT session FROM state_rows ORDER BY session")
-            ]
+        return [r[0] for r in self._query("SELECT DISTINCT session FROM state_rows ORDER BY session")]
+
+    def spans_of_task(self, task_id: str) -> list[dict[str, Any]]:
+        found = self._query("SELECT data FROM spans WHERE task_id = ? ORDER BY start_ns", (task_id.lower(),))
+        return [json.loads(r[0]) for r in found]
+
+    def trace(self, trace_id: str) -> list[dict[str, Any]]:
+        found = self._query(
+            "SELECT data FROM spans WHERE trace_id = ? ORDER BY start_ns", (trace_id.lower(),)
+        )
+        return [json.loads(r[0]) for r in found]
+
+    def task_logs(self, task_id: str) -> list[dict[str, Any]]:
+        """A task's lines: those naming it, and those written inside one of its spans."""
+        task = task_id.lower()
+        found = self._query(
+            "SELECT data FROM log_lines WHERE task_id = ? OR (task_id IS NULL AND span_id IN"
+            " (SELECT span_id FROM spans WHERE task_id = ?)) ORDER BY ts_ns",
+            (task, task),
+        )
+        return [json.loads(r[0]) for r in found]
+
+    def recent_traces(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The newest traces: id, root span name, start, end and span count."""
+        found = self._query(
+            "SELECT trace_id, MIN(start_ns), MAX(end_ns), COUNT(*),"
+            " (SELECT name FROM spans r WHERE r.trace_id = s.trace_id ORDER BY start_ns LIMIT 1)"
+            " FROM spans s GROUP BY trace_id ORDER BY MIN(start_ns) DESC LIMIT ?",
+            (limit,),
+        )
+        return [
+            {"trace_id": t, "start_ns": start, "end_ns": end, "spans": n, "root": root}
+            for t, start, end, n, root in found
+        ]
+
+    def size(self) -> dict[str, int]:
+        """Rows per table and the file's bytes (WAL included), for the bench and /metrics."""
+        out = {
+            table: self._query(f"SELECT COUNT(*) FROM {table}")[0][0]
+            for table in ("state_rows", "transitions", "seen_events", "spans", "log_lines")
+        }
+        wal = Path(str(self.path) + "-wal")
+        out["bytes"] = self.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+        return out
+
+    # -- retention -----------------------------------------------------------------------------
 
     def prune(self, *, max_age_s: float | None, max_rows: int | None, now: float | None = None) -> int:
         """Apply the retention; returns the number of rows deleted (their history goes with them)."""
@@ -202,10 +448,13 @@ class EventStore:
                 db.executemany(f"DELETE FROM state_rows WHERE {where}", unique)
                 db.executemany(f"DELETE FROM transitions WHERE {where}", unique)
                 if max_age_s is not None:
-                    db.execute("DELETE FROM seen_events WHERE received < ?", (current - max_age_s,))
+                    cutoff = (current - max_age_s,)
+                    for table in ("seen_events", "spans", "log_lines"):
+                        db.execute(f"DELETE FROM {table} WHERE received < ?", cutoff)
                 deleted = len(unique)
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
+            self.generation += 1
         return deleted

@@ -394,3 +394,74 @@ def apply(row: Row, piece: Piece) -> list[tuple[str, int]]:
     if piece.resource == TASKS:
         row["attempt_number"] = piece.attempt
     return piece.fold(row, piece.body)
+
+
+# What Ray itself reports before a row's pieces are all in (its schema does not allow None here):
+# a task with no lifecycle piece yet is NIL; one whose definition has not arrived is a normal
+# Python task until it does.
+DEFAULTS: dict[str, dict[str, Any]] = {
+    TASKS: {
+        "state": "NIL",
+        "type": "NORMAL_TASK",
+        "language": "PYTHON",
+        "name": "",
+        "job_id": "",
+        "func_or_class_name": "",
+        "parent_task_id": "",
+    },
+    ACTORS: {
+        "state": "DEPENDENCIES_UNREADY",
+        "class_name": "",
+        "job_id": "",
+        "num_restarts": 0,
+        "num_restarts_due_to_lineage_reconstruction": 0,
+        "num_restarts_due_to_node_preemption": 0,
+    },
+    NODES: {
+        "state": "ALIVE",
+        "node_ip": "",
+        "node_name": "",
+        "is_head_node": False,
+        "resources_total": {},
+        "labels": {},
+    },
+    WORKERS: {"worker_type": "WORKER", "is_alive": True, "node_id": "", "ip": "", "pid": 0},
+    PLACEMENT_GROUPS: {"state": "PENDING", "name": "", "creator_job_id": ""},
+    JOBS: {"type": "DRIVER", "status": "PENDING"},
+}
+
+# The store keeps these of every row in indexed columns, so filters and sorts run in SQL:
+# store column -> the row field it holds, per resource.
+INDEXED_COLUMNS = ("state", "job", "name", "func", "node", "worker", "kind", "error", "start_ms", "end_ms")
+INDEXED_FIELDS: dict[str, dict[str, str]] = {
+    TASKS: {
+        "state": "state",
+        "job": "job_id",
+        "name": "name",
+        "func": "func_or_class_name",
+        "node": "node_id",
+        "worker": "worker_id",
+        "kind": "type",
+        "error": "error_type",
+        "start_ms": "start_time_ms",
+        "end_ms": "end_time_ms",
+    },
+    ACTORS: {"state": "state", "job": "job_id", "name": "name", "func": "class_name", "node": "node_id"},
+    JOBS: {"state": "status", "job": "job_id", "name": "submission_id", "kind": "type"},
+    NODES: {"state": "state", "name": "node_name", "func": "node_ip", "node": "node_id"},
+    WORKERS: {"node": "node_id", "worker": "worker_id", "kind": "worker_type", "func": "exit_type"},
+    PLACEMENT_GROUPS: {"state": "state", "job": "creator_job_id", "name": "name"},
+}
+
+
+def field_value(resource: str, row: Row, name: str) -> Any:
+    """A row's field as Ray answers it: its default while the piece that sets it is missing."""
+    value = row.get(name)
+    return DEFAULTS.get(resource, {}).get(name) if value is None else value
+
+
+def indexed_values(resource: str, row: Row) -> tuple[Any, ...]:
+    fields = INDEXED_FIELDS[resource]
+    return tuple(
+        field_value(resource, row, fields[column]) if column in fields else None for column in INDEXED_COLUMNS
+    )

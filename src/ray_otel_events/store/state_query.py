@@ -10,11 +10,22 @@ unknown, because Ray's client builds its dataclasses from them (`TaskState(**row
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ray_otel_events.store.state_merge import ACTORS, JOBS, NODES, PLACEMENT_GROUPS, TASKS, WORKERS, Row
+from ray_otel_events.store.sqlite_store import ColumnFilter, EventStore, Selection
+from ray_otel_events.store.state_merge import (
+    ACTORS,
+    ID_COLUMN,
+    INDEXED_FIELDS,
+    JOBS,
+    NODES,
+    PLACEMENT_GROUPS,
+    TASKS,
+    WORKERS,
+    Row,
+    field_value,
+)
 
 BASE_COLUMNS: dict[str, list[str]] = {
     TASKS: [
@@ -232,72 +243,67 @@ def columns(resource: str, detail: bool) -> list[str]:
     return BASE_COLUMNS[resource] + (DETAIL_COLUMNS[resource] if detail else [])
 
 
-# What Ray itself reports before a row's pieces are all in (its schema does not allow None here):
-# a task with no lifecycle piece yet is NIL; one whose definition has not arrived is a normal
-# Python task until it does.
-_UNKNOWN: dict[str, dict[str, Any]] = {
-    TASKS: {
-        "state": "NIL",
-        "type": "NORMAL_TASK",
-        "language": "PYTHON",
-        "name": "",
-        "job_id": "",
-        "func_or_class_name": "",
-        "parent_task_id": "",
-    },
-    ACTORS: {
-        "state": "DEPENDENCIES_UNREADY",
-        "class_name": "",
-        "job_id": "",
-        "num_restarts": 0,
-        "num_restarts_due_to_lineage_reconstruction": 0,
-        "num_restarts_due_to_node_preemption": 0,
-    },
-    NODES: {
-        "state": "ALIVE",
-        "node_ip": "",
-        "node_name": "",
-        "is_head_node": False,
-        "resources_total": {},
-        "labels": {},
-    },
-    WORKERS: {"worker_type": "WORKER", "is_alive": True, "node_id": "", "ip": "", "pid": 0},
-    PLACEMENT_GROUPS: {"state": "PENDING", "name": "", "creator_job_id": ""},
-    JOBS: {"type": "DRIVER", "status": "PENDING"},
-}
-
-
 def shape(resource: str, row: Row, detail: bool) -> Row:
     """A row with exactly its mode's columns (Ray's `filter_fields`)."""
-    out = {column: row.get(column) for column in columns(resource, detail)}
-    for column, value in _UNKNOWN.get(resource, {}).items():
-        if column in out and out[column] is None:
-            out[column] = value
+    out = {column: field_value(resource, row, column) for column in columns(resource, detail)}
     events = out.get("events")
     if resource == TASKS and events:
         out["events"] = [{"state": e["state"], "created_ms": e["created_ms"]} for e in events]
     return out
 
 
-def list_response(query: ListQuery, rows: Iterable[Row]) -> dict[str, Any]:
+def store_column(resource: str, key: str) -> str | None:
+    """The store's indexed column holding a filterable field, if it has one."""
+    if key == ID_COLUMN[resource]:
+        return "entity_id"
+    if resource == TASKS and key == "attempt_number":
+        return "attempt"
+    for column, name in INDEXED_FIELDS[resource].items():
+        if name == key:
+            return column
+    return None
+
+
+def select(
+    store: EventStore, query: ListQuery, *, order: str = "updated", descending: bool = True, offset: int = 0
+) -> Selection:
+    """The rows a query names: filters on indexed fields in SQL, the others on the rows it returns."""
+    resource = query.resource
+    in_sql: list[ColumnFilter] = []
+    residual: list[tuple[str, bool, str]] = []
+    for key, predicate, value in query.filters:
+        column = store_column(resource, key)
+        if column is None:
+            residual.append((key, predicate == "=", value))
+        else:
+            in_sql.append(ColumnFilter(column, predicate == "=", value))
+    if resource == TASKS and query.exclude_driver:
+        in_sql.append(ColumnFilter("kind", False, "DRIVER_TASK"))
+
+    def keep(row: Row) -> bool:
+        return all(
+            _matches(field_value(resource, row, key), value) == equal for key, equal, value in residual
+        )
+
+    return store.select(
+        resource,
+        in_sql,
+        keep=keep if residual else None,
+        order=order,
+        descending=descending,
+        limit=query.limit,
+        offset=offset,
+    )
+
+
+def list_response(query: ListQuery, selection: Selection) -> dict[str, Any]:
     """Ray's ListApiResponse as a dict: filtered, truncated to the limit, newest first."""
-    total = 0
-    matched: list[Row] = []
-    for row in rows:
-        total += 1
-        if query.resource == TASKS and query.exclude_driver and row.get("type") == "DRIVER_TASK":
-            continue
-        if all(
-            _matches(row.get(key), value) == (predicate == "=") for key, predicate, value in query.filters
-        ):
-            matched.append(row)
-    result = [shape(query.resource, row, query.detail) for row in matched[: query.limit]]
-    truncated = max(0, len(matched) - query.limit)
+    truncated = max(0, selection.matched - len(selection.rows))
     return {
-        "total": total,
-        "num_after_truncation": total - truncated,
-        "num_filtered": len(matched),
-        "result": result,
+        "total": selection.total,
+        "num_after_truncation": selection.total - truncated,
+        "num_filtered": selection.matched,
+        "result": [shape(query.resource, row, query.detail) for row in selection.rows],
         "partial_failure_warning": "",
         "warnings": None,
     }
@@ -308,46 +314,58 @@ def envelope(result: Any, *, ok: bool = True, message: str = "") -> dict[str, An
     return {"result": ok, "msg": message, "data": {"result": result}}
 
 
-def summarize_tasks(rows: Iterable[Row]) -> dict[str, Any]:
+def summary_response(total: int, result: dict[str, Any]) -> dict[str, Any]:
+    """Ray's SummaryApiResponse: nothing is truncated or filtered in a summary."""
+    return {
+        "total": total,
+        "num_after_truncation": total,
+        "num_filtered": total,
+        "result": result,
+        "partial_failure_warning": "",
+        "warnings": None,
+    }
+
+
+def summarize_tasks(store: EventStore) -> dict[str, Any]:
     """Ray's task summary by function name: type and counts per state, under one node key
     (`node_id_to_summary.cluster`), as `ray summary tasks` reads it."""
     summary: dict[str, dict[str, Any]] = {}
-    total_tasks = total_actor_tasks = total_actor_scheduled = 0
-    for row in rows:
-        name = row.get("func_or_class_name") or row.get("name") or ""
-        entry = summary.setdefault(
-            name, {"func_or_class_name": name, "type": row.get("type"), "state_counts": {}}
-        )
-        state = row.get("state") or "NIL"
-        entry["state_counts"][state] = entry["state_counts"].get(state, 0) + 1
-        if row.get("type") == "ACTOR_TASK":
-            total_actor_tasks += 1
-        elif row.get("type") == "ACTOR_CREATION_TASK":
-            total_actor_scheduled += 1
-        else:
-            total_tasks += 1
-    return {
-        "node_id_to_summary": {
-            "cluster": {
-                "summary": summary,
-                "total_tasks": total_tasks,
-                "total_actor_tasks": total_actor_tasks,
-                "total_actor_scheduled": total_actor_scheduled,
-                "summary_by": "func_name",
+    totals = {"ACTOR_TASK": 0, "ACTOR_CREATION_TASK": 0, "other": 0}
+    rows = 0
+    for func, name, kind, state, count in store.counts(TASKS, "func", "name", "kind", "state"):
+        key = func or name or ""
+        entry = summary.setdefault(key, {"func_or_class_name": key, "type": kind, "state_counts": {}})
+        entry["state_counts"][state] = entry["state_counts"].get(state, 0) + count
+        totals[kind if kind in totals else "other"] += count
+        rows += count
+    return summary_response(
+        rows,
+        {
+            "node_id_to_summary": {
+                "cluster": {
+                    "summary": summary,
+                    "total_tasks": totals["other"],
+                    "total_actor_tasks": totals["ACTOR_TASK"],
+                    "total_actor_scheduled": totals["ACTOR_CREATION_TASK"],
+                    "summary_by": "func_name",
+                }
             }
-        }
-    }
+        },
+    )
 
 
-def summarize_actors(rows: Iterable[Row]) -> dict[str, Any]:
+def summarize_actors(store: EventStore) -> dict[str, Any]:
     summary: dict[str, dict[str, Any]] = {}
     total = 0
-    for row in rows:
-        name = row.get("class_name") or ""
-        entry = summary.setdefault(name, {"class_name": name, "state_counts": {}})
-        state = row.get("state") or "NIL"
-        entry["state_counts"][state] = entry["state_counts"].get(state, 0) + 1
-        total += 1
-    return {
-        "node_id_to_summary": {"cluster": {"summary": summary, "total_actors": total, "summary_by": "class"}}
-    }
+    for class_name, state, count in store.counts(ACTORS, "func", "state"):
+        entry = summary.setdefault(class_name, {"class_name": class_name, "state_counts": {}})
+        entry["state_counts"][state] = entry["state_counts"].get(state, 0) + count
+        total += count
+    return summary_response(
+        total,
+        {
+            "node_id_to_summary": {
+                "cluster": {"summary": summary, "total_actors": total, "summary_by": "class"}
+            }
+        },
+    )

@@ -1,0 +1,246 @@
+"""`ray-otel-events list|get|summary|timeline|logs`: the store's state from the terminal.
+
+    ray-otel-events list tasks --filter state=FAILED --format table
+    ray-otel-events get tasks TASK_ID
+    ray-otel-events summary tasks
+    ray-otel-events timeline --out timeline.json     (open in https://ui.perfetto.dev)
+    ray-otel-events logs TASK_ID
+
+With `--address http://HOST:PORT` they ask a running `serve`; without, they read the store file
+itself (`--store`, default the one `serve` uses), so they work with no server, after the cluster
+is gone. Either way the answers are the same (`StoreViews`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+import requests
+from multidict import MultiDict
+
+from ray_otel_events.config import ConfigError
+from ray_otel_events.services.serve_cli import default_store_path
+from ray_otel_events.store.sqlite_store import EventStore, StoreError
+from ray_otel_events.store.state_merge import ID_COLUMN
+from ray_otel_events.store.state_query import BASE_COLUMNS, RESOURCES
+from ray_otel_events.store.views import StoreViews
+
+ADDRESS_ENV = "RAY_OTEL_EVENTS_ADDRESS"
+
+
+class Unanswered(Exception):
+    """The store or server could not answer; the message says why."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--address",
+        default=os.environ.get(ADDRESS_ENV),
+        help=f"a running serve, http://HOST:PORT (env {ADDRESS_ENV})",
+    )
+    source.add_argument("--store", type=Path, help=f"read this store file (default {default_store_path()})")
+    command = parser.prog.rsplit(" ", 1)[-1]
+    if command == "list":
+        parser.add_argument("resource", choices=RESOURCES)
+        parser.add_argument(
+            "--filter",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="KEY=VALUE or KEY!=VALUE (repeatable)",
+        )
+        parser.add_argument("--limit", type=int, default=100)
+        parser.add_argument("--detail", action="store_true", help="every column, as `ray list --detail`")
+        parser.add_argument("--format", choices=("table", "json"), default="table")
+    elif command == "get":
+        parser.add_argument("resource", choices=RESOURCES)
+        parser.add_argument("id")
+        parser.add_argument("--format", choices=("table", "json"), default="json")
+    elif command == "summary":
+        parser.add_argument("resource", choices=("tasks", "actors"))
+        parser.add_argument("--format", choices=("table", "json"), default="table")
+    elif command == "timeline":
+        parser.add_argument("--out", type=Path, required=True, help="Chrome/Perfetto trace JSON to write")
+        parser.add_argument("--job-id", help="only this job's tasks")
+    elif command == "logs":
+        parser.add_argument("task_id")
+        parser.add_argument("--format", choices=("text", "json"), default="text")
+
+
+class _Source:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.address: str | None = args.address
+        self.views: StoreViews | None = None
+        if self.address is None:
+            path = args.store or default_store_path()
+            try:
+                self.views = StoreViews(EventStore(path, read_only=True))
+            except (StoreError, sqlite3.Error) as exc:
+                raise Unanswered(f"cannot read the store {path}: {exc}") from None
+        elif not self.address.startswith(("http://", "https://")):
+            self.address = "http://" + self.address
+
+    def get(self, path: str, params: list[tuple[str, str]] | None = None) -> tuple[int, Any]:
+        if self.views is not None:
+            try:
+                return self.views.answer(path, MultiDict(params or []))
+            except sqlite3.Error as exc:
+                raise Unanswered(f"cannot read the store: {exc}") from None
+        try:
+            response = requests.get(f"{self.address}{path}", params=params, timeout=60)
+        except requests.RequestException as exc:
+            raise Unanswered(f"cannot reach {self.address}: {exc}") from None
+        try:
+            return response.status_code, response.json()
+        except ValueError:
+            raise Unanswered(f"{self.address}{path} answered {response.status_code}, not JSON") from None
+
+
+def _error_of(body: Any) -> str:
+    if isinstance(body, dict):
+        return str(body.get("error") or body.get("msg") or body)
+    return str(body)
+
+
+def _ray_result(status: int, body: Any) -> Any:
+    if status != 200 or not body.get("result", False):
+        raise Unanswered(_error_of(body))
+    return body["data"]["result"]
+
+
+def _filters(raw: list[str]) -> list[tuple[str, str]]:
+    """`KEY=VALUE` / `KEY!=VALUE` as Ray's filter_keys, filter_predicates, filter_values."""
+    params: list[tuple[str, str]] = []
+    for item in raw:
+        predicate = "!=" if "!=" in item else "="
+        key, _, value = item.partition(predicate)
+        if not key or predicate not in item:
+            raise ConfigError(f"--filter {item!r}: expected KEY=VALUE or KEY!=VALUE")
+        params += [("filter_keys", key), ("filter_predicates", predicate), ("filter_values", value)]
+    return params
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    def cell(value: Any) -> str:
+        if value is None:
+            return ""
+        return value if isinstance(value, str) else json.dumps(value)
+
+    cells = [[cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def _list(source: _Source, args: argparse.Namespace) -> int:
+    params = [("limit", str(args.limit)), ("detail", str(args.detail).lower()), *_filters(args.filter)]
+    result = _ray_result(*source.get(f"/api/v0/{args.resource}", params))
+    if args.format == "json":
+        print(json.dumps(result["result"], indent=2))
+    else:
+        shown = len(result["result"])
+        print(f"{shown} of {result['num_filtered']} matching ({result['total']} {args.resource} stored)")
+        if shown:
+            columns = list(result["result"][0]) if args.detail else BASE_COLUMNS[args.resource]
+            print(_table(result["result"], columns))
+    return 0
+
+
+def _get(source: _Source, args: argparse.Namespace) -> int:
+    key = ID_COLUMN[args.resource]
+    params = [("detail", "true"), ("limit", "1000"), *_filters([f"{key}={args.id}"])]
+    rows = _ray_result(*source.get(f"/api/v0/{args.resource}", params))["result"]
+    if not rows:
+        raise Unanswered(f"no {args.resource[:-1].replace('_', ' ')} with {key} {args.id}")
+    if args.format == "json":
+        print(json.dumps(rows if len(rows) > 1 else rows[0], indent=2))
+    else:
+        for row in rows:
+            width = max(len(k) for k in row)
+            print(
+                "\n".join(
+                    f"{k.ljust(width)}  {json.dumps(v) if not isinstance(v, str) else v}"
+                    for k, v in row.items()
+                )
+            )
+            print()
+    return 0
+
+
+def _summary(source: _Source, args: argparse.Namespace) -> int:
+    result = _ray_result(*source.get(f"/api/v0/{args.resource}/summarize"))
+    cluster = result["result"]["node_id_to_summary"]["cluster"]
+    if args.format == "json":
+        print(json.dumps(cluster, indent=2))
+        return 0
+    entries = list(cluster["summary"].values())
+    name_key = "func_or_class_name" if args.resource == "tasks" else "class_name"
+    rows = [
+        {
+            "name": e[name_key],
+            "type": e.get("type", "ACTOR"),
+            "states": ", ".join(f"{s}: {n}" for s, n in sorted(e["state_counts"].items())),
+        }
+        for e in entries
+    ]
+    print(f"{result['total']} {args.resource} stored")
+    if rows:
+        print(_table(rows, ["name", "type", "states"]))
+    return 0
+
+
+def _timeline(source: _Source, args: argparse.Namespace) -> int:
+    status, body = source.get("/api/ui/timeline", [("job_id", args.job_id)] if args.job_id else [])
+    if status != 200:
+        raise Unanswered(_error_of(body))
+    try:
+        args.out.write_text(json.dumps(body))
+    except OSError as exc:
+        raise Unanswered(f"cannot write {args.out}: {exc}") from None
+    slices = sum(1 for e in body if e.get("cat") == "task")
+    print(
+        f"wrote {slices} task slices to {args.out} (open it in https://ui.perfetto.dev or chrome://tracing)"
+    )
+    return 0
+
+
+def _clock(ts_ns: int) -> str:
+    return datetime.datetime.fromtimestamp(ts_ns / 1e9).strftime("%H:%M:%S.%f")[:-3]
+
+
+def _logs(source: _Source, args: argparse.Namespace) -> int:
+    status, body = source.get(f"/api/ui/tasks/{args.task_id}")
+    if status != 200:
+        raise Unanswered(_error_of(body))
+    lines = body["logs"]
+    if args.format == "json":
+        print(json.dumps(lines, indent=2))
+        return 0
+    if not lines:
+        print(f"no log lines stored for task {args.task_id}", file=sys.stderr)
+    for line in lines:
+        stream = sys.stderr if line.get("stream") == "stderr" else sys.stdout
+        who = f"({line.get('function') or 'task'} pid={line.get('pid')})"
+        print(f"{_clock(line['ts_ns'])} {who} {line['body']}", file=stream)
+    return 0
+
+
+_COMMANDS = {"list": _list, "get": _get, "summary": _summary, "timeline": _timeline, "logs": _logs}
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        source = _Source(args)
+        return _COMMANDS[args.command](source, args)
+    except Unanswered as exc:
+        print(f"ray-otel-events {args.command}: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,110 @@
+"""OTLP requests turned into what the store keeps: span dicts, task log lines, and RayEvents.
+
+A log record whose event name says it carries a RayEvent becomes that event (JSON form, as the
+aggregator POSTs it), so `/v1/logs` feeds the same state rows as `/v1/ray-events`. Any other log
+record is a log line, tied to a task by its `ray.task_id` attribute or, failing that, by the span
+it was written in. Spans keep their ids in hex, their times in ns, and the task they belong to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
+from ray_otel_events.otel import semconv
+from ray_otel_events.otel.plain_records import (
+    SPAN_KINDS,
+    STATUS_CODES,
+    any_value_to_python,
+    attributes_to_dict,
+)
+from ray_otel_events.otel.to_ray_events import (
+    NotARayEventError,
+    claims_ray_event,
+    ray_event_from_log_record,
+)
+
+_ENCODER = RayEventJsonEncoder()
+STREAM_ATTR = "log.iostream"  # OTel semantic convention: stdout / stderr
+PID_ATTR = "process.pid"
+FUNCTION_ATTR = "code.function"
+
+
+@dataclass
+class LogsIntake:
+    ray_events: list[dict[str, Any]] = field(default_factory=list)
+    lines: list[dict[str, Any]] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else "" if value is None else str(value)
+
+
+def log_line(record: LogRecord, resource: dict[str, Any]) -> dict[str, Any]:
+    attrs = attributes_to_dict(record.attributes)
+    body = any_value_to_python(record.body) if record.HasField("body") else ""
+    return {
+        "ts_ns": record.time_unix_nano or record.observed_time_unix_nano,
+        "trace_id": record.trace_id.hex(),
+        "span_id": record.span_id.hex(),
+        "task_id": _text(attrs.get(semconv.RAY_TASK_ID)).lower() or None,
+        "severity": record.severity_text or str(record.severity_number),
+        "stream": _text(attrs.get(STREAM_ATTR)) or "log",
+        "pid": attrs.get(PID_ATTR) or resource.get(PID_ATTR),
+        "function": _text(attrs.get(FUNCTION_ATTR)),
+        "body": body if isinstance(body, str) else str(body),
+    }
+
+
+def from_logs(request: ExportLogsServiceRequest) -> LogsIntake:
+    out = LogsIntake()
+    for resource_logs in request.resource_logs:
+        resource = attributes_to_dict(resource_logs.resource.attributes)
+        for scope_logs in resource_logs.scope_logs:
+            for record in scope_logs.log_records:
+                if claims_ray_event(record):
+                    try:
+                        out.ray_events.append(_ENCODER.to_dict(ray_event_from_log_record(record)))
+                    except NotARayEventError as exc:
+                        out.rejected.append(str(exc))
+                else:
+                    out.lines.append(log_line(record, resource))
+    return out
+
+
+def span_dict(span: Span, resource: dict[str, Any]) -> dict[str, Any]:
+    attrs = attributes_to_dict(span.attributes)
+    return {
+        "trace_id": span.trace_id.hex(),
+        "span_id": span.span_id.hex(),
+        "parent_span_id": span.parent_span_id.hex(),
+        "task_id": _text(attrs.get(semconv.RAY_TASK_ID)).lower() or None,
+        "name": span.name,
+        "kind": SPAN_KINDS[span.kind] if span.kind < len(SPAN_KINDS) else str(span.kind),
+        "start_ns": span.start_time_unix_nano,
+        "end_ns": span.end_time_unix_nano,
+        "status": STATUS_CODES[span.status.code] if span.status.code < len(STATUS_CODES) else "UNSET",
+        "status_message": span.status.message,
+        "service": _text(resource.get("service.name")),
+        "attributes": attrs,
+        "events": [
+            {"name": e.name, "ts_ns": e.time_unix_nano, "attributes": attributes_to_dict(e.attributes)}
+            for e in span.events
+        ],
+    }
+
+
+def from_traces(request: ExportTraceServiceRequest) -> list[dict[str, Any]]:
+    spans = []
+    for resource_spans in request.resource_spans:
+        resource = attributes_to_dict(resource_spans.resource.attributes)
+        for scope_spans in resource_spans.scope_spans:
+            spans += [span_dict(span, resource) for span in scope_spans.spans]
+    return spans

@@ -1,0 +1,267 @@
+"""Every read of the store, by URL path: Ray's state API (`/api/v0/...`) and our page's (`/api/ui/...`).
+
+The HTTP server answers GETs by calling `answer(path, params)`, and our CLI, given a store file
+instead of an address, calls the same function: one set of answers, whichever way they are asked.
+An answer is `(HTTP status, JSON body)`. Ray's paths answer in Ray's envelope and error shape; ours
+answer plain JSON, `{"error": reason}` with 400 or 404 when they cannot.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from ray_otel_events.store import state_query
+from ray_otel_events.store.sqlite_store import ORDERS, ColumnFilter, EventStore
+from ray_otel_events.store.state_merge import ACTORS, JOBS, TASKS, Row, field_value
+
+RAY_VERSION = "2.60.0"  # the state API contract we answer to
+Answer = tuple[int, Any]
+Params = Any  # a multidict: get(), getall()
+
+UI_TASK_FIELDS = (
+    "task_id",
+    "attempt_number",
+    "name",
+    "func_or_class_name",
+    "state",
+    "type",
+    "job_id",
+    "node_id",
+    "worker_id",
+    "worker_pid",
+    "error_type",
+    "error_message",
+    "creation_time_ms",
+    "start_time_ms",
+    "end_time_ms",
+)
+UI_FILTERS = {"state": "state", "job_id": "job", "node_id": "node", "type": "kind", "error_type": "error"}
+MAX_PAGE = 1000
+
+
+class BadRequest(ValueError):
+    def __init__(self, reason: str, status: int = 400) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
+def _ui_task(row: Row) -> Row:
+    out = {name: field_value(TASKS, row, name) for name in UI_TASK_FIELDS}
+    start, end = out["start_time_ms"], out["end_time_ms"]
+    out["duration_ms"] = end - start if start is not None and end is not None else None
+    return out
+
+
+def _int_param(params: Params, name: str, default: int, low: int, high: int) -> int:
+    raw = params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name}={raw!r} is not an integer") from None
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+class StoreViews:
+    """The answers over one EventStore (see the module doc)."""
+
+    def __init__(self, store: EventStore, session_name: str = "ray-otel-events") -> None:
+        self.store = store
+        self.session_name = session_name
+        self._routes: list[tuple[re.Pattern[str], Callable[..., Answer]]] = [
+            (re.compile(r"/api/version"), self.version),
+            (re.compile(r"/api/v0/(tasks|actors)/summarize"), self.summarize),
+            (re.compile(r"/api/v0/([a-z_]+)"), self.list_resource),
+            (re.compile(r"/api/ui/overview"), self.overview),
+            (re.compile(r"/api/ui/tasks"), self.tasks),
+            (re.compile(r"/api/ui/tasks/([0-9a-fA-F]+)"), self.task),
+            (re.compile(r"/api/ui/timeline"), self.timeline),
+            (re.compile(r"/api/ui/traces"), self.traces),
+            (re.compile(r"/api/ui/traces/([0-9a-fA-F]{32})"), self.trace),
+        ]
+
+    def answer(self, path: str, params: Params) -> Answer:
+        for pattern, view in self._routes:
+            match = pattern.fullmatch(path)
+            if match:
+                try:
+                    return view(params, *match.groups())
+                except BadRequest as exc:
+                    return exc.status, {"error": str(exc)}
+        return 404, {"error": f"no such path {path}"}
+
+    # -- Ray's state API -----------------------------------------------------------------------
+
+    def version(self, _: Params) -> Answer:
+        return 200, {
+            "version": "4",
+            "ray_version": RAY_VERSION,
+            "ray_commit": "ray-otel-events",
+            "session_name": self.session_name,
+        }
+
+    def list_resource(self, params: Params, resource: str) -> Answer:
+        try:
+            query = state_query.parse_query(resource, params)
+        except state_query.QueryError as exc:
+            return 400, state_query.envelope(None, ok=False, message=str(exc))
+        selection = state_query.select(self.store, query)
+        return 200, state_query.envelope(state_query.list_response(query, selection))
+
+    def summarize(self, _: Params, resource: str) -> Answer:
+        if resource == TASKS:
+            return 200, state_query.envelope(state_query.summarize_tasks(self.store))
+        return 200, state_query.envelope(state_query.summarize_actors(self.store))
+
+    # -- the page's API ------------------------------------------------------------------------
+
+    def overview(self, _: Params) -> Answer:
+        """Jobs with their tasks' state counts, all tasks' counts, and the store's generation."""
+        per_job: dict[str, dict[str, int]] = {}
+        overall: dict[str, int] = {}
+        for job, state, count in self.store.counts(TASKS, "job", "state"):
+            per_job.setdefault(job or "", {})[state] = count
+            overall[state] = overall.get(state, 0) + count
+        jobs = self.store.select(JOBS, limit=MAX_PAGE).rows
+        listed = []
+        for row in jobs:
+            shaped = state_query.shape(JOBS, row, detail=True)
+            shaped["task_counts"] = per_job.pop(row.get("job_id", ""), {})
+            listed.append(shaped)
+        for job_id, task_counts in per_job.items():  # tasks whose job has sent no event yet
+            listed.append({"job_id": job_id, "status": "UNKNOWN", "task_counts": task_counts})
+        return 200, {
+            "generation": self.store.generation,
+            "sessions": self.store.sessions(),
+            "jobs": listed,
+            "task_counts": overall,
+            "actors": self.store.select(ACTORS, limit=0).total,
+        }
+
+    def tasks(self, params: Params) -> Answer:
+        filters = [
+            ColumnFilter(column, True, params[name])
+            for name, column in UI_FILTERS.items()
+            if params.get(name)
+        ]
+        order = params.get("sort", "updated")
+        if order not in ORDERS:
+            raise BadRequest(f"sort={order!r}: one of {', '.join(ORDERS)}")
+        selection = self.store.select(
+            TASKS,
+            filters,
+            search=params.get("q", ""),
+            order=order,
+            descending=params.get("order", "desc") != "asc",
+            limit=_int_param(params, "limit", 100, 1, MAX_PAGE),
+            offset=_int_param(params, "offset", 0, 0, 10**9),
+        )
+        return 200, {
+            "generation": self.store.generation,
+            "total": selection.total,
+            "matched": selection.matched,
+            "rows": [_ui_task(row) for row in selection.rows],
+        }
+
+    def task(self, _: Params, task_id: str) -> Answer:
+        attempts = self.store.select(
+            TASKS, [ColumnFilter("entity_id", True, task_id.lower())], order="updated", limit=MAX_PAGE
+        ).rows
+        if not attempts:
+            raise BadRequest(f"no task {task_id}", status=404)
+        attempts.sort(key=lambda row: int(row.get("attempt_number", 0)))
+        spans = self.store.spans_of_task(task_id)
+        return 200, {
+            "task_id": task_id.lower(),
+            "attempts": [
+                {**state_query.shape(TASKS, row, detail=True), "duration_ms": _ui_task(row)["duration_ms"]}
+                for row in attempts
+            ],
+            "transitions": [
+                {"attempt": attempt, "session": session, "state": state, "ts_ns": ts}
+                for attempt, session, state, ts in self.store.history(TASKS, task_id)
+            ],
+            "logs": self.store.task_logs(task_id),
+            "spans": spans,
+            "trace_id": spans[0]["trace_id"] if spans else None,
+        }
+
+    def timeline(self, params: Params) -> Answer:
+        """Chrome/Perfetto trace events, as `ray timeline` writes them: a process per node, a
+        thread per worker, one slice per task attempt and its profile events inside."""
+        filters = [ColumnFilter("job", True, params["job_id"])] if params.get("job_id") else []
+        rows = self.store.select(TASKS, filters, order="start", descending=False, limit=10**9).rows
+        return 200, chrome_trace(rows)
+
+    def traces(self, params: Params) -> Answer:
+        return 200, {"traces": self.store.recent_traces(_int_param(params, "limit", 20, 1, MAX_PAGE))}
+
+    def trace(self, _: Params, trace_id: str) -> Answer:
+        spans = self.store.trace(trace_id)
+        if not spans:
+            raise BadRequest(f"no trace {trace_id}", status=404)
+        return 200, {"trace_id": trace_id.lower(), "spans": spans}
+
+
+def chrome_trace(rows: list[Row]) -> list[dict[str, Any]]:
+    """Trace events (`ph` X for slices, M for the process and thread names) for task rows."""
+    events: list[dict[str, Any]] = []
+    nodes: dict[str, int] = {}
+    workers: dict[tuple[str, str], int] = {}
+    for row in rows:
+        start, end = row.get("start_time_ms"), row.get("end_time_ms")
+        if start is None:
+            continue
+        node = row.get("node_id") or "unknown"
+        worker = row.get("worker_id") or "unknown"
+        pid = nodes.get(node)
+        if pid is None:
+            pid = nodes[node] = len(nodes) + 1
+            events.append(
+                {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"node {node[:12]}"}}
+            )
+        tid = workers.get((node, worker))
+        if tid is None:
+            tid = workers[(node, worker)] = len(workers) + 1
+            label = f"worker {worker[:12]}" + (f" pid={row['worker_pid']}" if row.get("worker_pid") else "")
+            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": label}})
+        name = row.get("func_or_class_name") or row.get("name") or "task"
+        finished = end if end is not None else start
+        events.append(
+            {
+                "ph": "X",
+                "cat": "task",
+                "name": f"task::{name}",
+                "pid": pid,
+                "tid": tid,
+                "ts": start * 1000,
+                "dur": max(0, finished - start) * 1000,
+                "cname": "rail_response" if row.get("state") == "FAILED" else "generic_work",
+                "args": {
+                    "task_id": row.get("task_id"),
+                    "attempt_number": row.get("attempt_number", 0),
+                    "state": row.get("state"),
+                    "job_id": row.get("job_id"),
+                    "error_type": row.get("error_type"),
+                },
+            }
+        )
+        for profile in (row.get("profiling_data") or {}).get("events", []):
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": profile.get("event_name", ""),
+                    "name": profile.get("event_name", ""),
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": profile.get("start_time", 0),
+                    "dur": max(0, profile.get("end_time", 0) - profile.get("start_time", 0)),
+                    "args": profile.get("extra_data") or {},
+                }
+            )
+    return events
