@@ -1,18 +1,22 @@
 """`ray-otel-events demo`: the whole pipeline on embedded defaults, with real processes.
 
-A sink and an aggregator start as subprocesses. Tasks run in a TracedProcessPoolExecutor with the
-local tracing hook: spans go to a spans folder and the hook's span processor turns each task's
-spans into task events, sent by a recorder in every process. Two actor-like worker processes
-serve method calls and record actor events by hand, and the driver records job and node events,
-the way a Ray node's core workers and GCS do. At the end every process flushes, the aggregator is
-stopped with SIGTERM (it flushes too) and the summary shows, per event type, what was recorded,
-sent, delivered to the sink and dropped, checks that it adds up, and prints one trace tree.
+`serve` (the store, Ray's state API and the page) and an aggregator exporting to it start as
+subprocesses. Tasks run in a TracedProcessPoolExecutor with the demo's tracing hook: spans go to a
+spans folder and, with the tasks' printed lines, to `serve` over OTLP; the hook's span processor
+turns each task's spans into task events, sent by a recorder in every process. Two actor-like
+worker processes serve method calls and record actor events by hand, and the driver records job
+and node events, the way a Ray node's core workers and GCS do. At the end every process flushes,
+the aggregator is stopped with SIGTERM (it flushes too) and the summary shows, per event type,
+what was recorded, sent, stored and dropped, checks that it adds up, and prints one trace tree.
+Then it prints the page's address and keeps `serve` running until Ctrl-C (`--no-serve` stops it
+and exits).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.util
@@ -21,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from concurrent.futures import Future
@@ -28,7 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import requests
 from opentelemetry import trace
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from prometheus_client.parser import text_string_to_metric_families
 
 from ray_otel_events import config
 from ray_otel_events.config import RecorderConfig
@@ -45,8 +54,10 @@ from ray_otel_events.events.builders import (
 from ray_otel_events.executor import TracedProcessPoolExecutor
 from ray_otel_events.producer import RayEventRecorder
 from ray_otel_events.protobuf import common_pb2
-from ray_otel_events.tracing.install import current_installation
-from ray_otel_events.tracing.setup_local_tmp_tracing import HOOK
+from ray_otel_events.tracing.files import LogRecordFileProcessor, SpanFileProcessor
+from ray_otel_events.tracing.install import current_installation, install_tracing
+from ray_otel_events.tracing.otlp import otlp_log_exporter, otlp_span_exporter
+from ray_otel_events.tracing.report import report_setup_failure
 from ray_otel_events.tracing.span_files import largest_trace_tree
 
 _RECORDER_CONFIG = RecorderConfig(report_interval_ms=200, shutdown_flush_timeout_ms=5000)
@@ -123,9 +134,35 @@ def _flush_tracing_and_save(cluster: Cluster, role: str) -> None:
 
 def simulate(n: int) -> int:
     """The demo task: some CPU work; every seventh input fails on purpose."""
+    print(f"simulating input {n}")
     if n % 7 == 3:
+        logging.getLogger("demo").warning("input %d is unlucky", n)
         raise ValueError(f"demo failure for input {n}")
     return sum(i * i for i in range(n * 2000))
+
+
+DEMO_HOOK = "ray_otel_events.demo:setup_demo_tracing"
+
+
+def setup_demo_tracing() -> None:
+    """The demo's tracing hook: the local hook's files, plus spans and task logs sent to `serve`
+    over OTLP (OTEL_EXPORTER_OTLP_ENDPOINT), so the page can show them."""
+    try:
+        if current_installation() is not None:
+            install_tracing()  # adopt after fork
+            return
+        tracing = config.TracingConfig.from_env()
+        install_tracing(
+            [SpanFileProcessor(tracing.spans_dir), BatchSpanProcessor(otlp_span_exporter("http/protobuf"))],
+            [
+                LogRecordFileProcessor(tracing.spans_dir),
+                BatchLogRecordProcessor(otlp_log_exporter("http/protobuf")),
+            ],
+            config=tracing,
+            event_logs=False,
+        )
+    except Exception as exc:  # a hook must never take its process down
+        report_setup_failure(DEMO_HOOK, exc)
 
 
 # -- actor-like workers ------------------------------------------------------------------------
@@ -226,7 +263,7 @@ def _run_workload(cluster: Cluster, tasks: int) -> tuple[int, int]:
     rec.add(f.job_lifecycle(job_id=cluster.job, state=JobState.CREATED))
     ok = failed = 0
     pool = TracedProcessPoolExecutor(
-        tracing_startup_hook=HOOK, max_workers=2, initializer=_init_pool_worker, initargs=(cluster,)
+        tracing_startup_hook=DEMO_HOOK, max_workers=2, initializer=_init_pool_worker, initargs=(cluster,)
     )
     with pool, trace.get_tracer(__name__).start_as_current_span("demo driver"):
         futures: list[Future[int]] = [pool.submit(simulate, n) for n in range(tasks)]
@@ -274,10 +311,11 @@ class _Server:
         self.address = line.split("=", 1)[1]
 
     def stop(self) -> str:
-        """SIGTERM, wait, return the rest of its stdout."""
-        self.process.send_signal(signal.SIGTERM)
+        """SIGTERM (unless a Ctrl-C already reached it), wait, return the rest of its stdout."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
         out, _ = self.process.communicate(timeout=60)
-        if self.process.returncode != 0:
+        if self.process.returncode not in (0, -signal.SIGINT):
             raise RuntimeError(f"server exited with {self.process.returncode}")
         return out
 
@@ -285,27 +323,38 @@ class _Server:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", type=int, default=40, help="tasks to run in the pool (default 40)")
     parser.add_argument("--workdir", help="where to write the output (default: a new temporary folder)")
+    parser.add_argument("--port", type=int, default=0, help="the page's port; 0 picks a free one (default 0)")
+    parser.add_argument(
+        "--serve",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep serving the page until Ctrl-C (default); --no-serve exits after the run",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     if args.tasks < 1:
         print("ray-otel-events demo: --tasks must be at least 1", file=sys.stderr)
         return 2
+    if not 0 <= args.port <= 65535:
+        print(f"ray-otel-events demo: --port must be 0..65535, got {args.port}", file=sys.stderr)
+        return 2
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="ray-otel-events-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    out_file = workdir / "events.jsonl"
+    store_file = workdir / "events.sqlite3"
     stats_dir = workdir / "recorder-stats"
     spans_dir = workdir / "spans"
     for folder in (stats_dir, spans_dir):
         folder.mkdir(exist_ok=True)
         for old in folder.glob("*.json*"):
             old.unlink()
-    out_file.unlink(missing_ok=True)
+    for old in workdir.glob("events.sqlite3*"):
+        old.unlink()
 
-    sink = _Server("sink", "--port", "0", "--out", str(out_file))
+    serve = _Server("serve", "--port", str(args.port), "--store", str(store_file))
     try:
         aggregator = _Server(
-            "aggregator", "--grpc-port", "0", "--export-addr", f"http://{sink.address}/events"
+            "aggregator", "--grpc-port", "0", "--export-addr", f"http://{serve.address}/v1/ray-events"
         )
         try:
             session = time.strftime("session_demo_%Y-%m-%d_%H-%M-%S")
@@ -314,6 +363,8 @@ def run(args: argparse.Namespace) -> int:
             os.environ[config.SPANS_DIR] = str(spans_dir)
             os.environ[config.AGGREGATOR_ADDRESS] = aggregator.address
             os.environ[config.SESSION_NAME] = session
+            os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://{serve.address}"
+            os.environ.setdefault("OTEL_SERVICE_NAME", "ray-otel-events-demo")
             cluster = Cluster(
                 aggregator.address,
                 session,
@@ -322,22 +373,47 @@ def run(args: argparse.Namespace) -> int:
                 str(stats_dir),
             )
             print(
-                f"sink http={sink.address}, aggregator grpc={aggregator.address}; "
+                f"serve http={serve.address}, aggregator grpc={aggregator.address}; "
                 f"running {args.tasks} tasks and 2 actors"
             )
             ok, failed = _run_workload(cluster, args.tasks)
         finally:
             agg_out = aggregator.stop()
+        stored = _stored_by_type(serve.address)
+        agg_stats = _last_stats_line(agg_out)
+        recorders = [json.loads(p.read_text()) for p in sorted(stats_dir.glob("*.json"))]
+        print(f"tasks: {ok} finished, {failed} failed on purpose; {len(recorders)} recorders sent events")
+        code = _print_summary(recorders, agg_stats, stored, store_file)
+        _print_trace(spans_dir)
+        if args.serve and code == 0:
+            _serve_until_stopped(serve.address, store_file)
     finally:
-        sink.stop()
-
-    agg_stats = _last_stats_line(agg_out)
-    recorders = [json.loads(p.read_text()) for p in sorted(stats_dir.glob("*.json"))]
-    delivered = Counter(json.loads(line)["eventType"] for line in out_file.read_text().splitlines() if line)
-    print(f"tasks: {ok} finished, {failed} failed on purpose; {len(recorders)} recorders sent events")
-    code = _print_summary(recorders, agg_stats, delivered, out_file)
-    _print_trace(spans_dir)
+        serve.stop()
     return code
+
+
+def _stored_by_type(address: str) -> Counter[str]:
+    """What `serve` stored, per event type, read from its Prometheus metrics."""
+    text = requests.get(f"http://{address}/metrics", timeout=30).text
+    stored: Counter[str] = Counter()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "ray_otel_events_serve_events_stored_total":
+                stored[sample.labels["event_type"]] = int(sample.value)
+    return stored
+
+
+def _serve_until_stopped(address: str, store_file: Path) -> None:
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    print()
+    print(f"the page: http://{address}/   (tasks, timeline, traces, logs; Ctrl-C to stop)")
+    print(f"Ray's own tools work too: ray list tasks --address http://{address}")
+    print(f"and ours, with or without the server: ray-otel-events list tasks --store {store_file}")
+    sys.stdout.flush()
+    while not stop.wait(0.5):
+        pass
 
 
 def _print_trace(spans_dir: Path, max_lines: int = 14) -> None:
@@ -359,7 +435,7 @@ def _last_stats_line(output: str) -> dict[str, Any]:
 
 
 def _print_summary(
-    recorders: list[dict[str, Any]], agg: dict[str, Any], delivered: Counter[str], out_file: Path
+    recorders: list[dict[str, Any]], agg: dict[str, Any], delivered: Counter[str], store_file: Path
 ) -> int:
     def total(key: str) -> Counter[str]:
         out: Counter[str] = Counter()
@@ -376,7 +452,7 @@ def _print_summary(
     filtered: Counter[str] = Counter(publisher["filtered"])
     types = sorted(set(recorded) | set(delivered))
     print()
-    print(f"{'event type':32} {'recorded':>9} {'sent':>6} {'delivered':>10} {'dropped':>8} {'filtered':>9}")
+    print(f"{'event type':32} {'recorded':>9} {'sent':>6} {'stored':>10} {'dropped':>8} {'filtered':>9}")
     balanced = True
     for t in types:
         dropped = rec_dropped[t] + agg_dropped[t]
@@ -386,10 +462,11 @@ def _print_summary(
         f"{'total':32} {sum(recorded.values()):>9} {sum(sent.values()):>6} {sum(delivered.values()):>10} "
         f"{sum(rec_dropped.values()) + sum(agg_dropped.values()):>8} {sum(filtered.values()):>9}"
     )
-    print("(recorded: state updates added to recorders; sent: merged RayEvents the aggregator accepted)")
+    print("(recorded: state updates added to recorders; sent: merged RayEvents the aggregator accepted;")
+    print(" stored: events serve folded into its store)")
     print()
     if not balanced or agg["received_total"] != sum(sent.values()):
-        print("MISMATCH: sent events are not all delivered or counted as dropped", file=sys.stderr)
+        print("MISMATCH: sent events are not all stored or counted as dropped", file=sys.stderr)
         return 1
-    print(f"every event sent was delivered or counted; output: {out_file}")
+    print(f"every event sent was stored or counted; the store: {store_file}")
     return 0

@@ -8,7 +8,9 @@ attributes, so the task-event processor installed by our hooks turns them into t
 as it does for Ray's spans. A hook that fails in the submitting process raises HookError from the
 constructor; one that fails in a worker is reported once and the worker runs its tasks untraced.
 Exceptions reach the caller as ProcessPoolExecutor delivers them: same type, same args, the remote
-traceback attached as `__cause__`.
+traceback attached as `__cause__`. A task's prints and logging become log records tied to its
+execution span and, unless `log_to_driver=False`, are printed here as `(func pid=N) line`, as
+Ray prints its workers' output (`tracing.task_logs`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import contextlib
 import contextvars
 import functools
 import itertools
+import multiprocessing
 import multiprocessing.util
 import os
 import threading
@@ -25,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
+from multiprocessing.queues import SimpleQueue
 from typing import Any, ParamSpec, TypeVar
 
 from opentelemetry import trace
@@ -39,6 +43,7 @@ from ray_otel_events.tracing.deferred_spans import record_submit_span
 from ray_otel_events.tracing.hooks import run_hook_once
 from ray_otel_events.tracing.install import current_installation, flush_at_exit
 from ray_otel_events.tracing.propagation import attached
+from ray_otel_events.tracing.task_logs import DriverEcho, Line, TaskOutput
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -147,7 +152,11 @@ def _run_traced(call: _TracedCall, fn: Callable[..., R], args: tuple[Any, ...], 
                 _state_event(span, TaskStatus.RUNNING, time.time_ns())
             token = _running_task.set((task_hex, call.job_hex)) if task_hex else None
             try:
-                result = fn(*args, **kwargs)
+                if _task_output is None:
+                    result = fn(*args, **kwargs)
+                else:
+                    with _task_output.capture(call.name.rsplit(".", 1)[-1], task_hex, call.job_hex):
+                        result = fn(*args, **kwargs)
             except BaseException:
                 if span.is_recording():
                     _state_event(span, TaskStatus.FAILED, time.time_ns())
@@ -176,12 +185,21 @@ def _flush_global_providers() -> None:
                 force_flush(10_000)
 
 
+_task_output: TaskOutput | None = None
+
+
 def _init_worker(
-    hook: str | None, initializer: Callable[..., object] | None, initargs: tuple[Any, ...]
+    hook: str | None,
+    initializer: Callable[..., object] | None,
+    initargs: tuple[Any, ...],
+    to_driver: SimpleQueue[Line | None] | None,
 ) -> None:
-    """Worker start: the hook (failures reported, never fatal), exit flush, then the user's initializer."""
+    """Worker start: the hook (failures reported, never fatal), exit flush, task output capture,
+    then the user's initializer."""
+    global _task_output
     if hook is not None:
         run_hook_once(hook)
+    _task_output = TaskOutput(to_driver)
     # Pool workers end with os._exit, which skips atexit; multiprocessing runs its finalizers first.
     multiprocessing.util.Finalize(None, _flush_global_providers, exitpriority=90)
     if initializer is not None:
@@ -221,16 +239,22 @@ class TracedProcessPoolExecutor(Executor):
         *,
         max_tasks_per_child: int | None = None,
         tracing_startup_hook: str | None = None,
+        log_to_driver: bool = True,
     ) -> None:
         self.tracing_startup_hook = tracing_startup_hook
         if tracing_startup_hook is not None:
             run_hook_once(tracing_startup_hook, raise_errors=True)
         pool_class = _POOL_CLASS if max_tasks_per_child is not None else ProcessPoolExecutor
+        queue: SimpleQueue[Line | None] | None = None
+        self._echo: DriverEcho | None = None
+        if log_to_driver:
+            queue = (mp_context or multiprocessing.get_context()).SimpleQueue()
+            self._echo = DriverEcho(queue)
         self._pool = pool_class(
             max_workers,
             mp_context,
             _init_worker,
-            (tracing_startup_hook, initializer, initargs),
+            (tracing_startup_hook, initializer, initargs, queue),
             max_tasks_per_child=max_tasks_per_child,
         )
         self._tracer = trace.get_tracer(semconv.INSTRUMENTATION_SCOPE)
@@ -290,3 +314,5 @@ class TracedProcessPoolExecutor(Executor):
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
+        if wait and self._echo is not None:
+            self._echo.stop()  # the workers are gone: every line they wrote is in the queue

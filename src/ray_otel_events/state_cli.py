@@ -229,7 +229,8 @@ def _logs(source: _Source, args: argparse.Namespace) -> int:
         print(f"no log lines stored for task {args.task_id}", file=sys.stderr)
     for line in lines:
         stream = sys.stderr if line.get("stream") == "stderr" else sys.stdout
-        who = f"({line.get('function') or 'task'} pid={line.get('pid')})"
+        pid = f" pid={line['pid']}" if line.get("pid") else ""
+        who = f"({line.get('function') or line.get('severity') or 'log'}{pid})"
         print(f"{_clock(line['ts_ns'])} {who} {line['body']}", file=stream)
     return 0
 

@@ -34,6 +34,7 @@ _ENCODER = RayEventJsonEncoder()
 STREAM_ATTR = "log.iostream"  # OTel semantic convention: stdout / stderr
 PID_ATTR = "process.pid"
 FUNCTION_ATTR = "code.function"
+FUNCTION_NAME_ATTR = "code.function.name"  # what the SDK's LoggingHandler sets
 
 
 @dataclass
@@ -58,7 +59,7 @@ def log_line(record: LogRecord, resource: dict[str, Any]) -> dict[str, Any]:
         "severity": record.severity_text or str(record.severity_number),
         "stream": _text(attrs.get(STREAM_ATTR)) or "log",
         "pid": attrs.get(PID_ATTR) or resource.get(PID_ATTR),
-        "function": _text(attrs.get(FUNCTION_ATTR)),
+        "function": _text(attrs.get(FUNCTION_ATTR) or attrs.get(FUNCTION_NAME_ATTR)),
         "body": body if isinstance(body, str) else str(body),
     }
 

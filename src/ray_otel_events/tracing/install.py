@@ -1,9 +1,11 @@
 """One tracing installation per process: providers, the event side, and flushing at exit.
 
 `install_tracing` is the building block both bundled hooks use, and a user's own hook can too: give
-it the span processors (where spans go) and log record processors (where event log records go); it
-adds the task-event processor in front (spans -> RayEvents -> recorder and log records), sets the
-global providers, and makes sure everything is flushed when the process ends, including a
+it the span processors (where spans go) and log record processors (where task logs, and event log
+records when `event_logs`, go); it adds the task-event processor in front (spans -> RayEvents ->
+recorder and log records), sets the global providers, puts an OTel handler on the root logger (so
+`logging` in a task carries its span's context), and makes sure everything is flushed when the
+process ends, including a
 multiprocessing child ending with `os._exit` (atexit does not run there; multiprocessing's own
 finalizers do).
 
@@ -40,6 +42,7 @@ from ray_otel_events.tracing.task_events import (
     RecorderSink,
     TaskEventSpanProcessor,
 )
+from ray_otel_events.tracing.task_logs import install_log_handler
 
 logger = logging.getLogger("ray_otel_events.tracing")
 
@@ -110,6 +113,7 @@ def install_tracing(
     *,
     config: TracingConfig | None = None,
     resource: Resource | None = None,
+    event_logs: bool = True,
 ) -> TracingInstallation:
     """Install tracing and the event side in this process (idempotent; see the module doc)."""
     global _installation
@@ -130,10 +134,13 @@ def install_tracing(
                 logger_provider.add_log_record_processor(log_processor)
             if not isinstance(_logs.get_logger_provider(), LoggerProvider):
                 _logs.set_logger_provider(logger_provider)
-            emitter = EventLogEmitter(
-                logger_provider.get_logger(semconv.INSTRUMENTATION_SCOPE), flush=logger_provider.force_flush
-            )
-            sinks.append(emitter)
+            install_log_handler()
+            if event_logs:
+                emitter = EventLogEmitter(
+                    logger_provider.get_logger(semconv.INSTRUMENTATION_SCOPE),
+                    flush=logger_provider.force_flush,
+                )
+                sinks.append(emitter)
         task_events: TaskEventSpanProcessor | None = None
         if sinks:
             task_events = TaskEventSpanProcessor(

@@ -7,7 +7,8 @@ than truncated, written off the submitting thread, and flushed when a process en
 multiprocessing children, which end with `os._exit`). The folder is `RAY_OTEL_EVENTS_SPANS_DIR`.
 Task and actor spans also become RayEvents: when `RAY_OTEL_EVENTS_AGGREGATOR_ADDRESS` is set,
 native events sent to that aggregator, and with `RAY_OTEL_EVENTS_EVENT_LOGS=1` OTel log records in
-`<pid>.logs.jsonl` (off by default: one costs more than the span it comes from). The hook never
+`<pid>.logs.jsonl` (off by default: one costs more than the span it comes from). Task logs (prints
+and `logging` in a task, with its trace context) go to that file too. The hook never
 raises: a problem is reported once and the process runs on.
 """
 
@@ -29,8 +30,9 @@ def setup_tracing() -> None:
         config = TracingConfig.from_env()
         install_tracing(
             [SpanFileProcessor(config.spans_dir)],
-            [LogRecordFileProcessor(config.spans_dir)] if config.event_logs is True else [],
+            [LogRecordFileProcessor(config.spans_dir)],
             config=config,
+            event_logs=config.event_logs is True,
         )
     except Exception as exc:  # a hook must never take its process down
         report_setup_failure(HOOK, exc)

@@ -5,7 +5,9 @@
 Configured only by the standard variables, read by the OpenTelemetry SDK: OTEL_EXPORTER_OTLP_ENDPOINT
 (or the per-signal _TRACES_/_LOGS_ forms), _HEADERS, _TIMEOUT, _COMPRESSION, OTEL_SERVICE_NAME,
 OTEL_RESOURCE_ATTRIBUTES, OTEL_BSP_*/OTEL_BLRP_*; and OTEL_EXPORTER_OTLP_PROTOCOL (`http/protobuf`,
-the default, or `grpc`). Batches are flushed when a process ends, including multiprocessing children.
+the default, or `grpc`). Task logs (prints and `logging` in a task, with its trace context) are
+exported as OTLP logs beside the spans. Batches are flushed when a process ends, including
+multiprocessing children.
 The hook never raises: a problem is reported once and the process runs on.
 """
 
@@ -31,10 +33,9 @@ def setup_tracing() -> None:
         protocols = OtlpProtocols.from_env()
         install_tracing(
             [BatchSpanProcessor(otlp_span_exporter(protocols.traces))],
-            [BatchLogRecordProcessor(otlp_log_exporter(protocols.logs))]
-            if config.event_logs is not False
-            else [],
+            [BatchLogRecordProcessor(otlp_log_exporter(protocols.logs))],
             config=config,
+            event_logs=config.event_logs is not False,
         )
     except Exception as exc:  # a hook must never take its process down
         report_setup_failure(HOOK, exc)

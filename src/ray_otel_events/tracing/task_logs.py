@@ -1,0 +1,219 @@
+"""A task's output as log records tied to its span, and echoed where it was submitted, as Ray does.
+
+In a worker, `TaskOutput.capture` wraps one task: lines written to `sys.stdout` / `sys.stderr`
+and records that reach the root logger become OTel log records of the global LoggerProvider
+(the hook's: beside the spans for the local hook, OTLP for the OTLP hook), emitted while the
+task's execution span is current, so they carry its trace and span ids, plus `ray.task_id`,
+`log.iostream`, `process.pid` and `code.function`. With a driver queue, each line also travels
+to the submitting process, where `DriverEcho` prints it as `(func pid=1234) line` (stderr lines
+to stderr), like Ray's log monitor. Without one, the output goes to the worker's own streams as
+plain Python would write it.
+
+`install_log_handler` is the hooks' part for real Ray: an OTel LoggingHandler on the root
+logger, so `logging` inside a task gets the current (execution) span's trace context there too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from multiprocessing.queues import SimpleQueue
+from typing import Any, TextIO
+
+from opentelemetry import _logs
+from opentelemetry._logs import SeverityNumber
+from opentelemetry.sdk._logs import LoggingHandler
+
+from ray_otel_events.otel import semconv
+
+SCOPE = "ray_otel_events.task_logs"
+STREAM_ATTR = "log.iostream"
+PID_ATTR = "process.pid"
+FUNCTION_ATTR = "code.function"
+# What the queue carries: (function, pid, stream, text).
+Line = tuple[str, int, str, str]
+
+_SEVERITY = {"stdout": (SeverityNumber.INFO, "INFO"), "stderr": (SeverityNumber.ERROR, "ERROR")}
+_OWN_LOGGERS = ("opentelemetry", "ray_otel_events")  # never captured: exporters log while exporting
+
+
+def _level_severity(levelno: int) -> tuple[SeverityNumber, str]:
+    for threshold, number, text in (
+        (logging.CRITICAL, SeverityNumber.FATAL, "CRITICAL"),
+        (logging.ERROR, SeverityNumber.ERROR, "ERROR"),
+        (logging.WARNING, SeverityNumber.WARN, "WARNING"),
+        (logging.INFO, SeverityNumber.INFO, "INFO"),
+    ):
+        if levelno >= threshold:
+            return number, text
+    return SeverityNumber.DEBUG, "DEBUG"
+
+
+class _OwnLoggersFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.name.startswith(_OWN_LOGGERS)
+
+
+def install_log_handler() -> None:
+    """Once per process: an OTel LoggingHandler on the root logger (the SDK adds the current span's
+    trace context to each record). Our own and the SDK's loggers are left out."""
+    root = logging.getLogger()
+    if not any(isinstance(h, LoggingHandler) for h in root.handlers):
+        handler = LoggingHandler()
+        handler.addFilter(_OwnLoggersFilter())
+        root.addHandler(handler)
+
+
+class _LineWriter(io.TextIOBase):
+    """A text stream that hands each complete line to its TaskOutput (the rest at close)."""
+
+    def __init__(self, output: TaskOutput, stream: str, original: TextIO) -> None:
+        self._output = output
+        self._stream = stream
+        self._original = original
+        self._pending = ""
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self._original, "encoding", "utf-8") or "utf-8"
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        lines = (self._pending + text).split("\n")
+        self._pending = lines.pop()
+        for line in lines:
+            self._output.line(self._stream, line)
+        return len(text)
+
+    def close_lines(self) -> None:
+        if self._pending:
+            self._output.line(self._stream, self._pending)
+            self._pending = ""
+
+
+class _RecordCapture(logging.Handler):
+    """During a task: logging records as OTel records unless the hook's LoggingHandler already
+    makes them, and echoed when nothing else would show them (Python's last-resort rule: no
+    other handler on the root logger, WARNING and above)."""
+
+    def __init__(self, output: TaskOutput, emit_otel: bool, echo: bool) -> None:
+        super().__init__()
+        self._output = output
+        self._emit_otel = emit_otel
+        self._echo = echo
+        self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        self.addFilter(_OwnLoggersFilter())
+
+    def emit(self, record: logging.LogRecord) -> None:
+        echo = self._echo and record.levelno >= logging.WARNING
+        if not (echo or self._emit_otel):
+            return
+        try:
+            text = self.format(record) if echo else record.getMessage()
+        except Exception:
+            self.handleError(record)
+            return
+        self._output.line("stderr", text, _level_severity(record.levelno), otel=self._emit_otel, echo=echo)
+
+
+class TaskOutput:
+    """One per worker process; `capture` wraps each task (see the module doc)."""
+
+    def __init__(self, to_driver: SimpleQueue[Line | None] | None) -> None:
+        self.to_driver = to_driver
+        self.pid = os.getpid()
+        self._logger = _logs.get_logger(SCOPE)
+        self._attributes: dict[str, Any] = {}
+        self._function = ""
+        self._saved: tuple[TextIO, TextIO] = (sys.stdout, sys.stderr)
+
+    def line(
+        self,
+        stream: str,
+        text: str,
+        severity: tuple[SeverityNumber, str] | None = None,
+        *,
+        otel: bool = True,
+        echo: bool = True,
+    ) -> None:
+        if otel:
+            number, level = severity or _SEVERITY[stream]
+            self._logger.emit(
+                timestamp=time.time_ns(),
+                severity_number=number,
+                severity_text=level,
+                body=text,
+                attributes={**self._attributes, STREAM_ATTR: stream},
+            )
+        if not echo:
+            return
+        if self.to_driver is not None:
+            self.to_driver.put((self._function, self.pid, stream, text))
+        else:
+            target = self._saved[1] if stream == "stderr" else self._saved[0]
+            target.write(text + "\n")
+
+    @contextlib.contextmanager
+    def capture(self, function: str, task_hex: str, job_hex: str) -> Iterator[None]:
+        """Call inside the task's execution span, so records carry its trace context."""
+        if os.getpid() != self.pid:  # a fork of a worker: its own pid, same queue
+            self.pid = os.getpid()
+        self._function = function
+        self._attributes = {
+            semconv.RAY_TASK_ID: task_hex,
+            semconv.RAY_JOB_ID: job_hex,
+            PID_ATTR: self.pid,
+            FUNCTION_ATTR: function,
+        }
+        root = logging.getLogger()
+        hook_handler = any(isinstance(h, LoggingHandler) for h in root.handlers)
+        others = any(not isinstance(h, LoggingHandler) for h in root.handlers)
+        records = _RecordCapture(self, emit_otel=not hook_handler, echo=not others)
+        saved = self._saved = (sys.stdout, sys.stderr)
+        writers = _LineWriter(self, "stdout", saved[0]), _LineWriter(self, "stderr", saved[1])
+        sys.stdout, sys.stderr = writers
+        root.addHandler(records)
+        try:
+            yield
+        finally:
+            root.removeHandler(records)
+            sys.stdout, sys.stderr = saved
+            for writer in writers:
+                writer.close_lines()
+
+
+class DriverEcho:
+    """In the submitting process: prints the workers' lines as `(func pid=N) line`."""
+
+    def __init__(self, queue: SimpleQueue[Line | None]) -> None:
+        self.queue = queue
+        self._thread = threading.Thread(target=self._run, name="ray-otel-events-task-logs", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            function, pid, stream, text = item
+            target = sys.stderr if stream == "stderr" else sys.stdout
+            print(f"({function} pid={pid}) {text}", file=target, flush=True)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """After the workers are gone: print what is left, then end the thread."""
+        if self._thread.is_alive():
+            self.queue.put(None)
+            self._thread.join(timeout_s)
