@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench proto lint venv clean
+.PHONY: demo test bench proto lint venv clean browser
 
 venv: $(STAMP)
 
@@ -17,8 +17,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/ray-otel-events demo
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
+
+# The page's tests need a real Chromium: installed with apt when missing.
+browser:
+	sh scripts/ensure_chromium.sh
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py

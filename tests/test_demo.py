@@ -1,39 +1,57 @@
-"""`ray-otel-events demo` end to end: real sink, aggregator and worker processes."""
+"""`ray-otel-events demo` end to end: real serve, aggregator and worker processes."""
 
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
+from typing import Any
 
 
-def test_demo_delivers_every_event_and_says_so(tmp_path: Path) -> None:
+def _cli(*args: str) -> Any:
     proc = subprocess.run(
-        [sys.executable, "-m", "ray_otel_events", "demo", "--tasks", "12", "--workdir", str(tmp_path)],
+        [sys.executable, "-m", "ray_otel_events", *args], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_demo_stores_every_event_and_says_so(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ray_otel_events",
+            "demo",
+            "--tasks",
+            "12",
+            "--workdir",
+            str(tmp_path),
+            "--no-serve",
+        ],
         capture_output=True,
         text=True,
         timeout=240,
     )
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
-    lines = (tmp_path / "events.jsonl").read_text().splitlines()
-    delivered = Counter(json.loads(line)["eventType"] for line in lines)
-    assert delivered["TASK_DEFINITION_EVENT"] == 12
-    assert delivered["ACTOR_DEFINITION_EVENT"] == 2
-    assert {"DRIVER_JOB_DEFINITION_EVENT", "NODE_DEFINITION_EVENT", "WORKER_DEFINITION_EVENT"} <= set(
-        delivered
-    )
+    store = tmp_path / "events.sqlite3"
     total_line = next(line for line in proc.stdout.splitlines() if line.startswith("total"))
-    assert int(total_line.split()[3]) == len(lines)  # the summary's delivered column is the file's truth
-    assert "every event sent was delivered or counted" in proc.stdout
-    job = next(json.loads(x) for x in lines if "DRIVER_JOB_DEFINITION" in x)["driverJobDefinitionEvent"][
-        "jobId"
-    ]
-    tasks = [json.loads(x)["taskLifecycleEvent"] for x in lines if "TASK_LIFECYCLE" in x]
-    assert {t["jobId"] for t in tasks} == {job}  # events from spans and by hand join on one job
+    with sqlite3.connect(store) as db:
+        seen = db.execute("SELECT COUNT(*) FROM seen_events").fetchone()[0]
+        assert db.execute("SELECT COUNT(*) FROM spans").fetchone()[0] >= 25  # 12 tasks x 2 + the driver
+    assert int(total_line.split()[3]) == seen  # the summary's stored column is the store's truth
+    assert "every event sent was stored or counted" in proc.stdout
     assert "demo driver" in proc.stdout and "ray.remote_worker" in proc.stdout  # the trace tree
+    assert "(simulate pid=" in proc.stdout  # the tasks' prints, echoed as Ray does
     assert list((tmp_path / "spans").glob("*.json"))
-    failed = [json.loads(x) for x in lines if '"FAILED"' in x]
-    assert failed and all("rayErrorInfo" in e["taskLifecycleEvent"] for e in failed)
+
+    tasks = json.loads(_cli("list", "tasks", "--store", str(store), "--format", "json", "--limit", "100"))
+    simulate = [t for t in tasks if t["func_or_class_name"] == "simulate"]
+    assert len(simulate) == 12 and len({t["job_id"] for t in tasks}) == 1  # spans and by-hand join
+    failed = [t for t in simulate if t["state"] == "FAILED"]
+    assert len(failed) == 2 and all(t["error_type"] == "TASK_EXECUTION_EXCEPTION" for t in failed)
+    logs = _cli("logs", failed[0]["task_id"], "--store", str(store))
+    assert "simulating input" in logs and "is unlucky" in logs  # print and logging, tied to the task

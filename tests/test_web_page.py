@@ -1,0 +1,206 @@
+"""The page `serve` shows, in a real headless Chromium driven by Selenium.
+
+The demo runs as `make demo` does (it keeps serving); the browser opens the address it prints and
+checks what a user would: no console errors, the demo's tasks with their states, a filter that
+narrows the table, a failed task's error and log lines, and a task posted after the page opened
+appearing without a reload. Screenshots go to build/screenshots/. Chromium and chromedriver are
+required (`make test` installs them): a missing browser fails the run.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import Select
+
+SCREENSHOTS = Path(__file__).resolve().parent.parent / "build" / "screenshots"
+TASKS = 12  # simulate(n) fails for n % 7 == 3: inputs 3 and 10
+ACTOR_CALLS = 10
+
+
+def _wait(condition: Callable[[], Any], timeout_s: float = 15.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`ray-otel-events demo` left serving; yields the page's address."""
+    workdir = tmp_path_factory.mktemp("demo")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ray_otel_events", "demo", "--tasks", str(TASKS), "--workdir", str(workdir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    assert proc.stdout is not None
+    stdout = proc.stdout
+    threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True).start()
+    address = None
+    try:
+        deadline = time.monotonic() + 180
+        while address is None and time.monotonic() < deadline:
+            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            if line.startswith("the page: "):
+                address = line.split()[2].rstrip("/")
+        assert address, "the demo never printed its page"
+        yield address
+    finally:
+        proc.send_signal(signal.SIGINT)  # as Ctrl-C on `make demo`
+        assert proc.wait(timeout=60) == 0
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if not chromium or not driver:
+        pytest.fail("chromium and chromedriver are required for the page's tests: run `make test`")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1600"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    session = webdriver.Chrome(service=Service(driver), options=options)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    try:
+        yield session
+    finally:
+        session.quit()
+
+
+def _rows(browser: WebDriver) -> list[Any]:
+    return browser.find_elements(By.CSS_SELECTOR, "#tasks-table tbody tr")
+
+
+def _console_errors(browser: WebDriver) -> list[str]:
+    return [entry["message"] for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def _late_task_events(task_hex: str, job_hex: str) -> list[dict[str, Any]]:
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    task = base64.b64encode(bytes.fromhex(task_hex)).decode()
+    job = base64.b64encode(bytes.fromhex(job_hex)).decode()
+    common = {"sourceType": "CORE_WORKER", "timestamp": now, "severity": "INFO", "sessionName": "late"}
+    return [
+        {
+            **common,
+            "eventId": base64.b64encode(os.urandom(16)).decode(),
+            "eventType": "TASK_DEFINITION_EVENT",
+            "taskDefinitionEvent": {
+                "taskId": task,
+                "taskAttempt": 0,
+                "taskType": "NORMAL_TASK",
+                "taskName": "late_arrival",
+                "taskFunc": {"pythonFunctionDescriptor": {"moduleName": "m", "functionName": "late_arrival"}},
+                "jobId": job,
+            },
+        },
+        {
+            **common,
+            "eventId": base64.b64encode(os.urandom(16)).decode(),
+            "eventType": "TASK_LIFECYCLE_EVENT",
+            "taskLifecycleEvent": {
+                "taskId": task,
+                "taskAttempt": 0,
+                "jobId": job,
+                "stateTransitions": [{"state": "RUNNING", "timestamp": now}],
+            },
+        },
+    ]
+
+
+def test_the_page_shows_the_demo_and_follows_the_store(demo: str, browser: WebDriver) -> None:
+    browser.get(demo + "/")
+    _wait(lambda: len(_rows(browser)) == TASKS + ACTOR_CALLS, what="the demo's tasks in the table")
+    browser.execute_script("window.__notReloaded = true")
+    states = [row.get_attribute("data-state") for row in _rows(browser)]
+    assert states.count("FAILED") == 2 and states.count("FINISHED") == TASKS + ACTOR_CALLS - 2
+    jobs = browser.find_elements(By.CSS_SELECTOR, "#jobs-table tbody tr")
+    assert len(jobs) == 1 and "SUCCEEDED" in jobs[0].text
+    assert browser.find_elements(By.CSS_SELECTOR, "#timeline-chart .bar.state-failed")
+    assert browser.find_elements(By.CSS_SELECTOR, "#trace-tree .span-row")
+    browser.save_screenshot(str(SCREENSHOTS / "1-overview.png"))
+
+    Select(browser.find_element(By.ID, "filter-state")).select_by_visible_text("FAILED")
+    _wait(lambda: len(_rows(browser)) == 2, what="the state filter")
+    assert {row.get_attribute("data-state") for row in _rows(browser)} == {"FAILED"}
+    Select(browser.find_element(By.ID, "filter-state")).select_by_index(0)
+    browser.find_element(By.ID, "filter-q").send_keys("Counter")
+    _wait(lambda: len(_rows(browser)) == ACTOR_CALLS, what="the text filter")
+    browser.save_screenshot(str(SCREENSHOTS / "2-filtered.png"))
+    browser.find_element(By.ID, "filter-q").clear()
+    browser.find_element(By.ID, "filter-q").send_keys(" ")  # clear() fires no input event
+    _wait(lambda: len(_rows(browser)) == TASKS + ACTOR_CALLS, what="the filter cleared")
+
+    header = browser.find_element(By.CSS_SELECTOR, "#tasks-table th[data-sort=duration]")
+    header.click()
+    _wait(lambda: header.get_attribute("data-order") == "desc", what="sorting by duration")
+    header.click()
+    _wait(lambda: header.get_attribute("data-order") == "asc", what="sorting by duration, ascending")
+
+    failed = browser.find_element(By.CSS_SELECTOR, "#tasks-table tbody tr[data-state=FAILED] a.task-link")
+    failed_id = failed.get_attribute("data-task-id")
+    failed.click()
+    _wait(
+        lambda: "ValueError: demo failure for input" in browser.find_element(By.ID, "task-error").text,
+        what="the failed task's error",
+    )
+    logs = _wait(lambda: browser.find_element(By.ID, "task-logs").text, what="log lines")
+    assert "simulating input" in logs and "is unlucky" in logs
+    assert browser.current_url.endswith(f"/task/{failed_id}")
+    assert "FAILED" in browser.find_element(By.ID, "task-transitions").text
+    assert browser.find_elements(By.CSS_SELECTOR, "#task-spans .span-row")
+    browser.save_screenshot(str(SCREENSHOTS / "3-failed-task.png"))
+
+    browser.find_element(By.ID, "back").click()
+    _wait(lambda: len(_rows(browser)) == TASKS + ACTOR_CALLS, what="back to the table")
+    job_hex = browser.find_element(By.CSS_SELECTOR, "#jobs-table tbody tr").get_attribute("data-job-id")
+    late = os.urandom(8).hex() + "ff" * 12 + job_hex
+    posted = requests.post(f"{demo}/v1/ray-events", json=_late_task_events(late, job_hex), timeout=10)
+    assert posted.status_code == 200, posted.text
+    _wait(
+        lambda: browser.find_elements(By.CSS_SELECTOR, f"#tasks-table tbody tr[data-task-id='{late}']"),
+        what="the task posted after the page opened",
+    )
+    assert browser.execute_script("return window.__notReloaded === true")  # no reload happened
+    browser.save_screenshot(str(SCREENSHOTS / "4-live-update.png"))
+    assert _console_errors(browser) == []
+
+
+def test_a_reloaded_task_link_and_a_missing_task(demo: str, browser: WebDriver) -> None:
+    """A task's address can be opened directly; an unknown one says so instead of failing."""
+    failed = requests.get(f"{demo}/api/ui/tasks", params={"state": "FAILED"}, timeout=10).json()["rows"][0]
+    browser.get(f"{demo}/task/{failed['task_id']}")
+    _wait(lambda: "ValueError" in browser.find_element(By.ID, "task-error").text, what="the task page")
+    browser.get(f"{demo}/task/{'ab' * 24}")
+    _wait(
+        lambda: "no task" in browser.find_element(By.ID, "live-status").text, what="the missing-task notice"
+    )
+    browser.save_screenshot(str(SCREENSHOTS / "5-missing-task.png"))
+    assert requests.get(f"{demo}/static/../pyproject.toml", timeout=10).status_code == 404
