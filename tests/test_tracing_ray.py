@@ -8,11 +8,8 @@ its own processes are stopped (by pid), never with `ray stop`, which would stop 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,6 +20,7 @@ from typing import Any
 
 import pytest
 from helpers.agg_procs import CliServer, free_port, read_jsonl
+from helpers.ray_cluster import stop_cluster
 from helpers.tracing_procs import HELPERS, LOCAL_HOOK, script_env, sid, spans_by_pid
 
 pytest.importorskip("ray")
@@ -34,44 +32,6 @@ DRIVER = str(HELPERS / "tracing_ray_driver.py")
 # A bare ray.init() otherwise turns token auth on and writes ~/.ray/auth_token, which then breaks
 # every later cluster on this machine that was started without it.
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-
-
-def _pids_of(temp_dir: str) -> list[int]:
-    """This cluster's processes: those whose command line names its temp dir, and their descendants
-    (workers and agents retitle themselves `ray::...`)."""
-    parents: dict[int, int] = {}
-    roots = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            pid = int(entry.name)
-            parents[pid] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            if temp_dir.encode() in (entry / "cmdline").read_bytes():
-                roots.append(pid)
-    found = set(roots)
-    grew = True
-    while grew:
-        grew = False
-        for pid, parent in parents.items():
-            if parent in found and pid not in found:
-                found.add(pid)
-                grew = True
-    return sorted(found)
-
-
-def _stop_cluster(temp_dir: str) -> None:
-    """SIGTERM (a worker flushes at exit), then SIGKILL what is left, of this cluster's processes only.
-
-    A job's workers are gone once its driver has disconnected, so the daemons need no grace here.
-    """
-    for sig, wait_s in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 10.0)):
-        for pid in _pids_of(temp_dir):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + wait_s
-        while _pids_of(temp_dir) and time.monotonic() < deadline:
-            time.sleep(0.2)
 
 
 def _run_driver(*args: str, env: dict[str, str]) -> dict[str, Any]:
@@ -198,7 +158,7 @@ def cli_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
             "temp_dir": temp_dir,
         }
     finally:
-        _stop_cluster(temp_dir)
+        stop_cluster(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
         aggregator.close()
         sink.close()
@@ -223,7 +183,7 @@ def test_ray_start_hook_spans_link_across_processes_and_events_reach_the_aggrega
     deadline = time.monotonic() + 60
     while terminal_states() < 6 and time.monotonic() < deadline:  # leaf x2, mid, boom, Acc.__init__, add
         time.sleep(0.1)
-    _stop_cluster(cli_cluster["temp_dir"])
+    stop_cluster(cli_cluster["temp_dir"])
     stats = cli_cluster["aggregator"].stop()
     cli_cluster["sink"].stop()
     events = read_jsonl(cli_cluster["out"])
@@ -269,5 +229,5 @@ def test_ray_init_hook_spans_link_across_processes(tmp_path: Path) -> None:
         summary = _run_driver("init", LOCAL_HOOK, temp_dir, env=env)
         _check_trace(tmp_path / "spans", summary)
     finally:
-        _stop_cluster(temp_dir)
+        stop_cluster(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)

@@ -161,6 +161,7 @@ def _get(source: _Source, args: argparse.Namespace) -> int:
     rows = _ray_result(*source.get(f"/api/v0/{args.resource}", params))["result"]
     if not rows:
         raise Unanswered(f"no {args.resource[:-1].replace('_', ' ')} with {key} {args.id}")
+    rows.sort(key=lambda row: row.get("attempt_number", 0))  # a task's attempts in order
     if args.format == "json":
         print(json.dumps(rows if len(rows) > 1 else rows[0], indent=2))
     else:

@@ -2,10 +2,10 @@
 
 `ingest` takes a batch of RayEvents (JSON form, as Ray's aggregator POSTs them) in one
 transaction: an event id already seen is skipped (duplicates from retries cost nothing), every
-other event is folded into its row (`state_merge`), and its new state transitions are appended to
-the history. Rows are keyed by session name as well, so several clusters (or one cluster's
-restarts) stay apart. The fields lists filter and sort on are copied into indexed columns, so
-`select` answers a filtered page in SQL however many rows there are. Spans and task log lines
+other event is folded into its row (`state_merge`), which keeps its state transitions as history.
+Rows are keyed by session name as well, so several clusters (or one cluster's restarts) stay
+apart. The fields lists filter and sort on are copied into indexed columns, so `select` answers a
+filtered page in SQL however many rows there are. Spans and task log lines
 (from OTLP) are kept beside the rows, joined to a task by its id or by the span a line was
 written in. `prune` applies the retention: rows not updated within `max_age_s`, then the oldest
 rows beyond `max_rows`; spans and lines by age. One connection, guarded by a lock: the server
@@ -14,6 +14,7 @@ calls it from worker threads.
 
 from __future__ import annotations
 
+import binascii
 import json
 import sqlite3
 import threading
@@ -23,9 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ray_otel_events.store.state_merge import INDEXED_COLUMNS, Row, apply, indexed_values, piece_of
+import orjson
+
+from ray_otel_events.store.state_merge import INDEXED_COLUMNS, Piece, Row, apply, indexed_values, piece_of
 
 SCHEMA_VERSION = 2
+_IN_CHUNK = 500  # ids per `IN (...)` query
 _TEXT_COLUMNS = ("state", "job", "name", "func", "node", "worker", "kind", "error")
 _COLUMN_DEFS = ", ".join(
     f"{c} TEXT COLLATE NOCASE" if c in _TEXT_COLUMNS else f"{c} INTEGER" for c in INDEXED_COLUMNS
@@ -35,7 +39,6 @@ CREATE TABLE IF NOT EXISTS seen_events (
     event_id TEXT PRIMARY KEY,
     received REAL NOT NULL
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS seen_by_time ON seen_events(received);
 CREATE TABLE IF NOT EXISTS state_rows (
     resource TEXT NOT NULL,
     entity_id TEXT NOT NULL COLLATE NOCASE,
@@ -51,15 +54,8 @@ CREATE INDEX IF NOT EXISTS rows_by_state ON state_rows(resource, state, updated)
 CREATE INDEX IF NOT EXISTS rows_by_job ON state_rows(resource, job, updated);
 CREATE INDEX IF NOT EXISTS rows_by_func ON state_rows(resource, func, updated);
 CREATE INDEX IF NOT EXISTS rows_by_node ON state_rows(resource, node, updated);
-CREATE TABLE IF NOT EXISTS transitions (
-    resource TEXT NOT NULL,
-    entity_id TEXT NOT NULL,
-    attempt INTEGER NOT NULL,
-    session TEXT NOT NULL,
-    state TEXT NOT NULL,
-    ts_ns INTEGER NOT NULL,
-    PRIMARY KEY (resource, entity_id, attempt, session, ts_ns, state)
-) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS rows_by_name ON state_rows(resource, name, updated);
+CREATE INDEX IF NOT EXISTS rows_by_kind ON state_rows(resource, kind);
 CREATE TABLE IF NOT EXISTS spans (
     trace_id TEXT NOT NULL,
     span_id TEXT NOT NULL,
@@ -131,7 +127,8 @@ class Selection:
     rows: list[Row]
 
 
-def _condition(f: ColumnFilter) -> tuple[str, list[Any]]:
+def _condition(f: ColumnFilter, *, equal: bool | None = None) -> tuple[str, list[Any]]:
+    """SQL for a filter (`equal` overrides its predicate). Equality is `=`, so indexes serve it."""
     if f.column not in (*INDEXED_COLUMNS, "entity_id", "attempt", "session"):
         raise ValueError(f"{f.column!r} is not an indexed column")
     params: list[Any]
@@ -141,10 +138,15 @@ def _condition(f: ColumnFilter) -> tuple[str, list[Any]]:
         except ValueError:
             sql, params = "0", []
     else:
-        sql, params = f"{f.column} IS ?", [f.value]
-        if f.value.lower() in ("", "none", "null"):
+        sql, params = f"{f.column} = ?", [f.value]
+        if _null_like(f.value):
             sql = f"({sql} OR {f.column} IS NULL OR {f.column} = '')"
-    return (sql, params) if f.equal else (f"NOT ({sql})", params)
+    wanted = f.equal if equal is None else equal
+    return (sql, params) if wanted else (f"NOT ({sql} IS 1)", params)
+
+
+def _null_like(value: str) -> bool:
+    return value.lower() in ("", "none", "null")
 
 
 class EventStore:
@@ -163,9 +165,11 @@ class EventStore:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA cache_size=-65536")  # 64 MiB of pages: the indexes stay in memory
         self._db.execute("PRAGMA busy_timeout=10000")
         self._lock = threading.Lock()
         self.generation = 0  # bumped by every write: pages poll it to know when to refresh
+        self._totals: dict[str, tuple[int, int]] = {}
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         known = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if version == 0 and "state_rows" in known:
@@ -189,47 +193,43 @@ class EventStore:
         """Fold a batch into the store in one transaction (see the module doc)."""
         result = IngestResult()
         received = time.time() if now is None else now
+        batch: list[tuple[str, dict[str, Any], Piece | None]] = []
+        for event in events:
+            event_id = event.get("eventId") if isinstance(event, dict) else None
+            if not event_id or not isinstance(event_id, str):
+                result.invalid.append("an event without eventId")
+                continue
+            try:
+                batch.append((event_id, event, piece_of(event)))
+            except (ValueError, TypeError, binascii.Error) as exc:
+                result.invalid.append(f"{event.get('eventType')}: {exc}")
         with self._lock:
             db = self._db
             db.execute("BEGIN IMMEDIATE")
             try:
-                rows: dict[tuple[str, str, int, str], Row] = {}
-                history: list[tuple[str, str, int, str, str, int]] = []
-                for event in events:
-                    event_id = event.get("eventId") if isinstance(event, dict) else None
-                    if not event_id:
-                        result.invalid.append("an event without eventId")
-                        continue
-                    try:
-                        piece = piece_of(event)
-                    except (ValueError, TypeError) as exc:
-                        result.invalid.append(str(exc))
-                        continue
-                    inserted = db.execute(
-                        "INSERT OR IGNORE INTO seen_events(event_id, received) VALUES (?, ?)",
-                        (event_id, received),
-                    ).rowcount
-                    if not inserted:
+                seen = self._seen([event_id for event_id, _, _ in batch])
+                fresh: list[tuple[str, float]] = []
+                keys: dict[tuple[str, str, int, str], Row] = {}
+                pieces: list[tuple[tuple[str, str, int, str], Piece]] = []
+                for event_id, event, piece in batch:
+                    if event_id in seen:
                         result.duplicates += 1
                         continue
+                    seen.add(event_id)
+                    fresh.append((event_id, received))
                     event_type = str(event.get("eventType", ""))
                     result.by_type[event_type] = result.by_type.get(event_type, 0) + 1
                     if piece is None:
                         result.ignored += 1
                         continue
-                    session = str(event.get("sessionName", ""))
-                    key = (piece.resource, piece.entity_id, piece.attempt, session)
-                    row = rows.get(key)
-                    if row is None:
-                        found = db.execute(
-                            "SELECT data FROM state_rows WHERE resource=? AND entity_id=? AND attempt=?"
-                            " AND session=?",
-                            key,
-                        ).fetchone()
-                        row = rows[key] = json.loads(found[0]) if found else {}
-                    for state, ts_ns in apply(row, piece):
-                        history.append((*key, state, ts_ns))
+                    key = (piece.resource, piece.entity_id, piece.attempt, str(event.get("sessionName", "")))
+                    keys[key] = {}
+                    pieces.append((key, piece))
+                rows = self._rows_for(keys)
+                for key, piece in pieces:
+                    apply(rows[key], piece)
                     result.stored += 1
+                db.executemany("INSERT INTO seen_events(event_id, received) VALUES (?, ?)", fresh)
                 columns = ", ".join(INDEXED_COLUMNS)
                 marks = ", ".join("?" for _ in INDEXED_COLUMNS)
                 updates = ", ".join(f"{c}=excluded.{c}" for c in INDEXED_COLUMNS)
@@ -238,14 +238,9 @@ class EventStore:
                     f" VALUES (?, ?, ?, ?, ?, ?, {marks}) ON CONFLICT DO UPDATE SET"
                     f" updated=excluded.updated, data=excluded.data, {updates}",
                     [
-                        (*key, received, json.dumps(row), *indexed_values(key[0], row))
+                        (*key, received, orjson.dumps(row).decode(), *indexed_values(key[0], row))
                         for key, row in rows.items()
                     ],
-                )
-                db.executemany(
-                    "INSERT OR IGNORE INTO transitions(resource, entity_id, attempt, session, state, ts_ns)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    history,
                 )
                 db.execute("COMMIT")
             except BaseException:
@@ -253,6 +248,40 @@ class EventStore:
                 raise
             self.generation += 1
         return result
+
+    def _seen(self, event_ids: list[str]) -> set[str]:
+        """Which of these ids are stored already (a few IN queries, not one per event)."""
+        seen: set[str] = set()
+        for i in range(0, len(event_ids), _IN_CHUNK):
+            chunk = event_ids[i : i + _IN_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            seen.update(
+                r[0]
+                for r in self._db.execute(
+                    f"SELECT event_id FROM seen_events WHERE event_id IN ({marks})", chunk
+                )
+            )
+        return seen
+
+    def _rows_for(self, keys: dict[tuple[str, str, int, str], Row]) -> dict[tuple[str, str, int, str], Row]:
+        """The stored rows for these keys (fetched by entity id, a few IN queries), {} for new ones."""
+        by_resource: dict[str, list[str]] = {}
+        for resource, entity_id, _, _ in keys:
+            by_resource.setdefault(resource, []).append(entity_id)
+        for resource, entity_ids in by_resource.items():
+            unique = list(dict.fromkeys(entity_ids))
+            for i in range(0, len(unique), _IN_CHUNK):
+                chunk = unique[i : i + _IN_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                for entity_id, attempt, session, data in self._db.execute(
+                    "SELECT entity_id, attempt, session, data FROM state_rows"
+                    f" WHERE resource = ? AND entity_id IN ({marks})",
+                    [resource, *chunk],
+                ):
+                    key = (resource, entity_id, attempt, session)
+                    if key in keys:
+                        keys[key] = orjson.loads(data)
+        return keys
 
     def add_spans(self, spans: Sequence[dict[str, Any]], *, now: float | None = None) -> int:
         """Spans as dicts with trace_id, span_id, parent_span_id (hex), name, start_ns, end_ns and
@@ -340,22 +369,63 @@ class EventStore:
             params += [pattern] * 4
         clause = " AND ".join(where)
         direction = "DESC" if descending else "ASC"
-        ordering = f"{ORDERS[order]} IS NULL, {ORDERS[order]} {direction}, updated DESC"
-        total = self._query("SELECT COUNT(*) FROM state_rows WHERE resource = ?", (resource,))[0][0]
+        column = ORDERS[order]
+        # Sorting by `updated` (never NULL) follows an index, so a page stops after `limit` rows.
+        ordering = (
+            f"updated {direction}"
+            if order == "updated"
+            else f"{column} IS NULL, {column} {direction}, updated DESC"
+        )
         query = f"SELECT data FROM state_rows WHERE {clause} ORDER BY {ordering}"
+        total = self._total(resource)
         if keep is None:
-            matched = self._query(f"SELECT COUNT(*) FROM state_rows WHERE {clause}", params)[0][0]
+            matched = self._count(resource, filters, clause, params, search)
             found = self._query(query + " LIMIT ? OFFSET ?", [*params, limit, offset])
-            return Selection(total, matched, [json.loads(r[0]) for r in found])
+            return Selection(total, matched, [orjson.loads(r[0]) for r in found])
         rows: list[Row] = []
         matched = 0
         for (data,) in self._query(query, params):
-            row = json.loads(data)
+            row = orjson.loads(data)
             if keep(row):
                 if offset <= matched < offset + limit:
                     rows.append(row)
                 matched += 1
         return Selection(total, matched, rows)
+
+    def _total(self, resource: str) -> int:
+        """Rows of a resource, counted once per generation (an index scan over every row)."""
+        cached = self._totals.get(resource)
+        if cached is None or cached[0] != self.generation:
+            count = self._query("SELECT COUNT(*) FROM state_rows WHERE resource = ?", (resource,))[0][0]
+            cached = self._totals[resource] = (self.generation, count)
+        return cached[1]
+
+    def _count(
+        self, resource: str, filters: Sequence[ColumnFilter], clause: str, params: list[Any], search: str
+    ) -> int:
+        """Rows matching the filters. One `!=` (Ray's default leaves out drivers that way) is counted
+        as all minus the equal ones: two index lookups instead of a scan of every row."""
+        negative = [f for f in filters if not f.equal]
+        if len(negative) != 1 or search or _null_like(negative[0].value):
+            return int(self._query(f"SELECT COUNT(*) FROM state_rows WHERE {clause}", params)[0][0])
+        (excluded,) = negative
+        others = [f for f in filters if f.equal]
+        if not others:
+            base = self._total(resource)
+        else:
+            where, values = ["resource = ?"], [resource]
+            for f in others:
+                sql, more = _condition(f)
+                where.append(sql)
+                values += more
+            base = self._query(f"SELECT COUNT(*) FROM state_rows WHERE {' AND '.join(where)}", values)[0][0]
+        where, values = ["resource = ?"], [resource]
+        for f in [*others, excluded]:
+            sql, more = _condition(f, equal=True)
+            where.append(sql)
+            values += more
+        equal = self._query(f"SELECT COUNT(*) FROM state_rows WHERE {' AND '.join(where)}", values)[0][0]
+        return int(base) - int(equal)
 
     def counts(self, resource: str, *columns: str) -> list[tuple[Any, ...]]:
         """(values of `columns`..., count) of the resource's rows, grouped by those columns."""
@@ -368,12 +438,18 @@ class EventStore:
         )
 
     def history(self, resource: str, entity_id: str) -> list[tuple[int, str, str, int]]:
-        """(attempt, session, state, ts_ns) of every transition of one entity, in time order."""
-        return self._query(
-            "SELECT attempt, session, state, ts_ns FROM transitions WHERE resource=? AND entity_id=?"
-            " ORDER BY ts_ns",
+        """(attempt, session, state, ts_ns) of every transition of one entity, in time order: each
+        row keeps its own (`events`, merged from every lifecycle piece)."""
+        found = self._query(
+            "SELECT attempt, session, data FROM state_rows WHERE resource=? AND entity_id=?",
             (resource, entity_id.lower()),
         )
+        transitions = [
+            (attempt, session, event["state"], event["created_ns"])
+            for attempt, session, data in found
+            for event in orjson.loads(data).get("events", [])
+        ]
+        return sorted(transitions, key=lambda t: t[3])
 
     def sessions(self) -> list[str]:
         return [r[0] for r in self._query("SELECT DISTINCT session FROM state_rows ORDER BY session")]
@@ -415,7 +491,7 @@ class EventStore:
         """Rows per table and the file's bytes (WAL included), for the bench and /metrics."""
         out = {
             table: self._query(f"SELECT COUNT(*) FROM {table}")[0][0]
-            for table in ("state_rows", "transitions", "seen_events", "spans", "log_lines")
+            for table in ("state_rows", "seen_events", "spans", "log_lines")
         }
         wal = Path(str(self.path) + "-wal")
         out["bytes"] = self.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
@@ -446,7 +522,6 @@ class EventStore:
                 unique = sorted(set(doomed))
                 where = "resource=? AND entity_id=? AND attempt=? AND session=?"
                 db.executemany(f"DELETE FROM state_rows WHERE {where}", unique)
-                db.executemany(f"DELETE FROM transitions WHERE {where}", unique)
                 if max_age_s is not None:
                     cutoff = (current - max_age_s,)
                     for table in ("seen_events", "spans", "log_lines"):

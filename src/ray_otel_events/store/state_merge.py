@@ -10,8 +10,9 @@ transitions themselves are kept as history. Ids are turned from base64 into Ray'
 
 from __future__ import annotations
 
-import base64
+import binascii
 import datetime
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,11 +45,16 @@ def hex_id(value: Any) -> str:
     """Base64 (as in RayEvent JSON) to Ray's hex; empty stays empty."""
     if not value:
         return ""
-    return base64.b64decode(value).hex()
+    return binascii.a2b_base64(value, strict_mode=True).hex()
 
 
 def _nil_to_none(hexed: str) -> str | None:
     return None if not hexed or set(hexed) == {"f"} else hexed
+
+
+@functools.lru_cache(maxsize=4096)
+def _epoch_seconds(whole: str) -> int:
+    return int(datetime.datetime.fromisoformat(whole).replace(tzinfo=datetime.UTC).timestamp())
 
 
 def rfc3339_ns(value: Any) -> int:
@@ -57,8 +63,7 @@ def rfc3339_ns(value: Any) -> int:
         return 0
     text = str(value).rstrip("Z")
     whole, _, fraction = text.partition(".")
-    moment = datetime.datetime.fromisoformat(whole).replace(tzinfo=datetime.UTC)
-    return int(moment.timestamp()) * 1_000_000_000 + int((fraction + "000000000")[:9])
+    return _epoch_seconds(whole) * 1_000_000_000 + int((fraction + "000000000")[:9])
 
 
 def _ms(ns: int) -> int:

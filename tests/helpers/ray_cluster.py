@@ -1,0 +1,116 @@
+"""A real Ray 2.60 head node for a test: its own ports and temp dir, its aggregator exporting to a
+URL of ours; only its own processes are stopped (by pid, found through /proc)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from helpers.agg_procs import free_port
+
+
+def ray_bin() -> str:
+    return str(Path(sys.executable).with_name("ray"))
+
+
+@dataclass
+class RayCluster:
+    env: dict[str, str]  # RAY_ADDRESS and the event variables: run drivers with it
+    dashboard: str | None  # http://127.0.0.1:PORT when started with the dashboard
+
+
+@contextlib.contextmanager
+def ray_cluster(export_url: str, *, dashboard: bool = False) -> Iterator[RayCluster]:
+    if not Path("/proc/self/cmdline").exists():
+        pytest.skip("finds the cluster's processes through /proc")
+    temp_dir = tempfile.mkdtemp(prefix="rb", dir="/tmp")  # short: Ray puts unix sockets in it
+    port = free_port()
+    env = {
+        **os.environ,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_enable_ray_event": "1",
+        "RAY_enable_core_worker_ray_event_to_aggregator": "1",
+        "RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR": export_url,
+        "RAY_ADDRESS": f"127.0.0.1:{port}",
+    }
+    dashboard_port = free_port()
+    dashboard_args = (
+        ["--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}"]
+        if dashboard
+        else ["--include-dashboard=false"]
+    )
+    try:
+        started = subprocess.run(
+            [
+                ray_bin(),
+                "start",
+                "--head",
+                "--num-cpus=1",
+                f"--port={port}",
+                "--node-ip-address=127.0.0.1",
+                f"--ray-client-server-port={free_port()}",
+                *dashboard_args,
+                "--dashboard-agent-listen-port=0",
+                f"--temp-dir={temp_dir}",
+                "--disable-usage-stats",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert started.returncode == 0, started.stdout + started.stderr
+        yield RayCluster(env, f"http://127.0.0.1:{dashboard_port}" if dashboard else None)
+    finally:
+        stop_cluster(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def pids_of(temp_dir: str) -> list[int]:
+    """This cluster's processes: those whose command line names its temp dir, and their descendants
+    (workers and agents retitle themselves `ray::...`)."""
+    parents: dict[int, int] = {}
+    roots = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            pid = int(entry.name)
+            parents[pid] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if temp_dir.encode() in (entry / "cmdline").read_bytes():
+                roots.append(pid)
+    found = set(roots)
+    grew = True
+    while grew:
+        grew = False
+        for pid, parent in parents.items():
+            if parent in found and pid not in found:
+                found.add(pid)
+                grew = True
+    return sorted(found)
+
+
+def stop_cluster(temp_dir: str) -> None:
+    """SIGTERM (a worker flushes at exit), then SIGKILL what is left, of this cluster's processes only.
+
+    A job's workers are gone once its driver has disconnected, so the daemons need no grace here.
+    """
+    for sig, wait_s in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 10.0)):
+        for pid in pids_of(temp_dir):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait_s
+        while pids_of(temp_dir) and time.monotonic() < deadline:
+            time.sleep(0.2)

@@ -1,0 +1,187 @@
+"""Our own state commands and `serve`'s OTLP intake.
+
+`list/get/summary/timeline/logs` answer the same from a store file (no server) as from a running
+`serve`; bad input is a one-line message and a non-zero exit. OTLP from the real SDK exporters
+(spans, plain log records, and records carrying RayEvents) lands in the store: RayEvents as state,
+the other records as log lines tied to their task through the span they were written in. The
+SQL-side filters give the same rows as Ray's filter rule applied to every row.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from google.protobuf import json_format
+from helpers.agg_procs import FIXTURE, CliServer, start
+from multidict import MultiDict
+from opentelemetry._logs import SeverityNumber
+from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+from ray_otel_events.otel.log_records import to_log_record
+from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+from ray_otel_events.store import state_query
+from ray_otel_events.store.sqlite_store import EventStore
+from ray_otel_events.store.state_merge import TASKS, field_value
+from ray_otel_events.store.views import StoreViews
+
+EVENTS: list[dict[str, Any]] = json.loads(Path(FIXTURE).read_text())
+FLAKY = "e0dc174c83599034ffffffffffffffffffffffff01000000"  # attempt 0 failed, attempt 1 pending
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ray_otel_events", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.fixture
+def store_file(tmp_path: Path) -> Path:
+    path = tmp_path / "events.sqlite3"
+    store = EventStore(path)
+    store.ingest(EVENTS)
+    store.close()
+    return path
+
+
+def test_commands_answer_alike_from_the_file_and_the_server(
+    servers: list[CliServer], store_file: Path, tmp_path: Path
+) -> None:
+    server = start(servers, "serve", "--store", str(store_file))
+    by_file = ["--store", str(store_file)]
+    by_server = ["--address", f"http://{server.address}"]
+    listed = [_cli("list", "tasks", *source, "--format", "json") for source in (by_file, by_server)]
+    assert all(p.returncode == 0 for p in listed), [p.stderr for p in listed]
+    assert json.loads(listed[0].stdout) == json.loads(listed[1].stdout)
+    assert len(json.loads(listed[0].stdout)) == 8  # 9 attempts stored, the driver's left out as Ray does
+
+    failed = _cli("list", "tasks", *by_file, "--filter", "state=FAILED", "--filter", "type!=ACTOR_TASK")
+    assert failed.returncode == 0 and "2 of 2 matching" in failed.stdout and "flaky" in failed.stdout
+    got = _cli("get", "tasks", FLAKY, *by_server)
+    attempts = json.loads(got.stdout)
+    assert [(a["attempt_number"], a["state"]) for a in attempts] == [(0, "FAILED"), (1, "PENDING_ARGS_AVAIL")]
+    assert (
+        attempts[0]["error_type"] == "TASK_EXECUTION_EXCEPTION"
+        and "first attempt" in attempts[0]["error_message"]
+    )
+    summary = _cli("summary", "tasks", *by_file)
+    assert summary.returncode == 0 and "flaky" in summary.stdout and "FAILED: 1" in summary.stdout
+
+    out = tmp_path / "timeline.json"
+    timeline = _cli("timeline", "--out", str(out), *by_server)
+    assert timeline.returncode == 0, timeline.stderr
+    trace_events = json.loads(out.read_text())
+    slices = [e for e in trace_events if e["ph"] == "X" and e["cat"] == "task"]
+    assert slices and all(e["dur"] >= 0 and e["ts"] > 0 for e in slices)
+    assert {e["name"] for e in trace_events if e["ph"] == "M"} == {"process_name", "thread_name"}
+    assert [e for e in trace_events if e["ph"] == "X" and e["cat"] != "task"]  # profile events inside
+
+    for args, code, message in (
+        (("logs", "ab" * 24, *by_file), 1, "no task"),
+        (("list", "tasks", *by_file, "--filter", "bogus=1"), 1, "Given filter column bogus is not supported"),
+        (("list", "tasks", *by_file, "--filter", "state"), 2, "expected KEY=VALUE"),
+        (("list", "tasks", "--store", str(tmp_path / "none.sqlite3")), 1, "no store at"),
+        (("list", "tasks", "--address", "http://127.0.0.1:9"), 1, "cannot reach"),
+    ):
+        proc = _cli(*args)
+        assert proc.returncode == code and message in proc.stderr and "Traceback" not in proc.stderr, (
+            proc.stderr
+        )
+
+
+def test_sql_filters_agree_with_rays_rule_on_every_row(store_file: Path) -> None:
+    store = EventStore(store_file)
+    every = store.select(TASKS, limit=10**6).rows
+    views = StoreViews(store)
+    cases = [
+        ("state", "=", "failed"),  # Ray upper-cases state values
+        ("state", "!=", "FAILED"),
+        ("job_id", "=", "01000000"),
+        ("name", "=", "flaky"),
+        ("func_or_class_name", "!=", "Counter.inc"),
+        ("attempt_number", "=", "1"),
+        ("error_type", "=", "none"),  # no error: matches a missing value
+        ("worker_pid", "=", "9317"),  # no column: the Python rule
+        ("task_id", "=", FLAKY.upper()),
+    ]
+    for key, predicate, value in cases:
+        params = MultiDict(
+            [
+                ("limit", "1000"),
+                ("filter_keys", key),
+                ("filter_predicates", predicate),
+                ("filter_values", value),
+            ]
+        )
+        status, body = views.answer("/api/v0/tasks", params)
+        assert status == 200
+        got = {(r["task_id"], r["attempt_number"]) for r in body["data"]["result"]["result"]}
+        expected = {
+            (r["task_id"], r["attempt_number"])
+            for r in every
+            if field_value(TASKS, r, "type") != "DRIVER_TASK"
+            and state_query._matches(field_value(TASKS, r, key), value) == (predicate == "=")
+        }
+        assert got == expected and body["data"]["result"]["num_filtered"] == len(expected), (key, value)
+    store.close()
+
+
+def test_otlp_from_the_sdk_exporters_becomes_state_spans_and_task_logs(
+    servers: list[CliServer], tmp_path: Path
+) -> None:
+    server = start(servers, "serve", "--store", str(tmp_path / "events.sqlite3"))
+    base = f"http://{server.address}"
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{base}/v1/traces")))
+    logger_provider = LoggerProvider()
+    logger_provider.add_log_record_processor(
+        SimpleLogRecordProcessor(OTLPLogExporter(endpoint=f"{base}/v1/logs"))
+    )
+    logger = logger_provider.get_logger("test")
+
+    for item in EVENTS:  # every captured event as the OTel log record our pipeline makes of it
+        fields = to_log_record(json_format.ParseDict(item, RayEvent()))
+        logger.emit(
+            timestamp=fields.timestamp_ns,
+            severity_number=SeverityNumber(fields.severity_number),
+            body=fields.body,
+            attributes=fields.attributes,
+            event_name=fields.event_name,
+        )
+    tracer = tracer_provider.get_tracer("test")
+    with tracer.start_as_current_span("flaky ray.remote_worker", attributes={"ray.task_id": FLAKY}) as span:
+        logger.emit(
+            body="a line from inside the task", severity_number=SeverityNumber.WARN, severity_text="WARNING"
+        )
+        trace_id = format(span.get_span_context().trace_id, "032x")
+    logger.emit(body="a line outside any task")
+    tracer_provider.shutdown()
+    logger_provider.shutdown()
+
+    def task() -> dict[str, Any]:
+        answer: dict[str, Any] = requests.get(f"{base}/api/ui/tasks/{FLAKY}", timeout=10).json()
+        return answer
+
+    deadline = time.monotonic() + 20
+    while not (task().get("logs") and task().get("spans")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    detail = task()
+    assert [a["state"] for a in detail["attempts"]] == ["FAILED", "PENDING_ARGS_AVAIL"]  # RayEvents as state
+    assert [line["body"] for line in detail["logs"]] == ["a line from inside the task"]
+    assert detail["logs"][0]["severity"] == "WARNING" and detail["trace_id"] == trace_id
+    assert detail["spans"][0]["name"] == "flaky ray.remote_worker"
+    traces = requests.get(f"{base}/api/ui/traces", timeout=10).json()["traces"]
+    assert [t["trace_id"] for t in traces] == [trace_id]
+    stats = server.stop()
+    assert stats["events_stored"] == len(EVENTS) and stats["spans"] == 1 and stats["log_lines"] == 2
