@@ -9,8 +9,9 @@ to the submitting process, where `DriverEcho` prints it as `(func pid=1234) line
 to stderr), like Ray's log monitor. Without one, the output goes to the worker's own streams as
 plain Python would write it.
 
-`install_log_handler` is the hooks' part for real Ray: an OTel LoggingHandler on the root
-logger, so `logging` inside a task gets the current (execution) span's trace context there too.
+`install_log_handler` is the hooks' part for real Ray: a TaskLogHandler (an OTel LoggingHandler)
+on the root logger, so `logging` inside a task gets the current (execution) span's trace context
+there too, while records nothing else handles still reach stderr as Python's last resort would.
 """
 
 from __future__ import annotations
@@ -60,14 +61,45 @@ class _OwnLoggersFilter(logging.Filter):
         return not record.name.startswith(_OWN_LOGGERS)
 
 
+_active: TaskOutput | None = None  # the capture of the task running in this process, if any
+
+
+def _no_other_handler(record: logging.LogRecord, own: logging.Handler) -> bool:
+    """True when Python would have used its last-resort handler for this record had `own` not been
+    on the root logger (no other handler on the record's way up)."""
+    logger: logging.Logger | None = logging.getLogger(record.name) if record.name != "root" else None
+    logger = logger or logging.getLogger()
+    while logger is not None:
+        if any(h is not own for h in logger.handlers):
+            return False
+        if not logger.propagate:
+            return True
+        logger = logger.parent
+    return True
+
+
+class TaskLogHandler(LoggingHandler):
+    """The hooks' handler on the root logger: each record becomes an OTel record carrying the
+    current span's trace context (the SDK does that), our own and the SDK's loggers left out (they
+    log while exporting). Being a handler on root must not silence Python's last resort: a
+    WARNING+ record no other handler takes is still written to stderr, as it was without us."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not record.name.startswith(_OWN_LOGGERS):
+            super().emit(record)
+        last = logging.lastResort
+        if last is not None and record.levelno >= last.level and _no_other_handler(record, self):
+            if _active is not None:  # inside a captured task: the line goes with the task's output
+                _active.line("stderr", record.getMessage(), otel=False)
+            else:
+                last.handle(record)
+
+
 def install_log_handler() -> None:
-    """Once per process: an OTel LoggingHandler on the root logger (the SDK adds the current span's
-    trace context to each record). Our own and the SDK's loggers are left out."""
+    """Once per process: a TaskLogHandler on the root logger."""
     root = logging.getLogger()
-    if not any(isinstance(h, LoggingHandler) for h in root.handlers):
-        handler = LoggingHandler()
-        handler.addFilter(_OwnLoggersFilter())
-        root.addHandler(handler)
+    if not any(isinstance(h, TaskLogHandler) for h in root.handlers):
+        root.addHandler(TaskLogHandler())
 
 
 class _LineWriter(io.TextIOBase):
@@ -178,18 +210,27 @@ class TaskOutput:
             PID_ATTR: self.pid,
             FUNCTION_ATTR: function,
         }
+        global _active
         root = logging.getLogger()
-        hook_handler = any(isinstance(h, LoggingHandler) for h in root.handlers)
-        others = any(not isinstance(h, LoggingHandler) for h in root.handlers)
-        records = _RecordCapture(self, emit_otel=not hook_handler, echo=not others)
+        # With the hooks' TaskLogHandler on root, records are already OTel records and echoed by it.
+        # Without it, a handler of our own does both for the task's duration: OTel records unless
+        # another OTel handler makes them, echo where Python's last resort would have printed.
+        records: _RecordCapture | None = None
+        if not any(isinstance(h, TaskLogHandler) for h in root.handlers):
+            otel = any(isinstance(h, LoggingHandler) for h in root.handlers)
+            others = any(not isinstance(h, LoggingHandler) for h in root.handlers)
+            records = _RecordCapture(self, emit_otel=not otel, echo=not others)
+            root.addHandler(records)
         saved = self._saved = (sys.stdout, sys.stderr)
         writers = _LineWriter(self, "stdout", saved[0]), _LineWriter(self, "stderr", saved[1])
         sys.stdout, sys.stderr = writers
-        root.addHandler(records)
+        _active = self
         try:
             yield
         finally:
-            root.removeHandler(records)
+            _active = None
+            if records is not None:
+                root.removeHandler(records)
             sys.stdout, sys.stderr = saved
             for writer in writers:
                 writer.close_lines()

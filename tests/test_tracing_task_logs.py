@@ -1,0 +1,88 @@
+"""Task logs tied to traces in TracedProcessPoolExecutor, with the local hook, in real processes.
+
+A task's prints (stdout, stderr) and `logging` become OTel log records carrying its execution
+span's trace and span ids and `ray.task_id`; the submitting process prints them as Ray does,
+`(func pid=N) line`, or leaves them to the worker with `log_to_driver=False`. The hook's handler on
+the root logger must not swallow what Python's last resort prints outside tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+SCRIPT = """
+import logging, sys
+from ray_otel_events.executor import TracedProcessPoolExecutor
+
+def work(n):
+    print(f"hello {n}")
+    print(f"oops {n}", file=sys.stderr)
+    logging.getLogger("mine").warning("careful %d", n)
+    return n
+
+if __name__ == "__main__":
+    hook = "ray_otel_events.tracing.setup_local_tmp_tracing:setup_tracing"
+    echo = sys.argv[1] == "on"
+    with TracedProcessPoolExecutor(max_workers=2, tracing_startup_hook=hook, log_to_driver=echo) as pool:
+        assert list(pool.map(work, range(4))) == [0, 1, 2, 3]
+    logging.getLogger("outside").warning("a warning outside any task")
+"""
+
+
+def _run(tmp_path: Path, to_driver: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "RAY_OTEL_EVENTS_SPANS_DIR": str(tmp_path / "spans")}
+    return subprocess.run(
+        [sys.executable, "-c", SCRIPT, to_driver], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def _lines(folder: Path, suffix: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for path in folder.glob(f"*{suffix}") for line in path.read_text().splitlines()]
+
+
+def test_task_output_is_echoed_and_recorded_with_its_span(tmp_path: Path) -> None:
+    proc = _run(tmp_path, "on")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(re.findall(r"^\(work pid=\d+\) (hello \d)$", proc.stdout, re.M)) == [
+        f"hello {n}" for n in range(4)
+    ]
+    assert sorted(re.findall(r"^\(work pid=\d+\) (oops \d)$", proc.stderr, re.M)) == [
+        f"oops {n}" for n in range(4)
+    ]
+    assert sorted(re.findall(r"^\(work pid=\d+\) (careful \d)$", proc.stderr, re.M)) == [
+        f"careful {n}" for n in range(4)
+    ]
+    assert proc.stderr.count("a warning outside any task") == 1  # Python's last resort still works
+
+    spans = {s["context"]["span_id"]: s for s in _lines(tmp_path / "spans", ".json") if "context" in s}
+    records = _lines(tmp_path / "spans", ".logs.jsonl")
+    (outside,) = [r for r in records if r["body"] == "a warning outside any task"]  # recorded too, in no span
+    assert int(outside["span_id"], 16) == 0
+    records.remove(outside)
+    bodies = sorted(r["body"] for r in records)
+    assert bodies == sorted([f"{w} {n}" for w in ("hello", "oops", "careful") for n in range(4)])
+    for record in records:
+        span = spans[record["span_id"]]  # written inside a span we have...
+        assert (
+            span["name"] == "__main__.work ray.remote_worker"
+            and span["context"]["trace_id"] == record["trace_id"]
+        )
+        if record["attributes"].get("ray.task_id"):  # ...the task's execution span (prints carry the id)
+            assert record["attributes"]["ray.task_id"] == span["attributes"]["ray.task_id"]
+    streams = sorted(r["attributes"].get("log.iostream", "logging") for r in records)
+    assert streams == ["logging"] * 4 + ["stderr"] * 4 + ["stdout"] * 4
+
+
+def test_log_to_driver_off_leaves_output_in_the_worker(tmp_path: Path) -> None:
+    proc = _run(tmp_path, "off")
+    assert proc.returncode == 0, proc.stderr
+    assert "(work pid=" not in proc.stdout + proc.stderr
+    assert sorted(re.findall(r"^(hello \d)$", proc.stdout, re.M)) == [f"hello {n}" for n in range(4)]
+    assert sorted(re.findall(r"^(careful \d)$", proc.stderr, re.M)) == [f"careful {n}" for n in range(4)]
+    assert len(_lines(tmp_path / "spans", ".logs.jsonl")) == 13  # still recorded (and the driver's warning)
