@@ -268,7 +268,7 @@ function showError(error) {
 
 async function poll() {
   try {
-    const { generation } = await getJson("/api/ui/overview");
+    const { generation } = await getJson("/api/ui/generation");
     const live = $("#live-status");
     live.textContent = "live";
     live.className = "live ok";
