@@ -76,6 +76,7 @@ class TracingInstallation:
 _lock = threading.RLock()
 _installation: TracingInstallation | None = None
 _exit_registered_pid = -1
+_exit_flushed_pid = -1
 
 
 def current_installation() -> TracingInstallation | None:
@@ -166,10 +167,13 @@ def _adopt_after_fork(installation: TracingInstallation) -> None:
 
 
 def flush_at_exit() -> None:
-    """Flush this process's installation (bounded); safe to call more than once."""
+    """Flush this process's installation (bounded), once: atexit and multiprocessing's finalizers may
+    both call it, and by the second call the SDK's own exit hook has shut the providers down."""
+    global _exit_flushed_pid
     installation = _installation
-    if installation is None or installation.pid != os.getpid():
+    if installation is None or installation.pid != os.getpid() or _exit_flushed_pid == os.getpid():
         return
+    _exit_flushed_pid = os.getpid()
     try:
         if not installation.flush(EXIT_FLUSH_TIMEOUT_S):
             logger.warning("ray_otel_events: not everything could be flushed at exit (pid %d)", os.getpid())

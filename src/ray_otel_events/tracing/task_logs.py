@@ -27,8 +27,9 @@ from collections.abc import Iterator
 from multiprocessing.queues import SimpleQueue
 from typing import Any, TextIO
 
-from opentelemetry import _logs
+from opentelemetry import _logs, context
 from opentelemetry._logs import SeverityNumber
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
 from opentelemetry.sdk._logs import LoggingHandler
 
 from ray_otel_events.otel import semconv
@@ -41,7 +42,14 @@ FUNCTION_ATTR = "code.function"
 Line = tuple[str, int, str, str]
 
 _SEVERITY = {"stdout": (SeverityNumber.INFO, "INFO"), "stderr": (SeverityNumber.ERROR, "ERROR")}
-_OWN_LOGGERS = ("opentelemetry", "ray_otel_events")  # never captured: exporters log while exporting
+# Never made OTel records: exporters and their HTTP/gRPC clients log while exporting, and a record
+# of that would be exported in turn (a loop when the endpoint is down).
+_OWN_LOGGERS = ("opentelemetry", "ray_otel_events", "urllib3", "requests", "grpc")
+
+
+def _exporting() -> bool:
+    """True on an exporter's thread: the SDK's processors suppress instrumentation while exporting."""
+    return bool(context.get_value(_SUPPRESS_INSTRUMENTATION_KEY))
 
 
 def _level_severity(levelno: int) -> tuple[SeverityNumber, str]:
@@ -85,7 +93,7 @@ class TaskLogHandler(LoggingHandler):
     WARNING+ record no other handler takes is still written to stderr, as it was without us."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        if not record.name.startswith(_OWN_LOGGERS):
+        if not record.name.startswith(_OWN_LOGGERS) and not _exporting():
             super().emit(record)
         last = logging.lastResort
         if last is not None and record.levelno >= last.level and _no_other_handler(record, self):
