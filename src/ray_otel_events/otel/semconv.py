@@ -34,6 +34,13 @@ RAY_SESSION_NAME = "ray.session_name"
 RAY_EVENT_TYPE = "ray.event_type"  # EventType name, on log records
 RAY_STATE = "ray.state"  # the state a transition entered, on span events and log records
 
+# Task log lines (OpenTelemetry semantic conventions): the stream a line was written to
+# (stdout / stderr), the writing process, and the function it ran in.
+LOG_IOSTREAM = "log.iostream"
+PROCESS_PID = "process.pid"
+CODE_FUNCTION = "code.function"
+CODE_FUNCTION_NAME = "code.function.name"  # the newer name, what the SDK's LoggingHandler sets
+
 # Log records: event_name is EVENT_NAME_PREFIX + the EventType name in lower case,
 # e.g. "ray.task_lifecycle_event". The body is the whole RayEvent as the aggregator posts it
 # (protobuf JSON mapping, camelCase), so a receiver can rebuild the event exactly.

@@ -31,10 +31,6 @@ from ray_otel_events.otel.to_ray_events import (
 )
 
 _ENCODER = RayEventJsonEncoder()
-STREAM_ATTR = "log.iostream"  # OTel semantic convention: stdout / stderr
-PID_ATTR = "process.pid"
-FUNCTION_ATTR = "code.function"
-FUNCTION_NAME_ATTR = "code.function.name"  # what the SDK's LoggingHandler sets
 
 
 @dataclass
@@ -57,9 +53,9 @@ def log_line(record: LogRecord, resource: dict[str, Any]) -> dict[str, Any]:
         "span_id": record.span_id.hex(),
         "task_id": _text(attrs.get(semconv.RAY_TASK_ID)).lower() or None,
         "severity": record.severity_text or str(record.severity_number),
-        "stream": _text(attrs.get(STREAM_ATTR)) or "log",
-        "pid": attrs.get(PID_ATTR) or resource.get(PID_ATTR),
-        "function": _text(attrs.get(FUNCTION_ATTR) or attrs.get(FUNCTION_NAME_ATTR)),
+        "stream": _text(attrs.get(semconv.LOG_IOSTREAM)) or "log",
+        "pid": attrs.get(semconv.PROCESS_PID) or resource.get(semconv.PROCESS_PID),
+        "function": _text(attrs.get(semconv.CODE_FUNCTION) or attrs.get(semconv.CODE_FUNCTION_NAME)),
         "body": body if isinstance(body, str) else str(body),
     }
 

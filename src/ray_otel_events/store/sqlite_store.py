@@ -15,11 +15,11 @@ calls it from worker threads.
 from __future__ import annotations
 
 import binascii
-import json
+import dataclasses
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,8 +127,8 @@ class Selection:
     rows: list[Row]
 
 
-def _condition(f: ColumnFilter, *, equal: bool | None = None) -> tuple[str, list[Any]]:
-    """SQL for a filter (`equal` overrides its predicate). Equality is `=`, so indexes serve it."""
+def _condition(f: ColumnFilter) -> tuple[str, list[Any]]:
+    """SQL for a filter. Equality is `=`, so indexes serve it."""
     if f.column not in (*INDEXED_COLUMNS, "entity_id", "attempt", "session"):
         raise ValueError(f"{f.column!r} is not an indexed column")
     params: list[Any]
@@ -141,12 +141,27 @@ def _condition(f: ColumnFilter, *, equal: bool | None = None) -> tuple[str, list
         sql, params = f"{f.column} = ?", [f.value]
         if _null_like(f.value):
             sql = f"({sql} OR {f.column} IS NULL OR {f.column} = '')"
-    wanted = f.equal if equal is None else equal
-    return (sql, params) if wanted else (f"NOT ({sql} IS 1)", params)
+    return (sql, params) if f.equal else (f"NOT ({sql} IS 1)", params)
 
 
 def _null_like(value: str) -> bool:
     return value.lower() in ("", "none", "null")
+
+
+def _where(resource: str, filters: Sequence[ColumnFilter], search: str = "") -> tuple[str, list[Any]]:
+    """The WHERE clause and its parameters for a resource's rows passing `filters` and `search`."""
+    where, params = ["resource = ?"], [resource]
+    for f in filters:
+        sql, values = _condition(f)
+        where.append(sql)
+        params += values
+    if search:
+        pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        where.append(
+            "(" + " OR ".join(f"{c} LIKE ? ESCAPE '\\'" for c in ("entity_id", "name", "func", "error")) + ")"
+        )
+        params += [pattern] * 4
+    return " AND ".join(where), params
 
 
 class EventStore:
@@ -249,19 +264,20 @@ class EventStore:
             self.generation += 1
         return result
 
+    def _in_chunks(self, sql: str, ids: Sequence[str], *leading: Any) -> Iterator[Any]:
+        """The rows of `sql`, whose `IN ({marks})` takes `ids` a bounded number at a time."""
+        for i in range(0, len(ids), _IN_CHUNK):
+            chunk = ids[i : i + _IN_CHUNK]
+            yield from self._db.execute(sql.format(marks=",".join("?" * len(chunk))), [*leading, *chunk])
+
     def _seen(self, event_ids: list[str]) -> set[str]:
         """Which of these ids are stored already (a few IN queries, not one per event)."""
-        seen: set[str] = set()
-        for i in range(0, len(event_ids), _IN_CHUNK):
-            chunk = event_ids[i : i + _IN_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            seen.update(
-                r[0]
-                for r in self._db.execute(
-                    f"SELECT event_id FROM seen_events WHERE event_id IN ({marks})", chunk
-                )
+        return {
+            r[0]
+            for r in self._in_chunks(
+                "SELECT event_id FROM seen_events WHERE event_id IN ({marks})", event_ids
             )
-        return seen
+        }
 
     def _rows_for(self, keys: dict[tuple[str, str, int, str], Row]) -> dict[tuple[str, str, int, str], Row]:
         """The stored rows for these keys (fetched by entity id, a few IN queries), {} for new ones."""
@@ -269,67 +285,64 @@ class EventStore:
         for resource, entity_id, _, _ in keys:
             by_resource.setdefault(resource, []).append(entity_id)
         for resource, entity_ids in by_resource.items():
-            unique = list(dict.fromkeys(entity_ids))
-            for i in range(0, len(unique), _IN_CHUNK):
-                chunk = unique[i : i + _IN_CHUNK]
-                marks = ",".join("?" * len(chunk))
-                for entity_id, attempt, session, data in self._db.execute(
-                    "SELECT entity_id, attempt, session, data FROM state_rows"
-                    f" WHERE resource = ? AND entity_id IN ({marks})",
-                    [resource, *chunk],
-                ):
-                    key = (resource, entity_id, attempt, session)
-                    if key in keys:
-                        keys[key] = orjson.loads(data)
+            for entity_id, attempt, session, data in self._in_chunks(
+                "SELECT entity_id, attempt, session, data FROM state_rows"
+                " WHERE resource = ? AND entity_id IN ({marks})",
+                list(dict.fromkeys(entity_ids)),
+                resource,
+            ):
+                key = (resource, entity_id, attempt, session)
+                if key in keys:
+                    keys[key] = orjson.loads(data)
         return keys
+
+    def _write_many(self, sql: str, rows: list[tuple[Any, ...]]) -> int:
+        with self._lock:
+            self._db.executemany(sql, rows)
+            self.generation += 1
+        return len(rows)
 
     def add_spans(self, spans: Sequence[dict[str, Any]], *, now: float | None = None) -> int:
         """Spans as dicts with trace_id, span_id, parent_span_id (hex), name, start_ns, end_ns and
         optionally task_id; the whole dict is kept. A span sent twice is stored once."""
         received = time.time() if now is None else now
-        with self._lock:
-            self._db.executemany(
-                "INSERT OR REPLACE INTO spans(trace_id, span_id, parent_span_id, task_id, name, start_ns,"
-                " end_ns, received, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        s["trace_id"],
-                        s["span_id"],
-                        s.get("parent_span_id", ""),
-                        s.get("task_id") or None,
-                        s["name"],
-                        s["start_ns"],
-                        s["end_ns"],
-                        received,
-                        json.dumps(s),
-                    )
-                    for s in spans
-                ],
-            )
-            self.generation += 1
-        return len(spans)
+        return self._write_many(
+            "INSERT OR REPLACE INTO spans(trace_id, span_id, parent_span_id, task_id, name, start_ns,"
+            " end_ns, received, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    s["trace_id"],
+                    s["span_id"],
+                    s.get("parent_span_id", ""),
+                    s.get("task_id") or None,
+                    s["name"],
+                    s["start_ns"],
+                    s["end_ns"],
+                    received,
+                    orjson.dumps(s).decode(),
+                )
+                for s in spans
+            ],
+        )
 
     def add_log_lines(self, lines: Sequence[dict[str, Any]], *, now: float | None = None) -> int:
         """Log lines as dicts with ts_ns, trace_id, span_id (hex, may be empty), task_id and body."""
         received = time.time() if now is None else now
-        with self._lock:
-            self._db.executemany(
-                "INSERT INTO log_lines(ts_ns, trace_id, span_id, task_id, received, data)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        line["ts_ns"],
-                        line.get("trace_id", ""),
-                        line.get("span_id", ""),
-                        line.get("task_id") or None,
-                        received,
-                        json.dumps(line),
-                    )
-                    for line in lines
-                ],
-            )
-            self.generation += 1
-        return len(lines)
+        return self._write_many(
+            "INSERT INTO log_lines(ts_ns, trace_id, span_id, task_id, received, data)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    line["ts_ns"],
+                    line.get("trace_id", ""),
+                    line.get("span_id", ""),
+                    line.get("task_id") or None,
+                    received,
+                    orjson.dumps(line).decode(),
+                )
+                for line in lines
+            ],
+        )
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -354,20 +367,7 @@ class EventStore:
         id, name, function or error type."""
         if order not in ORDERS:
             raise ValueError(f"cannot sort by {order!r}; one of {', '.join(ORDERS)}")
-        where, params = ["resource = ?"], [resource]
-        for f in filters:
-            sql, values = _condition(f)
-            where.append(sql)
-            params += values
-        if search:
-            pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-            where.append(
-                "("
-                + " OR ".join(f"{c} LIKE ? ESCAPE '\\'" for c in ("entity_id", "name", "func", "error"))
-                + ")"
-            )
-            params += [pattern] * 4
-        clause = " AND ".join(where)
+        clause, params = _where(resource, filters, search)
         direction = "DESC" if descending else "ASC"
         column = ORDERS[order]
         # Sorting by `updated` (never NULL) follows an index, so a page stops after `limit` rows.
@@ -377,9 +377,9 @@ class EventStore:
             else f"{column} IS NULL, {column} {direction}, updated DESC"
         )
         query = f"SELECT data FROM state_rows WHERE {clause} ORDER BY {ordering}"
-        total = self._total(resource)
+        total = self.total(resource)
         if keep is None:
-            matched = self._count(resource, filters, clause, params, search)
+            matched = self._matched(resource, filters, search)
             found = self._query(query + " LIMIT ? OFFSET ?", [*params, limit, offset])
             return Selection(total, matched, [orjson.loads(r[0]) for r in found])
         rows: list[Row] = []
@@ -392,40 +392,26 @@ class EventStore:
                 matched += 1
         return Selection(total, matched, rows)
 
-    def _total(self, resource: str) -> int:
+    def total(self, resource: str) -> int:
         """Rows of a resource, counted once per generation (an index scan over every row)."""
         cached = self._totals.get(resource)
         if cached is None or cached[0] != self.generation:
-            count = self._query("SELECT COUNT(*) FROM state_rows WHERE resource = ?", (resource,))[0][0]
-            cached = self._totals[resource] = (self.generation, count)
+            cached = self._totals[resource] = (self.generation, self._count(resource, ()))
         return cached[1]
 
-    def _count(
-        self, resource: str, filters: Sequence[ColumnFilter], clause: str, params: list[Any], search: str
-    ) -> int:
+    def _count(self, resource: str, filters: Sequence[ColumnFilter], search: str = "") -> int:
+        clause, params = _where(resource, filters, search)
+        return int(self._query(f"SELECT COUNT(*) FROM state_rows WHERE {clause}", params)[0][0])
+
+    def _matched(self, resource: str, filters: Sequence[ColumnFilter], search: str) -> int:
         """Rows matching the filters. One `!=` (Ray's default leaves out drivers that way) is counted
         as all minus the equal ones: two index lookups instead of a scan of every row."""
         negative = [f for f in filters if not f.equal]
         if len(negative) != 1 or search or _null_like(negative[0].value):
-            return int(self._query(f"SELECT COUNT(*) FROM state_rows WHERE {clause}", params)[0][0])
-        (excluded,) = negative
+            return self._count(resource, filters, search)
         others = [f for f in filters if f.equal]
-        if not others:
-            base = self._total(resource)
-        else:
-            where, values = ["resource = ?"], [resource]
-            for f in others:
-                sql, more = _condition(f)
-                where.append(sql)
-                values += more
-            base = self._query(f"SELECT COUNT(*) FROM state_rows WHERE {' AND '.join(where)}", values)[0][0]
-        where, values = ["resource = ?"], [resource]
-        for f in [*others, excluded]:
-            sql, more = _condition(f, equal=True)
-            where.append(sql)
-            values += more
-        equal = self._query(f"SELECT COUNT(*) FROM state_rows WHERE {' AND '.join(where)}", values)[0][0]
-        return int(base) - int(equal)
+        base = self._count(resource, others) if others else self.total(resource)
+        return base - self._count(resource, [*others, dataclasses.replace(negative[0], equal=True)])
 
     def counts(self, resource: str, *columns: str) -> list[tuple[Any, ...]]:
         """(values of `columns`..., count) of the resource's rows, grouped by those columns."""
@@ -456,13 +442,13 @@ class EventStore:
 
     def spans_of_task(self, task_id: str) -> list[dict[str, Any]]:
         found = self._query("SELECT data FROM spans WHERE task_id = ? ORDER BY start_ns", (task_id.lower(),))
-        return [json.loads(r[0]) for r in found]
+        return [orjson.loads(r[0]) for r in found]
 
     def trace(self, trace_id: str) -> list[dict[str, Any]]:
         found = self._query(
             "SELECT data FROM spans WHERE trace_id = ? ORDER BY start_ns", (trace_id.lower(),)
         )
-        return [json.loads(r[0]) for r in found]
+        return [orjson.loads(r[0]) for r in found]
 
     def task_logs(self, task_id: str) -> list[dict[str, Any]]:
         """A task's lines: those naming it, and those written inside one of its spans."""
@@ -472,7 +458,7 @@ class EventStore:
             " (SELECT span_id FROM spans WHERE task_id = ?)) ORDER BY ts_ns",
             (task, task),
         )
-        return [json.loads(r[0]) for r in found]
+        return [orjson.loads(r[0]) for r in found]
 
     def recent_traces(self, limit: int = 20) -> list[dict[str, Any]]:
         """The newest traces: id, root span name, start, end and span count."""

@@ -144,7 +144,7 @@ class StoreViews:
             "generation": self.store.generation,
             "jobs": listed,
             "task_counts": overall,
-            "actors": self.store.select(ACTORS, limit=0).total,
+            "actors": self.store.total(ACTORS),
         }
 
     def tasks(self, params: Params) -> Answer:

@@ -35,9 +35,6 @@ from opentelemetry.sdk._logs import LoggingHandler
 from ray_otel_events.otel import semconv
 
 SCOPE = "ray_otel_events.task_logs"
-STREAM_ATTR = "log.iostream"
-PID_ATTR = "process.pid"
-FUNCTION_ATTR = "code.function"
 # What the queue carries: (function, pid, stream, text).
 Line = tuple[str, int, str, str]
 
@@ -64,9 +61,8 @@ def _level_severity(levelno: int) -> tuple[SeverityNumber, str]:
     return SeverityNumber.DEBUG, "DEBUG"
 
 
-class _OwnLoggersFilter(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.name.startswith(_OWN_LOGGERS)
+def _own(record: logging.LogRecord) -> bool:
+    return record.name.startswith(_OWN_LOGGERS)
 
 
 _active: TaskOutput | None = None  # the capture of the task running in this process, if any
@@ -93,7 +89,7 @@ class TaskLogHandler(LoggingHandler):
     WARNING+ record no other handler takes is still written to stderr, as it was without us."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        if not record.name.startswith(_OWN_LOGGERS) and not _exporting():
+        if not _own(record) and not _exporting():
             super().emit(record)
         last = logging.lastResort
         if last is not None and record.levelno >= last.level and _no_other_handler(record, self):
@@ -155,11 +151,10 @@ class _RecordCapture(logging.Handler):
         self._emit_otel = emit_otel
         self._echo = echo
         self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        self.addFilter(_OwnLoggersFilter())
 
     def emit(self, record: logging.LogRecord) -> None:
         echo = self._echo and record.levelno >= logging.WARNING
-        if not (echo or self._emit_otel):
+        if _own(record) or not (echo or self._emit_otel):
             return
         try:
             text = self.format(record) if echo else record.getMessage()
@@ -196,7 +191,7 @@ class TaskOutput:
                 severity_number=number,
                 severity_text=level,
                 body=text,
-                attributes={**self._attributes, STREAM_ATTR: stream},
+                attributes={**self._attributes, semconv.LOG_IOSTREAM: stream},
             )
         if not echo:
             return
@@ -215,8 +210,8 @@ class TaskOutput:
         self._attributes = {
             semconv.RAY_TASK_ID: task_hex,
             semconv.RAY_JOB_ID: job_hex,
-            PID_ATTR: self.pid,
-            FUNCTION_ATTR: function,
+            semconv.PROCESS_PID: self.pid,
+            semconv.CODE_FUNCTION: function,
         }
         global _active
         root = logging.getLogger()
