@@ -111,9 +111,17 @@ def _error_of(body: Any) -> str:
 
 
 def _ray_result(status: int, body: Any) -> Any:
+    """The payload of Ray's envelope, or Unanswered with its message."""
     if status != 200 or not body.get("result", False):
         raise Unanswered(_error_of(body))
     return body["data"]["result"]
+
+
+def _ui_result(status: int, body: Any) -> Any:
+    """An /api/ui answer, or Unanswered with its error."""
+    if status != 200:
+        raise Unanswered(_error_of(body))
+    return body
 
 
 def _filters(raw: list[str]) -> list[tuple[str, str]]:
@@ -200,9 +208,7 @@ def _summary(source: _Source, args: argparse.Namespace) -> int:
 
 
 def _timeline(source: _Source, args: argparse.Namespace) -> int:
-    status, body = source.get("/api/ui/timeline", [("job_id", args.job_id)] if args.job_id else [])
-    if status != 200:
-        raise Unanswered(_error_of(body))
+    body = _ui_result(*source.get("/api/ui/timeline", [("job_id", args.job_id)] if args.job_id else []))
     try:
         args.out.write_text(json.dumps(body))
     except OSError as exc:
@@ -219,10 +225,7 @@ def _clock(ts_ns: int) -> str:
 
 
 def _logs(source: _Source, args: argparse.Namespace) -> int:
-    status, body = source.get(f"/api/ui/tasks/{args.task_id}")
-    if status != 200:
-        raise Unanswered(_error_of(body))
-    lines = body["logs"]
+    lines = _ui_result(*source.get(f"/api/ui/tasks/{args.task_id}"))["logs"]
     if args.format == "json":
         print(json.dumps(lines, indent=2))
         return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -40,8 +41,8 @@ class StateIntake(OtlpConsumer):
     def routes(self) -> list[web.RouteDef]:
         return [web.post("/v1/ray-events", self.ingest), *self.otlp.routes()]
 
-    async def _store_events(self, events: list[object]) -> IngestResult:
-        result = await asyncio.to_thread(self.store.ingest, events)  # type: ignore[arg-type]
+    async def _store_events(self, events: list[Any]) -> IngestResult:
+        result = await asyncio.to_thread(self.store.ingest, events)
         self.events_by_type.update(result.by_type)
         self.duplicates += result.duplicates
         return result

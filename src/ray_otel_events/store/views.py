@@ -47,11 +47,16 @@ class BadRequest(ValueError):
         self.status = status
 
 
+def _duration_ms(row: Row) -> int | None:
+    start, end = row.get("start_time_ms"), row.get("end_time_ms")
+    return end - start if start is not None and end is not None else None
+
+
 def _ui_task(row: Row) -> Row:
-    out = {name: field_value(TASKS, row, name) for name in UI_TASK_FIELDS}
-    start, end = out["start_time_ms"], out["end_time_ms"]
-    out["duration_ms"] = end - start if start is not None and end is not None else None
-    return out
+    return {
+        **{name: field_value(TASKS, row, name) for name in UI_TASK_FIELDS},
+        "duration_ms": _duration_ms(row),
+    }
 
 
 def _int_param(params: Params, name: str, default: int, low: int, high: int) -> int:
@@ -183,7 +188,7 @@ class StoreViews:
         return 200, {
             "task_id": task_id.lower(),
             "attempts": [
-                {**state_query.shape(TASKS, row, detail=True), "duration_ms": _ui_task(row)["duration_ms"]}
+                {**state_query.shape(TASKS, row, detail=True), "duration_ms": _duration_ms(row)}
                 for row in attempts
             ],
             "transitions": [
