@@ -257,7 +257,13 @@ function route() {
 }
 
 function refresh() {
-  return (state.taskId ? refreshTask() : refreshOverview()).catch(showError);
+  return (state.taskId ? refreshTask() : refreshOverview()).then(markLive, showError);
+}
+
+function markLive() {
+  const live = $("#live-status");
+  live.textContent = "live";
+  live.className = "live ok";
 }
 
 function showError(error) {
@@ -269,9 +275,7 @@ function showError(error) {
 async function poll() {
   try {
     const { generation } = await getJson("/api/ui/generation");
-    const live = $("#live-status");
-    live.textContent = "live";
-    live.className = "live ok";
+    markLive();
     if (generation !== state.generation) {
       state.generation = generation;
       await refresh();
