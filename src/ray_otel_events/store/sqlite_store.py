@@ -15,6 +15,7 @@ calls it from worker threads.
 from __future__ import annotations
 
 import binascii
+import contextlib
 import dataclasses
 import sqlite3
 import threading
@@ -218,50 +219,42 @@ class EventStore:
                 batch.append((event_id, event, piece_of(event)))
             except (ValueError, TypeError, binascii.Error) as exc:
                 result.invalid.append(f"{event.get('eventType')}: {exc}")
-        with self._lock:
-            db = self._db
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                seen = self._seen([event_id for event_id, _, _ in batch])
-                fresh: list[tuple[str, float]] = []
-                keys: dict[tuple[str, str, int, str], Row] = {}
-                pieces: list[tuple[tuple[str, str, int, str], Piece]] = []
-                for event_id, event, piece in batch:
-                    if event_id in seen:
-                        result.duplicates += 1
-                        continue
-                    seen.add(event_id)
-                    fresh.append((event_id, received))
-                    event_type = str(event.get("eventType", ""))
-                    result.by_type[event_type] = result.by_type.get(event_type, 0) + 1
-                    if piece is None:
-                        result.ignored += 1
-                        continue
-                    key = (piece.resource, piece.entity_id, piece.attempt, str(event.get("sessionName", "")))
-                    keys[key] = {}
-                    pieces.append((key, piece))
-                rows = self._rows_for(keys)
-                for key, piece in pieces:
-                    apply(rows[key], piece)
-                    result.stored += 1
-                db.executemany("INSERT INTO seen_events(event_id, received) VALUES (?, ?)", fresh)
-                columns = ", ".join(INDEXED_COLUMNS)
-                marks = ", ".join("?" for _ in INDEXED_COLUMNS)
-                updates = ", ".join(f"{c}=excluded.{c}" for c in INDEXED_COLUMNS)
-                db.executemany(
-                    f"INSERT INTO state_rows(resource, entity_id, attempt, session, updated, data, {columns})"
-                    f" VALUES (?, ?, ?, ?, ?, ?, {marks}) ON CONFLICT DO UPDATE SET"
-                    f" updated=excluded.updated, data=excluded.data, {updates}",
-                    [
-                        (*key, received, orjson.dumps(row).decode(), *indexed_values(key[0], row))
-                        for key, row in rows.items()
-                    ],
-                )
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            self.generation += 1
+        with self._transaction() as db:
+            seen = self._seen([event_id for event_id, _, _ in batch])
+            fresh: list[tuple[str, float]] = []
+            keys: dict[tuple[str, str, int, str], Row] = {}
+            pieces: list[tuple[tuple[str, str, int, str], Piece]] = []
+            for event_id, event, piece in batch:
+                if event_id in seen:
+                    result.duplicates += 1
+                    continue
+                seen.add(event_id)
+                fresh.append((event_id, received))
+                event_type = str(event.get("eventType", ""))
+                result.by_type[event_type] = result.by_type.get(event_type, 0) + 1
+                if piece is None:
+                    result.ignored += 1
+                    continue
+                key = (piece.resource, piece.entity_id, piece.attempt, str(event.get("sessionName", "")))
+                keys[key] = {}
+                pieces.append((key, piece))
+            rows = self._rows_for(keys)
+            for key, piece in pieces:
+                apply(rows[key], piece)
+                result.stored += 1
+            db.executemany("INSERT INTO seen_events(event_id, received) VALUES (?, ?)", fresh)
+            columns = ", ".join(INDEXED_COLUMNS)
+            marks = ", ".join("?" for _ in INDEXED_COLUMNS)
+            updates = ", ".join(f"{c}=excluded.{c}" for c in INDEXED_COLUMNS)
+            db.executemany(
+                f"INSERT INTO state_rows(resource, entity_id, attempt, session, updated, data, {columns})"
+                f" VALUES (?, ?, ?, ?, ?, ?, {marks}) ON CONFLICT DO UPDATE SET"
+                f" updated=excluded.updated, data=excluded.data, {updates}",
+                [
+                    (*key, received, orjson.dumps(row).decode(), *indexed_values(key[0], row))
+                    for key, row in rows.items()
+                ],
+            )
         return result
 
     def _in_chunks(self, sql: str, ids: Sequence[str], *leading: Any) -> Iterator[Any]:
@@ -296,10 +289,22 @@ class EventStore:
                     keys[key] = orjson.loads(data)
         return keys
 
-    def _write_many(self, sql: str, rows: list[tuple[Any, ...]]) -> int:
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction under the lock; the generation moves once it is committed."""
         with self._lock:
-            self._db.executemany(sql, rows)
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
             self.generation += 1
+
+    def _write_many(self, sql: str, rows: list[tuple[Any, ...]]) -> int:
+        with self._transaction() as db:
+            db.executemany(sql, rows)
         return len(rows)
 
     def add_spans(self, spans: Sequence[dict[str, Any]], *, now: float | None = None) -> int:
@@ -488,34 +493,24 @@ class EventStore:
     def prune(self, *, max_age_s: float | None, max_rows: int | None, now: float | None = None) -> int:
         """Apply the retention; returns the number of rows deleted (their history goes with them)."""
         current = time.time() if now is None else now
-        deleted = 0
-        with self._lock:
-            db = self._db
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                doomed: list[tuple[str, str, int, str]] = []
-                if max_age_s is not None:
-                    doomed += db.execute(
-                        "SELECT resource, entity_id, attempt, session FROM state_rows WHERE updated < ?",
-                        (current - max_age_s,),
-                    ).fetchall()
-                if max_rows is not None:
-                    doomed += db.execute(
-                        "SELECT resource, entity_id, attempt, session FROM state_rows"
-                        " ORDER BY updated DESC LIMIT -1 OFFSET ?",
-                        (max_rows,),
-                    ).fetchall()
-                unique = sorted(set(doomed))
-                where = "resource=? AND entity_id=? AND attempt=? AND session=?"
-                db.executemany(f"DELETE FROM state_rows WHERE {where}", unique)
-                if max_age_s is not None:
-                    cutoff = (current - max_age_s,)
-                    for table in ("seen_events", "spans", "log_lines"):
-                        db.execute(f"DELETE FROM {table} WHERE received < ?", cutoff)
-                deleted = len(unique)
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            self.generation += 1
-        return deleted
+        with self._transaction() as db:
+            doomed: list[tuple[str, str, int, str]] = []
+            if max_age_s is not None:
+                doomed += db.execute(
+                    "SELECT resource, entity_id, attempt, session FROM state_rows WHERE updated < ?",
+                    (current - max_age_s,),
+                ).fetchall()
+            if max_rows is not None:
+                doomed += db.execute(
+                    "SELECT resource, entity_id, attempt, session FROM state_rows"
+                    " ORDER BY updated DESC LIMIT -1 OFFSET ?",
+                    (max_rows,),
+                ).fetchall()
+            unique = sorted(set(doomed))
+            where = "resource=? AND entity_id=? AND attempt=? AND session=?"
+            db.executemany(f"DELETE FROM state_rows WHERE {where}", unique)
+            if max_age_s is not None:
+                cutoff = (current - max_age_s,)
+                for table in ("seen_events", "spans", "log_lines"):
+                    db.execute(f"DELETE FROM {table} WHERE received < ?", cutoff)
+        return len(unique)
