@@ -185,3 +185,24 @@ def test_otlp_from_the_sdk_exporters_becomes_state_spans_and_task_logs(
     assert [t["trace_id"] for t in traces] == [trace_id]
     stats = server.stop()
     assert stats["events_stored"] == len(EVENTS) and stats["spans"] == 1 and stats["log_lines"] == 2
+
+
+def test_writes_are_checkpointed_off_the_write_path_and_on_close(tmp_path: Path) -> None:
+    """The checkpointer copies the WAL into the file by itself a moment after writes; close leaves
+    no log behind; an event id a row has folded is a duplicate after a reopen."""
+    events = [item.get("event", item) for item in json.loads(Path(FIXTURE).read_text())]
+    path = tmp_path / "s.sqlite3"
+    store = EventStore(path)
+    empty = path.stat().st_size
+    first = store.ingest(events)
+    assert first.stored == len(events) and store.ingest(events[:3]).duplicates == 3
+    deadline = time.monotonic() + 10
+    while path.stat().st_size == empty and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert path.stat().st_size > empty  # copied while the store stays open
+    store.close()
+    wal = Path(f"{path}-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+    again = EventStore(path)
+    assert again.ingest(events).duplicates == len(events)
+    again.close()

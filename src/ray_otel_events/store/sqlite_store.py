@@ -1,20 +1,21 @@
 """The event store: one SQLite file (WAL) holding merged state rows, their history, spans and task logs.
 
 `ingest` takes a batch of RayEvents (JSON form, as Ray's aggregator POSTs them) in one
-transaction: an event id already seen is skipped (duplicates from retries cost nothing), every
-other event is folded into its row (`state_merge`), which keeps its state transitions as history.
+transaction: every event is folded into its row (`state_merge`), which keeps its state transitions
+as history. A row also keeps the ids of the events folded into it, so an event id it has seen is
+skipped (duplicates from retries cost nothing) with no second table to look up and write.
 Rows are keyed by session name as well, so several clusters (or one cluster's restarts) stay
 apart. The fields lists filter and sort on are copied into indexed columns, so `select` answers a
 filtered page in SQL however many rows there are. Spans and task log lines
 (from OTLP) are kept beside the rows, joined to a task by its id or by the span a line was
 written in. `prune` applies the retention: rows not updated within `max_age_s`, then the oldest
 rows beyond `max_rows`; spans and lines by age. One connection, guarded by a lock: the server
-calls it from worker threads.
+calls it from worker threads. Checkpoints (copying the WAL into the file, which waits on the disk)
+run on a second connection in a background thread, so a write waits for neither.
 """
 
 from __future__ import annotations
 
-import binascii
 import contextlib
 import dataclasses
 import sqlite3
@@ -23,23 +24,21 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from ray_otel_events.store.state_merge import INDEXED_COLUMNS, Piece, Row, apply, indexed_values, piece_of
+from ray_otel_events.store.wal_checkpointer import WalCheckpointer
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _IN_CHUNK = 500  # ids per `IN (...)` query
+_WAL_KEPT_BYTES = 64 * 1024 * 1024  # a checkpointed WAL larger than this is truncated
 _TEXT_COLUMNS = ("state", "job", "name", "func", "node", "worker", "kind", "error")
 _COLUMN_DEFS = ", ".join(
     f"{c} TEXT COLLATE NOCASE" if c in _TEXT_COLUMNS else f"{c} INTEGER" for c in INDEXED_COLUMNS
 )
 _SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS seen_events (
-    event_id TEXT PRIMARY KEY,
-    received REAL NOT NULL
-) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS state_rows (
     resource TEXT NOT NULL,
     entity_id TEXT NOT NULL COLLATE NOCASE,
@@ -47,6 +46,7 @@ CREATE TABLE IF NOT EXISTS state_rows (
     session TEXT NOT NULL,
     updated REAL NOT NULL,
     data TEXT NOT NULL,
+    event_ids TEXT NOT NULL,
     {_COLUMN_DEFS},
     PRIMARY KEY (resource, entity_id, attempt, session)
 );
@@ -96,6 +96,46 @@ ORDERS = {
     "node": "node",
     "error": "error",
 }
+
+
+Key = tuple[str, str, int, str]  # resource, entity id, attempt, session
+_UPSERT = (
+    f"INSERT INTO state_rows(resource, entity_id, attempt, session, updated, data, event_ids,"
+    f" {', '.join(INDEXED_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?, {', '.join('?' for _ in INDEXED_COLUMNS)})"
+    " ON CONFLICT DO UPDATE SET updated=excluded.updated, data=excluded.data, event_ids=excluded.event_ids, "
+    + ", ".join(f"{c}=excluded.{c}" for c in INDEXED_COLUMNS)
+)
+
+
+@dataclass
+class _StoredRow:
+    row: Row
+    ids: list[str]  # of the events folded into it
+
+
+class Prepared(NamedTuple):
+    """An event read for `ingest_prepared`: its id, and its row's key and piece (None, None for an
+    event type that has no state row)."""
+
+    event_id: str
+    key: Key | None
+    piece: Piece | None
+
+
+def prepare(event: Any) -> Prepared:
+    """Read one RayEvent (JSON form) for the store; ValueError says what is wrong with it."""
+    event_id = event.get("eventId") if isinstance(event, dict) else None
+    if not event_id or not isinstance(event_id, str):
+        raise ValueError("an event without eventId")
+    try:
+        piece = piece_of(event)
+    except (ValueError, TypeError) as exc:  # binascii.Error (bad base64) is a ValueError
+        raise ValueError(f"{event.get('eventType')}: {exc}") from None
+    if piece is None:
+        return Prepared(event_id, None, None)
+    return Prepared(
+        event_id, (piece.resource, piece.entity_id, piece.attempt, str(event.get("sessionName", ""))), piece
+    )
 
 
 class StoreError(Exception):
@@ -182,80 +222,101 @@ class EventStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA cache_size=-65536")  # 64 MiB of pages: the indexes stay in memory
+            self._db.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer's job
+            self._db.execute(f"PRAGMA journal_size_limit={_WAL_KEPT_BYTES}")
         self._db.execute("PRAGMA busy_timeout=10000")
         self._lock = threading.Lock()
         self.generation = 0  # bumped by every write: pages poll it to know when to refresh
         self._totals: dict[str, tuple[int, int]] = {}
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         known = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if version == 0 and "state_rows" in known:
+        if version < SCHEMA_VERSION and "state_rows" in known:
             raise StoreError(
-                f"{self.path} was written by an older ray-otel-events (schema 1);"
+                f"{self.path} was written by an older ray-otel-events (schema {version or 1});"
                 " move it away to start a new one"
             )
         if version > SCHEMA_VERSION:
             raise StoreError(f"{self.path} has schema {version}, newer than this version's {SCHEMA_VERSION}")
+        self._checkpointer: WalCheckpointer | None = None
         if not read_only:
             self._db.executescript(_SCHEMA)
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self._checkpointer = WalCheckpointer(self.path)
 
     def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         with self._lock:
+            if self._checkpointer is not None:
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
 
     # -- writing -------------------------------------------------------------------------------
 
-    def ingest(self, events: Iterable[dict[str, Any]], *, now: float | None = None) -> IngestResult:
-        """Fold a batch into the store in one transaction (see the module doc)."""
+    def ingest(self, events: Iterable[Any], *, now: float | None = None) -> IngestResult:
+        """Fold a batch into the store in one transaction (see the module doc); events that cannot
+        be read are listed in `invalid`, the others stored."""
+        prepared: list[Prepared] = []
+        invalid: list[str] = []
+        for event in events:
+            try:
+                prepared.append(prepare(event))
+            except ValueError as exc:
+                invalid.append(str(exc))
+        result = self.ingest_prepared(prepared, now=now)
+        result.invalid = invalid
+        return result
+
+    def ingest_prepared(self, events: Iterable[Prepared], *, now: float | None = None) -> IngestResult:
+        """`ingest` for events already read by `prepare` (the HTTP intake reads each as it parses)."""
         result = IngestResult()
         received = time.time() if now is None else now
-        batch: list[tuple[str, dict[str, Any], Piece | None]] = []
-        for event in events:
-            event_id = event.get("eventId") if isinstance(event, dict) else None
-            if not event_id or not isinstance(event_id, str):
-                result.invalid.append("an event without eventId")
-                continue
-            try:
-                batch.append((event_id, event, piece_of(event)))
-            except (ValueError, TypeError, binascii.Error) as exc:
-                result.invalid.append(f"{event.get('eventType')}: {exc}")
-        with self._transaction() as db:
-            seen = self._seen([event_id for event_id, _, _ in batch])
-            fresh: list[tuple[str, float]] = []
-            keys: dict[tuple[str, str, int, str], Row] = {}
-            pieces: list[tuple[tuple[str, str, int, str], Piece]] = []
-            for event_id, event, piece in batch:
-                if event_id in seen:
+        pieces: dict[Key, list[tuple[str, Piece]]] = {}
+        for event_id, key, piece in events:
+            if key is None or piece is None:
+                result.ignored += 1
+            else:
+                pieces.setdefault(key, []).append((event_id, piece))
+        if pieces:
+            with self._transaction() as db:
+                self._fold(db, pieces, received, result)
+        return result
+
+    def _fold(
+        self,
+        db: sqlite3.Connection,
+        pieces: dict[Key, list[tuple[str, Piece]]],
+        received: float,
+        result: IngestResult,
+    ) -> None:
+        """Fold each row's pieces (skipping event ids the row has seen) and write the changed rows."""
+        by_type = result.by_type
+        stored = self._rows_for(set(pieces))
+        changed: list[tuple[Any, ...]] = []
+        for key, folds in pieces.items():
+            entry = stored[key]
+            fresh = False
+            for event_id, piece in folds:
+                if event_id in entry.ids:
                     result.duplicates += 1
                     continue
-                seen.add(event_id)
-                fresh.append((event_id, received))
-                event_type = str(event.get("eventType", ""))
-                result.by_type[event_type] = result.by_type.get(event_type, 0) + 1
-                if piece is None:
-                    result.ignored += 1
-                    continue
-                key = (piece.resource, piece.entity_id, piece.attempt, str(event.get("sessionName", "")))
-                keys[key] = {}
-                pieces.append((key, piece))
-            rows = self._rows_for(keys)
-            for key, piece in pieces:
-                apply(rows[key], piece)
-                result.stored += 1
-            db.executemany("INSERT INTO seen_events(event_id, received) VALUES (?, ?)", fresh)
-            columns = ", ".join(INDEXED_COLUMNS)
-            marks = ", ".join("?" for _ in INDEXED_COLUMNS)
-            updates = ", ".join(f"{c}=excluded.{c}" for c in INDEXED_COLUMNS)
-            db.executemany(
-                f"INSERT INTO state_rows(resource, entity_id, attempt, session, updated, data, {columns})"
-                f" VALUES (?, ?, ?, ?, ?, ?, {marks}) ON CONFLICT DO UPDATE SET"
-                f" updated=excluded.updated, data=excluded.data, {updates}",
-                [
-                    (*key, received, orjson.dumps(row).decode(), *indexed_values(key[0], row))
-                    for key, row in rows.items()
-                ],
-            )
-        return result
+                entry.ids.append(event_id)
+                apply(entry.row, piece)
+                fresh = True
+                by_type[piece.event_type] = by_type.get(piece.event_type, 0) + 1
+            if fresh:
+                row = entry.row
+                changed.append(
+                    (
+                        *key,
+                        received,
+                        orjson.dumps(row).decode(),
+                        " ".join(entry.ids),
+                        *indexed_values(key[0], row),
+                    )
+                )
+        db.executemany(_UPSERT, changed)
+        result.stored = sum(by_type.values())
 
     def _in_chunks(self, sql: str, ids: Sequence[str], *leading: Any) -> Iterator[Any]:
         """The rows of `sql`, whose `IN ({marks})` takes `ids` a bounded number at a time."""
@@ -263,31 +324,25 @@ class EventStore:
             chunk = ids[i : i + _IN_CHUNK]
             yield from self._db.execute(sql.format(marks=",".join("?" * len(chunk))), [*leading, *chunk])
 
-    def _seen(self, event_ids: list[str]) -> set[str]:
-        """Which of these ids are stored already (a few IN queries, not one per event)."""
-        return {
-            r[0]
-            for r in self._in_chunks(
-                "SELECT event_id FROM seen_events WHERE event_id IN ({marks})", event_ids
-            )
-        }
-
-    def _rows_for(self, keys: dict[tuple[str, str, int, str], Row]) -> dict[tuple[str, str, int, str], Row]:
-        """The stored rows for these keys (fetched by entity id, a few IN queries), {} for new ones."""
-        by_resource: dict[str, list[str]] = {}
+    def _rows_for(self, keys: set[Key]) -> dict[Key, _StoredRow]:
+        """The stored rows for these keys (fetched by entity id, a few IN queries), empty for new ones."""
+        by_resource: dict[str, set[str]] = {}
         for resource, entity_id, _, _ in keys:
-            by_resource.setdefault(resource, []).append(entity_id)
+            by_resource.setdefault(resource, set()).add(entity_id)
+        found: dict[Key, _StoredRow] = {}
         for resource, entity_ids in by_resource.items():
-            for entity_id, attempt, session, data in self._in_chunks(
-                "SELECT entity_id, attempt, session, data FROM state_rows"
+            for entity_id, attempt, session, data, ids in self._in_chunks(
+                "SELECT entity_id, attempt, session, data, event_ids FROM state_rows"
                 " WHERE resource = ? AND entity_id IN ({marks})",
-                list(dict.fromkeys(entity_ids)),
+                list(entity_ids),
                 resource,
             ):
                 key = (resource, entity_id, attempt, session)
                 if key in keys:
-                    keys[key] = orjson.loads(data)
-        return keys
+                    found[key] = _StoredRow(orjson.loads(data), ids.split())
+        for key in keys - found.keys():
+            found[key] = _StoredRow({}, [])
+        return found
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -301,6 +356,8 @@ class EventStore:
                 self._db.execute("ROLLBACK")
                 raise
             self.generation += 1
+        if self._checkpointer is not None:
+            self._checkpointer.wake()
 
     def _write_many(self, sql: str, rows: list[tuple[Any, ...]]) -> int:
         with self._transaction() as db:
@@ -482,7 +539,7 @@ class EventStore:
         """Rows per table and the file's bytes (WAL included), for the bench and /metrics."""
         out = {
             table: self._query(f"SELECT COUNT(*) FROM {table}")[0][0]
-            for table in ("state_rows", "seen_events", "spans", "log_lines")
+            for table in ("state_rows", "spans", "log_lines")
         }
         wal = Path(str(self.path) + "-wal")
         out["bytes"] = self.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
@@ -511,6 +568,6 @@ class EventStore:
             db.executemany(f"DELETE FROM state_rows WHERE {where}", unique)
             if max_age_s is not None:
                 cutoff = (current - max_age_s,)
-                for table in ("seen_events", "spans", "log_lines"):
+                for table in ("spans", "log_lines"):
                     db.execute(f"DELETE FROM {table} WHERE received < ?", cutoff)
         return len(unique)

@@ -15,8 +15,8 @@ import datetime
 import functools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from operator import itemgetter
+from typing import Any, NamedTuple
 
 Row = dict[str, Any]
 
@@ -30,17 +30,21 @@ TASKS, ACTORS, JOBS, NODES, WORKERS, PLACEMENT_GROUPS = (
 )
 
 
-@dataclass(frozen=True)
-class Piece:
+Fold = Callable[[Row, dict[str, Any]], None]
+
+
+class Piece(NamedTuple):
     """Where one event goes: the resource, the row's key, and how to fold it in."""
 
+    event_type: str
     resource: str
     entity_id: str
     attempt: int
-    fold: Callable[[Row, dict[str, Any]], list[tuple[str, int]]]
+    fold: Fold
     body: dict[str, Any]
 
 
+@functools.lru_cache(maxsize=65536)  # job, node, worker and parent ids repeat in every piece
 def hex_id(value: Any) -> str:
     """Base64 (as in RayEvent JSON) to Ray's hex; empty stays empty."""
     if not value:
@@ -48,6 +52,7 @@ def hex_id(value: Any) -> str:
     return binascii.a2b_base64(value, strict_mode=True).hex()
 
 
+@functools.lru_cache(maxsize=1024)
 def _nil_to_none(hexed: str) -> str | None:
     return None if not hexed or set(hexed) == {"f"} else hexed
 
@@ -61,6 +66,8 @@ def rfc3339_ns(value: Any) -> int:
     """`2026-11-22T01:37:30.525422162Z` to ns since the epoch (nanoseconds kept)."""
     if not value:
         return 0
+    if len(value) == 30 and value[19] == "." and value[29] == "Z":  # what Ray prints: 9 digits
+        return _epoch_seconds(value[:19]) * 1_000_000_000 + int(value[20:29])
     text = str(value).rstrip("Z")
     whole, _, fraction = text.partition(".")
     return _epoch_seconds(whole) * 1_000_000_000 + int((fraction + "000000000")[:9])
@@ -77,18 +84,23 @@ def _descriptor_name(func: dict[str, Any]) -> str:
     return f"{cls}.{name}" if cls else name
 
 
-def _transitions(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
-    """The piece's (state, ns) pairs, merged into the row's `events` and `state` (latest wins)."""
-    pairs = [(t.get("state", ""), rfc3339_ns(t.get("timestamp"))) for t in body.get("stateTransitions", [])]
-    events = row.setdefault("events", [])
-    known = {(e["state"], e["created_ns"]) for e in events}
-    for state, ns in pairs:
-        if (state, ns) not in known:
-            events.append({"state": state, "created_ms": _ms(ns), "created_ns": ns})
-    events.sort(key=lambda e: e["created_ns"])
+_BY_NS = itemgetter("created_ns")
+
+
+def _transitions(row: Row, body: dict[str, Any]) -> None:
+    """Merge the piece's transitions into the row's `events`; `state` is the latest one's."""
+    events = row.get("events")
+    if events is None:
+        events = row["events"] = []
+    pairs = [(t.get("state", ""), rfc3339_ns(t.get("timestamp"))) for t in body.get("stateTransitions", ())]
+    if not pairs:
+        return
     if events:
-        row["state"] = events[-1]["state"]
-    return pairs
+        known = {(e["state"], e["created_ns"]) for e in events}
+        pairs = [pair for pair in pairs if pair not in known]
+    events.extend({"state": state, "created_ms": ns // 1_000_000, "created_ns": ns} for state, ns in pairs)
+    events.sort(key=_BY_NS)
+    row["state"] = events[-1]["state"]
 
 
 def _in_time_order(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -113,10 +125,11 @@ def _last_ms(row: Row, *states: str) -> int | None:
 
 # -- tasks ---------------------------------------------------------------------------------
 
+_PENDING_TASK = ("PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT")
 _TERMINAL_TASK = ("FINISHED", "FAILED")
 
 
-def _task_definition(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
+def _task_definition(row: Row, body: dict[str, Any]) -> None:
     actor_task = "actorTaskName" in body or "actorFunc" in body
     func = body.get("actorFunc") if actor_task else body.get("taskFunc")
     row.update(
@@ -135,11 +148,10 @@ def _task_definition(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
             "label_selector": body.get("labelSelector") or {},
         }
     )
-    return []
 
 
-def _task_lifecycle(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
-    pairs = _transitions(row, body)
+def _task_lifecycle(row: Row, body: dict[str, Any]) -> None:
+    _transitions(row, body)
     if body.get("jobId"):
         row["job_id"] = hex_id(body["jobId"])
     if body.get("nodeId"):
@@ -162,13 +174,19 @@ def _task_lifecycle(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
             "stderr_start": int(log_info.get("stderrStart", 0)),
             "stderr_end": int(log_info.get("stderrEnd", 0)),
         }
-    row["creation_time_ms"] = _first_ms(row, "PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT")
-    row["start_time_ms"] = _first_ms(row, "RUNNING")
-    row["end_time_ms"] = _last_ms(row, *_TERMINAL_TASK)
-    return pairs
+    created = started = ended = None
+    for event in row["events"]:
+        state = event["state"]
+        if state in _PENDING_TASK:
+            created = event["created_ms"] if created is None else created
+        elif state == "RUNNING":
+            started = event["created_ms"] if started is None else started
+        elif state in _TERMINAL_TASK:
+            ended = event["created_ms"]
+    row["creation_time_ms"], row["start_time_ms"], row["end_time_ms"] = created, started, ended
 
 
-def _task_profile(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
+def _task_profile(row: Row, body: dict[str, Any]) -> None:
     profile = body.get("profileEvents") or {}
     data = row.setdefault(
         "profiling_data",
@@ -190,13 +208,12 @@ def _task_profile(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
         )
     if body.get("jobId"):
         row.setdefault("job_id", hex_id(body["jobId"]))
-    return []
 
 
 # -- actors, jobs, nodes, workers, placement groups --------------------------------------
 
 
-def _actor_definition(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
+def _actor_definition(row: Row, body: dict[str, Any]) -> None:
     row.update(
         {
             "class_name": body.get("className", ""),
@@ -211,11 +228,10 @@ def _actor_definition(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
             "label_selector": body.get("labelSelector") or {},
         }
     )
-    return []
 
 
-def _actor_lifecycle(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
-    pairs = _transitions(row, body)
+def _actor_lifecycle(row: Row, body: dict[str, Any]) -> None:
+    _transitions(row, body)
     for transition in _in_time_order(body):
         if transition.get("nodeId"):
             row["node_id"] = hex_id(transition["nodeId"])
@@ -226,10 +242,9 @@ def _actor_lifecycle(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
         if transition.get("deathCause"):
             row["death_cause"] = transition["deathCause"]
     row["num_restarts"] = max(0, sum(1 for e in row["events"] if e["state"] == "ALIVE") - 1)
-    return pairs
 
 
-def _job_definition(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
+def _job_definition(row: Row, body: dict[str, Any]) -> None:
     config = body.get("config") or {}
     row.update(
         {
@@ -245,21 +260,19 @@ def _job_definition(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
             },
         }
     )
-    return []
 
 
 _JOB_STATUS = {"CREATED": "RUNNING", "FINISHED": "SUCCEEDED"}
 
 
-def _job_lifecycle(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
-    pairs = _transitions(row, body)
+def _job_lifecycle(row: Row, body: dict[str, Any]) -> None:
+    _transitions(row, body)
     row["status"] = _JOB_STATUS.get(row["state"], row["state"])
     row["start_time"] = _first_ms(row, "CREATED")
     row["end_time"] = _last_ms(row, "FINISHED")
-    return pairs
 
 
-def _node_definition(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
+def _node_definition(row: Row, body: dict[str, Any]) -> None:
     labels = body.get("labels") or {}
     row.update(
         {
@@ -269,11 +282,10 @@ def _node_definition(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
             "start_time_ms": _ms(rfc3339_ns(body.get("startTimestamp"))) or None,
         }
     )
-    return []
 
 
-def _node_lifecycle(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
-    pairs = _transitions(row, body)
+def _node_lifecycle(row: Row, body: dict[str, Any]) -> None:
+    _transitions(row, body)
     for transition in _in_time_order(body):
         if transition.get("resources"):
             row["resources_total"] = transition["resources"]
@@ -281,10 +293,9 @@ def _node_lifecycle(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
         if transition.get("deathInfo"):
             row["state_message"] = (transition["deathInfo"] or {}).get("reasonMessage")
     row["end_time_ms"] = _last_ms(row, "DEAD")
-    return pairs
 
 
-def _worker_definition(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
+def _worker_definition(row: Row, body: dict[str, Any]) -> None:
     row.update(
         {
             "worker_type": body.get("workerType", "WORKER"),
@@ -293,11 +304,10 @@ def _worker_definition(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
             "ip": body.get("nodeIpAddress", ""),
         }
     )
-    return []
 
 
-def _worker_lifecycle(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
-    pairs = _transitions(row, body)
+def _worker_lifecycle(row: Row, body: dict[str, Any]) -> None:
+    _transitions(row, body)
     row["is_alive"] = row["state"] == "ALIVE"
     for transition in _in_time_order(body):
         for source, target in (
@@ -312,10 +322,9 @@ def _worker_lifecycle(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
             row["exit_type"] = transition["exitType"]
         if transition.get("exitDetail"):
             row["exit_detail"] = transition["exitDetail"]
-    return pairs
 
 
-def _pg_definition(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
+def _pg_definition(row: Row, body: dict[str, Any]) -> None:
     row.update(
         {
             "name": body.get("name", ""),
@@ -325,17 +334,14 @@ def _pg_definition(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
             "topology_strategy": body.get("strategy", ""),
         }
     )
-    return []
 
 
-def _pg_lifecycle(row: Row, body: dict[str, Any]) -> list[tuple[str, int]]:
-    return _transitions(row, body)
+def _pg_lifecycle(row: Row, body: dict[str, Any]) -> None:
+    _transitions(row, body)
 
 
 # event type -> (payload key, resource, id key, attempt key, fold)
-_ROUTES: dict[
-    str, tuple[str, str, str, str | None, Callable[[Row, dict[str, Any]], list[tuple[str, int]]]]
-] = {
+_ROUTES: dict[str, tuple[str, str, str, str | None, Fold]] = {
     "TASK_DEFINITION_EVENT": ("taskDefinitionEvent", TASKS, "taskId", "taskAttempt", _task_definition),
     "ACTOR_TASK_DEFINITION_EVENT": (
         "actorTaskDefinitionEvent",
@@ -382,23 +388,26 @@ ID_COLUMN = {
 
 def piece_of(event: dict[str, Any]) -> Piece | None:
     """Where a RayEvent (JSON form) goes, or None for a type that has no state row."""
-    route = _ROUTES.get(str(event.get("eventType", "")))
+    event_type = event.get("eventType")
+    if not isinstance(event_type, str) or not event_type:
+        raise ValueError("an event without eventType")
+    route = _ROUTES.get(event_type)
     if route is None:
         return None
     key, resource, id_key, attempt_key, fold = route
     body = event.get(key)
     if not isinstance(body, dict) or not body.get(id_key):
-        raise ValueError(f"{event.get('eventType')} without {key}.{id_key}")
+        raise ValueError(f"{event_type} without {key}.{id_key}")
     attempt = int(body.get(attempt_key, 0) or 0) if attempt_key else 0
-    return Piece(resource, hex_id(body[id_key]), attempt, fold, body)
+    return Piece(event_type, resource, hex_id(body[id_key]), attempt, fold, body)
 
 
-def apply(row: Row, piece: Piece) -> list[tuple[str, int]]:
-    """Fold a piece into its row (created empty by the caller); returns the new transitions."""
+def apply(row: Row, piece: Piece) -> None:
+    """Fold a piece into its row (created empty by the caller)."""
     row[ID_COLUMN[piece.resource]] = piece.entity_id
     if piece.resource == TASKS:
         row["attempt_number"] = piece.attempt
-    return piece.fold(row, piece.body)
+    piece.fold(row, piece.body)
 
 
 # What Ray itself reports before a row's pieces are all in (its schema does not allow None here):
@@ -465,8 +474,20 @@ def field_value(resource: str, row: Row, name: str) -> Any:
     return DEFAULTS.get(resource, {}).get(name) if value is None else value
 
 
+# Per resource, for each of INDEXED_COLUMNS: (the row field it holds or None, that field's default).
+_INDEX_PLAN = {
+    resource: tuple(
+        (fields.get(column), DEFAULTS.get(resource, {}).get(fields.get(column, "")))
+        for column in INDEXED_COLUMNS
+    )
+    for resource, fields in INDEXED_FIELDS.items()
+}
+
+
 def indexed_values(resource: str, row: Row) -> tuple[Any, ...]:
-    fields = INDEXED_FIELDS[resource]
+    """The row's INDEXED_COLUMNS values, as `field_value` gives them."""
+    get = row.get
     return tuple(
-        field_value(resource, row, fields[column]) if column in fields else None for column in INDEXED_COLUMNS
+        None if name is None else (default if (value := get(name)) is None else value)
+        for name, default in _INDEX_PLAN[resource]
     )
