@@ -26,8 +26,8 @@ FLAKY = "e0dc174c83599034ffffffffffffffffffffffff01000000"  # attempt 0 failed, 
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
-def _post(server: CliServer, events: list[dict[str, Any]]) -> requests.Response:
-    return requests.post(f"http://{server.address}/v1/ray-events", data=json.dumps(events), timeout=30)
+def _post(server: CliServer, events: list[Any]) -> requests.Response:
+    return requests.post(f"http://{server.address}/v1/ray-events", json=events, timeout=30)
 
 
 def _ray(*args: str) -> subprocess.CompletedProcess[str]:
@@ -42,7 +42,14 @@ def filled(servers: list[CliServer], tmp_path: Path) -> CliServer:
     for i in range(0, len(reverse), 5):  # one task's pieces spread over several POSTs, newest first
         assert _post(server, reverse[i : i + 5]).status_code == 200
     again = _post(server, EVENTS[:7])  # a retried batch
-    assert again.json() == {"stored": 0, "duplicates": 7, "ignored": 0}
+    assert again.json() == {
+        "accepted": 7,
+        "rejected": 0,
+        "errors": [],
+        "stored": 0,
+        "duplicates": 7,
+        "ignored": 0,
+    }
     return server
 
 
@@ -99,12 +106,25 @@ def test_bad_queries_and_posts_get_clear_errors(filled: CliServer) -> None:
     assert requests.get(f"{base}/api/v0/objects", timeout=10).status_code == 400
     cli = _ray("list", "tasks", "--address", base, "--filter", "bogus=1")
     assert cli.returncode != 0 and "bogus" in (cli.stdout + cli.stderr)
-    not_json = requests.post(f"{base}/v1/ray-events", data=b"{nope", timeout=10)
-    assert not_json.status_code == 400 and "not JSON" in not_json.text
-    mixed = _post(
-        filled, [{"eventId": "bmV3", "eventType": "TASK_LIFECYCLE_EVENT", "taskLifecycleEvent": {}}]
-    )
-    assert mixed.status_code == 400 and "taskId" in mixed.text
+    json_type = {"Content-Type": "application/json"}
+    not_json = requests.post(f"{base}/v1/ray-events", data=b"{nope", headers=json_type, timeout=10)
+    assert not_json.status_code == 400 and "not valid JSON" in not_json.json()["error"]
+    untyped = requests.post(f"{base}/v1/ray-events", data=b"[]", timeout=10)
+    assert untyped.status_code == 415 and "Content-Type" in untyped.json()["error"]
+    # One unreadable event must not fail its batch: Ray's publisher retries any non-2xx for ever,
+    # which would stall the cluster's export. The readable one is stored, the other named.
+    late = dict(EVENTS[0], eventId="bmV3LWdvb2Q=", sessionName="session_mixed")
+    unreadable = {"eventId": "bmV3", "eventType": "TASK_LIFECYCLE_EVENT", "taskLifecycleEvent": {}}
+    mixed = _post(filled, [unreadable, late, "not an event"])
+    assert mixed.status_code == 200, mixed.text
+    answer = mixed.json()
+    assert answer["accepted"] == 1 and answer["stored"] == 1 and answer["rejected"] == 2
+    assert answer["errors"][0].startswith("[0]: ") and "taskId" in answer["errors"][0]
+    assert answer["errors"][1].startswith("[2]: ") and "eventId" in answer["errors"][1]
+    all_bad = _post(filled, [unreadable])
+    assert all_bad.status_code == 200 and all_bad.json()["rejected"] == 1
+    metrics = requests.get(f"{base}/metrics", timeout=10).text
+    assert "serve_rejected_events_total 3.0" in metrics
     limited = requests.get(f"{base}/api/v0/tasks", params={"limit": "2"}, timeout=10).json()["data"]["result"]
     assert (
         len(limited["result"]) == 2

@@ -7,7 +7,11 @@ retries any non-2xx answer forever, so an event that can never be read must not 
 says how many were rejected and why, even when that is all of them. Only a body that is not a JSON
 array at all is a 400. Unknown fields are ignored, so a newer Ray's events still go through.
 
-Answers: 200 `{"accepted": n, "rejected": m, "errors": [...]}`; 400/413/415 `{"error": reason}`;
+Each consumer chooses how an event is read (`parse_ray_event`): the bridge into a RayEvent
+protobuf, the store into the JSON it folds.
+
+Answers: 200 `{"accepted": n, "rejected": m, "errors": [...]}` plus any counts the consumer adds;
+400/413/415 `{"error": reason}`;
 503 with `Retry-After` when the consumer's queue is full (Ray's publisher retries the batch).
 """
 
@@ -16,7 +20,8 @@ from __future__ import annotations
 import abc
 import logging
 import math
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 import orjson
 from aiohttp import web
@@ -40,9 +45,26 @@ REJECTED_EVENTS = "rejected_events"
 REFUSED_REQUESTS = "refused_requests"  # labelled status=<HTTP status>
 
 
-class RayEventsConsumer(abc.ABC):
+EventT = TypeVar("EventT")
+
+
+@dataclass
+class Consumed:
+    """What a consumer says about the events it took, beyond taking them."""
+
+    errors: list[str] = field(default_factory=list)  # events it refused, each with why
+    counts: dict[str, int] = field(default_factory=dict)  # added to the answer (e.g. duplicates)
+
+
+class RayEventsConsumer(abc.ABC, Generic[EventT]):
+    """Takes the events of a POST, each first read by `parse_ray_event` into the form it wants."""
+
     @abc.abstractmethod
-    async def consume_ray_events(self, events: list[RayEvent]) -> None:
+    def parse_ray_event(self, item: Any) -> EventT:
+        """One event from its JSON value; ValueError names what is wrong with it."""
+
+    @abc.abstractmethod
+    async def consume_ray_events(self, events: list[EventT]) -> Consumed | None:
         """Take the events (returning means accepted), or raise QueueFullError."""
 
 
@@ -61,10 +83,10 @@ def parse_event(item: Any) -> RayEvent:
     return event
 
 
-class RayEventsHttpReceiver:
+class RayEventsHttpReceiver(Generic[EventT]):
     def __init__(
         self,
-        consumer: RayEventsConsumer,
+        consumer: RayEventsConsumer[EventT],
         max_body_bytes: int,
         decoded_by_server: bool = False,
         counters: Counters | None = None,
@@ -96,25 +118,37 @@ class RayEventsHttpReceiver:
             return self._refuse(
                 400, f"body must be a JSON array of RayEvents, got a JSON {type(value).__name__}"
             )
-        events: list[RayEvent] = []
+        events: list[EventT] = []
         errors: list[str] = []
+        parse = self.consumer.parse_ray_event
         for index, item in enumerate(value):
             try:
-                events.append(parse_event(item))
+                events.append(parse(item))
             except ValueError as exc:
                 errors.append(f"[{index}]: {exc}")
+        consumed: Consumed | None = None
         if events:
             try:
-                await self.consumer.consume_ray_events(events)
+                consumed = await self.consumer.consume_ray_events(events)
             except QueueFullError as exc:
                 retry_after = str(max(1, math.ceil(exc.retry_after_s)))
                 return self._refuse(503, exc.reason, {"Retry-After": retry_after})
             except Exception:
                 logger.exception("RayEvent consumer failed")
                 return self._refuse(500, "internal error while handling the events")
-        self.counters.add(ACCEPTED_EVENTS, len(events))
+        accepted = len(events)
+        if consumed is not None:
+            accepted -= len(consumed.errors)
+            errors += consumed.errors
+        self.counters.add(ACCEPTED_EVENTS, accepted)
         self.counters.add(REJECTED_EVENTS, len(errors))
-        answer = {"accepted": len(events), "rejected": len(errors), "errors": errors[:MAX_ERRORS_LISTED]}
+        answer: dict[str, Any] = {
+            "accepted": accepted,
+            "rejected": len(errors),
+            "errors": errors[:MAX_ERRORS_LISTED],
+        }
+        if consumed is not None:
+            answer.update(consumed.counts)
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
 
     def _refuse(self, status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:

@@ -59,7 +59,7 @@ from ray_otel_events.processors.exposable_filter import ExposableFilter
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.receivers.otlp_grpc import OtlpGrpcReceiver
 from ray_otel_events.receivers.otlp_http import ConsumeResult, OtlpConsumer, OtlpHttpReceiver, QueueFullError
-from ray_otel_events.receivers.ray_events_http import RayEventsConsumer, RayEventsHttpReceiver
+from ray_otel_events.receivers.ray_events_http import RayEventsConsumer, RayEventsHttpReceiver, parse_event
 from ray_otel_events.security.auth import BearerToken
 
 logger = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ def _table(queue_name: str) -> str:
 QUEUE_NAMES = ("ray-events", "records", "otlp-traces", "otlp-logs")
 
 
-class BridgeService(OtlpConsumer, RayEventsConsumer):
+class BridgeService(OtlpConsumer, RayEventsConsumer[RayEvent]):
     def __init__(
         self,
         config: BridgeConfig,
@@ -427,6 +427,9 @@ class BridgeService(OtlpConsumer, RayEventsConsumer):
         return ConsumeResult(rejected=len(rejected), message="; ".join(notes))
 
     # -- RayEvents in -> OTLP out --------------------------------------------------------------
+
+    def parse_ray_event(self, item: Any) -> RayEvent:
+        return parse_event(item)
 
     async def consume_ray_events(self, events: list[RayEvent], routed: bool = False) -> None:
         """`routed`: a peer process sent these, as their owner; otherwise the router (if any)

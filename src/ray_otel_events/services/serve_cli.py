@@ -100,7 +100,14 @@ async def serve(store: EventStore, args: argparse.Namespace) -> int:
         ("event_type",),
     )
     metrics.add_total("serve_duplicates", "events skipped as already stored", lambda: {(): intake.duplicates})
-    metrics.add_total("serve_rejected_posts", "POSTs answered 4xx", lambda: {(): intake.rejected})
+    metrics.add_total(
+        "serve_rejected_events",
+        "events that could not be read",
+        lambda: {(): intake.stats()["rejected_events"]},
+    )
+    metrics.add_total(
+        "serve_refused_posts", "POSTs answered 4xx or 5xx", lambda: {(): intake.stats()["refused_posts"]}
+    )
     metrics.add_total("serve_spans", "spans stored", lambda: {(): intake.spans})
     metrics.add_total("serve_log_lines", "task log lines stored", lambda: {(): intake.log_lines})
     ready = lambda: Readiness().add("store_open", True, str(store.path))  # noqa: E731
