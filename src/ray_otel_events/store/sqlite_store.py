@@ -310,7 +310,7 @@ class EventStore:
                     (
                         *key,
                         received,
-                        orjson.dumps(row).decode(),
+                        orjson.dumps({k: v for k, v in row.items() if v is not None}).decode(),
                         " ".join(entry.ids),
                         *indexed_values(key[0], row),
                     )
