@@ -86,3 +86,31 @@ def test_log_to_driver_off_leaves_output_in_the_worker(tmp_path: Path) -> None:
     assert sorted(re.findall(r"^(hello \d)$", proc.stdout, re.M)) == [f"hello {n}" for n in range(4)]
     assert sorted(re.findall(r"^(careful \d)$", proc.stderr, re.M)) == [f"careful {n}" for n in range(4)]
     assert len(_lines(tmp_path / "spans", ".logs.jsonl")) == 13  # still recorded (and the driver's warning)
+
+
+BARE_SCRIPT = """
+import logging
+from ray_otel_events.executor import TracedProcessPoolExecutor
+
+def work(n):
+    logging.getLogger("mine").warning("careful %d", n)
+    logging.getLogger("ray_otel_events.anything").warning("ours %d", n)
+    return n
+
+if __name__ == "__main__":
+    # A hook that installs nothing: no handler of ours on the root logger, so the pool's own
+    # per-task capture takes the records.
+    hook = "opentelemetry.trace:get_tracer_provider"
+    with TracedProcessPoolExecutor(max_workers=2, tracing_startup_hook=hook) as pool:
+        assert list(pool.map(work, range(3))) == [0, 1, 2]
+"""
+
+
+def test_without_a_hooks_handler_records_are_echoed_as_python_would_print_them() -> None:
+    """Every WARNING a task logs reaches the driver, in Python's last-resort form (the message),
+    our own loggers' included: they are only kept out of OTel records."""
+    proc = subprocess.run([sys.executable, "-c", BARE_SCRIPT], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for word in ("careful", "ours"):
+        found = re.findall(rf"^\(work pid=\d+\) ({word} \d)$", proc.stderr, re.M)
+        assert sorted(found) == [f"{word} {n}" for n in range(3)], proc.stderr

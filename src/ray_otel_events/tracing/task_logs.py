@@ -66,6 +66,7 @@ def _own(record: logging.LogRecord) -> bool:
 
 
 _active: TaskOutput | None = None  # the capture of the task running in this process, if any
+_LAST_RESORT_FORMAT = logging.Formatter()  # the message, and its traceback if any, as Python prints it
 
 
 def _no_other_handler(record: logging.LogRecord, own: logging.Handler) -> bool:
@@ -94,7 +95,7 @@ class TaskLogHandler(LoggingHandler):
         last = logging.lastResort
         if last is not None and record.levelno >= last.level and _no_other_handler(record, self):
             if _active is not None:  # inside a captured task: the line goes with the task's output
-                _active.line("stderr", record.getMessage(), otel=False)
+                _active.line("stderr", _LAST_RESORT_FORMAT.format(record), otel=False)
             else:
                 last.handle(record)
 
@@ -141,27 +142,28 @@ class _LineWriter(io.TextIOBase):
 
 
 class _RecordCapture(logging.Handler):
-    """During a task: logging records as OTel records unless the hook's LoggingHandler already
-    makes them, and echoed when nothing else would show them (Python's last-resort rule: no
-    other handler on the root logger, WARNING and above)."""
+    """During a task: logging records as OTel records unless another LoggingHandler already
+    makes them (never of our own or the SDK's loggers), and echoed, as Python's last resort would
+    print them, when nothing else would show them (no other handler on the root logger, WARNING
+    and above)."""
 
     def __init__(self, output: TaskOutput, emit_otel: bool, echo: bool) -> None:
         super().__init__()
         self._output = output
         self._emit_otel = emit_otel
         self._echo = echo
-        self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
 
     def emit(self, record: logging.LogRecord) -> None:
         echo = self._echo and record.levelno >= logging.WARNING
-        if _own(record) or not (echo or self._emit_otel):
+        otel = self._emit_otel and not _own(record)
+        if not (echo or otel):
             return
         try:
-            text = self.format(record) if echo else record.getMessage()
+            text = _LAST_RESORT_FORMAT.format(record) if echo else record.getMessage()
         except Exception:
             self.handleError(record)
             return
-        self._output.line("stderr", text, _level_severity(record.levelno), otel=self._emit_otel, echo=echo)
+        self._output.line("stderr", text, _level_severity(record.levelno), otel=otel, echo=echo)
 
 
 class TaskOutput:
