@@ -20,7 +20,6 @@ from __future__ import annotations
 import abc
 import logging
 import math
-from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import orjson
@@ -48,14 +47,6 @@ REFUSED_REQUESTS = "refused_requests"  # labelled status=<HTTP status>
 EventT = TypeVar("EventT")
 
 
-@dataclass
-class Consumed:
-    """What a consumer says about the events it took, beyond taking them."""
-
-    errors: list[str] = field(default_factory=list)  # events it refused, each with why
-    counts: dict[str, int] = field(default_factory=dict)  # added to the answer (e.g. duplicates)
-
-
 class RayEventsConsumer(abc.ABC, Generic[EventT]):
     """Takes the events of a POST, each first read by `parse_ray_event` into the form it wants."""
 
@@ -64,8 +55,9 @@ class RayEventsConsumer(abc.ABC, Generic[EventT]):
         """One event from its JSON value; ValueError names what is wrong with it."""
 
     @abc.abstractmethod
-    async def consume_ray_events(self, events: list[EventT]) -> Consumed | None:
-        """Take the events (returning means accepted), or raise QueueFullError."""
+    async def consume_ray_events(self, events: list[EventT]) -> dict[str, int] | None:
+        """Take the events (returning means accepted), or raise QueueFullError; any counts returned
+        (e.g. duplicates) are added to the answer."""
 
 
 def parse_event(item: Any) -> RayEvent:
@@ -126,29 +118,24 @@ class RayEventsHttpReceiver(Generic[EventT]):
                 events.append(parse(item))
             except ValueError as exc:
                 errors.append(f"[{index}]: {exc}")
-        consumed: Consumed | None = None
+        counts: dict[str, int] | None = None
         if events:
             try:
-                consumed = await self.consumer.consume_ray_events(events)
+                counts = await self.consumer.consume_ray_events(events)
             except QueueFullError as exc:
                 retry_after = str(max(1, math.ceil(exc.retry_after_s)))
                 return self._refuse(503, exc.reason, {"Retry-After": retry_after})
             except Exception:
                 logger.exception("RayEvent consumer failed")
                 return self._refuse(500, "internal error while handling the events")
-        accepted = len(events)
-        if consumed is not None:
-            accepted -= len(consumed.errors)
-            errors += consumed.errors
-        self.counters.add(ACCEPTED_EVENTS, accepted)
+        self.counters.add(ACCEPTED_EVENTS, len(events))
         self.counters.add(REJECTED_EVENTS, len(errors))
         answer: dict[str, Any] = {
-            "accepted": accepted,
+            "accepted": len(events),
             "rejected": len(errors),
             "errors": errors[:MAX_ERRORS_LISTED],
+            **(counts or {}),
         }
-        if consumed is not None:
-            answer.update(consumed.counts)
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
 
     def _refuse(self, status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:

@@ -144,11 +144,14 @@ class StoreError(Exception):
 
 @dataclass
 class IngestResult:
-    stored: int = 0
     duplicates: int = 0
     ignored: int = 0  # event types with no state row (e.g. platform events)
     invalid: list[str] = field(default_factory=list)
-    by_type: dict[str, int] = field(default_factory=dict)  # new (not duplicate) events per type
+    by_type: dict[str, int] = field(default_factory=dict)  # stored (not duplicate) events per type
+
+    @property
+    def stored(self) -> int:
+        return sum(self.by_type.values())
 
 
 @dataclass(frozen=True)
@@ -291,10 +294,10 @@ class EventStore:
     ) -> None:
         """Fold each row's pieces (skipping event ids the row has seen) and write the changed rows."""
         by_type = result.by_type
-        stored = self._rows_for(set(pieces))
+        rows = self._rows_for(set(pieces))
         changed: list[tuple[Any, ...]] = []
         for key, folds in pieces.items():
-            entry = stored[key]
+            entry = rows[key]
             fresh = False
             for event_id, piece in folds:
                 if event_id in entry.ids:
@@ -316,7 +319,6 @@ class EventStore:
                     )
                 )
         db.executemany(_UPSERT, changed)
-        result.stored = sum(by_type.values())
 
     def _in_chunks(self, sql: str, ids: Sequence[str], *leading: Any) -> Iterator[Any]:
         """The rows of `sql`, whose `IN ({marks})` takes `ids` a bounded number at a time."""
