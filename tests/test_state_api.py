@@ -125,6 +125,20 @@ def test_bad_queries_and_posts_get_clear_errors(filled: CliServer) -> None:
     assert all_bad.status_code == 200 and all_bad.json()["rejected"] == 1
     metrics = requests.get(f"{base}/metrics", timeout=10).text
     assert "serve_rejected_events_total 3.0" in metrics
+    # A value only the fold reads (a worker id that is not base64) fails that event alone, not the
+    # transaction of its batch (which would answer 500 and lose the batch's good events).
+    lifecycle = next(e for e in EVENTS if e["eventType"] == "TASK_LIFECYCLE_EVENT")
+    bad_value = dict(
+        lifecycle,
+        eventId="YmFkLXZhbHVl",
+        taskLifecycleEvent=dict(lifecycle["taskLifecycleEvent"], workerId="not base64!"),
+    )
+    good = dict(EVENTS[1], eventId="bmV3LWdvb2QtMg==", sessionName="session_mixed")
+    half = _post(filled, [bad_value, good])
+    assert half.status_code == 200, half.text
+    answer = half.json()
+    assert answer["accepted"] == 1 and answer["stored"] == 1 and answer["rejected"] == 1
+    assert answer["errors"][0].startswith("[0]: ") and "base64" in answer["errors"][0]
     limited = requests.get(f"{base}/api/v0/tasks", params={"limit": "2"}, timeout=10).json()["data"]["result"]
     assert (
         len(limited["result"]) == 2

@@ -206,3 +206,22 @@ def test_writes_are_checkpointed_off_the_write_path_and_on_close(tmp_path: Path)
     again = EventStore(path)
     assert again.ingest(events).duplicates == len(events)
     again.close()
+
+
+def test_lifecycle_pieces_without_transitions_are_stored(tmp_path: Path) -> None:
+    """A job or worker lifecycle piece may carry no transition yet: its row is kept, with no state."""
+    events = [item.get("event", item) for item in json.loads(Path(FIXTURE).read_text())]
+    store = EventStore(tmp_path / "s.sqlite3")
+    pieces = []
+    for kind, body in (
+        ("DRIVER_JOB_LIFECYCLE_EVENT", "driverJobLifecycleEvent"),
+        ("WORKER_LIFECYCLE_EVENT", "workerLifecycleEvent"),
+    ):
+        source = next(e for e in events if e["eventType"] == kind)
+        pieces.append(
+            dict(source, eventId=f"empty-{kind}", **{body: dict(source[body], stateTransitions=[])})
+        )
+    result = store.ingest(pieces)
+    assert result.invalid == [] and result.stored == 2
+    assert store.size()["state_rows"] == 2
+    store.close()

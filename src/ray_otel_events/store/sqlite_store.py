@@ -129,6 +129,11 @@ def prepare(event: Any) -> Prepared:
         raise ValueError("an event without eventId")
     try:
         piece = piece_of(event)
+        if piece is not None:
+            # Fold it once into a scratch row: a value that cannot be read (bad base64, a
+            # timestamp, a number) fails here, for this event alone, not half-way through the
+            # batch's transaction, which would lose the whole batch.
+            apply({}, piece)
     except (ValueError, TypeError) as exc:  # binascii.Error (bad base64) is a ValueError
         raise ValueError(f"{event.get('eventType')}: {exc}") from None
     if piece is None:

@@ -267,7 +267,8 @@ _JOB_STATUS = {"CREATED": "RUNNING", "FINISHED": "SUCCEEDED"}
 
 def _job_lifecycle(row: Row, body: dict[str, Any]) -> None:
     _transitions(row, body)
-    row["status"] = _JOB_STATUS.get(row["state"], row["state"])
+    if "state" in row:  # a piece with no transitions says nothing of it
+        row["status"] = _JOB_STATUS.get(row["state"], row["state"])
     row["start_time"] = _first_ms(row, "CREATED")
     row["end_time"] = _last_ms(row, "FINISHED")
 
@@ -308,7 +309,8 @@ def _worker_definition(row: Row, body: dict[str, Any]) -> None:
 
 def _worker_lifecycle(row: Row, body: dict[str, Any]) -> None:
     _transitions(row, body)
-    row["is_alive"] = row["state"] == "ALIVE"
+    if "state" in row:
+        row["is_alive"] = row["state"] == "ALIVE"
     for transition in _in_time_order(body):
         for source, target in (
             ("workerLaunchTimeMs", "worker_launch_time_ms"),
