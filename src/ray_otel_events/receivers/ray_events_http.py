@@ -20,6 +20,7 @@ from __future__ import annotations
 import abc
 import logging
 import math
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import orjson
@@ -47,6 +48,15 @@ REFUSED_REQUESTS = "refused_requests"  # labelled status=<HTTP status>
 EventT = TypeVar("EventT")
 
 
+@dataclass
+class Consumed:
+    """What a consumer says about the events it took, beyond taking them."""
+
+    counts: dict[str, int] = field(default_factory=dict)  # added to the answer (e.g. duplicates)
+    # events it could not take after all: (position in the list it was given, why)
+    refused: list[tuple[int, str]] = field(default_factory=list)
+
+
 class RayEventsConsumer(abc.ABC, Generic[EventT]):
     """Takes the events of a POST, each first read by `parse_ray_event` into the form it wants."""
 
@@ -55,9 +65,9 @@ class RayEventsConsumer(abc.ABC, Generic[EventT]):
         """One event from its JSON value; ValueError names what is wrong with it."""
 
     @abc.abstractmethod
-    async def consume_ray_events(self, events: list[EventT]) -> dict[str, int] | None:
-        """Take the events (returning means accepted), or raise QueueFullError; any counts returned
-        (e.g. duplicates) are added to the answer."""
+    async def consume_ray_events(self, events: list[EventT]) -> Consumed | None:
+        """Take the events (returning means accepted, but for those it names), or raise
+        QueueFullError."""
 
 
 def parse_event(item: Any) -> RayEvent:
@@ -111,30 +121,34 @@ class RayEventsHttpReceiver(Generic[EventT]):
                 400, f"body must be a JSON array of RayEvents, got a JSON {type(value).__name__}"
             )
         events: list[EventT] = []
+        indexes: list[int] = []  # of each parsed event in the body
         errors: list[str] = []
         parse = self.consumer.parse_ray_event
         for index, item in enumerate(value):
             try:
                 events.append(parse(item))
+                indexes.append(index)
             except ValueError as exc:
                 errors.append(f"[{index}]: {exc}")
-        counts: dict[str, int] | None = None
+        consumed = Consumed()
         if events:
             try:
-                counts = await self.consumer.consume_ray_events(events)
+                consumed = await self.consumer.consume_ray_events(events) or consumed
             except QueueFullError as exc:
                 retry_after = str(max(1, math.ceil(exc.retry_after_s)))
                 return self._refuse(503, exc.reason, {"Retry-After": retry_after})
             except Exception:
                 logger.exception("RayEvent consumer failed")
                 return self._refuse(500, "internal error while handling the events")
-        self.counters.add(ACCEPTED_EVENTS, len(events))
+        errors += [f"[{indexes[position]}]: {reason}" for position, reason in consumed.refused]
+        accepted = len(events) - len(consumed.refused)
+        self.counters.add(ACCEPTED_EVENTS, accepted)
         self.counters.add(REJECTED_EVENTS, len(errors))
         answer: dict[str, Any] = {
-            "accepted": len(events),
+            "accepted": accepted,
             "rejected": len(errors),
             "errors": errors[:MAX_ERRORS_LISTED],
-            **(counts or {}),
+            **consumed.counts,
         }
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
 

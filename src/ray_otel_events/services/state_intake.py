@@ -24,6 +24,7 @@ from ray_otel_events.receivers.ray_events_http import (
     REFUSED_REQUESTS,
     REJECTED_EVENTS,
     REQUESTS,
+    Consumed,
     RayEventsConsumer,
     RayEventsHttpReceiver,
 )
@@ -51,10 +52,11 @@ class StateIntake(OtlpConsumer, RayEventsConsumer[Prepared]):
     def parse_ray_event(self, item: Any) -> Prepared:
         return prepare(item)
 
-    async def consume_ray_events(self, events: list[Prepared]) -> dict[str, int]:
+    async def consume_ray_events(self, events: list[Prepared]) -> Consumed:
         result = await asyncio.to_thread(self.store.ingest_prepared, events)
         self._count(result)
-        return {"stored": result.stored, "duplicates": result.duplicates, "ignored": result.ignored}
+        counts = {"stored": result.stored, "duplicates": result.duplicates, "ignored": result.ignored}
+        return Consumed(counts, refused=result.refused)
 
     def _count(self, result: IngestResult) -> None:
         self.events_by_type.update(result.by_type)

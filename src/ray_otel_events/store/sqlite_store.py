@@ -17,6 +17,7 @@ run on a second connection in a background thread, so a write waits for neither.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import sqlite3
 import threading
@@ -129,11 +130,6 @@ def prepare(event: Any) -> Prepared:
         raise ValueError("an event without eventId")
     try:
         piece = piece_of(event)
-        if piece is not None:
-            # Fold it once into a scratch row: a value that cannot be read (bad base64, a
-            # timestamp, a number) fails here, for this event alone, not half-way through the
-            # batch's transaction, which would lose the whole batch.
-            apply({}, piece)
     except (ValueError, TypeError) as exc:  # binascii.Error (bad base64) is a ValueError
         raise ValueError(f"{event.get('eventType')}: {exc}") from None
     if piece is None:
@@ -141,6 +137,35 @@ def prepare(event: Any) -> Prepared:
     return Prepared(
         event_id, (piece.resource, piece.entity_id, piece.attempt, str(event.get("sessionName", ""))), piece
     )
+
+
+def _fold_row(
+    entry: _StoredRow, folds: list[tuple[int, str, Piece]], result: IngestResult, careful: bool = False
+) -> bool:
+    """Fold one row's pieces, skipping event ids it has seen; counts go to `result` only once the
+    row is done. `careful`: each piece on a copy, one that fails is named in `result.refused`."""
+    duplicates = 0
+    folded: list[str] = []
+    for position, event_id, piece in folds:
+        if event_id in entry.ids:
+            duplicates += 1
+            continue
+        if careful:
+            trial = copy.deepcopy(entry.row)
+            try:
+                apply(trial, piece)
+            except (ValueError, TypeError) as exc:
+                result.refused.append((position, f"{piece.event_type}: {exc}"))
+                continue
+            entry.row = trial
+        else:
+            apply(entry.row, piece)
+        entry.ids.append(event_id)
+        folded.append(piece.event_type)
+    result.duplicates += duplicates
+    for event_type in folded:
+        result.by_type[event_type] = result.by_type.get(event_type, 0) + 1
+    return bool(folded)
 
 
 class StoreError(Exception):
@@ -152,6 +177,8 @@ class IngestResult:
     duplicates: int = 0
     ignored: int = 0  # event types with no state row (e.g. platform events)
     invalid: list[str] = field(default_factory=list)
+    # (position in the batch, why) of events read but failing in their fold (a bad value)
+    refused: list[tuple[int, str]] = field(default_factory=list)
     by_type: dict[str, int] = field(default_factory=dict)  # stored (not duplicate) events per type
 
     @property
@@ -272,19 +299,19 @@ class EventStore:
             except ValueError as exc:
                 invalid.append(str(exc))
         result = self.ingest_prepared(prepared, now=now)
-        result.invalid = invalid
+        result.invalid = invalid + [reason for _, reason in result.refused]
         return result
 
     def ingest_prepared(self, events: Iterable[Prepared], *, now: float | None = None) -> IngestResult:
         """`ingest` for events already read by `prepare` (the HTTP intake reads each as it parses)."""
         result = IngestResult()
         received = time.time() if now is None else now
-        pieces: dict[Key, list[tuple[str, Piece]]] = {}
-        for event_id, key, piece in events:
+        pieces: dict[Key, list[tuple[int, str, Piece]]] = {}
+        for position, (event_id, key, piece) in enumerate(events):
             if key is None or piece is None:
                 result.ignored += 1
             else:
-                pieces.setdefault(key, []).append((event_id, piece))
+                pieces.setdefault(key, []).append((position, event_id, piece))
         if pieces:
             with self._transaction() as db:
                 self._fold(db, pieces, received, result)
@@ -293,33 +320,30 @@ class EventStore:
     def _fold(
         self,
         db: sqlite3.Connection,
-        pieces: dict[Key, list[tuple[str, Piece]]],
+        pieces: dict[Key, list[tuple[int, str, Piece]]],
         received: float,
         result: IngestResult,
     ) -> None:
         """Fold each row's pieces (skipping event ids the row has seen) and write the changed rows."""
-        by_type = result.by_type
         rows = self._rows_for(set(pieces))
         changed: list[tuple[Any, ...]] = []
         for key, folds in pieces.items():
-            entry = rows[key]
-            fresh = False
-            for event_id, piece in folds:
-                if event_id in entry.ids:
-                    result.duplicates += 1
-                    continue
-                entry.ids.append(event_id)
-                apply(entry.row, piece)
-                fresh = True
-                by_type[piece.event_type] = by_type.get(piece.event_type, 0) + 1
+            try:
+                fresh = _fold_row(rows[key], folds, result)
+            except (ValueError, TypeError):
+                # Rare: a value only the fold reads (a bad base64 id, timestamp or number) failed
+                # half-way through a row. Fold that row again from what is stored, each piece on
+                # a copy, leaving out (and naming) the ones that fail: never the whole batch.
+                rows[key] = self._rows_for({key})[key]
+                fresh = _fold_row(rows[key], folds, result, careful=True)
             if fresh:
-                row = entry.row
+                row = rows[key].row
                 changed.append(
                     (
                         *key,
                         received,
                         orjson.dumps({k: v for k, v in row.items() if v is not None}).decode(),
-                        " ".join(entry.ids),
+                        " ".join(rows[key].ids),
                         *indexed_values(key[0], row),
                     )
                 )
