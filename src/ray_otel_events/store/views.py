@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ray_otel_events.store import state_query
-from ray_otel_events.store.sqlite_store import ORDERS, ColumnFilter, EventStore
+from ray_otel_events.store.sqlite_store import ORDERS, ColumnFilter, EventStore, history_of
 from ray_otel_events.store.state_merge import ACTORS, JOBS, TASKS, Row, field_value
 
 RAY_VERSION = "2.60.0"  # the state API contract we answer to
@@ -178,12 +178,10 @@ class StoreViews:
         }
 
     def task(self, _: Params, task_id: str) -> Answer:
-        attempts = self.store.select(
-            TASKS, [ColumnFilter("entity_id", True, task_id.lower())], order="updated", limit=MAX_PAGE
-        ).rows
-        if not attempts:
+        rows = self.store.entity_rows(TASKS, task_id)
+        if not rows:
             raise BadRequest(f"no task {task_id}", status=404)
-        attempts.sort(key=lambda row: int(row.get("attempt_number", 0)))
+        attempts = sorted((row for _, _, row in rows), key=lambda row: int(row.get("attempt_number", 0)))
         spans = self.store.spans_of_task(task_id)
         return 200, {
             "task_id": task_id.lower(),
@@ -193,7 +191,7 @@ class StoreViews:
             ],
             "transitions": [
                 {"attempt": attempt, "session": session, "state": state, "ts_ns": ts}
-                for attempt, session, state, ts in self.store.history(TASKS, task_id)
+                for attempt, session, state, ts in history_of(rows)
             ],
             "logs": self.store.task_logs(task_id),
             "spans": spans,
