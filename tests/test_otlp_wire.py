@@ -34,6 +34,11 @@ values = st.recursive(
 )
 
 
+def test_varints_at_the_table_edges_match_protobuf() -> None:
+    for value in (0, 1, 127, 128, 16383, 16384, 2**63 - 1, -1, -(2**63)):
+        assert otlp_wire.any_value(value) == AnyValue(int_value=value).SerializeToString(), value
+
+
 @given(values)
 def test_any_value_decodes_to_what_python_to_any_value_builds(value: Any) -> None:
     assert AnyValue.FromString(otlp_wire.any_value(value)) == python_to_any_value(value)

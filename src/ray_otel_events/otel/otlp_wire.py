@@ -32,9 +32,7 @@ _KEY_CACHE_MAX = 4096
 _key_cache: dict[str, bytes] = {}
 
 
-def varint(value: int) -> bytes:
-    if 0 <= value < 0x80:
-        return bytes((value,))
+def _varint_slow(value: int) -> bytes:
     if value < 0:
         value += 1 << 64  # int64: two's complement, ten bytes
     out = bytearray()
@@ -43,6 +41,16 @@ def varint(value: int) -> bytes:
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+# Lengths and small numbers dominate (dozens per record): one and two byte varints are looked up.
+_SMALL_VARINTS = [_varint_slow(n) for n in range(1 << 14)]
+
+
+def varint(value: int) -> bytes:
+    if 0 <= value < 16384:
+        return _SMALL_VARINTS[value]
+    return _varint_slow(value)
 
 
 def _length_delimited(tag: bytes, payload: bytes) -> bytes:
