@@ -178,7 +178,7 @@ def test_sessions_kept_apart_and_retention(tmp_path: Path) -> None:
     assert store.sessions() == ["session_other"]
     assert store.prune(max_age_s=None, max_rows=3, now=2100.0) > 0
     assert sum(len(rows(r)) for r in resources) == 3
-    assert store.history(TASKS, FLAKY) == []  # pruned rows take their history with them
+    assert store.entity_rows(TASKS, FLAKY) == []  # pruned rows take their history with them
 
 
 def test_our_aggregator_feeds_the_store(servers: list[CliServer], tmp_path: Path) -> None:

@@ -168,17 +168,6 @@ def _fold_row(
     return bool(folded)
 
 
-def history_of(rows: Iterable[tuple[int, str, Row]]) -> list[tuple[int, str, str, int]]:
-    """(attempt, session, state, ts_ns) of every transition of these `entity_rows`, in time order:
-    each row keeps its own (`events`, merged from every lifecycle piece)."""
-    transitions = [
-        (attempt, session, event["state"], event["created_ns"])
-        for attempt, session, row in rows
-        for event in row.get("events", [])
-    ]
-    return sorted(transitions, key=lambda t: t[3])
-
-
 class StoreError(Exception):
     """The file is not a store this version can open (the message says why)."""
 
@@ -534,10 +523,6 @@ class EventStore:
             (resource, entity_id.lower()),
         )
         return [(attempt, session, orjson.loads(data)) for attempt, session, data in found]
-
-    def history(self, resource: str, entity_id: str) -> list[tuple[int, str, str, int]]:
-        """(attempt, session, state, ts_ns) of every transition of one entity, in time order."""
-        return history_of(self.entity_rows(resource, entity_id))
 
     def sessions(self) -> list[str]:
         return [r[0] for r in self._query("SELECT DISTINCT session FROM state_rows ORDER BY session")]

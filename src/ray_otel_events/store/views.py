@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ray_otel_events.store import state_query
-from ray_otel_events.store.sqlite_store import ORDERS, ColumnFilter, EventStore, history_of
+from ray_otel_events.store.sqlite_store import ORDERS, ColumnFilter, EventStore
 from ray_otel_events.store.state_merge import ACTORS, JOBS, TASKS, Row, field_value
 
 RAY_VERSION = "2.60.0"  # the state API contract we answer to
@@ -57,6 +57,17 @@ def _ui_task(row: Row) -> Row:
         **{name: field_value(TASKS, row, name) for name in UI_TASK_FIELDS},
         "duration_ms": _duration_ms(row),
     }
+
+
+def _transitions(rows: list[tuple[int, str, Row]]) -> list[dict[str, Any]]:
+    """Every transition of an entity's `entity_rows`, in time order: each row keeps its own
+    (`events`, merged from every lifecycle piece)."""
+    found = [
+        {"attempt": attempt, "session": session, "state": event["state"], "ts_ns": event["created_ns"]}
+        for attempt, session, row in rows
+        for event in row.get("events", [])
+    ]
+    return sorted(found, key=lambda t: t["ts_ns"])
 
 
 def _int_param(params: Params, name: str, default: int, low: int, high: int) -> int:
@@ -189,10 +200,7 @@ class StoreViews:
                 {**state_query.shape(TASKS, row, detail=True), "duration_ms": _duration_ms(row)}
                 for row in attempts
             ],
-            "transitions": [
-                {"attempt": attempt, "session": session, "state": state, "ts_ns": ts}
-                for attempt, session, state, ts in history_of(rows)
-            ],
+            "transitions": _transitions(rows),
             "logs": self.store.task_logs(task_id),
             "spans": spans,
             "trace_id": spans[0]["trace_id"] if spans else None,
