@@ -43,11 +43,16 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
 from ray_otel_events.events import ids
 from ray_otel_events.events.builders import EventFactory, TaskStatus, python_function
+from ray_otel_events.otel.from_ray_events import RayEventsToOtel
 from ray_otel_events.otel.log_records import to_log_record
 from ray_otel_events.otel.plain_records import key_values, python_to_any_value
+from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.receivers.otlp_http import ConsumeResult, OtlpConsumer, OtlpHttpReceiver
+from ray_otel_events.receivers.ray_events_http import parse_event
 
 TARGET_SPANS_PER_S = 50_000  # issue 9: keep >= 50,000
+TARGET_OPEN_ATTEMPT_BYTES = 1024  # issue 9: <= 1 KiB per open task attempt
+CAPTURED_RUN = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "bridge" / "runE"
 PROTOBUF = "application/x-protobuf"
 OTLP_BATCH = 512
 RAY_BATCH = 1000
@@ -319,6 +324,60 @@ def _ray_events_run(sink: Server, workers: int, bodies: list[bytes], n_tasks: in
         bridge.stop()
 
 
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def open_attempts_rss(n: int, dedup_window: int) -> dict[str, float]:
+    """RSS growth of a converter holding n open task attempts, each a real Ray 2.60 definition (from
+    the captured run, fresh task id) and one owner lifecycle piece (PENDING_ARGS_AVAIL, not terminal).
+    Run in a fresh interpreter (`--open-attempts`) so nothing else moves its RSS."""
+    captured = [
+        parse_event(item)
+        for f in sorted(CAPTURED_RUN.glob("*.body"))
+        for item in orjson.loads(f.read_bytes())
+    ]
+    defs = [e for e in captured if e.event_type == RayEvent.EventType.TASK_DEFINITION_EVENT]
+    lifecycle = next(e for e in captured if e.event_type == RayEvent.EventType.TASK_LIFECYCLE_EVENT)
+    converter = RayEventsToOtel(max_open_entities=10 * n, max_open_bytes=1 << 40, dedup_window=dedup_window)
+    events = []
+    for i in range(n):
+        task_id = os.urandom(20) + b"\x01\x00\x00\x00"
+        definition = RayEvent()
+        definition.CopyFrom(defs[i % len(defs)])
+        definition.event_id = os.urandom(28)
+        definition.task_definition_event.task_id = task_id
+        definition.task_definition_event.task_attempt = 0
+        piece = RayEvent()
+        piece.CopyFrom(lifecycle)
+        piece.event_id = os.urandom(28)
+        piece.task_lifecycle_event.task_id = task_id
+        piece.task_lifecycle_event.task_attempt = 0
+        del piece.task_lifecycle_event.state_transitions[1:]
+        events += (definition, piece)
+    before = _rss()
+    for i in range(0, len(events), 1000):
+        converter.add(events[i : i + 1000], logs=False)
+    grown = _rss() - before
+    assert converter.open_entities == n, converter.open_entities
+    return {"bytes_per_attempt": grown / n, "charged": converter.open_bytes / n}
+
+
+def _open_attempts_in_child(n: int, dedup_window: int) -> dict[str, float]:
+    argv = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--open-attempts",
+        str(n),
+        "--dedup-window",
+        str(dedup_window),
+    ]
+    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    result: dict[str, float] = orjson.loads(out)
+    return result
+
+
 def profile_top(what: str, bodies: list[bytes], frames: int = 8) -> list[str]:
     """The top frames (own time) of one path's conversion, in this process, as Markdown lines."""
     from ray_otel_events.exporters.otlp import OtlpItemEncoder, logs_request, traces_request
@@ -367,9 +426,14 @@ def main() -> int:
     parser.add_argument("--events", type=int, help="RayEvent log records for the OTLP -> RayEvent path")
     parser.add_argument("--tasks", type=int, help="tasks (3 events each) for the RayEvents -> OTLP path")
     parser.add_argument("--count-sink", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--open-attempts", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--dedup-window", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.count_sink:
         asyncio.run(_count_sink())
+        return 0
+    if args.open_attempts:
+        print(orjson.dumps(open_attempts_rss(args.open_attempts, args.dedup_window)).decode())
         return 0
     n_spans = args.spans or (20_000 if args.quick else 200_000)
     n_events = args.events or (5_000 if args.quick else 50_000)
@@ -451,6 +515,22 @@ def main() -> int:
         "asks for >= 0.4 x the aggregator's events/s on the RayEvents path: "
         f"{rate(two, n_ray) / agg_rate:.2f} with two workers.",
     ]
+    n_open = 10_000 if args.quick else 100_000
+    held = _open_attempts_in_child(n_open, 1)
+    window = _open_attempts_in_child(n_open, 200_000)
+    per_id = (window["bytes_per_attempt"] - held["bytes_per_attempt"]) / 2  # two event ids per attempt
+    memory_ok = held["bytes_per_attempt"] <= TARGET_OPEN_ATTEMPT_BYTES
+    lines += [
+        "",
+        f"Memory of the assemble stage: {n_open:,} open task attempts (a real Ray 2.60 definition from the",
+        "captured run and one owner lifecycle piece each), RSS growth of a fresh process: "
+        f"**{held['bytes_per_attempt']:,.0f} bytes per open attempt** (charged against the byte bound: "
+        f"{held['charged']:,.0f}); target <= {TARGET_OPEN_ATTEMPT_BYTES:,}: "
+        f"{'met' if memory_ok else '**missed**'}. The duplicate filter is bounded on its own "
+        f"(`RAY_OTEL_EVENTS_BRIDGE_DEDUP_WINDOW`, 200,000 event ids): {per_id:,.0f} bytes per remembered id.",
+    ]
+    if not memory_ok:
+        missed.append("bytes per open task attempt")
     if missed:
         lines += ["", "Missed: " + "; ".join(missed) + ". Where the time goes, in-process (cProfile):"]
         lines += ["", "RayEvent JSON -> OTLP:", "", *profile_top("ray-events", ray_bodies[:5])]

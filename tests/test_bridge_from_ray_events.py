@@ -301,6 +301,29 @@ def test_byte_bound_evicts_the_least_recently_updated_as_incomplete_and_counts_i
     assert converter.open_bytes == 0  # the accounting returns to zero
 
 
+def test_an_open_attempt_holds_only_what_its_span_reads() -> None:
+    """A definition's runtime env and resources can be kilobytes: the open attempt keeps the fields
+    the span reads, and the span is the same as one built from the whole definition."""
+    factory = EventFactory(session_name="s")
+    task = ids.new_task_id(JOB)
+    lean = _definition(factory, task, "f")
+    heavy = RayEvent()
+    heavy.CopyFrom(lean)
+    heavy.event_id = ids.new_unique_id()
+    heavy.task_definition_event.serialized_runtime_env = "x" * 10_000
+    heavy.task_definition_event.required_resources["CPU"] = 1.0
+    spans = []
+    for definition in (lean, heavy):
+        converter = RayEventsToOtel(terminal_grace_s=0.0)
+        converter.add([definition, _task(factory, task, TaskStatus.RUNNING, 5)])
+        assert converter.open_bytes <= 1024
+        (emitted,) = converter.add([_task(factory, task, TaskStatus.FINISHED, 9)]).spans
+        spans.append(emitted.span)
+    assert spans[0] == spans[1]
+    assert attrs(spans[1])[semconv.RAY_TASK_NAME] == "f"
+    assert attrs(spans[1])[semconv.RAY_FUNCTION].endswith("f")
+
+
 def test_routing_key_is_the_trace_id_for_every_piece_of_an_entity() -> None:
     batches = posts()
     converter, out, _ = replay(batches)

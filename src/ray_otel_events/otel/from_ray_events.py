@@ -46,6 +46,7 @@ from ray_otel_events.otel.log_records import log_record_wire
 from ray_otel_events.otel.plain_records import key_values
 from ray_otel_events.protobuf import common_pb2
 from ray_otel_events.protobuf.events_actor_lifecycle_event_pb2 import ActorLifecycleEvent
+from ray_otel_events.protobuf.events_actor_task_definition_event_pb2 import ActorTaskDefinitionEvent
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.protobuf.events_driver_job_lifecycle_event_pb2 import DriverJobLifecycleEvent
 from ray_otel_events.protobuf.events_task_definition_event_pb2 import TaskDefinitionEvent
@@ -213,6 +214,60 @@ class _Entity:
     @property
     def size(self) -> int:
         return ENTITY_OVERHEAD_BYTES + len(self.definition_wire or b"") + len(self.lifecycle_wire)
+
+
+# The definition fields a task span reads. An open attempt keeps only these (and of the function,
+# its names, not its hash or signature): the others (required resources, runtime env, label
+# selectors, call site, ref ids) can be kilobytes per task.
+_TASK_SPAN_FIELDS: dict[type, tuple[str, ...]] = {
+    TaskDefinitionEvent: (
+        "task_type",
+        "task_func",
+        "task_name",
+        "job_id",
+        "parent_task_id",
+        "placement_group_id",
+    ),
+    ActorTaskDefinitionEvent: (
+        "actor_func",
+        "actor_task_name",
+        "job_id",
+        "actor_id",
+        "parent_task_id",
+        "placement_group_id",
+    ),
+}
+
+
+def _span_fields_wire(payload: Any) -> bytes:
+    """A definition payload as the wire bytes an open entity keeps (tasks: `_TASK_SPAN_FIELDS`)."""
+    fields = _TASK_SPAN_FIELDS.get(type(payload))
+    if fields is None:
+        return bytes(payload.SerializeToString())
+    slim = type(payload)()
+    for name in fields:
+        value = getattr(payload, name)
+        if name.endswith("_func"):
+            if payload.HasField(name):
+                func = getattr(slim, name)
+                func.CopyFrom(value)
+                kind = func.WhichOneof("function_descriptor")
+                if kind == "python_function_descriptor":
+                    func.python_function_descriptor.ClearField("function_hash")
+                elif kind == "java_function_descriptor":
+                    func.java_function_descriptor.ClearField("signature")
+        else:
+            setattr(slim, name, value)
+    return bytes(slim.SerializeToString())
+
+
+def _without_id(wire: bytes, entity_id: bytes) -> bytes:
+    """A lifecycle payload's wire bytes without its leading entity id (field 1, first on the wire),
+    which every piece repeats and the entity's key holds."""
+    n = len(entity_id)
+    if 0 < n < 128 and wire[:2] == bytes((0x0A, n)) and wire[2 : 2 + n] == entity_id:
+        return wire[2 + n :]
+    return wire
 
 
 def _entity_key(event: RayEvent) -> tuple[EntityKey, int] | None:
@@ -449,12 +504,12 @@ class RayEventsToOtel:
     @staticmethod
     def _set_definition(entity: _Entity, payload: Any) -> None:
         if entity.definition_wire is None:
-            entity.definition_wire = payload.SerializeToString()
+            entity.definition_wire = _span_fields_wire(payload)
             entity.definition_cls = type(payload)
 
     @staticmethod
     def _merge_lifecycle(entity: _Entity, payload: Any, terminal_states: frozenset[int]) -> None:
-        entity.lifecycle_wire += payload.SerializeToString()
+        entity.lifecycle_wire += _without_id(payload.SerializeToString(), entity.key[2])
         for transition in payload.state_transitions:
             state = transition.state
             if state in terminal_states:
@@ -463,8 +518,11 @@ class RayEventsToOtel:
                 entity.running = True
 
     def _note_attempt(self, session: str, task_id: bytes, attempt: int) -> None:
+        """Only retries are remembered: no entry means attempt 0, most tasks' only one."""
+        if attempt == 0:
+            return
         key = (session, task_id)
-        if self._attempts.get(key, -1) < attempt:
+        if self._attempts.get(key, 0) < attempt:
             self._attempts[key] = attempt
         self._attempts.move_to_end(key)
         if len(self._attempts) > self._attempts_size:
