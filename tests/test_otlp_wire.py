@@ -9,6 +9,7 @@ import orjson
 from google.protobuf import json_format
 from hypothesis import given
 from hypothesis import strategies as st
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs
 
@@ -71,21 +72,33 @@ def test_log_record_decodes_to_the_message(attrs: dict[str, Any], body: Any) -> 
     assert LogRecord.FromString(wire) == expected
 
 
-def test_resource_logs_item_wraps_one_record() -> None:
-    record = otlp_wire.log_record(
-        time_unix_nano=5,
-        observed_time_unix_nano=0,
-        severity_number=0,
-        severity_text="",
-        event_name="e",
-        body="b",
-        attrs={"k": 1},
-    )
-    item = ResourceLogs.FromString(otlp_wire.resource_logs_item(b"", b"\x0a\x01s", record))
+def test_logs_request_wraps_records_under_one_resource_and_scope() -> None:
+    records = [
+        otlp_wire.log_record(
+            time_unix_nano=5 + i,
+            observed_time_unix_nano=0,
+            severity_number=0,
+            severity_text="",
+            event_name="e",
+            body=f"b{i}",
+            attrs={"k": i},
+        )
+        for i in range(3)
+    ]
+    resource = otlp_wire.attributes({"service.name": "svc"}, b"\x0a")
+    scope = otlp_wire.string_field(b"\x0a", "s")
+    request = ExportLogsServiceRequest.FromString(otlp_wire.logs_request(resource, scope, records))
+    (item,) = request.resource_logs
+    assert item.resource.attributes[0].key == "service.name"
+    assert item.resource.attributes[0].value.string_value == "svc"
     (scope_logs,) = item.scope_logs
     assert scope_logs.scope.name == "s"
-    (parsed,) = scope_logs.log_records
-    assert parsed.body.string_value == "b" and parsed.attributes[0].value.int_value == 1
+    assert [r.body.string_value for r in scope_logs.log_records] == ["b0", "b1", "b2"]
+    assert [r.attributes[0].value.int_value for r in scope_logs.log_records] == [0, 1, 2]
+    assert (
+        ResourceLogs.FromString(otlp_wire.resource_logs(b"", scope, records[:1])).scope_logs[0].scope.name
+        == "s"
+    )
 
 
 def _fixture_events() -> list[RayEvent]:

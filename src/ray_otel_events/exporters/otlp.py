@@ -101,7 +101,7 @@ class OtlpItemEncoder:
             )
             if len(self._wire_prefix) > self._max_sessions:
                 self._wire_prefix.pop(next(iter(self._wire_prefix)))
-        return otlp_wire.resource_logs_item(cached[0], cached[1], record)
+        return otlp_wire.resource_logs(cached[0], cached[1], [record])
 
     def log_item(self, session_name: str, record: LogRecord) -> bytes:
         item = ResourceLogs(resource=self.resource(session_name))

@@ -192,8 +192,18 @@ def log_record_from_parts(
     return b"".join(parts)
 
 
-def resource_logs_item(resource: bytes, scope: bytes, record: bytes) -> bytes:
-    """A serialized ResourceLogs{resource, scope_logs: [ScopeLogs{scope, log_records: [record]}]}
-    from the serialized Resource, InstrumentationScope and LogRecord."""
-    scope_logs = _length_delimited(b"\x0a", scope) + _length_delimited(b"\x12", record)
+def string_field(tag: bytes, value: str) -> bytes:
+    """A string field of any message (`tag` = field number << 3 | 2)."""
+    return _length_delimited(tag, value.encode())
+
+
+def resource_logs(resource: bytes, scope: bytes, records: list[bytes]) -> bytes:
+    """A serialized ResourceLogs{resource, scope_logs: [ScopeLogs{scope, log_records}]} from the
+    serialized Resource, InstrumentationScope and LogRecords."""
+    scope_logs = _length_delimited(b"\x0a", scope) + b"".join(_length_delimited(b"\x12", r) for r in records)
     return _length_delimited(b"\x0a", resource) + _length_delimited(b"\x12", scope_logs)
+
+
+def logs_request(resource: bytes, scope: bytes, records: list[bytes]) -> bytes:
+    """A serialized ExportLogsServiceRequest holding one ResourceLogs."""
+    return _length_delimited(b"\x0a", resource_logs(resource, scope, records))

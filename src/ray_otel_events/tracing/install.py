@@ -115,8 +115,12 @@ def install_tracing(
     config: TracingConfig | None = None,
     resource: Resource | None = None,
     event_logs: bool = True,
+    event_log_sink: EventSink | None = None,
 ) -> TracingInstallation:
-    """Install tracing and the event side in this process (idempotent; see the module doc)."""
+    """Install tracing and the event side in this process (idempotent; see the module doc).
+
+    Event log records go to `event_log_sink` when given (the OTLP hook's own encoder), else through
+    the logger provider of `log_processors`."""
     global _installation
     with _lock:
         if _installation is not None:
@@ -136,12 +140,14 @@ def install_tracing(
             if not isinstance(_logs.get_logger_provider(), LoggerProvider):
                 _logs.set_logger_provider(logger_provider)
             install_log_handler()
-            if event_logs:
-                emitter = EventLogEmitter(
-                    logger_provider.get_logger(semconv.INSTRUMENTATION_SCOPE),
-                    flush=logger_provider.force_flush,
-                )
-                sinks.append(emitter)
+        if event_logs and event_log_sink is not None:
+            sinks.append(event_log_sink)
+        elif event_logs and logger_provider is not None:
+            emitter = EventLogEmitter(
+                logger_provider.get_logger(semconv.INSTRUMENTATION_SCOPE),
+                flush=logger_provider.force_flush,
+            )
+            sinks.append(emitter)
         task_events: TaskEventSpanProcessor | None = None
         if sinks:
             task_events = TaskEventSpanProcessor(
