@@ -125,6 +125,7 @@ def test_bad_queries_and_posts_get_clear_errors(filled: CliServer) -> None:
     assert all_bad.status_code == 200 and all_bad.json()["rejected"] == 1
     metrics = requests.get(f"{base}/metrics", timeout=10).text
     assert "serve_rejected_events_total 3.0" in metrics
+    assert "serve_refused_posts_total 2.0" in metrics  # the invalid JSON and the missing Content-Type
     # A value only the fold reads (a worker id that is not base64) fails that event alone, not the
     # transaction of its batch (which would answer 500 and lose the batch's good events).
     lifecycle = next(e for e in EVENTS if e["eventType"] == "TASK_LIFECYCLE_EVENT")

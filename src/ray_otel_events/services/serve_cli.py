@@ -101,13 +101,9 @@ async def serve(store: EventStore, args: argparse.Namespace) -> int:
     )
     metrics.add_total("serve_duplicates", "events skipped as already stored", lambda: {(): intake.duplicates})
     metrics.add_total(
-        "serve_rejected_events",
-        "events that could not be read",
-        lambda: {(): intake.stats()["rejected_events"]},
+        "serve_rejected_events", "events that could not be read", lambda: {(): intake.rejected_events}
     )
-    metrics.add_total(
-        "serve_refused_posts", "POSTs answered 4xx or 5xx", lambda: {(): intake.stats()["refused_posts"]}
-    )
+    metrics.add_total("serve_refused_posts", "POSTs answered 4xx or 5xx", lambda: {(): intake.refused_posts})
     metrics.add_total("serve_spans", "spans stored", lambda: {(): intake.spans})
     metrics.add_total("serve_log_lines", "task log lines stored", lambda: {(): intake.log_lines})
     ready = lambda: Readiness().add("store_open", True, str(store.path))  # noqa: E731

@@ -78,14 +78,22 @@ class StateIntake(OtlpConsumer, RayEventsConsumer[Prepared]):
             self.log_lines += await asyncio.to_thread(self.store.add_log_lines, intake.lines)
         return ConsumeResult(len(rejected), rejected[0] if rejected else "")
 
+    @property
+    def rejected_events(self) -> int:
+        return self.ray_events.counters.get(REJECTED_EVENTS)
+
+    @property
+    def refused_posts(self) -> int:
+        return self.ray_events.counters.get(REFUSED_REQUESTS)
+
     def stats(self) -> dict[str, int]:
         counters = self.ray_events.counters
         return {
             "posts": counters.get(REQUESTS) - counters.get(REFUSED_REQUESTS),  # answered 200
             "events_stored": sum(self.events_by_type.values()),
             "duplicates": self.duplicates,
-            "rejected_events": counters.get(REJECTED_EVENTS),
-            "refused_posts": counters.get(REFUSED_REQUESTS),
+            "rejected_events": self.rejected_events,
+            "refused_posts": self.refused_posts,
             "spans": self.spans,
             "log_lines": self.log_lines,
         }
