@@ -172,7 +172,7 @@ def _entry(cache: dict[tuple[str, str], bytes], tag: bytes, key: str, value: Any
 
 
 _KVLIST_ENTRY = b"\x0a"  # KeyValueList.values = 1
-_LOG_ATTRIBUTE = b"\x32"  # LogRecord.attributes = 6
+_LOG_ATTRIBUTE = otlp_wire.LOG_RECORD_ATTRIBUTES
 
 
 _leaf_entries: dict[tuple[str, str, str], tuple[bytes, bytes]] = {}
@@ -263,12 +263,22 @@ def _flat_leaf(path: str, value: Any, attrs: list[bytes]) -> None:
         attrs.append(_entry(_attr_entries, _LOG_ATTRIBUTE, key, flat))
 
 
-def log_record_wire(event: RayEvent, trace_id: bytes, span_id: bytes, observed_time_unix_nano: int) -> bytes:
-    """A serialized LogRecord equal to the one `to_log_record`'s fields encode to."""
+def log_record_wire(
+    event: RayEvent,
+    trace_id: bytes,
+    span_id: bytes,
+    observed_time_unix_nano: int,
+    *,
+    flags: int = 0,
+    extra_attributes: bytes = b"",
+) -> bytes:
+    """A serialized LogRecord equal to the one `to_log_record`'s fields encode to; `extra_attributes`
+    (entries tagged `otlp_wire.LOG_RECORD_ATTRIBUTES`) follow the event's."""
     attrs: list[bytes] = []
     body = otlp_wire.kvlist_value(_walk(_camel.to_dict(event), RayEvent.DESCRIPTOR, "ray.event", attrs))
     for key, value in entity_attributes(event).items():
         attrs.append(_entry(_attr_entries, _LOG_ATTRIBUTE, key, value))
+    attrs.append(extra_attributes)
     severity = SEVERITY_NUMBER.get(event.severity, 0)
     return otlp_wire.log_record_from_parts(
         time_unix_nano=event.timestamp.ToNanoseconds(),
@@ -280,4 +290,5 @@ def log_record_wire(event: RayEvent, trace_id: bytes, span_id: bytes, observed_t
         attributes=b"".join(attrs),
         trace_id=trace_id,
         span_id=span_id,
+        flags=flags,
     )

@@ -15,6 +15,7 @@ from typing import Any
 
 _pack_double = struct.Struct("<d").pack
 _pack_fixed64 = struct.Struct("<Q").pack
+_pack_fixed32 = struct.Struct("<I").pack
 
 # Field tags: (field number << 3) | wire type.
 _ANY_STRING = b"\x0a"  # AnyValue.string_value = 1
@@ -129,7 +130,7 @@ def attributes(values: Mapping[str, Any], tag: bytes) -> bytes:
     return b"".join(parts)
 
 
-_LOG_ATTRIBUTES = b"\x32"  # LogRecord.attributes = 6
+LOG_RECORD_ATTRIBUTES = b"\x32"  # LogRecord.attributes = 6: the tag of one attribute entry
 
 
 def log_record(
@@ -152,7 +153,7 @@ def log_record(
         severity_text=severity_text,
         event_name=event_name,
         body=None if body is None else any_value(body),
-        attributes=attributes(attrs, _LOG_ATTRIBUTES),
+        attributes=attributes(attrs, LOG_RECORD_ATTRIBUTES),
         trace_id=trace_id,
         span_id=span_id,
     )
@@ -169,6 +170,7 @@ def log_record_from_parts(
     attributes: bytes,
     trace_id: bytes = b"",
     span_id: bytes = b"",
+    flags: int = 0,
 ) -> bytes:
     """The same, from the serialized body AnyValue and the concatenated attribute entries."""
     parts = []
@@ -181,6 +183,8 @@ def log_record_from_parts(
     if body is not None:
         parts.append(_length_delimited(b"\x2a", body))  # 5
     parts.append(attributes)  # 6
+    if flags:
+        parts.append(b"\x45" + _pack_fixed32(flags))  # 8, fixed32
     if trace_id:
         parts.append(_length_delimited(b"\x4a", trace_id))  # 9
     if span_id:

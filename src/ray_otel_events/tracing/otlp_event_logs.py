@@ -20,7 +20,6 @@ import gzip
 import logging
 import os
 import random
-import struct
 import threading
 import time
 import weakref
@@ -38,9 +37,6 @@ from ray_otel_events.tracing.background import PromptFlusher
 
 logger = logging.getLogger("ray_otel_events.tracing")
 
-_pack_fixed32 = struct.Struct("<I").pack
-_LOG_ATTRIBUTE = b"\x32"  # LogRecord.attributes = 6
-_FLAGS = b"\x45"  # LogRecord.flags = 8, fixed32
 
 EXPORTED = "exported_records"
 DROPPED = "dropped_records"  # labelled reason=queue_full|rejected|retries_exhausted
@@ -76,7 +72,9 @@ class OtlpEventLogSink:
         self.counters = Counters("otlp_event_logs")
         self._resource = otlp_wire.attributes(resource_attributes, b"\x0a")  # Resource.attributes = 1
         self._scope = otlp_wire.string_field(b"\x0a", semconv.INSTRUMENTATION_SCOPE)  # scope.name = 1
-        self._producer = otlp_wire.attributes({semconv.PRODUCER_ATTR: producer}, _LOG_ATTRIBUTE)
+        self._producer = otlp_wire.attributes(
+            {semconv.PRODUCER_ATTR: producer}, otlp_wire.LOG_RECORD_ATTRIBUTES
+        )
         self._headers = {"Content-Type": "application/x-protobuf", **dict(config.headers)}
         if config.compression == "gzip":
             self._headers["Content-Encoding"] = "gzip"
@@ -100,14 +98,17 @@ class OtlpEventLogSink:
 
     def consume(self, events: list[tuple[RayEvent, Any]], prompt: bool) -> None:
         now = time.time_ns()
-        producer = self._producer
-        records = []
-        for event, span_context in events:
-            record = log_record_wire(
-                event, span_context.trace_id.to_bytes(16, "big"), span_context.span_id.to_bytes(8, "big"), now
+        records = [
+            log_record_wire(
+                event,
+                context.trace_id.to_bytes(16, "big"),
+                context.span_id.to_bytes(8, "big"),
+                now,
+                flags=int(context.trace_flags),
+                extra_attributes=self._producer,
             )
-            flags = int(span_context.trace_flags)
-            records.append(record + producer + (_FLAGS + _pack_fixed32(flags) if flags else b""))
+            for event, context in events
+        ]
         with self._lock:
             self._records.extend(records)
             over = len(self._records) - self.max_queue
