@@ -380,8 +380,9 @@ def _open_attempts_in_child(n: int, dedup_window: int) -> dict[str, float]:
 
 def profile_top(what: str, bodies: list[bytes], frames: int = 8) -> list[str]:
     """The top frames (own time) of one path's conversion, in this process, as Markdown lines."""
-    from ray_otel_events.exporters.otlp import OtlpItemEncoder, logs_request, traces_request
+    from ray_otel_events.exporters.otlp import OtlpItemEncoder
     from ray_otel_events.otel.from_ray_events import RayEventsToOtel
+    from ray_otel_events.otel.otlp_wire import merge_envelopes
     from ray_otel_events.otel.to_ray_events import ray_event_from_log_record
     from ray_otel_events.receivers.ray_events_http import parse_event
 
@@ -393,8 +394,8 @@ def profile_top(what: str, bodies: list[bytes], frames: int = 8) -> list[str]:
             emitted = converter.add([parse_event(item) for item in orjson.loads(body)])
             spans = [items.span_item(s.session_name, s.span) for s in emitted.spans]
             logs = [items.log_item_wire(r.session_name, r.wire) for r in emitted.logs]
-            traces_request(spans).SerializeToString()
-            logs_request(logs).SerializeToString()
+            merge_envelopes(spans)
+            merge_envelopes(logs)
 
     def logs_to_ray_json() -> None:
         for body in bodies:

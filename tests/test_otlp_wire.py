@@ -6,12 +6,15 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from google.protobuf import json_format
 from hypothesis import given
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 
 from ray_otel_events.otel import otlp_wire
 from ray_otel_events.otel.log_records import log_record_wire, to_log_record
@@ -133,3 +136,68 @@ def test_a_ray_events_record_in_one_pass_equals_the_fields_encoded() -> None:
         got = log_record_wire(event, trace, span, 7)
         assert LogRecord.FromString(got) == LogRecord.FromString(expected)
         assert got == expected  # byte for byte: the same fields in the same order
+
+
+def _span_item(service: str, scope: str, name: str, schema: str = "") -> bytes:
+    item = ResourceSpans(schema_url=schema)
+    item.resource.attributes.add(key="service.name").value.string_value = service
+    scoped = item.scope_spans.add(schema_url=schema)
+    scoped.scope.name = scope
+    scoped.spans.add(name=name, trace_id=b"\x01" * 16, span_id=b"\x02" * 8)
+    return item.SerializeToString()
+
+
+def test_merged_envelopes_group_by_resource_and_scope_in_queue_order() -> None:
+    items = [
+        _span_item("a", "s1", "1"),
+        _span_item("b", "s1", "2"),
+        _span_item("a", "s2", "3"),
+        _span_item("a", "s1", "4"),
+        _span_item("a", "s1", "5", schema="https://opentelemetry.io/schemas/1.30.0"),
+    ]
+    request = ExportTraceServiceRequest.FromString(otlp_wire.merge_envelopes(items))
+    grouped = [
+        (
+            rs.resource.attributes[0].value.string_value,
+            rs.schema_url,
+            [(ss.scope.name, ss.schema_url, [span.name for span in ss.spans]) for ss in rs.scope_spans],
+        )
+        for rs in request.resource_spans
+    ]
+    schema = "https://opentelemetry.io/schemas/1.30.0"
+    assert grouped == [
+        ("a", "", [("s1", "", ["1", "4"]), ("s2", "", ["3"])]),
+        ("b", "", [("s1", "", ["2"])]),
+        ("a", schema, [("s1", schema, ["5"])]),
+    ]
+    # Every span's bytes are carried as they were queued.
+    assert (
+        request.resource_spans[0].scope_spans[0].spans[1]
+        == ResourceSpans.FromString(items[3]).scope_spans[0].spans[0]
+    )
+
+
+def test_merging_log_envelopes_gives_the_request_one_envelope_holds() -> None:
+    resource, scope = b"\x0a\x05\x0a\x01k\x12\x00", b"\x0a\x02me"
+    records = [
+        otlp_wire.log_record(
+            time_unix_nano=n,
+            observed_time_unix_nano=n,
+            severity_number=9,
+            severity_text="INFO",
+            event_name="e",
+            body={"n": n},
+            attrs={"i": n},
+        )
+        for n in range(1, 4)
+    ]
+    items = [otlp_wire.resource_logs(resource, scope, [record]) for record in records]
+    assert otlp_wire.merge_envelopes(items) == otlp_wire.logs_request(resource, scope, records)
+    assert otlp_wire.merge_envelopes([]) == b""
+
+
+def test_a_malformed_envelope_is_a_value_error_not_a_crash() -> None:
+    good = _span_item("a", "s", "x")
+    for bad in (good[:-3], b"\x08\x01", b"\x0a\xff"):
+        with pytest.raises(ValueError):
+            otlp_wire.merge_envelopes([good, bad])

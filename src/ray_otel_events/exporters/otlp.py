@@ -2,8 +2,8 @@
 
 The bridge queues each span or log record as one self-contained item (a serialized ResourceSpans /
 ResourceLogs holding just that item), so the queue is plain bytes like every other buffer here.
-`prepare` regroups a batch by resource and scope into one Export*ServiceRequest, encoded as
-protobuf or spec OTLP/JSON, gzipped if configured.
+`prepare` regroups a batch by resource and scope into one Export*ServiceRequest on the wire
+(otlp_wire.merge_envelopes), sent as protobuf or spec OTLP/JSON, gzipped if configured.
 
 Retries follow the OTLP spec rather than the stock Python exporter, which gives up after one 10 s
 deadline and ignores `partial_success`: 429/502/503/504 and connection errors are retried by the
@@ -109,41 +109,6 @@ class OtlpItemEncoder:
         return item.SerializeToString()
 
 
-def _regroup(items: list[bytes], item_type: Any, resources: Any, scopes_of: str, records_of: str) -> None:
-    """Queued one-item envelopes merged into `resources`: one entry per resource, one scope
-    entry per scope within it, records in queue order."""
-    by_resource: dict[tuple[bytes, str], Any] = {}
-    by_scope: dict[tuple[bytes, str, bytes, str], Any] = {}
-    for wire in items:
-        item = item_type.FromString(wire)
-        rkey = (item.resource.SerializeToString(deterministic=True), item.schema_url)
-        target = by_resource.get(rkey)
-        if target is None:
-            target = by_resource[rkey] = resources.add(resource=item.resource, schema_url=item.schema_url)
-        for scoped in getattr(item, scopes_of):
-            skey = (*rkey, scoped.scope.SerializeToString(deterministic=True), scoped.schema_url)
-            scope_target = by_scope.get(skey)
-            if scope_target is None:
-                scope_target = by_scope[skey] = getattr(target, scopes_of).add(
-                    scope=scoped.scope, schema_url=scoped.schema_url
-                )
-            getattr(scope_target, records_of).extend(getattr(scoped, records_of))
-
-
-def traces_request(items: list[bytes]) -> ExportTraceServiceRequest:
-    """Queued span items regrouped into one request."""
-    request = ExportTraceServiceRequest()
-    _regroup(items, ResourceSpans, request.resource_spans, "scope_spans", "spans")
-    return request
-
-
-def logs_request(items: list[bytes]) -> ExportLogsServiceRequest:
-    """Queued log items regrouped into one request."""
-    request = ExportLogsServiceRequest()
-    _regroup(items, ResourceLogs, request.resource_logs, "scope_logs", "log_records")
-    return request
-
-
 @dataclass(frozen=True, slots=True)
 class OtlpPayload:
     """One encoded request and the number of items in it (for the counters)."""
@@ -168,6 +133,7 @@ class OtlpHttpPublisherClient(PublisherClient[OtlpPayload]):
         transport = transport or HttpTransport()
         self._ssl = HttpTransport.build({}, config.certificate).ssl if config.certificate else transport.ssl
         self._json = config.protocol == "http/json"
+        self._request_type = ExportTraceServiceRequest if signal == "traces" else ExportLogsServiceRequest
         self._headers = {
             **transport.headers,
             **dict(config.headers),
@@ -180,8 +146,10 @@ class OtlpHttpPublisherClient(PublisherClient[OtlpPayload]):
         self._session: aiohttp.ClientSession | None = None
 
     def prepare(self, batch: EventBatch) -> PreparedBatch[OtlpPayload]:
-        request = traces_request(batch.wires) if self.signal == "traces" else logs_request(batch.wires)
-        body = orjson.dumps(otlp_json.to_json(request)) if self._json else request.SerializeToString()
+        body = otlp_wire.merge_envelopes(batch.wires)
+        if self._json:
+            request = self._request_type.FromString(body)
+            body = orjson.dumps(otlp_json.to_json(request))
         if self.config.compression == "gzip":
             body = gzip.compress(body, compresslevel=1)
         return PreparedBatch(OtlpPayload(body, len(batch)), batch.types)
