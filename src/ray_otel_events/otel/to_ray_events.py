@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from google.protobuf import json_format
@@ -77,16 +77,12 @@ def ray_event_from_log_record(record: LogRecord) -> RayEvent:
     return event
 
 
-def is_ray_span(span: Span) -> bool:
-    """Carries Ray's `ray.*` attributes and not our producer marker."""
-    ray = False
-    for kv in span.attributes:
-        key = kv.key
-        if key == semconv.PRODUCER_ATTR:
-            return False
+def is_ray_span(attributes: Mapping[str, Any]) -> bool:
+    """A span with these attributes carries Ray's `ray.*` attributes and not our producer marker."""
+    for key in attributes:
         if key.startswith("ray."):
-            ray = True
-    return ray
+            return semconv.PRODUCER_ATTR not in attributes
+    return False
 
 
 def readable_span(span: Span, resource: Resource) -> ReadableSpan:

@@ -326,7 +326,8 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[RayEvent]):
             for scope_spans in resource_spans.scope_spans:
                 context: RecordContext | None = None
                 for span in scope_spans.spans:
-                    if is_ray_span(span):
+                    attributes = attributes_to_dict(span.attributes)
+                    if is_ray_span(attributes):
                         if sdk_resource is None:
                             sdk_resource = SdkResource(attributes_to_dict(resource_spans.resource.attributes))
                         try:
@@ -342,7 +343,7 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[RayEvent]):
                         continue
                     if context is None:
                         context = RecordContext(resource_spans.resource, scope_spans.scope)
-                    records.append(orjson.dumps(span_record(span, context)))
+                    records.append(orjson.dumps(span_record(span, context, attributes)))
         lost = self._admit(events, records)
         self.counters.add(RAY_EVENTS_FROM_SPANS, len(events))
         return self._result("span", rejected, len(records), dropped, lost)
