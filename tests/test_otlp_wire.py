@@ -138,6 +138,34 @@ def test_a_ray_events_record_in_one_pass_equals_the_fields_encoded() -> None:
         assert got == expected  # byte for byte: the same fields in the same order
 
 
+def _expected_wire(event: RayEvent) -> bytes:
+    fields = to_log_record(event)
+    return otlp_wire.log_record(
+        time_unix_nano=fields.timestamp_ns,
+        observed_time_unix_nano=7,
+        severity_number=fields.severity_number,
+        severity_text=fields.severity_text,
+        event_name=fields.event_name,
+        body=fields.body,
+        attrs=fields.attributes,
+        trace_id=b"\x01" * 16,
+        span_id=b"\x02" * 8,
+    )
+
+
+def test_records_stay_exact_when_a_fields_values_never_repeat() -> None:
+    """Per-field value caches stop caching a field past 1,024 distinct values; records must not
+    notice, neither for that field nor for the fields still cached."""
+    definition = next(e for e in _fixture_events() if e.HasField("task_definition_event"))
+    names = [f"task_{i}" for i in range(1_100)] + ["task_3", "task_1099"]
+    for name in names:
+        event = RayEvent()
+        event.CopyFrom(definition)
+        event.task_definition_event.task_name = name
+        event.task_definition_event.task_id = name.encode().ljust(24, b"\0")
+        assert log_record_wire(event, b"\x01" * 16, b"\x02" * 8, 7) == _expected_wire(event), name
+
+
 def _span_item(service: str, scope: str, name: str, schema: str = "") -> bytes:
     item = ResourceSpans(schema_url=schema)
     item.resource.attributes.add(key="service.name").value.string_value = service

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf import json_format
+from google.protobuf.descriptor import FieldDescriptor
 
 from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
 from ray_otel_events.events.registry import REGISTRY, event_type_name
@@ -61,24 +62,59 @@ class LogRecordFields:
     attributes: dict[str, AttributeValue]
 
 
+@dataclass(frozen=True)
+class _EntityFields:
+    """Which of the id, attempt and submission fields one payload type has (asking a message for
+    a field it lacks raises inside `getattr`, the costliest part of this per record)."""
+
+    payload: str
+    ids: tuple[tuple[str, str], ...]
+    attempt: str | None
+    submission_id: bool
+
+
+_entity_fields: dict[int, _EntityFields | None] = {}
+
+
+def _fields_of(event_type: int) -> _EntityFields | None:
+    if event_type in _entity_fields:
+        return _entity_fields[event_type]
+    spec = REGISTRY.get(event_type)
+    found = None
+    if spec is not None:
+        payload_type = RayEvent.DESCRIPTOR.fields_by_name[spec.payload_field].message_type
+        assert payload_type is not None  # a payload is a message
+        names = payload_type.fields_by_name
+        bytes_type = FieldDescriptor.TYPE_BYTES
+        found = _EntityFields(
+            payload=spec.payload_field,
+            ids=tuple(
+                (f, a) for f, a in _ID_ATTRIBUTES.items() if f in names and names[f].type == bytes_type
+            ),
+            attempt=next((f for f in ("attempt_number", "task_attempt") if f in names), None),
+            submission_id="submission_id" in names,
+        )
+    _entity_fields[event_type] = found
+    return found
+
+
 def entity_attributes(event: RayEvent) -> dict[str, AttributeValue]:
     """Entity ids in Ray's hex attribute names, plus attempt, type and session."""
     attrs: dict[str, AttributeValue] = {
         semconv.RAY_EVENT_TYPE: event_type_name(event.event_type),
         semconv.RAY_SESSION_NAME: event.session_name,
     }
-    spec = REGISTRY.get(event.event_type)
-    if spec is None:
+    fields = _fields_of(event.event_type)
+    if fields is None:
         return attrs
-    payload = getattr(event, spec.payload_field)
-    for field, attr in _ID_ATTRIBUTES.items():
-        value = getattr(payload, field, b"")
-        if isinstance(value, bytes) and value:
+    payload = getattr(event, fields.payload)
+    for field, attr in fields.ids:
+        value = getattr(payload, field)
+        if value:
             attrs[attr] = value.hex()
-    for field in ("task_attempt", "attempt_number"):
-        if hasattr(payload, field):
-            attrs[semconv.RAY_TASK_ATTEMPT] = int(getattr(payload, field))
-    if hasattr(payload, "submission_id") and payload.submission_id:
+    if fields.attempt is not None:
+        attrs[semconv.RAY_TASK_ATTEMPT] = int(getattr(payload, fields.attempt))
+    if fields.submission_id and payload.submission_id:
         attrs[semconv.RAY_SUBMISSION_ID] = payload.submission_id
     if event.node_id and semconv.RAY_NODE_ID not in attrs:
         attrs[semconv.RAY_NODE_ID] = event.node_id.hex()
@@ -175,8 +211,54 @@ _KVLIST_ENTRY = b"\x0a"  # KeyValueList.values = 1
 _LOG_ATTRIBUTE = otlp_wire.LOG_RECORD_ATTRIBUTES
 
 
-_leaf_entries: dict[tuple[str, str, str], tuple[bytes, bytes]] = {}
+class _Leaf:
+    """One string field of the schema at one path: its two encoded keys, and the entries of the
+    values seen, while they repeat. A field whose values do not repeat (ids, timestamps) stops
+    being cached after `_LEAF_VALUES_MAX` values instead of churning a shared cache."""
+
+    __slots__ = ("attr_key", "body_key", "values")
+
+    def __init__(self, body_key: str | None, attr_key: str) -> None:
+        """`body_key` None: an attribute only (its body entry is empty)."""
+        self.body_key = otlp_wire.key_field(body_key) if body_key is not None else None
+        self.attr_key = otlp_wire.key_field(attr_key)
+        self.values: dict[str, tuple[bytes, bytes]] | None = {}
+
+    def entries(self, value: str) -> tuple[bytes, bytes]:
+        """(body entry, attribute entry) of this field holding `value`."""
+        values = self.values
+        if values is not None:
+            pair = values.get(value)
+            if pair is not None:
+                return pair
+        data = value.encode()
+        body_key = self.body_key
+        pair = (
+            otlp_wire.string_entry(_KVLIST_ENTRY, body_key, data) if body_key is not None else b"",
+            otlp_wire.string_entry(_LOG_ATTRIBUTE, self.attr_key, data),
+        )
+        if values is not None:
+            if len(values) < _LEAF_VALUES_MAX:
+                values[value] = pair
+            else:
+                self.values = None
+        return pair
+
+
+_LEAF_VALUES_MAX = 1024
+_LEAF_FIELDS_MAX = 4096  # paths include list indexes; past this, fields are encoded uncached
+_leaves: dict[tuple[str, str], _Leaf] = {}
 _NO_FIELDS: dict[str, _FieldInfo] = {}
+
+
+def _leaf(path: str, key: str, fields: dict[str, _FieldInfo]) -> _Leaf:
+    leaf = _leaves.get((path, key))
+    if leaf is None:
+        info = fields.get(key)
+        leaf = _Leaf(key, f"{path}.{info[0] if info is not None else key}")
+        if len(_leaves) < _LEAF_FIELDS_MAX:
+            _leaves[(path, key)] = leaf
+    return leaf
 
 
 def _walk(obj: Mapping[str, Any], descriptor: Any, path: str, attrs: list[bytes]) -> bytes:
@@ -184,22 +266,13 @@ def _walk(obj: Mapping[str, Any], descriptor: Any, path: str, attrs: list[bytes]
     attribute entries (proto names under `path`) to `attrs`, as `_flatten` would yield them."""
     fields = _json_fields(descriptor) if descriptor is not None else _NO_FIELDS
     entries: list[bytes] = []
-    leaves = _leaf_entries
+    leaves = _leaves
     for key, value in obj.items():
-        if type(value) is str:  # most leaves: one lookup for both entries
-            pair = leaves.get((path, key, value))
-            if pair is None:
-                info = fields.get(key)
-                where = f"{path}.{info[0] if info is not None else key}"
-                pair = (
-                    _entry(_body_entries, _KVLIST_ENTRY, key, value),
-                    _entry(_attr_entries, _LOG_ATTRIBUTE, where, value),
-                )
-                if len(leaves) >= _ENTRY_CACHE_MAX:
-                    leaves.clear()
-                leaves[(path, key, value)] = pair
-            entries.append(pair[0])
-            attrs.append(pair[1])
+        if type(value) is str:  # most leaves
+            leaf = leaves.get((path, key)) or _leaf(path, key, fields)
+            body_entry, attr_entry = leaf.entries(value)
+            entries.append(body_entry)
+            attrs.append(attr_entry)
             continue
         info = fields.get(key)
         name, sub, map_value = info if info is not None else (key, None, None)
@@ -277,7 +350,13 @@ def log_record_wire(
     attrs: list[bytes] = []
     body = otlp_wire.kvlist_value(_walk(_camel.to_dict(event), RayEvent.DESCRIPTOR, "ray.event", attrs))
     for key, value in entity_attributes(event).items():
-        attrs.append(_entry(_attr_entries, _LOG_ATTRIBUTE, key, value))
+        if type(value) is str:
+            leaf = _leaves.get(("", key))
+            if leaf is None:
+                leaf = _leaves[("", key)] = _Leaf(None, key)  # a handful of entity attribute names
+            attrs.append(leaf.entries(value)[1])
+        else:
+            attrs.append(_entry(_attr_entries, _LOG_ATTRIBUTE, key, value))
     attrs.append(extra_attributes)
     severity = SEVERITY_NUMBER.get(event.severity, 0)
     return otlp_wire.log_record_from_parts(

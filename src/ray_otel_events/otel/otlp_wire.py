@@ -91,6 +91,23 @@ def _key(key: str) -> bytes:
     return encoded
 
 
+def key_field(key: str) -> bytes:
+    """KeyValue's key field, encoded (to build entries with `string_entry`)."""
+    data = key.encode()
+    return _KV_KEY + varint(len(data)) + data
+
+
+def string_entry(tag: bytes, key: bytes, data: bytes) -> bytes:
+    """One repeated KeyValue entry holding a string: `tag`, length, the encoded `key_field`, and
+    the AnyValue of the UTF-8 `data`; one join instead of a call per nested message."""
+    size = len(data)
+    value_size = 1 + len(varint(size)) + size
+    entry_size = len(key) + 1 + len(varint(value_size)) + value_size
+    return b"".join(
+        (tag, varint(entry_size), key, _KV_VALUE, varint(value_size), _ANY_STRING, varint(size), data)
+    )
+
+
 def key_value(key: str, value: Any) -> bytes:
     """A serialized KeyValue (a None value leaves its value unset)."""
     return _key(key) if value is None else _key(key) + _length_delimited(_KV_VALUE, any_value(value))
