@@ -26,6 +26,7 @@ ignored; pieces arriving after their entity's span left still become log records
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import time
@@ -94,6 +95,7 @@ def _digest(*parts: bytes) -> bytes:
     return hashlib.sha256(b"\0".join(parts)).digest()
 
 
+@functools.lru_cache(maxsize=4096)  # a few jobs, thousands of events each
 def trace_id_for_job(session_name: str, job_id: bytes) -> bytes:
     """16 bytes: SHA-256("ray-otel-events/trace" NUL session NUL job id)[:16].
 
@@ -422,13 +424,14 @@ class RayEventsToOtel:
         out = Emitted()
         now = self.clock()
         touched: dict[EntityKey, None] = {}
+        types: dict[int, int] = {}
         for event in events:
             if event.event_id:
                 if event.event_id in self._seen_event_ids:
                     self.counters.add(DUPLICATES)
                     continue
                 self._seen_event_ids.add(event.event_id)
-            self.counters.add(EVENTS, event_type=event_type_name(event.event_type))
+            types[event.event_type] = types.get(event.event_type, 0) + 1
             keyed = _entity_key(event)
             key = keyed[0] if keyed is not None else None
             if logs:
@@ -444,6 +447,8 @@ class RayEventsToOtel:
             self._update(key, lifecycle_type, event, now, out)
             touched[key] = None
             out.taken.append((entity_key_bytes(key), event))
+        for event_type, count in types.items():
+            self.counters.add(EVENTS, count, event_type=event_type_name(event_type))
         # Readiness is judged once the whole batch is in: the pieces of one POST arrive together.
         for key in touched:
             entity = self._open.get(key)
@@ -818,8 +823,15 @@ class RayEventsToOtel:
         return log_record_wire(event, trace_id, span_id if trace_id else b"", self.observed_clock_ns())
 
 
+_enum_names: dict[Any, dict[int, str]] = {}
+
+
 def _enum_name(enum: Any, value: int) -> str:
-    return str(enum.Name(value)) if value in enum.values() else str(value)
+    names = _enum_names.get(enum)
+    if names is None:
+        names = _enum_names[enum] = {number: name for name, number in reversed(enum.items())}
+    name = names.get(value)
+    return name if name is not None else str(value)
 
 
 def _task_state_name(state: int) -> str:
