@@ -40,7 +40,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from ray_otel_events.events import ids
 from ray_otel_events.events.builders import ActorState, JobState, TaskStatus, TaskType
-from ray_otel_events.events.registry import ET, event_type_name
+from ray_otel_events.events.registry import event_type_name
 from ray_otel_events.metrics import Counters
 from ray_otel_events.otel import semconv
 from ray_otel_events.otel.log_records import log_record_wire
@@ -65,6 +65,10 @@ EVICTED = "evicted_open_entities"
 _TASK_TERMINAL = frozenset({TaskStatus.FINISHED, TaskStatus.FAILED})
 _ACTOR_TERMINAL = frozenset({ActorState.DEAD})
 _JOB_TERMINAL = frozenset({JobState.FINISHED})
+# Plain ints: the generated enum wrappers resolve each name in Python (~1 µs an access).
+_DRIVER_TASK = int(TaskType.DRIVER_TASK)
+_ACTOR_CREATION_TASK = int(TaskType.ACTOR_CREATION_TASK)
+_FAILED = int(TaskStatus.FAILED)
 _TERMINAL_STATES = {"task": _TASK_TERMINAL, "actor": _ACTOR_TERMINAL, "job": _JOB_TERMINAL}
 _LIFECYCLE_CLASSES: dict[str, Any] = {
     "task": TaskLifecycleEvent,
@@ -276,35 +280,35 @@ def _entity_key(event: RayEvent) -> tuple[EntityKey, int] | None:
     """(entity key, lifecycle event type) for the types that make spans."""
     etype = event.event_type
     session = event.session_name
-    if etype == ET.TASK_DEFINITION_EVENT:
+    if etype == RayEvent.TASK_DEFINITION_EVENT:
         p: Any = event.task_definition_event
-    elif etype == ET.ACTOR_TASK_DEFINITION_EVENT:
+    elif etype == RayEvent.ACTOR_TASK_DEFINITION_EVENT:
         p = event.actor_task_definition_event
-    elif etype == ET.TASK_LIFECYCLE_EVENT:
+    elif etype == RayEvent.TASK_LIFECYCLE_EVENT:
         p = event.task_lifecycle_event
-    elif etype in (ET.ACTOR_DEFINITION_EVENT, ET.ACTOR_LIFECYCLE_EVENT):
+    elif etype in (RayEvent.ACTOR_DEFINITION_EVENT, RayEvent.ACTOR_LIFECYCLE_EVENT):
         actor = (
             event.actor_definition_event.actor_id
-            if etype == ET.ACTOR_DEFINITION_EVENT
+            if etype == RayEvent.ACTOR_DEFINITION_EVENT
             else event.actor_lifecycle_event.actor_id
         )
-        return ("actor", session, actor, 0), ET.ACTOR_LIFECYCLE_EVENT
-    elif etype in (ET.DRIVER_JOB_DEFINITION_EVENT, ET.DRIVER_JOB_LIFECYCLE_EVENT):
+        return ("actor", session, actor, 0), RayEvent.ACTOR_LIFECYCLE_EVENT
+    elif etype in (RayEvent.DRIVER_JOB_DEFINITION_EVENT, RayEvent.DRIVER_JOB_LIFECYCLE_EVENT):
         job = (
             event.driver_job_definition_event.job_id
-            if etype == ET.DRIVER_JOB_DEFINITION_EVENT
+            if etype == RayEvent.DRIVER_JOB_DEFINITION_EVENT
             else event.driver_job_lifecycle_event.job_id
         )
-        return ("job", session, job, 0), ET.DRIVER_JOB_LIFECYCLE_EVENT
+        return ("job", session, job, 0), RayEvent.DRIVER_JOB_LIFECYCLE_EVENT
     else:
         return None
-    return ("task", session, p.task_id, p.task_attempt), ET.TASK_LIFECYCLE_EVENT
+    return ("task", session, p.task_id, p.task_attempt), RayEvent.TASK_LIFECYCLE_EVENT
 
 
 def _trace_context(event: RayEvent, key: EntityKey | None) -> tuple[bytes, bytes]:
     """(trace id, span id) of the span an event belongs to; empty for node, worker and others."""
     if key is None:
-        if event.event_type != ET.TASK_PROFILE_EVENT:
+        if event.event_type != RayEvent.TASK_PROFILE_EVENT:
             return b"", b""
         p = event.task_profile_events
         key = ("task", event.session_name, p.task_id, p.attempt_number)
@@ -324,16 +328,18 @@ def _entity_job(event: RayEvent, key: EntityKey) -> bytes:
     kind, _, ident, _ = key
     if kind == "task":
         etype = event.event_type
-        if etype == ET.TASK_DEFINITION_EVENT:
+        if etype == RayEvent.TASK_DEFINITION_EVENT:
             fallback = event.task_definition_event.job_id
-        elif etype == ET.ACTOR_TASK_DEFINITION_EVENT:
+        elif etype == RayEvent.ACTOR_TASK_DEFINITION_EVENT:
             fallback = event.actor_task_definition_event.job_id
         else:
             fallback = event.task_lifecycle_event.job_id
         return _job_of_task(ident, fallback)
     if kind == "actor":
         fallback = (
-            event.actor_definition_event.job_id if event.event_type == ET.ACTOR_DEFINITION_EVENT else b""
+            event.actor_definition_event.job_id
+            if event.event_type == RayEvent.ACTOR_DEFINITION_EVENT
+            else b""
         )
         return _job_of_actor(ident, fallback)
     return ident
@@ -469,19 +475,19 @@ class RayEventsToOtel:
             entity.updated_at = now
             self._open.move_to_end(key)
         etype = event.event_type
-        if etype == ET.TASK_DEFINITION_EVENT:
+        if etype == RayEvent.TASK_DEFINITION_EVENT:
             self._set_definition(entity, event.task_definition_event)
-        elif etype == ET.ACTOR_TASK_DEFINITION_EVENT:
+        elif etype == RayEvent.ACTOR_TASK_DEFINITION_EVENT:
             self._set_definition(entity, event.actor_task_definition_event)
-        elif etype == ET.ACTOR_DEFINITION_EVENT:
+        elif etype == RayEvent.ACTOR_DEFINITION_EVENT:
             self._set_definition(entity, event.actor_definition_event)
-        elif etype == ET.DRIVER_JOB_DEFINITION_EVENT:
+        elif etype == RayEvent.DRIVER_JOB_DEFINITION_EVENT:
             self._set_definition(entity, event.driver_job_definition_event)
-        elif etype == ET.TASK_LIFECYCLE_EVENT:
+        elif etype == RayEvent.TASK_LIFECYCLE_EVENT:
             self._merge_lifecycle(entity, event.task_lifecycle_event, _TASK_TERMINAL)
-        elif etype == ET.ACTOR_LIFECYCLE_EVENT:
+        elif etype == RayEvent.ACTOR_LIFECYCLE_EVENT:
             self._merge_lifecycle(entity, event.actor_lifecycle_event, _ACTOR_TERMINAL)
-        elif etype == ET.DRIVER_JOB_LIFECYCLE_EVENT:
+        elif etype == RayEvent.DRIVER_JOB_LIFECYCLE_EVENT:
             self._merge_lifecycle(entity, event.driver_job_lifecycle_event, _JOB_TERMINAL)
         self._open_bytes += entity.size
         if entity.kind == "task":
@@ -690,11 +696,11 @@ class RayEventsToOtel:
         actor_id = b""
         name = ""
         if isinstance(d, TaskDefinitionEvent):
-            is_driver = d.task_type == TaskType.DRIVER_TASK
+            is_driver = d.task_type == _DRIVER_TASK
             name = d.task_name or ("driver" if is_driver else "")
             attrs[semconv.RAY_FUNCTION] = _function_name(d.task_func)
             attrs["ray.task_type"] = _enum_name(TaskType, d.task_type)
-            if d.task_type == TaskType.ACTOR_CREATION_TASK:
+            if d.task_type == _ACTOR_CREATION_TASK:
                 actor_id = ids.actor_of_task(task_id)
         elif d is not None:  # ActorTaskDefinitionEvent
             name = d.actor_task_name
@@ -725,7 +731,7 @@ class RayEventsToOtel:
                 attrs[semconv.RAY_WORKER_ID] = lc.worker_id.hex()
             if lc.worker_pid:
                 attrs[semconv.RAY_PID] = str(lc.worker_pid)
-        failed = terminal is not None and terminal[1] == TaskStatus.FAILED
+        failed = terminal is not None and terminal[1] == _FAILED
         if failed and lc.HasField("ray_error_info"):
             attrs["ray.error_type"] = _enum_name(common_pb2.ErrorType, lc.ray_error_info.error_type)
         span = self._base_span(

@@ -32,6 +32,7 @@ SEVERITY_NUMBER: dict[int, int] = {
     RayEvent.Severity.ERROR: 17,
     RayEvent.Severity.FATAL: 21,
 }
+_SEVERITY_TEXT: dict[int, str] = {number: name for name, number in RayEvent.Severity.items()}
 
 _ATTRIBUTE_PREFIX = "ray.event."
 
@@ -363,7 +364,7 @@ def log_record_wire(
         time_unix_nano=event.timestamp.ToNanoseconds(),
         observed_time_unix_nano=observed_time_unix_nano,
         severity_number=severity,
-        severity_text=RayEvent.Severity.Name(event.severity) if severity else "",
+        severity_text=_SEVERITY_TEXT[event.severity] if severity else "",
         event_name=semconv.event_name_for(event_type_name(event.event_type)),
         body=body,
         attributes=b"".join(attrs),

@@ -78,7 +78,7 @@ def parse_event(item: Any) -> RayEvent:
         event = decode_event(item, ignore_unknown_fields=True)
     except json_format.ParseError as exc:
         raise ValueError(str(exc)) from None
-    if event.event_type == RayEvent.EventType.EVENT_TYPE_UNSPECIFIED:
+    if event.event_type == RayEvent.EVENT_TYPE_UNSPECIFIED:
         # ignore_unknown_fields also passes unknown enum names; an event without a type is useless.
         given = item.get("eventType", item.get("event_type"))
         raise ValueError(f"eventType {given!r} is missing or unknown")
