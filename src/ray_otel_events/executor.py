@@ -49,6 +49,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _STATE_NAMES = {value: name for name, value in TaskStatus.items()}
+# Plain ints, read per task: the enum wrapper resolves each name in Python.
+_RUNNING, _FAILED, _FINISHED = int(TaskStatus.RUNNING), int(TaskStatus.FAILED), int(TaskStatus.FINISHED)
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ def _run_traced(call: _TracedCall, fn: Callable[..., R], args: tuple[Any, ...], 
             call.name + semconv.EXECUTE_SUFFIX, kind=SpanKind.CONSUMER, attributes=attributes
         ) as span:
             if span.is_recording():
-                _state_event(span, TaskStatus.RUNNING, time.time_ns())
+                _state_event(span, _RUNNING, time.time_ns())
             token = _running_task.set((task_hex, call.job_hex)) if task_hex else None
             try:
                 if _task_output is None:
@@ -159,13 +161,13 @@ def _run_traced(call: _TracedCall, fn: Callable[..., R], args: tuple[Any, ...], 
                         result = fn(*args, **kwargs)
             except BaseException:
                 if span.is_recording():
-                    _state_event(span, TaskStatus.FAILED, time.time_ns())
+                    _state_event(span, _FAILED, time.time_ns())
                 raise
             finally:
                 if token is not None:
                     _running_task.reset(token)
             if span.is_recording():
-                _state_event(span, TaskStatus.FINISHED, time.time_ns())
+                _state_event(span, _FINISHED, time.time_ns())
             return result
 
 

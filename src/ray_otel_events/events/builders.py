@@ -25,6 +25,7 @@ ActorState = ActorLifecycleEvent.State
 JobState = DriverJobLifecycleEvent.State
 NodeState = NodeLifecycleEvent.State
 WorkerState = WorkerLifecycleEvent.State
+_INFO = int(RayEvent.Severity.INFO)  # a plain int: the enum wrapper resolves names in Python
 
 
 def _set_timestamp(target: object, ns: int) -> None:
@@ -59,7 +60,7 @@ class EventFactory:
         event = RayEvent(
             event_type=event_type,  # type: ignore[arg-type]
             source_type=spec.source_type,  # type: ignore[arg-type]
-            severity=RayEvent.Severity.INFO,
+            severity=_INFO,  # type: ignore[arg-type]
             session_name=self.session_name,
         )
         _set_timestamp(event.timestamp, ns)
