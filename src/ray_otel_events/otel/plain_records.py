@@ -31,7 +31,7 @@ def any_value_to_python(value: AnyValue) -> Any:
     if kind == "double_value":
         return value.double_value
     if kind == "kvlist_value":
-        return {kv.key: any_value_to_python(kv.value) for kv in value.kvlist_value.values}
+        return attributes_to_dict(value.kvlist_value.values)
     if kind == "array_value":
         return [any_value_to_python(v) for v in value.array_value.values]
     if kind == "bytes_value":
@@ -40,7 +40,8 @@ def any_value_to_python(value: AnyValue) -> Any:
 
 
 def attributes_to_dict(attributes: Any) -> dict[str, Any]:
-    """A repeated KeyValue as a plain object (a repeated key keeps its last value)."""
+    """A repeated KeyValue (attributes, a kvlist's values) as a plain object (a repeated key keeps
+    its last value)."""
     out: dict[str, Any] = {}
     for kv in attributes:
         value = kv.value
