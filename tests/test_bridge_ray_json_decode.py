@@ -62,6 +62,16 @@ def _mutations() -> list[tuple[str, Any]]:
     case("null value", lambda o: o.update(message=None))
     case("both names of a field", lambda o: o.update(session_name="other"))
     case("not an object", lambda o: o.update(timestamp=["x"]))
+    two_functions = {
+        "pythonFunctionDescriptor": {"moduleName": "m", "functionName": "f"},
+        "javaFunctionDescriptor": {"className": "C", "functionName": "f"},
+    }
+    case(
+        "two members of one oneof",
+        lambda o: o.update(
+            eventType="TASK_DEFINITION_EVENT", taskDefinitionEvent={"taskFunc": two_functions}
+        ),
+    )
     return cases
 
 

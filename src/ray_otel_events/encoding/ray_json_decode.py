@@ -149,13 +149,15 @@ class _Table:
 
     def __init__(self, descriptor: Any) -> None:
         self.setters: dict[str, tuple[int, Setter]] = {}
+        self.by_json_name: dict[str, Setter] = {}
         self.oneof_of: dict[int, int] = {}
         for field in descriptor.fields:
             setter = self._setter(field)
             self.setters[field.json_name] = (field.number, setter)
             self.setters[field.name] = (field.number, setter)
+            self.by_json_name[field.json_name] = setter
             oneof = field.containing_oneof
-            if oneof is not None:
+            if oneof is not None and len(oneof.fields) > 1:  # proto3 `optional` is a oneof of one
                 self.oneof_of[field.number] = id(oneof)
 
     @staticmethod
@@ -246,6 +248,14 @@ def _fill(message: Any, obj: Any) -> None:
             table = _tables[full_name] = _Table(message.DESCRIPTOR)
         except _Fallback:
             table = _tables[full_name] = _fallback_table(message.DESCRIPTOR)
+    by_json_name = table.by_json_name
+    if not table.oneof_of and by_json_name.keys() >= obj.keys():
+        # Every key a camelCase field name (what Ray sends): no field can come twice, no oneof clash.
+        for key, value in obj.items():
+            if value is None:
+                raise _Fallback
+            by_json_name[key](message, value)
+        return
     setters = table.setters
     seen: set[int] = set()
     oneofs: set[int] = set()
@@ -269,6 +279,7 @@ def _fallback_table(descriptor: Any) -> _Table:
     """A type with a field the fast path cannot read: every key falls back."""
     table = _Table.__new__(_Table)
     table.setters = {}
+    table.by_json_name = {}
     table.oneof_of = {}
     return table
 
