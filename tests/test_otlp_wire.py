@@ -116,28 +116,6 @@ def _fixture_events() -> list[RayEvent]:
     return [json_format.ParseDict(d, RayEvent(), ignore_unknown_fields=True) for d in dicts]
 
 
-def test_a_ray_events_record_in_one_pass_equals_the_fields_encoded() -> None:
-    events = _fixture_events()
-    assert len(events) > 150
-    for event in events:
-        fields = to_log_record(event)
-        trace, span = b"\x01" * 16, b"\x02" * 8
-        expected = otlp_wire.log_record(
-            time_unix_nano=fields.timestamp_ns,
-            observed_time_unix_nano=7,
-            severity_number=fields.severity_number,
-            severity_text=fields.severity_text,
-            event_name=fields.event_name,
-            body=fields.body,
-            attrs=fields.attributes,
-            trace_id=trace,
-            span_id=span,
-        )
-        got = log_record_wire(event, trace, span, 7)
-        assert LogRecord.FromString(got) == LogRecord.FromString(expected)
-        assert got == expected  # byte for byte: the same fields in the same order
-
-
 def _expected_wire(event: RayEvent) -> bytes:
     fields = to_log_record(event)
     return otlp_wire.log_record(
@@ -151,6 +129,16 @@ def _expected_wire(event: RayEvent) -> bytes:
         trace_id=b"\x01" * 16,
         span_id=b"\x02" * 8,
     )
+
+
+def test_a_ray_events_record_in_one_pass_equals_the_fields_encoded() -> None:
+    events = _fixture_events()
+    assert len(events) > 150
+    for event in events:
+        got = log_record_wire(event, b"\x01" * 16, b"\x02" * 8, 7)
+        expected = _expected_wire(event)
+        assert LogRecord.FromString(got) == LogRecord.FromString(expected)
+        assert got == expected  # byte for byte: the same fields in the same order
 
 
 def test_records_stay_exact_when_a_fields_values_never_repeat() -> None:
