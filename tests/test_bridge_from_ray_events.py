@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 import pytest
 from google.protobuf import json_format
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from ray_otel_events.events import ids
@@ -344,3 +345,29 @@ def test_trace_ids_are_deterministic_and_session_scoped(session: str) -> None:
     assert trace_id_for_job(session, JOB) == trace_id_for_job(session, JOB)
     assert trace_id_for_job(session, JOB) != trace_id_for_job(session + "x", JOB)
     assert len(trace_id_for_job(session, JOB)) == 16 and len(job_span_id(session, JOB)) == 8
+
+
+def test_times_otlp_cannot_carry_become_unknown_not_a_crash() -> None:
+    """RayEvent timestamps run from year 1 to 9999; OTLP's are unsigned nanoseconds since 1970
+    (to 2554). Such a task still gets its span and records, with those times 0 ("unknown"), and
+    each record's body keeps the event's own timestamp."""
+    factory = EventFactory(SESSION)
+    task = bytes(range(20)) + JOB
+    before_1970 = -315_619_200 * 10**9  # 1960-01-01
+    after_2554 = 20_000_000_000 * 10**9  # year 2603
+    common: dict[str, Any] = {"task_id": task, "job_id": JOB}
+    events = [
+        factory.task_definition(
+            **common, name="f", function=python_function("m", "f"), timestamp_ns=before_1970
+        ),
+        factory.task_lifecycle(**common, state=TaskStatus.RUNNING, timestamp_ns=before_1970),
+        factory.task_lifecycle(**common, state=TaskStatus.FINISHED, timestamp_ns=after_2554),
+    ]
+    out = RayEventsToOtel(terminal_grace_s=0.0).add(events)
+    (emitted,) = out.spans
+    assert (emitted.span.start_time_unix_nano, emitted.span.end_time_unix_nano) == (0, 0)
+    assert [(e.name, e.time_unix_nano) for e in emitted.span.events] == [("RUNNING", 0), ("FINISHED", 0)]
+    assert len(out.logs) == 3
+    records = [LogRecord.FromString(log.wire) for log in out.logs]
+    assert [r.time_unix_nano for r in records[:2]] == [0, 0]
+    assert any_value_to_python(records[0].body)["timestamp"] == "1960-01-01T00:00:00Z"

@@ -42,7 +42,7 @@ from ray_otel_events.events import ids
 from ray_otel_events.events.builders import ActorState, JobState, TaskStatus, TaskType
 from ray_otel_events.events.registry import event_type_name
 from ray_otel_events.metrics import Counters
-from ray_otel_events.otel import semconv
+from ray_otel_events.otel import otlp_wire, semconv
 from ray_otel_events.otel.log_records import log_record_wire
 from ray_otel_events.otel.plain_records import key_values
 from ray_otel_events.protobuf import common_pb2
@@ -465,7 +465,7 @@ class RayEventsToOtel:
 
     def _update(self, key: EntityKey, lifecycle_type: int, event: RayEvent, now: float, out: Emitted) -> None:
         entity = self._open.get(key)
-        event_ns = event.timestamp.ToNanoseconds()
+        event_ns = otlp_wire.time_or_unknown(event.timestamp.ToNanoseconds())
         if entity is None:
             entity = _Entity(key, lifecycle_type, event_ns, now)
             self._open[key] = entity
@@ -549,7 +549,7 @@ class RayEventsToOtel:
         seen: set[tuple[int, int]] = set()
         out: list[tuple[int, int, Any]] = []
         for t in entity.lifecycle.state_transitions:
-            ns = t.timestamp.ToNanoseconds()
+            ns = otlp_wire.time_or_unknown(t.timestamp.ToNanoseconds())
             if (ns, t.state) in seen:
                 continue
             seen.add((ns, t.state))
@@ -657,14 +657,14 @@ class RayEventsToOtel:
             start_time_unix_nano=start,
             end_time_unix_nano=end,
         )
-        span.attributes.extend(key_values(attributes))
+        # Attributes and events written as wire bytes and parsed by upb in one call: building them
+        # as messages costs a Python-to-upb call per nested field (46 against 19 µs a task span).
+        parts = [otlp_wire.attributes(attributes, _SPAN_ATTRIBUTE)]
         for ns, state, _ in transitions:
             if terminal is not None and state == terminal[1] and ns > terminal[0]:
                 continue  # a terminal state reported again later (Ray re-sends DEAD at job end)
-            name_of_state = state_name(state)
-            span.events.add(time_unix_nano=ns, name=name_of_state).attributes.extend(
-                key_values({semconv.RAY_STATE: name_of_state})
-            )
+            parts.append(_state_event(ns, state_name(state)))
+        span.MergeFromString(b"".join(parts))
         return span
 
     @staticmethod
@@ -830,6 +830,24 @@ class RayEventsToOtel:
 
 
 _enum_names: dict[Any, dict[int, str]] = {}
+
+
+_SPAN_ATTRIBUTE = b"\x4a"  # Span.attributes = 9
+_SPAN_EVENT = b"\x5a"  # Span.events = 11
+_state_event_tails: dict[str, bytes] = {}
+
+
+def _state_event(ns: int, state: str) -> bytes:
+    """A Span.events entry: Event{time_unix_nano, name=state, attributes={ray.state: state}}."""
+    tail = _state_event_tails.get(state)
+    if tail is None:
+        tail = otlp_wire.string_field(b"\x12", state) + otlp_wire.attributes(
+            {semconv.RAY_STATE: state}, b"\x1a"
+        )  # Event.name = 2, Event.attributes = 3
+        if len(_state_event_tails) < 1024:  # state names of a few enums
+            _state_event_tails[state] = tail
+    event = b"\x09" + ns.to_bytes(8, "little") + tail  # Event.time_unix_nano = 1, fixed64
+    return _SPAN_EVENT + otlp_wire.varint(len(event)) + event
 
 
 def _enum_name(enum: Any, value: int) -> str:

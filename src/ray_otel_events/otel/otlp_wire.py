@@ -33,6 +33,15 @@ _KEY_CACHE_MAX = 4096
 _key_cache: dict[str, bytes] = {}
 
 
+_MAX_FIXED64 = (1 << 64) - 1
+
+
+def time_or_unknown(unix_nano: int) -> int:
+    """A time OTLP can carry (unsigned 64-bit nanoseconds since the epoch), else 0, OTLP's
+    "unknown": a RayEvent's timestamp may be any time from year 1 to 9999."""
+    return unix_nano if 0 <= unix_nano <= _MAX_FIXED64 else 0
+
+
 def _varint_slow(value: int) -> bytes:
     if value < 0:
         value += 1 << 64  # int64: two's complement, ten bytes
