@@ -14,7 +14,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs
-from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span
 
 from ray_otel_events.otel import otlp_wire
 from ray_otel_events.otel.log_records import log_record_wire, to_log_record
@@ -217,3 +217,18 @@ def test_a_malformed_envelope_is_a_value_error_not_a_crash() -> None:
     for bad in (good[:-3], b"\x08\x01", b"\x0a\xff"):
         with pytest.raises(ValueError):
             otlp_wire.merge_envelopes([good, bad])
+
+
+def test_span_events_written_as_bytes_equal_the_messages() -> None:
+    attrs = {"exception.type": "ValueError", "exception.message": "", "n": 3}
+    expected = Span()
+    expected.attributes.extend(key_values({"a": "b"}))
+    expected.events.add(time_unix_nano=2**63 + 5, name="exception").attributes.extend(key_values(attrs))
+    expected.events.add(time_unix_nano=0, name="RUNNING")
+    got = Span()
+    got.MergeFromString(
+        otlp_wire.attributes({"a": "b"}, otlp_wire.SPAN_ATTRIBUTES)
+        + otlp_wire.span_event(2**63 + 5, otlp_wire.span_event_fields("exception", attrs))
+        + otlp_wire.span_event(0, otlp_wire.span_event_fields("RUNNING", {}))
+    )
+    assert got == expected

@@ -44,7 +44,6 @@ from ray_otel_events.events.registry import event_type_name
 from ray_otel_events.metrics import Counters
 from ray_otel_events.otel import otlp_wire, semconv
 from ray_otel_events.otel.log_records import log_record_wire
-from ray_otel_events.otel.plain_records import key_values
 from ray_otel_events.protobuf import common_pb2
 from ray_otel_events.protobuf.events_actor_lifecycle_event_pb2 import ActorLifecycleEvent
 from ray_otel_events.protobuf.events_actor_task_definition_event_pb2 import ActorTaskDefinitionEvent
@@ -659,7 +658,7 @@ class RayEventsToOtel:
         )
         # Attributes and events written as wire bytes and parsed by upb in one call: building them
         # as messages costs a Python-to-upb call per nested field (46 against 19 µs a task span).
-        parts = [otlp_wire.attributes(attributes, _SPAN_ATTRIBUTE)]
+        parts = [otlp_wire.attributes(attributes, otlp_wire.SPAN_ATTRIBUTES)]
         for ns, state, _ in transitions:
             if terminal is not None and state == terminal[1] and ns > terminal[0]:
                 continue  # a terminal state reported again later (Ray re-sends DEAD at job end)
@@ -674,7 +673,7 @@ class RayEventsToOtel:
         attrs = {"exception.type": exc_type, "exception.message": message}
         if stacktrace:
             attrs["exception.stacktrace"] = stacktrace
-        span.events.add(time_unix_nano=at_ns, name="exception").attributes.extend(key_values(attrs))
+        span.MergeFromString(otlp_wire.span_event(at_ns, otlp_wire.span_event_fields("exception", attrs)))
 
     def _task_parent(self, session: str, job: bytes, parent_task: bytes) -> bytes:
         if _is_nil(parent_task) or parent_task == _NIL_TASK_ID:
@@ -829,25 +828,20 @@ class RayEventsToOtel:
         return log_record_wire(event, trace_id, span_id if trace_id else b"", self.observed_clock_ns())
 
 
-_enum_names: dict[Any, dict[int, str]] = {}
-
-
-_SPAN_ATTRIBUTE = b"\x4a"  # Span.attributes = 9
-_SPAN_EVENT = b"\x5a"  # Span.events = 11
-_state_event_tails: dict[str, bytes] = {}
+_state_event_fields: dict[str, bytes] = {}
 
 
 def _state_event(ns: int, state: str) -> bytes:
     """A Span.events entry: Event{time_unix_nano, name=state, attributes={ray.state: state}}."""
-    tail = _state_event_tails.get(state)
-    if tail is None:
-        tail = otlp_wire.string_field(b"\x12", state) + otlp_wire.attributes(
-            {semconv.RAY_STATE: state}, b"\x1a"
-        )  # Event.name = 2, Event.attributes = 3
-        if len(_state_event_tails) < 1024:  # state names of a few enums
-            _state_event_tails[state] = tail
-    event = b"\x09" + ns.to_bytes(8, "little") + tail  # Event.time_unix_nano = 1, fixed64
-    return _SPAN_EVENT + otlp_wire.varint(len(event)) + event
+    fields = _state_event_fields.get(state)
+    if fields is None:
+        fields = otlp_wire.span_event_fields(state, {semconv.RAY_STATE: state})
+        if len(_state_event_fields) < 1024:  # state names of a few enums
+            _state_event_fields[state] = fields
+    return otlp_wire.span_event(ns, fields)
+
+
+_enum_names: dict[Any, dict[int, str]] = {}
 
 
 def _enum_name(enum: Any, value: int) -> str:

@@ -147,7 +147,7 @@ def to_log_record(event: RayEvent) -> LogRecordFields:
         event_name=semconv.event_name_for(event_type_name(event.event_type)),
         timestamp_ns=otlp_wire.time_or_unknown(event.timestamp.ToNanoseconds()),
         severity_number=severity,
-        severity_text=RayEvent.Severity.Name(event.severity) if severity else "",
+        severity_text=_SEVERITY_TEXT[event.severity] if severity else "",
         body=body,
         attributes=attributes,
     )

@@ -222,6 +222,21 @@ def log_record_from_parts(
     return b"".join(parts)
 
 
+SPAN_ATTRIBUTES = b"\x4a"  # Span.attributes = 9: the tag of one attribute entry
+
+
+def span_event_fields(name: str, attrs: Mapping[str, Any]) -> bytes:
+    """An Event's name and attributes (fields 2 and 3), for `span_event`; the same for every
+    event of one kind, so a caller may keep them."""
+    return string_field(b"\x12", name) + attributes(attrs, b"\x1a")
+
+
+def span_event(time_unix_nano: int, fields: bytes) -> bytes:
+    """One Span.events entry (field 11): Event{time_unix_nano, then `span_event_fields`}."""
+    event = b"\x09" + _pack_fixed64(time_unix_nano) + fields  # Event.time_unix_nano = 1, fixed64
+    return _length_delimited(b"\x5a", event)
+
+
 def string_field(tag: bytes, value: str) -> bytes:
     """A string field of any message (`tag` = field number << 3 | 2)."""
     return _length_delimited(tag, value.encode())
