@@ -147,9 +147,10 @@ def _run_traced(call: _TracedCall, fn: Callable[..., R], args: tuple[Any, ...], 
             job = bytes.fromhex(call.job_hex)
             task_hex = derive_task_id(parent.trace_id, parent.span_id, ids.nil_actor_id(job)).hex()
             attributes[semconv.RAY_TASK_ID] = task_hex
-        with tracer.start_as_current_span(
+        span = tracer.start_span(
             call.name + semconv.EXECUTE_SUFFIX, kind=SpanKind.CONSUMER, attributes=attributes
-        ) as span:
+        )
+        with trace.use_span(span, end_on_exit=True, record_exception=True, set_status_on_exception=True):
             if span.is_recording():
                 _state_event(span, _RUNNING, time.time_ns())
             token = _running_task.set((task_hex, call.job_hex)) if task_hex else None

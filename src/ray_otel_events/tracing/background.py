@@ -96,11 +96,23 @@ class BatchingQueue(Generic[T]):
 
     def flush(self) -> None:
         """Handle everything queued, on this thread."""
+        self._drain()
+
+    def handle_now(self, item: T) -> bool:
+        """Handle everything queued and then `item`, on this thread, without waking the background
+        thread (or starting it); False (item not taken) once closed."""
+        if self._closed:
+            return False
+        self._drain(item)
+        return True
+
+    def _drain(self, *extra: T) -> None:
         with self._drain_lock:
             items = self._items
             batch: list[T] = []
             while items:
                 batch.append(items.popleft())
+            batch.extend(extra)
             if not batch:
                 return
             try:

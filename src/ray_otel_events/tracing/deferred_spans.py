@@ -27,12 +27,12 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import Decision
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind
+from opentelemetry.trace import SpanContext, SpanKind
 from opentelemetry.util.types import Attributes
 
 from ray_otel_events.tracing.background import BatchingQueue
-from ray_otel_events.tracing.direct_spans import new_span_context
-from ray_otel_events.tracing.propagation import inject_into
+from ray_otel_events.tracing.direct_spans import DirectTracer, new_span_context
+from ray_otel_events.tracing.propagation import carrier_of, inject_into
 
 logger = logging.getLogger("ray_otel_events.tracing")
 
@@ -70,8 +70,10 @@ class _Submission(NamedTuple):
     tracer: SdkTracer
     name: str
     parent: context_api.Context
+    parent_span: SpanContext | None
     span_context: SpanContext
     attributes: Attributes
+    sampled_attributes: Attributes
     start_ns: int
     end_ns: int
 
@@ -100,11 +102,21 @@ class DeferredSpans:
         start_ns = time.time_ns()
         parent_ctx = context_api.get_current()
         kind = SpanKind.PRODUCER
-        _, span_context, sampling = new_span_context(tracer, parent_ctx, name, kind, attributes, ())
-        carrier = inject_into(trace.set_span_in_context(NonRecordingSpan(span_context)))
+        parent, span_context, sampling = new_span_context(tracer, parent_ctx, name, kind, attributes, ())
+        carrier = carrier_of(span_context, parent_ctx)
         if sampling.decision is not Decision.DROP:
             self.queue.append(
-                _Submission(tracer, name, parent_ctx, span_context, attributes, start_ns, time.time_ns())
+                _Submission(
+                    tracer,
+                    name,
+                    parent_ctx,
+                    parent,
+                    span_context,
+                    attributes,
+                    sampling.attributes,
+                    start_ns,
+                    time.time_ns(),
+                )
             )
         return carrier
 
@@ -114,6 +126,21 @@ class DeferredSpans:
     def _create(self, batch: list[_Submission]) -> None:
         preset = self.id_generator.preset
         for item in batch:
+            tracer = item.tracer
+            if isinstance(tracer, DirectTracer) and tracer.direct():
+                # Ids, parent and sampling were chosen at submission: the span is made from them.
+                tracer.started_span(
+                    item.name,
+                    item.span_context,
+                    item.parent_span,
+                    SpanKind.PRODUCER,
+                    item.sampled_attributes,
+                    (),
+                    item.start_ns,
+                    item.parent,
+                ).end(end_time=item.end_ns)
+                self.created += 1
+                continue
             with preset(item.span_context.trace_id, item.span_context.span_id):
                 span = item.tracer.start_span(
                     item.name,

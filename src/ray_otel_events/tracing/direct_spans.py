@@ -238,6 +238,16 @@ class DirectTracer(SdkTracer):
         self.limits: SpanLimits = self._span_limits
         self.scope: InstrumentationScope = self._instrumentation_scope
 
+    def _as_given(self, attributes: Mapping[str, Any]) -> bool:
+        """True when `set_attribute` would keep every one of these unchanged (string keys and values,
+        within the limits): the common case, taken without a call per attribute."""
+        limit = self.limits.max_span_attributes
+        return (
+            (limit is None or len(attributes) <= limit)
+            and self.limits.max_span_attribute_length is None
+            and all(type(key) is str and key and type(value) is str for key, value in attributes.items())
+        )
+
     def start_span(
         self,
         name: str,
@@ -257,12 +267,54 @@ class DirectTracer(SdkTracer):
         parent, span_context, sampling = new_span_context(self, context, name, kind, attributes, links)
         if sampling.decision is Decision.DROP:
             return trace_api.NonRecordingSpan(span_context)
-        span = DirectSpan(
-            name, span_context, parent, self, kind, {}, links, record_exception, set_status_on_exception
+        return self.started_span(
+            name,
+            span_context,
+            parent,
+            kind,
+            sampling.attributes,
+            links,
+            start_time if start_time is not None else time.time_ns(),
+            context,
+            record_exception=record_exception,
+            set_status_on_exception=set_status_on_exception,
         )
-        for key, value in (sampling.attributes or {}).items():
-            span.set_attribute(key, value)
-        span._start_time = start_time if start_time is not None else time.time_ns()
+
+    def started_span(
+        self,
+        name: str,
+        span_context: SpanContext,
+        parent: SpanContext | None,
+        kind: SpanKind,
+        attributes: types.Attributes,
+        links: Sequence[Link],
+        start_time: int,
+        parent_context: context_api.Context | None,
+        *,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+    ) -> DirectSpan:
+        """A DirectSpan whose ids, parent and sampling are already chosen (`new_span_context`),
+        handed to the processors' `on_start`."""
+        if attributes and self._as_given(attributes):
+            span = DirectSpan(
+                name,
+                span_context,
+                parent,
+                self,
+                kind,
+                dict(attributes),
+                links,
+                record_exception,
+                set_status_on_exception,
+            )
+        else:
+            span = DirectSpan(
+                name, span_context, parent, self, kind, {}, links, record_exception, set_status_on_exception
+            )
+            for key, value in (attributes or {}).items():
+                span.set_attribute(key, value)
+        span._start_time = start_time
         # Typed for SDK spans; direct() holds only while every processor reads spans through the API.
-        self.span_processor.on_start(span, parent_context=context)  # type: ignore[arg-type]
+        self.span_processor.on_start(span, parent_context=parent_context)  # type: ignore[arg-type]
         return span

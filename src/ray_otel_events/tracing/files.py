@@ -68,6 +68,13 @@ class LineFileWriter(Generic[T]):
         self.queue.flush()
         return self.failed == failed
 
+    def write_now(self, item: T) -> bool:
+        """Writes what is queued and then `item`, on this thread; True if all of it is on disk."""
+        failed = self.failed
+        if not self.queue.handle_now(item):
+            self.failed += 1
+        return self.failed == failed
+
     def close(self) -> bool:
         failed = self.failed
         self.queue.close()
@@ -133,9 +140,10 @@ class SpanFileProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         if span.context is not None and span.context.trace_flags.sampled:
-            self.writer.append(span)
             if span.kind is SpanKind.CONSUMER and span.name.endswith(semconv.EXECUTE_SUFFIX):
-                self.writer.flush()
+                self.writer.write_now(span)  # no hand-over: the task's own thread pays, once
+            else:
+                self.writer.append(span)
 
     def shutdown(self) -> None:
         self.writer.close()
