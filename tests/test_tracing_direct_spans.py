@@ -9,12 +9,23 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace import Span as SdkSpan
+from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Decision
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+)
 
 from ray_otel_events.otel.span_json import span_to_json_line
-from ray_otel_events.tracing.direct_spans import DirectSpan
+from ray_otel_events.tracing.direct_spans import DirectSpan, new_span_context
 from ray_otel_events.tracing.provider import CachingTracerProvider
 
 
@@ -99,3 +110,30 @@ def test_a_foreign_processor_gets_sdk_spans() -> None:
     provider.add_span_processor(foreign)
     span = tracer.start_span("after")
     assert isinstance(span, SdkSpan) and foreign.started == [span]
+
+
+@pytest.mark.parametrize(
+    "parent",
+    [
+        None,
+        SpanContext(7, 9, is_remote=True, trace_flags=TraceFlags(1), trace_state=TraceState([("k", "v")])),
+        SpanContext(7, 9, is_remote=True, trace_flags=TraceFlags(0), trace_state=TraceState([("k", "v")])),
+        SpanContext(7, 9, is_remote=False, trace_flags=TraceFlags(1)),
+        SpanContext(7, 9, is_remote=False, trace_flags=TraceFlags(0)),
+        SpanContext(0, 0, is_remote=True),  # invalid: a root
+    ],
+)
+def test_default_sampler_decided_as_the_sdk_decides(parent: SpanContext | None) -> None:
+    provider, _ = _provider(foreign=False)
+    tracer = provider.get_tracer("t")
+    assert isinstance(tracer, SdkTracer) and tracer.sampler is DEFAULT_ON
+    context = None if parent is None else trace.set_span_in_context(NonRecordingSpan(parent))
+    attributes = {"a": "1"}
+    _, span_context, ours = new_span_context(tracer, context, "s", SpanKind.CONSUMER, attributes, ())
+    theirs = DEFAULT_ON.should_sample(context, span_context.trace_id, "s", SpanKind.CONSUMER, attributes, ())
+    assert (ours.decision, dict(ours.attributes), ours.trace_state) == (
+        theirs.decision,
+        dict(theirs.attributes),
+        theirs.trace_state,
+    )
+    assert span_context.trace_flags.sampled == (theirs.decision is Decision.RECORD_AND_SAMPLE)

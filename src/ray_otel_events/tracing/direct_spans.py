@@ -25,7 +25,7 @@ from opentelemetry.attributes import _clean_attribute_value
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, SpanProcessor
 from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-from opentelemetry.sdk.trace.sampling import Decision, SamplingResult
+from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Decision, SamplingResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util import types
@@ -66,7 +66,18 @@ def new_span_context(
     else:
         trace_id = parent.trace_id
         random_trace_id = parent.trace_flags.random_trace_id
-    sampling = tracer.sampler.should_sample(context, trace_id, name, kind, attributes, links)
+    sampler = tracer.sampler
+    if sampler is DEFAULT_ON:
+        # ParentBased(ALWAYS_ON), decided as it decides without its four calls: sampled as a root or
+        # under a sampled parent, dropped under an unsampled one, the parent's trace state kept.
+        if parent is None:
+            sampling = SamplingResult(Decision.RECORD_AND_SAMPLE, attributes, None)
+        elif parent.trace_flags.sampled:
+            sampling = SamplingResult(Decision.RECORD_AND_SAMPLE, attributes, parent.trace_state)
+        else:
+            sampling = SamplingResult(Decision.DROP, None, parent.trace_state)
+    else:
+        sampling = sampler.should_sample(context, trace_id, name, kind, attributes, links)
     flags = TraceFlags.SAMPLED if sampling.decision is Decision.RECORD_AND_SAMPLE else TraceFlags.DEFAULT
     if random_trace_id:
         flags |= TraceFlags.RANDOM_TRACE_ID
