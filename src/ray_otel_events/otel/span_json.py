@@ -68,8 +68,9 @@ def ns_to_iso_str(nanoseconds: int) -> str:
     return f"{_second_prefix(int(whole))}.{micros:06d}Z"
 
 
-_KIND_JSON = {kind: _str(str(kind)) for kind in SpanKind}
-_STATUS_JSON = {code: '{"status_code": ' + _str(code.name) for code in StatusCode}
+# Keyed by the members' values: hashing an Enum member runs Enum.__hash__ in Python.
+_KIND_JSON = {kind._value_: _str(str(kind)) for kind in SpanKind}
+_STATUS_JSON = {code._value_: '{"status_code": ' + _str(code.name) for code in StatusCode}
 
 
 def _attrs(attributes: Any) -> str:
@@ -102,7 +103,7 @@ def span_to_json_line(span: ReadableSpan) -> str:
     order, each value encoded as `json.dumps` would, the resource's JSON cached per Resource."""
     ctx, parent, status = span.context, span.parent, span.status
     parent_json = "null" if parent is None else f'"0x{parent.span_id:016x}"'
-    status_json = _STATUS_JSON[status.status_code]
+    status_json = _STATUS_JSON[status.status_code._value_]
     if status.description:
         status_json += ', "description": ' + _str(status.description)
     events = ", ".join(
@@ -120,7 +121,7 @@ def span_to_json_line(span: ReadableSpan) -> str:
     )
     return (
         f'{{"name": {_str(span.name)}, "context": {_context(ctx) if ctx else "null"},'
-        f' "kind": {_KIND_JSON[span.kind]},'
+        f' "kind": {_KIND_JSON[span.kind._value_]},'
         f' "parent_id": {parent_json},'
         f' "start_time": {_time(span.start_time)}, "end_time": {_time(span.end_time)},'
         f' "status": {status_json}}}, "attributes": {_attrs(span.attributes)},'
