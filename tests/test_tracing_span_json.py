@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from types import MappingProxyType
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry import trace
@@ -24,7 +27,7 @@ from opentelemetry.trace import (
     TraceState,
 )
 
-from ray_otel_events.otel.span_json import log_record_to_json_line, ns_to_iso_str, span_to_json_line
+from ray_otel_events.otel.span_json import _attrs, log_record_to_json_line, ns_to_iso_str, span_to_json_line
 
 
 def test_span_lines_equal_the_sdks() -> None:
@@ -148,3 +151,43 @@ def test_random_span_lines_equal_the_sdks(
 @given(_times)
 def test_timestamps_round_as_the_sdks(nanoseconds: int) -> None:
     assert ns_to_iso_str(nanoseconds) == sdk_ns_to_iso_str(nanoseconds)
+
+
+# Mostly plain ASCII, where the orjson path applies, with the characters that must leave it:
+# quotes, backslashes, control characters, DEL and one beyond ASCII; colons and commas that
+# look like its separators.
+_ascii_text = st.text(
+    alphabet=st.sampled_from([*'ab:," \\{}[]', "\x00", "\n", "\x7f", "\x80", "é"]), max_size=6
+)
+_separator_text = st.text(alphabet=st.sampled_from([*"a:, "]), max_size=3)  # nothing to escape
+_ascii_attributes = st.dictionaries(
+    _ascii_text | _separator_text,
+    st.one_of(_ascii_text, _separator_text, st.integers(), st.booleans(), st.lists(_ascii_text, max_size=2)),
+    min_size=4,  # where the orjson path applies
+    max_size=9,
+)
+
+
+# Nothing escaped (and DEL, which only json.dumps escapes): the orjson path's own edge cases.
+_plain_text = st.sampled_from(["a", "b", ":", ",", "a:", ",b", '",', " ", "", "a,b", ":a"])
+_plain_attributes = (
+    st.dictionaries(_plain_text, _plain_text, min_size=4, max_size=8)
+    | st.dictionaries(_plain_text | st.just("\x7f"), _plain_text | st.just("a\x7f"), min_size=4, max_size=8)
+    | st.dictionaries(
+        _plain_text, _plain_text | st.integers(min_value=0, max_value=3), min_size=4, max_size=8
+    )
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_ascii_attributes | _plain_attributes)
+def test_attribute_json_equals_json_dumps(attributes: dict[str, object]) -> None:
+    expected = json.dumps(attributes) if attributes else "{}"
+    assert _attrs(attributes) == expected
+    assert _attrs(MappingProxyType(attributes)) == expected  # how a span hands its attributes out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_ascii_text | _separator_text, _ascii_text | _separator_text, max_size=3))
+def test_small_attribute_json_equals_json_dumps(attributes: dict[str, object]) -> None:
+    assert _attrs(attributes) == (json.dumps(attributes) if attributes else "{}")
