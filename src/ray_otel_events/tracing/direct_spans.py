@@ -33,6 +33,8 @@ from opentelemetry.util import types
 logger = logging.getLogger("ray_otel_events.tracing")
 
 _SDK_READERS = (BatchSpanProcessor, SimpleSpanProcessor)
+_STR_ONLY = frozenset({str})
+_UNSET = Status(StatusCode.UNSET)  # immutable: set_status replaces it, never changes it
 
 
 def reads_spans_only(processor: SpanProcessor) -> bool:
@@ -118,7 +120,7 @@ class DirectSpan(trace_api.Span, ReadableSpan):
             tuple(links),
             kind,
             None,
-            Status(StatusCode.UNSET),
+            _UNSET,
             None,
             None,
             tracer.scope,
@@ -256,7 +258,9 @@ class DirectTracer(SdkTracer):
         return (
             (limit is None or len(attributes) <= limit)
             and self.limits.max_span_attribute_length is None
-            and all(type(key) is str and key and type(value) is str for key, value in attributes.items())
+            and _STR_ONLY.issuperset(map(type, attributes))
+            and "" not in attributes
+            and _STR_ONLY.issuperset(map(type, attributes.values()))
         )
 
     def start_span(
