@@ -20,16 +20,20 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFl
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ray_otel_events.tracing.deferred_spans import DeferredSpans, record_submit_span
+from ray_otel_events.tracing.direct_spans import DirectSpan
+from ray_otel_events.tracing.provider import CachingTracerProvider
 
 PARENT_BASED = ParentBased(ALWAYS_ON)  # the SDK's default sampler
 ATTRS = {"ray.remote": "function", "ray.function": "m.f"}
 
 
 def _provider(
-    sampler: Sampler = PARENT_BASED,
+    sampler: Sampler = PARENT_BASED, *, direct: bool = False
 ) -> tuple[DeferredSpans, TracerProvider, InMemorySpanExporter]:
+    """An SDK provider, or ours (`direct`), whose tracers make DirectSpans from the chosen ids."""
     deferred = DeferredSpans(linger_s=60)  # only explicit flushes create spans here
-    provider = TracerProvider(sampler=sampler, id_generator=deferred.id_generator)
+    provider_class = CachingTracerProvider if direct else TracerProvider
+    provider = provider_class(sampler=sampler, id_generator=deferred.id_generator)
     exporter = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return deferred, provider, exporter
@@ -40,8 +44,9 @@ def _context_of(carrier: dict[str, str]) -> SpanContext:
     return trace.get_current_span(ctx).get_span_context()
 
 
-def test_a_root_submission_becomes_the_span_its_carrier_names() -> None:
-    deferred, provider, exporter = _provider()
+@pytest.mark.parametrize("direct", [False, True], ids=["sdk spans", "direct spans"])
+def test_a_root_submission_becomes_the_span_its_carrier_names(direct: bool) -> None:
+    deferred, provider, exporter = _provider(direct=direct)
     tracer = provider.get_tracer("t")
     assert deferred.can_defer(tracer)
     carrier = record_submit_span(tracer, "m.f ray.remote", ATTRS, deferred)
@@ -57,10 +62,12 @@ def test_a_root_submission_becomes_the_span_its_carrier_names() -> None:
     assert span.start_time is not None and span.end_time is not None
     assert 0 <= span.end_time - span.start_time < 10**9
     assert deferred.created == 1 and deferred.mismatched == 0
+    assert isinstance(span, DirectSpan) == direct
 
 
-def test_a_nested_submission_keeps_its_parent_and_trace_state() -> None:
-    deferred, provider, exporter = _provider()
+@pytest.mark.parametrize("direct", [False, True], ids=["sdk spans", "direct spans"])
+def test_a_nested_submission_keeps_its_parent_and_trace_state(direct: bool) -> None:
+    deferred, provider, exporter = _provider(direct=direct)
     tracer = provider.get_tracer("t")
     parent = SpanContext(
         0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(1), trace_state=TraceState([("k", "v")])
@@ -88,8 +95,9 @@ def test_unsampled_submissions_propagate_but_create_nothing() -> None:
     assert exporter.get_finished_spans() == () and deferred.created == 0
 
 
-def test_ratio_sampling_agrees_with_what_was_propagated() -> None:
-    deferred, provider, exporter = _provider(TraceIdRatioBased(0.5))
+@pytest.mark.parametrize("direct", [False, True], ids=["sdk spans", "direct spans"])
+def test_ratio_sampling_agrees_with_what_was_propagated(direct: bool) -> None:
+    deferred, provider, exporter = _provider(TraceIdRatioBased(0.5), direct=direct)
     tracer = provider.get_tracer("t")
     carriers = [record_submit_span(tracer, "m.f ray.remote", ATTRS, deferred) for _ in range(400)]
     deferred.flush()

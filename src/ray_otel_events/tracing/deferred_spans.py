@@ -6,9 +6,10 @@ itself (ids, sampler, attribute cleaning, a ReadableSpan copy, every processor),
 provider is ours `record_submit_span` does only what the carrier needs: it chooses the ids, asks
 the provider's sampler (the SDK's own built-in samplers are deterministic, so the later call agrees),
 reads the clock at start and end, and queues the rest. A background thread then creates the same
-span through the SDK, with those ids (`PresetIdGenerator`), the captured parent context and the
-recorded times, so processors and exporters see an ordinary span. Anything else (a provider a user
-installed, a custom sampler) gets the span created synchronously, as before.
+span with the captured parent context and the recorded times, so processors and exporters see an
+ordinary span: a DirectSpan made from the ids, parent and sampling already chosen when the tracer
+makes them, else an SDK span given those ids (`PresetIdGenerator`). Anything else (a provider a
+user installed, a custom sampler) gets the span created synchronously, as before.
 
 The queue is flushed before the providers are (`TracingInstallation.flush`), at exit included.
 """
