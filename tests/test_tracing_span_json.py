@@ -191,3 +191,13 @@ def test_attribute_json_equals_json_dumps(attributes: dict[str, object]) -> None
 @given(st.dictionaries(_ascii_text | _separator_text, _ascii_text | _separator_text, max_size=3))
 def test_small_attribute_json_equals_json_dumps(attributes: dict[str, object]) -> None:
     assert _attrs(attributes) == (json.dumps(attributes) if attributes else "{}")
+
+
+def test_cached_attribute_json_is_never_given_to_equal_numbers() -> None:
+    """1 == 1.0 == True: only all-string dicts are remembered, so no other type can hit them."""
+    strings = {"a": "1", "b": "x", "c": "y", "d": "z"}
+    for attributes in (strings, strings, {**strings, "a": 1}, {**strings, "a": True}, {**strings, "a": 1.0}):
+        assert _attrs(attributes) == json.dumps(attributes)
+    assert _attrs(MappingProxyType(strings)) == json.dumps(strings)
+    with_task = {**strings, "ray.task_id": "ab"}  # not kept: a task's id makes each one unique
+    assert _attrs(with_task) == _attrs(with_task) == json.dumps(with_task)

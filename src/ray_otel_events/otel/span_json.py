@@ -31,6 +31,8 @@ from opentelemetry.trace import (
     format_trace_id,
 )
 
+from ray_otel_events.otel import semconv
+
 _UTC = datetime.UTC
 _str = json.encoder.encode_basestring_ascii  # what json.dumps does to a str, in C
 _dumps = json.JSONEncoder().encode  # json.dumps with its defaults, without the per-call argument checks
@@ -90,6 +92,11 @@ _STATUS_JSON = {code._value_: '{"status_code": ' + _str(code.name) for code in S
 
 
 _SEPARATOR_STRINGS = frozenset({":", ","})
+# JSON of dicts of plain strings by their items: a submission span's attributes repeat for every
+# call of one function from one process (an execution span's, carrying the task id, never do).
+# Only all-string dicts are kept, so a hit is one: a str never equals a number or a bool, which
+# would otherwise collide (1 == 1.0 == True).
+_plain_string_dicts: dict[tuple[tuple[Any, Any], ...], str] = {}
 
 
 def _attrs(attributes: Any) -> str:
@@ -110,6 +117,16 @@ def _attrs(attributes: Any) -> str:
     )
     if len(plain) < 4:  # below four the C encoder costs less than the checks
         return "".join(_encode_chunks(plain, 0)) if _encode_chunks is not None else _dumps(plain)
+    items: tuple[tuple[Any, Any], ...] | None = None
+    known = None
+    if semconv.RAY_TASK_ID not in plain:  # a task's own id makes every one unique: not worth keeping
+        items = tuple(plain.items())
+        try:
+            known = _plain_string_dicts.get(items)
+        except TypeError:  # a list value: not hashable, and not a plain string either
+            items = None
+    if known is not None:
+        return known
     try:
         compact = orjson.dumps(plain)
     except orjson.JSONEncodeError:
@@ -122,7 +139,12 @@ def _attrs(attributes: Any) -> str:
         and _SEPARATOR_STRINGS.isdisjoint(plain)
         and _SEPARATOR_STRINGS.isdisjoint(plain.values())
     ):
-        return compact.replace(b'":"', b'": "').replace(b'","', b'", "').decode()
+        text = compact.replace(b'":"', b'": "').replace(b'","', b'", "').decode()
+        if items is not None:
+            if len(_plain_string_dicts) >= 256:
+                _plain_string_dicts.clear()
+            _plain_string_dicts[items] = text
+        return text
     return "".join(_encode_chunks(plain, 0)) if _encode_chunks is not None else _dumps(plain)
 
 
