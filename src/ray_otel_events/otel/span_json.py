@@ -16,7 +16,7 @@ import datetime
 import json
 import threading
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from opentelemetry.sdk.resources import Resource
@@ -62,15 +62,24 @@ def _resource_json(resource: Resource) -> str:
     return text
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _keep(cache: dict[K, V], key: K, value: V, bound: int) -> V:
+    """`cache[key] = value`, emptying the cache first once it holds `bound` entries."""
+    if len(cache) >= bound:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
 _second_prefixes: dict[int, str] = {}
 
 
 def _second_prefix(seconds: int) -> str:
     prefix = datetime.datetime.fromtimestamp(seconds, tz=_UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    if len(_second_prefixes) >= 256:
-        _second_prefixes.clear()
-    _second_prefixes[seconds] = prefix
-    return prefix
+    return _keep(_second_prefixes, seconds, prefix, 256)
 
 
 def ns_to_iso_str(nanoseconds: int) -> str:
@@ -100,11 +109,7 @@ _plain_string_dicts: dict[tuple[tuple[Any, Any], ...], str] = {}
 
 
 def _attrs(attributes: Any) -> str:
-    """`json.dumps(dict(attributes))`. Keys are strings and values mostly strings: then orjson's
-    compact output with `": "` and `", "` put back is the same text at a quarter of the cost. That
-    holds when nothing was escaped (every `"` is then a delimiter), no key or value is `":"` or `","`
-    alone (the only strings that read as a separator), and there is one `":"` per key (every value
-    is a string)."""
+    """`json.dumps(dict(attributes))`: keys are strings and values mostly strings."""
     if attributes is None:
         return "null"
     if not attributes:
@@ -116,21 +121,37 @@ def _attrs(attributes: Any) -> str:
         attributes if kind is dict else attributes.copy() if kind is MappingProxyType else dict(attributes)
     )
     if len(plain) < 4:  # below four the C encoder costs less than the checks
-        return "".join(_encode_chunks(plain, 0)) if _encode_chunks is not None else _dumps(plain)
-    items: tuple[tuple[Any, Any], ...] | None = None
-    known = None
-    if semconv.RAY_TASK_ID not in plain:  # a task's own id makes every one unique: not worth keeping
-        items = tuple(plain.items())
-        try:
-            known = _plain_string_dicts.get(items)
-        except TypeError:  # a list value: not hashable, and not a plain string either
-            items = None
-    if known is not None:
-        return known
+        return _exact_json(plain)
+    if semconv.RAY_TASK_ID in plain:  # a task's own id makes every one unique: not worth keeping
+        return _plain_strings_json(plain) or _exact_json(plain)
+    items = tuple(plain.items())
+    try:
+        known = _plain_string_dicts.get(items)
+    except TypeError:  # a list value: not hashable, and not a plain string either
+        return _exact_json(plain)
+    if known is None:
+        known = _plain_strings_json(plain)
+        if known is None:
+            return _exact_json(plain)
+        _keep(_plain_string_dicts, items, known, 256)
+    return known
+
+
+def _exact_json(plain: dict[str, Any]) -> str:
+    return "".join(_encode_chunks(plain, 0)) if _encode_chunks is not None else _dumps(plain)
+
+
+def _plain_strings_json(plain: dict[str, Any]) -> str | None:
+    """`json.dumps(plain)` when every value is a string and nothing needs escaping, else None.
+
+    Then orjson's compact output with `": "` and `", "` put back is the same text at a quarter of
+    the cost: nothing was escaped (so every `"` is a delimiter), no key or value is `":"` or `","`
+    alone (the only strings that read as a separator), and there is one `":"` per key (every
+    value is a string)."""
     try:
         compact = orjson.dumps(plain)
     except orjson.JSONEncodeError:
-        compact = b"\\"  # not for the fast path: the exact encoder below decides
+        return None  # the exact encoder decides
     if (
         compact.isascii()
         and b"\\" not in compact
@@ -139,13 +160,8 @@ def _attrs(attributes: Any) -> str:
         and _SEPARATOR_STRINGS.isdisjoint(plain)
         and _SEPARATOR_STRINGS.isdisjoint(plain.values())
     ):
-        text = compact.replace(b'":"', b'": "').replace(b'","', b'", "').decode()
-        if items is not None:
-            if len(_plain_string_dicts) >= 256:
-                _plain_string_dicts.clear()
-            _plain_string_dicts[items] = text
-        return text
-    return "".join(_encode_chunks(plain, 0)) if _encode_chunks is not None else _dumps(plain)
+        return compact.replace(b'":"', b'": "').replace(b'","', b'", "').decode()
+    return None
 
 
 def _context(ctx: SpanContext) -> str:
@@ -168,11 +184,14 @@ def _event(name: str, timestamp: int, attributes: Any) -> str:
         if type(value) is str:
             around = _one_attribute_events.get((name, key, value))
             if around is None:
-                if len(_one_attribute_events) >= 1024:
-                    _one_attribute_events.clear()
-                around = _one_attribute_events[(name, key, value)] = (
-                    f'{{"name": {_str(name)}, "timestamp": "',
-                    f'", "attributes": {{{_str(key)}: {_str(value)}}}}}',
+                around = _keep(
+                    _one_attribute_events,
+                    (name, key, value),
+                    (
+                        f'{{"name": {_str(name)}, "timestamp": "',
+                        f'", "attributes": {{{_str(key)}: {_str(value)}}}}}',
+                    ),
+                    1024,
                 )
             return f"{around[0]}{ns_to_iso_str(timestamp)}{around[1]}"
     time = ns_to_iso_str(timestamp)

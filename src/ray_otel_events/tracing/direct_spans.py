@@ -311,22 +311,19 @@ class DirectTracer(SdkTracer):
     ) -> DirectSpan:
         """A DirectSpan whose ids, parent and sampling are already chosen (`new_span_context`),
         handed to the processors' `on_start`."""
-        if attributes and self._as_given(attributes):
-            span = DirectSpan(
-                name,
-                span_context,
-                parent,
-                self,
-                kind,
-                dict(attributes),
-                links,
-                record_exception,
-                set_status_on_exception,
-            )
-        else:
-            span = DirectSpan(
-                name, span_context, parent, self, kind, {}, links, record_exception, set_status_on_exception
-            )
+        given = attributes if attributes and self._as_given(attributes) else None
+        span = DirectSpan(
+            name,
+            span_context,
+            parent,
+            self,
+            kind,
+            dict(given) if given is not None else {},
+            links,
+            record_exception,
+            set_status_on_exception,
+        )
+        if given is None:
             for key, value in (attributes or {}).items():
                 span.set_attribute(key, value)
         span._start_time = start_time

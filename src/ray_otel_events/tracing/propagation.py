@@ -24,7 +24,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 TRACEPARENT = "traceparent"
 # What our inject writes (version 00, lowercase hex): anything else is left to the propagator.
 _CANONICAL_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
-_W3C_TYPES = (TraceContextTextMapPropagator, W3CBaggagePropagator)
+_W3C_TYPES = {TraceContextTextMapPropagator, W3CBaggagePropagator}
 _checked: tuple[TextMapPropagator | None, bool] = (None, False)
 
 
@@ -33,11 +33,9 @@ def _w3c_default() -> bool:
     global _checked
     textmap = propagate.get_global_textmap()
     if _checked[0] is not textmap:
-        members = (
-            getattr(textmap, "_propagators", None) if type(textmap) is CompositePropagator else [textmap]
-        )
-        plain = members is not None and all(type(member) in _W3C_TYPES for member in members)
-        _checked = (textmap, plain and any(type(m) is TraceContextTextMapPropagator for m in members or ()))
+        members = textmap._propagators if type(textmap) is CompositePropagator else [textmap]
+        kinds = {type(member) for member in members}
+        _checked = (textmap, TraceContextTextMapPropagator in kinds and kinds <= _W3C_TYPES)
     return _checked[1]
 
 
