@@ -100,3 +100,24 @@ def test_numbers_in_all_forms() -> None:
                 decode_event(obj)
             continue
         assert decode_event(obj) == expected
+
+
+def test_values_read_before_are_still_checked_in_full() -> None:
+    """Ids and timestamps' seconds are kept once read: a value sharing a kept prefix, or a kept
+    id in a field where it is wrong, gets json_format's answer all the same."""
+    base = RayEventJsonEncoder().to_dict(capture_events()[5])
+    decode_event(base)  # keeps its id and its timestamp's seconds
+    seconds = base["timestamp"][:19]
+    for stamp in ("Z", ".5Z", ".123456789Z", ".1234567890Z", ".Z", "Z ", ".5+01:00", ".5z", ".٣Z"):
+        obj = copy.deepcopy(base)
+        obj["timestamp"] = seconds + stamp
+        try:
+            expected = _reference(obj)
+        except json_format.ParseError:
+            with pytest.raises(json_format.ParseError):
+                decode_event(obj)
+            continue
+        assert decode_event(obj) == expected, stamp
+    obj = copy.deepcopy(base)
+    obj["sessionName"] = base["eventId"]  # a kept base64 id, in a string field: stays a string
+    assert decode_event(obj) == _reference(obj)

@@ -19,7 +19,9 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span
 from ray_otel_events.otel import otlp_wire
 from ray_otel_events.otel.log_records import log_record_wire, to_log_record
 from ray_otel_events.otel.plain_records import key_values, python_to_any_value
+from ray_otel_events.otel.to_ray_events import ray_event_from_log_record
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+from ray_otel_events.receivers.ray_events_http import parse_posted_event
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -104,8 +106,8 @@ def test_logs_request_wraps_records_under_one_resource_and_scope() -> None:
     )
 
 
-def _fixture_events() -> list[RayEvent]:
-    """Every real RayEvent we hold: runE's POSTs, the aggregator capture, one per event type."""
+def _fixture_dicts() -> list[dict[str, Any]]:
+    """Every real RayEvent we hold, as posted: runE's POSTs, the aggregator capture, one per type."""
     dicts: list[dict[str, Any]] = []
     for path in sorted((FIXTURES / "bridge" / "runE").glob("*.body")):
         dicts.extend(orjson.loads(path.read_bytes()))
@@ -113,7 +115,11 @@ def _fixture_events() -> list[RayEvent]:
     dicts.extend(item.get("event", item) for item in captured)
     for path in sorted((FIXTURES / "ray-2.60").glob("*.json")):
         dicts.extend(item["event"] for item in orjson.loads(path.read_bytes()))
-    return [json_format.ParseDict(d, RayEvent(), ignore_unknown_fields=True) for d in dicts]
+    return dicts
+
+
+def _fixture_events() -> list[RayEvent]:
+    return [json_format.ParseDict(d, RayEvent(), ignore_unknown_fields=True) for d in _fixture_dicts()]
 
 
 def _expected_wire(event: RayEvent) -> bytes:
@@ -232,3 +238,55 @@ def test_span_events_written_as_bytes_equal_the_messages() -> None:
         + otlp_wire.span_event(0, otlp_wire.span_event_fields("RUNNING", {}))
     )
     assert got == expected
+
+
+def _unordered(value: AnyValue) -> Any:
+    """An AnyValue as plain values, kvlists as dicts: the same whatever order keys were written in."""
+    kind = value.WhichOneof("value")
+    if kind == "kvlist_value":
+        return {kv.key: _unordered(kv.value) for kv in value.kvlist_value.values}
+    if kind == "array_value":
+        return [_unordered(item) for item in value.array_value.values]
+    return getattr(value, kind) if kind else None
+
+
+def _record_unordered(wire: bytes) -> tuple[Any, ...]:
+    record = LogRecord.FromString(wire)
+    attrs = {kv.key: _unordered(kv.value) for kv in record.attributes}
+    assert len(attrs) == len(record.attributes)
+    body = _unordered(record.body)
+    record.ClearField("attributes")
+    record.ClearField("body")
+    return record.SerializeToString(), body, attrs
+
+
+def test_a_record_written_from_the_posted_json_equals_the_one_from_the_event() -> None:
+    """What Ray's aggregator posts is its events' own JSON: the body written from the posted object
+    (no second encoding) is the record written from the decoded event: byte for byte for the
+    aggregator's POSTs, and the same record whatever order an object's keys come in."""
+    exact = 0
+    for item in _fixture_dicts():
+        posted = parse_posted_event(item)
+        assert posted.json is item  # every real event is read whole by the fast path
+        expected = log_record_wire(posted.event, b"\x01" * 16, b"\x02" * 8, 7)
+        got = log_record_wire(posted.event, b"\x01" * 16, b"\x02" * 8, 7, posted=posted.json)
+        assert _record_unordered(got) == _record_unordered(expected)
+        exact += got == expected
+    assert exact >= 140  # all but the one-per-type fixtures, stored with their keys sorted
+
+
+def test_posted_json_with_unknown_fields_is_not_a_body_and_other_spellings_round_trip() -> None:
+    """A body must parse back as the event: an object holding a field this schema does not know
+    (a newer Ray's) is not used as one; proto field names and numbers for strings are, and give
+    the same event back."""
+    definition = next(d for d in _fixture_dicts() if d["eventType"] == "TASK_DEFINITION_EVENT")
+    newer = {**definition, "fieldOfANewerRay": 1}
+    posted = parse_posted_event(newer)
+    assert posted.json is None
+    assert posted.event == parse_posted_event(definition).event
+    spelled = {("session_name" if k == "sessionName" else k): v for k, v in definition.items()}
+    spelled["taskDefinitionEvent"] = {**definition["taskDefinitionEvent"], "taskAttempt": "0"}
+    posted = parse_posted_event(spelled)
+    assert posted.json is spelled
+    record = LogRecord.FromString(log_record_wire(posted.event, b"\x01" * 16, b"", 7, posted=posted.json))
+    assert ray_event_from_log_record(record) == parse_posted_event(definition).event

@@ -25,7 +25,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from ray_otel_events.encoding.proto_scalars import INT_RANGES
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
-__all__ = ["decode_event"]
+__all__ = ["decode_event", "read_event"]
 
 
 class _Fallback(Exception):
@@ -39,6 +39,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _TIMESTAMP = re.compile(
     r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,9}))?Z"
 )
+_FRACTION = re.compile(r"(?:\.([0-9]{1,9}))?Z")  # what follows the seconds of a _TIMESTAMP
 _EPOCH = datetime.datetime(1970, 1, 1)
 _ONE_SECOND = datetime.timedelta(seconds=1)
 
@@ -73,13 +74,28 @@ def _read_bool(value: Any) -> bool:
     return value
 
 
+# Ids (node, job, worker, task, parent) and timestamps' seconds repeat from event to event: each is
+# read once and kept, in bounded caches (cleared when full; the GIL keeps a dict operation whole).
+_CACHE_MAX = 8192
+_bytes_of: dict[str, bytes] = {}
+_seconds_of: dict[str, int] = {}
+
+
 def _read_bytes(value: Any) -> bytes:
+    if type(value) is str:
+        known = _bytes_of.get(value)
+        if known is not None:
+            return known
     if type(value) is not str or not _BASE64.fullmatch(value):
         raise _Fallback
     try:
-        return base64.b64decode(value, validate=True)
+        data = base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
         raise _Fallback from None
+    if len(_bytes_of) >= _CACHE_MAX:
+        _bytes_of.clear()
+    _bytes_of[value] = data
+    return data
 
 
 def _float_reader(is_float32: bool) -> Callable[[Any], float]:
@@ -132,15 +148,23 @@ def _scalar_reader(field: Any) -> Callable[[Any], Any]:
 def _fill_timestamp(target: Any, value: Any) -> None:
     if type(value) is not str:
         raise _Fallback
-    match = _TIMESTAMP.fullmatch(value)
-    if match is None:
-        raise _Fallback
-    year, month, day, hour, minute, second, fraction = match.groups()
-    try:
-        moment = datetime.datetime(int(year), int(month), int(day), int(hour), int(minute), int(second))
-    except ValueError:
-        raise _Fallback from None
-    target.seconds = (moment - _EPOCH) // _ONE_SECOND
+    seconds = _seconds_of.get(value[:19])
+    if seconds is not None and _FRACTION.fullmatch(value, 19):
+        fraction = value[20:-1]
+    else:
+        match = _TIMESTAMP.fullmatch(value)
+        if match is None:
+            raise _Fallback
+        year, month, day, hour, minute, second, fraction = match.groups()
+        try:
+            moment = datetime.datetime(int(year), int(month), int(day), int(hour), int(minute), int(second))
+        except ValueError:
+            raise _Fallback from None
+        seconds = (moment - _EPOCH) // _ONE_SECOND
+        if len(_seconds_of) >= _CACHE_MAX:
+            _seconds_of.clear()
+        _seconds_of[value[:19]] = seconds
+    target.seconds = seconds
     target.nanos = int(fraction.ljust(9, "0")) if fraction else 0
 
 
@@ -286,10 +310,17 @@ def _fallback_table(descriptor: Any) -> _Table:
 
 def decode_event(obj: Any, ignore_unknown_fields: bool = False) -> RayEvent:
     """The RayEvent of one JSON object; json_format.ParseError if it is not one."""
+    return read_event(obj, ignore_unknown_fields)[0]
+
+
+def read_event(obj: Any, ignore_unknown_fields: bool = False) -> tuple[RayEvent, bool]:
+    """`decode_event`, and whether the fast path read `obj` whole: then every key of it is a field
+    and every value one protobuf's JSON mapping reads, so `obj` stands for the event as it is."""
     event = RayEvent()
     try:
         _fill(event, obj)
     except (_Fallback, ValueError, TypeError, OverflowError):
         event = RayEvent()
         json_format.ParseDict(obj, event, ignore_unknown_fields=ignore_unknown_fields)
-    return event
+        return event, False
+    return event, True

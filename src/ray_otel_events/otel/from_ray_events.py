@@ -31,7 +31,7 @@ import hashlib
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -420,17 +420,25 @@ class RayEventsToOtel:
 
     # -- input ---------------------------------------------------------------------------------
 
-    def add(self, events: Iterable[RayEvent], logs: bool = True, assemble: bool = True) -> Emitted:
+    def add(
+        self,
+        events: Iterable[RayEvent],
+        logs: bool = True,
+        assemble: bool = True,
+        posted: Sequence[Mapping[str, Any] | None] = (),
+    ) -> Emitted:
         """Take events (in any order); returns their log records and the spans now complete.
 
         `logs=False`: no log records (a durable bridge's replay, whose records left before; an
         assemble-only stage, fed the records themselves). `assemble=False`: log records only (a
-        convert-only stage; spans are assembled elsewhere, routed by trace id)."""
+        convert-only stage; spans are assembled elsewhere, routed by trace id). `posted`: for each
+        event, the JSON object it was read from when that holds the event as it is (else None),
+        which its log record's body is then written from."""
         out = Emitted()
         now = self.clock()
         touched: dict[EntityKey, None] = {}
         types: dict[int, int] = {}
-        for event in events:
+        for index, event in enumerate(events):
             if event.event_id:
                 if event.event_id in self._seen_event_ids:
                     self.counters.add(DUPLICATES)
@@ -440,8 +448,9 @@ class RayEventsToOtel:
             keyed = _entity_key(event)
             key = keyed[0] if keyed is not None else None
             if logs:
+                json = posted[index] if index < len(posted) else None
                 out.logs.append(
-                    EmittedLog(event.session_name, event.event_type, self._log_record(event, key))
+                    EmittedLog(event.session_name, event.event_type, self._log_record(event, key, json))
                 )
             if keyed is None or not assemble:
                 continue
@@ -823,9 +832,11 @@ class RayEventsToOtel:
 
     # -- log records ---------------------------------------------------------------------------
 
-    def _log_record(self, event: RayEvent, key: EntityKey | None) -> bytes:
+    def _log_record(self, event: RayEvent, key: EntityKey | None, posted: Mapping[str, Any] | None) -> bytes:
         trace_id, span_id = _trace_context(event, key)
-        return log_record_wire(event, trace_id, span_id if trace_id else b"", self.observed_clock_ns())
+        return log_record_wire(
+            event, trace_id, span_id if trace_id else b"", self.observed_clock_ns(), posted=posted
+        )
 
 
 _state_event_fields: dict[str, bytes] = {}

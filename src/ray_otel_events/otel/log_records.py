@@ -164,9 +164,10 @@ def from_log_body(body: Mapping[str, Any]) -> RayEvent:
 #
 # The bridge writes one record per RayEvent; building `LogRecordFields` and then encoding it walks
 # the event four times (two dict conversions, the flattening, the encoding). This walks the camelCase
-# dict once, guided by the descriptors (so map keys, user data, are never renamed), and writes the
-# body's KeyValues and the flattened attributes together. Entries whose value is a string repeat a
-# lot (enum names, node/job/worker ids, the session): each is encoded once and kept in a bounded cache.
+# dict once and writes the body's KeyValues and the flattened attributes together. What depends only
+# on where a value sits (its keys, encoded; its attribute name; how to descend into it) is worked
+# out once per path of the schema, in a `_Plan`; entries whose value repeats (enum names, ids,
+# the session, small numbers) are encoded once per field and kept while they repeat.
 
 _FieldInfo = tuple[str, Any, Any]  # (proto name, message descriptor to descend into, map value's)
 _fields_by_json: dict[Any, dict[str, _FieldInfo]] = {}
@@ -209,123 +210,230 @@ def _entry(cache: dict[tuple[str, str], bytes], tag: bytes, key: str, value: Any
 
 
 _KVLIST_ENTRY = b"\x0a"  # KeyValueList.values = 1
+_KV_VALUE = b"\x12"  # KeyValue.value = 2
+_ANY_STRING = b"\x0a"  # AnyValue.string_value = 1
 _LOG_ATTRIBUTE = otlp_wire.LOG_RECORD_ATTRIBUTES
+_LEAF_VALUES_MAX = 1024
+_CACHED_PATHS_MAX = 4096  # leaves and plans kept (paths include list indexes and map keys: data)
+_cached_paths = 0
+
+
+def _keep() -> bool:
+    """Whether one more leaf or plan may be kept: past the bound, they are made for one use."""
+    global _cached_paths
+    if _cached_paths >= _CACHED_PATHS_MAX:
+        return False
+    _cached_paths += 1
+    return True
 
 
 class _Leaf:
-    """One string field of the schema at one path: its two encoded keys, and the entries of the
-    values seen, while they repeat. A field whose values do not repeat (ids, timestamps) stops
-    being cached after `_LEAF_VALUES_MAX` values instead of churning a shared cache."""
+    """One field at one path holding a string, int or bool: its two encoded keys, and the entries
+    of the values seen, while they repeat. A field whose values do not repeat (ids, timestamps)
+    stops being cached after `_LEAF_VALUES_MAX` values instead of churning a shared cache."""
 
-    __slots__ = ("attr_key", "body_key", "values")
+    __slots__ = ("attr_key", "attr_name", "body_key", "body_name", "values")
 
     def __init__(self, body_key: str | None, attr_key: str) -> None:
         """`body_key` None: an attribute only (its body entry is empty)."""
+        self.body_name = body_key
+        self.attr_name = attr_key
         self.body_key = otlp_wire.key_field(body_key) if body_key is not None else None
         self.attr_key = otlp_wire.key_field(attr_key)
-        self.values: dict[str, tuple[bytes, bytes]] | None = {}
+        # keyed by the value (strings) or by (type, value) (ints and bools: True == 1)
+        self.values: dict[Any, tuple[bytes, bytes]] | None = {}
 
     def entries(self, value: str) -> tuple[bytes, bytes]:
-        """(body entry, attribute entry) of this field holding `value`."""
+        """(body entry, attribute entry) of this field holding the string `value`."""
         values = self.values
         if values is not None:
             pair = values.get(value)
             if pair is not None:
                 return pair
         data = value.encode()
-        body_key = self.body_key
+        varint = otlp_wire.varint
+        any_value = _ANY_STRING + varint(len(data)) + data
+        value_field = _KV_VALUE + varint(len(any_value)) + any_value
+        body_key, attr_key = self.body_key, self.attr_key
         pair = (
-            otlp_wire.string_entry(_KVLIST_ENTRY, body_key, data) if body_key is not None else b"",
-            otlp_wire.string_entry(_LOG_ATTRIBUTE, self.attr_key, data),
+            _KVLIST_ENTRY + varint(len(body_key) + len(value_field)) + body_key + value_field
+            if body_key is not None
+            else b"",
+            _LOG_ATTRIBUTE + varint(len(attr_key) + len(value_field)) + attr_key + value_field,
         )
-        if values is not None:
-            if len(values) < _LEAF_VALUES_MAX:
-                values[value] = pair
-            else:
-                self.values = None
+        self._remember(value, pair)
         return pair
 
+    def number_entries(self, value: int) -> tuple[bytes, bytes]:
+        """The same for an int or a bool."""
+        cache_key = (type(value), value)
+        values = self.values
+        if values is not None:
+            pair = values.get(cache_key)
+            if pair is not None:
+                return pair
+        body = otlp_wire.key_value(self.body_name, value) if self.body_name is not None else b""
+        attr = otlp_wire.key_value(self.attr_name, value)
+        pair = (
+            _KVLIST_ENTRY + otlp_wire.varint(len(body)) + body if body else b"",
+            _LOG_ATTRIBUTE + otlp_wire.varint(len(attr)) + attr,
+        )
+        self._remember(cache_key, pair)
+        return pair
 
-_LEAF_VALUES_MAX = 1024
-_LEAF_FIELDS_MAX = 4096  # paths include list indexes; past this, fields are encoded uncached
-_leaves: dict[tuple[str, str], _Leaf] = {}
+    def _remember(self, key: Any, pair: tuple[bytes, bytes]) -> None:
+        values = self.values
+        if values is not None:
+            if len(values) < _LEAF_VALUES_MAX:
+                values[key] = pair
+            else:
+                self.values = None
+
+
 _NO_FIELDS: dict[str, _FieldInfo] = {}
 
 
-def _leaf(path: str, key: str, fields: dict[str, _FieldInfo]) -> _Leaf:
-    leaf = _leaves.get((path, key))
-    if leaf is None:
-        info = fields.get(key)
-        leaf = _Leaf(key, f"{path}.{info[0] if info is not None else key}")
-        if len(_leaves) < _LEAF_FIELDS_MAX:
-            _leaves[(path, key)] = leaf
-    return leaf
+class _Plan:
+    """How one message (`descriptor`) or map (`descriptor` None) at one attribute path is walked:
+    per key, made once, its leaf, the plan of a message or map under it, or the plans of the
+    messages in a list under it (by index)."""
+
+    __slots__ = ("children", "fields", "items", "keys", "leaves", "path", "value_descriptor")
+
+    def __init__(self, path: str, descriptor: Any, value_descriptor: Any = None) -> None:
+        """A message's plan (`descriptor`), or a map's (None) whose values are `value_descriptor`
+        messages (None: a map of plain values, a Struct, or an unknown field's object)."""
+        self.path = path
+        self.fields = _json_fields(descriptor) if descriptor is not None else _NO_FIELDS
+        self.value_descriptor = value_descriptor
+        self.leaves: dict[str, _Leaf] = {}
+        self.children: dict[str, _Plan] = {}
+        self.items: dict[str, list[_Plan]] = {}
+        self.keys: dict[str, bytes] = {}  # KeyValue.key fields of message, map and list entries
+
+    def where(self, key: str) -> str:
+        """The attribute path of `key`'s value: proto field names in a message, keys in a map."""
+        info = self.fields.get(key)
+        return f"{self.path}.{info[0] if info is not None else key}"
+
+    def leaf(self, key: str) -> _Leaf:
+        leaf = _Leaf(key, self.where(key))
+        if _keep():
+            self.leaves[key] = leaf
+        return leaf
+
+    def key_field(self, key: str) -> bytes:
+        encoded = self.keys.get(key)
+        if encoded is None:
+            encoded = otlp_wire.key_field(key)
+            if _keep():
+                self.keys[key] = encoded
+        return encoded
+
+    def descriptors(self, key: str) -> tuple[Any, Any]:
+        """(descriptor, map value descriptor) of a message value under `key`, as `_Plan` takes them."""
+        if self.fields is _NO_FIELDS:  # a map: its values are messages of one type, or maps
+            return self.value_descriptor, None
+        info = self.fields.get(key)
+        if info is None:  # unknown field: its object is walked as a map of plain values
+            return None, None
+        return info[1], info[2]
+
+    def child(self, key: str) -> _Plan:
+        """The plan of the message or map held by `key`."""
+        descriptor, value_descriptor = self.descriptors(key)
+        plan = _Plan(self.where(key), descriptor, value_descriptor)
+        if _keep():
+            self.children[key] = plan
+        return plan
+
+    def item(self, key: str, index: int) -> _Plan:
+        """The plan of the message (or map) at `index` of the list held by `key`."""
+        plans = self.items.get(key)
+        if plans is None:
+            plans = []
+            if _keep():
+                self.items[key] = plans
+        if index < len(plans):
+            return plans[index]
+        plan = _Plan(f"{self.where(key)}.{index}", self.descriptors(key)[0])
+        if index == len(plans) and _keep():
+            plans.append(plan)
+        return plan
 
 
-def _walk(obj: Mapping[str, Any], descriptor: Any, path: str, attrs: list[bytes]) -> bytes:
+_ROOT = _Plan("ray.event", RayEvent.DESCRIPTOR)
+_NESTED = (Mapping, list)
+
+
+def _framed(key: bytes, value: bytes) -> bytes:
+    """A KeyValueList entry: the encoded key and a serialized AnyValue."""
+    size = len(value)
+    kv = b"".join((key, _KV_VALUE, otlp_wire.varint(size), value))
+    return _KVLIST_ENTRY + otlp_wire.varint(len(kv)) + kv
+
+
+def _walk(obj: Mapping[str, Any], plan: _Plan, attrs: list[bytes]) -> bytes:
     """The KeyValueList entries of `obj` (camelCase, as the body holds it); appends the flattened
-    attribute entries (proto names under `path`) to `attrs`, as `_flatten` would yield them."""
-    fields = _json_fields(descriptor) if descriptor is not None else _NO_FIELDS
+    attribute entries (proto names under the plan's path) to `attrs`, as `_flatten` would yield
+    them."""
     entries: list[bytes] = []
-    leaves = _leaves
+    add, add_attr = entries.append, attrs.append
+    leaves = plan.leaves
     for key, value in obj.items():
-        if type(value) is str:  # most leaves
-            leaf = leaves.get((path, key)) or _leaf(path, key, fields)
-            body_entry, attr_entry = leaf.entries(value)
-            entries.append(body_entry)
-            attrs.append(attr_entry)
+        kind = type(value)
+        if kind is str:  # most leaves
+            body_entry, attr_entry = (leaves.get(key) or plan.leaf(key)).entries(value)
+        elif kind is int or kind is bool:
+            body_entry, attr_entry = (leaves.get(key) or plan.leaf(key)).number_entries(value)
+        elif kind is dict:
+            child = plan.children.get(key) or plan.child(key)
+            add(_framed(plan.key_field(key), otlp_wire.kvlist_value(_walk(value, child, attrs))))
             continue
-        info = fields.get(key)
-        name, sub, map_value = info if info is not None else (key, None, None)
-        where = f"{path}.{name}"
-        if isinstance(value, Mapping):
-            if map_value is not None or info is None or sub is None:
-                inner = _walk_map(value, map_value, where, attrs)
-            else:
-                inner = _walk(value, sub, where, attrs)
-            kv = otlp_wire.key_with_value(key, otlp_wire.kvlist_value(inner))
-            entries.append(_KVLIST_ENTRY + otlp_wire.varint(len(kv)) + kv)
-        elif isinstance(value, list) and any(isinstance(item, (Mapping, list)) for item in value):
-            items = [_walk_value(item, sub, f"{where}.{i}", attrs) for i, item in enumerate(value)]
-            kv = otlp_wire.key_with_value(key, otlp_wire.array_value(items))
-            entries.append(_KVLIST_ENTRY + otlp_wire.varint(len(kv)) + kv)
-        else:
-            entries.append(_entry(_body_entries, _KVLIST_ENTRY, key, value))
-            _flat_leaf(where, value, attrs)
+        elif kind is list and any(isinstance(item, _NESTED) for item in value):
+            items = [_list_item(item, plan, key, i, attrs) for i, item in enumerate(value)]
+            add(_framed(plan.key_field(key), otlp_wire.array_value(items)))
+            continue
+        else:  # floats, lists of plain values, None, other mappings
+            _other(obj, plan, key, value, entries, attrs)
+            continue
+        add(body_entry)
+        add_attr(attr_entry)
     return b"".join(entries)
 
 
-def _walk_map(obj: Mapping[str, Any], value_descriptor: Any, path: str, attrs: list[bytes]) -> bytes:
-    """A map or Struct: keys are data, kept as they are."""
-    entries: list[bytes] = []
-    for key, value in obj.items():
-        where = f"{path}.{key}"
-        if isinstance(value, (Mapping, list)) and not (
-            isinstance(value, list) and all(isinstance(item, str) for item in value)
-        ):
-            inner = _walk_value(value, value_descriptor, where, attrs)
-            kv = otlp_wire.key_with_value(key, inner)
-            entries.append(_KVLIST_ENTRY + otlp_wire.varint(len(kv)) + kv)
-        else:
-            entries.append(_entry(_body_entries, _KVLIST_ENTRY, key, value))
-            _flat_leaf(where, value, attrs)
-    return b"".join(entries)
-
-
-def _walk_value(value: Any, descriptor: Any, path: str, attrs: list[bytes]) -> bytes:
-    """The serialized AnyValue of a list item or map value."""
+def _other(obj: Any, plan: _Plan, key: str, value: Any, entries: list[bytes], attrs: list[bytes]) -> None:
     if isinstance(value, Mapping):
-        inner = (
-            _walk(value, descriptor, path, attrs)
-            if descriptor is not None
-            else _walk_map(value, None, path, attrs)
-        )
-        return otlp_wire.kvlist_value(inner)
-    if isinstance(value, list):
-        if all(isinstance(item, str) for item in value):
-            _flat_leaf(path, value, attrs)
-            return otlp_wire.any_value(value)
-        items = [_walk_value(item, descriptor, f"{path}.{i}", attrs) for i, item in enumerate(value)]
+        entries.append(_framed(plan.key_field(key), _walk_value(value, plan.child(key), attrs)))
+    elif isinstance(value, list) and any(isinstance(item, _NESTED) for item in value):
+        items = [_list_item(item, plan, key, i, attrs) for i, item in enumerate(value)]
+        entries.append(_framed(plan.key_field(key), otlp_wire.array_value(items)))
+    else:
+        entries.append(_entry(_body_entries, _KVLIST_ENTRY, key, value))
+        _flat_leaf(plan.where(key), value, attrs)
+
+
+def _list_item(item: Any, plan: _Plan, key: str, index: int, attrs: list[bytes]) -> bytes:
+    """The serialized AnyValue of item `index` of the list under `key`."""
+    if type(item) is dict or isinstance(item, Mapping):
+        return _walk_value(item, plan.item(key, index), attrs)
+    return _any_value(item, f"{plan.where(key)}.{index}", plan.descriptors(key)[0], attrs)
+
+
+def _walk_value(value: Mapping[str, Any], plan: _Plan, attrs: list[bytes]) -> bytes:
+    """The serialized AnyValue of a message or map."""
+    return otlp_wire.kvlist_value(_walk(value, plan, attrs))
+
+
+def _any_value(value: Any, path: str, descriptor: Any, attrs: list[bytes]) -> bytes:
+    """The serialized AnyValue of a list item that is not an object (lists nest in Structs)."""
+    if isinstance(value, list) and not all(isinstance(item, str) for item in value):
+        items = [
+            _walk_value(item, _Plan(f"{path}.{i}", descriptor), attrs)
+            if isinstance(item, Mapping)
+            else _any_value(item, f"{path}.{i}", descriptor, attrs)
+            for i, item in enumerate(value)
+        ]
         return otlp_wire.array_value(items)
     _flat_leaf(path, value, attrs)
     return otlp_wire.any_value(value)
@@ -337,6 +445,9 @@ def _flat_leaf(path: str, value: Any, attrs: list[bytes]) -> None:
         attrs.append(_entry(_attr_entries, _LOG_ATTRIBUTE, key, flat))
 
 
+_entity_leaves: dict[str, _Leaf] = {}  # a handful of entity attribute names
+
+
 def log_record_wire(
     event: RayEvent,
     trace_id: bytes,
@@ -345,16 +456,21 @@ def log_record_wire(
     *,
     flags: int = 0,
     extra_attributes: bytes = b"",
+    posted: Mapping[str, Any] | None = None,
 ) -> bytes:
     """A serialized LogRecord equal to the one `to_log_record`'s fields encode to; `extra_attributes`
-    (entries tagged `otlp_wire.LOG_RECORD_ATTRIBUTES`) follow the event's."""
+    (entries tagged `otlp_wire.LOG_RECORD_ATTRIBUTES`) follow the event's. `posted`: the JSON
+    object the event was read from, when it holds the event and nothing else
+    (`receivers.ray_events_http.PostedEvent`): the body is then that object as it was posted,
+    which is the same as the event's own JSON for what Ray's aggregator posts, without making it
+    again."""
     attrs: list[bytes] = []
-    body = otlp_wire.kvlist_value(_walk(_camel.to_dict(event), RayEvent.DESCRIPTOR, "ray.event", attrs))
+    body = otlp_wire.kvlist_value(_walk(_camel.to_dict(event) if posted is None else posted, _ROOT, attrs))
     for key, value in entity_attributes(event).items():
         if type(value) is str:
-            leaf = _leaves.get(("", key))
+            leaf = _entity_leaves.get(key)
             if leaf is None:
-                leaf = _leaves[("", key)] = _Leaf(None, key)  # a handful of entity attribute names
+                leaf = _entity_leaves[key] = _Leaf(None, key)
             attrs.append(leaf.entries(value)[1])
         else:
             attrs.append(_entry(_attr_entries, _LOG_ATTRIBUTE, key, value))

@@ -21,13 +21,13 @@ import abc
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import orjson
 from aiohttp import web
 from google.protobuf import json_format
 
-from ray_otel_events.encoding.ray_json_decode import decode_event
+from ray_otel_events.encoding.ray_json_decode import read_event
 from ray_otel_events.metrics import Counters
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.receivers.http_body import BodyError, media_type, read_body
@@ -72,17 +72,30 @@ class RayEventsConsumer(abc.ABC, Generic[EventT]):
 
 def parse_event(item: Any) -> RayEvent:
     """One RayEvent from its JSON object; ValueError names the problem."""
+    return parse_posted_event(item).event
+
+
+class PostedEvent(NamedTuple):
+    """A RayEvent and the JSON object it was read from, when that object holds the event and
+    nothing else (`read_event`): a consumer that needs the event's JSON takes it as it is."""
+
+    event: RayEvent
+    json: dict[str, Any] | None
+
+
+def parse_posted_event(item: Any) -> PostedEvent:
+    """`parse_event`, keeping the object when it stands for the event."""
     if not isinstance(item, dict):
         raise ValueError(f"expected a RayEvent object, got {type(item).__name__}")
     try:
-        event = decode_event(item, ignore_unknown_fields=True)
+        event, whole = read_event(item, ignore_unknown_fields=True)
     except json_format.ParseError as exc:
         raise ValueError(str(exc)) from None
     if event.event_type == RayEvent.EVENT_TYPE_UNSPECIFIED:
         # ignore_unknown_fields also passes unknown enum names; an event without a type is useless.
         given = item.get("eventType", item.get("event_type"))
         raise ValueError(f"eventType {given!r} is missing or unknown")
-    return event
+    return PostedEvent(event, item if whole else None)
 
 
 class RayEventsHttpReceiver(Generic[EventT]):

@@ -59,7 +59,12 @@ from ray_otel_events.processors.exposable_filter import ExposableFilter
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.receivers.otlp_grpc import OtlpGrpcReceiver
 from ray_otel_events.receivers.otlp_http import ConsumeResult, OtlpConsumer, OtlpHttpReceiver, QueueFullError
-from ray_otel_events.receivers.ray_events_http import RayEventsConsumer, RayEventsHttpReceiver, parse_event
+from ray_otel_events.receivers.ray_events_http import (
+    PostedEvent,
+    RayEventsConsumer,
+    RayEventsHttpReceiver,
+    parse_posted_event,
+)
 from ray_otel_events.security.auth import BearerToken
 
 logger = logging.getLogger(__name__)
@@ -81,7 +86,7 @@ MAX_REASONS = 3
 
 
 class PieceRouter(Protocol):
-    async def forward(self, events: list[RayEvent]) -> list[RayEvent]:
+    async def forward(self, events: list[PostedEvent]) -> list[PostedEvent]:
         """Send the events another process owns to it; return this process's share."""
 
 
@@ -146,7 +151,7 @@ def _table(queue_name: str) -> str:
 QUEUE_NAMES = ("ray-events", "records", "otlp-traces", "otlp-logs")
 
 
-class BridgeService(OtlpConsumer, RayEventsConsumer[RayEvent]):
+class BridgeService(OtlpConsumer, RayEventsConsumer[PostedEvent]):
     def __init__(
         self,
         config: BridgeConfig,
@@ -375,7 +380,7 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[RayEvent]):
             # The records are the convert tier's: what is left to do here is their spans.
             self._admit([], records)
             if events:
-                await self.consume_ray_events(events)
+                await self.consume_ray_events([PostedEvent(event, None) for event in events])
         else:
             lost = self._admit(events, records)
         return self._result("log", rejected, len(records), dropped, lost)
@@ -429,10 +434,10 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[RayEvent]):
 
     # -- RayEvents in -> OTLP out --------------------------------------------------------------
 
-    def parse_ray_event(self, item: Any) -> RayEvent:
-        return parse_event(item)
+    def parse_ray_event(self, item: Any) -> PostedEvent:
+        return parse_posted_event(item)
 
-    async def consume_ray_events(self, events: list[RayEvent], routed: bool = False) -> None:
+    async def consume_ray_events(self, events: list[PostedEvent], routed: bool = False) -> None:
         """`routed`: a peer process sent these, as their owner; otherwise the router (if any)
         first sends every event owned elsewhere to its owner (raising QueueFullError if it is full)."""
         count = len(events)
@@ -442,7 +447,14 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[RayEvent]):
         if self.router is not None and not routed:
             events = await self.router.forward(events)
         mode = self.config.mode
-        self._queue_otel(self.to_otel.add(events, logs=mode != "assemble", assemble=mode != "convert"))
+        self._queue_otel(
+            self.to_otel.add(
+                [posted.event for posted in events],
+                logs=mode != "assemble",
+                assemble=mode != "convert",
+                posted=[posted.json for posted in events],
+            )
+        )
 
     def _queue_otel(self, emitted: Emitted) -> None:
         """Queue spans and log records; when durable, in one transaction with the open entities'

@@ -45,6 +45,7 @@ from ray_otel_events.observability.merged_metrics import merge_expositions
 from ray_otel_events.otel.from_ray_events import routing_key
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.receivers.otlp_http import QueueFullError
+from ray_otel_events.receivers.ray_events_http import PostedEvent
 from ray_otel_events.security.options import ServerSecurity
 from ray_otel_events.services.bridge import BridgeService
 from ray_otel_events.services.lifecycle import print_exit_summary
@@ -106,11 +107,11 @@ class TraceIdRouter:
         if self._session is not None:
             await self._session.close()
 
-    async def forward(self, events: list[RayEvent]) -> list[RayEvent]:
+    async def forward(self, events: list[PostedEvent]) -> list[PostedEvent]:
         workers = len(self.peer_urls)
-        groups: dict[int, list[RayEvent]] = {}
-        for event in events:
-            groups.setdefault(owner_of(event, workers), []).append(event)
+        groups: dict[int, list[PostedEvent]] = {}
+        for posted in events:
+            groups.setdefault(owner_of(posted.event, workers), []).append(posted)
         local = groups.pop(self.index, [])
         if groups:
             self.counters.add(FORWARDED, len(events) - len(local))
@@ -137,12 +138,12 @@ class TraceIdRouter:
                 texts[index] = text
         return merge_expositions(dict(sorted(texts.items())))
 
-    async def _send(self, owner: int, events: list[RayEvent]) -> None:
+    async def _send(self, owner: int, events: list[PostedEvent]) -> None:
         assert self._session is not None, "start() first"
         try:
             async with self._session.post(
                 self.peer_urls[owner] + FORWARD_PATH,
-                data=encode_pieces(events),
+                data=encode_pieces([posted.event for posted in events]),
                 headers={SECRET_HEADER: self.secret, "Content-Type": "application/octet-stream"},
             ) as response:
                 if response.status == 200:
@@ -163,7 +164,7 @@ def _private_routes(service: BridgeService, secret: str) -> list[web.RouteDef]:
         except ValueError as exc:
             return web.Response(status=400, text=f"undecodable pieces: {exc}")
         try:
-            await service.consume_ray_events(events, routed=True)
+            await service.consume_ray_events([PostedEvent(event, None) for event in events], routed=True)
         except QueueFullError as exc:
             return web.Response(status=503, text=exc.reason)
         return web.Response(status=200)
