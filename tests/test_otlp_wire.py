@@ -16,6 +16,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span
 
+from ray_otel_events.exporters.otlp import OtlpItemEncoder
 from ray_otel_events.otel import otlp_wire
 from ray_otel_events.otel.log_records import log_record_wire, to_log_record
 from ray_otel_events.otel.plain_records import key_values, python_to_any_value
@@ -290,3 +291,13 @@ def test_posted_json_with_unknown_fields_is_not_a_body_and_other_spellings_round
     assert posted.json is spelled
     record = LogRecord.FromString(log_record_wire(posted.event, b"\x01" * 16, b"", 7, posted=posted.json))
     assert ray_event_from_log_record(record) == parse_posted_event(definition).event
+
+
+def test_a_span_item_written_on_the_wire_equals_the_message() -> None:
+    encoder = OtlpItemEncoder("ray")
+    span = Span(trace_id=b"\x01" * 16, span_id=b"\x02" * 8, name="f", start_time_unix_nano=5)
+    span.attributes.add(key="k").value.string_value = "v"
+    for session in ("session_a", "", "session_a"):
+        expected = ResourceSpans(resource=encoder.resource(session))
+        expected.scope_spans.add(scope=encoder.scope).spans.append(span)
+        assert encoder.span_item(session, span) == expected.SerializeToString()

@@ -34,7 +34,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
-from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from ray_otel_events.config import OtlpSignalConfig
 from ray_otel_events.exporters.publisher import PreparedBatch, PublisherClient
@@ -87,12 +87,16 @@ class OtlpItemEncoder:
         return resource
 
     def span_item(self, session_name: str, span: Span) -> bytes:
-        item = ResourceSpans(resource=self.resource(session_name))
-        item.scope_spans.add(scope=self.scope).spans.append(span)
-        return item.SerializeToString()
+        """A serialized ResourceSpans holding `span` (written on the wire: ResourceSpans and
+        ResourceLogs have one shape, and copying the resource into a message per span cost more
+        than the span)."""
+        return self._envelope(session_name, span.SerializeToString())
 
     def log_item_wire(self, session_name: str, record: bytes) -> bytes:
         """`log_item` for a record already serialized (the bridge's RayEvent records)."""
+        return self._envelope(session_name, record)
+
+    def _envelope(self, session_name: str, item: bytes) -> bytes:
         cached = self._wire_prefix.get(session_name)
         if cached is None:
             cached = self._wire_prefix[session_name] = (
@@ -101,7 +105,7 @@ class OtlpItemEncoder:
             )
             if len(self._wire_prefix) > self._max_sessions:
                 self._wire_prefix.pop(next(iter(self._wire_prefix)))
-        return otlp_wire.resource_logs(cached[0], cached[1], [record])
+        return otlp_wire.resource_logs(cached[0], cached[1], [item])
 
     def log_item(self, session_name: str, record: LogRecord) -> bytes:
         item = ResourceLogs(resource=self.resource(session_name))

@@ -473,7 +473,7 @@ class RayEventsToOtel:
 
     def _update(self, key: EntityKey, lifecycle_type: int, event: RayEvent, now: float, out: Emitted) -> None:
         entity = self._open.get(key)
-        event_ns = otlp_wire.time_or_unknown(event.timestamp.ToNanoseconds())
+        event_ns = otlp_wire.unix_nano(event.timestamp)
         if entity is None:
             entity = _Entity(key, lifecycle_type, event_ns, now)
             self._open[key] = entity
@@ -557,7 +557,7 @@ class RayEventsToOtel:
         seen: set[tuple[int, int]] = set()
         out: list[tuple[int, int, Any]] = []
         for t in entity.lifecycle.state_transitions:
-            ns = otlp_wire.time_or_unknown(t.timestamp.ToNanoseconds())
+            ns = otlp_wire.unix_nano(t.timestamp)
             if (ns, t.state) in seen:
                 continue
             seen.add((ns, t.state))
@@ -565,10 +565,11 @@ class RayEventsToOtel:
         out.sort(key=lambda item: item[0])
         return out
 
-    def _terminal_state(self, entity: _Entity) -> tuple[int, int, Any] | None:
-        """The first terminal transition (by time), if any (of a materialized entity)."""
-        terminal_states = _TERMINAL_STATES[entity.kind]
-        for item in self._transitions(entity):
+    @staticmethod
+    def _terminal_state(transitions: list[tuple[int, int, Any]], kind: str) -> tuple[int, int, Any] | None:
+        """The first terminal one of an entity's `_transitions`, if any."""
+        terminal_states = _TERMINAL_STATES[kind]
+        for item in transitions:
             if item[1] in terminal_states:
                 return item
         return None
@@ -613,13 +614,14 @@ class RayEventsToOtel:
         self._materialize(entity)
         self._terminal.pop(key, None)
         self._emitted.add(key)
-        terminal = self._terminal_state(entity)
+        transitions = self._transitions(entity)
+        terminal = self._terminal_state(transitions, entity.kind)
         if entity.kind == "task":
-            span = self._task_span(entity, terminal)
+            span = self._task_span(entity, terminal, transitions)
         elif entity.kind == "actor":
-            span = self._actor_span(entity, terminal)
+            span = self._actor_span(entity, terminal, transitions)
         else:
-            span = self._job_span(entity, terminal)
+            span = self._job_span(entity, terminal, transitions)
         outcome = "complete" if terminal is not None else "incomplete"
         self.counters.add(SPANS, kind=entity.kind, outcome=outcome)
         out.spans.append(
@@ -638,6 +640,7 @@ class RayEventsToOtel:
         self,
         entity: _Entity,
         terminal: tuple[int, int, Any] | None,
+        transitions: list[tuple[int, int, Any]],
         trace_id: bytes,
         span_id: bytes,
         parent_span_id: bytes,
@@ -645,7 +648,6 @@ class RayEventsToOtel:
         state_name: Callable[[int], str],
         attributes: dict[str, Any],
     ) -> Span:
-        transitions = self._transitions(entity)
         start = transitions[0][0] if transitions else entity.first_ns
         if terminal is not None:
             end = terminal[0]
@@ -690,7 +692,9 @@ class RayEventsToOtel:
         attempt = self._attempts.get((session, parent_task), 0)
         return task_span_id(session, parent_task, attempt)
 
-    def _task_span(self, entity: _Entity, terminal: tuple[int, int, Any] | None) -> Span:
+    def _task_span(
+        self, entity: _Entity, terminal: tuple[int, int, Any] | None, transitions: list[tuple[int, int, Any]]
+    ) -> Span:
         _, session, task_id, attempt = entity.key
         d = entity.definition
         lc = entity.lifecycle
@@ -745,6 +749,7 @@ class RayEventsToOtel:
         span = self._base_span(
             entity,
             terminal,
+            transitions,
             trace_id_for_job(session, job),
             task_span_id(session, task_id, attempt),
             parent,
@@ -764,7 +769,9 @@ class RayEventsToOtel:
             self._fail(span, terminal[0], exc_type, message, _ANSI.sub("", info.error_message))
         return span
 
-    def _actor_span(self, entity: _Entity, terminal: tuple[int, int, Any] | None) -> Span:
+    def _actor_span(
+        self, entity: _Entity, terminal: tuple[int, int, Any] | None, transitions: list[tuple[int, int, Any]]
+    ) -> Span:
         _, session, actor_id, _ = entity.key
         d = entity.definition
         job = _job_of_actor(actor_id, d.job_id if d is not None else b"")
@@ -782,7 +789,7 @@ class RayEventsToOtel:
             if d.ray_namespace:
                 attrs["ray.namespace"] = d.ray_namespace
             attrs["ray.actor_is_detached"] = d.is_detached
-        for _, _, t in self._transitions(entity):
+        for _, _, t in transitions:
             if t.node_id:
                 attrs[semconv.RAY_NODE_ID] = t.node_id.hex()
             if t.worker_id:
@@ -794,6 +801,7 @@ class RayEventsToOtel:
         span = self._base_span(
             entity,
             terminal,
+            transitions,
             trace_id_for_job(session, job),
             actor_span_id(session, actor_id),
             job_span_id(session, job),
@@ -807,7 +815,9 @@ class RayEventsToOtel:
                 self._fail(span, terminal[0], *failure)
         return span
 
-    def _job_span(self, entity: _Entity, terminal: tuple[int, int, Any] | None) -> Span:
+    def _job_span(
+        self, entity: _Entity, terminal: tuple[int, int, Any] | None, transitions: list[tuple[int, int, Any]]
+    ) -> Span:
         _, session, job_id, _ = entity.key
         d = entity.definition
         attrs: dict[str, Any] = {semconv.RAY_JOB_ID: job_id.hex()}
@@ -822,6 +832,7 @@ class RayEventsToOtel:
         return self._base_span(
             entity,
             terminal,
+            transitions,
             trace_id_for_job(session, job_id),
             job_span_id(session, job_id),
             b"",

@@ -145,7 +145,7 @@ def to_log_record(event: RayEvent) -> LogRecordFields:
     severity = SEVERITY_NUMBER.get(event.severity, 0)
     return LogRecordFields(
         event_name=semconv.event_name_for(event_type_name(event.event_type)),
-        timestamp_ns=otlp_wire.time_or_unknown(event.timestamp.ToNanoseconds()),
+        timestamp_ns=otlp_wire.unix_nano(event.timestamp),
         severity_number=severity,
         severity_text=_SEVERITY_TEXT[event.severity] if severity else "",
         body=body,
@@ -477,7 +477,7 @@ def log_record_wire(
     attrs.append(extra_attributes)
     severity = SEVERITY_NUMBER.get(event.severity, 0)
     return otlp_wire.log_record_from_parts(
-        time_unix_nano=otlp_wire.time_or_unknown(event.timestamp.ToNanoseconds()),
+        time_unix_nano=otlp_wire.unix_nano(event.timestamp),
         observed_time_unix_nano=observed_time_unix_nano,
         severity_number=severity,
         severity_text=_SEVERITY_TEXT[event.severity] if severity else "",

@@ -42,6 +42,18 @@ def time_or_unknown(unix_nano: int) -> int:
     return unix_nano if 0 <= unix_nano <= _MAX_FIXED64 else 0
 
 
+_SECONDS_MIN, _SECONDS_MAX = -62135596800, 253402300799  # what a Timestamp may hold: years 1-9999
+
+
+def unix_nano(timestamp: Any) -> int:
+    """A protobuf Timestamp as `time_or_unknown` nanoseconds; an invalid one raises ValueError as
+    `Timestamp.ToNanoseconds` does (which costs three Python calls more)."""
+    seconds, nanos = timestamp.seconds, timestamp.nanos
+    if _SECONDS_MIN <= seconds <= _SECONDS_MAX and 0 <= nanos <= 999_999_999:
+        return time_or_unknown(seconds * 1_000_000_000 + nanos)
+    return time_or_unknown(timestamp.ToNanoseconds())
+
+
 def _varint_slow(value: int) -> bytes:
     if value < 0:
         value += 1 << 64  # int64: two's complement, ten bytes
@@ -147,10 +159,26 @@ def key_values(values: Mapping[str, Any]) -> bytes:
     return b"".join(parts)
 
 
+_ENTRY_CACHE_MAX = 1 << 14
+_string_entries: dict[tuple[bytes, str, str], bytes] = {}
+
+
 def attributes(values: Mapping[str, Any], tag: bytes) -> bytes:
-    """A message's repeated KeyValue field `tag` (e.g. LogRecord.attributes = 6 -> b"\\x32")."""
+    """A message's repeated KeyValue field `tag` (e.g. LogRecord.attributes = 6 -> b"\\x32").
+    Entries holding a string are kept (bounded): span attributes repeat but for an id or two."""
     parts = []
+    cache = _string_entries
     for key, value in values.items():
+        if type(value) is str:
+            entry = cache.get((tag, key, value))
+            if entry is None:
+                kv = _key(key) + _length_delimited(_KV_VALUE, any_value(value))
+                entry = tag + varint(len(kv)) + kv
+                if len(cache) >= _ENTRY_CACHE_MAX:
+                    cache.clear()
+                cache[(tag, key, value)] = entry
+            parts.append(entry)
+            continue
         kv = _key(key) + _length_delimited(_KV_VALUE, any_value(value))
         parts.append(tag + varint(len(kv)) + kv)
     return b"".join(parts)
@@ -244,7 +272,8 @@ def string_field(tag: bytes, value: str) -> bytes:
 
 def resource_logs(resource: bytes, scope: bytes, records: list[bytes]) -> bytes:
     """A serialized ResourceLogs{resource, scope_logs: [ScopeLogs{scope, log_records}]} from the
-    serialized Resource, InstrumentationScope and LogRecords."""
+    serialized Resource, InstrumentationScope and LogRecords; given Spans, the ResourceSpans
+    (the same field numbers and types)."""
     scope_logs = _length_delimited(b"\x0a", scope) + b"".join(_length_delimited(b"\x12", r) for r in records)
     return _length_delimited(b"\x0a", resource) + _length_delimited(b"\x12", scope_logs)
 
