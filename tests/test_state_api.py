@@ -140,6 +140,26 @@ def test_bad_queries_and_posts_get_clear_errors(filled: CliServer) -> None:
     answer = half.json()
     assert answer["accepted"] == 1 and answer["stored"] == 1 and answer["rejected"] == 1
     assert answer["errors"][0].startswith("[0]: ") and "base64" in answer["errors"][0]
+    # The same for a piece of the wrong shape: a transition that is not an object, error info
+    # that is not one either.
+    shapes = [
+        dict(
+            lifecycle,
+            eventId="YmFkLXNoYXBlLTE=",
+            taskLifecycleEvent=dict(lifecycle["taskLifecycleEvent"], stateTransitions=["RUNNING"]),
+        ),
+        dict(
+            lifecycle,
+            eventId="YmFkLXNoYXBlLTI=",
+            taskLifecycleEvent=dict(lifecycle["taskLifecycleEvent"], rayErrorInfo="boom"),
+        ),
+        dict(EVENTS[1], eventId="bmV3LWdvb2QtMw==", sessionName="session_shapes"),
+    ]
+    shaped = _post(filled, shapes)
+    assert shaped.status_code == 200, shaped.text
+    answer = shaped.json()
+    assert answer["accepted"] == 1 and answer["stored"] == 1 and answer["rejected"] == 2, answer
+    assert [e[:5] for e in answer["errors"]] == ["[0]: ", "[1]: "]
     limited = requests.get(f"{base}/api/v0/tasks", params={"limit": "2"}, timeout=10).json()["data"]["result"]
     assert (
         len(limited["result"]) == 2

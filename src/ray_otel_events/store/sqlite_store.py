@@ -29,7 +29,15 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from ray_otel_events.store.state_merge import INDEXED_COLUMNS, Piece, Row, apply, indexed_values, piece_of
+from ray_otel_events.store.state_merge import (
+    FOLD_ERRORS,
+    INDEXED_COLUMNS,
+    Piece,
+    Row,
+    apply,
+    indexed_values,
+    piece_of,
+)
 from ray_otel_events.store.wal_checkpointer import WalCheckpointer
 
 SCHEMA_VERSION = 3
@@ -130,7 +138,7 @@ def prepare(event: Any) -> Prepared:
         raise ValueError("an event without eventId")
     try:
         piece = piece_of(event)
-    except (ValueError, TypeError) as exc:  # binascii.Error (bad base64) is a ValueError
+    except FOLD_ERRORS as exc:
         raise ValueError(f"{event.get('eventType')}: {exc}") from None
     if piece is None:
         return Prepared(event_id, None, None)
@@ -154,7 +162,7 @@ def _fold_row(
             trial = copy.deepcopy(entry.row)
             try:
                 apply(trial, piece)
-            except (ValueError, TypeError) as exc:
+            except FOLD_ERRORS as exc:
                 result.refused.append((position, f"{piece.event_type}: {exc}"))
                 continue
             entry.row = trial
@@ -330,7 +338,7 @@ class EventStore:
         for key, folds in pieces.items():
             try:
                 fresh = _fold_row(rows[key], folds, result)
-            except (ValueError, TypeError):
+            except FOLD_ERRORS:
                 # Rare: a value only the fold reads (a bad base64 id, timestamp or number) failed
                 # half-way through a row. Fold that row again from what is stored, each piece on
                 # a copy, leaving out (and naming) the ones that fail: never the whole batch.

@@ -32,6 +32,11 @@ TASKS, ACTORS, JOBS, NODES, WORKERS, PLACEMENT_GROUPS = (
 
 Fold = Callable[[Row, dict[str, Any]], None]
 
+# What reading or folding a malformed piece raises: a value of the wrong form (bad base64 is a
+# binascii.Error, a ValueError; a bad number or time) or an object of the wrong shape (a list
+# where an object belongs, a missing key). The store refuses that piece alone.
+FOLD_ERRORS = (ValueError, TypeError, AttributeError, KeyError)
+
 
 class Piece(NamedTuple):
     """Where one event goes: the resource, the row's key, and how to fold it in."""
@@ -92,13 +97,14 @@ def _transitions(row: Row, body: dict[str, Any]) -> None:
     events = row.get("events")
     if events is None:
         events = row["events"] = []
-    pairs = [(t.get("state", ""), rfc3339_ns(t.get("timestamp"))) for t in body.get("stateTransitions", ())]
-    if not pairs:
+    transitions = body.get("stateTransitions")
+    if not transitions:
         return
-    if events:
-        known = {(e["state"], e["created_ns"]) for e in events}
-        pairs = [pair for pair in pairs if pair not in known]
-    events.extend({"state": state, "created_ms": ns // 1_000_000, "created_ns": ns} for state, ns in pairs)
+    known = {(e["state"], e["created_ns"]) for e in events} if events else ()
+    for transition in transitions:
+        state, ns = transition.get("state", ""), rfc3339_ns(transition.get("timestamp"))
+        if (state, ns) not in known:
+            events.append({"state": state, "created_ms": ns // 1_000_000, "created_ns": ns})
     events.sort(key=_BY_NS)
     row["state"] = events[-1]["state"]
 
