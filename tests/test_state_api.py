@@ -129,6 +129,7 @@ def test_bad_queries_and_posts_get_clear_errors(filled: CliServer) -> None:
     # A value only the fold reads (a worker id that is not base64) fails that event alone, not the
     # transaction of its batch (which would answer 500 and lose the batch's good events).
     lifecycle = next(e for e in EVENTS if e["eventType"] == "TASK_LIFECYCLE_EVENT")
+    definition = next(e for e in EVENTS if e["eventType"] == "TASK_DEFINITION_EVENT")
     bad_value = dict(
         lifecycle,
         eventId="YmFkLXZhbHVl",
@@ -153,13 +154,24 @@ def test_bad_queries_and_posts_get_clear_errors(filled: CliServer) -> None:
             eventId="YmFkLXNoYXBlLTI=",
             taskLifecycleEvent=dict(lifecycle["taskLifecycleEvent"], rayErrorInfo="boom"),
         ),
+        dict(
+            lifecycle,
+            eventId="YmFkLXNoYXBlLTM=",
+            taskLifecycleEvent=dict(lifecycle["taskLifecycleEvent"], workerPid=2**70),
+        ),
+        dict(
+            definition,
+            eventId="YmFkLXNoYXBlLTQ=",
+            taskDefinitionEvent=dict(definition["taskDefinitionEvent"], taskName={"a": 1}),
+        ),
         dict(EVENTS[1], eventId="bmV3LWdvb2QtMw==", sessionName="session_shapes"),
     ]
     shaped = _post(filled, shapes)
     assert shaped.status_code == 200, shaped.text
     answer = shaped.json()
-    assert answer["accepted"] == 1 and answer["stored"] == 1 and answer["rejected"] == 2, answer
-    assert [e[:5] for e in answer["errors"]] == ["[0]: ", "[1]: "]
+    assert answer["accepted"] == 1 and answer["stored"] == 1 and answer["rejected"] == 4, answer
+    assert [e[:5] for e in answer["errors"]] == ["[0]: ", "[1]: ", "[2]: ", "[3]: "]
+    assert "name is a dict" in answer["errors"][3]
     limited = requests.get(f"{base}/api/v0/tasks", params={"limit": "2"}, timeout=10).json()["data"]["result"]
     assert (
         len(limited["result"]) == 2

@@ -32,6 +32,7 @@ import orjson
 from ray_otel_events.store.state_merge import (
     FOLD_ERRORS,
     INDEXED_COLUMNS,
+    INDEXED_FIELDS,
     Piece,
     Row,
     apply,
@@ -148,10 +149,15 @@ def prepare(event: Any) -> Prepared:
 
 
 def _fold_row(
-    entry: _StoredRow, folds: list[tuple[int, str, Piece]], result: IngestResult, careful: bool = False
-) -> bool:
-    """Fold one row's pieces, skipping event ids it has seen; counts go to `result` only once the
-    row is done. `careful`: each piece on a copy, one that fails is named in `result.refused`."""
+    resource: str,
+    entry: _StoredRow,
+    folds: list[tuple[int, str, Piece]],
+    result: IngestResult,
+    careful: bool = False,
+) -> tuple[str, tuple[Any, ...]] | None:
+    """Fold one row's pieces, skipping event ids it has seen; the row's `_row_columns` if it
+    changed. Counts go to `result` only once the row is done. `careful`: each piece on a copy,
+    one that fails is named in `result.refused`."""
     duplicates = 0
     folded: list[str] = []
     for position, event_id, piece in folds:
@@ -162,6 +168,7 @@ def _fold_row(
             trial = copy.deepcopy(entry.row)
             try:
                 apply(trial, piece)
+                _row_columns(piece.resource, trial)
             except FOLD_ERRORS as exc:
                 result.refused.append((position, f"{piece.event_type}: {exc}"))
                 continue
@@ -170,10 +177,30 @@ def _fold_row(
             apply(entry.row, piece)
         entry.ids.append(event_id)
         folded.append(piece.event_type)
+    columns = _row_columns(resource, entry.row) if folded else None
     result.duplicates += duplicates
     for event_type in folded:
         result.by_type[event_type] = result.by_type.get(event_type, 0) + 1
-    return bool(folded)
+    return columns
+
+
+_SQLITE_INT = (-(1 << 63), (1 << 63) - 1)
+
+
+def _row_columns(resource: str, row: Row) -> tuple[str, tuple[Any, ...]]:
+    """A folded row's data (JSON) and indexed column values, as they are written; TypeError or
+    ValueError if a piece put there what the file cannot hold (an object where a name belongs, an
+    integer past 64 bits)."""
+    data = orjson.dumps({k: v for k, v in row.items() if v is not None}).decode()  # raises on big ints
+    indexed = indexed_values(resource, row)
+    for column, value in zip(INDEXED_COLUMNS, indexed, strict=True):
+        kind = type(value)
+        if kind is int:
+            if not _SQLITE_INT[0] <= value <= _SQLITE_INT[1]:
+                raise ValueError(f"{INDEXED_FIELDS[resource][column]} {value} does not fit in 64 bits")
+        elif value is not None and kind is not str and kind is not float and kind is not bool:
+            raise TypeError(f"{INDEXED_FIELDS[resource][column]} is a {kind.__name__}, not text or a number")
+    return data, indexed
 
 
 class StoreError(Exception):
@@ -337,24 +364,16 @@ class EventStore:
         changed: list[tuple[Any, ...]] = []
         for key, folds in pieces.items():
             try:
-                fresh = _fold_row(rows[key], folds, result)
+                columns = _fold_row(key[0], rows[key], folds, result)
             except FOLD_ERRORS:
-                # Rare: a value only the fold reads (a bad base64 id, timestamp or number) failed
-                # half-way through a row. Fold that row again from what is stored, each piece on
-                # a copy, leaving out (and naming) the ones that fail: never the whole batch.
+                # Rare: a value only the fold reads (a bad base64 id, timestamp or number) or one
+                # of the wrong shape failed a row. Fold that row again from what is stored, each
+                # piece on a copy, leaving out (and naming) the ones that fail: never the batch.
                 rows[key] = self._rows_for({key})[key]
-                fresh = _fold_row(rows[key], folds, result, careful=True)
-            if fresh:
-                row = rows[key].row
-                changed.append(
-                    (
-                        *key,
-                        received,
-                        orjson.dumps({k: v for k, v in row.items() if v is not None}).decode(),
-                        " ".join(rows[key].ids),
-                        *indexed_values(key[0], row),
-                    )
-                )
+                columns = _fold_row(key[0], rows[key], folds, result, careful=True)
+            if columns is not None:
+                data, indexed = columns
+                changed.append((*key, received, data, " ".join(rows[key].ids), *indexed))
         db.executemany(_UPSERT, changed)
 
     def _in_chunks(self, sql: str, ids: Sequence[str], *leading: Any) -> Iterator[Any]:
