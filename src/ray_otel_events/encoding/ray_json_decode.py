@@ -247,6 +247,21 @@ class _Table:
                 child.SetInParent()
 
             return set_message
+        if field.type == FieldDescriptor.TYPE_STRING:  # the commonest fields: read in line
+
+            def set_string(message: Any, value: Any) -> None:
+                if type(value) is not str or (not value.isascii() and _SURROGATE.search(value)):
+                    raise _Fallback
+                setattr(message, name, value)
+
+            return set_string
+        if field.type == FieldDescriptor.TYPE_BYTES:
+
+            def set_bytes(message: Any, value: Any) -> None:
+                known = _bytes_of.get(value) if type(value) is str else None
+                setattr(message, name, known if known is not None else _read_bytes(value))
+
+            return set_bytes
         read = _scalar_reader(field)
 
         def set_scalar(message: Any, value: Any) -> None:
@@ -259,19 +274,18 @@ def _always_fallback(message: Any, value: Any) -> None:
     raise _Fallback
 
 
-_tables: dict[str, _Table] = {}
+_tables: dict[type, _Table] = {}  # by message class: cheaper to look up than its descriptor's name
 
 
 def _fill(message: Any, obj: Any) -> None:
     if type(obj) is not dict:
         raise _Fallback
-    full_name = message.DESCRIPTOR.full_name
-    table = _tables.get(full_name)
+    table = _tables.get(type(message))
     if table is None:
         try:
-            table = _tables[full_name] = _Table(message.DESCRIPTOR)
+            table = _tables[type(message)] = _Table(message.DESCRIPTOR)
         except _Fallback:
-            table = _tables[full_name] = _fallback_table(message.DESCRIPTOR)
+            table = _tables[type(message)] = _fallback_table(message.DESCRIPTOR)
     by_json_name = table.by_json_name
     if not table.oneof_of and by_json_name.keys() >= obj.keys():
         # Every key a camelCase field name (what Ray sends): no field can come twice, no oneof clash.
