@@ -210,8 +210,6 @@ def _entry(cache: dict[tuple[str, str], bytes], tag: bytes, key: str, value: Any
 
 
 _KVLIST_ENTRY = b"\x0a"  # KeyValueList.values = 1
-_KV_VALUE = b"\x12"  # KeyValue.value = 2
-_ANY_STRING = b"\x0a"  # AnyValue.string_value = 1
 _LOG_ATTRIBUTE = otlp_wire.LOG_RECORD_ATTRIBUTES
 _LEAF_VALUES_MAX = 1024
 _CACHED_PATHS_MAX = 4096  # leaves and plans kept (paths include list indexes and map keys: data)
@@ -250,16 +248,11 @@ class _Leaf:
             pair = values.get(value)
             if pair is not None:
                 return pair
-        data = value.encode()
-        varint = otlp_wire.varint
-        any_value = _ANY_STRING + varint(len(data)) + data
-        value_field = _KV_VALUE + varint(len(any_value)) + any_value
-        body_key, attr_key = self.body_key, self.attr_key
+        value_field = otlp_wire.string_value_field(value.encode())  # shared by both entries
+        body_key = self.body_key
         pair = (
-            _KVLIST_ENTRY + varint(len(body_key) + len(value_field)) + body_key + value_field
-            if body_key is not None
-            else b"",
-            _LOG_ATTRIBUTE + varint(len(attr_key) + len(value_field)) + attr_key + value_field,
+            otlp_wire.entry(_KVLIST_ENTRY, body_key, value_field) if body_key is not None else b"",
+            otlp_wire.entry(_LOG_ATTRIBUTE, self.attr_key, value_field),
         )
         self._remember(value, pair)
         return pair
@@ -368,9 +361,7 @@ _NESTED = (Mapping, list)
 
 def _framed(key: bytes, value: bytes) -> bytes:
     """A KeyValueList entry: the encoded key and a serialized AnyValue."""
-    size = len(value)
-    kv = b"".join((key, _KV_VALUE, otlp_wire.varint(size), value))
-    return _KVLIST_ENTRY + otlp_wire.varint(len(kv)) + kv
+    return otlp_wire.entry(_KVLIST_ENTRY, key, otlp_wire.value_field(value))
 
 
 def _walk(obj: Mapping[str, Any], plan: _Plan, attrs: list[bytes]) -> bytes:

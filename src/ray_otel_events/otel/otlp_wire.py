@@ -113,30 +113,30 @@ def _key(key: str) -> bytes:
 
 
 def key_field(key: str) -> bytes:
-    """KeyValue's key field, encoded (to build entries with `string_entry`)."""
+    """KeyValue's key field, encoded (to build entries with `entry`)."""
     data = key.encode()
     return _KV_KEY + varint(len(data)) + data
 
 
-def string_entry(tag: bytes, key: bytes, data: bytes) -> bytes:
-    """One repeated KeyValue entry holding a string: `tag`, length, the encoded `key_field`, and
-    the AnyValue of the UTF-8 `data`; one join instead of a call per nested message."""
-    size = len(data)
-    value_size = 1 + len(varint(size)) + size
-    entry_size = len(key) + 1 + len(varint(value_size)) + value_size
-    return b"".join(
-        (tag, varint(entry_size), key, _KV_VALUE, varint(value_size), _ANY_STRING, varint(size), data)
-    )
+def value_field(value: bytes) -> bytes:
+    """KeyValue's value field holding a serialized AnyValue."""
+    return _KV_VALUE + varint(len(value)) + value
+
+
+def string_value_field(data: bytes) -> bytes:
+    """KeyValue's value field holding the string AnyValue of UTF-8 `data`."""
+    return value_field(_ANY_STRING + varint(len(data)) + data)
+
+
+def entry(tag: bytes, key: bytes, value: bytes) -> bytes:
+    """One repeated KeyValue entry (`tag`, length, KeyValue) from its `key_field` and `value_field`:
+    a key or value shared by many entries is encoded once."""
+    return tag + varint(len(key) + len(value)) + key + value
 
 
 def key_value(key: str, value: Any) -> bytes:
     """A serialized KeyValue (a None value leaves its value unset)."""
     return _key(key) if value is None else _key(key) + _length_delimited(_KV_VALUE, any_value(value))
-
-
-def key_with_value(key: str, value: bytes) -> bytes:
-    """A serialized KeyValue from an already serialized AnyValue."""
-    return _key(key) + _length_delimited(_KV_VALUE, value)
 
 
 def kvlist_value(entries: bytes) -> bytes:
