@@ -19,7 +19,12 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span
 from ray_otel_events.exporters.otlp import OtlpItemEncoder
 from ray_otel_events.otel import otlp_wire
 from ray_otel_events.otel.log_records import log_record_wire, to_log_record
-from ray_otel_events.otel.plain_records import key_values, python_to_any_value
+from ray_otel_events.otel.plain_records import (
+    any_value_to_python,
+    attributes_to_dict,
+    key_values,
+    python_to_any_value,
+)
 from ray_otel_events.otel.to_ray_events import ray_event_from_log_record
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.receivers.ray_events_http import parse_posted_event
@@ -241,21 +246,11 @@ def test_span_events_written_as_bytes_equal_the_messages() -> None:
     assert got == expected
 
 
-def _unordered(value: AnyValue) -> Any:
-    """An AnyValue as plain values, kvlists as dicts: the same whatever order keys were written in."""
-    kind = value.WhichOneof("value")
-    if kind == "kvlist_value":
-        return {kv.key: _unordered(kv.value) for kv in value.kvlist_value.values}
-    if kind == "array_value":
-        return [_unordered(item) for item in value.array_value.values]
-    return getattr(value, kind) if kind else None
-
-
 def _record_unordered(wire: bytes) -> tuple[Any, ...]:
     record = LogRecord.FromString(wire)
-    attrs = {kv.key: _unordered(kv.value) for kv in record.attributes}
+    attrs = attributes_to_dict(record.attributes)  # kvlists as dicts: key order does not count
     assert len(attrs) == len(record.attributes)
-    body = _unordered(record.body)
+    body = any_value_to_python(record.body)
     record.ClearField("attributes")
     record.ClearField("body")
     return record.SerializeToString(), body, attrs
