@@ -296,3 +296,20 @@ def test_a_span_item_written_on_the_wire_equals_the_message() -> None:
         expected = ResourceSpans(resource=encoder.resource(session))
         expected.scope_spans.add(scope=encoder.scope).spans.append(span)
         assert encoder.span_item(session, span) == expected.SerializeToString()
+
+
+def test_one_item_envelopes_and_others_join_the_same_groups() -> None:
+    """One-item envelopes (the bridge's queue items) are read by a short path, any other shape by
+    the general one: both land in the same resource and scope entries, in queue order."""
+    resource, scope = b"\x0a\x05\x0a\x01k\x12\x00", b"\x0a\x02me"
+    one = otlp_wire.resource_logs(resource, scope, [b"\x62\x01a"])
+    two = otlp_wire.resource_logs(resource, scope, [b"\x62\x01b", b"\x62\x01c"])
+    other = otlp_wire.resource_logs(resource, b"\x0a\x05other", [b"\x62\x01d"])
+    merged = ExportLogsServiceRequest.FromString(otlp_wire.merge_envelopes([one, two, other, one]))
+    (resource_logs,) = merged.resource_logs
+    assert [(s.scope.name, [r.event_name for r in s.log_records]) for s in resource_logs.scope_logs] == [
+        ("me", ["a", "b", "c", "a"]),
+        ("other", ["d"]),
+    ]
+    with pytest.raises(ValueError):
+        otlp_wire.merge_envelopes([one[:-1]])

@@ -342,12 +342,50 @@ def _split_envelope(data: bytes | memoryview) -> tuple[bytes, list[memoryview], 
     return head, middle, tail
 
 
+def _one_item(item: bytes) -> tuple[bytes, bytes, bytes] | None:
+    """(resource, scope, the item's entry as framed in its scope entry) of an envelope holding one
+    scope entry with one item and no schema URLs (what `OtlpItemEncoder` writes); None for any
+    other shape, which the general reader takes."""
+    try:
+        if item[0] != 0x0A:
+            return None
+        size, pos = _read_varint(item, 1)
+        resource, pos = item[pos : pos + size], pos + size
+        if item[pos] != 0x12:
+            return None
+        size, pos = _read_varint(item, pos + 1)
+        if pos + size != len(item) or item[pos] != 0x0A:
+            return None
+        size, pos = _read_varint(item, pos + 1)
+        scope, pos = item[pos : pos + size], pos + size
+        if item[pos] != 0x12:
+            return None
+        size, end = _read_varint(item, pos + 1)
+        if end + size != len(item):
+            return None
+        return resource, scope, item[pos:]
+    except IndexError:
+        return None
+
+
 def merge_envelopes(items: list[bytes]) -> bytes:
     """The serialized Export{Trace,Logs}ServiceRequest of one-item ResourceSpans/ResourceLogs:
     one entry per (resource, schema_url), one scope entry per (scope, schema_url) within it,
     items in queue order. Raises ValueError on an envelope of another shape."""
-    resources: dict[tuple[bytes, bytes], dict[tuple[bytes, bytes], list[memoryview]]] = {}
+    resources: dict[tuple[bytes, bytes], dict[tuple[bytes, bytes], list[bytes]]] = {}
     for item in items:
+        one = _one_item(item)
+        if one is not None:
+            resource, scope, framed = one
+            scopes = resources.get((resource, b""))
+            if scopes is None:
+                scopes = resources[(resource, b"")] = {}
+            held = scopes.get((scope, b""))
+            if held is None:
+                scopes[(scope, b"")] = [framed]
+            else:
+                held.append(framed)
+            continue
         try:
             resource, scoped, schema = _split_envelope(item)
             split = [_split_envelope(entry) for entry in scoped]
@@ -357,18 +395,17 @@ def merge_envelopes(items: list[bytes]) -> bytes:
         if scopes is None:
             scopes = resources[(resource, schema)] = {}
         for scope, records, scope_schema in split:
+            framed_records = [_length_delimited(b"\x12", bytes(record)) for record in records]
             held = scopes.get((scope, scope_schema))
             if held is None:
-                scopes[(scope, scope_schema)] = records
+                scopes[(scope, scope_schema)] = framed_records
             else:
-                held.extend(records)
+                held.extend(framed_records)
     out: list[bytes] = []
     for (resource, schema), scopes in resources.items():
         parts = [_length_delimited(b"\x0a", resource)]
-        for (scope, scope_schema), records in scopes.items():
-            entry: list[bytes | memoryview] = [_length_delimited(b"\x0a", scope)]
-            for record in records:
-                entry += (b"\x12", varint(len(record)), record)
+        for (scope, scope_schema), entries in scopes.items():
+            entry = [_length_delimited(b"\x0a", scope), *entries]
             if scope_schema:
                 entry.append(_length_delimited(b"\x1a", scope_schema))
             parts.append(_length_delimited(b"\x12", b"".join(entry)))
