@@ -171,9 +171,6 @@ def from_log_body(body: Mapping[str, Any]) -> RayEvent:
 
 _FieldInfo = tuple[str, Any, Any]  # (proto name, message descriptor to descend into, map value's)
 _fields_by_json: dict[Any, dict[str, _FieldInfo]] = {}
-_ENTRY_CACHE_MAX = 1 << 16
-_body_entries: dict[tuple[str, str], bytes] = {}
-_attr_entries: dict[tuple[str, str], bytes] = {}
 _OPAQUE = frozenset({"google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue"})
 
 
@@ -192,21 +189,6 @@ def _json_fields(descriptor: Any) -> dict[str, _FieldInfo]:
                 fields[field.json_name] = (field.name, None, None)
         _fields_by_json[descriptor] = fields
     return fields
-
-
-def _entry(cache: dict[tuple[str, str], bytes], tag: bytes, key: str, value: Any) -> bytes:
-    """One repeated KeyValue entry (`tag` + length + KeyValue), cached when the value is a string."""
-    if type(value) is str:
-        cached = cache.get((key, value))
-        if cached is not None:
-            return cached
-    kv = otlp_wire.key_value(key, value)
-    entry = tag + otlp_wire.varint(len(kv)) + kv
-    if type(value) is str:
-        if len(cache) >= _ENTRY_CACHE_MAX:
-            cache.clear()
-        cache[(key, value)] = entry
-    return entry
 
 
 _KVLIST_ENTRY = b"\x0a"  # KeyValueList.values = 1
@@ -230,12 +212,10 @@ class _Leaf:
     of the values seen, while they repeat. A field whose values do not repeat (ids, timestamps)
     stops being cached after `_LEAF_VALUES_MAX` values instead of churning a shared cache."""
 
-    __slots__ = ("attr_key", "attr_name", "body_key", "body_name", "values")
+    __slots__ = ("attr_key", "body_key", "values")
 
     def __init__(self, body_key: str | None, attr_key: str) -> None:
         """`body_key` None: an attribute only (its body entry is empty)."""
-        self.body_name = body_key
-        self.attr_name = attr_key
         self.body_key = otlp_wire.key_field(body_key) if body_key is not None else None
         self.attr_key = otlp_wire.key_field(attr_key)
         # keyed by the value (strings) or by (type, value) (ints and bools: True == 1)
@@ -248,14 +228,7 @@ class _Leaf:
             pair = values.get(value)
             if pair is not None:
                 return pair
-        value_field = otlp_wire.string_value_field(value.encode())  # shared by both entries
-        body_key = self.body_key
-        pair = (
-            otlp_wire.entry(_KVLIST_ENTRY, body_key, value_field) if body_key is not None else b"",
-            otlp_wire.entry(_LOG_ATTRIBUTE, self.attr_key, value_field),
-        )
-        self._remember(value, pair)
-        return pair
+        return self._made(value, otlp_wire.string_value_field(value.encode()))
 
     def number_entries(self, value: int) -> tuple[bytes, bytes]:
         """The same for an int or a bool."""
@@ -265,11 +238,14 @@ class _Leaf:
             pair = values.get(cache_key)
             if pair is not None:
                 return pair
-        body = otlp_wire.key_value(self.body_name, value) if self.body_name is not None else b""
-        attr = otlp_wire.key_value(self.attr_name, value)
+        return self._made(cache_key, otlp_wire.value_field(otlp_wire.any_value(value)))
+
+    def _made(self, cache_key: Any, value_field: bytes) -> tuple[bytes, bytes]:
+        """Both entries around one encoded value, kept while this field's values repeat."""
+        body_key = self.body_key
         pair = (
-            _KVLIST_ENTRY + otlp_wire.varint(len(body)) + body if body else b"",
-            _LOG_ATTRIBUTE + otlp_wire.varint(len(attr)) + attr,
+            otlp_wire.entry(_KVLIST_ENTRY, body_key, value_field) if body_key is not None else b"",
+            otlp_wire.entry(_LOG_ATTRIBUTE, self.attr_key, value_field),
         )
         self._remember(cache_key, pair)
         return pair
@@ -377,31 +353,21 @@ def _walk(obj: Mapping[str, Any], plan: _Plan, attrs: list[bytes]) -> bytes:
             body_entry, attr_entry = (leaves.get(key) or plan.leaf(key)).entries(value)
         elif kind is int or kind is bool:
             body_entry, attr_entry = (leaves.get(key) or plan.leaf(key)).number_entries(value)
-        elif kind is dict:
+        elif kind is dict or (kind is not list and isinstance(value, Mapping)):
             child = plan.children.get(key) or plan.child(key)
-            add(_framed(plan.key_field(key), otlp_wire.kvlist_value(_walk(value, child, attrs))))
+            add(_framed(plan.key_field(key), _walk_value(value, child, attrs)))
             continue
         elif kind is list and any(isinstance(item, _NESTED) for item in value):
             items = [_list_item(item, plan, key, i, attrs) for i, item in enumerate(value)]
             add(_framed(plan.key_field(key), otlp_wire.array_value(items)))
             continue
-        else:  # floats, lists of plain values, None, other mappings
-            _other(obj, plan, key, value, entries, attrs)
+        else:  # floats, lists of plain values, None
+            add(otlp_wire.kv_entry(_KVLIST_ENTRY, key, value))
+            _flat_leaf(plan.where(key), value, attrs)
             continue
         add(body_entry)
         add_attr(attr_entry)
     return b"".join(entries)
-
-
-def _other(obj: Any, plan: _Plan, key: str, value: Any, entries: list[bytes], attrs: list[bytes]) -> None:
-    if isinstance(value, Mapping):
-        entries.append(_framed(plan.key_field(key), _walk_value(value, plan.child(key), attrs)))
-    elif isinstance(value, list) and any(isinstance(item, _NESTED) for item in value):
-        items = [_list_item(item, plan, key, i, attrs) for i, item in enumerate(value)]
-        entries.append(_framed(plan.key_field(key), otlp_wire.array_value(items)))
-    else:
-        entries.append(_entry(_body_entries, _KVLIST_ENTRY, key, value))
-        _flat_leaf(plan.where(key), value, attrs)
 
 
 def _list_item(item: Any, plan: _Plan, key: str, index: int, attrs: list[bytes]) -> bytes:
@@ -433,7 +399,7 @@ def _any_value(value: Any, path: str, descriptor: Any, attrs: list[bytes]) -> by
 def _flat_leaf(path: str, value: Any, attrs: list[bytes]) -> None:
     """A leaf (or a list of leaves) as `_flatten` makes attributes of it."""
     for key, flat in _flatten(path, value):
-        attrs.append(_entry(_attr_entries, _LOG_ATTRIBUTE, key, flat))
+        attrs.append(otlp_wire.kv_entry(_LOG_ATTRIBUTE, key, flat))
 
 
 _entity_leaves: dict[str, _Leaf] = {}  # a handful of entity attribute names
@@ -464,7 +430,7 @@ def log_record_wire(
                 leaf = _entity_leaves[key] = _Leaf(None, key)
             attrs.append(leaf.entries(value)[1])
         else:
-            attrs.append(_entry(_attr_entries, _LOG_ATTRIBUTE, key, value))
+            attrs.append(otlp_wire.kv_entry(_LOG_ATTRIBUTE, key, value))
     attrs.append(extra_attributes)
     severity = SEVERITY_NUMBER.get(event.severity, 0)
     return otlp_wire.log_record_from_parts(

@@ -159,29 +159,35 @@ def key_values(values: Mapping[str, Any]) -> bytes:
     return b"".join(parts)
 
 
-_ENTRY_CACHE_MAX = 1 << 14
+_ENTRY_CACHE_MAX = 1 << 16
 _string_entries: dict[tuple[bytes, str, str], bytes] = {}
 
 
+def kv_entry(tag: bytes, key: str, value: Any) -> bytes:
+    """One repeated KeyValue entry (`tag`, length, `key_value`). Entries holding a string are kept
+    (bounded): attribute names and most of their values repeat from record to record."""
+    if type(value) is str:
+        cached = _string_entries.get((tag, key, value))
+        if cached is not None:
+            return cached
+    kv = key_value(key, value)
+    made = tag + varint(len(kv)) + kv
+    if type(value) is str:
+        if len(_string_entries) >= _ENTRY_CACHE_MAX:
+            _string_entries.clear()
+        _string_entries[(tag, key, value)] = made
+    return made
+
+
 def attributes(values: Mapping[str, Any], tag: bytes) -> bytes:
-    """A message's repeated KeyValue field `tag` (e.g. LogRecord.attributes = 6 -> b"\\x32").
-    Entries holding a string are kept (bounded): span attributes repeat but for an id or two."""
-    parts = []
-    cache = _string_entries
-    for key, value in values.items():
-        if type(value) is str:
-            entry = cache.get((tag, key, value))
-            if entry is None:
-                kv = _key(key) + _length_delimited(_KV_VALUE, any_value(value))
-                entry = tag + varint(len(kv)) + kv
-                if len(cache) >= _ENTRY_CACHE_MAX:
-                    cache.clear()
-                cache[(tag, key, value)] = entry
-            parts.append(entry)
-            continue
-        kv = _key(key) + _length_delimited(_KV_VALUE, any_value(value))
-        parts.append(tag + varint(len(kv)) + kv)
-    return b"".join(parts)
+    """A message's repeated KeyValue field `tag` (e.g. LogRecord.attributes = 6 -> b"\\x32");
+    a None value is written as an empty AnyValue."""
+    return b"".join(
+        [
+            kv_entry(tag, key, value) if value is not None else entry(tag, _key(key), value_field(b""))
+            for key, value in values.items()
+        ]
+    )
 
 
 LOG_RECORD_ATTRIBUTES = b"\x32"  # LogRecord.attributes = 6: the tag of one attribute entry
@@ -368,39 +374,42 @@ def _one_item(item: bytes) -> tuple[bytes, bytes, bytes] | None:
         return None
 
 
+# (resource, schema_url) -> (scope, schema_url) -> the items' framed entries, in queue order
+_Groups = dict[tuple[bytes, bytes], dict[tuple[bytes, bytes], list[bytes]]]
+
+
+def _group(
+    groups: _Groups, resource: tuple[bytes, bytes], scope: tuple[bytes, bytes], framed: list[bytes]
+) -> None:
+    scopes = groups.get(resource)
+    if scopes is None:
+        scopes = groups[resource] = {}
+    held = scopes.get(scope)
+    if held is None:
+        scopes[scope] = framed
+    else:
+        held.extend(framed)
+
+
 def merge_envelopes(items: list[bytes]) -> bytes:
     """The serialized Export{Trace,Logs}ServiceRequest of one-item ResourceSpans/ResourceLogs:
     one entry per (resource, schema_url), one scope entry per (scope, schema_url) within it,
     items in queue order. Raises ValueError on an envelope of another shape."""
-    resources: dict[tuple[bytes, bytes], dict[tuple[bytes, bytes], list[bytes]]] = {}
+    resources: _Groups = {}
     for item in items:
         one = _one_item(item)
         if one is not None:
             resource, scope, framed = one
-            scopes = resources.get((resource, b""))
-            if scopes is None:
-                scopes = resources[(resource, b"")] = {}
-            held = scopes.get((scope, b""))
-            if held is None:
-                scopes[(scope, b"")] = [framed]
-            else:
-                held.append(framed)
+            _group(resources, (resource, b""), (scope, b""), [framed])
             continue
         try:
             resource, scoped, schema = _split_envelope(item)
             split = [_split_envelope(entry) for entry in scoped]
         except IndexError:
             raise ValueError("an OTLP envelope ends inside a field") from None
-        scopes = resources.get((resource, schema))
-        if scopes is None:
-            scopes = resources[(resource, schema)] = {}
         for scope, records, scope_schema in split:
             framed_records = [_length_delimited(b"\x12", bytes(record)) for record in records]
-            held = scopes.get((scope, scope_schema))
-            if held is None:
-                scopes[(scope, scope_schema)] = framed_records
-            else:
-                held.extend(framed_records)
+            _group(resources, (resource, schema), (scope, scope_schema), framed_records)
     out: list[bytes] = []
     for (resource, schema), scopes in resources.items():
         parts = [_length_delimited(b"\x0a", resource)]
