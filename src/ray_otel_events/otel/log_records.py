@@ -8,13 +8,14 @@ hex form Ray's tracing uses, so records join with spans.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 
+from ray_otel_events import config
 from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
 from ray_otel_events.events.registry import REGISTRY, event_type_name
 from ray_otel_events.otel import otlp_wire, semconv
@@ -340,7 +341,7 @@ def _framed(key: bytes, value: bytes) -> bytes:
     return otlp_wire.entry(_KVLIST_ENTRY, key, otlp_wire.value_field(value))
 
 
-def _walk(obj: Mapping[str, Any], plan: _Plan, attrs: list[bytes]) -> bytes:
+def _walk_python(obj: Mapping[str, Any], plan: _Plan, attrs: list[bytes]) -> bytes:
     """The KeyValueList entries of `obj` (camelCase, as the body holds it); appends the flattened
     attribute entries (proto names under the plan's path) to `attrs`, as `_flatten` would yield
     them."""
@@ -353,21 +354,27 @@ def _walk(obj: Mapping[str, Any], plan: _Plan, attrs: list[bytes]) -> bytes:
             body_entry, attr_entry = (leaves.get(key) or plan.leaf(key)).entries(value)
         elif kind is int or kind is bool:
             body_entry, attr_entry = (leaves.get(key) or plan.leaf(key)).number_entries(value)
-        elif kind is dict or (kind is not list and isinstance(value, Mapping)):
-            child = plan.children.get(key) or plan.child(key)
-            add(_framed(plan.key_field(key), _walk_value(value, child, attrs)))
-            continue
-        elif kind is list and any(isinstance(item, _NESTED) for item in value):
-            items = [_list_item(item, plan, key, i, attrs) for i, item in enumerate(value)]
-            add(_framed(plan.key_field(key), otlp_wire.array_value(items)))
-            continue
-        else:  # floats, lists of plain values, None
-            add(otlp_wire.kv_entry(_KVLIST_ENTRY, key, value))
-            _flat_leaf(plan.where(key), value, attrs)
+        else:
+            add(_other_entry(key, value, plan, attrs))
             continue
         add(body_entry)
         add_attr(attr_entry)
     return b"".join(entries)
+
+
+def _other_entry(key: str, value: Any, plan: _Plan, attrs: list[bytes]) -> bytes:
+    """The body entry of a value that is not a string, int or bool (appending its attributes)."""
+    kind = type(value)
+    if kind is dict or (kind is not list and isinstance(value, Mapping)):
+        child = plan.children.get(key) or plan.child(key)
+        return _framed(plan.key_field(key), _walk_value(value, child, attrs))
+    if kind is list and any(isinstance(item, _NESTED) for item in value):
+        items = [_list_item(item, plan, key, i, attrs) for i, item in enumerate(value)]
+        return _framed(plan.key_field(key), otlp_wire.array_value(items))
+    # floats, lists of plain values, None
+    entry = otlp_wire.kv_entry(_KVLIST_ENTRY, key, value)
+    _flat_leaf(plan.where(key), value, attrs)
+    return entry
 
 
 def _list_item(item: Any, plan: _Plan, key: str, index: int, attrs: list[bytes]) -> bytes:
@@ -375,6 +382,16 @@ def _list_item(item: Any, plan: _Plan, key: str, index: int, attrs: list[bytes])
     if type(item) is dict or isinstance(item, Mapping):
         return _walk_value(item, plan.item(key, index), attrs)
     return _any_value(item, f"{plan.where(key)}.{index}", plan.descriptors(key)[0], attrs)
+
+
+try:  # the same walk compiled (setup.py builds it where a C compiler is present)
+    from ray_otel_events.otel import _record_walk
+except ImportError:
+    _record_walk = None  # type: ignore[assignment]
+_walk: Callable[[Mapping[str, Any], _Plan, list[bytes]], bytes] = _walk_python
+if _record_walk is not None and config.compiled_walk_enabled():
+    _record_walk.bind(_other_entry, _list_item, _walk_python, Mapping, _LEAF_VALUES_MAX)
+    _walk = _record_walk.walk
 
 
 def _walk_value(value: Mapping[str, Any], plan: _Plan, attrs: list[bytes]) -> bytes:
