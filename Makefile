@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py src/ray_otel_events/otel/_record_walk.c
+$(STAMP): pyproject.toml setup.py $(wildcard src/ray_otel_events/*.h src/ray_otel_events/*/*.c)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,ray]'

@@ -1,6 +1,6 @@
-"""The compiled log-record walk (src/ray_otel_events/otel/_record_walk.c), optional: where no C
-compiler is present the build goes on without it and the package walks in Python (the same bytes).
-Everything else is in pyproject.toml."""
+"""The compiled helpers, optional: the log-record walk (otel/_record_walk.c) and the RayEvent JSON
+reader (encoding/_ray_json_wire.c). Where no C compiler is present the build goes on without them
+and the package runs the same Python code (the same results). Everything else is in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -9,7 +9,16 @@ setup(
         Extension(
             "ray_otel_events.otel._record_walk",
             ["src/ray_otel_events/otel/_record_walk.c"],
+            include_dirs=["src/ray_otel_events"],
+            depends=["src/ray_otel_events/protobuf_wire.h"],
             optional=True,
-        )
+        ),
+        Extension(
+            "ray_otel_events.encoding._ray_json_wire",
+            ["src/ray_otel_events/encoding/_ray_json_wire.c"],
+            include_dirs=["src/ray_otel_events"],
+            depends=["src/ray_otel_events/protobuf_wire.h"],
+            optional=True,
+        ),
     ]
 )

@@ -644,6 +644,7 @@ class BridgeConfig:
 PURE_PYTHON = "RAY_OTEL_EVENTS_PURE_PYTHON"  # 1: use the Python code even where a compiled copy is built
 
 
-def compiled_walk_enabled(env: Environ = os.environ) -> bool:
-    """Whether the log-record walk may use its compiled copy (the same bytes, ~8x faster)."""
+def compiled_enabled(env: Environ = os.environ) -> bool:
+    """Whether the compiled copies (the log-record walk, the RayEvent JSON reader) may be used: the
+    same results, several times faster."""
     return not env_bool(env, PURE_PYTHON, False)

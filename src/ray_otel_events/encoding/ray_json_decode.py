@@ -22,6 +22,7 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 
+from ray_otel_events import config
 from ray_otel_events.encoding.proto_scalars import INT_RANGES
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
@@ -322,6 +323,104 @@ def _fallback_table(descriptor: Any) -> _Table:
     return table
 
 
+# -- the same fast path, compiled (_ray_json_wire.c) -------------------------------------------------
+#
+# The C reader writes the event's wire bytes and `RayEvent.FromString` makes the message in one call.
+# It knows each message type's fields from a schema made here from the same descriptors and by the
+# same rules as `_Table`; where `_fill` would fall back, it returns None and `_fill` runs.
+
+# field kinds and labels, as _ray_json_wire.c numbers them
+_K_FALLBACK, _K_STRING, _K_BYTES, _K_BOOL, _K_INT = range(5)
+_K_DOUBLE, _K_FLOAT, _K_ENUM, _K_MESSAGE, _K_TIMESTAMP = range(5, 10)
+_SINGULAR, _REPEATED, _MAP = range(3)
+_TIMESTAMP_TYPE = "google.protobuf.Timestamp"
+_SCALAR_KINDS = {
+    FieldDescriptor.TYPE_STRING: _K_STRING,
+    FieldDescriptor.TYPE_BYTES: _K_BYTES,
+    FieldDescriptor.TYPE_BOOL: _K_BOOL,
+    FieldDescriptor.TYPE_DOUBLE: _K_DOUBLE,
+    FieldDescriptor.TYPE_FLOAT: _K_FLOAT,
+    FieldDescriptor.TYPE_ENUM: _K_ENUM,
+}
+# The varint integer types (what the C reader writes); others are read in Python.
+_VARINT_INTS = (
+    FieldDescriptor.TYPE_INT32,
+    FieldDescriptor.TYPE_INT64,
+    FieldDescriptor.TYPE_UINT32,
+    FieldDescriptor.TYPE_UINT64,
+)
+
+WireField = tuple[int, int, int, int, int, Any, Any]  # (number, kind, label, low, high, extra, oneof)
+WireSchema = dict[str, WireField]
+
+
+def _scalar_kind(field: Any) -> tuple[int, int, int, Any]:
+    """(kind, low, high, extra) of a scalar field, as `_scalar_reader` reads it."""
+    if field.type in _VARINT_INTS:
+        return (_K_INT, *INT_RANGES[field.type], None)
+    kind = _SCALAR_KINDS.get(field.type, _K_FALLBACK)
+    if kind == _K_ENUM:
+        by_name = {v.name: v.number for v in field.enum_type.values}
+        return kind, 0, 0, (by_name, frozenset(by_name.values()))
+    return kind, 0, 0, None
+
+
+def _wire_schema(descriptor: Any, schemas: dict[str, WireSchema]) -> WireSchema:
+    """JSON and proto names -> field, for `_ray_json_wire.event_wire`; empty (every key falls back)
+    for a type `_Table` cannot read."""
+    schema = schemas.get(descriptor.full_name)
+    if schema is not None:
+        return schema
+    schema = schemas[descriptor.full_name] = {}
+    try:
+        _Table(descriptor)
+    except _Fallback:
+        return schema
+    oneof_names: dict[str, str] = {}
+    for field in descriptor.fields:
+        oneof = field.containing_oneof
+        oneof_name = (
+            oneof_names.setdefault(oneof.full_name, oneof.full_name)
+            if oneof is not None and len(oneof.fields) > 1
+            else None
+        )
+        message = field.message_type
+        if message is not None and message.GetOptions().map_entry:
+            key, value = message.fields_by_name["key"], message.fields_by_name["value"]
+            if key.type != FieldDescriptor.TYPE_STRING:
+                kind, low, high, extra = _K_FALLBACK, 0, 0, None
+            elif value.message_type is not None:  # `_fill` of each value, Timestamps included
+                kind, low, high, extra = _K_MESSAGE, 0, 0, _wire_schema(value.message_type, schemas)
+            else:
+                kind, low, high, extra = _scalar_kind(value)
+            label = _MAP
+        elif message is not None:
+            label = _REPEATED if field.is_repeated else _SINGULAR
+            if message.full_name == _TIMESTAMP_TYPE:
+                kind, low, high, extra = _K_TIMESTAMP, 0, 0, None
+            elif label == _SINGULAR and message.full_name.startswith("google.protobuf."):
+                kind, low, high, extra = _K_FALLBACK, 0, 0, None
+            else:
+                kind, low, high, extra = _K_MESSAGE, 0, 0, _wire_schema(message, schemas)
+        else:
+            label = _REPEATED if field.is_repeated else _SINGULAR
+            kind, low, high, extra = _scalar_kind(field)
+        entry = (field.number, kind, label, low, high, extra, oneof_name)
+        schema[field.json_name] = schema[field.name] = entry
+    return schema
+
+
+try:  # built by setup.py where a C compiler is present
+    from ray_otel_events.encoding import _ray_json_wire
+except ImportError:
+    _ray_json_wire = None  # type: ignore[assignment]
+_EVENT_SCHEMA = _wire_schema(RayEvent.DESCRIPTOR, {})
+_event_wire: Callable[[Any, WireSchema], bytes | None] | None = None
+if _ray_json_wire is not None and config.compiled_enabled():
+    _ray_json_wire.bind(_read_bytes, _bytes_of)
+    _event_wire = _ray_json_wire.event_wire
+
+
 def decode_event(obj: Any, ignore_unknown_fields: bool = False) -> RayEvent:
     """The RayEvent of one JSON object; json_format.ParseError if it is not one."""
     return read_event(obj, ignore_unknown_fields)[0]
@@ -330,6 +429,10 @@ def decode_event(obj: Any, ignore_unknown_fields: bool = False) -> RayEvent:
 def read_event(obj: Any, ignore_unknown_fields: bool = False) -> tuple[RayEvent, bool]:
     """`decode_event`, and whether the fast path read `obj` whole: then every key of it is a field
     and every value one protobuf's JSON mapping reads, so `obj` stands for the event as it is."""
+    if _event_wire is not None:
+        wire = _event_wire(obj, _EVENT_SCHEMA)
+        if wire is not None:
+            return RayEvent.FromString(wire), True
     event = RayEvent()
     try:
         _fill(event, obj)

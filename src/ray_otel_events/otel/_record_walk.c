@@ -7,8 +7,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <stdint.h>
-#include <string.h>
+#include "protobuf_wire.h"
 
 /* Tags: KeyValueList.values = 1 (a body entry), LogRecord.attributes = 6 (an attribute entry),
  * KeyValue.value = 2, AnyValue string = 1, bool = 2, int = 3, array = 5, kvlist = 6,
@@ -32,31 +31,6 @@ static Py_ssize_t leaf_values_max;
 static PyObject *s_leaves, *s_children, *s_items, *s_keys, *s_values, *s_body_key, *s_attr_key;
 static PyObject *s_leaf, *s_child, *s_key_field, *s_number_entries;
 
-/* -- bytes ----------------------------------------------------------------------------------- */
-
-static Py_ssize_t varint_size(uint64_t v) {
-    Py_ssize_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-static char *put_varint(char *p, uint64_t v) {
-    while (v >= 0x80) {
-        *p++ = (char)((v & 0x7f) | 0x80);
-        v >>= 7;
-    }
-    *p++ = (char)v;
-    return p;
-}
-
-static char *put(char *p, const char *data, Py_ssize_t n) {
-    memcpy(p, data, (size_t)n);
-    return p + n;
-}
-
 /* tag, varint(len(a) + len(b)), a, b */
 static PyObject *framed2(int tag, const char *a, Py_ssize_t na, const char *b, Py_ssize_t nb) {
     Py_ssize_t inner = na + nb;
@@ -68,45 +42,6 @@ static PyObject *framed2(int tag, const char *a, Py_ssize_t na, const char *b, P
     p = put(p, a, na);
     put(p, b, nb);
     return out;
-}
-
-/* A growing byte string: the entries of one object, or the items of one array. */
-typedef struct {
-    char *data;
-    Py_ssize_t len, cap;
-} Buf;
-
-static int buf_reserve(Buf *b, Py_ssize_t extra) {
-    if (b->len + extra <= b->cap) return 0;
-    Py_ssize_t cap = b->cap ? b->cap : 512;
-    while (cap < b->len + extra) cap *= 2;
-    char *data = PyMem_Realloc(b->data, (size_t)cap);
-    if (data == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    b->data = data;
-    b->cap = cap;
-    return 0;
-}
-
-static int buf_bytes(Buf *b, PyObject *bytes) {
-    Py_ssize_t n = PyBytes_GET_SIZE(bytes);
-    if (buf_reserve(b, n) < 0) return -1;
-    memcpy(b->data + b->len, PyBytes_AS_STRING(bytes), (size_t)n);
-    b->len += n;
-    return 0;
-}
-
-/* tag, varint(len), payload */
-static int buf_framed(Buf *b, int tag, const char *payload, Py_ssize_t n) {
-    if (buf_reserve(b, 11 + n) < 0) return -1;
-    char *p = b->data + b->len;
-    *p++ = (char)tag;
-    p = put_varint(p, (uint64_t)n);
-    p = put(p, payload, n);
-    b->len = p - b->data;
-    return 0;
 }
 
 /* A body entry holding a kvlist (`nested` 1) or array AnyValue: KeyValueList entry{key, value}. */

@@ -389,7 +389,7 @@ try:  # the same walk compiled (setup.py builds it where a C compiler is present
 except ImportError:
     _record_walk = None  # type: ignore[assignment]
 _walk: Callable[[Mapping[str, Any], _Plan, list[bytes]], bytes] = _walk_python
-if _record_walk is not None and config.compiled_walk_enabled():
+if _record_walk is not None and config.compiled_enabled():
     _record_walk.bind(_other_entry, _list_item, _walk_python, Mapping, _LEAF_VALUES_MAX)
     _walk = _record_walk.walk
 

@@ -1,0 +1,377 @@
+/* The fast path of ray_json_decode.py, compiled: a RayEvent's JSON object (as orjson reads it)
+ * straight to protobuf wire bytes, which `RayEvent.FromString` turns into the message in one call
+ * instead of one upb setter call per field. It reads exactly what the Python fast path reads, by
+ * the same rules (ray_json_decode._wire_schema describes each type's fields); for anything else
+ * it returns None and the Python path decides, so it can only be stricter, never looser. Optional:
+ * without a C compiler the package decodes in Python. */
+
+#define PY_SSIZE_T_CLEAN
+#include "protobuf_wire.h"
+
+/* Field kinds (the _K_ constants of ray_json_decode.py). */
+enum { K_FALLBACK, K_STRING, K_BYTES, K_BOOL, K_INT, K_DOUBLE, K_FLOAT, K_ENUM, K_MESSAGE, K_TIMESTAMP };
+/* Labels. */
+enum { SINGULAR, REPEATED, MAP };
+
+/* A field: (number, kind, label, low, high, extra, oneof) where low/high bound K_INT values,
+ * extra is (names -> numbers, numbers) for K_ENUM and the message's schema for K_MESSAGE, and
+ * oneof is an int naming the field's oneof, or None. For a map, kind and extra are its value's. */
+enum { F_NUMBER, F_KIND, F_LABEL, F_LOW, F_HIGH, F_EXTRA, F_ONEOF, F_SIZE };
+
+#define FALLBACK 0
+#define DONE 1
+#define FAILED (-1) /* an exception that is not the input's fault (memory) */
+
+static PyObject *read_bytes; /* ray_json_decode._read_bytes: cached, base64 checked, or raises */
+static PyObject *bytes_cache; /* ray_json_decode._bytes_of */
+
+/* -- scalars ----------------------------------------------------------------------------------- */
+
+/* A JSON integer: an int, or a string of ASCII digits with an optional '-' (ray_json_decode._INT_TEXT),
+ * within [low, high]. As sign and magnitude, so all of int64 and uint64 fit. */
+static int read_int(PyObject *value, PyObject *field, int64_t *out_signed, uint64_t *out_bits) {
+    int negative = 0;
+    uint64_t magnitude = 0;
+    if (PyLong_CheckExact(value)) {
+        int overflow;
+        long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (number == -1 && PyErr_Occurred()) return FAILED;
+        if (overflow < 0) return FALLBACK;
+        if (overflow > 0) {
+            unsigned long long big = PyLong_AsUnsignedLongLong(value);
+            if (big == (unsigned long long)-1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                return FALLBACK;
+            }
+            magnitude = big;
+        } else if (number < 0) {
+            negative = 1;
+            magnitude = (uint64_t)0 - (uint64_t)number;
+        } else {
+            magnitude = (uint64_t)number;
+        }
+    } else if (PyUnicode_CheckExact(value)) {
+        if (!PyUnicode_IS_ASCII(value)) return FALLBACK;
+        const char *p = (const char *)PyUnicode_DATA(value);
+        Py_ssize_t n = PyUnicode_GET_LENGTH(value), i = 0;
+        if (n > 0 && p[0] == '-') {
+            negative = 1;
+            i = 1;
+        }
+        if (i == n) return FALLBACK;
+        for (; i < n; i++) {
+            if (p[i] < '0' || p[i] > '9') return FALLBACK;
+            uint64_t digit = (uint64_t)(p[i] - '0');
+            if (magnitude > (UINT64_MAX - digit) / 10) return FALLBACK; /* out of any range */
+            magnitude = magnitude * 10 + digit;
+        }
+        if (magnitude == 0) negative = 0;
+    } else {
+        return FALLBACK;
+    }
+    long long low = PyLong_AsLongLong(PyTuple_GET_ITEM(field, F_LOW));
+    unsigned long long high = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(field, F_HIGH));
+    if (PyErr_Occurred()) return FAILED;
+    if (negative) {
+        uint64_t lowest = low < 0 ? (uint64_t)0 - (uint64_t)low : 0;
+        if (magnitude > lowest) return FALLBACK;
+        *out_signed = (int64_t)((uint64_t)0 - magnitude);
+        *out_bits = (uint64_t)*out_signed;
+    } else {
+        if (magnitude > high) return FALLBACK;
+        *out_signed = (int64_t)magnitude;
+        *out_bits = magnitude;
+    }
+    return DONE;
+}
+
+static int put_key(Buf *b, uint32_t number, int wire_type) {
+    return buf_varint(b, ((uint64_t)number << 3) | (uint64_t)wire_type);
+}
+
+static int put_fixed(Buf *b, uint32_t number, uint64_t bits, int size) {
+    if (put_key(b, number, size == 8 ? 1 : 5) < 0 || buf_reserve(b, size) < 0) return FAILED;
+    for (int i = 0; i < size; i++) b->data[b->len++] = (char)((bits >> (8 * i)) & 0xff);
+    return DONE;
+}
+
+/* Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's days_from_civil). */
+static int64_t days_from_civil(int64_t y, int64_t m, int64_t d) {
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+static int digits(const char *p, int n, int *out) {
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return 0;
+        v = v * 10 + (p[i] - '0');
+    }
+    *out = v;
+    return 1;
+}
+
+/* ray_json_decode._TIMESTAMP (YYYY-MM-DDTHH:MM:SS[.f{1,9}]Z) and what datetime accepts of it. */
+static int timestamp_fields(Buf *b, PyObject *value) {
+    if (!PyUnicode_CheckExact(value) || !PyUnicode_IS_ASCII(value)) return FALLBACK;
+    const char *p = (const char *)PyUnicode_DATA(value);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(value);
+    int year, month, day, hour, minute, second, nanos = 0;
+    if (n < 20 || p[4] != '-' || p[7] != '-' || p[10] != 'T' || p[13] != ':' || p[16] != ':' ||
+        p[n - 1] != 'Z' || !digits(p, 4, &year) || !digits(p + 5, 2, &month) ||
+        !digits(p + 8, 2, &day) || !digits(p + 11, 2, &hour) || !digits(p + 14, 2, &minute) ||
+        !digits(p + 17, 2, &second)) {
+        return FALLBACK;
+    }
+    if (n > 20) { /* a fraction of 1 to 9 digits */
+        Py_ssize_t k = n - 21;
+        if (p[19] != '.' || k < 1 || k > 9 || !digits(p + 20, (int)k, &nanos)) return FALLBACK;
+        for (Py_ssize_t i = k; i < 9; i++) nanos *= 10;
+    }
+    static const int month_days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    if (year < 1 || month < 1 || month > 12 || day < 1 ||
+        day > month_days[month - 1] + (month == 2 && leap) || hour > 23 || minute > 59 || second > 59) {
+        return FALLBACK;
+    }
+    int64_t seconds = days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second;
+    if (put_key(b, 1, 0) < 0 || buf_varint(b, (uint64_t)seconds) < 0) return FAILED;
+    if (nanos && (put_key(b, 2, 0) < 0 || buf_varint(b, (uint64_t)nanos) < 0)) return FAILED;
+    return DONE;
+}
+
+/* -- values and messages ----------------------------------------------------------------------- */
+
+static int message_fields(Buf *b, PyObject *obj, PyObject *schema);
+
+/* A nested message (a sub-schema's object, or a timestamp) as field `number`. */
+static int nested(Buf *b, uint32_t number, int kind, PyObject *extra, PyObject *value) {
+    Buf inner = {NULL, 0, 0};
+    int done;
+    if (kind == K_TIMESTAMP) {
+        done = timestamp_fields(&inner, value);
+    } else if (!PyDict_CheckExact(value)) {
+        done = FALLBACK;
+    } else {
+        done = message_fields(&inner, value, extra);
+    }
+    if (done == DONE && buf_field(b, number, inner.data ? inner.data : "", inner.len) < 0) done = FAILED;
+    PyMem_Free(inner.data);
+    return done;
+}
+
+/* One value of `field`'s kind, as field `number` (a map entry's value is field 2). */
+static int value_field(Buf *b, uint32_t number, PyObject *field, PyObject *value) {
+    int kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(field, F_KIND));
+    PyObject *extra = PyTuple_GET_ITEM(field, F_EXTRA);
+    switch (kind) {
+    case K_STRING: {
+        if (!PyUnicode_CheckExact(value)) return FALLBACK;
+        Py_ssize_t n;
+        const char *utf8 = PyUnicode_AsUTF8AndSize(value, &n);
+        if (utf8 == NULL) { /* a lone surrogate */
+            PyErr_Clear();
+            return FALLBACK;
+        }
+        return buf_field(b, number, utf8, n) < 0 ? FAILED : DONE;
+    }
+    case K_BYTES: {
+        if (!PyUnicode_CheckExact(value)) return FALLBACK;
+        PyObject *data = PyDict_GetItemWithError(bytes_cache, value);
+        if (data != NULL) {
+            Py_INCREF(data);
+        } else {
+            if (PyErr_Occurred()) return FAILED;
+            data = PyObject_CallOneArg(read_bytes, value);
+            if (data == NULL) { /* not canonical base64: the Python path decides */
+                PyErr_Clear();
+                return FALLBACK;
+            }
+        }
+        int failed = !PyBytes_Check(data) ||
+                     buf_field(b, number, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data)) < 0;
+        Py_DECREF(data);
+        return failed ? (PyErr_Occurred() ? FAILED : FALLBACK) : DONE;
+    }
+    case K_BOOL:
+        if (!PyBool_Check(value)) return FALLBACK;
+        return put_key(b, number, 0) < 0 || buf_varint(b, value == Py_True) < 0 ? FAILED : DONE;
+    case K_INT: {
+        int64_t number_value;
+        uint64_t bits;
+        int done = read_int(value, field, &number_value, &bits);
+        if (done != DONE) return done;
+        return put_key(b, number, 0) < 0 || buf_varint(b, bits) < 0 ? FAILED : DONE;
+    }
+    case K_DOUBLE:
+    case K_FLOAT: {
+        double d;
+        if (PyFloat_CheckExact(value)) {
+            d = PyFloat_AS_DOUBLE(value);
+        } else if (PyLong_CheckExact(value)) {
+            d = PyLong_AsDouble(value);
+            if (d == -1.0 && PyErr_Occurred()) {
+                PyErr_Clear();
+                return FALLBACK;
+            }
+        } else {
+            return FALLBACK;
+        }
+        uint64_t bits;
+        if (kind == K_DOUBLE) {
+            memcpy(&bits, &d, 8);
+            return put_fixed(b, number, bits, 8);
+        }
+        if (d > 3.4028234663852886e38 || d < -3.4028234663852886e38) return FALLBACK;
+        float f = (float)d;
+        uint32_t bits32;
+        memcpy(&bits32, &f, 4);
+        return put_fixed(b, number, bits32, 4);
+    }
+    case K_ENUM: {
+        PyObject *number_of = NULL;
+        if (PyUnicode_CheckExact(value)) {
+            number_of = PyDict_GetItemWithError(PyTuple_GET_ITEM(extra, 0), value);
+            if (number_of == NULL) return PyErr_Occurred() ? FAILED : FALLBACK;
+        } else if (PyLong_CheckExact(value)) {
+            int known = PySet_Contains(PyTuple_GET_ITEM(extra, 1), value);
+            if (known <= 0) return known < 0 ? FAILED : FALLBACK;
+            number_of = value;
+        } else {
+            return FALLBACK;
+        }
+        long long enum_number = PyLong_AsLongLong(number_of);
+        if (enum_number == -1 && PyErr_Occurred()) return FAILED;
+        return put_key(b, number, 0) < 0 || buf_varint(b, (uint64_t)enum_number) < 0 ? FAILED : DONE;
+    }
+    case K_MESSAGE:
+    case K_TIMESTAMP:
+        return nested(b, number, kind, extra, value);
+    default:
+        return FALLBACK;
+    }
+}
+
+/* A map field: an object of string keys, one entry message {1: key, 2: value} each. */
+static int map_field(Buf *b, uint32_t number, PyObject *field, PyObject *value) {
+    if (!PyDict_CheckExact(value)) return FALLBACK;
+    Py_ssize_t pos = 0;
+    PyObject *key, *item;
+    Buf entry = {NULL, 0, 0};
+    int done = DONE;
+    while (done == DONE && PyDict_Next(value, &pos, &key, &item)) {
+        entry.len = 0;
+        Py_ssize_t n;
+        const char *utf8 = PyUnicode_CheckExact(key) ? PyUnicode_AsUTF8AndSize(key, &n) : NULL;
+        if (utf8 == NULL) {
+            PyErr_Clear();
+            done = FALLBACK;
+        } else if (buf_field(&entry, 1, utf8, n) < 0) {
+            done = FAILED;
+        } else {
+            done = value_field(&entry, 2, field, item);
+        }
+        if (done == DONE && buf_field(b, number, entry.data, entry.len) < 0) done = FAILED;
+    }
+    PyMem_Free(entry.data);
+    return done;
+}
+
+/* Every key of `obj` by `schema` (JSON and proto names -> field): as ray_json_decode._fill. */
+static int message_fields(Buf *b, PyObject *obj, PyObject *schema) {
+    if (Py_EnterRecursiveCall(" in the RayEvent JSON reader")) return FAILED;
+    uint32_t seen[64];
+    PyObject *oneofs[64];
+    int n_seen = 0, n_oneofs = 0, done = DONE;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (done == DONE && PyDict_Next(obj, &pos, &key, &value)) {
+        if (value == Py_None || n_seen == 64) {
+            done = FALLBACK;
+            break;
+        }
+        PyObject *field = PyDict_GetItemWithError(schema, key);
+        if (field == NULL) {
+            done = PyErr_Occurred() ? FAILED : FALLBACK; /* unknown field: json_format's rules */
+            break;
+        }
+        uint32_t number = (uint32_t)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(field, F_NUMBER));
+        for (int i = 0; i < n_seen; i++) {
+            if (seen[i] == number) done = FALLBACK; /* the same field under both names */
+        }
+        seen[n_seen++] = number;
+        PyObject *oneof = PyTuple_GET_ITEM(field, F_ONEOF);
+        if (oneof != Py_None) {
+            for (int i = 0; i < n_oneofs; i++) {
+                if (oneofs[i] == oneof) done = FALLBACK; /* two members of one oneof */
+            }
+            oneofs[n_oneofs++] = oneof;
+        }
+        if (done != DONE) break;
+        long label = PyLong_AsLong(PyTuple_GET_ITEM(field, F_LABEL));
+        if (label == MAP) {
+            done = map_field(b, number, field, value);
+        } else if (label == REPEATED) {
+            if (!PyList_CheckExact(value)) {
+                done = FALLBACK;
+                break;
+            }
+            for (Py_ssize_t i = 0; done == DONE && i < PyList_GET_SIZE(value); i++) {
+                done = value_field(b, number, field, PyList_GET_ITEM(value, i));
+            }
+        } else {
+            done = value_field(b, number, field, value);
+        }
+    }
+    Py_LeaveRecursiveCall();
+    return done;
+}
+
+static PyObject *event_wire(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "event_wire(obj, schema) takes two arguments");
+        return NULL;
+    }
+    if (read_bytes == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "event_wire called before bind");
+        return NULL;
+    }
+    if (!PyDict_CheckExact(args[0]) || !PyDict_CheckExact(args[1])) Py_RETURN_NONE;
+    Buf out = {NULL, 0, 0};
+    int done = message_fields(&out, args[0], args[1]);
+    PyObject *result = NULL;
+    if (done == DONE) {
+        result = PyBytes_FromStringAndSize(out.data ? out.data : "", out.len);
+    } else if (done == FALLBACK) {
+        result = Py_NewRef(Py_None);
+    }
+    PyMem_Free(out.data);
+    return result;
+}
+
+static PyObject *bind(PyObject *module, PyObject *args) {
+    (void)module;
+    PyObject *reader, *cache;
+    if (!PyArg_ParseTuple(args, "OO!", &reader, &PyDict_Type, &cache)) return NULL;
+    Py_XSETREF(read_bytes, Py_NewRef(reader));
+    Py_XSETREF(bytes_cache, Py_NewRef(cache));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"event_wire", (PyCFunction)(void (*)(void))event_wire, METH_FASTCALL,
+     "event_wire(obj, schema) -> bytes | None: the RayEvent's wire bytes, or None to read it in Python."},
+    {"bind", bind, METH_VARARGS, "bind(read_bytes, bytes_cache): the Python side."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_ray_json_wire", NULL, -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__ray_json_wire(void) { return PyModule_Create(&module_def); }
