@@ -1,5 +1,6 @@
-"""The compiled helpers against the Python code they copy: the log-record walk (otel/_record_walk.c)
-and the RayEvent JSON reader (encoding/_ray_json_wire.c)."""
+"""The compiled helpers against the Python code they copy: the log-record walk (otel/_record_walk.c),
+OTLP values read from wire bytes (otel/_any_value_wire.c) and the RayEvent JSON reader
+(encoding/_ray_json_wire.c)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from ray_otel_events.encoding import ray_json_decode
-from ray_otel_events.otel import log_records
+from ray_otel_events.otel import log_records, plain_records
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
-from tests.test_otlp_wire import _fixture_dicts
+from tests.test_otlp_wire import _fixture_dicts, values
 
 try:
     from ray_otel_events.otel import _record_walk
@@ -29,9 +32,14 @@ try:
     from ray_otel_events.encoding import _ray_json_wire
 except ImportError:
     _ray_json_wire = None  # type: ignore[assignment]
+try:
+    from ray_otel_events.otel import _any_value_wire
+except ImportError:
+    _any_value_wire = None  # type: ignore[assignment]
 
 needs_compiled = pytest.mark.skipif(
-    _record_walk is None or _ray_json_wire is None, reason="built without a C compiler"
+    _record_walk is None or _ray_json_wire is None or _any_value_wire is None,
+    reason="built without a C compiler",
 )
 
 
@@ -44,11 +52,14 @@ def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
     if _compiler() is None:
         assert log_records._walk is log_records._walk_python
         assert ray_json_decode._event_wire is None
+        assert not plain_records._compiled
         return
     assert _record_walk is not None, "setup.py should have built otel/_record_walk.c"
     assert _ray_json_wire is not None, "setup.py should have built encoding/_ray_json_wire.c"
     assert log_records._walk is _record_walk.walk
     assert ray_json_decode._event_wire is _ray_json_wire.event_wire
+    assert _any_value_wire is not None, "setup.py should have built otel/_any_value_wire.c"
+    assert plain_records._compiled
 
 
 def _plans() -> tuple[log_records._Plan, log_records._Plan]:
@@ -132,7 +143,8 @@ def test_the_environment_can_turn_the_compiled_helpers_off() -> None:
     code = (
         "from ray_otel_events.otel import log_records as r\n"
         "from ray_otel_events.encoding import ray_json_decode as d\n"
-        "print(r._walk is r._walk_python and d._event_wire is None)"
+        "from ray_otel_events.otel import plain_records as p\n"
+        "print(r._walk is r._walk_python and d._event_wire is None and not p._compiled)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -236,3 +248,39 @@ def test_timestamps_and_integers_read_the_same(
     )
     _same({"timestamp": stamp, "taskDefinitionEvent": {"taskAttempt": number}})
     _same({"timestamp": stamp, "taskLifecycleEvent": {"stateTransitions": [{"timestamp": stamp}]}})
+
+
+# -- OTLP values from wire bytes --------------------------------------------------------------------
+
+_UNKNOWN_FIELD = b"\x78\x05"  # field 15, a varint: neither AnyValue nor KeyValue has it
+
+
+@needs_compiled
+@settings(max_examples=300)
+@given(values, values)
+def test_values_read_from_wire_bytes_are_what_upb_gives(first: Any, second: Any) -> None:
+    """One value, and two serialized back to back (protobuf merges them: the last scalar, messages
+    merged, another oneof member replacing), with a field neither side knows."""
+    assert _any_value_wire is not None
+    one = plain_records.python_to_any_value(first).SerializeToString()
+    two = one + _UNKNOWN_FIELD + plain_records.python_to_any_value(second).SerializeToString()
+    for data in (one, two):
+        expected = plain_records.any_value_to_python(AnyValue.FromString(data))
+        assert _any_value_wire.any_value(data) == expected
+        assert plain_records.value_of(AnyValue.FromString(data)) == expected
+
+
+@needs_compiled
+@settings(max_examples=200)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "é", ""]), values), max_size=6))
+def test_attributes_read_from_wire_bytes_are_what_upb_gives(pairs: list[tuple[str, Any]]) -> None:
+    """Repeated keys (the last wins), unset values, events' and the span's own lists apart."""
+    span = Span(name="s", trace_id=b"\x01" * 16, span_id=b"\x02" * 8)
+    for key, value in pairs:
+        entry = span.attributes.add(key=key)
+        if value is not None:
+            plain_records.python_to_any_value(value, entry.value)
+        span.events.add(name="e").attributes.add(key=key).value.string_value = "v"
+    assert plain_records.attributes_of(span) == plain_records.attributes_to_dict(span.attributes)
+    for event in span.events:
+        assert plain_records.attributes_of(event) == plain_records.attributes_to_dict(event.attributes)

@@ -33,7 +33,7 @@ from ray_otel_events.events import ids
 from ray_otel_events.events.builders import EventFactory
 from ray_otel_events.events.registry import REGISTRY, entity_key, event_type_name, merge_into
 from ray_otel_events.otel import semconv
-from ray_otel_events.otel.plain_records import any_value_to_python, attributes_to_dict
+from ray_otel_events.otel.plain_records import attributes_of, value_of
 from ray_otel_events.otel.task_spans import TaskSpanEvents, UnmappableSpan, hex_or_empty
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
@@ -68,7 +68,7 @@ def ray_event_from_log_record(record: LogRecord) -> RayEvent:
         raise NotARayEventError(f"log record {name!r}: body is not a RayEvent object (expected a kvlist)")
     try:
         # log_records.from_log_body's rule (strict protobuf JSON mapping), by the fast decoder.
-        event = decode_event(any_value_to_python(record.body))
+        event = decode_event(value_of(record.body))
     except json_format.ParseError as exc:
         raise NotARayEventError(f"log record {name!r}: body is not a RayEvent: {exc}") from None
     expected = semconv.event_name_for(event_type_name(event.event_type))
@@ -102,8 +102,8 @@ def readable_span(span: Span, resource: Resource) -> ReadableSpan:
         ),
         parent=parent,
         resource=resource,
-        attributes=attributes_to_dict(span.attributes),
-        events=[Event(e.name, attributes_to_dict(e.attributes), e.time_unix_nano) for e in span.events],
+        attributes=attributes_of(span),
+        events=[Event(e.name, attributes_of(e), e.time_unix_nano) for e in span.events],
         kind=SpanKind(span.kind - 1) if 1 <= span.kind <= 5 else SpanKind.INTERNAL,
         status=Status(code, span.status.message or None) if code is StatusCode.ERROR else Status(code),
         start_time=span.start_time_unix_nano,

@@ -46,7 +46,7 @@ from ray_otel_events.observability.http_endpoints import Readiness, in_flight_mi
 from ray_otel_events.observability.metrics_registry import ServerMetrics
 from ray_otel_events.observability.service_metrics import register_buffers, register_publishers
 from ray_otel_events.otel.from_ray_events import Emitted, RayEventsToOtel, entity_key_from_bytes
-from ray_otel_events.otel.plain_records import RecordContext, attributes_to_dict, log_record, span_record
+from ray_otel_events.otel.plain_records import RecordContext, attributes_of, log_record, span_record
 from ray_otel_events.otel.to_ray_events import (
     NotARayEventError,
     RaySpanEvents,
@@ -331,10 +331,10 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[PostedEvent]):
             for scope_spans in resource_spans.scope_spans:
                 context: RecordContext | None = None
                 for span in scope_spans.spans:
-                    attributes = attributes_to_dict(span.attributes)
+                    attributes = attributes_of(span)
                     if is_ray_span(attributes):
                         if sdk_resource is None:
-                            sdk_resource = SdkResource(attributes_to_dict(resource_spans.resource.attributes))
+                            sdk_resource = SdkResource(attributes_of(resource_spans.resource))
                         try:
                             converted = self.ray_spans.convert(span, sdk_resource)
                         except NotARayEventError as exc:

@@ -21,8 +21,8 @@ from ray_otel_events.otel import semconv
 from ray_otel_events.otel.plain_records import (
     SPAN_KINDS,
     STATUS_CODES,
-    any_value_to_python,
-    attributes_to_dict,
+    attributes_of,
+    value_of,
 )
 from ray_otel_events.otel.to_ray_events import (
     NotARayEventError,
@@ -45,8 +45,8 @@ def _text(value: Any) -> str:
 
 
 def log_line(record: LogRecord, resource: dict[str, Any]) -> dict[str, Any]:
-    attrs = attributes_to_dict(record.attributes)
-    body = any_value_to_python(record.body) if record.HasField("body") else ""
+    attrs = attributes_of(record)
+    body = value_of(record.body) if record.HasField("body") else ""
     return {
         "ts_ns": record.time_unix_nano or record.observed_time_unix_nano,
         "trace_id": record.trace_id.hex(),
@@ -63,7 +63,7 @@ def log_line(record: LogRecord, resource: dict[str, Any]) -> dict[str, Any]:
 def from_logs(request: ExportLogsServiceRequest) -> LogsIntake:
     out = LogsIntake()
     for resource_logs in request.resource_logs:
-        resource = attributes_to_dict(resource_logs.resource.attributes)
+        resource = attributes_of(resource_logs.resource)
         for scope_logs in resource_logs.scope_logs:
             for record in scope_logs.log_records:
                 if claims_ray_event(record):
@@ -77,7 +77,7 @@ def from_logs(request: ExportLogsServiceRequest) -> LogsIntake:
 
 
 def span_dict(span: Span, resource: dict[str, Any]) -> dict[str, Any]:
-    attrs = attributes_to_dict(span.attributes)
+    attrs = attributes_of(span)
     return {
         "trace_id": span.trace_id.hex(),
         "span_id": span.span_id.hex(),
@@ -92,8 +92,7 @@ def span_dict(span: Span, resource: dict[str, Any]) -> dict[str, Any]:
         "service": _text(resource.get("service.name")),
         "attributes": attrs,
         "events": [
-            {"name": e.name, "ts_ns": e.time_unix_nano, "attributes": attributes_to_dict(e.attributes)}
-            for e in span.events
+            {"name": e.name, "ts_ns": e.time_unix_nano, "attributes": attributes_of(e)} for e in span.events
         ],
     }
 
@@ -101,7 +100,7 @@ def span_dict(span: Span, resource: dict[str, Any]) -> dict[str, Any]:
 def from_traces(request: ExportTraceServiceRequest) -> list[dict[str, Any]]:
     spans = []
     for resource_spans in request.resource_spans:
-        resource = attributes_to_dict(resource_spans.resource.attributes)
+        resource = attributes_of(resource_spans.resource)
         for scope_spans in resource_spans.scope_spans:
             spans += [span_dict(span, resource) for span in scope_spans.spans]
     return spans

@@ -1,0 +1,264 @@
+/* OTLP AnyValues and attribute lists read from their wire bytes, compiled: what
+ * plain_records.any_value_to_python and attributes_to_dict make of the same data after upb parses
+ * it, without one accessor call per value. The bytes come from upb's SerializeToString of a
+ * parsed message, so they are well formed; protobuf's merge rules are kept all the same (a
+ * scalar seen twice: the last; a message seen twice: merged; another member of the oneof: the
+ * first forgotten). Optional: without a C compiler plain_records reads through upb. */
+
+#define PY_SSIZE_T_CLEAN
+#include "protobuf_wire.h"
+
+enum { NONE, STRING, BOOL, INT, DOUBLE, ARRAY, KVLIST, BYTES };
+
+/* One AnyValue being read: the oneof member seen last and its Python value (a new reference). */
+typedef struct {
+    int kind;
+    PyObject *value;
+} Any;
+
+typedef struct {
+    const uint8_t *p, *end;
+} Reader;
+
+static int malformed(void) {
+    PyErr_SetString(PyExc_ValueError, "malformed OTLP wire bytes");
+    return -1;
+}
+
+static int read_varint(Reader *r, uint64_t *out) {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (r->p >= r->end) return malformed();
+        uint8_t byte = *r->p++;
+        v |= (uint64_t)(byte & 0x7f) << shift;
+        if (byte < 0x80) {
+            *out = v;
+            return 0;
+        }
+    }
+    return malformed();
+}
+
+/* The next field: its number, wire type, and (length-delimited) payload or (varint) value. */
+static int next_field(Reader *r, uint32_t *number, int *wire_type, Reader *payload, uint64_t *scalar) {
+    uint64_t key;
+    if (read_varint(r, &key) < 0) return -1;
+    *number = (uint32_t)(key >> 3);
+    *wire_type = (int)(key & 7);
+    switch (*wire_type) {
+    case 0:
+        return read_varint(r, scalar);
+    case 1:
+    case 5: {
+        int size = *wire_type == 1 ? 8 : 4;
+        if (r->end - r->p < size) return malformed();
+        uint64_t v = 0;
+        for (int i = 0; i < size; i++) v |= (uint64_t)r->p[i] << (8 * i);
+        r->p += size;
+        *scalar = v;
+        return 0;
+    }
+    case 2: {
+        uint64_t n;
+        if (read_varint(r, &n) < 0) return -1;
+        if ((uint64_t)(r->end - r->p) < n) return malformed();
+        payload->p = r->p;
+        payload->end = r->p + n;
+        r->p += n;
+        return 0;
+    }
+    default: /* groups: OTLP has none */
+        return malformed();
+    }
+}
+
+static const char BASE64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static PyObject *base64_text(const uint8_t *data, Py_ssize_t n) {
+    PyObject *out = PyUnicode_New(4 * ((n + 2) / 3), 127);
+    if (out == NULL) return NULL;
+    Py_UCS1 *o = PyUnicode_1BYTE_DATA(out);
+    Py_ssize_t i = 0;
+    for (; i + 2 < n; i += 3) {
+        uint32_t v = (uint32_t)data[i] << 16 | (uint32_t)data[i + 1] << 8 | data[i + 2];
+        *o++ = BASE64[v >> 18];
+        *o++ = BASE64[(v >> 12) & 63];
+        *o++ = BASE64[(v >> 6) & 63];
+        *o++ = BASE64[v & 63];
+    }
+    if (i < n) {
+        uint32_t v = (uint32_t)data[i] << 16 | (i + 1 < n ? (uint32_t)data[i + 1] << 8 : 0);
+        *o++ = BASE64[v >> 18];
+        *o++ = BASE64[(v >> 12) & 63];
+        *o++ = i + 1 < n ? BASE64[(v >> 6) & 63] : '=';
+        *o++ = '=';
+    }
+    return out;
+}
+
+static void set_any(Any *any, int kind, PyObject *value) {
+    Py_XSETREF(any->value, value);
+    any->kind = kind;
+}
+
+static int read_any(Any *any, Reader r);
+static int read_key_values(PyObject *out, Reader r, uint32_t field_number);
+
+/* ArrayValue: each `values` entry (field 1) an item. */
+static int read_array(PyObject *list, Reader r) {
+    while (r.p < r.end) {
+        uint32_t number;
+        int wire_type;
+        Reader payload;
+        uint64_t scalar;
+        if (next_field(&r, &number, &wire_type, &payload, &scalar) < 0) return -1;
+        if (number != 1 || wire_type != 2) continue;
+        Any item = {NONE, NULL};
+        int failed = read_any(&item, payload);
+        if (!failed) failed = PyList_Append(list, item.value != NULL ? item.value : Py_None);
+        Py_XDECREF(item.value);
+        if (failed < 0) return -1;
+    }
+    return 0;
+}
+
+static int read_any(Any *any, Reader r) {
+    if (Py_EnterRecursiveCall(" reading an OTLP AnyValue")) return -1;
+    int failed = 0;
+    while (!failed && r.p < r.end) {
+        uint32_t number;
+        int wire_type;
+        Reader payload;
+        uint64_t scalar;
+        if (next_field(&r, &number, &wire_type, &payload, &scalar) < 0) {
+            failed = -1;
+            break;
+        }
+        PyObject *value = NULL;
+        int kind = NONE;
+        if (number == 1 && wire_type == 2) {
+            value = PyUnicode_DecodeUTF8((const char *)payload.p, payload.end - payload.p, "strict");
+            kind = STRING;
+        } else if (number == 2 && wire_type == 0) {
+            value = Py_NewRef(scalar ? Py_True : Py_False);
+            kind = BOOL;
+        } else if (number == 3 && wire_type == 0) {
+            value = PyLong_FromLongLong((long long)scalar);
+            kind = INT;
+        } else if (number == 4 && wire_type == 1) {
+            double d;
+            memcpy(&d, &scalar, 8);
+            value = PyFloat_FromDouble(d);
+            kind = DOUBLE;
+        } else if (number == 5 && wire_type == 2) {
+            if (any->kind != ARRAY && (value = PyList_New(0)) != NULL) set_any(any, ARRAY, value);
+            if (any->kind != ARRAY || read_array(any->value, payload) < 0) failed = -1;
+            continue;
+        } else if (number == 6 && wire_type == 2) {
+            if (any->kind != KVLIST && (value = PyDict_New()) != NULL) set_any(any, KVLIST, value);
+            if (any->kind != KVLIST || read_key_values(any->value, payload, 1) < 0) failed = -1;
+            continue;
+        } else if (number == 7 && wire_type == 2) {
+            value = base64_text(payload.p, payload.end - payload.p);
+            kind = BYTES;
+        } else {
+            continue; /* an unknown field */
+        }
+        if (value == NULL) {
+            failed = -1;
+        } else {
+            set_any(any, kind, value);
+        }
+    }
+    Py_LeaveRecursiveCall();
+    return failed;
+}
+
+/* One KeyValue into `out`: its key (the last seen) -> its value (merged), None when unset. */
+static int read_key_value(PyObject *out, Reader r) {
+    Reader key = {(const uint8_t *)"", (const uint8_t *)""};
+    Any value = {NONE, NULL};
+    int failed = 0;
+    while (!failed && r.p < r.end) {
+        uint32_t number;
+        int wire_type;
+        Reader payload;
+        uint64_t scalar;
+        if (next_field(&r, &number, &wire_type, &payload, &scalar) < 0) {
+            failed = -1;
+        } else if (number == 1 && wire_type == 2) {
+            key = payload;
+        } else if (number == 2 && wire_type == 2) {
+            failed = read_any(&value, payload);
+        }
+    }
+    if (!failed) {
+        PyObject *name = PyUnicode_DecodeUTF8((const char *)key.p, key.end - key.p, "strict");
+        failed = name == NULL ? -1 : PyDict_SetItem(out, name, value.value != NULL ? value.value : Py_None);
+        Py_XDECREF(name);
+    }
+    Py_XDECREF(value.value);
+    return failed;
+}
+
+/* Every KeyValue of a message's repeated field `field_number` into `out`, in order. */
+static int read_key_values(PyObject *out, Reader r, uint32_t field_number) {
+    while (r.p < r.end) {
+        uint32_t number;
+        int wire_type;
+        Reader payload;
+        uint64_t scalar;
+        if (next_field(&r, &number, &wire_type, &payload, &scalar) < 0) return -1;
+        if (number == field_number && wire_type == 2 && read_key_value(out, payload) < 0) return -1;
+    }
+    return 0;
+}
+
+static int reader_of(PyObject *data, Reader *r) {
+    if (!PyBytes_Check(data)) {
+        PyErr_SetString(PyExc_TypeError, "expected bytes");
+        return -1;
+    }
+    r->p = (const uint8_t *)PyBytes_AS_STRING(data);
+    r->end = r->p + PyBytes_GET_SIZE(data);
+    return 0;
+}
+
+static PyObject *any_value(PyObject *module, PyObject *data) {
+    (void)module;
+    Reader r;
+    if (reader_of(data, &r) < 0) return NULL;
+    Any any = {NONE, NULL};
+    if (read_any(&any, r) < 0) {
+        Py_XDECREF(any.value);
+        return NULL;
+    }
+    return any.value != NULL ? any.value : Py_NewRef(Py_None);
+}
+
+static PyObject *key_values(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    Reader r;
+    if (nargs != 2 || reader_of(args[0], &r) < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "key_values(data, field_number)");
+        return NULL;
+    }
+    unsigned long field_number = PyLong_AsUnsignedLong(args[1]);
+    if (field_number == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+    PyObject *out = PyDict_New();
+    if (out != NULL && read_key_values(out, r, (uint32_t)field_number) < 0) Py_CLEAR(out);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"any_value", any_value, METH_O, "any_value(data) -> the value a serialized AnyValue stands for."},
+    {"key_values", (PyCFunction)(void (*)(void))key_values, METH_FASTCALL,
+     "key_values(data, field_number) -> dict of a serialized message's repeated KeyValue field."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_any_value_wire", NULL, -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__any_value_wire(void) { return PyModule_Create(&module_def); }

@@ -1,0 +1,6 @@
+"""OTLP values read from their wire bytes (_any_value_wire.c)."""
+
+from typing import Any
+
+def any_value(data: bytes, /) -> Any: ...
+def key_values(data: bytes, field_number: int, /) -> dict[str, Any]: ...
