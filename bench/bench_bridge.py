@@ -463,7 +463,7 @@ def main() -> int:
         finally:
             bridge.stop()
         ray_runs = {workers: _ray_events_run(sink, workers, ray_bodies, n_tasks) for workers in (1, 2)}
-        # the same load with the log-record walk in Python: what the compiled walk gains, this run
+        # the same load with the compiled helpers off: what they gain, in this run
         pure = _ray_events_run(sink, 1, ray_bodies, n_tasks, {PURE_PYTHON: "1"})
     finally:
         sink.stop()
@@ -491,7 +491,7 @@ def main() -> int:
             for w, run in ray_runs.items()
         ),
         (
-            f"the same, `--workers 1`, log-record walk in Python (`{PURE_PYTHON}=1`)",
+            f"the same, `--workers 1`, compiled helpers off (`{PURE_PYTHON}=1`)",
             "events",
             pure,
             n_ray,
@@ -529,8 +529,8 @@ def main() -> int:
         f"`--workers 2` against `--workers 1` on this {os.cpu_count()}-core machine (the client and "
         f"sink share the cores): {rate(two, n_ray) / rate(one, n_ray):.2f}x the events/s. Issue 9 also "
         "asks for >= 0.4 x the aggregator's events/s on the RayEvents path: "
-        f"{rate(two, n_ray) / agg_rate:.2f} with two workers. The compiled log-record walk "
-        f"(otel/_record_walk.c) against the same walk in Python, `--workers 1`: "
+        f"{rate(two, n_ray) / agg_rate:.2f} with two workers. The compiled helpers "
+        f"(setup.py) against the same code in Python, `--workers 1`: "
         f"{rate(one, n_ray) / rate(pure, n_ray):.2f}x the events/s, "
         f"{cpu_us(pure, n_ray) - cpu_us(one, n_ray):.1f} us less CPU per event.",
     ]
