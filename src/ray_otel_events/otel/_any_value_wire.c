@@ -39,31 +39,38 @@ static int read_varint(Reader *r, uint64_t *out) {
     return malformed();
 }
 
-/* The next field: its number, wire type, and (length-delimited) payload or (varint) value. */
-static int next_field(Reader *r, uint32_t *number, int *wire_type, Reader *payload, uint64_t *scalar) {
+/* One field: its number, wire type, and (length-delimited) payload or (varint, fixed) value. */
+typedef struct {
+    uint32_t number;
+    int wire_type;
+    Reader payload;
+    uint64_t scalar;
+} Field;
+
+static int next_field(Reader *r, Field *f) {
     uint64_t key;
     if (read_varint(r, &key) < 0) return -1;
-    *number = (uint32_t)(key >> 3);
-    *wire_type = (int)(key & 7);
-    switch (*wire_type) {
+    f->number = (uint32_t)(key >> 3);
+    f->wire_type = (int)(key & 7);
+    switch (f->wire_type) {
     case 0:
-        return read_varint(r, scalar);
+        return read_varint(r, &f->scalar);
     case 1:
     case 5: {
-        int size = *wire_type == 1 ? 8 : 4;
+        int size = f->wire_type == 1 ? 8 : 4;
         if (r->end - r->p < size) return malformed();
         uint64_t v = 0;
         for (int i = 0; i < size; i++) v |= (uint64_t)r->p[i] << (8 * i);
         r->p += size;
-        *scalar = v;
+        f->scalar = v;
         return 0;
     }
     case 2: {
         uint64_t n;
         if (read_varint(r, &n) < 0) return -1;
         if ((uint64_t)(r->end - r->p) < n) return malformed();
-        payload->p = r->p;
-        payload->end = r->p + n;
+        f->payload.p = r->p;
+        f->payload.end = r->p + n;
         r->p += n;
         return 0;
     }
@@ -107,14 +114,11 @@ static int read_key_values(PyObject *out, Reader r, uint32_t field_number);
 /* ArrayValue: each `values` entry (field 1) an item. */
 static int read_array(PyObject *list, Reader r) {
     while (r.p < r.end) {
-        uint32_t number;
-        int wire_type;
-        Reader payload;
-        uint64_t scalar;
-        if (next_field(&r, &number, &wire_type, &payload, &scalar) < 0) return -1;
-        if (number != 1 || wire_type != 2) continue;
+        Field f;
+        if (next_field(&r, &f) < 0) return -1;
+        if (f.number != 1 || f.wire_type != 2) continue;
         Any item = {NONE, NULL};
-        int failed = read_any(&item, payload);
+        int failed = read_any(&item, f.payload);
         if (!failed) failed = PyList_Append(list, item.value != NULL ? item.value : Py_None);
         Py_XDECREF(item.value);
         if (failed < 0) return -1;
@@ -126,40 +130,37 @@ static int read_any(Any *any, Reader r) {
     if (Py_EnterRecursiveCall(" reading an OTLP AnyValue")) return -1;
     int failed = 0;
     while (!failed && r.p < r.end) {
-        uint32_t number;
-        int wire_type;
-        Reader payload;
-        uint64_t scalar;
-        if (next_field(&r, &number, &wire_type, &payload, &scalar) < 0) {
+        Field f;
+        if (next_field(&r, &f) < 0) {
             failed = -1;
             break;
         }
         PyObject *value = NULL;
         int kind = NONE;
-        if (number == 1 && wire_type == 2) {
-            value = PyUnicode_DecodeUTF8((const char *)payload.p, payload.end - payload.p, "strict");
+        if (f.number == 1 && f.wire_type == 2) {
+            value = PyUnicode_DecodeUTF8((const char *)f.payload.p, f.payload.end - f.payload.p, "strict");
             kind = STRING;
-        } else if (number == 2 && wire_type == 0) {
-            value = Py_NewRef(scalar ? Py_True : Py_False);
+        } else if (f.number == 2 && f.wire_type == 0) {
+            value = Py_NewRef(f.scalar ? Py_True : Py_False);
             kind = BOOL;
-        } else if (number == 3 && wire_type == 0) {
-            value = PyLong_FromLongLong((long long)scalar);
+        } else if (f.number == 3 && f.wire_type == 0) {
+            value = PyLong_FromLongLong((long long)f.scalar);
             kind = INT;
-        } else if (number == 4 && wire_type == 1) {
+        } else if (f.number == 4 && f.wire_type == 1) {
             double d;
-            memcpy(&d, &scalar, 8);
+            memcpy(&d, &f.scalar, 8);
             value = PyFloat_FromDouble(d);
             kind = DOUBLE;
-        } else if (number == 5 && wire_type == 2) {
+        } else if (f.number == 5 && f.wire_type == 2) {
             if (any->kind != ARRAY && (value = PyList_New(0)) != NULL) set_any(any, ARRAY, value);
-            if (any->kind != ARRAY || read_array(any->value, payload) < 0) failed = -1;
+            if (any->kind != ARRAY || read_array(any->value, f.payload) < 0) failed = -1;
             continue;
-        } else if (number == 6 && wire_type == 2) {
+        } else if (f.number == 6 && f.wire_type == 2) {
             if (any->kind != KVLIST && (value = PyDict_New()) != NULL) set_any(any, KVLIST, value);
-            if (any->kind != KVLIST || read_key_values(any->value, payload, 1) < 0) failed = -1;
+            if (any->kind != KVLIST || read_key_values(any->value, f.payload, 1) < 0) failed = -1;
             continue;
-        } else if (number == 7 && wire_type == 2) {
-            value = base64_text(payload.p, payload.end - payload.p);
+        } else if (f.number == 7 && f.wire_type == 2) {
+            value = base64_text(f.payload.p, f.payload.end - f.payload.p);
             kind = BYTES;
         } else {
             continue; /* an unknown field */
@@ -180,16 +181,13 @@ static int read_key_value(PyObject *out, Reader r) {
     Any value = {NONE, NULL};
     int failed = 0;
     while (!failed && r.p < r.end) {
-        uint32_t number;
-        int wire_type;
-        Reader payload;
-        uint64_t scalar;
-        if (next_field(&r, &number, &wire_type, &payload, &scalar) < 0) {
+        Field f;
+        if (next_field(&r, &f) < 0) {
             failed = -1;
-        } else if (number == 1 && wire_type == 2) {
-            key = payload;
-        } else if (number == 2 && wire_type == 2) {
-            failed = read_any(&value, payload);
+        } else if (f.number == 1 && f.wire_type == 2) {
+            key = f.payload;
+        } else if (f.number == 2 && f.wire_type == 2) {
+            failed = read_any(&value, f.payload);
         }
     }
     if (!failed) {
@@ -204,12 +202,9 @@ static int read_key_value(PyObject *out, Reader r) {
 /* Every KeyValue of a message's repeated field `field_number` into `out`, in order. */
 static int read_key_values(PyObject *out, Reader r, uint32_t field_number) {
     while (r.p < r.end) {
-        uint32_t number;
-        int wire_type;
-        Reader payload;
-        uint64_t scalar;
-        if (next_field(&r, &number, &wire_type, &payload, &scalar) < 0) return -1;
-        if (number == field_number && wire_type == 2 && read_key_value(out, payload) < 0) return -1;
+        Field f;
+        if (next_field(&r, &f) < 0) return -1;
+        if (f.number == field_number && f.wire_type == 2 && read_key_value(out, f.payload) < 0) return -1;
     }
     return 0;
 }
