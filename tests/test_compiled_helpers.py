@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from ray_otel_events.encoding import ray_json_decode
@@ -284,3 +285,68 @@ def test_attributes_read_from_wire_bytes_are_what_upb_gives(pairs: list[tuple[st
     assert plain_records.attributes_of(span) == plain_records.attributes_to_dict(span.attributes)
     for event in span.events:
         assert plain_records.attributes_of(event) == plain_records.attributes_to_dict(event.attributes)
+
+
+def _python_span_parts(span: Span) -> plain_records.SpanParts:
+    """The Python reading of `span_parts`, whichever is bound."""
+    compiled = plain_records._compiled
+    plain_records._compiled = False
+    try:
+        return plain_records.span_parts(span)
+    finally:
+        plain_records._compiled = compiled
+
+
+_attribute_lists = st.lists(st.tuples(st.sampled_from(["a", "b", "é", ""]), values), max_size=4)
+
+
+@needs_compiled
+@settings(max_examples=200)
+@given(
+    st.binary(max_size=16),
+    st.text(max_size=5),
+    st.integers(min_value=-(2**31), max_value=2**31 - 1),
+    st.integers(min_value=0, max_value=2**64 - 1),
+    _attribute_lists,
+    st.lists(
+        st.tuples(st.text(max_size=3), st.integers(min_value=0, max_value=2**64 - 1), _attribute_lists),
+        max_size=3,
+    ),
+    st.lists(st.tuples(st.binary(max_size=16), st.text(max_size=3), _attribute_lists), max_size=2),
+    st.integers(min_value=-(2**31), max_value=2**31 - 1),
+)
+def test_span_parts_read_from_wire_bytes_are_what_upb_gives(
+    ids: bytes,
+    text: str,
+    kind: int,
+    time: int,
+    attributes: list[tuple[str, Any]],
+    events: list[tuple[str, int, list[tuple[str, Any]]]],
+    links: list[tuple[bytes, str, list[tuple[str, Any]]]],
+    code: int,
+) -> None:
+    """Every field a plain record shows, out-of-range enums, empty and unset parts alike."""
+
+    def fill(target: Any, pairs: list[tuple[str, Any]]) -> None:
+        for key, value in pairs:
+            entry = target.add(key=key)
+            if value is not None:
+                plain_records.python_to_any_value(value, entry.value)
+
+    span = Span(trace_id=ids, span_id=ids[:8], parent_span_id=ids[8:], trace_state=text, name=text * 2)
+    span.kind = kind  # type: ignore[assignment]
+    span.start_time_unix_nano, span.end_time_unix_nano = time, time // 2
+    fill(span.attributes, attributes)
+    for name, at, pairs in events:
+        fill(span.events.add(name=name, time_unix_nano=at).attributes, pairs)
+    for trace, state, pairs in links:
+        fill(span.links.add(trace_id=trace, span_id=trace[:8], trace_state=state).attributes, pairs)
+    if code or text:
+        span.status.code = code  # type: ignore[assignment]
+        span.status.message = text
+    parts = plain_records.span_parts(span)
+    assert parts == _python_span_parts(span)
+    context = plain_records.RecordContext(Resource(), InstrumentationScope(name="s"))
+    assert plain_records.span_record(parts, context) == plain_records.span_record(
+        _python_span_parts(span), context
+    )

@@ -8,12 +8,13 @@ times as integer nanoseconds since the epoch. The format is documented in docs/b
 from __future__ import annotations
 
 import base64
-from typing import Any
+import functools
+from typing import Any, NamedTuple
 
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
-from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from ray_otel_events import config
 
@@ -124,19 +125,51 @@ class RecordContext:
             self.scope["attributes"] = attributes_of(scope)
 
 
-def _status(status: Status) -> dict[str, Any]:
-    code = status.code
-    return {
-        "code": STATUS_CODES[code] if 0 <= code < len(STATUS_CODES) else str(code),
-        "message": status.message,
-    }
+class SpanParts(NamedTuple):
+    """What a plain span record is made of, read once from the span."""
+
+    trace_id: bytes
+    span_id: bytes
+    trace_state: str
+    parent_span_id: bytes
+    name: str
+    kind: int
+    start_time_unix_nano: int
+    end_time_unix_nano: int
+    attributes: dict[str, Any]
+    events: list[tuple[str, int, dict[str, Any]]]  # (name, time_unix_nano, attributes)
+    links: list[tuple[bytes, bytes, str, dict[str, Any]]]  # (trace_id, span_id, trace_state, attributes)
+    status_code: int
+    status_message: str
 
 
-def span_record(
-    span: Span, context: RecordContext, attributes: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """`attributes`: the span's, if the caller already made them a dict."""
-    kind = span.kind
+_new_parts = functools.partial(tuple.__new__, SpanParts)
+
+
+def span_parts(span: Span) -> SpanParts:
+    """The span's parts: read from its wire bytes in one call where compiled."""
+    if _compiled:
+        return _new_parts(_any_value_wire.span_parts(span.SerializeToString()))
+    status = span.status
+    return SpanParts(
+        span.trace_id,
+        span.span_id,
+        span.trace_state,
+        span.parent_span_id,
+        span.name,
+        span.kind,
+        span.start_time_unix_nano,
+        span.end_time_unix_nano,
+        attributes_to_dict(span.attributes),
+        [(e.name, e.time_unix_nano, attributes_to_dict(e.attributes)) for e in span.events],
+        [(k.trace_id, k.span_id, k.trace_state, attributes_to_dict(k.attributes)) for k in span.links],
+        status.code,
+        status.message,
+    )
+
+
+def span_record(span: SpanParts, context: RecordContext) -> dict[str, Any]:
+    kind, code = span.kind, span.status_code
     return {
         "signal": "span",
         "traceId": span.trace_id.hex(),
@@ -147,20 +180,23 @@ def span_record(
         "kind": SPAN_KINDS[kind] if 0 <= kind < len(SPAN_KINDS) else str(kind),
         "startTimeUnixNano": span.start_time_unix_nano,
         "endTimeUnixNano": span.end_time_unix_nano,
-        "status": _status(span.status),
-        "attributes": attributes_of(span) if attributes is None else attributes,
+        "status": {
+            "code": STATUS_CODES[code] if 0 <= code < len(STATUS_CODES) else str(code),
+            "message": span.status_message,
+        },
+        "attributes": span.attributes,
         "events": [
-            {"name": e.name, "timeUnixNano": e.time_unix_nano, "attributes": attributes_of(e)}
-            for e in span.events
+            {"name": name, "timeUnixNano": time, "attributes": attributes}
+            for name, time, attributes in span.events
         ],
         "links": [
             {
-                "traceId": link.trace_id.hex(),
-                "spanId": link.span_id.hex(),
-                "traceState": link.trace_state,
-                "attributes": attributes_of(link),
+                "traceId": trace_id.hex(),
+                "spanId": span_id.hex(),
+                "traceState": state,
+                "attributes": attributes,
             }
-            for link in span.links
+            for trace_id, span_id, state, attributes in span.links
         ],
         "resource": context.resource,
         "scope": context.scope,

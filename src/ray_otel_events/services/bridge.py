@@ -46,7 +46,13 @@ from ray_otel_events.observability.http_endpoints import Readiness, in_flight_mi
 from ray_otel_events.observability.metrics_registry import ServerMetrics
 from ray_otel_events.observability.service_metrics import register_buffers, register_publishers
 from ray_otel_events.otel.from_ray_events import Emitted, RayEventsToOtel, entity_key_from_bytes
-from ray_otel_events.otel.plain_records import RecordContext, attributes_of, log_record, span_record
+from ray_otel_events.otel.plain_records import (
+    RecordContext,
+    attributes_of,
+    log_record,
+    span_parts,
+    span_record,
+)
 from ray_otel_events.otel.to_ray_events import (
     NotARayEventError,
     RaySpanEvents,
@@ -331,8 +337,8 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[PostedEvent]):
             for scope_spans in resource_spans.scope_spans:
                 context: RecordContext | None = None
                 for span in scope_spans.spans:
-                    attributes = attributes_of(span)
-                    if is_ray_span(attributes):
+                    parts = span_parts(span)
+                    if is_ray_span(parts.attributes):
                         if sdk_resource is None:
                             sdk_resource = SdkResource(attributes_of(resource_spans.resource))
                         try:
@@ -348,7 +354,7 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[PostedEvent]):
                         continue
                     if context is None:
                         context = RecordContext(resource_spans.resource, scope_spans.scope)
-                    records.append(orjson.dumps(span_record(span, context, attributes)))
+                    records.append(orjson.dumps(span_record(parts, context)))
         lost = self._admit(events, records)
         self.counters.add(RAY_EVENTS_FROM_SPANS, len(events))
         return self._result("span", rejected, len(records), dropped, lost)
