@@ -66,17 +66,6 @@ static inline int buf_varint(Buf *b, uint64_t v) {
     return 0;
 }
 
-/* tag, varint(len), payload (`tag` a one-byte key, or any key given as a varint by buf_varint). */
-static inline int buf_framed(Buf *b, int tag, const char *payload, Py_ssize_t n) {
-    if (buf_reserve(b, 11 + n) < 0) return -1;
-    char *p = b->data + b->len;
-    *p++ = (char)tag;
-    p = put_varint(p, (uint64_t)n);
-    p = put(p, payload, n);
-    b->len = p - b->data;
-    return 0;
-}
-
 /* A length-delimited field of any number: key varint, length, payload. */
 static inline int buf_field(Buf *b, uint32_t number, const char *payload, Py_ssize_t n) {
     if (buf_reserve(b, 15 + n) < 0) return -1;

@@ -89,6 +89,11 @@ static int put_key(Buf *b, uint32_t number, int wire_type) {
     return buf_varint(b, ((uint64_t)number << 3) | (uint64_t)wire_type);
 }
 
+/* A varint field (bool, integer, enum, a timestamp's seconds or nanos). */
+static int varint_field(Buf *b, uint32_t number, uint64_t value) {
+    return put_key(b, number, 0) < 0 || buf_varint(b, value) < 0 ? FAILED : DONE;
+}
+
 static int put_fixed(Buf *b, uint32_t number, uint64_t bits, int size) {
     if (put_key(b, number, size == 8 ? 1 : 5) < 0 || buf_reserve(b, size) < 0) return FAILED;
     for (int i = 0; i < size; i++) b->data[b->len++] = (char)((bits >> (8 * i)) & 0xff);
@@ -139,9 +144,8 @@ static int timestamp_fields(Buf *b, PyObject *value) {
         return FALLBACK;
     }
     int64_t seconds = days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second;
-    if (put_key(b, 1, 0) < 0 || buf_varint(b, (uint64_t)seconds) < 0) return FAILED;
-    if (nanos && (put_key(b, 2, 0) < 0 || buf_varint(b, (uint64_t)nanos) < 0)) return FAILED;
-    return DONE;
+    if (varint_field(b, 1, (uint64_t)seconds) != DONE) return FAILED;
+    return nanos ? varint_field(b, 2, (uint64_t)nanos) : DONE;
 }
 
 /* -- values and messages ----------------------------------------------------------------------- */
@@ -199,13 +203,13 @@ static int value_field(Buf *b, uint32_t number, PyObject *field, PyObject *value
     }
     case K_BOOL:
         if (!PyBool_Check(value)) return FALLBACK;
-        return put_key(b, number, 0) < 0 || buf_varint(b, value == Py_True) < 0 ? FAILED : DONE;
+        return varint_field(b, number, value == Py_True);
     case K_INT: {
         int64_t number_value;
         uint64_t bits;
         int done = read_int(value, field, &number_value, &bits);
         if (done != DONE) return done;
-        return put_key(b, number, 0) < 0 || buf_varint(b, bits) < 0 ? FAILED : DONE;
+        return varint_field(b, number, bits);
     }
     case K_DOUBLE:
     case K_FLOAT: {
@@ -246,7 +250,7 @@ static int value_field(Buf *b, uint32_t number, PyObject *field, PyObject *value
         }
         long long enum_number = PyLong_AsLongLong(number_of);
         if (enum_number == -1 && PyErr_Occurred()) return FAILED;
-        return put_key(b, number, 0) < 0 || buf_varint(b, (uint64_t)enum_number) < 0 ? FAILED : DONE;
+        return varint_field(b, number, (uint64_t)enum_number);
     }
     case K_MESSAGE:
     case K_TIMESTAMP:

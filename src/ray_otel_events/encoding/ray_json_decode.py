@@ -376,7 +376,7 @@ def _wire_schema(descriptor: Any, schemas: dict[str, WireSchema]) -> WireSchema:
         _Table(descriptor)
     except _Fallback:
         return schema
-    oneof_names: dict[str, str] = {}
+    oneof_names: dict[str, str] = {}  # one object per oneof: the C reader compares them by identity
     for field in descriptor.fields:
         oneof = field.containing_oneof
         oneof_name = (

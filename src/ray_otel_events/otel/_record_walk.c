@@ -10,8 +10,7 @@
 #include "protobuf_wire.h"
 
 /* Tags: KeyValueList.values = 1 (a body entry), LogRecord.attributes = 6 (an attribute entry),
- * KeyValue.value = 2, AnyValue string = 1, bool = 2, int = 3, array = 5, kvlist = 6,
- * ArrayValue.values = 1. */
+ * KeyValue.value = 2, AnyValue string = 1, bool = 2, int = 3, array = 5, kvlist = 6. */
 #define TAG_BODY_ENTRY 0x0a
 #define TAG_ATTRIBUTE 0x32
 #define TAG_KV_VALUE 0x12
@@ -20,7 +19,6 @@
 #define TAG_ANY_INT 0x18
 #define TAG_ANY_ARRAY 0x2a
 #define TAG_ANY_KVLIST 0x32
-#define TAG_ARRAY_VALUE 0x0a
 
 static PyObject *other_entry;   /* _other_entry(key, value, plan, attrs) -> bytes */
 static PyObject *list_item;     /* _list_item(item, plan, key, index, attrs) -> bytes */
@@ -44,7 +42,7 @@ static PyObject *framed2(int tag, const char *a, Py_ssize_t na, const char *b, P
     return out;
 }
 
-/* A body entry holding a kvlist (`nested` 1) or array AnyValue: KeyValueList entry{key, value}. */
+/* A body entry holding a kvlist or array AnyValue (`any_tag`): KeyValueList entry{key, value}. */
 static int buf_nested_entry(Buf *b, PyObject *key_field, int any_tag, const char *payload, Py_ssize_t n) {
     Py_ssize_t any_len = 1 + varint_size((uint64_t)n) + n;
     Py_ssize_t value_len = 1 + varint_size((uint64_t)any_len) + any_len;
@@ -253,7 +251,8 @@ static int list_items(Buf *out, PyObject *value, PyObject *plan, PyObject *key, 
             }
         }
         if (encoded == NULL) goto fail;
-        int failed = buf_framed(out, TAG_ARRAY_VALUE, PyBytes_AS_STRING(encoded), PyBytes_GET_SIZE(encoded));
+        /* ArrayValue.values = 1 */
+        int failed = buf_field(out, 1, PyBytes_AS_STRING(encoded), PyBytes_GET_SIZE(encoded));
         Py_DECREF(encoded);
         if (failed < 0) goto fail;
     }

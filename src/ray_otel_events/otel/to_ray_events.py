@@ -33,7 +33,7 @@ from ray_otel_events.events import ids
 from ray_otel_events.events.builders import EventFactory
 from ray_otel_events.events.registry import REGISTRY, entity_key, event_type_name, merge_into
 from ray_otel_events.otel import semconv
-from ray_otel_events.otel.plain_records import attributes_of, value_of
+from ray_otel_events.otel.plain_records import SpanParts, value_of
 from ray_otel_events.otel.task_spans import TaskSpanEvents, UnmappableSpan, hex_or_empty
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
@@ -85,8 +85,9 @@ def is_ray_span(attributes: Mapping[str, Any]) -> bool:
     return False
 
 
-def readable_span(span: Span, resource: Resource) -> ReadableSpan:
-    """An OTLP span as the SDK's ReadableSpan, the form the tracing side's mapping reads."""
+def readable_span(span: Span, parts: SpanParts, resource: Resource) -> ReadableSpan:
+    """An OTLP span (and its `span_parts`, read once by the caller) as the SDK's ReadableSpan, the
+    form the tracing side's mapping reads."""
     trace_id = int.from_bytes(span.trace_id, "big")
     flags = TraceFlags(span.flags & 0xFF)
     parent = None
@@ -102,8 +103,8 @@ def readable_span(span: Span, resource: Resource) -> ReadableSpan:
         ),
         parent=parent,
         resource=resource,
-        attributes=attributes_of(span),
-        events=[Event(e.name, attributes_of(e), e.time_unix_nano) for e in span.events],
+        attributes=parts.attributes,
+        events=[Event(name, attributes, time) for name, time, attributes in parts.events],
         kind=SpanKind(span.kind - 1) if 1 <= span.kind <= 5 else SpanKind.INTERNAL,
         status=Status(code, span.status.message or None) if code is StatusCode.ERROR else Status(code),
         start_time=span.start_time_unix_nano,
@@ -132,11 +133,11 @@ class RaySpanEvents:
             mapper = self._mappers[session] = TaskSpanEvents(EventFactory(session_name=session))
         return mapper
 
-    def convert(self, span: Span, resource: Resource) -> list[RayEvent]:
+    def convert(self, span: Span, parts: SpanParts, resource: Resource) -> list[RayEvent]:
         """The span's events ([] for a span that is not a task or actor span); raises
         NotARayEventError for a task span whose ids are unusable."""
         session = str(resource.attributes.get(semconv.RAY_SESSION_NAME, ""))
-        view = readable_span(span, resource)
+        view = readable_span(span, parts, resource)
         mapper = self._mapper(session)
         try:
             pieces = [*mapper.started(view), *mapper.ended(view)]

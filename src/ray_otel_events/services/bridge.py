@@ -342,7 +342,7 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[PostedEvent]):
                         if sdk_resource is None:
                             sdk_resource = SdkResource(attributes_of(resource_spans.resource))
                         try:
-                            converted = self.ray_spans.convert(span, sdk_resource)
+                            converted = self.ray_spans.convert(span, parts, sdk_resource)
                         except NotARayEventError as exc:
                             rejected.append(str(exc))
                             continue

@@ -22,6 +22,7 @@ from ray_otel_events.otel.plain_records import (
     SPAN_KINDS,
     STATUS_CODES,
     attributes_of,
+    span_parts,
     value_of,
 )
 from ray_otel_events.otel.to_ray_events import (
@@ -77,23 +78,22 @@ def from_logs(request: ExportLogsServiceRequest) -> LogsIntake:
 
 
 def span_dict(span: Span, resource: dict[str, Any]) -> dict[str, Any]:
-    attrs = attributes_of(span)
+    parts = span_parts(span)
+    attrs = parts.attributes
     return {
-        "trace_id": span.trace_id.hex(),
-        "span_id": span.span_id.hex(),
-        "parent_span_id": span.parent_span_id.hex(),
+        "trace_id": parts.trace_id.hex(),
+        "span_id": parts.span_id.hex(),
+        "parent_span_id": parts.parent_span_id.hex(),
         "task_id": _text(attrs.get(semconv.RAY_TASK_ID)).lower() or None,
-        "name": span.name,
-        "kind": SPAN_KINDS[span.kind] if span.kind < len(SPAN_KINDS) else str(span.kind),
-        "start_ns": span.start_time_unix_nano,
-        "end_ns": span.end_time_unix_nano,
-        "status": STATUS_CODES[span.status.code] if span.status.code < len(STATUS_CODES) else "UNSET",
-        "status_message": span.status.message,
+        "name": parts.name,
+        "kind": SPAN_KINDS[parts.kind] if parts.kind < len(SPAN_KINDS) else str(parts.kind),
+        "start_ns": parts.start_time_unix_nano,
+        "end_ns": parts.end_time_unix_nano,
+        "status": STATUS_CODES[parts.status_code] if parts.status_code < len(STATUS_CODES) else "UNSET",
+        "status_message": parts.status_message,
         "service": _text(resource.get("service.name")),
         "attributes": attrs,
-        "events": [
-            {"name": e.name, "ts_ns": e.time_unix_nano, "attributes": attributes_of(e)} for e in span.events
-        ],
+        "events": [{"name": name, "ts_ns": time, "attributes": a} for name, time, a in parts.events],
     }
 
 
