@@ -1,24 +1,29 @@
 """The compiled helpers, optional: the log-record walk (otel/_record_walk.c), OTLP values read from
-their wire bytes (otel/_any_value_wire.c) and the RayEvent JSON reader (encoding/_ray_json_wire.c).
+their wire bytes (otel/_any_value_wire.c), the RayEvent JSON reader (encoding/_ray_json_wire.c) and
+the store's fold (store/_state_fold.c) and its row writer (store/_row_writer.c, which also needs
+SQLite's headers).
 Where no C compiler is present the build goes on without them and the package runs the same Python
 code (the same results). Everything else is in pyproject.toml."""
 
 from setuptools import Extension, setup
 
 
-def _optional(module: str) -> Extension:
+def _optional(module: str, libraries: tuple[str, ...] = ()) -> Extension:
     """`ray_otel_events.<module>`, built from its .c file beside it, if it can be."""
     return Extension(
         f"ray_otel_events.{module}",
         [f"src/ray_otel_events/{module.replace('.', '/')}.c"],
         include_dirs=["src/ray_otel_events"],
         depends=["src/ray_otel_events/protobuf_wire.h"],
+        libraries=list(libraries),
         optional=True,
     )
 
 
 setup(
     ext_modules=[
-        _optional(m) for m in ("otel._record_walk", "otel._any_value_wire", "encoding._ray_json_wire")
+        _optional(m)
+        for m in ("otel._record_walk", "otel._any_value_wire", "encoding._ray_json_wire", "store._state_fold")
     ]
+    + [_optional("store._row_writer", ("sqlite3",))]  # where SQLite's headers are present
 )

@@ -1,18 +1,24 @@
 """The compiled helpers against the Python code they copy: the log-record walk (otel/_record_walk.c),
-OTLP values read from wire bytes (otel/_any_value_wire.c) and the RayEvent JSON reader
-(encoding/_ray_json_wire.c)."""
+OTLP values read from wire bytes (otel/_any_value_wire.c), the RayEvent JSON reader
+(encoding/_ray_json_wire.c) and the store's fold (store/_state_fold.c)."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 import random
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,6 +29,8 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from ray_otel_events.encoding import ray_json_decode
 from ray_otel_events.otel import log_records, plain_records
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+from ray_otel_events.store import sqlite_store, state_merge
+from ray_otel_events.store.sqlite_store import EventStore
 from tests.test_otlp_wire import _fixture_dicts, values
 
 try:
@@ -37,9 +45,17 @@ try:
     from ray_otel_events.otel import _any_value_wire
 except ImportError:
     _any_value_wire = None  # type: ignore[assignment]
+try:
+    from ray_otel_events.store import _state_fold
+except ImportError:
+    _state_fold = None  # type: ignore[assignment]
+try:
+    from ray_otel_events.store import _row_writer
+except ImportError:
+    _row_writer = None  # type: ignore[assignment]
 
 needs_compiled = pytest.mark.skipif(
-    _record_walk is None or _ray_json_wire is None or _any_value_wire is None,
+    any(m is None for m in (_record_walk, _ray_json_wire, _any_value_wire, _state_fold, _row_writer)),
     reason="built without a C compiler",
 )
 
@@ -54,6 +70,7 @@ def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
         assert log_records._walk is log_records._walk_python
         assert ray_json_decode._event_wire is None
         assert not plain_records._compiled
+        assert state_merge.prepare is state_merge._prepare_python
         return
     assert _record_walk is not None, "setup.py should have built otel/_record_walk.c"
     assert _ray_json_wire is not None, "setup.py should have built encoding/_ray_json_wire.c"
@@ -61,6 +78,9 @@ def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
     assert ray_json_decode._event_wire is _ray_json_wire.event_wire
     assert _any_value_wire is not None, "setup.py should have built otel/_any_value_wire.c"
     assert plain_records._compiled
+    assert _state_fold is not None, "setup.py should have built store/_state_fold.c"
+    assert state_merge.prepare is _state_fold.prepare
+    assert state_merge.row_columns is _state_fold.row_columns
 
 
 def _plans() -> tuple[log_records._Plan, log_records._Plan]:
@@ -145,7 +165,9 @@ def test_the_environment_can_turn_the_compiled_helpers_off() -> None:
         "from ray_otel_events.otel import log_records as r\n"
         "from ray_otel_events.encoding import ray_json_decode as d\n"
         "from ray_otel_events.otel import plain_records as p\n"
-        "print(r._walk is r._walk_python and d._event_wire is None and not p._compiled)"
+        "from ray_otel_events.store import state_merge as s\n"
+        "print(r._walk is r._walk_python and d._event_wire is None and not p._compiled"
+        " and s.prepare is s._prepare_python and s.row_columns is s._row_columns_python)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -350,3 +372,223 @@ def test_span_parts_read_from_wire_bytes_are_what_upb_gives(
     assert plain_records.span_record(parts, context) == plain_records.span_record(
         _python_span_parts(span), context
     )
+
+
+# -- the store's fold ---------------------------------------------------------------------------------
+
+
+def _outcome(func: Callable[..., Any], *args: Any) -> Any:
+    """What `func` returns, or the type and message of the error it raises."""
+    try:
+        return ("returned", func(*args))
+    except (*state_merge.FOLD_ERRORS, binascii.Error) as error:
+        return ("raised", type(error), str(error))
+
+
+class _HandedBack:
+    """The Python functions the compiled fold hands its odd inputs to, counted while bound."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any) -> Any:
+            self.calls += 1
+            return func(*args)
+
+        return counted
+
+
+@pytest.fixture
+def handed_back() -> Iterator[_HandedBack]:
+    assert _state_fold is not None
+    counter = _HandedBack()
+    bound = (
+        state_merge._prepare_python,
+        state_merge._task_definition,
+        state_merge._task_lifecycle,
+        state_merge._row_columns_python,
+    )
+    rest = (state_merge._ROUTES, state_merge.Piece, state_merge.Prepared, state_merge._INDEX_PLAN)
+    rest += (orjson.dumps,)
+    _state_fold.bind(*(counter(f) for f in bound), *rest)
+    try:
+        yield counter
+    finally:
+        _state_fold.bind(*bound, *rest)
+
+
+_PYTHON_FOLD: dict[Any, Any] = {}
+if _state_fold is not None:
+    _PYTHON_FOLD = {
+        _state_fold.task_definition: state_merge._task_definition,
+        _state_fold.task_lifecycle: state_merge._task_lifecycle,
+    }
+
+
+def _fold_both(events: list[Any]) -> int:
+    """Each event read and folded by the compiled steps and by Python, into rows of their own;
+    every step must give the same result (or error) and leave the same row, key order included.
+    Returns how many pieces were folded."""
+    assert _state_fold is not None
+    compiled_rows: dict[Any, dict[str, Any]] = {}
+    python_rows: dict[Any, dict[str, Any]] = {}
+    folded = 0
+    for event in events:
+        compiled = _outcome(_state_fold.prepare, event)
+        assert compiled == _outcome(state_merge._prepare_python, event), event
+        if compiled[0] != "returned" or compiled[1].piece is None:
+            continue
+        key, piece = compiled[1].key, compiled[1].piece
+        compiled_row = compiled_rows.setdefault(key, {})
+        python_row = python_rows.setdefault(key, {})
+        python_piece = piece._replace(fold=_PYTHON_FOLD.get(piece.fold, piece.fold))
+        outcome = _outcome(state_merge.apply, compiled_row, piece)
+        assert outcome == _outcome(state_merge.apply, python_row, python_piece), event
+        assert repr(compiled_row) == repr(python_row), event
+        columns = _outcome(_state_fold.row_columns, piece.resource, compiled_row)
+        assert columns == _outcome(state_merge._row_columns_python, piece.resource, python_row)
+        folded += outcome[0] == "returned"
+    return folded
+
+
+@needs_compiled
+def test_every_real_event_folds_to_the_same_rows(handed_back: _HandedBack) -> None:
+    dicts = _fixture_dicts()
+    assert _fold_both(dicts + dicts) > 150  # and again: each piece into the row it already made
+    assert handed_back.calls < len(dicts) // 10  # the compiled steps read Ray's own shapes themselves
+
+
+@needs_compiled
+def test_pieces_folded_in_any_order_give_the_same_rows() -> None:
+    rnd = random.Random(7)
+    dicts = [d for d in _fixture_dicts() if str(d.get("eventType", "")).startswith(("TASK", "ACTOR_TASK"))]
+    for _ in range(50):
+        rnd.shuffle(dicts)
+        _fold_both(dicts)
+
+
+@needs_compiled
+def test_mutated_events_fold_the_same_or_are_handed_to_python() -> None:
+    """Odd values anywhere in a task's pieces; keys renamed or removed; then folded in order."""
+    rnd = random.Random(20261124)
+    dicts = [d for d in _fixture_dicts() if str(d.get("eventType", "")).startswith(("TASK", "ACTOR_TASK"))]
+    folded = 0
+    for _ in range(1500):
+        obj = copy.deepcopy(rnd.choice(dicts))
+        for _ in range(rnd.randint(1, 2)):
+            path = rnd.choice(_paths(obj))
+            parent: Any = obj
+            for key in path[:-1]:
+                parent = parent[key]
+            roll = rnd.random()
+            if roll < 0.7:
+                parent[path[-1]] = copy.deepcopy(rnd.choice(_ODD_VALUES))
+            elif isinstance(parent, dict):
+                value = parent.pop(path[-1])
+                if roll < 0.85:
+                    parent[rnd.choice(["taskId", "timestamp", "state", "jobId", "x"])] = value
+        folded += _fold_both([obj, copy.deepcopy(rnd.choice(dicts)), obj])
+    assert folded > 1500
+
+
+@needs_compiled
+@settings(max_examples=300)
+@given(st.binary(max_size=40) | st.text(alphabet="AQZaz09+/=_- ", max_size=12))
+def test_ids_decode_as_python_does(raw: bytes | str) -> None:
+    assert _state_fold is not None
+    text = base64.b64encode(raw).decode() if isinstance(raw, bytes) else raw
+    compiled = _state_fold.hex_id(text)
+    if isinstance(raw, bytes):
+        assert compiled == raw.hex()  # a canonical id is always decoded, never handed over
+    if compiled is not None:
+        assert compiled == state_merge.hex_id(text)
+
+
+@needs_compiled
+@settings(max_examples=300)
+@given(
+    st.integers(min_value=0, max_value=9999),
+    st.integers(min_value=0, max_value=13),
+    st.integers(min_value=0, max_value=32),
+    st.integers(min_value=0, max_value=61),
+    st.text(alphabet="0123456789", min_size=8, max_size=10),
+)
+def test_times_read_as_python_does(year: int, month: int, day: int, second: int, fraction: str) -> None:
+    assert _state_fold is not None
+    stamp = f"{year:04d}-{month:02d}-{day:02d}T23:59:{second:02d}.{fraction}Z"
+    compiled = _state_fold.time_ns(stamp)
+    python = _outcome(state_merge.rfc3339_ns, stamp)
+    if compiled is not None:
+        assert python == ("returned", compiled)
+    elif 1970 <= year < 2262 and len(fraction) == 9 and python[0] == "returned" and second < 60:
+        raise AssertionError(f"{stamp} is Ray's form and should be read, not handed over")
+
+
+# -- the store's row writer --------------------------------------------------------------------------
+
+
+def _store_rows(store: EventStore) -> list[tuple[Any, ...]]:
+    return store._query("SELECT * FROM state_rows ORDER BY resource, entity_id, attempt, session")
+
+
+@needs_compiled
+def test_the_row_writer_stores_what_executemany_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every captured event in batches of 20 folded 3 rows a chunk (pieces of a row in several
+    batches, a batch in several chunks), each batch twice (duplicates), a refused piece: the same
+    rows, column for column."""
+    monkeypatch.setattr(sqlite_store, "_FOLD_CHUNK", 3)
+    dicts = _fixture_dicts()
+    bad = copy.deepcopy(next(d for d in dicts if d.get("eventType") == "TASK_LIFECYCLE_EVENT"))
+    bad["eventId"] = "bad-time"
+    bad["taskLifecycleEvent"]["stateTransitions"][0]["timestamp"] = "yesterday"
+    events = [*dicts, bad]
+    stores = [EventStore(tmp_path / "compiled.sqlite3"), EventStore(tmp_path / "python.sqlite3")]
+    assert stores[0]._writer is not None
+    stores[1]._writer.close()  # type: ignore[union-attr]
+    stores[1]._writer = None
+    results = []
+    for store in stores:
+        for start in range(0, len(events), 20):
+            results.append(store.ingest(events[start : start + 20], now=1000.0 + start))
+            results.append(store.ingest(events[start : start + 20], now=2000.0 + start))
+    half = len(results) // 2
+    assert results[:half] == results[half:]
+    assert any(r.refused for r in results[:half]) and sum(r.duplicates for r in results[:half]) > 150
+    assert _store_rows(stores[0]) == _store_rows(stores[1])
+    assert len(_store_rows(stores[0])) > 30
+    for store in stores:
+        store.close()
+    reopened = EventStore(tmp_path / "compiled.sqlite3", read_only=True)
+    assert len(_store_rows(reopened)) > 30  # committed by the writer's own connection
+    reopened.close()
+
+
+@needs_compiled
+def test_a_row_the_writer_cannot_store_rolls_back_its_batch(tmp_path: Path) -> None:
+    assert _row_writer is not None
+    path = tmp_path / "w.sqlite3"
+    setup = sqlite3.connect(path)
+    setup.execute("CREATE TABLE t (k TEXT PRIMARY KEY, n INTEGER CHECK (n >= 0))")
+    setup.close()
+    writer = _row_writer.RowWriter(str(path), "INSERT INTO t VALUES (?, ?)", "", 2, sqlite3.DatabaseError)
+    with pytest.raises(TypeError, match="tuple of 2"):
+        writer.add([("a", 1, 2)])
+    with pytest.raises(OverflowError):
+        writer.add([("a", 2**64)])
+    with pytest.raises(TypeError, match="cannot be stored"):
+        writer.add([("a", [1])])
+    writer.add([("a", 1), ("é" * 3, 2.5)])
+    writer.add([("b", -1)])  # fails the CHECK
+    writer.add([("c", 3)])  # after a failure: skipped, rolled back with the rest
+    with pytest.raises(sqlite3.DatabaseError, match="CHECK constraint failed"):
+        writer.commit()
+    writer.add([("d", None), ("e", True)])
+    writer.commit()
+    writer.add([("f", 6)])
+    writer.rollback()
+    writer.close()
+    stored = sqlite3.connect(path).execute("SELECT k, n FROM t ORDER BY k").fetchall()
+    assert stored == [("d", None), ("e", 1)]

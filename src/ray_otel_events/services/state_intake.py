@@ -29,7 +29,8 @@ from ray_otel_events.receivers.ray_events_http import (
     RayEventsHttpReceiver,
 )
 from ray_otel_events.store import otlp_records
-from ray_otel_events.store.sqlite_store import EventStore, IngestResult, Prepared, prepare
+from ray_otel_events.store.sqlite_store import EventStore, IngestResult
+from ray_otel_events.store.state_merge import Prepared, prepare
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 

@@ -11,7 +11,10 @@ filtered page in SQL however many rows there are. Spans and task log lines
 written in. `prune` applies the retention: rows not updated within `max_age_s`, then the oldest
 rows beyond `max_rows`; spans and lines by age. One connection, guarded by a lock: the server
 calls it from worker threads. Checkpoints (copying the WAL into the file, which waits on the disk)
-run on a second connection in a background thread, so a write waits for neither.
+run on a second connection in a background thread, so a write waits for neither. Where the compiled
+row writer is built, a batch's rows are folded a chunk at a time and each chunk's upserts run on
+its thread and connection (one transaction per batch) while the next chunk is folded: the SQL and
+the Python work of one batch use two cores.
 """
 
 from __future__ import annotations
@@ -19,31 +22,46 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
+from ray_otel_events import config
 from ray_otel_events.store.state_merge import (
     FOLD_ERRORS,
     INDEXED_COLUMNS,
-    INDEXED_FIELDS,
+    Key,
     Piece,
+    Prepared,
     Row,
     apply,
-    indexed_values,
-    piece_of,
+    prepare,
+    row_columns,
 )
 from ray_otel_events.store.wal_checkpointer import WalCheckpointer
+
+try:  # the upserts on a thread that needs no GIL (setup.py builds it where SQLite's headers are)
+    from ray_otel_events.store import _row_writer
+except ImportError:
+    _row_writer = None  # type: ignore[assignment]
 
 SCHEMA_VERSION = 3
 _IN_CHUNK = 500  # ids per `IN (...)` query
 _WAL_KEPT_BYTES = 64 * 1024 * 1024  # a checkpointed WAL larger than this is truncated
+_FOLD_CHUNK = 128  # rows folded before their upserts are handed to the row writer
+# Every writing connection's settings: no fsync per commit (WAL), 64 MiB of pages (the indexes stay
+# in memory), checkpoints left to the checkpointer.
+_WRITER_PRAGMAS = (
+    "PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536; PRAGMA wal_autocheckpoint=0;"
+    f" PRAGMA journal_size_limit={_WAL_KEPT_BYTES}; PRAGMA busy_timeout=10000;"
+)
 _TEXT_COLUMNS = ("state", "job", "name", "func", "node", "worker", "kind", "error")
 _COLUMN_DEFS = ", ".join(
     f"{c} TEXT COLLATE NOCASE" if c in _TEXT_COLUMNS else f"{c} INTEGER" for c in INDEXED_COLUMNS
@@ -108,44 +126,19 @@ ORDERS = {
 }
 
 
-Key = tuple[str, str, int, str]  # resource, entity id, attempt, session
 _UPSERT = (
     f"INSERT INTO state_rows(resource, entity_id, attempt, session, updated, data, event_ids,"
     f" {', '.join(INDEXED_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?, {', '.join('?' for _ in INDEXED_COLUMNS)})"
     " ON CONFLICT DO UPDATE SET updated=excluded.updated, data=excluded.data, event_ids=excluded.event_ids, "
     + ", ".join(f"{c}=excluded.{c}" for c in INDEXED_COLUMNS)
 )
+_UPSERT_VALUES = 7 + len(INDEXED_COLUMNS)
 
 
 @dataclass
 class _StoredRow:
     row: Row
     ids: list[str]  # of the events folded into it
-
-
-class Prepared(NamedTuple):
-    """An event read for `ingest_prepared`: its id, and its row's key and piece (None, None for an
-    event type that has no state row)."""
-
-    event_id: str
-    key: Key | None
-    piece: Piece | None
-
-
-def prepare(event: Any) -> Prepared:
-    """Read one RayEvent (JSON form) for the store; ValueError says what is wrong with it."""
-    event_id = event.get("eventId") if isinstance(event, dict) else None
-    if not event_id or not isinstance(event_id, str):
-        raise ValueError("an event without eventId")
-    try:
-        piece = piece_of(event)
-    except FOLD_ERRORS as exc:
-        raise ValueError(f"{event.get('eventType')}: {exc}") from None
-    if piece is None:
-        return Prepared(event_id, None, None)
-    return Prepared(
-        event_id, (piece.resource, piece.entity_id, piece.attempt, str(event.get("sessionName", ""))), piece
-    )
 
 
 def _fold_row(
@@ -155,7 +148,7 @@ def _fold_row(
     result: IngestResult,
     careful: bool = False,
 ) -> tuple[str, tuple[Any, ...]] | None:
-    """Fold one row's pieces, skipping event ids it has seen; the row's `_row_columns` if it
+    """Fold one row's pieces, skipping event ids it has seen; the row's `row_columns` if it
     changed. Counts go to `result` only once the row is done. `careful`: each piece on a copy,
     one that fails is named in `result.refused`."""
     duplicates = 0
@@ -168,7 +161,7 @@ def _fold_row(
             trial = copy.deepcopy(entry.row)
             try:
                 apply(trial, piece)
-                _row_columns(piece.resource, trial)
+                row_columns(piece.resource, trial)
             except FOLD_ERRORS as exc:
                 result.refused.append((position, f"{piece.event_type}: {exc}"))
                 continue
@@ -177,30 +170,11 @@ def _fold_row(
             apply(entry.row, piece)
         entry.ids.append(event_id)
         folded.append(piece.event_type)
-    columns = _row_columns(resource, entry.row) if folded else None
+    columns = row_columns(resource, entry.row) if folded else None
     result.duplicates += duplicates
     for event_type in folded:
         result.by_type[event_type] = result.by_type.get(event_type, 0) + 1
     return columns
-
-
-_SQLITE_INT = (-(1 << 63), (1 << 63) - 1)
-
-
-def _row_columns(resource: str, row: Row) -> tuple[str, tuple[Any, ...]]:
-    """A folded row's data (JSON) and indexed column values, as they are written; TypeError or
-    ValueError if a piece put there what the file cannot hold (an object where a name belongs, an
-    integer past 64 bits)."""
-    data = orjson.dumps({k: v for k, v in row.items() if v is not None}).decode()  # raises on big ints
-    indexed = indexed_values(resource, row)
-    for column, value in zip(INDEXED_COLUMNS, indexed, strict=True):
-        kind = type(value)
-        if kind is int:
-            if not _SQLITE_INT[0] <= value <= _SQLITE_INT[1]:
-                raise ValueError(f"{INDEXED_FIELDS[resource][column]} {value} does not fit in 64 bits")
-        elif value is not None and kind is not str and kind is not float and kind is not bool:
-            raise TypeError(f"{INDEXED_FIELDS[resource][column]} is a {kind.__name__}, not text or a number")
-    return data, indexed
 
 
 class StoreError(Exception):
@@ -290,10 +264,7 @@ class EventStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("PRAGMA cache_size=-65536")  # 64 MiB of pages: the indexes stay in memory
-            self._db.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer's job
-            self._db.execute(f"PRAGMA journal_size_limit={_WAL_KEPT_BYTES}")
+            self._db.executescript(_WRITER_PRAGMAS)
         self._db.execute("PRAGMA busy_timeout=10000")
         self._lock = threading.Lock()
         self.generation = 0  # bumped by every write: pages poll it to know when to refresh
@@ -308,12 +279,20 @@ class EventStore:
         if version > SCHEMA_VERSION:
             raise StoreError(f"{self.path} has schema {version}, newer than this version's {SCHEMA_VERSION}")
         self._checkpointer: WalCheckpointer | None = None
+        self._writer: _row_writer.RowWriter | None = None
         if not read_only:
             self._db.executescript(_SCHEMA)
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._checkpointer = WalCheckpointer(self.path)
+            if _row_writer is not None and config.compiled_enabled():
+                self._writer = _row_writer.RowWriter(
+                    str(self.path), _UPSERT, _WRITER_PRAGMAS, _UPSERT_VALUES, sqlite3.DatabaseError
+                )
 
     def close(self) -> None:
+        if self._writer is not None:
+            with self._lock:
+                self._writer.close()
         if self._checkpointer is not None:
             self._checkpointer.close()
         with self._lock:
@@ -347,34 +326,54 @@ class EventStore:
                 result.ignored += 1
             else:
                 pieces.setdefault(key, []).append((position, event_id, piece))
-        if pieces:
+        if not pieces:
+            return result
+        writer = self._writer
+        if writer is None:
             with self._transaction() as db:
-                self._fold(db, pieces, received, result)
+                self._fold(pieces, received, result, functools.partial(db.executemany, _UPSERT))
+            return result
+        with self._lock:
+            try:
+                self._fold(pieces, received, result, writer.add)
+            except BaseException:
+                writer.rollback()
+                raise
+            writer.commit()
+            self.generation += 1
+        if self._checkpointer is not None:
+            self._checkpointer.wake()
         return result
 
     def _fold(
         self,
-        db: sqlite3.Connection,
         pieces: dict[Key, list[tuple[int, str, Piece]]],
         received: float,
         result: IngestResult,
+        write: Callable[[list[tuple[Any, ...]]], Any],
     ) -> None:
-        """Fold each row's pieces (skipping event ids the row has seen) and write the changed rows."""
-        rows = self._rows_for(set(pieces))
-        changed: list[tuple[Any, ...]] = []
-        for key, folds in pieces.items():
-            try:
-                columns = _fold_row(key[0], rows[key], folds, result)
-            except FOLD_ERRORS:
-                # Rare: a value only the fold reads (a bad base64 id, timestamp or number) or one
-                # of the wrong shape failed a row. Fold that row again from what is stored, each
-                # piece on a copy, leaving out (and naming) the ones that fail: never the batch.
-                rows[key] = self._rows_for({key})[key]
-                columns = _fold_row(key[0], rows[key], folds, result, careful=True)
-            if columns is not None:
-                data, indexed = columns
-                changed.append((*key, received, data, " ".join(rows[key].ids), *indexed))
-        db.executemany(_UPSERT, changed)
+        """Fold each row's pieces (skipping event ids the row has seen) and `write` the changed rows,
+        a chunk of rows at a time."""
+        keys = list(pieces)
+        for start in range(0, len(keys), _FOLD_CHUNK):
+            chunk = keys[start : start + _FOLD_CHUNK]
+            rows = self._rows_for(set(chunk))
+            changed: list[tuple[Any, ...]] = []
+            for key in chunk:
+                folds = pieces[key]
+                try:
+                    columns = _fold_row(key[0], rows[key], folds, result)
+                except FOLD_ERRORS:
+                    # Rare: a value only the fold reads (a bad base64 id, timestamp or number) or
+                    # one of the wrong shape failed a row. Fold that row again from what is stored,
+                    # each piece on a copy, leaving out (and naming) the ones that fail: never the
+                    # batch.
+                    rows[key] = self._rows_for({key})[key]
+                    columns = _fold_row(key[0], rows[key], folds, result, careful=True)
+                if columns is not None:
+                    data, indexed = columns
+                    changed.append((*key, received, data, " ".join(rows[key].ids), *indexed))
+            write(changed)
 
     def _in_chunks(self, sql: str, ids: Sequence[str], *leading: Any) -> Iterator[Any]:
         """The rows of `sql`, whose `IN ({marks})` takes `ids` a bounded number at a time."""

@@ -18,6 +18,10 @@ from collections.abc import Callable
 from operator import itemgetter
 from typing import Any, NamedTuple
 
+import orjson
+
+from ray_otel_events import config
+
 Row = dict[str, Any]
 
 TASKS, ACTORS, JOBS, NODES, WORKERS, PLACEMENT_GROUPS = (
@@ -394,6 +398,18 @@ ID_COLUMN = {
 }
 
 
+Key = tuple[str, str, int, str]  # resource, entity id, attempt, session
+
+
+class Prepared(NamedTuple):
+    """An event read for the store: its id, and its row's key and piece (None, None for an event
+    type that has no state row)."""
+
+    event_id: str
+    key: Key | None
+    piece: Piece | None
+
+
 def piece_of(event: dict[str, Any]) -> Piece | None:
     """Where a RayEvent (JSON form) goes, or None for a type that has no state row."""
     event_type = event.get("eventType")
@@ -408,6 +424,21 @@ def piece_of(event: dict[str, Any]) -> Piece | None:
         raise ValueError(f"{event_type} without {key}.{id_key}")
     attempt = int(body.get(attempt_key, 0) or 0) if attempt_key else 0
     return Piece(event_type, resource, hex_id(body[id_key]), attempt, fold, body)
+
+
+def _prepare_python(event: Any) -> Prepared:
+    event_id = event.get("eventId") if isinstance(event, dict) else None
+    if not event_id or not isinstance(event_id, str):
+        raise ValueError("an event without eventId")
+    try:
+        piece = piece_of(event)
+    except FOLD_ERRORS as exc:
+        raise ValueError(f"{event.get('eventType')}: {exc}") from None
+    if piece is None:
+        return Prepared(event_id, None, None)
+    return Prepared(
+        event_id, (piece.resource, piece.entity_id, piece.attempt, str(event.get("sessionName", ""))), piece
+    )
 
 
 def apply(row: Row, piece: Piece) -> None:
@@ -499,3 +530,53 @@ def indexed_values(resource: str, row: Row) -> tuple[Any, ...]:
         None if name is None else (default if (value := get(name)) is None else value)
         for name, default in _INDEX_PLAN[resource]
     )
+
+
+_SQLITE_INT = (-(1 << 63), (1 << 63) - 1)
+
+
+def _row_columns_python(resource: str, row: Row) -> tuple[str, tuple[Any, ...]]:
+    data = orjson.dumps({k: v for k, v in row.items() if v is not None}).decode()  # raises on big ints
+    indexed = indexed_values(resource, row)
+    for column, value in zip(INDEXED_COLUMNS, indexed, strict=True):
+        kind = type(value)
+        if kind is int:
+            if not _SQLITE_INT[0] <= value <= _SQLITE_INT[1]:
+                raise ValueError(f"{INDEXED_FIELDS[resource][column]} {value} does not fit in 64 bits")
+        elif value is not None and kind is not str and kind is not float and kind is not bool:
+            raise TypeError(f"{INDEXED_FIELDS[resource][column]} is a {kind.__name__}, not text or a number")
+    return data, indexed
+
+
+prepare: Callable[[Any], Prepared] = _prepare_python
+"""Read one RayEvent (JSON form) for the store; ValueError says what is wrong with it."""
+
+row_columns: Callable[[str, Row], tuple[str, tuple[Any, ...]]] = _row_columns_python
+"""A folded row's data (JSON) and indexed column values, as the store writes them; TypeError or
+ValueError if a piece put there what the file cannot hold (an object where a name belongs, an
+integer past 64 bits)."""
+
+try:  # the same steps compiled (setup.py builds store/_state_fold.c where a C compiler is present)
+    from ray_otel_events.store import _state_fold
+except ImportError:
+    _state_fold = None  # type: ignore[assignment]
+if _state_fold is not None and config.compiled_enabled():
+    _state_fold.bind(
+        _prepare_python,
+        _task_definition,
+        _task_lifecycle,
+        _row_columns_python,
+        _ROUTES,
+        Piece,
+        Prepared,
+        _INDEX_PLAN,
+        orjson.dumps,
+    )
+    _COMPILED_FOLDS: dict[Fold, Fold] = {
+        _task_definition: _state_fold.task_definition,
+        _task_lifecycle: _state_fold.task_lifecycle,
+    }
+    for _type, _route in _ROUTES.items():  # the routes name the folds `piece_of` hands out
+        _ROUTES[_type] = (*_route[:4], _COMPILED_FOLDS.get(_route[4], _route[4]))
+    prepare = _state_fold.prepare
+    row_columns = _state_fold.row_columns

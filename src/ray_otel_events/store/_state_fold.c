@@ -1,0 +1,770 @@
+/* The store's hot steps of state_merge.py, compiled: `prepare` (where an event goes), the task
+ * folds (`_task_definition`, `_task_lifecycle` with `_transitions`) and `row_columns` (a row's
+ * JSON and indexed values). Each reads only the shapes Ray prints (canonical padded base64 ids,
+ * `YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ` times, JSON ints, strings, objects) and checks every input
+ * before it changes anything; anything else (an odd value, a bad id, a time in another form) goes,
+ * untouched, to the Python function bound by `bind`, which decides it or raises what it raises.
+ * So the two paths cannot drift apart. Optional: without a C compiler the store folds in Python. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+/* Bound by `bind`: the Python twins, and what they read. */
+static PyObject *py_prepare, *py_task_definition, *py_task_lifecycle, *py_row_columns;
+static PyObject *routes;       /* event type -> (payload key, resource, id key, attempt key, fold) */
+static PyTypeObject *piece_type, *prepared_type;
+static PyObject *index_plan;   /* resource -> ((row field or None, default), ...) */
+static PyObject *dumps;        /* orjson.dumps */
+
+static PyObject *s_empty, *s_zero;
+static PyObject *k_event_id, *k_event_type, *k_session_name, *k_state_transitions, *k_state;
+static PyObject *k_timestamp, *k_events, *k_created_ms, *k_created_ns;
+static PyObject *k_actor_task_name, *k_actor_func, *k_task_func, *k_task_name, *k_task_type;
+static PyObject *k_python_descriptor, *k_class_name, *k_function_name, *k_language, *k_required;
+static PyObject *k_serialized_env, *k_placement_group_id, *k_parent_task_id, *k_job_id, *k_actor_id;
+static PyObject *k_call_site, *k_label_selector;
+static PyObject *f_name, *f_type, *f_func_or_class_name, *f_language, *f_required_resources;
+static PyObject *f_runtime_env_info, *f_serialized_runtime_env, *f_placement_group_id;
+static PyObject *f_parent_task_id, *f_job_id, *f_actor_id, *f_call_site, *f_label_selector;
+static PyObject *v_actor_task, *v_normal_task, *v_python, *v_empty_env;
+static PyObject *k_node_id, *k_worker_id, *k_worker_pid, *k_error_info, *k_error_type;
+static PyObject *k_error_message, *k_log_info, *f_task_log_info;
+static PyObject *k_log_fields[6], *f_log_fields[6]; /* taskLogInfo's files, then its four offsets */
+static PyObject *f_node_id, *f_worker_id, *f_worker_pid, *f_error_type, *f_error_message;
+static PyObject *f_state, *f_creation_time_ms, *f_start_time_ms, *f_end_time_ms;
+
+/* -- values ----------------------------------------------------------------------------------- */
+
+static signed char b64_value[256];
+
+/* Hex text of a canonical padded base64 string; NULL with no error set for any other string (the
+ * Python `hex_id` decides it). An empty value is "" as in Python. */
+static PyObject *hex_of_base64(PyObject *value) {
+    if (value == NULL || value == Py_None) return Py_NewRef(s_empty);
+    if (!PyUnicode_CheckExact(value) || !PyUnicode_IS_ASCII(value)) return NULL;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(value);
+    if (n == 0) return Py_NewRef(s_empty);
+    if (n % 4) return NULL;
+    const unsigned char *s = PyUnicode_1BYTE_DATA(value);
+    Py_ssize_t pad = s[n - 1] == '=' ? (s[n - 2] == '=' ? 2 : 1) : 0;
+    Py_ssize_t bytes = n / 4 * 3 - pad;
+    PyObject *out = PyUnicode_New(bytes * 2, 127);
+    if (out == NULL) return NULL;
+    Py_UCS1 *o = PyUnicode_1BYTE_DATA(out);
+    static const char digits[] = "0123456789abcdef";
+    Py_ssize_t written = 0;
+    for (Py_ssize_t i = 0; i < n; i += 4) {
+        int last = i + 4 == n;
+        int a = b64_value[s[i]], b = b64_value[s[i + 1]];
+        int c = last && pad == 2 ? 0 : b64_value[s[i + 2]];
+        int d = last && pad >= 1 ? 0 : b64_value[s[i + 3]];
+        if ((a | b | c | d) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        uint32_t group = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)c << 6 | (uint32_t)d;
+        unsigned char three[3] = {(unsigned char)(group >> 16), (unsigned char)(group >> 8), (unsigned char)group};
+        int take = last ? 3 - (int)pad : 3;
+        for (int k = 0; k < take; k++) {
+            o[written++] = (Py_UCS1)digits[three[k] >> 4];
+            o[written++] = (Py_UCS1)digits[three[k] & 15];
+        }
+    }
+    return out;
+}
+
+/* `_nil_to_none`: an empty or all-`f` id is None. Steals `hexed`. */
+static PyObject *nil_to_none(PyObject *hexed) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(hexed);
+    const Py_UCS1 *s = PyUnicode_1BYTE_DATA(hexed);
+    Py_ssize_t i = 0;
+    while (i < n && s[i] == 'f') i++;
+    if (i == n) {
+        Py_DECREF(hexed);
+        Py_RETURN_NONE;
+    }
+    return hexed;
+}
+
+static int64_t days_from_civil(int64_t y, int m, int d) {
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+static int digits_at(const unsigned char *s, int count, int *out) {
+    int v = 0;
+    for (int i = 0; i < count; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+/* `rfc3339_ns` for what Ray prints (`2026-11-22T01:37:30.525422162Z`) or an empty value: 0 and
+ * `*ns` set; -1 for any other form (Python decides it). Years 1970..2261 (an int64 of ns). */
+static int ray_time_ns(PyObject *value, int64_t *ns) {
+    if (value == NULL || value == Py_None) {
+        *ns = 0;
+        return 0;
+    }
+    if (!PyUnicode_CheckExact(value) || !PyUnicode_IS_ASCII(value)) return -1;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(value);
+    if (n == 0) {
+        *ns = 0;
+        return 0;
+    }
+    const unsigned char *s = PyUnicode_1BYTE_DATA(value);
+    if (n != 30 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' ||
+        s[19] != '.' || s[29] != 'Z')
+        return -1;
+    int year, month, day, hour, minute, second, fraction;
+    if (digits_at(s, 4, &year) || digits_at(s + 5, 2, &month) || digits_at(s + 8, 2, &day) ||
+        digits_at(s + 11, 2, &hour) || digits_at(s + 14, 2, &minute) || digits_at(s + 17, 2, &second) ||
+        digits_at(s + 20, 9, &fraction))
+        return -1;
+    static const int month_days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (year < 1970 || year > 2261 || month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59 ||
+        second > 59)
+        return -1;
+    int leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    if (day > month_days[month - 1] + (month == 2 && leap)) return -1;
+    int64_t seconds = days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second;
+    *ns = seconds * 1000000000 + fraction;
+    return 0;
+}
+
+/* A borrowed `d[key]`, or NULL (error set only if the lookup failed). */
+static inline PyObject *get(PyObject *d, PyObject *key) { return PyDict_GetItemWithError(d, key); }
+
+/* The value of `d.get(key) or fallback`-style reads: -1 on an error. */
+#define LOOKUP(target, d, key)                  \
+    do {                                        \
+        target = get(d, key);                   \
+        if (target == NULL && PyErr_Occurred()) \
+            goto fail;                          \
+    } while (0)
+
+static PyObject *call2(PyObject *func, PyObject *a, PyObject *b) {
+    PyObject *args[2] = {a, b};
+    return PyObject_Vectorcall(func, args, 2, NULL);
+}
+
+/* -- prepare ---------------------------------------------------------------------------------- */
+
+static PyObject *new_tuple_of(PyTypeObject *type, Py_ssize_t n, PyObject **items) {
+    PyObject *out = type->tp_alloc(type, n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(out, i, Py_NewRef(items[i]));
+    return out;
+}
+
+static PyObject *prepare(PyObject *self, PyObject *event) {
+    (void)self;
+    PyObject *event_id, *event_type, *route, *body, *id, *attempt, *session;
+    if (!PyDict_CheckExact(event)) goto python;
+    LOOKUP(event_id, event, k_event_id);
+    LOOKUP(event_type, event, k_event_type);
+    if (event_id == NULL || !PyUnicode_CheckExact(event_id) || PyUnicode_GET_LENGTH(event_id) == 0 ||
+        event_type == NULL || !PyUnicode_CheckExact(event_type))
+        goto python;
+    LOOKUP(route, routes, event_type);
+    if (route == NULL) goto python;
+    LOOKUP(body, event, PyTuple_GET_ITEM(route, 0));
+    if (body == NULL || !PyDict_CheckExact(body)) goto python;
+    LOOKUP(id, body, PyTuple_GET_ITEM(route, 2));
+    attempt = s_zero;
+    if (PyTuple_GET_ITEM(route, 3) != Py_None) {
+        LOOKUP(attempt, body, PyTuple_GET_ITEM(route, 3));
+        if (attempt == NULL) attempt = s_zero;
+        else if (!PyLong_CheckExact(attempt)) goto python;
+    }
+    LOOKUP(session, event, k_session_name);
+    if (session == NULL) session = s_empty;
+    else if (!PyUnicode_CheckExact(session)) goto python;
+    if (id == NULL || !PyUnicode_CheckExact(id) || PyUnicode_GET_LENGTH(id) == 0) goto python;
+    PyObject *entity = hex_of_base64(id);
+    if (entity == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        goto python;
+    }
+    PyObject *resource = PyTuple_GET_ITEM(route, 1);
+    PyObject *key = PyTuple_Pack(4, resource, entity, attempt, session);
+    PyObject *piece_items[6] = {event_type, resource, entity, attempt, PyTuple_GET_ITEM(route, 4), body};
+    PyObject *piece = key == NULL ? NULL : new_tuple_of(piece_type, 6, piece_items);
+    Py_DECREF(entity);
+    if (piece == NULL) {
+        Py_XDECREF(key);
+        return NULL;
+    }
+    PyObject *prepared_items[3] = {event_id, key, piece};
+    PyObject *out = new_tuple_of(prepared_type, 3, prepared_items);
+    Py_DECREF(key);
+    Py_DECREF(piece);
+    return out;
+python:
+    return PyObject_CallOneArg(py_prepare, event);
+fail:
+    return NULL;
+}
+
+/* -- transitions ------------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject *state; /* borrowed */
+    int64_t ns;
+} Transition;
+
+#define MAX_TRANSITIONS 64
+
+/* The piece's transitions read into `out` (at most MAX_TRANSITIONS); the count, -1 on an error,
+ * -2 for a shape Python must decide. */
+static Py_ssize_t read_transitions(PyObject *transitions, Transition *out) {
+    if (!PyList_CheckExact(transitions) || PyList_GET_SIZE(transitions) > MAX_TRANSITIONS) return -2;
+    Py_ssize_t n = PyList_GET_SIZE(transitions);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyList_GET_ITEM(transitions, i);
+        if (!PyDict_CheckExact(t)) return -2;
+        PyObject *state = get(t, k_state);
+        if (state == NULL && PyErr_Occurred()) return -1;
+        if (state == NULL) state = s_empty;
+        else if (!PyUnicode_CheckExact(state)) return -2;
+        PyObject *stamp = get(t, k_timestamp);
+        if (stamp == NULL && PyErr_Occurred()) return -1;
+        if (ray_time_ns(stamp, &out[i].ns) < 0) return -2;
+        out[i].state = state;
+    }
+    return n;
+}
+
+/* The row's `events` list checked: each a dict with a str state, a created_ms and an int created_ns
+ * that fits in 64 bits (as the fold writes them). 0 if so, -1 on an error, -2 otherwise. */
+static int check_events(PyObject *events) {
+    if (!PyList_CheckExact(events)) return -2;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++) {
+        PyObject *e = PyList_GET_ITEM(events, i);
+        if (!PyDict_CheckExact(e)) return -2;
+        PyObject *state = get(e, k_state);
+        if (state == NULL && PyErr_Occurred()) return -1;
+        PyObject *ns = get(e, k_created_ns);
+        if (ns == NULL && PyErr_Occurred()) return -1;
+        PyObject *ms = get(e, k_created_ms);
+        if (ms == NULL && PyErr_Occurred()) return -1;
+        if (state == NULL || !PyUnicode_CheckExact(state) || ns == NULL || !PyLong_CheckExact(ns) || ms == NULL)
+            return -2;
+        int overflow;
+        (void)PyLong_AsLongLongAndOverflow(ns, &overflow);
+        if (overflow) return -2;
+    }
+    return 0;
+}
+
+static int64_t event_ns(PyObject *e) { return PyLong_AsLongLong(get(e, k_created_ns)); }
+
+static int64_t floor_div(int64_t a, int64_t b) {
+    int64_t q = a / b;
+    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
+/* `_transitions` once its inputs are checked: new transitions appended, the list sorted by
+ * created_ns (stable), `state` set to the latest. */
+static int merge_transitions(PyObject *row, PyObject *events, Transition *t, Py_ssize_t n) {
+    if (n == 0) return 0;
+    Py_ssize_t known = PyList_GET_SIZE(events);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int seen = 0;
+        for (Py_ssize_t j = 0; j < known && !seen; j++) {
+            PyObject *e = PyList_GET_ITEM(events, j);
+            if (event_ns(e) != t[i].ns) continue;
+            int same = PyUnicode_Compare(get(e, k_state), t[i].state);
+            if (same == -1 && PyErr_Occurred()) return -1;
+            seen = same == 0;
+        }
+        if (seen) continue;
+        PyObject *ms = PyLong_FromLongLong(floor_div(t[i].ns, 1000000));
+        PyObject *ns = PyLong_FromLongLong(t[i].ns);
+        PyObject *entry = PyDict_New();
+        int bad = ms == NULL || ns == NULL || entry == NULL || PyDict_SetItem(entry, k_state, t[i].state) ||
+                  PyDict_SetItem(entry, k_created_ms, ms) || PyDict_SetItem(entry, k_created_ns, ns) ||
+                  PyList_Append(events, entry);
+        Py_XDECREF(ms);
+        Py_XDECREF(ns);
+        Py_XDECREF(entry);
+        if (bad) return -1;
+    }
+    /* A stable insertion sort by created_ns: the lists are a handful long. */
+    Py_ssize_t size = PyList_GET_SIZE(events);
+    PyObject **items = ((PyListObject *)events)->ob_item;
+    for (Py_ssize_t i = 1; i < size; i++) {
+        PyObject *moving = items[i];
+        int64_t key = event_ns(moving);
+        Py_ssize_t j = i;
+        while (j > 0 && event_ns(items[j - 1]) > key) {
+            items[j] = items[j - 1];
+            j--;
+        }
+        items[j] = moving;
+    }
+    return PyDict_SetItem(row, f_state, get(items[size - 1], k_state));
+}
+
+/* The row's `events` list (a new reference, checked by `check_events`), set to a new empty one
+ * if the row has none. */
+static PyObject *row_events(PyObject *row) {
+    PyObject *events = get(row, k_events);
+    if (events != NULL && events != Py_None) return Py_NewRef(events);
+    if (PyErr_Occurred() || (events = PyList_New(0)) == NULL) return NULL;
+    if (PyDict_SetItem(row, k_events, events)) {
+        Py_DECREF(events);
+        return NULL;
+    }
+    return events;
+}
+
+static int is(PyObject *text, const char *ascii) { return PyUnicode_CompareWithASCIIString(text, ascii) == 0; }
+
+/* -- the task folds --------------------------------------------------------------------------- */
+
+/* `_descriptor_name(func or {})`: a new reference, or NULL with no error set for Python to decide. */
+static PyObject *descriptor_name(PyObject *func) {
+    if (func == NULL || func == Py_None) return Py_NewRef(s_empty);
+    if (!PyDict_CheckExact(func)) return NULL;
+    if (PyDict_GET_SIZE(func) == 0) return Py_NewRef(s_empty);
+    PyObject *python = get(func, k_python_descriptor);
+    if (python == NULL) return PyErr_Occurred() ? NULL : Py_NewRef(s_empty);
+    if (!PyDict_CheckExact(python)) return NULL;
+    PyObject *cls = get(python, k_class_name);
+    if (cls == NULL && PyErr_Occurred()) return NULL;
+    PyObject *name = get(python, k_function_name);
+    if (name == NULL && PyErr_Occurred()) return NULL;
+    if (cls == NULL) cls = s_empty;
+    if (name == NULL) name = s_empty;
+    if (!PyUnicode_CheckExact(cls) || !PyUnicode_CheckExact(name)) return NULL;
+    if (PyUnicode_GET_LENGTH(cls) == 0) return Py_NewRef(name);
+    return PyUnicode_FromFormat("%U.%U", cls, name);
+}
+
+/* `body.get(key) or fallback` as a new reference (`fallback` NULL: a new empty dict). */
+static PyObject *or_default(PyObject *body, PyObject *key, PyObject *fallback) {
+    PyObject *value = get(body, key);
+    if (value == NULL && PyErr_Occurred()) return NULL;
+    if (value != NULL) {
+        int truth = PyObject_IsTrue(value);
+        if (truth < 0) return NULL;
+        if (truth) return Py_NewRef(value);
+    }
+    return fallback == NULL ? PyDict_New() : Py_NewRef(fallback);
+}
+
+/* `body.get(key, default)` as a new reference (`fallback` NULL: a new empty dict). */
+static PyObject *get_default(PyObject *body, PyObject *key, PyObject *fallback) {
+    PyObject *value = get(body, key);
+    if (value == NULL && PyErr_Occurred()) return NULL;
+    if (value != NULL) return Py_NewRef(value);
+    return fallback == NULL ? PyDict_New() : Py_NewRef(fallback);
+}
+
+#define DEFINITION_FIELDS 12
+
+static PyObject *task_definition(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "task_definition(row, body)");
+        return NULL;
+    }
+    PyObject *row = args[0], *body = args[1];
+    if (!PyDict_CheckExact(row) || !PyDict_CheckExact(body)) return call2(py_task_definition, row, body);
+    PyObject *names[DEFINITION_FIELDS] = {
+        f_name, f_type, f_func_or_class_name, f_language, f_required_resources, f_runtime_env_info,
+        f_placement_group_id, f_parent_task_id, f_job_id, f_actor_id, f_call_site, f_label_selector,
+    };
+    PyObject *values[DEFINITION_FIELDS] = {NULL};
+    PyObject *out = NULL;
+    int actor_task = PyDict_Contains(body, k_actor_task_name);
+    if (actor_task == 0) actor_task = PyDict_Contains(body, k_actor_func);
+    if (actor_task < 0) goto done;
+    PyObject *func = get(body, actor_task ? k_actor_func : k_task_func);
+    if (func == NULL && PyErr_Occurred()) goto done;
+    if (func != NULL) {
+        int truth = PyObject_IsTrue(func);
+        if (truth < 0) goto done;
+        if (!truth) func = NULL;
+    }
+    if ((values[2] = descriptor_name(func)) == NULL) goto hand_back;
+    PyObject *id_keys[4] = {k_placement_group_id, k_parent_task_id, k_job_id, k_actor_id};
+    for (int i = 0; i < 4; i++) {
+        PyObject *id = get(body, id_keys[i]); /* an empty {} or [] is Python's to refuse */
+        if (id == NULL && PyErr_Occurred()) goto done;
+        if ((values[6 + i] = hex_of_base64(id)) == NULL) goto hand_back;
+    }
+    values[6] = nil_to_none(values[6]);
+    values[9] = nil_to_none(values[9]);
+    if (actor_task) {
+        values[0] = get_default(body, k_actor_task_name, Py_None);
+        values[1] = Py_NewRef(v_actor_task);
+    } else {
+        values[0] = get_default(body, k_task_name, s_empty);
+        values[1] = get_default(body, k_task_type, v_normal_task);
+    }
+    if (values[0] == NULL || values[1] == NULL) goto done;
+    if ((values[3] = get_default(body, k_language, v_python)) == NULL) goto done;
+    if ((values[4] = get_default(body, k_required, NULL)) == NULL) goto done;
+    PyObject *env = get_default(body, k_serialized_env, v_empty_env);
+    if (env == NULL) goto done;
+    values[5] = PyDict_New();
+    if (values[5] == NULL || PyDict_SetItem(values[5], f_serialized_runtime_env, env)) {
+        Py_DECREF(env);
+        goto done;
+    }
+    Py_DECREF(env);
+    if ((values[10] = or_default(body, k_call_site, Py_None)) == NULL) goto done;
+    if ((values[11] = or_default(body, k_label_selector, NULL)) == NULL) goto done;
+    for (int i = 0; i < DEFINITION_FIELDS; i++) {
+        if (PyDict_SetItem(row, names[i], values[i])) goto done;
+    }
+    out = Py_NewRef(Py_None);
+    goto done;
+hand_back:
+    if (!PyErr_Occurred()) out = call2(py_task_definition, row, body);
+done:
+    for (int i = 0; i < DEFINITION_FIELDS; i++) Py_XDECREF(values[i]);
+    return out;
+}
+
+/* `int(value)` for a JSON int or an int64 printed as a string (as proto JSON does), 0 if missing: a
+ * new reference, or NULL with no error set for any other value (Python decides it). */
+static PyObject *json_int(PyObject *value) {
+    if (value == NULL) return Py_NewRef(s_zero);
+    if (PyLong_CheckExact(value)) return Py_NewRef(value);
+    if (!PyUnicode_CheckExact(value) || !PyUnicode_IS_ASCII(value)) return NULL;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(value);
+    const Py_UCS1 *s = PyUnicode_1BYTE_DATA(value);
+    if (n == 0 || n > 18) return NULL;
+    long long v = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return NULL;
+        v = v * 10 + (s[i] - '0');
+    }
+    return PyLong_FromLongLong(v);
+}
+
+/* `task_log_info` of a truthy `taskLogInfo` (a new reference), or NULL: with an error set on a
+ * failure, without for Python to decide. */
+static PyObject *task_log_info(PyObject *log_info) {
+    if (!PyDict_CheckExact(log_info)) return NULL;
+    PyObject *out = PyDict_New();
+    if (out == NULL) return NULL;
+    for (int i = 0; i < 6; i++) {
+        PyObject *value = get(log_info, k_log_fields[i]);
+        if (value == NULL && PyErr_Occurred()) goto fail;
+        value = i < 2 ? Py_NewRef(value ? value : Py_None) : json_int(value);
+        if (value == NULL) goto fail;
+        int bad = PyDict_SetItem(out, f_log_fields[i], value);
+        Py_DECREF(value);
+        if (bad) goto fail;
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* An id field of a lifecycle piece: `*hexed` set (a new reference) when the body has a truthy
+ * value; 0, -1 on an error, -2 for Python to decide. */
+static int lifecycle_id(PyObject *body, PyObject *key, PyObject **hexed) {
+    PyObject *value = get(body, key);
+    if (value == NULL) return PyErr_Occurred() ? -1 : 0;
+    int truth = PyObject_IsTrue(value);
+    if (truth <= 0) return truth;
+    *hexed = hex_of_base64(value);
+    if (*hexed == NULL) return PyErr_Occurred() ? -1 : -2;
+    return 0;
+}
+
+static PyObject *task_lifecycle(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "task_lifecycle(row, body)");
+        return NULL;
+    }
+    PyObject *row = args[0], *body = args[1];
+    if (!PyDict_CheckExact(row) || !PyDict_CheckExact(body)) return call2(py_task_lifecycle, row, body);
+    PyObject *events = NULL, *job = NULL, *node = NULL, *worker = NULL, *log_fields = NULL, *out = NULL;
+    Transition transitions[MAX_TRANSITIONS];
+    Py_ssize_t count = 0;
+    /* Check every input first: a piece Python must decide goes to it before anything changes. */
+    PyObject *listed = get(body, k_state_transitions);
+    if (listed == NULL && PyErr_Occurred()) return NULL;
+    if (listed != NULL) {
+        int truth = PyObject_IsTrue(listed);
+        if (truth < 0) return NULL;
+        if (truth && (count = read_transitions(listed, transitions)) < 0) {
+            if (count == -1) return NULL;
+            goto hand_back;
+        }
+    }
+    PyObject *existing = get(row, k_events);
+    if (existing == NULL && PyErr_Occurred()) return NULL;
+    if (existing != NULL && existing != Py_None) {
+        int checked = check_events(existing);
+        if (checked == -1) return NULL;
+        if (checked == -2) goto hand_back;
+    }
+    int status;
+    if ((status = lifecycle_id(body, k_job_id, &job)) || (status = lifecycle_id(body, k_node_id, &node)) ||
+        (status = lifecycle_id(body, k_worker_id, &worker))) {
+        if (status == -1) goto done;
+        goto hand_back;
+    }
+    PyObject *pid = get(body, k_worker_pid), *error = NULL, *log_info = NULL;
+    if (pid == NULL && PyErr_Occurred()) goto done;
+    if (pid != NULL && !PyLong_CheckExact(pid)) goto hand_back;
+    if ((error = get(body, k_error_info)) == NULL && PyErr_Occurred()) goto done;
+    if (error != NULL && (status = PyObject_IsTrue(error)) <= 0) {
+        if (status < 0) goto done;
+        error = NULL;
+    }
+    if (error != NULL && !PyDict_CheckExact(error)) goto hand_back;
+    if ((log_info = get(body, k_log_info)) == NULL && PyErr_Occurred()) goto done;
+    if (log_info != NULL && (status = PyObject_IsTrue(log_info)) <= 0) {
+        if (status < 0) goto done;
+        log_info = NULL;
+    }
+    if (log_info != NULL && (log_fields = task_log_info(log_info)) == NULL) {
+        if (PyErr_Occurred()) goto done;
+        goto hand_back;
+    }
+
+    /* Change the row, in the order Python does. */
+    if ((events = row_events(row)) == NULL) goto done;
+    if (merge_transitions(row, events, transitions, count)) goto done;
+    if ((job && PyDict_SetItem(row, f_job_id, job)) || (node && PyDict_SetItem(row, f_node_id, node)) ||
+        (worker && PyDict_SetItem(row, f_worker_id, worker)))
+        goto done;
+    if (pid != NULL && PyObject_IsTrue(pid) && PyDict_SetItem(row, f_worker_pid, pid)) goto done;
+    if (error != NULL) {
+        PyObject *type = get(error, k_error_type), *message;
+        if (type == NULL && PyErr_Occurred()) goto done;
+        if (PyDict_SetItem(row, f_error_type, type ? type : Py_None)) goto done;
+        if ((message = get(error, k_error_message)) == NULL && PyErr_Occurred()) goto done;
+        if (PyDict_SetItem(row, f_error_message, message ? message : Py_None)) goto done;
+    }
+    if (log_fields != NULL && PyDict_SetItem(row, f_task_log_info, log_fields)) goto done;
+    PyObject *created = Py_None, *started = Py_None, *ended = Py_None;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++) {
+        PyObject *e = PyList_GET_ITEM(events, i);
+        PyObject *state = get(e, k_state), *ms = get(e, k_created_ms); /* both checked */
+        if (is(state, "PENDING_ARGS_AVAIL") || is(state, "PENDING_NODE_ASSIGNMENT")) {
+            if (created == Py_None) created = ms;
+        } else if (is(state, "RUNNING")) {
+            if (started == Py_None) started = ms;
+        } else if (is(state, "FINISHED") || is(state, "FAILED")) {
+            ended = ms;
+        }
+    }
+    if (PyDict_SetItem(row, f_creation_time_ms, created) || PyDict_SetItem(row, f_start_time_ms, started) ||
+        PyDict_SetItem(row, f_end_time_ms, ended))
+        goto done;
+    out = Py_NewRef(Py_None);
+    goto done;
+hand_back:
+    out = call2(py_task_lifecycle, row, body);
+done:
+    Py_XDECREF(events);
+    Py_XDECREF(job);
+    Py_XDECREF(node);
+    Py_XDECREF(worker);
+    Py_XDECREF(log_fields);
+    return out;
+}
+
+/* -- row_columns ------------------------------------------------------------------------------ */
+
+static PyObject *row_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "row_columns(resource, row)");
+        return NULL;
+    }
+    PyObject *resource = args[0], *row = args[1];
+    PyObject *plan = get(index_plan, resource);
+    if (plan == NULL && PyErr_Occurred()) return NULL;
+    if (plan == NULL || !PyDict_CheckExact(row)) return call2(py_row_columns, resource, row);
+    Py_ssize_t columns = PyTuple_GET_SIZE(plan);
+    PyObject *indexed = PyTuple_New(columns);
+    if (indexed == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < columns; i++) {
+        PyObject *entry = PyTuple_GET_ITEM(plan, i);
+        PyObject *name = PyTuple_GET_ITEM(entry, 0), *value = Py_None;
+        if (name != Py_None) {
+            value = get(row, name);
+            if (value == NULL && PyErr_Occurred()) goto fail;
+            if (value == NULL || value == Py_None) value = PyTuple_GET_ITEM(entry, 1);
+        }
+        if (PyLong_CheckExact(value)) {
+            int overflow;
+            (void)PyLong_AsLongLongAndOverflow(value, &overflow);
+            if (overflow) goto hand_back;
+        } else if (value != Py_None && !PyUnicode_CheckExact(value) && !PyFloat_CheckExact(value) &&
+                   !PyBool_Check(value)) {
+            goto hand_back;
+        }
+        PyTuple_SET_ITEM(indexed, i, Py_NewRef(value));
+    }
+    PyObject *kept = PyDict_New(), *key, *value;
+    if (kept == NULL) goto fail;
+    Py_ssize_t position = 0;
+    while (PyDict_Next(row, &position, &key, &value)) {
+        if (value != Py_None && PyDict_SetItem(kept, key, value)) {
+            Py_DECREF(kept);
+            goto fail;
+        }
+    }
+    PyObject *encoded = PyObject_CallOneArg(dumps, kept);
+    Py_DECREF(kept);
+    if (encoded == NULL) {
+        PyErr_Clear(); /* what cannot be encoded (an int past 64 bits): Python names it */
+        goto hand_back;
+    }
+    PyObject *data = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(encoded), PyBytes_GET_SIZE(encoded), NULL);
+    Py_DECREF(encoded);
+    if (data == NULL) goto fail;
+    PyObject *out = PyTuple_Pack(2, data, indexed);
+    Py_DECREF(data);
+    Py_DECREF(indexed);
+    return out;
+hand_back:
+    Py_DECREF(indexed);
+    return call2(py_row_columns, resource, row);
+fail:
+    Py_DECREF(indexed);
+    return NULL;
+}
+
+/* -- module ----------------------------------------------------------------------------------- */
+
+static PyObject *bind(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *prepare_, *definition, *lifecycle, *columns, *routes_, *piece, *prepared, *plan, *dumps_;
+    if (!PyArg_ParseTuple(args, "OOOOO!O!O!O!O:bind", &prepare_, &definition, &lifecycle, &columns,
+                          &PyDict_Type, &routes_, &PyType_Type, &piece, &PyType_Type, &prepared,
+                          &PyDict_Type, &plan, &dumps_))
+        return NULL;
+    PyObject *route_key, *route;
+    Py_ssize_t position = 0;
+    while (PyDict_Next(routes_, &position, &route_key, &route)) {
+        if (!PyTuple_CheckExact(route) || PyTuple_GET_SIZE(route) != 5) {
+            PyErr_SetString(PyExc_TypeError, "a route is (payload key, resource, id key, attempt key, fold)");
+            return NULL;
+        }
+    }
+    position = 0;
+    while (PyDict_Next(plan, &position, &route_key, &route)) {
+        if (!PyTuple_CheckExact(route)) {
+            PyErr_SetString(PyExc_TypeError, "an index plan is a tuple of (field, default)");
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(route); i++) {
+            PyObject *entry = PyTuple_GET_ITEM(route, i);
+            if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2) {
+                PyErr_SetString(PyExc_TypeError, "an index plan is a tuple of (field, default)");
+                return NULL;
+            }
+        }
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)piece, &PyTuple_Type) ||
+        !PyType_IsSubtype((PyTypeObject *)prepared, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "Piece and Prepared are NamedTuples");
+        return NULL;
+    }
+    Py_XSETREF(py_prepare, Py_NewRef(prepare_));
+    Py_XSETREF(py_task_definition, Py_NewRef(definition));
+    Py_XSETREF(py_task_lifecycle, Py_NewRef(lifecycle));
+    Py_XSETREF(py_row_columns, Py_NewRef(columns));
+    Py_XSETREF(routes, Py_NewRef(routes_));
+    Py_XSETREF(piece_type, (PyTypeObject *)Py_NewRef(piece));
+    Py_XSETREF(prepared_type, (PyTypeObject *)Py_NewRef(prepared));
+    Py_XSETREF(index_plan, Py_NewRef(plan));
+    Py_XSETREF(dumps, Py_NewRef(dumps_));
+    Py_RETURN_NONE;
+}
+
+static PyObject *hex_id(PyObject *self, PyObject *value) {
+    (void)self;
+    PyObject *out = hex_of_base64(value);
+    if (out == NULL && !PyErr_Occurred()) Py_RETURN_NONE;
+    return out;
+}
+
+static PyObject *time_ns(PyObject *self, PyObject *value) {
+    (void)self;
+    int64_t ns;
+    if (ray_time_ns(value, &ns) < 0) Py_RETURN_NONE;
+    return PyLong_FromLongLong(ns);
+}
+
+static PyMethodDef methods[] = {
+    {"prepare", prepare, METH_O, "prepare(event) -> Prepared: state_merge.prepare, compiled."},
+    {"task_definition", (PyCFunction)(void (*)(void))task_definition, METH_FASTCALL,
+     "task_definition(row, body): state_merge._task_definition, compiled."},
+    {"task_lifecycle", (PyCFunction)(void (*)(void))task_lifecycle, METH_FASTCALL,
+     "task_lifecycle(row, body): state_merge._task_lifecycle, compiled."},
+    {"row_columns", (PyCFunction)(void (*)(void))row_columns, METH_FASTCALL,
+     "row_columns(resource, row) -> (data, indexed): state_merge.row_columns, compiled."},
+    {"hex_id", hex_id, METH_O, "hex_id(value) -> str | None: None where Python must decide (for tests)."},
+    {"time_ns", time_ns, METH_O, "time_ns(value) -> int | None: None where Python must decide (for tests)."},
+    {"bind", bind, METH_VARARGS,
+     "bind(prepare, task_definition, task_lifecycle, row_columns, routes, Piece, Prepared, index_plan,"
+     " dumps): the Python side."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_state_fold", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__state_fold(void) {
+    struct {
+        PyObject **slot;
+        const char *name;
+    } names[] = {
+        {&s_empty, ""}, {&k_event_id, "eventId"}, {&k_event_type, "eventType"},
+        {&k_session_name, "sessionName"}, {&k_state_transitions, "stateTransitions"}, {&k_state, "state"},
+        {&k_timestamp, "timestamp"}, {&k_events, "events"}, {&k_created_ms, "created_ms"},
+        {&k_created_ns, "created_ns"}, {&k_actor_task_name, "actorTaskName"}, {&k_actor_func, "actorFunc"},
+        {&k_task_func, "taskFunc"}, {&k_task_name, "taskName"}, {&k_task_type, "taskType"},
+        {&k_python_descriptor, "pythonFunctionDescriptor"}, {&k_class_name, "className"},
+        {&k_function_name, "functionName"}, {&k_language, "language"}, {&k_required, "requiredResources"},
+        {&k_serialized_env, "serializedRuntimeEnv"}, {&k_placement_group_id, "placementGroupId"},
+        {&k_parent_task_id, "parentTaskId"}, {&k_job_id, "jobId"}, {&k_actor_id, "actorId"},
+        {&k_call_site, "callSite"}, {&k_label_selector, "labelSelector"}, {&f_name, "name"},
+        {&f_type, "type"}, {&f_func_or_class_name, "func_or_class_name"}, {&f_language, "language"},
+        {&f_required_resources, "required_resources"}, {&f_runtime_env_info, "runtime_env_info"},
+        {&f_serialized_runtime_env, "serialized_runtime_env"}, {&f_placement_group_id, "placement_group_id"},
+        {&f_parent_task_id, "parent_task_id"}, {&f_job_id, "job_id"}, {&f_actor_id, "actor_id"},
+        {&f_call_site, "call_site"}, {&f_label_selector, "label_selector"}, {&v_actor_task, "ACTOR_TASK"},
+        {&v_normal_task, "NORMAL_TASK"}, {&v_python, "PYTHON"}, {&v_empty_env, "{}"},
+        {&k_node_id, "nodeId"}, {&k_worker_id, "workerId"}, {&k_worker_pid, "workerPid"},
+        {&k_error_info, "rayErrorInfo"}, {&k_error_type, "errorType"}, {&k_error_message, "errorMessage"},
+        {&k_log_info, "taskLogInfo"}, {&f_node_id, "node_id"}, {&f_worker_id, "worker_id"},
+        {&f_worker_pid, "worker_pid"}, {&f_error_type, "error_type"}, {&f_error_message, "error_message"},
+        {&f_state, "state"}, {&f_creation_time_ms, "creation_time_ms"}, {&f_start_time_ms, "start_time_ms"},
+        {&f_end_time_ms, "end_time_ms"}, {&f_task_log_info, "task_log_info"},
+        {&k_log_fields[0], "stdoutFile"}, {&k_log_fields[1], "stderrFile"}, {&k_log_fields[2], "stdoutStart"},
+        {&k_log_fields[3], "stdoutEnd"}, {&k_log_fields[4], "stderrStart"}, {&k_log_fields[5], "stderrEnd"},
+        {&f_log_fields[0], "stdout_file"}, {&f_log_fields[1], "stderr_file"},
+        {&f_log_fields[2], "stdout_start"}, {&f_log_fields[3], "stdout_end"},
+        {&f_log_fields[4], "stderr_start"}, {&f_log_fields[5], "stderr_end"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL) return NULL;
+    }
+    if ((s_zero = PyLong_FromLong(0)) == NULL) return NULL;
+    memset(b64_value, -1, sizeof b64_value);
+    const char *alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (int i = 0; i < 64; i++) b64_value[(unsigned char)alphabet[i]] = (signed char)i;
+    return PyModule_Create(&module_def);
+}

@@ -1,0 +1,23 @@
+"""The compiled copy of state_merge's hot steps (_state_fold.c)."""
+
+from collections.abc import Callable
+from typing import Any
+
+def prepare(event: Any, /) -> Any: ...
+def task_definition(row: dict[str, Any], body: dict[str, Any], /) -> None: ...
+def task_lifecycle(row: dict[str, Any], body: dict[str, Any], /) -> None: ...
+def row_columns(resource: str, row: dict[str, Any], /) -> tuple[str, tuple[Any, ...]]: ...
+def hex_id(value: Any, /) -> str | None: ...
+def time_ns(value: Any, /) -> int | None: ...
+def bind(
+    prepare: Callable[[Any], Any],
+    task_definition: Callable[..., None],
+    task_lifecycle: Callable[..., None],
+    row_columns: Callable[..., tuple[str, tuple[Any, ...]]],
+    routes: dict[str, tuple[Any, ...]],
+    piece: type,
+    prepared: type,
+    index_plan: dict[str, tuple[tuple[Any, Any], ...]],
+    dumps: Callable[[Any], bytes],
+    /,
+) -> None: ...
