@@ -28,6 +28,7 @@ from ray_otel_events.services.lifecycle import (
     add_logging_arguments,
     configure_logging,
     print_exit_summary,
+    settle_heap,
     stop_on_signals,
 )
 from ray_otel_events.services.state_api import StateApi
@@ -121,6 +122,7 @@ async def serve(store: EventStore, args: argparse.Namespace) -> int:
     address: Any = runner.addresses[0]
     stop = stop_on_signals()
     retention = asyncio.create_task(_retention(store, args))
+    settle_heap()
     print(f"listening http={args.host}:{address[1]}", flush=True)
     await stop.wait()
     retention.cancel()
