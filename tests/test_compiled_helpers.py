@@ -55,9 +55,10 @@ except ImportError:
     _row_writer = None  # type: ignore[assignment]
 
 needs_compiled = pytest.mark.skipif(
-    any(m is None for m in (_record_walk, _ray_json_wire, _any_value_wire, _state_fold, _row_writer)),
+    any(m is None for m in (_record_walk, _ray_json_wire, _any_value_wire, _state_fold)),
     reason="built without a C compiler",
 )
+needs_row_writer = pytest.mark.skipif(_row_writer is None, reason="built without SQLite's headers")
 
 
 def _compiler() -> str | None:
@@ -166,8 +167,12 @@ def test_the_environment_can_turn_the_compiled_helpers_off() -> None:
         "from ray_otel_events.encoding import ray_json_decode as d\n"
         "from ray_otel_events.otel import plain_records as p\n"
         "from ray_otel_events.store import state_merge as s\n"
+        "import pathlib, tempfile\n"
+        "from ray_otel_events.store.sqlite_store import EventStore\n"
+        "store = EventStore(pathlib.Path(tempfile.mkdtemp()) / 'store.sqlite3')\n"
         "print(r._walk is r._walk_python and d._event_wire is None and not p._compiled"
-        " and s.prepare is s._prepare_python and s.row_columns is s._row_columns_python)"
+        " and s.prepare is s._prepare_python and s.row_columns is s._row_columns_python"
+        " and store._writer is None)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -532,7 +537,7 @@ def _store_rows(store: EventStore) -> list[tuple[Any, ...]]:
     return store._query("SELECT * FROM state_rows ORDER BY resource, entity_id, attempt, session")
 
 
-@needs_compiled
+@needs_row_writer
 def test_the_row_writer_stores_what_executemany_stores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -566,7 +571,7 @@ def test_the_row_writer_stores_what_executemany_stores(
     reopened.close()
 
 
-@needs_compiled
+@needs_row_writer
 def test_a_row_the_writer_cannot_store_rolls_back_its_batch(tmp_path: Path) -> None:
     assert _row_writer is not None
     path = tmp_path / "w.sqlite3"

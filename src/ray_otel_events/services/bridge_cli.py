@@ -27,6 +27,7 @@ from ray_otel_events.services.lifecycle import (
     add_logging_arguments,
     configure_logging,
     print_exit_summary,
+    settle_heap,
     stop_on_signals,
 )
 
@@ -209,6 +210,7 @@ async def serve(
         "on" if security.token else "off",
     )
     grpc_part = f" grpc={config.host}:{grpc_server.port}" if grpc_server is not None else ""
+    settle_heap()
     print(f"listening http={config.host}:{address[1]}{grpc_part}", flush=True)
     await stop.wait()
     if grpc_server is not None:

@@ -48,7 +48,7 @@ from ray_otel_events.receivers.otlp_http import QueueFullError
 from ray_otel_events.receivers.ray_events_http import PostedEvent
 from ray_otel_events.security.options import ServerSecurity
 from ray_otel_events.services.bridge import BridgeService
-from ray_otel_events.services.lifecycle import print_exit_summary
+from ray_otel_events.services.lifecycle import print_exit_summary, settle_heap
 
 logger = logging.getLogger(__name__)
 
@@ -229,6 +229,7 @@ async def _run_worker(args: _WorkerArgs, conn: Connection) -> None:
     await web.SockSite(public, args.public, ssl_context=ssl_context).start()
     await router.start()
     service.start()
+    settle_heap()
     conn.send(("ready", args.index))
     loop = asyncio.get_running_loop()
     command = await loop.run_in_executor(None, _receive, conn)

@@ -71,9 +71,10 @@ GC_YOUNG_THRESHOLD = 50_000
 
 
 def settle_heap() -> None:
-    """Once a server is up: what it has built is kept out of collections (`gc.freeze`) and young
-    collections are rarer. Measured in `serve` (60,000 events in POSTs of 1,000): 0.30 s in
-    collections, 5 µs an event, became none."""
+    """Once a server whose POSTs parse into Python objects is up (`serve`, the bridge): what it has
+    built is kept out of collections (`gc.freeze`) and young collections are rarer. Measured: in
+    `serve` (60,000 events in POSTs of 1,000) 0.30 s in collections, 5 µs an event, became none;
+    the bridge's RayEvents took 135 instead of 145 µs of CPU each (four alternating pairs)."""
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
