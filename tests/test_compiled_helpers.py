@@ -234,6 +234,25 @@ def _paths(obj: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     return found
 
 
+def _mutated(rnd: random.Random, obj: Any, most: int, new_keys: list[str]) -> Any:
+    """A copy of `obj` with 1..`most` changes: an odd value anywhere, or a key removed or renamed
+    to one of `new_keys`."""
+    obj = copy.deepcopy(obj)
+    for _ in range(rnd.randint(1, most)):
+        path = rnd.choice(_paths(obj))
+        parent: Any = obj
+        for key in path[:-1]:
+            parent = parent[key]
+        roll = rnd.random()
+        if roll < 0.7:
+            parent[path[-1]] = copy.deepcopy(rnd.choice(_ODD_VALUES))
+        elif isinstance(parent, dict):
+            value = parent.pop(path[-1])
+            if roll < 0.85:
+                parent[rnd.choice(new_keys)] = value
+    return obj
+
+
 @needs_compiled
 def test_mutated_events_read_the_same_or_are_handed_to_python_by_both() -> None:
     """Odd values anywhere; keys renamed (proto names, unknown, one field twice) or removed."""
@@ -241,19 +260,9 @@ def test_mutated_events_read_the_same_or_are_handed_to_python_by_both() -> None:
     dicts = _fixture_dicts()
     read = 0
     for _ in range(3000):
-        obj = copy.deepcopy(rnd.choice(dicts))
-        for _ in range(rnd.randint(1, 3)):
-            path = rnd.choice(_paths(obj))
-            parent: Any = obj
-            for key in path[:-1]:
-                parent = parent[key]
-            roll = rnd.random()
-            if roll < 0.7:
-                parent[path[-1]] = copy.deepcopy(rnd.choice(_ODD_VALUES))
-            elif isinstance(parent, dict):
-                value = parent.pop(path[-1])
-                if roll < 0.85:
-                    parent[rnd.choice(["task_id", "taskId", "timestamp", "node_id", "nodeId", "x"])] = value
+        obj = _mutated(
+            rnd, rnd.choice(dicts), 3, ["task_id", "taskId", "timestamp", "node_id", "nodeId", "x"]
+        )
         read += _same(obj)
     assert read > 300  # enough of them still read, not only handed over
 
@@ -480,19 +489,7 @@ def test_mutated_events_fold_the_same_or_are_handed_to_python() -> None:
     dicts = [d for d in _fixture_dicts() if str(d.get("eventType", "")).startswith(("TASK", "ACTOR_TASK"))]
     folded = 0
     for _ in range(1500):
-        obj = copy.deepcopy(rnd.choice(dicts))
-        for _ in range(rnd.randint(1, 2)):
-            path = rnd.choice(_paths(obj))
-            parent: Any = obj
-            for key in path[:-1]:
-                parent = parent[key]
-            roll = rnd.random()
-            if roll < 0.7:
-                parent[path[-1]] = copy.deepcopy(rnd.choice(_ODD_VALUES))
-            elif isinstance(parent, dict):
-                value = parent.pop(path[-1])
-                if roll < 0.85:
-                    parent[rnd.choice(["taskId", "timestamp", "state", "jobId", "x"])] = value
+        obj = _mutated(rnd, rnd.choice(dicts), 2, ["taskId", "timestamp", "state", "jobId", "x"])
         folded += _fold_both([obj, copy.deepcopy(rnd.choice(dicts)), obj])
     assert folded > 1500
 
