@@ -150,6 +150,16 @@ static inline PyObject *get(PyObject *d, PyObject *key) { return PyDict_GetItemW
             goto fail;                          \
     } while (0)
 
+/* `d.get(key)` if truthy, as Python's `if d.get(key):` reads it: `*value` (borrowed) is the value,
+ * or NULL when missing or falsy; -1 on an error, else 0. */
+static int truthy(PyObject *d, PyObject *key, PyObject **value) {
+    *value = get(d, key);
+    if (*value == NULL) return PyErr_Occurred() ? -1 : 0;
+    int truth = PyObject_IsTrue(*value);
+    if (truth <= 0) *value = NULL;
+    return truth < 0 ? -1 : 0;
+}
+
 static PyObject *call2(PyObject *func, PyObject *a, PyObject *b) {
     PyObject *args[2] = {a, b};
     return PyObject_Vectorcall(func, args, 2, NULL);
@@ -351,13 +361,9 @@ static PyObject *descriptor_name(PyObject *func) {
 
 /* `body.get(key) or fallback` as a new reference (`fallback` NULL: a new empty dict). */
 static PyObject *or_default(PyObject *body, PyObject *key, PyObject *fallback) {
-    PyObject *value = get(body, key);
-    if (value == NULL && PyErr_Occurred()) return NULL;
-    if (value != NULL) {
-        int truth = PyObject_IsTrue(value);
-        if (truth < 0) return NULL;
-        if (truth) return Py_NewRef(value);
-    }
+    PyObject *value;
+    if (truthy(body, key, &value)) return NULL;
+    if (value != NULL) return Py_NewRef(value);
     return fallback == NULL ? PyDict_New() : Py_NewRef(fallback);
 }
 
@@ -388,13 +394,8 @@ static PyObject *task_definition(PyObject *self, PyObject *const *args, Py_ssize
     int actor_task = PyDict_Contains(body, k_actor_task_name);
     if (actor_task == 0) actor_task = PyDict_Contains(body, k_actor_func);
     if (actor_task < 0) goto done;
-    PyObject *func = get(body, actor_task ? k_actor_func : k_task_func);
-    if (func == NULL && PyErr_Occurred()) goto done;
-    if (func != NULL) {
-        int truth = PyObject_IsTrue(func);
-        if (truth < 0) goto done;
-        if (!truth) func = NULL;
-    }
+    PyObject *func;
+    if (truthy(body, actor_task ? k_actor_func : k_task_func, &func)) goto done;
     if ((values[2] = descriptor_name(func)) == NULL) goto hand_back;
     PyObject *id_keys[4] = {k_placement_group_id, k_parent_task_id, k_job_id, k_actor_id};
     for (int i = 0; i < 4; i++) {
@@ -477,10 +478,9 @@ fail:
 /* An id field of a lifecycle piece: `*hexed` set (a new reference) when the body has a truthy
  * value; 0, -1 on an error, -2 for Python to decide. */
 static int lifecycle_id(PyObject *body, PyObject *key, PyObject **hexed) {
-    PyObject *value = get(body, key);
-    if (value == NULL) return PyErr_Occurred() ? -1 : 0;
-    int truth = PyObject_IsTrue(value);
-    if (truth <= 0) return truth;
+    PyObject *value;
+    if (truthy(body, key, &value)) return -1;
+    if (value == NULL) return 0;
     *hexed = hex_of_base64(value);
     if (*hexed == NULL) return PyErr_Occurred() ? -1 : -2;
     return 0;
@@ -498,15 +498,11 @@ static PyObject *task_lifecycle(PyObject *self, PyObject *const *args, Py_ssize_
     Transition transitions[MAX_TRANSITIONS];
     Py_ssize_t count = 0;
     /* Check every input first: a piece Python must decide goes to it before anything changes. */
-    PyObject *listed = get(body, k_state_transitions);
-    if (listed == NULL && PyErr_Occurred()) return NULL;
-    if (listed != NULL) {
-        int truth = PyObject_IsTrue(listed);
-        if (truth < 0) return NULL;
-        if (truth && (count = read_transitions(listed, transitions)) < 0) {
-            if (count == -1) return NULL;
-            goto hand_back;
-        }
+    PyObject *listed;
+    if (truthy(body, k_state_transitions, &listed)) return NULL;
+    if (listed != NULL && (count = read_transitions(listed, transitions)) < 0) {
+        if (count == -1) return NULL;
+        goto hand_back;
     }
     PyObject *existing = get(row, k_events);
     if (existing == NULL && PyErr_Occurred()) return NULL;
@@ -521,20 +517,11 @@ static PyObject *task_lifecycle(PyObject *self, PyObject *const *args, Py_ssize_
         if (status == -1) goto done;
         goto hand_back;
     }
-    PyObject *pid = get(body, k_worker_pid), *error = NULL, *log_info = NULL;
+    PyObject *pid = get(body, k_worker_pid), *error, *log_info;
     if (pid == NULL && PyErr_Occurred()) goto done;
     if (pid != NULL && !PyLong_CheckExact(pid)) goto hand_back;
-    if ((error = get(body, k_error_info)) == NULL && PyErr_Occurred()) goto done;
-    if (error != NULL && (status = PyObject_IsTrue(error)) <= 0) {
-        if (status < 0) goto done;
-        error = NULL;
-    }
+    if (truthy(body, k_error_info, &error) || truthy(body, k_log_info, &log_info)) goto done;
     if (error != NULL && !PyDict_CheckExact(error)) goto hand_back;
-    if ((log_info = get(body, k_log_info)) == NULL && PyErr_Occurred()) goto done;
-    if (log_info != NULL && (status = PyObject_IsTrue(log_info)) <= 0) {
-        if (status < 0) goto done;
-        log_info = NULL;
-    }
     if (log_info != NULL && (log_fields = task_log_info(log_info)) == NULL) {
         if (PyErr_Occurred()) goto done;
         goto hand_back;

@@ -326,23 +326,9 @@ class EventStore:
                 result.ignored += 1
             else:
                 pieces.setdefault(key, []).append((position, event_id, piece))
-        if not pieces:
-            return result
-        writer = self._writer
-        if writer is None:
-            with self._transaction() as db:
-                self._fold(pieces, received, result, functools.partial(db.executemany, _UPSERT))
-            return result
-        with self._lock:
-            try:
-                self._fold(pieces, received, result, writer.add)
-            except BaseException:
-                writer.rollback()
-                raise
-            writer.commit()
-            self.generation += 1
-        if self._checkpointer is not None:
-            self._checkpointer.wake()
+        if pieces:
+            with self._row_writes() as write:
+                self._fold(pieces, received, result, write)
         return result
 
     def _fold(
@@ -402,9 +388,19 @@ class EventStore:
         return found
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction under the lock; the generation moves once it is committed."""
+    def _committing(self) -> Iterator[None]:
+        """A write under the lock; once it is committed, the generation moves and the checkpointer
+        is woken."""
         with self._lock:
+            yield
+            self.generation += 1
+        if self._checkpointer is not None:
+            self._checkpointer.wake()
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction on the store's connection."""
+        with self._committing():
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
@@ -412,9 +408,23 @@ class EventStore:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-            self.generation += 1
-        if self._checkpointer is not None:
-            self._checkpointer.wake()
+
+    @contextlib.contextmanager
+    def _row_writes(self) -> Iterator[Callable[[list[tuple[Any, ...]]], Any]]:
+        """One transaction of state-row upserts, yielding what writes a chunk of them: the row
+        writer's `add` where it is built, else `executemany` on the store's connection."""
+        writer = self._writer
+        if writer is None:
+            with self._transaction() as db:
+                yield functools.partial(db.executemany, _UPSERT)
+            return
+        with self._committing():
+            try:
+                yield writer.add
+            except BaseException:
+                writer.rollback()
+                raise
+            writer.commit()
 
     def _write_many(self, sql: str, rows: list[tuple[Any, ...]]) -> int:
         with self._transaction() as db:

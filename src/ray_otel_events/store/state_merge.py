@@ -561,6 +561,12 @@ try:  # the same steps compiled (setup.py builds store/_state_fold.c where a C c
 except ImportError:
     _state_fold = None  # type: ignore[assignment]
 if _state_fold is not None and config.compiled_enabled():
+    _COMPILED_FOLDS: dict[Fold, Fold] = {
+        _task_definition: _state_fold.task_definition,
+        _task_lifecycle: _state_fold.task_lifecycle,
+    }
+    for _type, _route in _ROUTES.items():  # the routes name the folds both `prepare`s hand out
+        _ROUTES[_type] = (*_route[:4], _COMPILED_FOLDS.get(_route[4], _route[4]))
     _state_fold.bind(
         _prepare_python,
         _task_definition,
@@ -572,11 +578,5 @@ if _state_fold is not None and config.compiled_enabled():
         _INDEX_PLAN,
         orjson.dumps,
     )
-    _COMPILED_FOLDS: dict[Fold, Fold] = {
-        _task_definition: _state_fold.task_definition,
-        _task_lifecycle: _state_fold.task_lifecycle,
-    }
-    for _type, _route in _ROUTES.items():  # the routes name the folds `piece_of` hands out
-        _ROUTES[_type] = (*_route[:4], _COMPILED_FOLDS.get(_route[4], _route[4]))
     prepare = _state_fold.prepare
     row_columns = _state_fold.row_columns
