@@ -1,5 +1,6 @@
 """The compiled helpers, optional: the log-record walk (otel/_record_walk.c), OTLP values read from
-their wire bytes (otel/_any_value_wire.c), the RayEvent JSON reader (encoding/_ray_json_wire.c) and
+their wire bytes (otel/_any_value_wire.c), spans' JSON records written from theirs
+(otel/_span_records.c), the RayEvent JSON reader (encoding/_ray_json_wire.c) and
 the store's fold (store/_state_fold.c) and its row writer (store/_row_writer.c, which also needs
 SQLite's headers).
 Where no C compiler is present the build goes on without them and the package runs the same Python
@@ -23,7 +24,13 @@ def _optional(module: str, libraries: tuple[str, ...] = ()) -> Extension:
 setup(
     ext_modules=[
         _optional(m)
-        for m in ("otel._record_walk", "otel._any_value_wire", "encoding._ray_json_wire", "store._state_fold")
+        for m in (
+            "otel._record_walk",
+            "otel._any_value_wire",
+            "otel._span_records",
+            "encoding._ray_json_wire",
+            "store._state_fold",
+        )
     ]
     + [_optional("store._row_writer", ("sqlite3",))]  # where SQLite's headers are present
 )

@@ -1,5 +1,6 @@
 """The compiled helpers against the Python code they copy: the log-record walk (otel/_record_walk.c),
-OTLP values read from wire bytes (otel/_any_value_wire.c), the RayEvent JSON reader
+OTLP values read from wire bytes (otel/_any_value_wire.c), spans' JSON records written from theirs
+(otel/_span_records.c), the RayEvent JSON reader
 (encoding/_ray_json_wire.c) and the store's fold (store/_state_fold.c)."""
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans, Span
 
 from ray_otel_events.encoding import ray_json_decode
 from ray_otel_events.otel import log_records, plain_records
@@ -46,6 +47,10 @@ try:
 except ImportError:
     _any_value_wire = None  # type: ignore[assignment]
 try:
+    from ray_otel_events.otel import _span_records
+except ImportError:
+    _span_records = None  # type: ignore[assignment]
+try:
     from ray_otel_events.store import _state_fold
 except ImportError:
     _state_fold = None  # type: ignore[assignment]
@@ -55,7 +60,7 @@ except ImportError:
     _row_writer = None  # type: ignore[assignment]
 
 needs_compiled = pytest.mark.skipif(
-    any(m is None for m in (_record_walk, _ray_json_wire, _any_value_wire, _state_fold)),
+    any(m is None for m in (_record_walk, _ray_json_wire, _any_value_wire, _span_records, _state_fold)),
     reason="built without a C compiler",
 )
 needs_row_writer = pytest.mark.skipif(_row_writer is None, reason="built without SQLite's headers")
@@ -70,7 +75,7 @@ def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
     if _compiler() is None:
         assert log_records._walk is log_records._walk_python
         assert ray_json_decode._event_wire is None
-        assert not plain_records._compiled
+        assert not plain_records._compiled and not plain_records._records_compiled
         assert state_merge.prepare is state_merge._prepare_python
         return
     assert _record_walk is not None, "setup.py should have built otel/_record_walk.c"
@@ -79,6 +84,8 @@ def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
     assert ray_json_decode._event_wire is _ray_json_wire.event_wire
     assert _any_value_wire is not None, "setup.py should have built otel/_any_value_wire.c"
     assert plain_records._compiled
+    assert _span_records is not None, "setup.py should have built otel/_span_records.c"
+    assert plain_records._records_compiled
     assert _state_fold is not None, "setup.py should have built store/_state_fold.c"
     assert state_merge.prepare is _state_fold.prepare
     assert state_merge.row_columns is _state_fold.row_columns
@@ -171,6 +178,7 @@ def test_the_environment_can_turn_the_compiled_helpers_off() -> None:
         "from ray_otel_events.store.sqlite_store import EventStore\n"
         "store = EventStore(pathlib.Path(tempfile.mkdtemp()) / 'store.sqlite3')\n"
         "print(r._walk is r._walk_python and d._event_wire is None and not p._compiled"
+        " and not p._records_compiled"
         " and s.prepare is s._prepare_python and s.row_columns is s._row_columns_python"
         " and store._writer is None)"
     )
@@ -386,6 +394,88 @@ def test_span_parts_read_from_wire_bytes_are_what_upb_gives(
     assert plain_records.span_record(parts, context) == plain_records.span_record(
         _python_span_parts(span), context
     )
+    # The record written from the wire is the Python record's JSON, or left to Python only where a
+    # list repeats a key (a dict keeps the first place and the last value).
+    scope_spans = ScopeSpans(spans=[span, Span(name="next")])
+    written = plain_records.span_records_json(scope_spans, context)
+    repeats = any(
+        len({key for key, _ in pairs}) < len(pairs)
+        for pairs in [attributes, *(p for *_, p in events), *(p for *_, p in links)]
+    )
+    assert (written[0] is None) == repeats
+    if written[0] is not None:
+        assert written[0] == orjson.dumps(plain_records.span_record(_python_span_parts(span), context))
+    assert written[1] == orjson.dumps(
+        plain_records.span_record(_python_span_parts(scope_spans.spans[1]), context)
+    )
+
+
+def _span_with(attribute: bytes) -> bytes:
+    """A ScopeSpans' wire bytes holding one span whose one attribute is the KeyValue `attribute`."""
+
+    def field(key: bytes, payload: bytes) -> bytes:
+        n, size = len(payload), b""
+        while n >= 0x80:
+            size, n = size + bytes([n & 0x7F | 0x80]), n >> 7
+        return key + size + bytes([n]) + payload
+
+    return field(b"\x12", b"\x2a\x01s" + field(b"\x4a", attribute))
+
+
+@needs_compiled
+def test_spans_the_record_writer_leaves_to_python() -> None:
+    """A `ray.*` attribute (the bridge decides whether the span is a RayEvent), a repeated key, an
+    AnyValue with two members or a KeyValue with two keys, text that is not UTF-8, nesting past the
+    bound: None in that span's place, its neighbours written."""
+    assert _span_records is not None
+    tail = plain_records.RecordContext(Resource(), InstrumentationScope()).json_tail
+    plain = _span_with(b"\x0a\x01k\x12\x03\x0a\x01v")
+    assert _span_records.records(plain, tail)[0] is not None
+    deep: Any = "x"
+    for _ in range(40):
+        deep = [deep]
+    nested = KeyValue(key="k", value=plain_records.python_to_any_value(deep)).SerializeToString()
+    for attribute in (
+        b"\x0a\x07ray.job\x12\x03\x0a\x01v",  # ray.job = "v"
+        b"\x0a\x01k\x12\x05\x0a\x01v\x18\x01",  # two members: "v" and 1
+        b"\x0a\x01k\x0a\x01j\x12\x03\x0a\x01v",  # two keys
+        b"\x0a\x01k\x12\x03\x0a\x01\xff",  # not UTF-8
+        b"\x0a\x02\xed\xa0\x12\x00",  # a surrogate in the key
+    ):
+        assert _span_records.records(plain + _span_with(attribute) + plain, tail) == [
+            _span_records.records(plain, tail)[0],
+            None,
+            _span_records.records(plain, tail)[0],
+        ], attribute
+    assert _span_records.records(_span_with(nested), tail) == [None]
+    assert _span_records.records(plain + _span_with(b"\x0a\x01k") + plain, tail)[1] is not None  # unset: null
+    with pytest.raises(ValueError, match="malformed"):
+        _span_records.records(plain[:-2], tail)
+
+
+@needs_compiled
+def test_doubles_and_text_are_written_as_orjson_writes_them() -> None:
+    text = 'a\x00\x1f\x7f"\\/\n\t\r\b\x0c\u00e9\u2028\U0001f600'
+    values_ = [
+        0.0,
+        -0.0,
+        1.0,
+        1e16,
+        1e-7,
+        2.5e300,
+        float("inf"),
+        float("-inf"),
+        float("nan"),
+        text,
+        b"\x00\xff",
+    ]
+    span = Span(name=text, trace_state=text)
+    for index, value in enumerate(values_):
+        span.attributes.add(key=f"k{index}").value.CopyFrom(plain_records.python_to_any_value(value))
+    span.status.message = text
+    context = plain_records.RecordContext(Resource(), InstrumentationScope(name=text))
+    written = plain_records.span_records_json(ScopeSpans(spans=[span]), context)
+    assert written == [orjson.dumps(plain_records.span_record(_python_span_parts(span), context))]
 
 
 # -- the store's fold ---------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-/* Protobuf wire-format helpers shared by the compiled modules (otel/_record_walk.c,
- * encoding/_ray_json_wire.c): varints and a growing byte buffer. */
+/* Protobuf wire-format helpers shared by the compiled modules: varints, a growing byte buffer, and a
+ * reader that walks a message's fields. */
 
 #ifndef RAY_OTEL_EVENTS_PROTOBUF_WIRE_H
 #define RAY_OTEL_EVENTS_PROTOBUF_WIRE_H
@@ -75,6 +75,94 @@ static inline int buf_field(Buf *b, uint32_t number, const char *payload, Py_ssi
     p = put(p, payload, n);
     b->len = p - b->data;
     return 0;
+}
+
+/* Base64 (standard alphabet, padded), as protobuf's JSON and OTLP's write bytes. */
+static inline Py_ssize_t base64_size(Py_ssize_t n) { return 4 * ((n + 2) / 3); }
+
+static inline char *put_base64(char *o, const uint8_t *data, Py_ssize_t n) {
+    static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    Py_ssize_t i = 0;
+    for (; i + 2 < n; i += 3) {
+        uint32_t v = (uint32_t)data[i] << 16 | (uint32_t)data[i + 1] << 8 | data[i + 2];
+        *o++ = alphabet[v >> 18];
+        *o++ = alphabet[(v >> 12) & 63];
+        *o++ = alphabet[(v >> 6) & 63];
+        *o++ = alphabet[v & 63];
+    }
+    if (i < n) {
+        uint32_t v = (uint32_t)data[i] << 16 | (i + 1 < n ? (uint32_t)data[i + 1] << 8 : 0);
+        *o++ = alphabet[v >> 18];
+        *o++ = alphabet[(v >> 12) & 63];
+        *o++ = i + 1 < n ? alphabet[(v >> 6) & 63] : '=';
+        *o++ = '=';
+    }
+    return o;
+}
+
+/* -- reading ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    const uint8_t *p, *end;
+} Reader;
+
+static inline int malformed(void) {
+    PyErr_SetString(PyExc_ValueError, "malformed protobuf wire bytes");
+    return -1;
+}
+
+static inline int read_varint(Reader *r, uint64_t *out) {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (r->p >= r->end) return malformed();
+        uint8_t byte = *r->p++;
+        v |= (uint64_t)(byte & 0x7f) << shift;
+        if (byte < 0x80) {
+            *out = v;
+            return 0;
+        }
+    }
+    return malformed();
+}
+
+/* One field: its number, wire type, and (length-delimited) payload or (varint, fixed) value. */
+typedef struct {
+    uint32_t number;
+    int wire_type;
+    Reader payload;
+    uint64_t scalar;
+} Field;
+
+static inline int next_field(Reader *r, Field *f) {
+    uint64_t key;
+    if (read_varint(r, &key) < 0) return -1;
+    f->number = (uint32_t)(key >> 3);
+    f->wire_type = (int)(key & 7);
+    switch (f->wire_type) {
+    case 0:
+        return read_varint(r, &f->scalar);
+    case 1:
+    case 5: {
+        int size = f->wire_type == 1 ? 8 : 4;
+        if (r->end - r->p < size) return malformed();
+        uint64_t v = 0;
+        for (int i = 0; i < size; i++) v |= (uint64_t)r->p[i] << (8 * i);
+        r->p += size;
+        f->scalar = v;
+        return 0;
+    }
+    case 2: {
+        uint64_t n;
+        if (read_varint(r, &n) < 0) return -1;
+        if ((uint64_t)(r->end - r->p) < n) return malformed();
+        f->payload.p = r->p;
+        f->payload.end = r->p + n;
+        r->p += n;
+        return 0;
+    }
+    default: /* groups: OTLP has none */
+        return malformed();
+    }
 }
 
 #endif

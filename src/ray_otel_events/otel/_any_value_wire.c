@@ -16,90 +16,10 @@ typedef struct {
     PyObject *value;
 } Any;
 
-typedef struct {
-    const uint8_t *p, *end;
-} Reader;
-
-static int malformed(void) {
-    PyErr_SetString(PyExc_ValueError, "malformed OTLP wire bytes");
-    return -1;
-}
-
-static int read_varint(Reader *r, uint64_t *out) {
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-        if (r->p >= r->end) return malformed();
-        uint8_t byte = *r->p++;
-        v |= (uint64_t)(byte & 0x7f) << shift;
-        if (byte < 0x80) {
-            *out = v;
-            return 0;
-        }
-    }
-    return malformed();
-}
-
-/* One field: its number, wire type, and (length-delimited) payload or (varint, fixed) value. */
-typedef struct {
-    uint32_t number;
-    int wire_type;
-    Reader payload;
-    uint64_t scalar;
-} Field;
-
-static int next_field(Reader *r, Field *f) {
-    uint64_t key;
-    if (read_varint(r, &key) < 0) return -1;
-    f->number = (uint32_t)(key >> 3);
-    f->wire_type = (int)(key & 7);
-    switch (f->wire_type) {
-    case 0:
-        return read_varint(r, &f->scalar);
-    case 1:
-    case 5: {
-        int size = f->wire_type == 1 ? 8 : 4;
-        if (r->end - r->p < size) return malformed();
-        uint64_t v = 0;
-        for (int i = 0; i < size; i++) v |= (uint64_t)r->p[i] << (8 * i);
-        r->p += size;
-        f->scalar = v;
-        return 0;
-    }
-    case 2: {
-        uint64_t n;
-        if (read_varint(r, &n) < 0) return -1;
-        if ((uint64_t)(r->end - r->p) < n) return malformed();
-        f->payload.p = r->p;
-        f->payload.end = r->p + n;
-        r->p += n;
-        return 0;
-    }
-    default: /* groups: OTLP has none */
-        return malformed();
-    }
-}
-
-static const char BASE64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
 static PyObject *base64_text(const uint8_t *data, Py_ssize_t n) {
-    PyObject *out = PyUnicode_New(4 * ((n + 2) / 3), 127);
+    PyObject *out = PyUnicode_New(base64_size(n), 127);
     if (out == NULL) return NULL;
-    Py_UCS1 *o = PyUnicode_1BYTE_DATA(out);
-    Py_ssize_t i = 0;
-    for (; i + 2 < n; i += 3) {
-        uint32_t v = (uint32_t)data[i] << 16 | (uint32_t)data[i + 1] << 8 | data[i + 2];
-        *o++ = BASE64[v >> 18];
-        *o++ = BASE64[(v >> 12) & 63];
-        *o++ = BASE64[(v >> 6) & 63];
-        *o++ = BASE64[v & 63];
-    }
-    if (i < n) {
-        uint32_t v = (uint32_t)data[i] << 16 | (i + 1 < n ? (uint32_t)data[i + 1] << 8 : 0);
-        *o++ = BASE64[v >> 18];
-        *o++ = BASE64[(v >> 12) & 63];
-        *o++ = i + 1 < n ? BASE64[(v >> 6) & 63] : '=';
-        *o++ = '=';
-    }
+    put_base64((char *)PyUnicode_1BYTE_DATA(out), data, n);
     return out;
 }
 

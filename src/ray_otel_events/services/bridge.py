@@ -52,6 +52,7 @@ from ray_otel_events.otel.plain_records import (
     log_record,
     span_parts,
     span_record,
+    span_records_json,
 )
 from ray_otel_events.otel.to_ray_events import (
     NotARayEventError,
@@ -335,8 +336,17 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[PostedEvent]):
         for resource_spans in request.resource_spans:
             sdk_resource: SdkResource | None = None
             for scope_spans in resource_spans.scope_spans:
+                spans = scope_spans.spans
                 context: RecordContext | None = None
-                for span in scope_spans.spans:
+                written: list[bytes | None] = [None] * len(spans)
+                if self.records is not None:  # records written in one call where compiled
+                    context = RecordContext(resource_spans.resource, scope_spans.scope)
+                    written = span_records_json(scope_spans, context)
+                for index, record in enumerate(written):
+                    if record is not None:
+                        records.append(record)
+                        continue
+                    span = spans[index]
                     parts = span_parts(span)
                     if is_ray_span(parts.attributes):
                         if sdk_resource is None:
@@ -349,11 +359,9 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[PostedEvent]):
                         if converted:
                             events.extend(converted)
                             continue
-                    if self.records is None:
+                    if context is None:
                         dropped += 1
                         continue
-                    if context is None:
-                        context = RecordContext(resource_spans.resource, scope_spans.scope)
                     records.append(orjson.dumps(span_record(parts, context)))
         lost = self._admit(events, records)
         self.counters.add(RAY_EVENTS_FROM_SPANS, len(events))
