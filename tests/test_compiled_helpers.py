@@ -224,6 +224,29 @@ def test_every_real_event_reads_to_the_same_message() -> None:
     assert all(_same(obj) for obj in _fixture_dicts())
 
 
+_base64_texts = st.binary(max_size=40).map(lambda b: base64.b64encode(b).decode()) | st.text(
+    alphabet="AQw+/=-_é \n", max_size=12
+)
+
+
+@needs_compiled
+@settings(max_examples=400)
+@given(_base64_texts, _base64_texts)
+def test_base64_ids_are_decoded_as_python_decodes_them(event_id: str, task_id: str) -> None:
+    """Canonical base64, unused bits set, wrong padding or length, other alphabets, non-ASCII."""
+    definition = next(e for e in _fixture_dicts() if "taskDefinitionEvent" in e)
+    obj = copy.deepcopy(definition)
+    obj["eventId"] = event_id
+    obj["taskDefinitionEvent"]["taskId"] = task_id
+    if _same(obj):
+        assert (
+            base64.b64decode(task_id, validate=True)
+            == RayEvent.FromString(
+                _ray_json_wire.event_wire(obj, ray_json_decode._EVENT_SCHEMA) or b""
+            ).task_definition_event.task_id
+        )
+
+
 _ODD_VALUES: list[Any] = [
     None, "x", "", 0, -1, 1.5, True, [], {}, ["x"], [1], {"a": 1}, 2**63, 2**64 - 1, -(2**63) - 1, 2**70,
     "-0", "007", "+1", " 1", "1e5", "\u0663", "\ud800", "é", 1e300, "AAAA", "QR==", "QQ", "////",

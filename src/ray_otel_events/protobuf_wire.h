@@ -100,6 +100,42 @@ static inline char *put_base64(char *o, const uint8_t *data, Py_ssize_t n) {
     return o;
 }
 
+/* The size of what `text` decodes to, if it is standard padded base64 (groups of four, '=' only in
+ * the last: what `base64.b64decode(..., validate=True)` takes and ray_json_decode's pattern allows;
+ * the unused bits of a last partial group may be anything, as there), else -1. */
+static inline signed char base64_digit(unsigned char c) {
+    if (c >= 'A' && c <= 'Z') return (signed char)(c - 'A');
+    if (c >= 'a' && c <= 'z') return (signed char)(c - 'a' + 26);
+    if (c >= '0' && c <= '9') return (signed char)(c - '0' + 52);
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+}
+
+static inline Py_ssize_t base64_decoded_size(const char *text, Py_ssize_t n) {
+    if (n % 4) return -1;
+    Py_ssize_t padding = n && text[n - 1] == '=' ? (text[n - 2] == '=' ? 2 : 1) : 0;
+    for (Py_ssize_t i = 0; i < n - padding; i++)
+        if (base64_digit((unsigned char)text[i]) < 0) return -1;
+    return n / 4 * 3 - padding;
+}
+
+/* Decodes text that base64_decoded_size accepted. */
+static inline char *put_base64_decoded(char *o, const char *text, Py_ssize_t n) {
+    const unsigned char *s = (const unsigned char *)text;
+    for (Py_ssize_t i = 0; i < n; i += 4) {
+        uint32_t v = (uint32_t)base64_digit(s[i]) << 18 | (uint32_t)base64_digit(s[i + 1]) << 12;
+        *o++ = (char)(v >> 16);
+        if (s[i + 2] == '=') break;
+        v |= (uint32_t)base64_digit(s[i + 2]) << 6;
+        *o++ = (char)(v >> 8 & 0xff);
+        if (s[i + 3] == '=') break;
+        v |= (uint32_t)base64_digit(s[i + 3]);
+        *o++ = (char)(v & 0xff);
+    }
+    return o;
+}
+
 /* -- reading ---------------------------------------------------------------------------------- */
 
 typedef struct {

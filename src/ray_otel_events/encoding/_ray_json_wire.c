@@ -22,9 +22,6 @@ enum { F_NUMBER, F_KIND, F_LABEL, F_LOW, F_HIGH, F_EXTRA, F_ONEOF, F_SIZE };
 #define DONE 1
 #define FAILED (-1) /* an exception that is not the input's fault (memory) */
 
-static PyObject *read_bytes; /* ray_json_decode._read_bytes: cached, base64 checked, or raises */
-static PyObject *bytes_cache; /* ray_json_decode._bytes_of */
-
 /* -- scalars ----------------------------------------------------------------------------------- */
 
 /* A JSON integer: an int, or a string of ASCII digits with an optional '-' (ray_json_decode._INT_TEXT),
@@ -183,23 +180,16 @@ static int value_field(Buf *b, uint32_t number, PyObject *field, PyObject *value
         }
         return buf_field(b, number, utf8, n) < 0 ? FAILED : DONE;
     }
-    case K_BYTES: {
-        if (!PyUnicode_CheckExact(value)) return FALLBACK;
-        PyObject *data = PyDict_GetItemWithError(bytes_cache, value);
-        if (data != NULL) {
-            Py_INCREF(data);
-        } else {
-            if (PyErr_Occurred()) return FAILED;
-            data = PyObject_CallOneArg(read_bytes, value);
-            if (data == NULL) { /* not canonical base64: the Python path decides */
-                PyErr_Clear();
-                return FALLBACK;
-            }
-        }
-        int failed = !PyBytes_Check(data) ||
-                     buf_field(b, number, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data)) < 0;
-        Py_DECREF(data);
-        return failed ? (PyErr_Occurred() ? FAILED : FALLBACK) : DONE;
+    case K_BYTES: { /* base64 text; anything else (a str not in that form) the Python path decides */
+        if (!PyUnicode_CheckExact(value) || !PyUnicode_IS_ASCII(value)) return FALLBACK;
+        const char *text = (const char *)PyUnicode_1BYTE_DATA(value);
+        Py_ssize_t n = PyUnicode_GET_LENGTH(value), size = base64_decoded_size(text, n);
+        if (size < 0) return FALLBACK;
+        if (buf_reserve(b, 20 + size) < 0) return FAILED;
+        char *p = put_varint(b->data + b->len, ((uint64_t)number << 3) | 2);
+        p = put_varint(p, (uint64_t)size);
+        b->len = put_base64_decoded(p, text, n) - b->data;
+        return DONE;
     }
     case K_BOOL:
         if (!PyBool_Check(value)) return FALLBACK;
@@ -341,10 +331,6 @@ static PyObject *event_wire(PyObject *module, PyObject *const *args, Py_ssize_t 
         PyErr_SetString(PyExc_TypeError, "event_wire(obj, schema) takes two arguments");
         return NULL;
     }
-    if (read_bytes == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "event_wire called before bind");
-        return NULL;
-    }
     if (!PyDict_CheckExact(args[0]) || !PyDict_CheckExact(args[1])) Py_RETURN_NONE;
     Buf out = {NULL, 0, 0};
     int done = message_fields(&out, args[0], args[1]);
@@ -358,19 +344,9 @@ static PyObject *event_wire(PyObject *module, PyObject *const *args, Py_ssize_t 
     return result;
 }
 
-static PyObject *bind(PyObject *module, PyObject *args) {
-    (void)module;
-    PyObject *reader, *cache;
-    if (!PyArg_ParseTuple(args, "OO!", &reader, &PyDict_Type, &cache)) return NULL;
-    Py_XSETREF(read_bytes, Py_NewRef(reader));
-    Py_XSETREF(bytes_cache, Py_NewRef(cache));
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef methods[] = {
     {"event_wire", (PyCFunction)(void (*)(void))event_wire, METH_FASTCALL,
      "event_wire(obj, schema) -> bytes | None: the RayEvent's wire bytes, or None to read it in Python."},
-    {"bind", bind, METH_VARARGS, "bind(read_bytes, bytes_cache): the Python side."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -417,7 +417,6 @@ except ImportError:
 _EVENT_SCHEMA = _wire_schema(RayEvent.DESCRIPTOR, {})
 _event_wire: Callable[[Any, WireSchema], bytes | None] | None = None
 if _ray_json_wire is not None and config.compiled_enabled():
-    _ray_json_wire.bind(_read_bytes, _bytes_of)
     _event_wire = _ray_json_wire.event_wire
 
 
