@@ -18,6 +18,7 @@ Answers: 200 `{"accepted": n, "rejected": m, "errors": [...]}` plus any counts t
 from __future__ import annotations
 
 import abc
+import asyncio
 import logging
 import math
 from dataclasses import dataclass, field
@@ -98,6 +99,10 @@ def parse_posted_event(item: Any) -> PostedEvent:
     return PostedEvent(event, item if whole else None)
 
 
+def _release(*_objects: object) -> None:
+    """Holds what it is given until the event loop runs it: then they are freed."""
+
+
 class RayEventsHttpReceiver(Generic[EventT]):
     def __init__(
         self,
@@ -163,6 +168,9 @@ class RayEventsHttpReceiver(Generic[EventT]):
             "errors": errors[:MAX_ERRORS_LISTED],
             **consumed.counts,
         }
+        # A POST of 1,000 events parses into some 20,000 objects, a couple of milliseconds to free:
+        # freed once the answer is on its way, while the client makes its next request.
+        asyncio.get_running_loop().call_soon(_release, value, events)
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
 
     def _refuse(self, status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:
