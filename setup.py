@@ -1,6 +1,7 @@
 """The compiled helpers, optional: the log-record walk (otel/_record_walk.c), OTLP values read from
 their wire bytes (otel/_any_value_wire.c), spans' JSON records written from theirs
-(otel/_span_records.c), the RayEvent JSON reader (encoding/_ray_json_wire.c) and
+(otel/_span_records.c), the RayEvent JSON reader (encoding/_ray_json_wire.c) and writer
+(encoding/_ray_json_encode.c), and
 the store's fold (store/_state_fold.c) and its row writer (store/_row_writer.c, which also needs
 SQLite's headers).
 Where no C compiler is present the build goes on without them and the package runs the same Python
@@ -15,7 +16,7 @@ def _optional(module: str, libraries: tuple[str, ...] = ()) -> Extension:
         f"ray_otel_events.{module}",
         [f"src/ray_otel_events/{module.replace('.', '/')}.c"],
         include_dirs=["src/ray_otel_events"],
-        depends=["src/ray_otel_events/protobuf_wire.h"],
+        depends=["src/ray_otel_events/protobuf_wire.h", "src/ray_otel_events/json_text.h"],
         libraries=list(libraries),
         optional=True,
     )
@@ -29,6 +30,7 @@ setup(
             "otel._any_value_wire",
             "otel._span_records",
             "encoding._ray_json_wire",
+            "encoding._ray_json_encode",
             "store._state_fold",
         )
     ]

@@ -1,6 +1,6 @@
 """The compiled helpers against the Python code they copy: the log-record walk (otel/_record_walk.c),
 OTLP values read from wire bytes (otel/_any_value_wire.c), spans' JSON records written from theirs
-(otel/_span_records.c), the RayEvent JSON reader
+(otel/_span_records.c), the RayEvent JSON writer (encoding/_ray_json_encode.c) and reader
 (encoding/_ray_json_wire.c) and the store's fold (store/_state_fold.c)."""
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationSc
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans, Span
 
-from ray_otel_events.encoding import ray_json_decode
+from ray_otel_events.encoding import ray_json, ray_json_decode
 from ray_otel_events.otel import log_records, plain_records
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.store import sqlite_store, state_merge
 from ray_otel_events.store.sqlite_store import EventStore
 from tests.test_otlp_wire import _fixture_dicts, values
+from tests.test_ray_json import ray_events
 
 try:
     from ray_otel_events.otel import _record_walk
@@ -47,6 +48,10 @@ try:
 except ImportError:
     _any_value_wire = None  # type: ignore[assignment]
 try:
+    from ray_otel_events.encoding import _ray_json_encode
+except ImportError:
+    _ray_json_encode = None  # type: ignore[assignment]
+try:
     from ray_otel_events.otel import _span_records
 except ImportError:
     _span_records = None  # type: ignore[assignment]
@@ -60,7 +65,10 @@ except ImportError:
     _row_writer = None  # type: ignore[assignment]
 
 needs_compiled = pytest.mark.skipif(
-    any(m is None for m in (_record_walk, _ray_json_wire, _any_value_wire, _span_records, _state_fold)),
+    any(
+        m is None
+        for m in (_record_walk, _ray_json_wire, _ray_json_encode, _any_value_wire, _span_records, _state_fold)
+    ),
     reason="built without a C compiler",
 )
 needs_row_writer = pytest.mark.skipif(_row_writer is None, reason="built without SQLite's headers")
@@ -76,6 +84,7 @@ def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
         assert log_records._walk is log_records._walk_python
         assert ray_json_decode._event_wire is None
         assert not plain_records._compiled and not plain_records._records_compiled
+        assert not ray_json._compiled_encoder
         assert state_merge.prepare is state_merge._prepare_python
         return
     assert _record_walk is not None, "setup.py should have built otel/_record_walk.c"
@@ -86,6 +95,8 @@ def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
     assert plain_records._compiled
     assert _span_records is not None, "setup.py should have built otel/_span_records.c"
     assert plain_records._records_compiled
+    assert _ray_json_encode is not None, "setup.py should have built encoding/_ray_json_encode.c"
+    assert ray_json._compiled_encoder
     assert _state_fold is not None, "setup.py should have built store/_state_fold.c"
     assert state_merge.prepare is _state_fold.prepare
     assert state_merge.row_columns is _state_fold.row_columns
@@ -179,6 +190,7 @@ def test_the_environment_can_turn_the_compiled_helpers_off() -> None:
         "store = EventStore(pathlib.Path(tempfile.mkdtemp()) / 'store.sqlite3')\n"
         "print(r._walk is r._walk_python and d._event_wire is None and not p._compiled"
         " and not p._records_compiled"
+        " and not __import__('ray_otel_events.encoding.ray_json').encoding.ray_json._compiled_encoder"
         " and s.prepare is s._prepare_python and s.row_columns is s._row_columns_python"
         " and store._writer is None)"
     )
@@ -190,6 +202,86 @@ def test_the_environment_can_turn_the_compiled_helpers_off() -> None:
         check=True,
     )
     assert out.stdout.strip() == "True"
+
+
+# -- the RayEvent JSON writer ---------------------------------------------------------------------
+
+
+def _written_both_ways(wire: bytes, preserve: bool) -> tuple[bytes | None, bytes]:
+    """(the compiled writer's JSON or None where it leaves the event, the generated encoder's)."""
+    assert _ray_json_encode is not None
+    encoder = ray_json.RayEventJsonEncoder(preserve)
+    assert encoder._wire_schema is not None
+    (written,) = _ray_json_encode.encode_each([wire], encoder._wire_schema)
+    return written, orjson.dumps(encoder._dict_from_wire(wire))
+
+
+@needs_compiled
+def test_every_real_event_is_written_as_the_generated_encoder_writes_it() -> None:
+    written_events = 0
+    for obj in _fixture_dicts():
+        event = ray_json_decode.decode_event(obj, ignore_unknown_fields=True)
+        for preserve in (False, True):
+            written, expected = _written_both_ways(event.SerializeToString(), preserve)
+            assert (written is None) == _left_to_python(event), obj  # a node's resources, say
+            assert written is None or written == expected, obj
+            written_events += written is not None
+    assert written_events > 100
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(ray_events())
+def test_random_events_are_written_as_the_generated_encoder_writes_them(event: RayEvent) -> None:
+    """Every payload type, oneofs, optional fields, unknown enum numbers, non-finite doubles, every
+    timestamp digit class: the same bytes, or left to Python only for what the writer leaves."""
+    wire = event.SerializeToString()
+    for preserve in (False, True):
+        written, expected = _written_both_ways(wire, preserve)
+        if written is not None:
+            assert written == expected
+        else:
+            assert _left_to_python(event), event
+
+
+def _left_to_python(message: Any) -> bool:
+    """What the compiled writer leaves: a map of more than one entry, a float field."""
+    for field, value in message.ListFields():
+        if field.type == field.TYPE_FLOAT:
+            return True
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            entry_value = field.message_type.fields_by_name["value"]
+            if len(value) > 1 or entry_value.type == entry_value.TYPE_FLOAT:
+                return True
+            if entry_value.message_type is not None and any(map(_left_to_python, value.values())):
+                return True
+        elif field.message_type is not None and field.message_type.full_name != "google.protobuf.Timestamp":
+            items = value if field.is_repeated else [value]
+            if any(map(_left_to_python, items)):
+                return True
+    return False
+
+
+@needs_compiled
+def test_odd_wire_bytes_are_left_to_python() -> None:
+    """Malformed bytes, a message field given twice, two members of a oneof, a wrong wire type."""
+    assert _ray_json_encode is not None
+    schema = ray_json.RayEventJsonEncoder()._wire_schema
+    event = RayEvent(event_id=b"e", session_name="s", message="m")
+    event.timestamp.FromNanoseconds(1795311450123456789)
+    wire = event.SerializeToString()
+    timestamp = event.timestamp.SerializeToString()
+    twice = wire + b"\x22" + bytes([len(timestamp)]) + timestamp  # field 4 (timestamp) again
+    wrong_type = wire + b"\x20\x01"  # field 4 as a varint
+    written = _ray_json_encode.encode_each([wire, wire[:-1], twice, wrong_type, "not bytes"], schema)  # type: ignore[list-item]
+    assert written[0] == orjson.dumps(ray_json.RayEventJsonEncoder()._dict_from_wire(wire))
+    assert written[1:] == [None, None, None, None]
+    encoder = ray_json.RayEventJsonEncoder()
+    assert orjson.loads(encoder.encode_serialized([wire, twice])) == [
+        encoder._dict_from_wire(wire),
+        encoder._dict_from_wire(twice),
+    ]
+    assert encoder.try_encode_serialized([wire, wire[:-1]]).failures[0].index == 1
 
 
 # -- the RayEvent JSON reader ---------------------------------------------------------------------

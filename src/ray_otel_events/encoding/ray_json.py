@@ -7,6 +7,12 @@ magnitude faster: for each message descriptor (and naming flag) we generate, onc
 specialised to its fields and cache it. The proto files stay the only schema: a new field or message
 needs no change here.
 
+Where it is built (setup.py), `_ray_json_encode.c` writes the JSON of wire-format events straight
+from their bytes, following a schema made from the same descriptors (`_encode_schema`): the same
+bytes as the generated functions' dicts through orjson, about 5x faster; an event holding anything it
+does not reproduce exactly (a map of more than one entry, a float field...) goes through the
+generated function.
+
 The key order is json_format's: first the fields ``ListFields()`` returns (the set ones, by field
 number), then the unset fields without presence (implicit scalars, repeated, maps) in declaration
 order with their default values; unset message fields, unset ``optional`` fields and unset oneof
@@ -34,7 +40,13 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.internal import type_checkers
 from google.protobuf.message import DecodeError, Message
 
+from ray_otel_events import config
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+
+try:  # built by setup.py where a C compiler is present
+    from ray_otel_events.encoding import _ray_json_encode
+except ImportError:
+    _ray_json_encode = None  # type: ignore[assignment]
 
 __all__ = [
     "EncodeFailure",
@@ -199,6 +211,25 @@ def _attr(obj: str, field: DescriptorLike) -> str:
     return f"getattr({obj}, {name!r})"
 
 
+def _default_value(field: DescriptorLike) -> Any:
+    """The JSON value of an unset scalar field without presence (proto3 implicit: the type's zero)."""
+    t = field.type
+    if t == _T.TYPE_ENUM:
+        zero = field.enum_type.values_by_number.get(0)
+        return zero.name if zero is not None else 0
+    if t in (_T.TYPE_STRING, _T.TYPE_BYTES):
+        return ""
+    if t in _INT64_TYPES:
+        return "0"
+    if t == _T.TYPE_BOOL:
+        return False
+    if t in _INT32_TYPES:
+        return 0
+    if t in _FLOAT_TYPES:
+        return 0.0
+    raise TypeError(f"{field.full_name}: no JSON default for field type {t}")
+
+
 # --- the compiler -------------------------------------------------------------------------------
 
 
@@ -305,22 +336,7 @@ class _Compiler:
         return x  # string, bool, 32-bit integers: already their JSON value
 
     def _default(self, field: DescriptorLike) -> str:
-        """The JSON of an unset field without presence (proto3 implicit, so the type's zero)."""
-        t = field.type
-        if t == _T.TYPE_ENUM:
-            zero = field.enum_type.values_by_number.get(0)
-            return repr(zero.name if zero is not None else 0)
-        if t in (_T.TYPE_STRING, _T.TYPE_BYTES):
-            return "''"
-        if t in _INT64_TYPES:
-            return "'0'"
-        if t == _T.TYPE_BOOL:
-            return "False"
-        if t in _INT32_TYPES:
-            return "0"
-        if t in _FLOAT_TYPES:
-            return "0.0"
-        raise TypeError(f"{field.full_name}: no JSON default for field type {t}")
+        return repr(_default_value(field))
 
     def _body(self, descriptor: DescriptorLike) -> list[str]:
         """Builds dict ``d`` from message ``m``: json_format's keys, values and key order."""
@@ -413,6 +429,97 @@ def _timestamp_code(value: str, target: str, where: str) -> list[str]:
 _COMPILERS = {False: _Compiler(False), True: _Compiler(True)}
 
 
+# --- the compiled writer's schema ----------------------------------------------------------------
+
+# Kinds and labels of _ray_json_encode.c, which writes an event's JSON from its wire bytes.
+_E_FALLBACK, _E_INT32, _E_UINT32, _E_SINT32, _E_FIXED32, _E_SFIXED32 = range(6)
+_E_INT64, _E_UINT64, _E_SINT64, _E_FIXED64, _E_SFIXED64 = range(6, 11)
+_E_BOOL, _E_STRING, _E_BYTES, _E_ENUM, _E_DOUBLE, _E_MESSAGE, _E_TIMESTAMP = range(11, 18)
+_L_IMPLICIT, _L_PRESENCE, _L_REPEATED, _L_MAP = range(4)
+_E_SCALARS = {
+    _T.TYPE_INT32: _E_INT32,
+    _T.TYPE_UINT32: _E_UINT32,
+    _T.TYPE_SINT32: _E_SINT32,
+    _T.TYPE_FIXED32: _E_FIXED32,
+    _T.TYPE_SFIXED32: _E_SFIXED32,
+    _T.TYPE_INT64: _E_INT64,
+    _T.TYPE_UINT64: _E_UINT64,
+    _T.TYPE_SINT64: _E_SINT64,
+    _T.TYPE_FIXED64: _E_FIXED64,
+    _T.TYPE_SFIXED64: _E_SFIXED64,
+    _T.TYPE_BOOL: _E_BOOL,
+    _T.TYPE_STRING: _E_STRING,
+    _T.TYPE_BYTES: _E_BYTES,
+    _T.TYPE_DOUBLE: _E_DOUBLE,
+}  # float (ToShortestFloat) is left to Python
+_MAX_ENUM_TABLE = 1024
+
+
+def _encode_kind(field: DescriptorLike, preserve: bool, schemas: dict[Any, list[Any]]) -> tuple[int, Any]:
+    """(kind, extra) of one field's values for the compiled writer."""
+    if field.type == _T.TYPE_ENUM:
+        values = field.enum_type.values_by_number
+        if not values or min(values) < 0 or max(values) >= _MAX_ENUM_TABLE:
+            return _E_FALLBACK, None
+        names: list[bytes | None] = [None] * (max(values) + 1)
+        for number, value in values.items():
+            names[number] = orjson.dumps(value.name)
+        return _E_ENUM, tuple(names)
+    if field.type == _T.TYPE_MESSAGE:
+        if field.message_type.full_name == _TIMESTAMP:
+            return _E_TIMESTAMP, None
+        if field.message_type.full_name in _DELEGATED_TYPES:
+            return _E_FALLBACK, None
+        return _E_MESSAGE, _encode_schema(field.message_type, preserve, schemas)
+    return _E_SCALARS.get(field.type, _E_FALLBACK), None
+
+
+def _encode_schema(descriptor: DescriptorLike, preserve: bool, schemas: dict[Any, list[Any]]) -> list[Any]:
+    """One message's schema for _ray_json_encode.c: [fields by number, fields in declaration order,
+    number of oneofs], each field (number, key JSON, kind, label, oneof or -1, JSON of its value when
+    unset (None: left out), extra, declaration index); the same keys, defaults and names as the
+    generated encoders."""
+    schema = schemas.get(descriptor)
+    if schema is not None:
+        return schema
+    schema = schemas[descriptor] = [(), (), 0]  # filled below; a recursive type finds it here
+    oneofs: dict[str, int] = {}
+    fields = []
+    for index, f in enumerate(descriptor.fields):
+        oneof = -1
+        if f.containing_oneof is not None and len(f.containing_oneof.fields) > 1:
+            oneof = oneofs.setdefault(f.containing_oneof.full_name, len(oneofs))
+        default: bytes | None = None
+        if _is_map(f):
+            key, value = f.message_type.fields_by_name["key"], f.message_type.fields_by_name["value"]
+            kind, value_extra = _encode_kind(value, preserve, schemas)
+            key_kind = _E_SCALARS.get(key.type, _E_FALLBACK)
+            value_default = None if kind in (_E_MESSAGE, _E_FALLBACK) else orjson.dumps(_default_value(value))
+            if key_kind == _E_FALLBACK:
+                kind = _E_FALLBACK
+            label, extra, default = _L_MAP, (key_kind, kind, value_extra, value_default), b"{}"
+        else:
+            kind, extra = _encode_kind(f, preserve, schemas)
+            if f.is_repeated:
+                label, default = _L_REPEATED, b"[]"
+            elif f.has_presence:
+                label = _L_PRESENCE
+            else:
+                label, default = _L_IMPLICIT, orjson.dumps(_default_value(f))
+        key_json = orjson.dumps(f.name if preserve else f.json_name)
+        fields.append((f.number, key_json, kind, label, oneof, default, extra, index))
+    by_number: list[Any] = [None] * (max((f[0] for f in fields), default=0) + 1)
+    for spec in fields:
+        by_number[spec[0]] = spec
+    schema[:] = [tuple(by_number), tuple(fields), len(oneofs)]
+    return schema
+
+
+_compiled_encoder = _ray_json_encode is not None and config.compiled_enabled()
+if _compiled_encoder:
+    _ray_json_encode.bind(orjson.dumps)
+
+
 # --- public API ---------------------------------------------------------------------------------
 
 
@@ -429,6 +536,11 @@ class RayEventJsonEncoder:
         self._event_descriptor = RayEvent.DESCRIPTOR
         self._encode_event = self._compiler.encoder_for(RayEvent.DESCRIPTOR)
         self._parse = RayEvent.FromString
+        self._wire_schema = (
+            _encode_schema(RayEvent.DESCRIPTOR, bool(preserve_proto_field_name), {})
+            if _compiled_encoder
+            else None
+        )
 
     def to_dict(self, message: Message) -> dict[str, Any]:
         """Equal to ``json.loads(MessageToJson(message, always_print_fields_with_no_presence=True,
@@ -457,7 +569,7 @@ class RayEventJsonEncoder:
         """A compact JSON array of wire-format RayEvents; raises EventEncodeError for the first bad one."""
         payloads = _sequence(payloads)
         try:
-            return orjson.dumps(self._dicts_from_wire(payloads))
+            return self._array_from_wire(payloads)
         except Exception:
             _raise_first_failure(payloads, self._dict_from_wire)
             raise
@@ -478,18 +590,26 @@ class RayEventJsonEncoder:
         """Like ``try_encode`` for wire-format RayEvents (undecodable bytes are failures too)."""
         payloads = _sequence(payloads)
         try:
-            dicts = self._dicts_from_wire(payloads)
+            return EncodeResult(self._array_from_wire(payloads), len(payloads), ())
         except Exception:
             return _encode_each(payloads, self._dict_from_wire)
-        return EncodeResult(orjson.dumps(dicts), len(dicts), ())
 
     def _dicts(self, events: Sequence[Message]) -> list[dict[str, Any]]:
         to_dict = self.to_dict
         return [to_dict(e) for e in events]
 
-    def _dicts_from_wire(self, payloads: Sequence[bytes]) -> list[dict[str, Any]]:
-        encode_event, parse = self._encode_event, self._parse  # the aggregator's hot loop
-        return [encode_event(parse(p)) for p in payloads]
+    def _array_from_wire(self, payloads: Sequence[bytes]) -> bytes:
+        """The JSON array, written from the wire bytes where compiled (each event the compiled
+        writer leaves goes through the generated encoder); raises at the first bad event."""
+        if self._wire_schema is None:
+            encode_event, parse = self._encode_event, self._parse  # the aggregator's hot loop
+            return orjson.dumps([encode_event(parse(p)) for p in payloads])
+        written = _ray_json_encode.encode_each(list(payloads), self._wire_schema)
+        items = [
+            item if item is not None else orjson.dumps(self._dict_from_wire(payloads[index]))
+            for index, item in enumerate(written)
+        ]
+        return b"[" + b",".join(items) + b"]"
 
     def _dict_from_wire(self, payload: bytes) -> dict[str, Any]:
         return self._encode_event(self._parse(payload))

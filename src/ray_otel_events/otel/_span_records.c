@@ -8,92 +8,14 @@
  * Optional: without it plain_records makes every record in Python. */
 
 #define PY_SSIZE_T_CLEAN
-#include "protobuf_wire.h"
+#include "json_text.h"
 
-#define LEAVE 1 /* this span is left to Python */
 #define MAX_DEPTH 32
 #define MAX_KEYS 64
 
 /* Set by bind(): orjson.dumps (a double is written as orjson writes it) and the JSON names of span
  * kinds and status codes (plain_records.SPAN_KINDS, STATUS_CODES). */
 static PyObject *dumps, *kind_names, *code_names;
-
-static int out(Buf *b, const char *s, Py_ssize_t n) {
-    if (buf_reserve(b, n) < 0) return -1;
-    memcpy(b->data + b->len, s, (size_t)n);
-    b->len += n;
-    return 0;
-}
-
-#define OUT(b, literal) out(b, literal, sizeof(literal) - 1)
-
-static int utf8_valid(const uint8_t *s, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        int more;
-        uint8_t low = 0x80, high = 0xBF;
-        if (c >= 0xC2 && c <= 0xDF) {
-            more = 1;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            more = 2;
-            if (c == 0xE0) low = 0xA0;
-            if (c == 0xED) high = 0x9F; /* no surrogates */
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            more = 3;
-            if (c == 0xF0) low = 0x90;
-            if (c == 0xF4) high = 0x8F;
-        } else {
-            return 0;
-        }
-        if (n - i <= more || s[i + 1] < low || s[i + 1] > high) return 0;
-        for (int k = 2; k <= more; k++)
-            if (s[i + k] < 0x80 || s[i + k] > 0xBF) return 0;
-        i += more + 1;
-    }
-    return 1;
-}
-
-/* A JSON string as orjson writes one: `"` and `\` escaped, control characters as \b \t \n \f \r or
- * \u00xx, everything else (non-ASCII too) as it is. */
-static int string_json(Buf *b, Reader text) {
-    const uint8_t *s = text.p;
-    Py_ssize_t n = text.end - text.p;
-    if (!utf8_valid(s, n)) return LEAVE;
-    if (buf_reserve(b, 2 + 6 * n) < 0) return -1;
-    char *o = b->data + b->len;
-    *o++ = '"';
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uint8_t c = s[i];
-        if (c >= 0x20 && c != '"' && c != '\\') {
-            *o++ = (char)c;
-            continue;
-        }
-        *o++ = '\\';
-        switch (c) {
-        case '"': *o++ = '"'; break;
-        case '\\': *o++ = '\\'; break;
-        case '\b': *o++ = 'b'; break;
-        case '\t': *o++ = 't'; break;
-        case '\n': *o++ = 'n'; break;
-        case '\f': *o++ = 'f'; break;
-        case '\r': *o++ = 'r'; break;
-        default:
-            *o++ = 'u';
-            *o++ = '0';
-            *o++ = '0';
-            *o++ = "0123456789abcdef"[c >> 4];
-            *o++ = "0123456789abcdef"[c & 15];
-        }
-    }
-    *o++ = '"';
-    b->len = o - b->data;
-    return 0;
-}
 
 static int hex_json(Buf *b, Reader data) {
     Py_ssize_t n = data.end - data.p;
@@ -107,45 +29,6 @@ static int hex_json(Buf *b, Reader data) {
     *o++ = '"';
     b->len = o - b->data;
     return 0;
-}
-
-static int base64_json(Buf *b, Reader data) {
-    Py_ssize_t n = data.end - data.p;
-    if (buf_reserve(b, 2 + base64_size(n)) < 0) return -1;
-    char *o = b->data + b->len;
-    *o++ = '"';
-    o = put_base64(o, data.p, n);
-    *o++ = '"';
-    b->len = o - b->data;
-    return 0;
-}
-
-/* A number with a little text around it (under NUMBER_ROOM bytes in all). */
-#define NUMBER_ROOM 64
-static int number_json(Buf *b, const char *format, ...) {
-    if (buf_reserve(b, NUMBER_ROOM) < 0) return -1;
-    va_list args;
-    va_start(args, format);
-    int n = vsnprintf(b->data + b->len, NUMBER_ROOM, format, args);
-    va_end(args);
-    if (n < 0 || n >= NUMBER_ROOM) {
-        PyErr_SetString(PyExc_SystemError, "_span_records: number text too long");
-        return -1;
-    }
-    b->len += n;
-    return 0;
-}
-
-static int double_json(Buf *b, uint64_t bits) {
-    double d;
-    memcpy(&d, &bits, 8);
-    PyObject *value = PyFloat_FromDouble(d);
-    PyObject *text = value == NULL ? NULL : PyObject_CallOneArg(dumps, value);
-    Py_XDECREF(value);
-    if (text == NULL) return -1;
-    int failed = PyBytes_Check(text) ? buf_bytes(b, text) : -1;
-    Py_DECREF(text);
-    return failed;
 }
 
 /* `names[value]` where 0 <= value < len(names), else the number as a JSON string (str(value)). */
@@ -235,7 +118,7 @@ static int any_json(Buf *b, Reader r, int depth) {
     case 1: return string_json(b, member.payload);
     case 2: return member.scalar ? OUT(b, "true") : OUT(b, "false");
     case 3: return number_json(b, "%lld", (long long)member.scalar);
-    case 4: return double_json(b, member.scalar);
+    case 4: return double_json(b, member.scalar, dumps);
     case 5: return array_json(b, member.payload, depth);
     case 6: return object_json(b, member.payload, 1, depth, 0);
     default: return base64_json(b, member.payload);
