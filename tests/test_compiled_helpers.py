@@ -84,7 +84,7 @@ def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
         assert log_records._walk is log_records._walk_python
         assert ray_json_decode._event_wire is None
         assert not plain_records._compiled and not plain_records._records_compiled
-        assert not ray_json._compiled_encoder
+        assert not ray_json.writes_compiled()
         assert state_merge.prepare is state_merge._prepare_python
         return
     assert _record_walk is not None, "setup.py should have built otel/_record_walk.c"
@@ -96,7 +96,7 @@ def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
     assert _span_records is not None, "setup.py should have built otel/_span_records.c"
     assert plain_records._records_compiled
     assert _ray_json_encode is not None, "setup.py should have built encoding/_ray_json_encode.c"
-    assert ray_json._compiled_encoder
+    assert ray_json.writes_compiled()
     assert _state_fold is not None, "setup.py should have built store/_state_fold.c"
     assert state_merge.prepare is _state_fold.prepare
     assert state_merge.row_columns is _state_fold.row_columns
@@ -190,7 +190,7 @@ def test_the_environment_can_turn_the_compiled_helpers_off() -> None:
         "store = EventStore(pathlib.Path(tempfile.mkdtemp()) / 'store.sqlite3')\n"
         "print(r._walk is r._walk_python and d._event_wire is None and not p._compiled"
         " and not p._records_compiled"
-        " and not __import__('ray_otel_events.encoding.ray_json').encoding.ray_json._compiled_encoder"
+        " and not __import__('ray_otel_events.encoding.ray_json').encoding.ray_json.writes_compiled()"
         " and s.prepare is s._prepare_python and s.row_columns is s._row_columns_python"
         " and store._writer is None)"
     )

@@ -109,3 +109,14 @@ def test_cli_reports_a_bad_value_without_a_traceback() -> None:
     assert proc.returncode == 2
     assert "MAX_EVENT_SEND_BATCH_SIZE='ten'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_encoder_processes_default_to_the_writer_built_and_are_checked() -> None:
+    """Unset: chosen by the aggregator (0 with the compiled JSON writer, else 2); set: as given."""
+    assert AggregatorConfig.from_env({}).encoder_processes is None
+    assert AggregatorConfig.from_env({"RAY_OTEL_EVENTS_ENCODER_PROCESSES": " "}).encoder_processes is None
+    assert AggregatorConfig.from_env({"RAY_OTEL_EVENTS_ENCODER_PROCESSES": "0"}).encoder_processes == 0
+    assert AggregatorConfig.from_env({"RAY_OTEL_EVENTS_ENCODER_PROCESSES": "3"}).encoder_processes == 3
+    env = {"RAY_OTEL_EVENTS_ENCODER_PROCESSES": "65", "RAY_OTEL_EVENTS_EXPORT_ADDR": "http://a/"}
+    with pytest.raises(ConfigError, match="RAY_OTEL_EVENTS_ENCODER_PROCESSES must be 0"):
+        AggregatorConfig.from_env(env).validate()

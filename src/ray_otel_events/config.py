@@ -229,7 +229,9 @@ class AggregatorConfig:
     publisher_jitter_ratio: float = 0.1
     publisher_send_interval_s: float = 0.1
     shutdown_flush_timeout_s: float = 10.0
-    encoder_processes: int = 2
+    # None: 0 where the compiled JSON writer is built (it encodes a batch in less time than handing
+    # it to a process takes), else 2 (the generated Python encoder, beside the event loop).
+    encoder_processes: int | None = None
     metrics_port: int | None = None  # None: no /metrics, /healthz, /readyz HTTP port
     export_headers: tuple[tuple[str, str], ...] = ()  # sent with every POST (e.g. a token)
     export_ca_file: str = ""  # verifies an https export address against this CA
@@ -265,7 +267,9 @@ class AggregatorConfig:
                 env, PUBLISHER_SEND_INTERVAL_S, cls.publisher_send_interval_s
             ),
             shutdown_flush_timeout_s=env_float(env, SHUTDOWN_FLUSH_TIMEOUT_S, cls.shutdown_flush_timeout_s),
-            encoder_processes=env_int(env, ENCODER_PROCESSES, cls.encoder_processes),
+            encoder_processes=(
+                env_int(env, ENCODER_PROCESSES, 0) if env.get(ENCODER_PROCESSES, "").strip() else None
+            ),
             queue_dir=env.get(QUEUE_DIR, "").strip(),
             queue_max_bytes=env_int(env, QUEUE_MAX_BYTES, cls.queue_max_bytes),
             dedup_window=env_int(env, DEDUP_WINDOW, cls.dedup_window),
@@ -318,7 +322,7 @@ class AggregatorConfig:
             f"{SHUTDOWN_FLUSH_TIMEOUT_S} must be >= 0, got {self.shutdown_flush_timeout_s}",
         )
         _require(
-            0 <= self.encoder_processes <= 64,
+            self.encoder_processes is None or 0 <= self.encoder_processes <= 64,
             f"{ENCODER_PROCESSES} must be 0 (encode on the event loop) to 64, got {self.encoder_processes}",
         )
         if self.export_addr:

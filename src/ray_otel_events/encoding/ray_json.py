@@ -520,6 +520,12 @@ if _compiled_encoder:
     _ray_json_encode.bind(orjson.dumps)
 
 
+def writes_compiled() -> bool:
+    """Whether wire-format events are written by the compiled writer (about 2.5 µs an event, against
+    about 14 through the generated encoder)."""
+    return _compiled_encoder
+
+
 # --- public API ---------------------------------------------------------------------------------
 
 

@@ -43,6 +43,7 @@ from ray_otel_events.config import AggregatorConfig
 from ray_otel_events.durable.durable_buffer import DurableBuffer
 from ray_otel_events.durable.recent_ids import RecentIds
 from ray_otel_events.durable.sqlite_queue import SqliteEventQueue
+from ray_otel_events.encoding import ray_json
 from ray_otel_events.encoding.process_pool import EncoderProcessPool
 from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
 from ray_otel_events.exporters import publisher as pub
@@ -94,8 +95,11 @@ class AggregatorService:
         if config.http_enabled:
             preserve = config.preserve_proto_field_name
             pool = None
-            if config.encoder_processes:
-                pool = EncoderProcessPool(preserve, config.encoder_processes)
+            processes = config.encoder_processes
+            if processes is None:
+                processes = 0 if ray_json.writes_compiled() else 2
+            if processes:
+                pool = EncoderProcessPool(preserve, processes)
                 pool.warm_up()  # before the ready line: the first batch must not wait for a boot
             client = HttpJsonPublisherClient(
                 config.export_addr,

@@ -84,7 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--encoder-processes",
         type=int,
-        help="worker processes that encode JSON beside the event loop; 0 encodes on the loop (default 2)",
+        help="worker processes that encode JSON beside the event loop; 0 encodes on the loop"
+        " (default: 0 where the compiled JSON writer is built, else 2)",
     )
     parser.add_argument(
         "--metrics-port",
