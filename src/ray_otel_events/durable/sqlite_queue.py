@@ -4,7 +4,8 @@ The receiver appends a request's events (one transaction) before it answers, so 
 event is on disk; the publisher deletes events once their outcome is final (delivered, refused for
 good, filtered); what is left is replayed on the next start. WAL with `synchronous=NORMAL` makes a
 committed transaction survive the process being killed (kill -9, OOM); only an OS crash or power
-loss can take the last transactions back, as with the Collector's file_storage default.
+loss can take the last transactions back, as with the Collector's file_storage default. The log
+is copied into the file by a checkpointer thread, not inside a request's commit.
 
 One file (`QueueDatabase`) holds one table per queue, so a server that moves items between queues
 (the bridge: an accepted piece becomes a log record now and part of a span later) does it in one
@@ -14,6 +15,7 @@ every row still readable is carried over, so a corrupt queue never causes a cras
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import sqlite3
@@ -23,7 +25,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
+
 from ray_otel_events.config import ConfigError
+from ray_otel_events.durable.wal_checkpointer import WalCheckpointer
 
 logger = logging.getLogger(__name__)
 
@@ -63,11 +68,18 @@ class QueueDatabase:
         except OSError as exc:
             raise QueueOpenError(f"cannot create queue directory {self.directory}: {exc}") from None
         self.db = self._open_or_recover()
+        try:  # SQLite's JSON functions are built in since 3.38; older ones insert row by row
+            self.json_each = self.db.execute("SELECT count(*) FROM json_each('[1]')").fetchone()[0] == 1
+        except sqlite3.OperationalError:
+            self.json_each = False
+        self._checkpointer = WalCheckpointer(self.path, name="queue-checkpoint")
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer's job
+        db.execute("PRAGMA busy_timeout=10000")  # its RESTART, rarely, makes a commit wait
         for table in self.tables:
             db.execute(
                 f"CREATE TABLE IF NOT EXISTS {table} "
@@ -130,8 +142,10 @@ class QueueDatabase:
         self._depth -= 1
         if self._depth == 0:
             self.db.execute("COMMIT")
+            self._checkpointer.wake()
 
     def close(self) -> None:
+        self._checkpointer.close()
         try:
             self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
@@ -172,9 +186,13 @@ class SqliteEventQueue:
         sequence numbers. `keys` group items for `delete_keys` (the bridge's open entities)."""
         first = self._next_seq
         seqs = list(range(first, first + len(wires)))
-        rows = zip(seqs, types, keys if keys is not None else [b""] * len(wires), wires, strict=True)
         with self.database.transaction() as db:
-            db.executemany(f"INSERT INTO {self.table} (seq, type, key, wire) VALUES (?, ?, ?, ?)", rows)
+            packed = _packed_rows(wires, types) if keys is None and self.database.json_each else None
+            if packed is not None:
+                db.execute(_INSERT_PACKED.format(table=self.table), (first, b"".join(wires), packed))
+            else:
+                rows = zip(seqs, types, keys if keys is not None else [b""] * len(wires), wires, strict=True)
+                db.executemany(f"INSERT INTO {self.table} (seq, type, key, wire) VALUES (?, ?, ?, ?)", rows)
         self._next_seq += len(wires)
         self.count += len(wires)
         self.size_bytes += sum(map(len, wires))
@@ -239,6 +257,28 @@ class SqliteEventQueue:
 
     def close(self) -> None:
         self.database.close()
+
+
+# A batch's rows in one statement: SQLite reads each row's offset, length and type from a JSON array
+# of packed integers and cuts its wire from one blob of them all. Python's sqlite3 binds each row
+# of an executemany on its own; this is about 1.5 µs an event less (3.7 -> 2.2).
+_INSERT_PACKED = (
+    "INSERT INTO {table} (seq, type, key, wire) SELECT ?1 + key, value & 255, x'',"
+    " substr(?2, (value >> 32) + 1, (value >> 8) & 16777215) FROM json_each(?3)"
+)
+
+
+def _packed_rows(wires: Sequence[bytes], types: Sequence[int]) -> bytes | None:
+    """[offset << 32 | length << 8 | type, ...] as JSON; None when a value does not fit its bits."""
+    if len(wires) != len(types):
+        raise ValueError(f"{len(wires)} wires but {len(types)} types")
+    if sum(map(len, wires)) >= 1 << 31 or any(len(w) >= 1 << 24 for w in wires):
+        return None
+    if any(not 0 <= t < 256 for t in types):
+        return None
+    offsets = itertools.accumulate(map(len, wires), initial=0)  # one more than wires: the end
+    rows = zip(offsets, wires, types, strict=False)
+    return orjson.dumps([(offset << 32) | (len(wire) << 8) | etype for offset, wire, etype in rows])
 
 
 def _salvage(path: Path, table: str) -> list[tuple[int, int, bytes, bytes]]:

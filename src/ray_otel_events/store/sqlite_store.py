@@ -34,6 +34,7 @@ from typing import Any
 import orjson
 
 from ray_otel_events import config
+from ray_otel_events.durable.wal_checkpointer import WalCheckpointer
 from ray_otel_events.store.state_merge import (
     FOLD_ERRORS,
     INDEXED_COLUMNS,
@@ -45,7 +46,6 @@ from ray_otel_events.store.state_merge import (
     prepare,
     row_columns,
 )
-from ray_otel_events.store.wal_checkpointer import WalCheckpointer
 
 try:  # the upserts on a thread that needs no GIL (setup.py builds it where SQLite's headers are)
     from ray_otel_events.store import _row_writer
@@ -283,7 +283,7 @@ class EventStore:
         if not read_only:
             self._db.executescript(_SCHEMA)
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            self._checkpointer = WalCheckpointer(self.path)
+            self._checkpointer = WalCheckpointer(self.path, name="store-checkpoint")
             if _row_writer is not None and config.compiled_enabled():
                 self._writer = _row_writer.RowWriter(
                     str(self.path), _UPSERT, _WRITER_PRAGMAS, _UPSERT_VALUES, sqlite3.DatabaseError
