@@ -16,7 +16,7 @@ def _optional(module: str, libraries: tuple[str, ...] = ()) -> Extension:
         f"ray_otel_events.{module}",
         [f"src/ray_otel_events/{module.replace('.', '/')}.c"],
         include_dirs=["src/ray_otel_events"],
-        depends=["src/ray_otel_events/protobuf_wire.h", "src/ray_otel_events/json_text.h"],
+        depends=[f"src/ray_otel_events/{h}" for h in ("protobuf_wire.h", "json_text.h", "otlp_span_wire.h")],
         libraries=list(libraries),
         optional=True,
     )

@@ -55,16 +55,6 @@ static int wire_type_of(int kind) {
 
 static int is_packable(int kind) { return wire_type_of(kind) != 2; }
 
-static int digits_json(Buf *b, const char *format, ...) {
-    if (buf_reserve(b, 32) < 0) return -1;
-    va_list args;
-    va_start(args, format);
-    int n = vsnprintf(b->data + b->len, 32, format, args);
-    va_end(args);
-    b->len += n;
-    return 0;
-}
-
 static int message_json(Buf *b, Reader r, PyObject *schema, int depth);
 
 /* Howard Hinnant's civil_from_days: the proleptic Gregorian date of a day count from 1970-01-01. */
@@ -115,15 +105,15 @@ static int timestamp_json(Buf *b, Reader r) {
 static int scalar_json(Buf *b, int kind, uint64_t v, PyObject *extra) {
     switch (kind) {
     case E_INT32:
-    case E_SFIXED32: return digits_json(b, "%d", (int)(int32_t)v);
+    case E_SFIXED32: return number_json(b, "%d", (int)(int32_t)v);
     case E_UINT32:
-    case E_FIXED32: return digits_json(b, "%u", (unsigned)(uint32_t)v);
-    case E_SINT32: return digits_json(b, "%d", (int)(int32_t)(((uint32_t)v >> 1) ^ -((uint32_t)v & 1)));
+    case E_FIXED32: return number_json(b, "%u", (unsigned)(uint32_t)v);
+    case E_SINT32: return number_json(b, "%d", (int)(int32_t)(((uint32_t)v >> 1) ^ -((uint32_t)v & 1)));
     case E_INT64:
-    case E_SFIXED64: return digits_json(b, "\"%lld\"", (long long)v);
+    case E_SFIXED64: return number_json(b, "\"%lld\"", (long long)v);
     case E_UINT64:
-    case E_FIXED64: return digits_json(b, "\"%llu\"", (unsigned long long)v);
-    case E_SINT64: return digits_json(b, "\"%lld\"", (long long)((v >> 1) ^ -(v & 1)));
+    case E_FIXED64: return number_json(b, "\"%llu\"", (unsigned long long)v);
+    case E_SINT64: return number_json(b, "\"%lld\"", (long long)((v >> 1) ^ -(v & 1)));
     case E_BOOL: return v ? OUT(b, "true") : OUT(b, "false");
     case E_ENUM: {
         int value = (int)(int32_t)v;
@@ -131,7 +121,7 @@ static int scalar_json(Buf *b, int kind, uint64_t v, PyObject *extra) {
             PyObject *name = PyTuple_GET_ITEM(extra, value);
             if (name != Py_None) return buf_bytes(b, name);
         }
-        return digits_json(b, "%d", value);
+        return number_json(b, "%d", value);
     }
     case E_DOUBLE: {
         double d;

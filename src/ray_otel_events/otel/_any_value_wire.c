@@ -6,7 +6,7 @@
  * first forgotten). Optional: without a C compiler plain_records reads through upb. */
 
 #define PY_SSIZE_T_CLEAN
-#include "protobuf_wire.h"
+#include "otlp_span_wire.h"
 
 enum { NONE, STRING, BOOL, INT, DOUBLE, ARRAY, KVLIST, BYTES };
 
@@ -190,55 +190,21 @@ static int append_new(PyObject *list, PyObject *item) {
 static PyObject *span_parts(PyObject *module, PyObject *data) {
     (void)module;
     Reader r;
-    if (reader_of(data, &r) < 0) return NULL;
-    Reader none = {(const uint8_t *)"", (const uint8_t *)""};
-    Reader trace_id = none, span_id = none, trace_state = none, parent = none, name = none, message = none;
-    uint64_t kind = 0, start = 0, end = 0, code = 0;
+    SpanFields s;
+    if (reader_of(data, &r) < 0 || read_span_fields(r, &s) < 0) return NULL;
     PyObject *attributes = PyDict_New(), *events = PyList_New(0), *links = PyList_New(0);
-    if (attributes == NULL || events == NULL || links == NULL) goto fail;
+    if (attributes == NULL || events == NULL || links == NULL || read_key_values(attributes, r, 9) < 0) goto fail;
     while (r.p < r.end) {
         Field f;
         if (next_field(&r, &f) < 0) goto fail;
-        if (f.wire_type == 2) {
-            switch (f.number) {
-            case 1: trace_id = f.payload; break;
-            case 2: span_id = f.payload; break;
-            case 3: trace_state = f.payload; break;
-            case 4: parent = f.payload; break;
-            case 5: name = f.payload; break;
-            case 9:
-                if (read_key_value(attributes, f.payload) < 0) goto fail;
-                break;
-            case 11:
-                if (append_new(events, event_or_link(f.payload, 0)) < 0) goto fail;
-                break;
-            case 13:
-                if (append_new(links, event_or_link(f.payload, 1)) < 0) goto fail;
-                break;
-            case 15: { /* Status: message = 2, code = 3 */
-                Reader status = f.payload;
-                while (status.p < status.end) {
-                    Field g;
-                    if (next_field(&status, &g) < 0) goto fail;
-                    if (g.number == 2 && g.wire_type == 2) message = g.payload;
-                    if (g.number == 3 && g.wire_type == 0) code = g.scalar;
-                }
-                break;
-            }
-            default: break;
-            }
-        } else if (f.number == 6 && f.wire_type == 0) {
-            kind = f.scalar;
-        } else if (f.number == 7 && f.wire_type == 1) {
-            start = f.scalar;
-        } else if (f.number == 8 && f.wire_type == 1) {
-            end = f.scalar;
-        }
+        if (f.wire_type == 2 && (f.number == 11 || f.number == 13) &&
+            append_new(f.number == 11 ? events : links, event_or_link(f.payload, f.number == 13)) < 0)
+            goto fail;
     }
-    PyObject *out = Py_BuildValue("(NNNNNiKKOOOiN)", bytes_of(trace_id), bytes_of(span_id), text_of(trace_state),
-                                  bytes_of(parent), text_of(name), (int)(int32_t)kind, (unsigned long long)start,
-                                  (unsigned long long)end, attributes, events, links, (int)(int32_t)code,
-                                  text_of(message));
+    PyObject *out = Py_BuildValue("(NNNNNiKKOOOiN)", bytes_of(s.trace_id), bytes_of(s.span_id),
+                                  text_of(s.trace_state), bytes_of(s.parent), text_of(s.name), (int)(int32_t)s.kind,
+                                  (unsigned long long)s.start, (unsigned long long)s.end, attributes, events, links,
+                                  (int)(int32_t)s.status_code, text_of(s.status_message));
     Py_DECREF(attributes);
     Py_DECREF(events);
     Py_DECREF(links);

@@ -9,6 +9,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include "json_text.h"
+#include "otlp_span_wire.h"
 
 #define MAX_DEPTH 32
 #define MAX_KEYS 64
@@ -176,53 +177,24 @@ static int list_json(Buf *b, Reader r, uint32_t number, int (*item)(Buf *, Reade
     return OUT(b, "]");
 }
 
-/* One span's record (span_parts' reading: a field seen twice, the last), ending with `tail`. */
+/* One span's record (span_parts' reading), ending with `tail`. */
 static int span_json(Buf *b, Reader span, PyObject *tail) {
-    Reader none = {(const uint8_t *)"", (const uint8_t *)""};
-    Reader trace_id = none, span_id = none, trace_state = none, parent = none, name = none, message = none;
-    uint64_t kind = 0, start = 0, end = 0, code = 0;
+    SpanFields s;
     int rc;
-    for (Reader r = span; r.p < r.end;) {
-        Field f;
-        if (next_field(&r, &f) < 0) return -1;
-        if (f.wire_type == 2) {
-            switch (f.number) {
-            case 1: trace_id = f.payload; break;
-            case 2: span_id = f.payload; break;
-            case 3: trace_state = f.payload; break;
-            case 4: parent = f.payload; break;
-            case 5: name = f.payload; break;
-            case 15: /* Status: message = 2, code = 3 */
-                for (Reader s = f.payload; s.p < s.end;) {
-                    Field g;
-                    if (next_field(&s, &g) < 0) return -1;
-                    if (g.number == 2 && g.wire_type == 2) message = g.payload;
-                    if (g.number == 3 && g.wire_type == 0) code = g.scalar;
-                }
-                break;
-            default: break;
-            }
-        } else if (f.number == 6 && f.wire_type == 0) {
-            kind = f.scalar;
-        } else if (f.number == 7 && f.wire_type == 1) {
-            start = f.scalar;
-        } else if (f.number == 8 && f.wire_type == 1) {
-            end = f.scalar;
-        }
-    }
-    if (OUT(b, "{\"signal\":\"span\",\"traceId\":") < 0 || hex_json(b, trace_id) < 0) return -1;
-    if (OUT(b, ",\"spanId\":") < 0 || hex_json(b, span_id) < 0) return -1;
-    if (OUT(b, ",\"parentSpanId\":") < 0 || hex_json(b, parent) < 0) return -1;
+    if (read_span_fields(span, &s) < 0) return -1;
+    if (OUT(b, "{\"signal\":\"span\",\"traceId\":") < 0 || hex_json(b, s.trace_id) < 0) return -1;
+    if (OUT(b, ",\"spanId\":") < 0 || hex_json(b, s.span_id) < 0) return -1;
+    if (OUT(b, ",\"parentSpanId\":") < 0 || hex_json(b, s.parent) < 0) return -1;
     if (OUT(b, ",\"traceState\":") < 0) return -1;
-    if ((rc = string_json(b, trace_state)) != 0) return rc;
+    if ((rc = string_json(b, s.trace_state)) != 0) return rc;
     if (OUT(b, ",\"name\":") < 0) return -1;
-    if ((rc = string_json(b, name)) != 0) return rc;
-    if (OUT(b, ",\"kind\":") < 0 || enum_json(b, kind, kind_names) < 0) return -1;
-    if (number_json(b, ",\"startTimeUnixNano\":%llu", (unsigned long long)start) < 0) return -1;
-    if (number_json(b, ",\"endTimeUnixNano\":%llu", (unsigned long long)end) < 0) return -1;
-    if (OUT(b, ",\"status\":{\"code\":") < 0 || enum_json(b, code, code_names) < 0) return -1;
+    if ((rc = string_json(b, s.name)) != 0) return rc;
+    if (OUT(b, ",\"kind\":") < 0 || enum_json(b, s.kind, kind_names) < 0) return -1;
+    if (number_json(b, ",\"startTimeUnixNano\":%llu", (unsigned long long)s.start) < 0) return -1;
+    if (number_json(b, ",\"endTimeUnixNano\":%llu", (unsigned long long)s.end) < 0) return -1;
+    if (OUT(b, ",\"status\":{\"code\":") < 0 || enum_json(b, s.status_code, code_names) < 0) return -1;
     if (OUT(b, ",\"message\":") < 0) return -1;
-    if ((rc = string_json(b, message)) != 0) return rc;
+    if ((rc = string_json(b, s.status_message)) != 0) return rc;
     if (OUT(b, "},\"attributes\":") < 0) return -1;
     if ((rc = object_json(b, span, 9, 0, 1)) != 0) return rc;
     if (OUT(b, ",\"events\":") < 0) return -1;
