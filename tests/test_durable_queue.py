@@ -40,11 +40,12 @@ def test_appended_rows_read_back_exactly_by_either_insert_path(tmp_path: Path, j
 
 
 def test_values_that_do_not_fit_the_packed_insert_go_row_by_row(tmp_path: Path) -> None:
-    assert sqlite_queue._packed_rows([b"a"], [256]) is None  # a type past 8 bits
-    assert sqlite_queue._packed_rows([b"a"], [-1]) is None
-    assert sqlite_queue._packed_rows([b"x" * (1 << 24)], [1]) is None  # a wire past 24 bits of length
+    assert sqlite_queue._packed_rows([1], [256]) is None  # a type past 8 bits
+    assert sqlite_queue._packed_rows([1], [-1]) is None
+    assert sqlite_queue._packed_rows([1 << 24], [1]) is None  # a wire past 24 bits of length
+    assert sqlite_queue._packed_rows([1 << 23] * 256, [1] * 256) is None  # past 31 bits in all
     with pytest.raises(ValueError, match="2 wires but 1 types"):
-        sqlite_queue._packed_rows([b"a", b"b"], [1])
+        sqlite_queue._packed_rows([1, 1], [1])
     queue = SqliteEventQueue.single(tmp_path, 10**9)
     queue.append([b"a", b"bc"], [3, 300])
     assert queue.read_all().types == [3, 300]

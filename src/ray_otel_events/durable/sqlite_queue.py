@@ -186,8 +186,9 @@ class SqliteEventQueue:
         sequence numbers. `keys` group items for `delete_keys` (the bridge's open entities)."""
         first = self._next_seq
         seqs = list(range(first, first + len(wires)))
+        sizes = list(map(len, wires))
         with self.database.transaction() as db:
-            packed = _packed_rows(wires, types) if keys is None and self.database.json_each else None
+            packed = _packed_rows(sizes, types) if keys is None and self.database.json_each else None
             if packed is not None:
                 db.execute(_INSERT_PACKED.format(table=self.table), (first, b"".join(wires), packed))
             else:
@@ -195,7 +196,7 @@ class SqliteEventQueue:
                 db.executemany(f"INSERT INTO {self.table} (seq, type, key, wire) VALUES (?, ?, ?, ?)", rows)
         self._next_seq += len(wires)
         self.count += len(wires)
-        self.size_bytes += sum(map(len, wires))
+        self.size_bytes += sum(sizes)
         return seqs
 
     def delete(self, seqs: Sequence[int]) -> None:
@@ -268,17 +269,16 @@ _INSERT_PACKED = (
 )
 
 
-def _packed_rows(wires: Sequence[bytes], types: Sequence[int]) -> bytes | None:
-    """[offset << 32 | length << 8 | type, ...] as JSON; None when a value does not fit its bits."""
-    if len(wires) != len(types):
-        raise ValueError(f"{len(wires)} wires but {len(types)} types")
-    if sum(map(len, wires)) >= 1 << 31 or any(len(w) >= 1 << 24 for w in wires):
+def _packed_rows(sizes: Sequence[int], types: Sequence[int]) -> bytes | None:
+    """[offset << 32 | size << 8 | type, ...] for wires of these sizes, as JSON; None when a value
+    does not fit its bits."""
+    if len(sizes) != len(types):
+        raise ValueError(f"{len(sizes)} wires but {len(types)} types")
+    if sum(sizes) >= 1 << 31 or max(sizes, default=0) >= 1 << 24 or any(not 0 <= t < 256 for t in types):
         return None
-    if any(not 0 <= t < 256 for t in types):
-        return None
-    offsets = itertools.accumulate(map(len, wires), initial=0)  # one more than wires: the end
-    rows = zip(offsets, wires, types, strict=False)
-    return orjson.dumps([(offset << 32) | (len(wire) << 8) | etype for offset, wire, etype in rows])
+    offsets = itertools.accumulate(sizes, initial=0)  # one more than sizes: the end
+    rows = zip(offsets, sizes, types, strict=False)
+    return orjson.dumps([(offset << 32) | (size << 8) | etype for offset, size, etype in rows])
 
 
 def _salvage(path: Path, table: str) -> list[tuple[int, int, bytes, bytes]]:

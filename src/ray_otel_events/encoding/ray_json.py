@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import binascii
 import datetime
+import functools
 import keyword
 import math
 import threading
@@ -515,6 +516,12 @@ def _encode_schema(descriptor: DescriptorLike, preserve: bool, schemas: dict[Any
     return schema
 
 
+@functools.cache
+def _event_wire_schema(preserve: bool) -> list[Any]:
+    """RayEvent's schema for the compiled writer, made once per naming flag."""
+    return _encode_schema(RayEvent.DESCRIPTOR, preserve, {})
+
+
 _compiled_encoder = _ray_json_encode is not None and config.compiled_enabled()
 if _compiled_encoder:
     _ray_json_encode.bind(orjson.dumps)
@@ -542,11 +549,7 @@ class RayEventJsonEncoder:
         self._event_descriptor = RayEvent.DESCRIPTOR
         self._encode_event = self._compiler.encoder_for(RayEvent.DESCRIPTOR)
         self._parse = RayEvent.FromString
-        self._wire_schema = (
-            _encode_schema(RayEvent.DESCRIPTOR, bool(preserve_proto_field_name), {})
-            if _compiled_encoder
-            else None
-        )
+        self._wire_schema = _event_wire_schema(bool(preserve_proto_field_name)) if _compiled_encoder else None
 
     def to_dict(self, message: Message) -> dict[str, Any]:
         """Equal to ``json.loads(MessageToJson(message, always_print_fields_with_no_presence=True,
