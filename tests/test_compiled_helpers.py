@@ -1,6 +1,7 @@
 """The compiled helpers against the Python code they copy: the log-record walk (otel/_record_walk.c),
 OTLP values read from wire bytes (otel/_any_value_wire.c), spans' JSON records written from theirs
-(otel/_span_records.c), the RayEvent JSON writer (encoding/_ray_json_encode.c) and reader
+(otel/_span_records.c), OTLP records and requests written from their parts (otel/_otlp_wire.c), the
+RayEvent JSON writer (encoding/_ray_json_encode.c) and reader
 (encoding/_ray_json_wire.c) and the store's fold (store/_state_fold.c)."""
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans, Span
 
 from ray_otel_events.encoding import ray_json, ray_json_decode
-from ray_otel_events.otel import log_records, plain_records
+from ray_otel_events.otel import log_records, otlp_wire, plain_records
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.store import sqlite_store, state_merge
 from ray_otel_events.store.sqlite_store import EventStore
@@ -56,6 +58,10 @@ try:
 except ImportError:
     _span_records = None  # type: ignore[assignment]
 try:
+    from ray_otel_events.otel import _otlp_wire
+except ImportError:
+    _otlp_wire = None  # type: ignore[assignment]
+try:
     from ray_otel_events.store import _state_fold
 except ImportError:
     _state_fold = None  # type: ignore[assignment]
@@ -67,7 +73,15 @@ except ImportError:
 needs_compiled = pytest.mark.skipif(
     any(
         m is None
-        for m in (_record_walk, _ray_json_wire, _ray_json_encode, _any_value_wire, _span_records, _state_fold)
+        for m in (
+            _record_walk,
+            _ray_json_wire,
+            _ray_json_encode,
+            _any_value_wire,
+            _span_records,
+            _otlp_wire,
+            _state_fold,
+        )
     ),
     reason="built without a C compiler",
 )
@@ -85,6 +99,7 @@ def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
         assert ray_json_decode._event_wire is None
         assert not plain_records._compiled and not plain_records._records_compiled
         assert not ray_json.writes_compiled()
+        assert not otlp_wire._compiled
         assert state_merge.prepare is state_merge._prepare_python
         return
     assert _record_walk is not None, "setup.py should have built otel/_record_walk.c"
@@ -95,6 +110,8 @@ def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
     assert plain_records._compiled
     assert _span_records is not None, "setup.py should have built otel/_span_records.c"
     assert plain_records._records_compiled
+    assert _otlp_wire is not None, "setup.py should have built otel/_otlp_wire.c"
+    assert otlp_wire._compiled
     assert _ray_json_encode is not None, "setup.py should have built encoding/_ray_json_encode.c"
     assert ray_json.writes_compiled()
     assert _state_fold is not None, "setup.py should have built store/_state_fold.c"
@@ -190,6 +207,7 @@ def test_the_environment_can_turn_the_compiled_helpers_off() -> None:
         "store = EventStore(pathlib.Path(tempfile.mkdtemp()) / 'store.sqlite3')\n"
         "print(r._walk is r._walk_python and d._event_wire is None and not p._compiled"
         " and not p._records_compiled"
+        " and not __import__('ray_otel_events.otel.otlp_wire').otel.otlp_wire._compiled"
         " and not __import__('ray_otel_events.encoding.ray_json').encoding.ray_json.writes_compiled()"
         " and s.prepare is s._prepare_python and s.row_columns is s._row_columns_python"
         " and store._writer is None)"
@@ -202,6 +220,94 @@ def test_the_environment_can_turn_the_compiled_helpers_off() -> None:
         check=True,
     )
     assert out.stdout.strip() == "True"
+
+
+# -- OTLP records and requests written from their parts ----------------------------------------------
+
+
+def _record_python(*args: Any) -> bytes:
+    names = "time_unix_nano observed_time_unix_nano severity_number severity_text body attributes"
+    fields = dict(zip((*names.split(), "trace_id", "span_id", "flags", "event_name"), args, strict=True))
+    fields["body"] = None if fields["body"] is None else otlp_wire.kvlist_value(fields["body"])
+    fields["attributes"] = b"".join(fields["attributes"])
+    return otlp_wire.log_record_from_parts(**fields)
+
+
+_u64 = st.integers(min_value=0, max_value=2**64 - 1)
+
+
+@needs_compiled
+@settings(max_examples=300)
+@given(
+    st.tuples(
+        _u64,
+        _u64,
+        st.integers(min_value=0, max_value=2**32),
+        st.text(max_size=8),
+        st.none() | st.binary(max_size=300),
+        st.lists(st.binary(max_size=40), max_size=5),
+        st.binary(max_size=16),
+        st.binary(max_size=8),
+        st.integers(min_value=0, max_value=2**32 - 1),
+        st.text(max_size=30),
+    )
+)
+def test_a_log_record_is_written_as_python_writes_it(args: tuple[Any, ...]) -> None:
+    assert _otlp_wire is not None
+    assert _otlp_wire.log_record(*args) == _record_python(*args)
+
+
+@needs_compiled
+def test_a_log_record_with_bad_parts_raises() -> None:
+    assert _otlp_wire is not None
+    good = [1, 2, 9, "INFO", b"", [b"\x32\x00"], b"t" * 16, b"s" * 8, 0, "ray.event"]
+    for index, bad in ((0, -1), (0, 2**64), (3, 3), (4, "body"), (5, (b"",)), (5, ["x"]), (9, None)):
+        args = list(good)
+        args[index] = bad
+        with pytest.raises((TypeError, OverflowError)):
+            _otlp_wire.log_record(*args)
+
+
+def _envelope(resource: bytes, scope: bytes, item: bytes) -> bytes:
+    return otlp_wire.resource_logs(resource, scope, [item])
+
+
+@needs_compiled
+@settings(max_examples=300)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([b"", b"\x0a\x03r-1", b"\x0a\x03r-2" + b"x" * 200]),
+            st.sampled_from([b"", b"\x0a\x01s", b"\x0a\x02s2"]),
+            st.binary(max_size=300),
+        ),
+        max_size=30,
+    )
+)
+def test_one_item_envelopes_merge_as_python_merges_them(parts: list[tuple[bytes, bytes, bytes]]) -> None:
+    assert _otlp_wire is not None
+    items = [_envelope(*part) for part in parts]
+    merged = _otlp_wire.merge(items)
+    assert merged is not None
+    otlp_wire._compiled = False
+    try:
+        assert merged == otlp_wire.merge_envelopes(items)
+    finally:
+        otlp_wire._compiled = True
+
+
+@needs_compiled
+def test_other_envelopes_are_left_to_python() -> None:
+    assert _otlp_wire is not None
+    one = _envelope(b"\x0a\x01r", b"\x0a\x01s", b"\x62\x01a")
+    two = otlp_wire.resource_logs(b"\x0a\x01r", b"\x0a\x01s", [b"\x62\x01b", b"\x62\x01c"])
+    many_scopes = [_envelope(b"", b"\x0a\x02" + i.to_bytes(2, "big"), b"") for i in range(65)]
+    for items in ([one, two], [one, one[:-1]], [one, "text"], many_scopes, [one + b"\x00"]):
+        assert _otlp_wire.merge(items) is None  # type: ignore[arg-type]
+    merged_scopes = ExportLogsServiceRequest.FromString(otlp_wire.merge_envelopes(many_scopes))
+    assert len(merged_scopes.resource_logs[0].scope_logs) == 65
+    merged = otlp_wire.merge_envelopes([one, two])
+    assert merged.count(b"\x62\x01") == 3
 
 
 # -- the RayEvent JSON writer ---------------------------------------------------------------------

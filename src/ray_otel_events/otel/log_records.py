@@ -439,7 +439,7 @@ def log_record_wire(
     which is the same as the event's own JSON for what Ray's aggregator posts, without making it
     again."""
     attrs: list[bytes] = []
-    body = otlp_wire.kvlist_value(_walk(_camel.to_dict(event) if posted is None else posted, _ROOT, attrs))
+    body = _walk(_camel.to_dict(event) if posted is None else posted, _ROOT, attrs)
     for key, value in entity_attributes(event).items():
         if type(value) is str:
             leaf = _entity_leaves.get(key)
@@ -448,17 +448,18 @@ def log_record_wire(
             attrs.append(leaf.entries(value)[1])
         else:
             attrs.append(otlp_wire.kv_entry(_LOG_ATTRIBUTE, key, value))
-    attrs.append(extra_attributes)
+    if extra_attributes:
+        attrs.append(extra_attributes)
     severity = SEVERITY_NUMBER.get(event.severity, 0)
-    return otlp_wire.log_record_from_parts(
-        time_unix_nano=otlp_wire.unix_nano(event.timestamp),
-        observed_time_unix_nano=observed_time_unix_nano,
-        severity_number=severity,
-        severity_text=_SEVERITY_TEXT[event.severity] if severity else "",
-        event_name=semconv.event_name_for(event_type_name(event.event_type)),
-        body=body,
-        attributes=b"".join(attrs),
-        trace_id=trace_id,
-        span_id=span_id,
-        flags=flags,
+    return otlp_wire.event_log_record(
+        otlp_wire.unix_nano(event.timestamp),
+        observed_time_unix_nano,
+        severity,
+        _SEVERITY_TEXT[event.severity] if severity else "",
+        body,
+        attrs,
+        trace_id,
+        span_id,
+        flags,
+        semconv.event_name_for(event_type_name(event.event_type)),
     )

@@ -13,6 +13,14 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
+from ray_otel_events import config
+
+try:  # the same writers compiled (setup.py builds them where a C compiler is present)
+    from ray_otel_events.otel import _otlp_wire
+except ImportError:
+    _otlp_wire = None  # type: ignore[assignment]
+_compiled = _otlp_wire is not None and config.compiled_enabled()
+
 _pack_double = struct.Struct("<d").pack
 _pack_fixed64 = struct.Struct("<Q").pack
 _pack_fixed32 = struct.Struct("<I").pack
@@ -256,6 +264,47 @@ def log_record_from_parts(
     return b"".join(parts)
 
 
+def event_log_record(
+    time_unix_nano: int,
+    observed_time_unix_nano: int,
+    severity_number: int,
+    severity_text: str,
+    body_entries: bytes | None,
+    attributes: list[bytes],
+    trace_id: bytes,
+    span_id: bytes,
+    flags: int,
+    event_name: str,
+) -> bytes:
+    """`log_record_from_parts` of a KeyValueList body (its entries; None: no body) and a list of
+    attribute entries: one call for what a RayEvent's record needs once its entries are written."""
+    if _compiled:
+        return _otlp_wire.log_record(
+            time_unix_nano,
+            observed_time_unix_nano,
+            severity_number,
+            severity_text,
+            body_entries,
+            attributes,
+            trace_id,
+            span_id,
+            flags,
+            event_name,
+        )
+    return log_record_from_parts(
+        time_unix_nano=time_unix_nano,
+        observed_time_unix_nano=observed_time_unix_nano,
+        severity_number=severity_number,
+        severity_text=severity_text,
+        event_name=event_name,
+        body=None if body_entries is None else kvlist_value(body_entries),
+        attributes=b"".join(attributes),
+        trace_id=trace_id,
+        span_id=span_id,
+        flags=flags,
+    )
+
+
 SPAN_ATTRIBUTES = b"\x4a"  # Span.attributes = 9: the tag of one attribute entry
 
 
@@ -395,6 +444,10 @@ def merge_envelopes(items: list[bytes]) -> bytes:
     """The serialized Export{Trace,Logs}ServiceRequest of one-item ResourceSpans/ResourceLogs:
     one entry per (resource, schema_url), one scope entry per (scope, schema_url) within it,
     items in queue order. Raises ValueError on an envelope of another shape."""
+    if _compiled and type(items) is list:
+        merged = _otlp_wire.merge(items)  # None: an item of another shape, read below
+        if merged is not None:
+            return merged
     resources: _Groups = {}
     for item in items:
         one = _one_item(item)

@@ -1,0 +1,269 @@
+/* OTLP log records and export requests written from their parts, compiled: otlp_wire's
+ * log_record_from_parts and the common case of merge_envelopes (every item a one-item envelope, as
+ * OtlpItemEncoder writes them), the same bytes without a Python call per field or per item.
+ * Optional: without a C compiler otlp_wire.py writes them. */
+
+#define PY_SSIZE_T_CLEAN
+#include "protobuf_wire.h"
+
+static char *put_fixed(char *p, uint64_t v, int size) {
+    for (int i = 0; i < size; i++) *p++ = (char)(v >> (8 * i) & 0xff);
+    return p;
+}
+
+static char *put_field(char *p, uint8_t tag, const char *data, Py_ssize_t n) {
+    *p++ = (char)tag;
+    p = put_varint(p, (uint64_t)n);
+    return put(p, data, n);
+}
+
+static Py_ssize_t field_size(Py_ssize_t n) { return 1 + varint_size((uint64_t)n) + n; }
+
+/* A str's UTF-8 or a bytes object's bytes; NULL with an error for anything else. */
+static const char *text_of(PyObject *obj, Py_ssize_t *n) {
+    if (PyUnicode_Check(obj)) return PyUnicode_AsUTF8AndSize(obj, n);
+    if (PyBytes_Check(obj)) {
+        *n = PyBytes_GET_SIZE(obj);
+        return PyBytes_AS_STRING(obj);
+    }
+    PyErr_Format(PyExc_TypeError, "expected str or bytes, got %.100s", Py_TYPE(obj)->tp_name);
+    return NULL;
+}
+
+static int u64_of(PyObject *obj, uint64_t *out) {
+    *out = PyLong_AsUnsignedLongLong(obj);
+    return *out == (uint64_t)-1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* log_record(time_unix_nano, observed_time_unix_nano, severity_number, severity_text,
+ *            body_entries, attributes, trace_id, span_id, flags, event_name)
+ * A serialized LogRecord whose body is the KeyValueList of `body_entries` (None: no body) and
+ * whose attributes are the concatenated entries of the list `attributes`: what
+ * otlp_wire.log_record_from_parts writes of kvlist_value(body_entries) and b"".join(attributes). */
+static PyObject *log_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "log_record takes 10 arguments");
+        return NULL;
+    }
+    uint64_t time_ns, observed_ns, severity, flags;
+    if (u64_of(args[0], &time_ns) < 0 || u64_of(args[1], &observed_ns) < 0 || u64_of(args[2], &severity) < 0 ||
+        u64_of(args[8], &flags) < 0)
+        return NULL;
+    Py_ssize_t severity_n, event_n, trace_n, span_n, body_n = 0;
+    const char *severity_text = text_of(args[3], &severity_n);
+    const char *event_name = severity_text ? text_of(args[9], &event_n) : NULL;
+    const char *trace = event_name ? text_of(args[6], &trace_n) : NULL;
+    const char *span = trace ? text_of(args[7], &span_n) : NULL;
+    if (span == NULL) return NULL;
+    PyObject *body = args[4], *attributes = args[5];
+    int has_body = body != Py_None;
+    if (has_body && !PyBytes_Check(body)) {
+        PyErr_SetString(PyExc_TypeError, "body_entries must be bytes or None");
+        return NULL;
+    }
+    if (!PyList_Check(attributes)) {
+        PyErr_SetString(PyExc_TypeError, "attributes must be a list of bytes");
+        return NULL;
+    }
+    Py_ssize_t attrs_n = 0, count = PyList_GET_SIZE(attributes);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *entry = PyList_GET_ITEM(attributes, i);
+        if (!PyBytes_Check(entry)) {
+            PyErr_SetString(PyExc_TypeError, "attributes must be a list of bytes");
+            return NULL;
+        }
+        attrs_n += PyBytes_GET_SIZE(entry);
+    }
+    Py_ssize_t any_n = 0;
+    if (has_body) {
+        body_n = PyBytes_GET_SIZE(body);
+        any_n = field_size(body_n); /* AnyValue.kvlist_value = 6 */
+    }
+    Py_ssize_t size = (time_ns ? 9 : 0) + (severity ? 1 + varint_size(severity) : 0) +
+                      (severity_n ? field_size(severity_n) : 0) + (has_body ? field_size(any_n) : 0) + attrs_n +
+                      (flags ? 5 : 0) + (trace_n ? field_size(trace_n) : 0) + (span_n ? field_size(span_n) : 0) +
+                      (observed_ns ? 9 : 0) + (event_n ? field_size(event_n) : 0);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL) return NULL;
+    char *p = PyBytes_AS_STRING(out);
+    if (time_ns) {
+        *p++ = 0x09; /* 1, fixed64 */
+        p = put_fixed(p, time_ns, 8);
+    }
+    if (severity) {
+        *p++ = 0x10; /* 2 */
+        p = put_varint(p, severity);
+    }
+    if (severity_n) p = put_field(p, 0x1a, severity_text, severity_n); /* 3 */
+    if (has_body) {
+        *p++ = 0x2a; /* 5 */
+        p = put_varint(p, (uint64_t)any_n);
+        p = put_field(p, 0x32, PyBytes_AS_STRING(body), body_n);
+    }
+    for (Py_ssize_t i = 0; i < count; i++) { /* 6 */
+        PyObject *entry = PyList_GET_ITEM(attributes, i);
+        p = put(p, PyBytes_AS_STRING(entry), PyBytes_GET_SIZE(entry));
+    }
+    if (flags) {
+        *p++ = 0x45; /* 8, fixed32 */
+        p = put_fixed(p, flags, 4);
+    }
+    if (trace_n) p = put_field(p, 0x4a, trace, trace_n); /* 9 */
+    if (span_n) p = put_field(p, 0x52, span, span_n);    /* 10 */
+    if (observed_ns) {
+        *p++ = 0x59; /* 11, fixed64 */
+        p = put_fixed(p, observed_ns, 8);
+    }
+    if (event_n) p = put_field(p, 0x62, event_name, event_n); /* 12 */
+    return out;
+}
+
+/* -- one request from many one-item envelopes -------------------------------------------------- */
+
+typedef struct {
+    const char *p;
+    Py_ssize_t n;
+} Span_;
+
+typedef struct {
+    Span_ resource, scope, framed;
+    Py_ssize_t next; /* the next item of the same scope entry, -1 at the end */
+} Item;
+
+typedef struct {
+    Span_ bytes;
+    Py_ssize_t first_scope, payload; /* payload: the resource field and the scope entries */
+} ResourceGroup;
+
+typedef struct {
+    Span_ bytes;
+    Py_ssize_t resource, first_item, last_item, payload, next_scope;
+} ScopeGroup;
+
+#define MAX_GROUPS 64
+
+static int read_size(const uint8_t **p, const uint8_t *end, Py_ssize_t *out) {
+    Reader r = {*p, end};
+    uint64_t v;
+    if (read_varint(&r, &v) < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (v > (uint64_t)(end - r.p)) return -1;
+    *p = r.p;
+    *out = (Py_ssize_t)v;
+    return 0;
+}
+
+/* otlp_wire._one_item: (resource, scope, the item's framed entry); -1 for any other shape. */
+static int one_item(PyObject *obj, Item *item) {
+    if (!PyBytes_Check(obj)) return -1;
+    const uint8_t *start = (const uint8_t *)PyBytes_AS_STRING(obj), *end = start + PyBytes_GET_SIZE(obj);
+    const uint8_t *p = start;
+    Py_ssize_t n;
+    if (p >= end || *p++ != 0x0a || read_size(&p, end, &n) < 0) return -1;
+    item->resource = (Span_){(const char *)p, n};
+    p += n;
+    if (p >= end || *p++ != 0x12 || read_size(&p, end, &n) < 0 || p + n != end) return -1;
+    if (p >= end || *p++ != 0x0a || read_size(&p, end, &n) < 0) return -1;
+    item->scope = (Span_){(const char *)p, n};
+    p += n;
+    const uint8_t *framed = p;
+    if (p >= end || *p++ != 0x12 || read_size(&p, end, &n) < 0 || p + n != end) return -1;
+    item->framed = (Span_){(const char *)framed, (Py_ssize_t)(end - framed)};
+    return 0;
+}
+
+static int same(Span_ a, Span_ b) { return a.n == b.n && memcmp(a.p, b.p, (size_t)a.n) == 0; }
+
+/* merge(items) -> the serialized export request otlp_wire.merge_envelopes makes of them, or None
+ * when an item is not a one-item envelope or there are more than MAX_GROUPS scope entries (the
+ * Python reader takes those). */
+static PyObject *merge(PyObject *module, PyObject *items) {
+    (void)module;
+    if (!PyList_Check(items)) {
+        PyErr_SetString(PyExc_TypeError, "merge(items: list[bytes])");
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(items);
+    Item *parsed = PyMem_Malloc(sizeof(Item) * (size_t)(count ? count : 1));
+    if (parsed == NULL) return PyErr_NoMemory();
+    ResourceGroup resources[MAX_GROUPS];
+    ScopeGroup scopes[MAX_GROUPS];
+    Py_ssize_t n_resources = 0, n_scopes = 0;
+    PyObject *out = NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Item *item = &parsed[i];
+        if (one_item(PyList_GET_ITEM(items, i), item) < 0) goto fallback;
+        item->next = -1;
+        Py_ssize_t r = 0;
+        while (r < n_resources && !same(resources[r].bytes, item->resource)) r++;
+        if (r == n_resources) {
+            if (n_resources == MAX_GROUPS) goto fallback;
+            resources[r] = (ResourceGroup){item->resource, -1, 0};
+            n_resources++;
+        }
+        Py_ssize_t s = resources[r].first_scope, last = -1;
+        while (s >= 0 && !same(scopes[s].bytes, item->scope)) {
+            last = s;
+            s = scopes[s].next_scope;
+        }
+        if (s < 0) {
+            if (n_scopes == MAX_GROUPS) goto fallback;
+            s = n_scopes++;
+            scopes[s] = (ScopeGroup){item->scope, r, i, i, field_size(item->scope.n), -1};
+            if (last < 0)
+                resources[r].first_scope = s;
+            else
+                scopes[last].next_scope = s;
+        } else {
+            parsed[scopes[s].last_item].next = i;
+            scopes[s].last_item = i;
+        }
+        scopes[s].payload += item->framed.n;
+    }
+    Py_ssize_t size = 0;
+    for (Py_ssize_t r = 0; r < n_resources; r++) {
+        Py_ssize_t payload = field_size(resources[r].bytes.n);
+        for (Py_ssize_t s = resources[r].first_scope; s >= 0; s = scopes[s].next_scope)
+            payload += field_size(scopes[s].payload);
+        resources[r].payload = payload;
+        size += field_size(payload);
+    }
+    out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL) goto done;
+    char *p = PyBytes_AS_STRING(out);
+    for (Py_ssize_t r = 0; r < n_resources; r++) {
+        *p++ = 0x0a;
+        p = put_varint(p, (uint64_t)resources[r].payload);
+        p = put_field(p, 0x0a, resources[r].bytes.p, resources[r].bytes.n);
+        for (Py_ssize_t s = resources[r].first_scope; s >= 0; s = scopes[s].next_scope) {
+            *p++ = 0x12;
+            p = put_varint(p, (uint64_t)scopes[s].payload);
+            p = put_field(p, 0x0a, scopes[s].bytes.p, scopes[s].bytes.n);
+            for (Py_ssize_t i = scopes[s].first_item; i >= 0; i = parsed[i].next)
+                p = put(p, parsed[i].framed.p, parsed[i].framed.n);
+        }
+    }
+    goto done;
+fallback:
+    out = Py_NewRef(Py_None);
+done:
+    PyMem_Free(parsed);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"log_record", (PyCFunction)(void (*)(void))log_record, METH_FASTCALL,
+     "log_record(time, observed, severity_number, severity_text, body_entries, attributes, trace_id, span_id, "
+     "flags, event_name) -> a serialized LogRecord."},
+    {"merge", merge, METH_O, "merge(items) -> one export request from one-item envelopes, or None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_otlp_wire", NULL, -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__otlp_wire(void) { return PyModule_Create(&module_def); }
