@@ -268,6 +268,38 @@ def test_a_log_record_with_bad_parts_raises() -> None:
             _otlp_wire.log_record(*args)
 
 
+_plain = (
+    st.text(max_size=6)
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats()
+    | st.none()
+)
+
+
+@needs_compiled
+@settings(max_examples=300)
+@given(
+    st.dictionaries(
+        st.text(max_size=8), _plain | st.lists(st.text(max_size=3), max_size=2) | st.binary(max_size=3)
+    ),
+    st.sampled_from([b"\x32", b"\x4a", b"\x1a"]),
+)
+def test_attributes_are_written_as_python_writes_them(values: dict[str, Any], tag: bytes) -> None:
+    assert _otlp_wire is not None
+    otlp_wire._compiled = False
+    try:
+        python = otlp_wire.attributes(values, tag)
+    finally:
+        otlp_wire._compiled = True
+    written = _otlp_wire.attributes(values, tag)
+    if all(type(v) in (str, bool, int, float, type(None)) for v in values.values()):
+        assert written == python
+    else:
+        assert written is None
+    assert otlp_wire.attributes(values, tag) == python
+
+
 def _envelope(resource: bytes, scope: bytes, item: bytes) -> bytes:
     return otlp_wire.resource_logs(resource, scope, [item])
 

@@ -1,5 +1,5 @@
-/* OTLP log records and export requests written from their parts, compiled: otlp_wire's
- * log_record_from_parts and the common case of merge_envelopes (every item a one-item envelope, as
+/* OTLP log records, attribute lists and export requests written from their parts, compiled:
+ * otlp_wire's log_record_from_parts, attributes of plain values and the common case of merge_envelopes (every item a one-item envelope, as
  * OtlpItemEncoder writes them), the same bytes without a Python call per field or per item.
  * Optional: without a C compiler otlp_wire.py writes them. */
 
@@ -116,6 +116,118 @@ static PyObject *log_record(PyObject *module, PyObject *const *args, Py_ssize_t 
         p = put_fixed(p, observed_ns, 8);
     }
     if (event_n) p = put_field(p, 0x62, event_name, event_n); /* 12 */
+    return out;
+}
+
+/* -- attributes ----------------------------------------------------------------------------- */
+
+/* A plain value to be written as an AnyValue. */
+typedef struct {
+    int kind; /* 0 none, 1 string, 2 bool, 3 int, 4 double */
+    const char *text;
+    Py_ssize_t text_n, n; /* n: the AnyValue's size */
+    uint64_t bits;
+} Scalar;
+
+/* 1 when the value is not a str, bool, int in int64's range, float or None (otlp_wire.attributes
+ * writes those), -1 on error. */
+static int scalar_of(PyObject *value, Scalar *out) {
+    if (value == Py_None) {
+        out->kind = 0;
+        out->n = 0;
+        return 0;
+    }
+    if (PyUnicode_CheckExact(value)) {
+        out->text = PyUnicode_AsUTF8AndSize(value, &out->text_n);
+        if (out->text == NULL) return -1;
+        out->kind = 1;
+        out->n = field_size(out->text_n);
+        return 0;
+    }
+    if (PyBool_Check(value)) {
+        out->kind = 2;
+        out->bits = value == Py_True;
+        out->n = 2;
+        return 0;
+    }
+    if (PyLong_CheckExact(value)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (overflow) return 1;
+        if (v == -1 && PyErr_Occurred()) return -1;
+        out->kind = 3;
+        out->bits = (uint64_t)v;
+        out->n = 1 + varint_size(out->bits);
+        return 0;
+    }
+    if (PyFloat_CheckExact(value)) {
+        double d = PyFloat_AS_DOUBLE(value);
+        out->kind = 4;
+        memcpy(&out->bits, &d, 8);
+        out->n = 9;
+        return 0;
+    }
+    return 1;
+}
+
+static char *put_scalar(char *p, const Scalar *s) {
+    switch (s->kind) {
+    case 1:
+        return put_field(p, 0x0a, s->text, s->text_n);
+    case 2:
+        *p++ = 0x10;
+        *p++ = (char)s->bits;
+        return p;
+    case 3:
+        *p++ = 0x18;
+        return put_varint(p, s->bits);
+    case 4:
+        *p++ = 0x21;
+        return put_fixed(p, s->bits, 8);
+    default:
+        return p;
+    }
+}
+
+/* attributes(values, tag) -> otlp_wire.attributes(values, tag) for a dict of str keys whose values
+ * are str, bool, int (int64), float or None; None for anything else (Python writes it). */
+static PyObject *attributes(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 2 || !PyDict_Check(args[0]) || !PyBytes_Check(args[1]) || PyBytes_GET_SIZE(args[1]) != 1) {
+        PyErr_SetString(PyExc_TypeError, "attributes(values: dict, tag: bytes of one byte)");
+        return NULL;
+    }
+    PyObject *values = args[0];
+    uint8_t tag = (uint8_t)PyBytes_AS_STRING(args[1])[0];
+    Buf b = {NULL, 0, 0};
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(values, &pos, &key, &value)) {
+        Scalar s;
+        Py_ssize_t key_n;
+        const char *key_text = PyUnicode_CheckExact(key) ? PyUnicode_AsUTF8AndSize(key, &key_n) : NULL;
+        int found = key_text == NULL ? (PyErr_Occurred() ? -1 : 1) : scalar_of(value, &s);
+        if (found != 0) {
+            PyMem_Free(b.data);
+            if (found < 0) return NULL;
+            Py_RETURN_NONE;
+        }
+        Py_ssize_t kv = field_size(key_n) + field_size(s.n);
+        if (buf_reserve(&b, field_size(kv)) < 0) {
+            PyMem_Free(b.data);
+            return NULL;
+        }
+        char *p = b.data + b.len;
+        *p++ = (char)tag;
+        p = put_varint(p, (uint64_t)kv);
+        p = put_field(p, 0x0a, key_text, key_n);
+        *p++ = 0x12;
+        p = put_varint(p, (uint64_t)s.n);
+        p = put_scalar(p, &s);
+        b.len = p - b.data;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(b.data, b.len);
+    PyMem_Free(b.data);
     return out;
 }
 
@@ -258,6 +370,8 @@ static PyMethodDef methods[] = {
     {"log_record", (PyCFunction)(void (*)(void))log_record, METH_FASTCALL,
      "log_record(time, observed, severity_number, severity_text, body_entries, attributes, trace_id, span_id, "
      "flags, event_name) -> a serialized LogRecord."},
+    {"attributes", (PyCFunction)(void (*)(void))attributes, METH_FASTCALL,
+     "attributes(values, tag) -> a message's repeated KeyValue field of plain values, or None."},
     {"merge", merge, METH_O, "merge(items) -> one export request from one-item envelopes, or None."},
     {NULL, NULL, 0, NULL},
 };

@@ -190,6 +190,10 @@ def kv_entry(tag: bytes, key: str, value: Any) -> bytes:
 def attributes(values: Mapping[str, Any], tag: bytes) -> bytes:
     """A message's repeated KeyValue field `tag` (e.g. LogRecord.attributes = 6 -> b"\\x32");
     a None value is written as an empty AnyValue."""
+    if _compiled and type(values) is dict:
+        written = _otlp_wire.attributes(values, tag)  # None: a value that is not plain, written below
+        if written is not None:
+            return written
     return b"".join(
         [
             kv_entry(tag, key, value) if value is not None else entry(tag, _key(key), value_field(b""))
