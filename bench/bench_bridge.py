@@ -397,7 +397,7 @@ def profile_top(what: str, bodies: list[bytes], frames: int = 8) -> list[str]:
         converter, items = RayEventsToOtel(terminal_grace_s=0.0), OtlpItemEncoder("ray")
         for body in bodies:
             emitted = converter.add([parse_event(item) for item in orjson.loads(body)])
-            spans = [items.span_item(s.session_name, s.span) for s in emitted.spans]
+            spans = [items.span_item_wire(s.session_name, s.wire) for s in emitted.spans]
             logs = [items.log_item_wire(r.session_name, r.wire) for r in emitted.logs]
             merge_envelopes(spans)
             merge_envelopes(logs)

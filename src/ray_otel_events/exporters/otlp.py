@@ -92,6 +92,10 @@ class OtlpItemEncoder:
         than the span)."""
         return self._envelope(session_name, span.SerializeToString())
 
+    def span_item_wire(self, session_name: str, span: bytes) -> bytes:
+        """`span_item` for a span already serialized (the bridge's RayEvent spans)."""
+        return self._envelope(session_name, span)
+
     def log_item_wire(self, session_name: str, record: bytes) -> bytes:
         """`log_item` for a record already serialized (the bridge's RayEvent records)."""
         return self._envelope(session_name, record)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+import struct
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
-from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from ray_otel_events.events import ids
 from ray_otel_events.events.builders import ActorState, JobState, TaskStatus, TaskType
@@ -138,8 +139,12 @@ def _is_nil(value: bytes) -> bool:
 class EmittedSpan:
     session_name: str
     event_type: int  # the type whose entity the span describes (for counters)
-    span: Span
+    wire: bytes  # a serialized Span
     entity: bytes = b""  # entity_key_bytes of the entity it closes (the durable queue's group)
+
+    @property
+    def span(self) -> Span:
+        return Span.FromString(self.wire)
 
 
 @dataclass(frozen=True, slots=True)
@@ -625,7 +630,7 @@ class RayEventsToOtel:
         outcome = "complete" if terminal is not None else "incomplete"
         self.counters.add(SPANS, kind=entity.kind, outcome=outcome)
         out.spans.append(
-            EmittedSpan(entity.session, entity.lifecycle_type, span, entity_key_bytes(entity.key))
+            EmittedSpan(entity.session, entity.lifecycle_type, span.wire(), entity_key_bytes(entity.key))
         )
 
     @staticmethod
@@ -647,7 +652,7 @@ class RayEventsToOtel:
         name: str,
         state_name: Callable[[int], str],
         attributes: dict[str, Any],
-    ) -> Span:
+    ) -> _SpanWire:
         start = transitions[0][0] if transitions else entity.first_ns
         if terminal is not None:
             end = terminal[0]
@@ -658,33 +663,27 @@ class RayEventsToOtel:
             last = terminal if terminal is not None else transitions[-1]
             attributes[semconv.RAY_STATE] = state_name(last[1])
         attributes[semconv.PRODUCER_ATTR] = PRODUCER
-        span = Span(
-            trace_id=trace_id,
-            span_id=span_id,
-            parent_span_id=parent_span_id,
-            name=name,
-            kind=_SPAN_KIND_INTERNAL,  # type: ignore[arg-type]
-            start_time_unix_nano=start,
-            end_time_unix_nano=end,
-        )
-        # Attributes and events written as wire bytes and parsed by upb in one call: building them
-        # as messages costs a Python-to-upb call per nested field (46 against 19 µs a task span).
-        parts = [otlp_wire.attributes(attributes, otlp_wire.SPAN_ATTRIBUTES)]
+        events = []
         for ns, state, _ in transitions:
             if terminal is not None and state == terminal[1] and ns > terminal[0]:
                 continue  # a terminal state reported again later (Ray re-sends DEAD at job end)
-            parts.append(_state_event(ns, state_name(state)))
-        span.MergeFromString(b"".join(parts))
-        return span
+            events.append(_state_event(ns, state_name(state)))
+        # Written as wire bytes: building a Span message costs a Python-to-upb call per field.
+        return _SpanWire(
+            _span_head(trace_id, span_id, parent_span_id, name, start, end),
+            otlp_wire.attributes(attributes, otlp_wire.SPAN_ATTRIBUTES),
+            events,
+            trace_id,
+        )
 
     @staticmethod
-    def _fail(span: Span, at_ns: int, exc_type: str, message: str, stacktrace: str) -> None:
+    def _fail(span: _SpanWire, at_ns: int, exc_type: str, message: str, stacktrace: str) -> None:
         summary = f"{exc_type}: {message}" if message else exc_type
-        span.status.CopyFrom(Status(code=_STATUS_ERROR, message=summary))  # type: ignore[arg-type]
+        span.status = _error_status(summary)
         attrs = {"exception.type": exc_type, "exception.message": message}
         if stacktrace:
             attrs["exception.stacktrace"] = stacktrace
-        span.MergeFromString(otlp_wire.span_event(at_ns, otlp_wire.span_event_fields("exception", attrs)))
+        span.events.append(otlp_wire.span_event(at_ns, otlp_wire.span_event_fields("exception", attrs)))
 
     def _task_parent(self, session: str, job: bytes, parent_task: bytes) -> bytes:
         if _is_nil(parent_task) or parent_task == _NIL_TASK_ID:
@@ -694,7 +693,7 @@ class RayEventsToOtel:
 
     def _task_span(
         self, entity: _Entity, terminal: tuple[int, int, Any] | None, transitions: list[tuple[int, int, Any]]
-    ) -> Span:
+    ) -> _SpanWire:
         _, session, task_id, attempt = entity.key
         d = entity.definition
         lc = entity.lifecycle
@@ -759,9 +758,9 @@ class RayEventsToOtel:
         )
         if actor_id:
             actor_trace = trace_id_for_job(session, _job_of_actor(actor_id, job))
-            span.links.add(trace_id=actor_trace, span_id=actor_span_id(session, actor_id))
+            span.links.append(_link(actor_trace, actor_span_id(session, actor_id)))
         if attempt > 0:
-            span.links.add(trace_id=span.trace_id, span_id=task_span_id(session, task_id, attempt - 1))
+            span.links.append(_link(span.trace_id, task_span_id(session, task_id, attempt - 1)))
         if failed and terminal is not None:
             info = lc.ray_error_info if lc.HasField("ray_error_info") else common_pb2.RayErrorInfo()
             error_type = attrs.get("ray.error_type", "TASK_FAILED")
@@ -771,7 +770,7 @@ class RayEventsToOtel:
 
     def _actor_span(
         self, entity: _Entity, terminal: tuple[int, int, Any] | None, transitions: list[tuple[int, int, Any]]
-    ) -> Span:
+    ) -> _SpanWire:
         _, session, actor_id, _ = entity.key
         d = entity.definition
         job = _job_of_actor(actor_id, d.job_id if d is not None else b"")
@@ -817,7 +816,7 @@ class RayEventsToOtel:
 
     def _job_span(
         self, entity: _Entity, terminal: tuple[int, int, Any] | None, transitions: list[tuple[int, int, Any]]
-    ) -> Span:
+    ) -> _SpanWire:
         _, session, job_id, _ = entity.key
         d = entity.definition
         attrs: dict[str, Any] = {semconv.RAY_JOB_ID: job_id.hex()}
@@ -848,6 +847,58 @@ class RayEventsToOtel:
         return log_record_wire(
             event, trace_id, span_id if trace_id else b"", self.observed_clock_ns(), posted=posted
         )
+
+
+# -- spans on the wire (opentelemetry.proto.trace.v1.Span, fields in number order as upb writes them)
+
+_pack_fixed64 = struct.Struct("<Q").pack
+
+
+@dataclass(slots=True)
+class _SpanWire:
+    """A span being written: its fields up to the end time, its attributes, then its events (11),
+    links (13) and status (15), each already encoded."""
+
+    head: bytes
+    attributes: bytes
+    events: list[bytes]
+    trace_id: bytes
+    links: list[bytes] = field(default_factory=list)
+    status: bytes = b""
+
+    def wire(self) -> bytes:
+        return b"".join([self.head, self.attributes, *self.events, *self.links, self.status])
+
+
+def _span_head(trace_id: bytes, span_id: bytes, parent_span_id: bytes, name: str, start: int, end: int) -> bytes:
+    """Span fields 1-8: ids, parent, name, kind INTERNAL, start and end (zero ones left out)."""
+    parts = [otlp_wire.bytes_field(b"\x0a", trace_id), otlp_wire.bytes_field(b"\x12", span_id)]
+    if parent_span_id:
+        parts.append(otlp_wire.bytes_field(b"\x22", parent_span_id))
+    if name:
+        parts.append(otlp_wire.string_field(b"\x2a", name))
+    parts.append(_KIND_INTERNAL_FIELD)
+    if start:
+        parts.append(b"\x39" + _pack_fixed64(start))
+    if end:
+        parts.append(b"\x41" + _pack_fixed64(end))
+    return b"".join(parts)
+
+
+_KIND_INTERNAL_FIELD = b"\x30" + bytes((_SPAN_KIND_INTERNAL,))
+
+
+def _link(trace_id: bytes, span_id: bytes) -> bytes:
+    """One Span.links entry (13): Link{trace_id = 1, span_id = 2}."""
+    return otlp_wire.bytes_field(
+        b"\x6a", otlp_wire.bytes_field(b"\x0a", trace_id) + otlp_wire.bytes_field(b"\x12", span_id)
+    )
+
+
+def _error_status(message: str) -> bytes:
+    """Span.status (15): Status{message = 2, code = 3 ERROR}."""
+    status = (otlp_wire.string_field(b"\x12", message) if message else b"") + bytes((0x18, _STATUS_ERROR))
+    return otlp_wire.bytes_field(b"\x7a", status)
 
 
 _state_event_fields: dict[str, bytes] = {}

@@ -329,6 +329,11 @@ def string_field(tag: bytes, value: str) -> bytes:
     return _length_delimited(tag, value.encode())
 
 
+def bytes_field(tag: bytes, value: bytes) -> bytes:
+    """A bytes or message field of any message (`tag` = field number << 3 | 2)."""
+    return tag + varint(len(value)) + value
+
+
 def resource_logs(resource: bytes, scope: bytes, records: list[bytes]) -> bytes:
     """A serialized ResourceLogs{resource, scope_logs: [ScopeLogs{scope, log_records}]} from the
     serialized Resource, InstrumentationScope and LogRecords; given Spans, the ResourceSpans

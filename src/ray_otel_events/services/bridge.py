@@ -476,7 +476,7 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[PostedEvent]):
         with self._transaction():
             if emitted.spans:
                 self.otlp_spans.add_many(
-                    [self.items.span_item(s.session_name, s.span) for s in emitted.spans],
+                    [self.items.span_item_wire(s.session_name, s.wire) for s in emitted.spans],
                     [s.event_type for s in emitted.spans],
                 )
             if emitted.logs:
