@@ -94,15 +94,11 @@ static PyObject *leaf_made(PyObject *leaf, PyObject *cache_key, const char *vf, 
         return NULL;
     }
     PyObject *body_entry = NULL, *attr_entry = NULL, *pair = NULL;
-    if (!PyBytes_Check(attr_key) || (body_key != Py_None && !PyBytes_Check(body_key))) {
+    if (!PyBytes_Check(attr_key) || !PyBytes_Check(body_key)) {
         PyErr_SetString(PyExc_TypeError, "a leaf's keys are not bytes");
         goto done;
     }
-    if (body_key == Py_None) {
-        body_entry = PyBytes_FromStringAndSize("", 0);
-    } else {
-        body_entry = framed2(TAG_BODY_ENTRY, PyBytes_AS_STRING(body_key), PyBytes_GET_SIZE(body_key), vf, nvf);
-    }
+    body_entry = framed2(TAG_BODY_ENTRY, PyBytes_AS_STRING(body_key), PyBytes_GET_SIZE(body_key), vf, nvf);
     if (body_entry == NULL) goto done;
     attr_entry = framed2(TAG_ATTRIBUTE, PyBytes_AS_STRING(attr_key), PyBytes_GET_SIZE(attr_key), vf, nvf);
     if (attr_entry == NULL) goto done;

@@ -112,6 +112,7 @@ def job_span_id(session_name: str, job_id: bytes) -> bytes:
     return _digest(b"ray-otel-events/job", session_name.encode(), job_id)[:8]
 
 
+@functools.lru_cache(maxsize=4096)  # a task's pieces and its span arrive close together
 def task_span_id(session_name: str, task_id: bytes, attempt: int) -> bytes:
     return _digest(b"ray-otel-events/task", session_name.encode(), task_id, str(attempt).encode())[:8]
 

@@ -215,9 +215,8 @@ class _Leaf:
 
     __slots__ = ("attr_key", "body_key", "values")
 
-    def __init__(self, body_key: str | None, attr_key: str) -> None:
-        """`body_key` None: an attribute only (its body entry is empty)."""
-        self.body_key = otlp_wire.key_field(body_key) if body_key is not None else None
+    def __init__(self, body_key: str, attr_key: str) -> None:
+        self.body_key = otlp_wire.key_field(body_key)
         self.attr_key = otlp_wire.key_field(attr_key)
         # keyed by the value (strings) or by (type, value) (ints and bools: True == 1)
         self.values: dict[Any, tuple[bytes, bytes]] | None = {}
@@ -243,9 +242,8 @@ class _Leaf:
 
     def _made(self, cache_key: Any, value_field: bytes) -> tuple[bytes, bytes]:
         """Both entries around one encoded value, kept while this field's values repeat."""
-        body_key = self.body_key
         pair = (
-            otlp_wire.entry(_KVLIST_ENTRY, body_key, value_field) if body_key is not None else b"",
+            otlp_wire.entry(_KVLIST_ENTRY, self.body_key, value_field),
             otlp_wire.entry(_LOG_ATTRIBUTE, self.attr_key, value_field),
         )
         self._remember(cache_key, pair)
@@ -419,9 +417,6 @@ def _flat_leaf(path: str, value: Any, attrs: list[bytes]) -> None:
         attrs.append(otlp_wire.kv_entry(_LOG_ATTRIBUTE, key, flat))
 
 
-_entity_leaves: dict[str, _Leaf] = {}  # a handful of entity attribute names
-
-
 def log_record_wire(
     event: RayEvent,
     trace_id: bytes,
@@ -440,14 +435,7 @@ def log_record_wire(
     again."""
     attrs: list[bytes] = []
     body = _walk(_camel.to_dict(event) if posted is None else posted, _ROOT, attrs)
-    for key, value in entity_attributes(event).items():
-        if type(value) is str:
-            leaf = _entity_leaves.get(key)
-            if leaf is None:
-                leaf = _entity_leaves[key] = _Leaf(None, key)
-            attrs.append(leaf.entries(value)[1])
-        else:
-            attrs.append(otlp_wire.kv_entry(_LOG_ATTRIBUTE, key, value))
+    attrs.append(otlp_wire.attributes(entity_attributes(event), _LOG_ATTRIBUTE))
     if extra_attributes:
         attrs.append(extra_attributes)
     severity = SEVERITY_NUMBER.get(event.severity, 0)
