@@ -90,17 +90,25 @@ class OtlpItemEncoder:
         """A serialized ResourceSpans holding `span` (written on the wire: ResourceSpans and
         ResourceLogs have one shape, and copying the resource into a message per span cost more
         than the span)."""
-        return self._envelope(session_name, span.SerializeToString())
+        return self.wire_items([session_name], [span.SerializeToString()])[0]
 
-    def span_item_wire(self, session_name: str, span: bytes) -> bytes:
-        """`span_item` for a span already serialized (the bridge's RayEvent spans)."""
-        return self._envelope(session_name, span)
+    def wire_items(self, sessions: list[str], items: list[bytes]) -> list[bytes]:
+        """Serialized spans or log records (the bridge's), each in its own envelope with the
+        resource of its session (`sessions[i]` for `items[i]`), written a run of one session at a
+        time."""
+        out: list[bytes] = []
+        start, count = 0, len(items)
+        while start < count:
+            session = sessions[start]
+            end = start + 1
+            while end < count and sessions[end] == session:
+                end += 1
+            resource, scope = self._wire_prefix_of(session)
+            out.extend(otlp_wire.one_item_envelopes(resource, scope, items[start:end]))
+            start = end
+        return out
 
-    def log_item_wire(self, session_name: str, record: bytes) -> bytes:
-        """`log_item` for a record already serialized (the bridge's RayEvent records)."""
-        return self._envelope(session_name, record)
-
-    def _envelope(self, session_name: str, item: bytes) -> bytes:
+    def _wire_prefix_of(self, session_name: str) -> tuple[bytes, bytes]:
         cached = self._wire_prefix.get(session_name)
         if cached is None:
             cached = self._wire_prefix[session_name] = (
@@ -109,7 +117,7 @@ class OtlpItemEncoder:
             )
             if len(self._wire_prefix) > self._max_sessions:
                 self._wire_prefix.pop(next(iter(self._wire_prefix)))
-        return otlp_wire.resource_logs(cached[0], cached[1], [item])
+        return cached
 
     def log_item(self, session_name: str, record: LogRecord) -> bytes:
         item = ResourceLogs(resource=self.resource(session_name))

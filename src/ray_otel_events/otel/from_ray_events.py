@@ -871,7 +871,9 @@ class _SpanWire:
         return b"".join([self.head, self.attributes, *self.events, *self.links, self.status])
 
 
-def _span_head(trace_id: bytes, span_id: bytes, parent_span_id: bytes, name: str, start: int, end: int) -> bytes:
+def _span_head(
+    trace_id: bytes, span_id: bytes, parent_span_id: bytes, name: str, start: int, end: int
+) -> bytes:
     """Span fields 1-8: ids, parent, name, kind INTERNAL, start and end (zero ones left out)."""
     parts = [otlp_wire.bytes_field(b"\x0a", trace_id), otlp_wire.bytes_field(b"\x12", span_id)]
     if parent_span_id:

@@ -476,12 +476,16 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[PostedEvent]):
         with self._transaction():
             if emitted.spans:
                 self.otlp_spans.add_many(
-                    [self.items.span_item_wire(s.session_name, s.wire) for s in emitted.spans],
+                    self.items.wire_items(
+                        [s.session_name for s in emitted.spans], [s.wire for s in emitted.spans]
+                    ),
                     [s.event_type for s in emitted.spans],
                 )
             if emitted.logs:
                 self.otlp_logs.add_many(
-                    [self.items.log_item_wire(r.session_name, r.wire) for r in emitted.logs],
+                    self.items.wire_items(
+                        [r.session_name for r in emitted.logs], [r.wire for r in emitted.logs]
+                    ),
                     [r.event_type for r in emitted.logs],
                 )
             if self.pending is not None:
