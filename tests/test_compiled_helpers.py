@@ -30,8 +30,10 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans, Span
 
 from ray_otel_events.encoding import ray_json, ray_json_decode
-from ray_otel_events.otel import log_records, otlp_wire, plain_records
+from ray_otel_events.otel import from_ray_events, log_records, otlp_wire, plain_records
+from ray_otel_events.protobuf.events_actor_lifecycle_event_pb2 import ActorLifecycleEvent
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+from ray_otel_events.protobuf.events_task_lifecycle_event_pb2 import TaskLifecycleEvent
 from ray_otel_events.store import sqlite_store, state_merge
 from ray_otel_events.store.sqlite_store import EventStore
 from tests.test_otlp_wire import _fixture_dicts, values
@@ -62,6 +64,10 @@ try:
 except ImportError:
     _otlp_wire = None  # type: ignore[assignment]
 try:
+    from ray_otel_events.otel import _lifecycle_wire
+except ImportError:
+    _lifecycle_wire = None  # type: ignore[assignment]
+try:
     from ray_otel_events.store import _state_fold
 except ImportError:
     _state_fold = None  # type: ignore[assignment]
@@ -80,6 +86,7 @@ needs_compiled = pytest.mark.skipif(
             _any_value_wire,
             _span_records,
             _otlp_wire,
+            _lifecycle_wire,
             _state_fold,
         )
     ),
@@ -100,6 +107,7 @@ def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
         assert not plain_records._compiled and not plain_records._records_compiled
         assert not ray_json.writes_compiled()
         assert not otlp_wire._compiled
+        assert from_ray_events._read_transitions is None
         assert state_merge.prepare is state_merge._prepare_python
         return
     assert _record_walk is not None, "setup.py should have built otel/_record_walk.c"
@@ -112,6 +120,8 @@ def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
     assert plain_records._records_compiled
     assert _otlp_wire is not None, "setup.py should have built otel/_otlp_wire.c"
     assert otlp_wire._compiled
+    assert _lifecycle_wire is not None, "setup.py should have built otel/_lifecycle_wire.c"
+    assert from_ray_events._read_transitions is _lifecycle_wire.transitions
     assert _ray_json_encode is not None, "setup.py should have built encoding/_ray_json_encode.c"
     assert ray_json.writes_compiled()
     assert _state_fold is not None, "setup.py should have built store/_state_fold.c"
@@ -208,6 +218,8 @@ def test_the_environment_can_turn_the_compiled_helpers_off() -> None:
         "print(r._walk is r._walk_python and d._event_wire is None and not p._compiled"
         " and not p._records_compiled"
         " and not __import__('ray_otel_events.otel.otlp_wire').otel.otlp_wire._compiled"
+        " and __import__('ray_otel_events.otel.from_ray_events').otel.from_ray_events"
+        "._read_transitions is None"
         " and not __import__('ray_otel_events.encoding.ray_json').encoding.ray_json.writes_compiled()"
         " and s.prepare is s._prepare_python and s.row_columns is s._row_columns_python"
         " and store._writer is None)"
@@ -298,6 +310,51 @@ def test_attributes_are_written_as_python_writes_them(values: dict[str, Any], ta
     else:
         assert written is None
     assert otlp_wire.attributes(values, tag) == python
+
+
+_seconds = st.sampled_from([0, 1, -1, 1_795_311_449, 18_446_744_073, 18_446_744_074, 253402300799])
+_transition = st.tuples(
+    st.integers(min_value=-(2**31), max_value=2**31 - 1) | st.sampled_from([0, 1, 2, 9, 11]),
+    _seconds | st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.sampled_from([0, 5, 999_999_999]) | st.integers(min_value=-(2**31), max_value=2**31 - 1),
+)
+
+
+def _transitions_python(wire: bytes, kind: str) -> Any:
+    """from_ray_events._transitions through upb, without the transition messages; None where it
+    raises."""
+    cls = TaskLifecycleEvent if kind == "task" else ActorLifecycleEvent
+    entity = from_ray_events._Entity((kind, "s", b"id", 0), 0, 0, 0.0, lifecycle_wire=wire)
+    entity.lifecycle = cls.FromString(wire)
+    saved, from_ray_events._read_transitions = from_ray_events._read_transitions, None
+    try:
+        return [(ns, state) for ns, state, _ in from_ray_events.RayEventsToOtel._transitions(entity)]
+    except ValueError:
+        return None
+    finally:
+        from_ray_events._read_transitions = saved
+
+
+@needs_compiled
+@settings(max_examples=400)
+@given(st.lists(st.lists(_transition, max_size=6), min_size=1, max_size=3), st.booleans())
+def test_transitions_read_from_wire_bytes_are_what_upb_gives(
+    pieces: list[list[tuple[int, int, int]]], task: bool
+) -> None:
+    """Several pieces concatenated (how an open entity keeps them), repeats, any order, times out
+    of range and past what OTLP carries."""
+    assert _lifecycle_wire is not None
+    cls = TaskLifecycleEvent if task else ActorLifecycleEvent
+    wire = b""
+    for piece in pieces:
+        message = cls()
+        for state, seconds, nanos in piece:
+            transition = message.state_transitions.add(state=state % 5 if not task else state)
+            transition.timestamp.seconds, transition.timestamp.nanos = seconds, nanos
+        wire += message.SerializeToString()
+    read = _lifecycle_wire.transitions(wire, 3 if task else 2)
+    python = _transitions_python(wire, "task" if task else "job")
+    assert (None if read is None else [(ns, state) for ns, state, _ in read]) == python
 
 
 def _envelope(resource: bytes, scope: bytes, item: bytes) -> bytes:

@@ -39,6 +39,7 @@ from typing import Any
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from ray_otel_events import config
 from ray_otel_events.events import ids
 from ray_otel_events.events.builders import ActorState, JobState, TaskStatus, TaskType
 from ray_otel_events.events.registry import event_type_name
@@ -85,6 +86,14 @@ _NORMAL_ACTOR_DEATHS = frozenset(
         common_pb2.ActorDiedErrorContext.REF_DELETED,
     }
 )
+try:  # the transitions' reader compiled (setup.py builds it where a C compiler is present)
+    from ray_otel_events.otel import _lifecycle_wire
+except ImportError:
+    _lifecycle_wire = None  # type: ignore[assignment]
+_read_transitions = (
+    _lifecycle_wire.transitions if _lifecycle_wire is not None and config.compiled_enabled() else None
+)
+_TRANSITIONS_FIELD = {"task": 3, "actor": 2, "job": 2}  # each lifecycle's state_transitions
 _SPAN_KIND_INTERNAL = 1
 _STATUS_ERROR = 2
 _NIL_TASK_ID = ids.nil_id(ids.TASK_ID_SIZE)
@@ -534,9 +543,11 @@ class RayEventsToOtel:
 
     @staticmethod
     def _merge_lifecycle(entity: _Entity, payload: Any, terminal_states: frozenset[int]) -> None:
-        entity.lifecycle_wire += _without_id(payload.SerializeToString(), entity.key[2])
-        for transition in payload.state_transitions:
-            state = transition.state
+        wire = payload.SerializeToString()
+        entity.lifecycle_wire += _without_id(wire, entity.key[2])
+        read = _read_transitions(wire, _TRANSITIONS_FIELD[entity.kind]) if _read_transitions else None
+        states = [t[1] for t in read] if read is not None else [t.state for t in payload.state_transitions]
+        for state in states:
             if state in terminal_states:
                 entity.terminal = True
             elif state in _TASK_RUNNING and entity.kind == "task":
@@ -557,9 +568,16 @@ class RayEventsToOtel:
 
     @staticmethod
     def _transitions(entity: _Entity) -> list[tuple[int, int, Any]]:
-        """(timestamp ns, state, transition) sorted by time, repeats of (state, time) removed."""
+        """(timestamp ns, state, transition) sorted by time, repeats of (state, time) removed; the
+        transition is None where it is read from the wire (all but actors, whose spans read it)."""
         if entity.lifecycle is None:
             return []
+        if _read_transitions is not None and entity.kind != "actor":
+            read: list[tuple[int, int, Any]] | None = _read_transitions(
+                entity.lifecycle_wire, _TRANSITIONS_FIELD[entity.kind]
+            )
+            if read is not None:
+                return read
         seen: set[tuple[int, int]] = set()
         out: list[tuple[int, int, Any]] = []
         for t in entity.lifecycle.state_transitions:

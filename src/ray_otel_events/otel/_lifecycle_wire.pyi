@@ -1,0 +1,3 @@
+"""A lifecycle payload's state transitions read from its wire bytes (_lifecycle_wire.c)."""
+
+def transitions(wire: bytes, field_number: int, /) -> list[tuple[int, int, None]] | None: ...
