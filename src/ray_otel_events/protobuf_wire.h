@@ -31,6 +31,12 @@ static inline char *put(char *p, const char *data, Py_ssize_t n) {
     return p + n;
 }
 
+/* A fixed32 or fixed64 value (`size` 4 or 8), little-endian. */
+static inline char *put_fixed_bits(char *p, uint64_t bits, int size) {
+    for (int i = 0; i < size; i++) *p++ = (char)(bits >> (8 * i) & 0xff);
+    return p;
+}
+
 /* A growing byte string (PyMem): one message's fields, one object's entries. */
 typedef struct {
     char *data;
@@ -199,6 +205,27 @@ static inline int next_field(Reader *r, Field *f) {
     default: /* groups: OTLP has none */
         return malformed();
     }
+}
+
+/* A google.protobuf.Timestamp{seconds = 1, nanos = 2} merged into (seconds, nanos), as protobuf
+ * merges a message given twice: 0; 1 when field 1 or 2 has another wire type (the caller leaves
+ * the message to Python); -1 on malformed bytes. */
+static inline int read_timestamp(Reader r, int64_t *seconds, int32_t *nanos) {
+    while (r.p < r.end) {
+        Field f;
+        if (next_field(&r, &f) < 0) return -1;
+        if (f.number == 1 || f.number == 2) {
+            if (f.wire_type != 0) return 1;
+            if (f.number == 1) *seconds = (int64_t)f.scalar;
+            else *nanos = (int32_t)f.scalar;
+        }
+    }
+    return 0;
+}
+
+/* What a Timestamp may hold (years 1 to 9999; what json_format and ToNanoseconds accept). */
+static inline int timestamp_in_range(int64_t seconds, int32_t nanos) {
+    return seconds >= -62135596800LL && seconds <= 253402300799LL && nanos >= 0 && nanos <= 999999999;
 }
 
 #endif

@@ -73,17 +73,10 @@ static void civil(int64_t days, int64_t *year, int *month, int *day) {
 /* Timestamp.ToJsonString(): UTC, 0, 3, 6 or 9 fractional digits, 'Z'; out of range: LEAVE. */
 static int timestamp_json(Buf *b, Reader r) {
     int64_t seconds = 0;
-    int64_t nanos = 0;
-    while (r.p < r.end) {
-        Field f;
-        if (next_field(&r, &f) < 0) return -1;
-        if (f.number == 1 || f.number == 2) {
-            if (f.wire_type != 0) return LEAVE;
-            if (f.number == 1) seconds = (int64_t)f.scalar;
-            else nanos = (int32_t)f.scalar;
-        }
-    }
-    if (seconds < -62135596800LL || seconds > 253402300799LL || nanos < 0 || nanos > 999999999) return LEAVE;
+    int32_t nanos = 0;
+    int read = read_timestamp(r, &seconds, &nanos);
+    if (read < 0) return -1;
+    if (read > 0 || !timestamp_in_range(seconds, nanos)) return LEAVE;
     int64_t days = seconds >= 0 ? seconds / 86400 : -((-seconds + 86399) / 86400);
     int64_t in_day = seconds - days * 86400;
     int64_t year;

@@ -93,7 +93,7 @@ static int varint_field(Buf *b, uint32_t number, uint64_t value) {
 
 static int put_fixed(Buf *b, uint32_t number, uint64_t bits, int size) {
     if (put_key(b, number, size == 8 ? 1 : 5) < 0 || buf_reserve(b, size) < 0) return FAILED;
-    for (int i = 0; i < size; i++) b->data[b->len++] = (char)((bits >> (8 * i)) & 0xff);
+    b->len = put_fixed_bits(b->data + b->len, bits, size) - b->data;
     return DONE;
 }
 

@@ -3,34 +3,19 @@
  * whether a task ran or ended and to lay out its span's events. The bytes are what upb serialized
  * (or several such payloads concatenated, which parse as their merge), read with protobuf's rules:
  * a scalar given twice, the last; a Timestamp given twice, merged; fields of another wire type,
- * unknown. Optional: without a C compiler from_ray_events reads them through upb. */
+ * unknown (in a Timestamp, left to upb). Optional: without a C compiler from_ray_events reads them through upb. */
 
 #define PY_SSIZE_T_CLEAN
 #include "protobuf_wire.h"
-
-#define SECONDS_MIN (-62135596800LL) /* what a Timestamp may hold: years 1 to 9999 */
-#define SECONDS_MAX 253402300799LL
 
 typedef struct {
     uint64_t ns;
     int32_t state;
 } Transition;
 
-/* Timestamp{seconds = 1, nanos = 2} merged into (seconds, nanos). */
-static int read_timestamp(Reader r, int64_t *seconds, int32_t *nanos) {
-    while (r.p < r.end) {
-        Field f;
-        if (next_field(&r, &f) < 0) return -1;
-        if (f.wire_type != 0) continue;
-        if (f.number == 1) *seconds = (int64_t)f.scalar;
-        if (f.number == 2) *nanos = (int32_t)f.scalar;
-    }
-    return 0;
-}
-
 /* otlp_wire.unix_nano: the time OTLP can carry, else 0; 1 for a Timestamp out of range. */
 static int unix_nano(int64_t seconds, int32_t nanos, uint64_t *out) {
-    if (seconds < SECONDS_MIN || seconds > SECONDS_MAX || nanos < 0 || nanos > 999999999) return 1;
+    if (!timestamp_in_range(seconds, nanos)) return 1;
     if (seconds < 0) {
         *out = 0; /* before 1970: OTLP's "unknown" */
         return 0;
@@ -43,7 +28,8 @@ static int unix_nano(int64_t seconds, int32_t nanos, uint64_t *out) {
 /* transitions(wire, field_number) -> [(time ns, state), ...] of the StateTransition{state = 1,
  * timestamp = 2} entries of repeated field `field_number`, sorted by time (stable), repeats of
  * (time, state) left out: what from_ray_events._transitions makes of them (without the transition
- * message, the third item). None when a Timestamp is out of range or the bytes are malformed. */
+ * message, the third item). None when a Timestamp is out of range or odd, or the bytes are
+ * malformed. */
 static PyObject *transitions(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     if (nargs != 2 || !PyBytes_Check(args[0]) || !PyLong_Check(args[1])) {
@@ -68,7 +54,7 @@ static PyObject *transitions(PyObject *module, PyObject *const *args, Py_ssize_t
             Field g;
             if (next_field(&t, &g) < 0) goto malformed;
             if (g.number == 1 && g.wire_type == 0) state = (int32_t)g.scalar;
-            if (g.number == 2 && g.wire_type == 2 && read_timestamp(g.payload, &seconds, &nanos) < 0)
+            if (g.number == 2 && g.wire_type == 2 && read_timestamp(g.payload, &seconds, &nanos) != 0)
                 goto malformed;
         }
         uint64_t ns;
@@ -106,7 +92,7 @@ static PyObject *transitions(PyObject *module, PyObject *const *args, Py_ssize_t
         PyList_SET_ITEM(out, i, item);
     }
     goto done;
-malformed: /* upb's reading raises there, which the caller keeps */
+malformed: /* or a Timestamp field of another wire type: left to upb's reading */
     PyErr_Clear();
     out = Py_NewRef(Py_None);
 done:

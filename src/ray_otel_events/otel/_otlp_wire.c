@@ -6,11 +6,6 @@
 #define PY_SSIZE_T_CLEAN
 #include "protobuf_wire.h"
 
-static char *put_fixed(char *p, uint64_t v, int size) {
-    for (int i = 0; i < size; i++) *p++ = (char)(v >> (8 * i) & 0xff);
-    return p;
-}
-
 static char *put_field(char *p, uint8_t tag, const char *data, Py_ssize_t n) {
     *p++ = (char)tag;
     p = put_varint(p, (uint64_t)n);
@@ -89,7 +84,7 @@ static PyObject *log_record(PyObject *module, PyObject *const *args, Py_ssize_t 
     char *p = PyBytes_AS_STRING(out);
     if (time_ns) {
         *p++ = 0x09; /* 1, fixed64 */
-        p = put_fixed(p, time_ns, 8);
+        p = put_fixed_bits(p, time_ns, 8);
     }
     if (severity) {
         *p++ = 0x10; /* 2 */
@@ -107,13 +102,13 @@ static PyObject *log_record(PyObject *module, PyObject *const *args, Py_ssize_t 
     }
     if (flags) {
         *p++ = 0x45; /* 8, fixed32 */
-        p = put_fixed(p, flags, 4);
+        p = put_fixed_bits(p, flags, 4);
     }
     if (trace_n) p = put_field(p, 0x4a, trace, trace_n); /* 9 */
     if (span_n) p = put_field(p, 0x52, span, span_n);    /* 10 */
     if (observed_ns) {
         *p++ = 0x59; /* 11, fixed64 */
-        p = put_fixed(p, observed_ns, 8);
+        p = put_fixed_bits(p, observed_ns, 8);
     }
     if (event_n) p = put_field(p, 0x62, event_name, event_n); /* 12 */
     return out;
@@ -183,7 +178,7 @@ static char *put_scalar(char *p, const Scalar *s) {
         return put_varint(p, s->bits);
     case 4:
         *p++ = 0x21;
-        return put_fixed(p, s->bits, 8);
+        return put_fixed_bits(p, s->bits, 8);
     default:
         return p;
     }

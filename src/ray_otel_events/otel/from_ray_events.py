@@ -692,7 +692,6 @@ class RayEventsToOtel:
             _span_head(trace_id, span_id, parent_span_id, name, start, end),
             otlp_wire.attributes(attributes, otlp_wire.SPAN_ATTRIBUTES),
             events,
-            trace_id,
         )
 
     @staticmethod
@@ -764,11 +763,12 @@ class RayEventsToOtel:
         failed = terminal is not None and terminal[1] == _FAILED
         if failed and lc.HasField("ray_error_info"):
             attrs["ray.error_type"] = _enum_name(common_pb2.ErrorType, lc.ray_error_info.error_type)
+        trace_id = trace_id_for_job(session, job)
         span = self._base_span(
             entity,
             terminal,
             transitions,
-            trace_id_for_job(session, job),
+            trace_id,
             task_span_id(session, task_id, attempt),
             parent,
             name or f"task {task_id.hex()}",
@@ -779,7 +779,7 @@ class RayEventsToOtel:
             actor_trace = trace_id_for_job(session, _job_of_actor(actor_id, job))
             span.links.append(_link(actor_trace, actor_span_id(session, actor_id)))
         if attempt > 0:
-            span.links.append(_link(span.trace_id, task_span_id(session, task_id, attempt - 1)))
+            span.links.append(_link(trace_id, task_span_id(session, task_id, attempt - 1)))
         if failed and terminal is not None:
             info = lc.ray_error_info if lc.HasField("ray_error_info") else common_pb2.RayErrorInfo()
             error_type = attrs.get("ray.error_type", "TASK_FAILED")
@@ -881,7 +881,6 @@ class _SpanWire:
     head: bytes
     attributes: bytes
     events: list[bytes]
-    trace_id: bytes
     links: list[bytes] = field(default_factory=list)
     status: bytes = b""
 

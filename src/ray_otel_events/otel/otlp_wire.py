@@ -329,9 +329,7 @@ def string_field(tag: bytes, value: str) -> bytes:
     return _length_delimited(tag, value.encode())
 
 
-def bytes_field(tag: bytes, value: bytes) -> bytes:
-    """A bytes or message field of any message (`tag` = field number << 3 | 2)."""
-    return tag + varint(len(value)) + value
+bytes_field = _length_delimited  # a bytes or message field of any message (`tag`, length, payload)
 
 
 def resource_logs(resource: bytes, scope: bytes, records: list[bytes]) -> bytes:
