@@ -33,6 +33,7 @@ setup(
             "otel._span_records",
             "otel._otlp_wire",
             "otel._lifecycle_wire",
+            "otel._event_head",
             "encoding._ray_json_wire",
             "encoding._ray_json_encode",
             "store._state_fold",

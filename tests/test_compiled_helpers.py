@@ -30,7 +30,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans, Span
 
 from ray_otel_events.encoding import ray_json, ray_json_decode
-from ray_otel_events.otel import from_ray_events, log_records, otlp_wire, plain_records
+from ray_otel_events.otel import event_heads, from_ray_events, log_records, otlp_wire, plain_records
 from ray_otel_events.protobuf.events_actor_lifecycle_event_pb2 import ActorLifecycleEvent
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.protobuf.events_task_lifecycle_event_pb2 import TaskLifecycleEvent
@@ -68,6 +68,10 @@ try:
 except ImportError:
     _lifecycle_wire = None  # type: ignore[assignment]
 try:
+    from ray_otel_events.otel import _event_head
+except ImportError:
+    _event_head = None  # type: ignore[assignment]
+try:
     from ray_otel_events.store import _state_fold
 except ImportError:
     _state_fold = None  # type: ignore[assignment]
@@ -87,6 +91,7 @@ needs_compiled = pytest.mark.skipif(
             _span_records,
             _otlp_wire,
             _lifecycle_wire,
+            _event_head,
             _state_fold,
         )
     ),
@@ -108,6 +113,7 @@ def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
         assert not ray_json.writes_compiled()
         assert not otlp_wire._compiled
         assert from_ray_events._read_transitions is None
+        assert not event_heads._compiled
         assert state_merge.prepare is state_merge._prepare_python
         return
     assert _record_walk is not None, "setup.py should have built otel/_record_walk.c"
@@ -122,6 +128,8 @@ def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
     assert otlp_wire._compiled
     assert _lifecycle_wire is not None, "setup.py should have built otel/_lifecycle_wire.c"
     assert from_ray_events._read_transitions is _lifecycle_wire.transitions
+    assert _event_head is not None, "setup.py should have built otel/_event_head.c"
+    assert event_heads._compiled
     assert _ray_json_encode is not None, "setup.py should have built encoding/_ray_json_encode.c"
     assert ray_json.writes_compiled()
     assert _state_fold is not None, "setup.py should have built store/_state_fold.c"
@@ -220,6 +228,7 @@ def test_the_environment_can_turn_the_compiled_helpers_off() -> None:
         " and not __import__('ray_otel_events.otel.otlp_wire').otel.otlp_wire._compiled"
         " and __import__('ray_otel_events.otel.from_ray_events').otel.from_ray_events"
         "._read_transitions is None"
+        " and not __import__('ray_otel_events.otel.event_heads').otel.event_heads._compiled"
         " and not __import__('ray_otel_events.encoding.ray_json').encoding.ray_json.writes_compiled()"
         " and s.prepare is s._prepare_python and s.row_columns is s._row_columns_python"
         " and store._writer is None)"
@@ -355,6 +364,81 @@ def test_transitions_read_from_wire_bytes_are_what_upb_gives(
     read = _lifecycle_wire.transitions(wire, 3 if task else 2)
     python = _transitions_python(wire, "task" if task else "job")
     assert (None if read is None else [(ns, state) for ns, state, _ in read]) == python
+
+
+# -- a RayEvent's head --------------------------------------------------------------------------
+
+
+def _python_head(event: RayEvent) -> event_heads.EventHead | None:
+    try:
+        return event_heads.python_head(event)
+    except ValueError:  # a timestamp out of range
+        return None
+
+
+@needs_compiled
+def test_every_real_event_head_is_read_as_upb_reads_it() -> None:
+    assert _event_head is not None
+    events = [ray_json_decode.decode_event(obj) for obj in _fixture_dicts()]
+    assert len(events) > 100
+    for event in events:
+        head = _event_head.head(event.SerializeToString())
+        assert head is not None and type(head) is event_heads.EventHead
+        assert head == event_heads.python_head(event)
+
+
+@needs_compiled
+@settings(max_examples=400, deadline=None)
+@given(ray_events())
+def test_random_event_heads_are_read_as_upb_reads_them(event: RayEvent) -> None:
+    """Every payload type with random fields, ids of any length, negative attempts, unknown enum
+    numbers: the same head, or None only where Python's reading raises or the type is unknown."""
+    assert _event_head is not None
+    head = _event_head.head(event.SerializeToString())
+    python = _python_head(event)
+    if head is None:
+        assert python is None or event.event_type not in event_heads._SPECS
+    else:
+        assert head == python
+
+
+@needs_compiled
+def test_odd_event_heads_are_left_to_python() -> None:
+    """A payload given twice (upb merges it), a known field of another wire type, malformed bytes,
+    a time out of range, an unknown type."""
+    assert _event_head is not None
+    event = RayEvent(event_id=b"e", session_name="s", event_type=RayEvent.TASK_LIFECYCLE_EVENT)
+    event.task_lifecycle_event.task_id = b"t" * 24
+    wire = event.SerializeToString()
+    payload = event.task_lifecycle_event.SerializeToString()
+    assert _event_head.head(wire) == event_heads.python_head(event)
+    twice = wire + b"\x4a" + bytes([len(payload)]) + payload  # field 9 again
+    wrong_type = wire + b"\x38\x01"  # session_name (7) as a varint
+    late = RayEvent()
+    late.CopyFrom(event)
+    late.timestamp.seconds = 253402300800
+    unknown = RayEvent(event_type=63)
+    for odd in (twice, wrong_type, wire[:-1], late.SerializeToString(), unknown.SerializeToString()):
+        assert _event_head.head(odd) is None
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(ray_events())
+def test_definitions_are_kept_slim_as_python_keeps_them(event: RayEvent) -> None:
+    """What an open task keeps of its definition: the same bytes either way."""
+    for name, cls in (
+        ("task_definition_event", from_ray_events.TaskDefinitionEvent),
+        ("actor_task_definition_event", from_ray_events.ActorTaskDefinitionEvent),
+    ):
+        wire = getattr(event, name).SerializeToString()
+        fields = from_ray_events._TASK_SPAN_FIELDS[cls]
+        compiled = event_heads.kept_fields(wire, cls, fields)
+        saved, event_heads._compiled = event_heads._compiled, False
+        try:
+            assert compiled == event_heads.kept_fields(wire, cls, fields)
+        finally:
+            event_heads._compiled = saved
 
 
 def _envelope(resource: bytes, scope: bytes, item: bytes) -> bytes:

@@ -45,11 +45,14 @@ from ray_otel_events.events.builders import ActorState, JobState, TaskStatus, Ta
 from ray_otel_events.events.registry import event_type_name
 from ray_otel_events.metrics import Counters
 from ray_otel_events.otel import otlp_wire, semconv
+from ray_otel_events.otel.event_heads import ACTOR, JOB, PROFILE, TASK, EventHead, kept_fields, read_head
 from ray_otel_events.otel.log_records import log_record_wire
 from ray_otel_events.protobuf import common_pb2
+from ray_otel_events.protobuf.events_actor_definition_event_pb2 import ActorDefinitionEvent
 from ray_otel_events.protobuf.events_actor_lifecycle_event_pb2 import ActorLifecycleEvent
 from ray_otel_events.protobuf.events_actor_task_definition_event_pb2 import ActorTaskDefinitionEvent
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+from ray_otel_events.protobuf.events_driver_job_definition_event_pb2 import DriverJobDefinitionEvent
 from ray_otel_events.protobuf.events_driver_job_lifecycle_event_pb2 import DriverJobLifecycleEvent
 from ray_otel_events.protobuf.events_task_definition_event_pb2 import TaskDefinitionEvent
 from ray_otel_events.protobuf.events_task_lifecycle_event_pb2 import TaskLifecycleEvent
@@ -259,28 +262,6 @@ _TASK_SPAN_FIELDS: dict[type, tuple[str, ...]] = {
 }
 
 
-def _span_fields_wire(payload: Any) -> bytes:
-    """A definition payload as the wire bytes an open entity keeps (tasks: `_TASK_SPAN_FIELDS`)."""
-    fields = _TASK_SPAN_FIELDS.get(type(payload))
-    if fields is None:
-        return bytes(payload.SerializeToString())
-    slim = type(payload)()
-    for name in fields:
-        value = getattr(payload, name)
-        if name.endswith("_func"):
-            if payload.HasField(name):
-                func = getattr(slim, name)
-                func.CopyFrom(value)
-                kind = func.WhichOneof("function_descriptor")
-                if kind == "python_function_descriptor":
-                    func.python_function_descriptor.ClearField("function_hash")
-                elif kind == "java_function_descriptor":
-                    func.java_function_descriptor.ClearField("signature")
-        else:
-            setattr(slim, name, value)
-    return bytes(slim.SerializeToString())
-
-
 def _without_id(wire: bytes, entity_id: bytes) -> bytes:
     """A lifecycle payload's wire bytes without its leading entity id (field 1, first on the wire),
     which every piece repeats and the entity's key holds."""
@@ -290,81 +271,49 @@ def _without_id(wire: bytes, entity_id: bytes) -> bytes:
     return wire
 
 
-def _entity_key(event: RayEvent) -> tuple[EntityKey, int] | None:
-    """(entity key, lifecycle event type) for the types that make spans."""
-    etype = event.event_type
-    session = event.session_name
-    if etype == RayEvent.TASK_DEFINITION_EVENT:
-        p: Any = event.task_definition_event
-    elif etype == RayEvent.ACTOR_TASK_DEFINITION_EVENT:
-        p = event.actor_task_definition_event
-    elif etype == RayEvent.TASK_LIFECYCLE_EVENT:
-        p = event.task_lifecycle_event
-    elif etype in (RayEvent.ACTOR_DEFINITION_EVENT, RayEvent.ACTOR_LIFECYCLE_EVENT):
-        actor = (
-            event.actor_definition_event.actor_id
-            if etype == RayEvent.ACTOR_DEFINITION_EVENT
-            else event.actor_lifecycle_event.actor_id
-        )
-        return ("actor", session, actor, 0), RayEvent.ACTOR_LIFECYCLE_EVENT
-    elif etype in (RayEvent.DRIVER_JOB_DEFINITION_EVENT, RayEvent.DRIVER_JOB_LIFECYCLE_EVENT):
-        job = (
-            event.driver_job_definition_event.job_id
-            if etype == RayEvent.DRIVER_JOB_DEFINITION_EVENT
-            else event.driver_job_lifecycle_event.job_id
-        )
-        return ("job", session, job, 0), RayEvent.DRIVER_JOB_LIFECYCLE_EVENT
-    else:
-        return None
-    return ("task", session, p.task_id, p.task_attempt), RayEvent.TASK_LIFECYCLE_EVENT
+_LIFECYCLE_TYPES = {
+    TASK: RayEvent.TASK_LIFECYCLE_EVENT,
+    ACTOR: RayEvent.ACTOR_LIFECYCLE_EVENT,
+    JOB: RayEvent.DRIVER_JOB_LIFECYCLE_EVENT,
+}
+_DEFINITION_CLASSES: dict[int, Any] = {
+    RayEvent.TASK_DEFINITION_EVENT: TaskDefinitionEvent,
+    RayEvent.ACTOR_TASK_DEFINITION_EVENT: ActorTaskDefinitionEvent,
+    RayEvent.ACTOR_DEFINITION_EVENT: ActorDefinitionEvent,
+    RayEvent.DRIVER_JOB_DEFINITION_EVENT: DriverJobDefinitionEvent,
+}
 
 
-def _trace_context(event: RayEvent, key: EntityKey | None) -> tuple[bytes, bytes]:
+_SPAN_KINDS = frozenset(_LIFECYCLE_TYPES)
+
+
+def _entity_key(head: EventHead) -> EntityKey | None:
+    """The key of the entity whose span an event is a piece of; None for the types that make none."""
+    kind = head.kind
+    if kind in _SPAN_KINDS:
+        return kind, head.session, head.entity_id, head.attempt
+    return None
+
+
+def _trace_context(head: EventHead) -> tuple[bytes, bytes]:
     """(trace id, span id) of the span an event belongs to; empty for node, worker and others."""
-    if key is None:
-        if event.event_type != RayEvent.TASK_PROFILE_EVENT:
-            return b"", b""
-        p = event.task_profile_events
-        key = ("task", event.session_name, p.task_id, p.attempt_number)
-        job = _job_of_task(p.task_id, p.job_id)
-    else:
-        job = _entity_job(event, key)
-    kind, session, ident, attempt = key
-    trace = trace_id_for_job(session, job)
-    if kind == "task":
-        return trace, task_span_id(session, ident, attempt)
-    if kind == "actor":
+    kind, session, ident = head.kind, head.session, head.entity_id
+    if not kind:
+        return b"", b""
+    trace = trace_id_for_job(session, head.job)
+    if kind in (TASK, PROFILE):
+        return trace, task_span_id(session, ident, head.attempt)
+    if kind == ACTOR:
         return trace, actor_span_id(session, ident)
     return trace, job_span_id(session, ident)
-
-
-def _entity_job(event: RayEvent, key: EntityKey) -> bytes:
-    kind, _, ident, _ = key
-    if kind == "task":
-        etype = event.event_type
-        if etype == RayEvent.TASK_DEFINITION_EVENT:
-            fallback = event.task_definition_event.job_id
-        elif etype == RayEvent.ACTOR_TASK_DEFINITION_EVENT:
-            fallback = event.actor_task_definition_event.job_id
-        else:
-            fallback = event.task_lifecycle_event.job_id
-        return _job_of_task(ident, fallback)
-    if kind == "actor":
-        fallback = (
-            event.actor_definition_event.job_id
-            if event.event_type == RayEvent.ACTOR_DEFINITION_EVENT
-            else b""
-        )
-        return _job_of_actor(ident, fallback)
-    return ident
 
 
 def routing_key(event: RayEvent) -> bytes:
     """The trace id of the span an event belongs to (its event id when it has none): what splits
     assembly over processes or machines so that every piece of one entity meets in one place."""
-    keyed = _entity_key(event)
-    trace, _ = _trace_context(event, keyed[0] if keyed is not None else None)
-    return trace or event.event_id
+    head = read_head(event)
+    trace, _ = _trace_context(head)
+    return trace or head.event_id
 
 
 class _BoundedSet:
@@ -454,26 +403,25 @@ class RayEventsToOtel:
         touched: dict[EntityKey, None] = {}
         types: dict[int, int] = {}
         for index, event in enumerate(events):
-            if event.event_id:
-                if event.event_id in self._seen_event_ids:
+            head = read_head(event)
+            event_id = head.event_id
+            if event_id:
+                if event_id in self._seen_event_ids:
                     self.counters.add(DUPLICATES)
                     continue
-                self._seen_event_ids.add(event.event_id)
-            types[event.event_type] = types.get(event.event_type, 0) + 1
-            keyed = _entity_key(event)
-            key = keyed[0] if keyed is not None else None
+                self._seen_event_ids.add(event_id)
+            types[head.event_type] = types.get(head.event_type, 0) + 1
+            key = _entity_key(head)
             if logs:
                 json = posted[index] if index < len(posted) else None
-                out.logs.append(
-                    EmittedLog(event.session_name, event.event_type, self._log_record(event, key, json))
-                )
-            if keyed is None or not assemble:
+                record = self._log_record(event, head, json)
+                out.logs.append(EmittedLog(head.session, head.event_type, record))
+            if key is None or not assemble:
                 continue
-            key, lifecycle_type = keyed
             if key in self._emitted:
                 self.counters.add(LATE_EVENTS, kind=key[0])
                 continue
-            self._update(key, lifecycle_type, event, now, out)
+            self._update(key, head, now)
             touched[key] = None
             out.taken.append((entity_key_bytes(key), event))
         for event_type, count in types.items():
@@ -486,35 +434,28 @@ class RayEventsToOtel:
         self._evict_over_bounds(out)
         return out
 
-    def _update(self, key: EntityKey, lifecycle_type: int, event: RayEvent, now: float, out: Emitted) -> None:
+    def _update(self, key: EntityKey, head: EventHead, now: float) -> None:
         entity = self._open.get(key)
-        event_ns = otlp_wire.unix_nano(event.timestamp)
+        event_ns = head.time_ns
         if entity is None:
-            entity = _Entity(key, lifecycle_type, event_ns, now)
+            entity = _Entity(key, _LIFECYCLE_TYPES[key[0]], event_ns, now)
             self._open[key] = entity
         else:
             self._open_bytes -= entity.size
             entity.first_ns = min(entity.first_ns, event_ns)
             entity.updated_at = now
             self._open.move_to_end(key)
-        etype = event.event_type
-        if etype == RayEvent.TASK_DEFINITION_EVENT:
-            self._set_definition(entity, event.task_definition_event)
-        elif etype == RayEvent.ACTOR_TASK_DEFINITION_EVENT:
-            self._set_definition(entity, event.actor_task_definition_event)
-        elif etype == RayEvent.ACTOR_DEFINITION_EVENT:
-            self._set_definition(entity, event.actor_definition_event)
-        elif etype == RayEvent.DRIVER_JOB_DEFINITION_EVENT:
-            self._set_definition(entity, event.driver_job_definition_event)
-        elif etype == RayEvent.TASK_LIFECYCLE_EVENT:
-            self._merge_lifecycle(entity, event.task_lifecycle_event, _TASK_TERMINAL)
-        elif etype == RayEvent.ACTOR_LIFECYCLE_EVENT:
-            self._merge_lifecycle(entity, event.actor_lifecycle_event, _ACTOR_TERMINAL)
-        elif etype == RayEvent.DRIVER_JOB_LIFECYCLE_EVENT:
-            self._merge_lifecycle(entity, event.driver_job_lifecycle_event, _JOB_TERMINAL)
+        definition_cls = _DEFINITION_CLASSES.get(head.event_type)
+        if definition_cls is None:
+            self._merge_lifecycle(entity, head.payload)
+        elif entity.definition_wire is None:  # the first one wins
+            fields = _TASK_SPAN_FIELDS.get(definition_cls)
+            wire = head.payload
+            entity.definition_wire = wire if fields is None else kept_fields(wire, definition_cls, fields)
+            entity.definition_cls = definition_cls
         self._open_bytes += entity.size
-        if entity.kind == "task":
-            self._note_attempt(entity.session, key[2], key[3])
+        if key[0] == TASK:
+            self._note_attempt(key[1], key[2], key[3])
 
     def _evict_over_bounds(self, out: Emitted) -> None:
         """The least recently updated entities leave as incomplete spans while a bound is passed."""
@@ -536,21 +477,19 @@ class RayEventsToOtel:
             self._terminal[entity.key] = now
 
     @staticmethod
-    def _set_definition(entity: _Entity, payload: Any) -> None:
-        if entity.definition_wire is None:
-            entity.definition_wire = _span_fields_wire(payload)
-            entity.definition_cls = type(payload)
-
-    @staticmethod
-    def _merge_lifecycle(entity: _Entity, payload: Any, terminal_states: frozenset[int]) -> None:
-        wire = payload.SerializeToString()
+    def _merge_lifecycle(entity: _Entity, wire: bytes) -> None:
+        kind = entity.kind
         entity.lifecycle_wire += _without_id(wire, entity.key[2])
-        read = _read_transitions(wire, _TRANSITIONS_FIELD[entity.kind]) if _read_transitions else None
-        states = [t[1] for t in read] if read is not None else [t.state for t in payload.state_transitions]
+        read = _read_transitions(wire, _TRANSITIONS_FIELD[kind]) if _read_transitions else None
+        if read is not None:
+            states = [t[1] for t in read]
+        else:
+            states = [t.state for t in _LIFECYCLE_CLASSES[kind].FromString(wire).state_transitions]
+        terminal_states = _TERMINAL_STATES[kind]
         for state in states:
             if state in terminal_states:
                 entity.terminal = True
-            elif state in _TASK_RUNNING and entity.kind == "task":
+            elif state in _TASK_RUNNING and kind == TASK:
                 entity.running = True
 
     def _note_attempt(self, session: str, task_id: bytes, attempt: int) -> None:
@@ -861,10 +800,10 @@ class RayEventsToOtel:
 
     # -- log records ---------------------------------------------------------------------------
 
-    def _log_record(self, event: RayEvent, key: EntityKey | None, posted: Mapping[str, Any] | None) -> bytes:
-        trace_id, span_id = _trace_context(event, key)
+    def _log_record(self, event: RayEvent, head: EventHead, posted: Mapping[str, Any] | None) -> bytes:
+        trace_id, span_id = _trace_context(head)
         return log_record_wire(
-            event, trace_id, span_id if trace_id else b"", self.observed_clock_ns(), posted=posted
+            event, trace_id, span_id if trace_id else b"", self.observed_clock_ns(), posted=posted, head=head
         )
 
 

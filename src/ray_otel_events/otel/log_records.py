@@ -13,15 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf import json_format
-from google.protobuf.descriptor import FieldDescriptor
 
 from ray_otel_events import config
 from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
-from ray_otel_events.events.registry import REGISTRY, event_type_name
+from ray_otel_events.events.registry import event_type_name
 from ray_otel_events.otel import otlp_wire, semconv
+from ray_otel_events.otel.event_heads import AttributeValue, EventHead, entity_attributes, read_head
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
-
-AttributeValue = str | bool | int | float | list[str] | list[bool] | list[int] | list[float]
 
 # RayEvent.Severity -> OTel SeverityNumber (the lowest number of each range, as the data model asks).
 SEVERITY_NUMBER: dict[int, int] = {
@@ -37,17 +35,6 @@ _SEVERITY_TEXT: dict[int, str] = {number: name for name, number in RayEvent.Seve
 
 _ATTRIBUTE_PREFIX = "ray.event."
 
-# Payload id fields -> Ray's tracing attribute names (hex).
-_ID_ATTRIBUTES = {
-    "task_id": semconv.RAY_TASK_ID,
-    "job_id": semconv.RAY_JOB_ID,
-    "actor_id": semconv.RAY_ACTOR_ID,
-    "node_id": semconv.RAY_NODE_ID,
-    "worker_id": semconv.RAY_WORKER_ID,
-    "parent_task_id": semconv.RAY_PARENT_TASK_ID,
-    "placement_group_id": semconv.RAY_PLACEMENT_GROUP_ID,
-}
-
 _camel = RayEventJsonEncoder()
 _proto_names = RayEventJsonEncoder(preserve_proto_field_name=True)
 
@@ -62,65 +49,6 @@ class LogRecordFields:
     severity_text: str
     body: dict[str, Any]
     attributes: dict[str, AttributeValue]
-
-
-@dataclass(frozen=True)
-class _EntityFields:
-    """Which of the id, attempt and submission fields one payload type has (asking a message for
-    a field it lacks raises inside `getattr`, the costliest part of this per record)."""
-
-    payload: str
-    ids: tuple[tuple[str, str], ...]
-    attempt: str | None
-    submission_id: bool
-
-
-_entity_fields: dict[int, _EntityFields | None] = {}
-
-
-def _fields_of(event_type: int) -> _EntityFields | None:
-    if event_type in _entity_fields:
-        return _entity_fields[event_type]
-    spec = REGISTRY.get(event_type)
-    found = None
-    if spec is not None:
-        payload_type = RayEvent.DESCRIPTOR.fields_by_name[spec.payload_field].message_type
-        assert payload_type is not None  # a payload is a message
-        names = payload_type.fields_by_name
-        bytes_type = FieldDescriptor.TYPE_BYTES
-        found = _EntityFields(
-            payload=spec.payload_field,
-            ids=tuple(
-                (f, a) for f, a in _ID_ATTRIBUTES.items() if f in names and names[f].type == bytes_type
-            ),
-            attempt=next((f for f in ("attempt_number", "task_attempt") if f in names), None),
-            submission_id="submission_id" in names,
-        )
-    _entity_fields[event_type] = found
-    return found
-
-
-def entity_attributes(event: RayEvent) -> dict[str, AttributeValue]:
-    """Entity ids in Ray's hex attribute names, plus attempt, type and session."""
-    attrs: dict[str, AttributeValue] = {
-        semconv.RAY_EVENT_TYPE: event_type_name(event.event_type),
-        semconv.RAY_SESSION_NAME: event.session_name,
-    }
-    fields = _fields_of(event.event_type)
-    if fields is None:
-        return attrs
-    payload = getattr(event, fields.payload)
-    for field, attr in fields.ids:
-        value = getattr(payload, field)
-        if value:
-            attrs[attr] = value.hex()
-    if fields.attempt is not None:
-        attrs[semconv.RAY_TASK_ATTEMPT] = int(getattr(payload, fields.attempt))
-    if fields.submission_id and payload.submission_id:
-        attrs[semconv.RAY_SUBMISSION_ID] = payload.submission_id
-    if event.node_id and semconv.RAY_NODE_ID not in attrs:
-        attrs[semconv.RAY_NODE_ID] = event.node_id.hex()
-    return attrs
 
 
 def _flatten(prefix: str, value: Any) -> Iterator[tuple[str, AttributeValue]]:
@@ -426,28 +354,43 @@ def log_record_wire(
     flags: int = 0,
     extra_attributes: bytes = b"",
     posted: Mapping[str, Any] | None = None,
+    head: EventHead | None = None,
 ) -> bytes:
     """A serialized LogRecord equal to the one `to_log_record`'s fields encode to; `extra_attributes`
     (entries tagged `otlp_wire.LOG_RECORD_ATTRIBUTES`) follow the event's. `posted`: the JSON
     object the event was read from, when it holds the event and nothing else
     (`receivers.ray_events_http.PostedEvent`): the body is then that object as it was posted,
     which is the same as the event's own JSON for what Ray's aggregator posts, without making it
-    again."""
+    again. `head`: the event's `read_head`, when the caller has it."""
+    if head is None:
+        head = read_head(event)
     attrs: list[bytes] = []
     body = _walk(_camel.to_dict(event) if posted is None else posted, _ROOT, attrs)
-    attrs.append(otlp_wire.attributes(entity_attributes(event), _LOG_ATTRIBUTE))
+    attrs.append(head.attributes)
     if extra_attributes:
         attrs.append(extra_attributes)
-    severity = SEVERITY_NUMBER.get(event.severity, 0)
+    severity = SEVERITY_NUMBER.get(head.severity, 0)
     return otlp_wire.event_log_record(
-        otlp_wire.unix_nano(event.timestamp),
+        head.time_ns,
         observed_time_unix_nano,
         severity,
-        _SEVERITY_TEXT[event.severity] if severity else "",
+        _SEVERITY_TEXT[head.severity] if severity else "",
         body,
         attrs,
         trace_id,
         span_id,
         flags,
-        semconv.event_name_for(event_type_name(event.event_type)),
+        _event_name(head.event_type),
     )
+
+
+_event_names: dict[int, str] = {}
+
+
+def _event_name(event_type: int) -> str:
+    name = _event_names.get(event_type)
+    if name is None:
+        name = semconv.event_name_for(event_type_name(event_type))
+        if len(_event_names) < 1024:  # the types of one schema, and a few unknown numbers
+            _event_names[event_type] = name
+    return name

@@ -1,0 +1,418 @@
+/* What the bridge reads of every RayEvent first, from the event's wire bytes, compiled: its
+ * envelope, the entity its span is (kind, id, attempt, job), its payload's bytes and its entity
+ * attributes written as LogRecord attribute entries. Through upb that is a dozen accessor calls and a
+ * dict per event. otel/event_heads.py binds the schema (which payload each event type has and which
+ * of its fields are ids) and reads the same in Python, the reference this is held to. Bytes it does
+ * not read as upb would (a field of another wire type, a payload given twice, a time out of
+ * range, a type it was not told of) give None: Python reads that event. */
+
+#define PY_SSIZE_T_CLEAN
+#include "protobuf_wire.h"
+
+#define MAX_TYPES 64
+#define MAX_FIELD 64 /* payload fields read: numbers below this */
+#define MAX_IDS 8
+
+typedef struct {
+    int known;
+    uint32_t payload;               /* RayEvent's field number of the type's payload */
+    PyObject *kind;                 /* "task", "actor", "job", "profile" or "" */
+    int job_of_id;                  /* the job is the id's last 4 bytes when the id is this long, 0: never */
+    int id_is_job;                  /* a driver job: the id is the job */
+    uint32_t id_field, attempt_field, job_field; /* 0: none */
+    uint32_t attr_attempt_field, submission_field;
+    int n_ids;
+    uint32_t id_fields[MAX_IDS];
+    PyObject *id_keys[MAX_IDS]; /* encoded KeyValue.key fields */
+    int id_is_node[MAX_IDS];    /* the id is the node's: the event's own node id is then not written */
+    PyObject *type_entry;       /* the whole ray.event_type attribute entry */
+} TypeSpec;
+
+static TypeSpec specs[MAX_TYPES];
+static int8_t is_payload[MAX_FIELD]; /* RayEvent's field numbers that are some type's payload */
+static PyObject *head_type;                                         /* EventHead, a tuple subclass */
+static PyObject *session_key, *node_key, *attempt_key, *submission_key; /* encoded KeyValue.key fields */
+
+/* -- binding ------------------------------------------------------------------------------------ */
+
+static int field_number_of(PyObject *obj, uint32_t *out) {
+    long v = PyLong_AsLong(obj);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (v < 0 || v >= MAX_FIELD) {
+        PyErr_SetString(PyExc_ValueError, "field numbers must be below 64");
+        return -1;
+    }
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static void clear_specs(void) {
+    for (int t = 0; t < MAX_TYPES; t++) {
+        TypeSpec *s = &specs[t];
+        Py_CLEAR(s->kind);
+        Py_CLEAR(s->type_entry);
+        for (int i = 0; i < s->n_ids; i++) Py_CLEAR(s->id_keys[i]);
+        memset(s, 0, sizeof(*s));
+    }
+    memset(is_payload, 0, sizeof(is_payload));
+}
+
+/* bind(specs, keys, head_type): specs maps an event type to (payload field, kind, job_of_id,
+ * id_is_job, id field, attempt field, job field, attribute attempt field, submission field,
+ * ((id field, key field), ...), event type entry); keys is the key fields of the session, node,
+ * attempt and submission attributes. */
+static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 3 || !PyDict_Check(args[0]) || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != 4 ||
+        !PyType_Check(args[2]) || !PyType_IsSubtype((PyTypeObject *)args[2], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "bind(specs: dict, keys: tuple of 4 bytes, head_type: a tuple subclass)");
+        return NULL;
+    }
+    for (int i = 0; i < 4; i++)
+        if (!PyBytes_Check(PyTuple_GET_ITEM(args[1], i))) {
+            PyErr_SetString(PyExc_TypeError, "keys must be bytes");
+            return NULL;
+        }
+    clear_specs();
+    PyObject *type, *spec;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(args[0], &pos, &type, &spec)) {
+        long t = PyLong_AsLong(type);
+        if (t == -1 && PyErr_Occurred()) goto fail;
+        if (t < 0 || t >= MAX_TYPES || !PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 11) {
+            PyErr_SetString(PyExc_ValueError, "a spec is (type below 64) -> a tuple of 11");
+            goto fail;
+        }
+        TypeSpec *s = &specs[t];
+        PyObject *kind = PyTuple_GET_ITEM(spec, 1), *ids = PyTuple_GET_ITEM(spec, 9),
+                 *entry = PyTuple_GET_ITEM(spec, 10);
+        if (!PyUnicode_Check(kind) || !PyTuple_Check(ids) || PyTuple_GET_SIZE(ids) > MAX_IDS ||
+            !PyBytes_Check(entry)) {
+            PyErr_SetString(PyExc_TypeError, "a spec's kind is a str, its ids a tuple (at most 8), its entry bytes");
+            goto fail;
+        }
+        long job_of_id = PyLong_AsLong(PyTuple_GET_ITEM(spec, 2));
+        int id_is_job = PyObject_IsTrue(PyTuple_GET_ITEM(spec, 3));
+        if ((job_of_id == -1 && PyErr_Occurred()) || id_is_job < 0) goto fail;
+        if (field_number_of(PyTuple_GET_ITEM(spec, 0), &s->payload) < 0 ||
+            field_number_of(PyTuple_GET_ITEM(spec, 4), &s->id_field) < 0 ||
+            field_number_of(PyTuple_GET_ITEM(spec, 5), &s->attempt_field) < 0 ||
+            field_number_of(PyTuple_GET_ITEM(spec, 6), &s->job_field) < 0 ||
+            field_number_of(PyTuple_GET_ITEM(spec, 7), &s->attr_attempt_field) < 0 ||
+            field_number_of(PyTuple_GET_ITEM(spec, 8), &s->submission_field) < 0)
+            goto fail;
+        s->job_of_id = (int)job_of_id;
+        s->id_is_job = id_is_job;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ids); i++) {
+            PyObject *pair = PyTuple_GET_ITEM(ids, i);
+            if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyBytes_Check(PyTuple_GET_ITEM(pair, 1))) {
+                PyErr_SetString(PyExc_TypeError, "an id is (field number, key field bytes)");
+                goto fail;
+            }
+            if (field_number_of(PyTuple_GET_ITEM(pair, 0), &s->id_fields[i]) < 0) goto fail;
+            s->id_keys[i] = Py_NewRef(PyTuple_GET_ITEM(pair, 1));
+            s->n_ids = (int)i + 1;
+            s->id_is_node[i] = PyObject_RichCompareBool(s->id_keys[i], PyTuple_GET_ITEM(args[1], 1), Py_EQ);
+            if (s->id_is_node[i] < 0) goto fail;
+        }
+        s->kind = Py_NewRef(kind);
+        s->type_entry = Py_NewRef(entry);
+        s->known = 1;
+        is_payload[s->payload] = 1;
+    }
+    Py_XSETREF(session_key, Py_NewRef(PyTuple_GET_ITEM(args[1], 0)));
+    Py_XSETREF(node_key, Py_NewRef(PyTuple_GET_ITEM(args[1], 1)));
+    Py_XSETREF(attempt_key, Py_NewRef(PyTuple_GET_ITEM(args[1], 2)));
+    Py_XSETREF(submission_key, Py_NewRef(PyTuple_GET_ITEM(args[1], 3)));
+    Py_XSETREF(head_type, Py_NewRef(args[2]));
+    Py_RETURN_NONE;
+fail:
+    clear_specs();
+    return NULL;
+}
+
+/* -- attribute entries -------------------------------------------------------------------------- */
+
+static Py_ssize_t field_size(Py_ssize_t n) { return 1 + varint_size((uint64_t)n) + n; }
+
+/* One LogRecord.attributes entry (6): KeyValue{key, value = AnyValue{string_value}}, the string
+ * `n` bytes of `text`, or their lowercase hex when `hex`. */
+static int put_string_entry(Buf *b, PyObject *key, const uint8_t *text, Py_ssize_t n, int hex) {
+    Py_ssize_t text_n = hex ? 2 * n : n, any_n = field_size(text_n);
+    Py_ssize_t key_n = PyBytes_GET_SIZE(key), kv_n = key_n + field_size(any_n);
+    if (buf_reserve(b, field_size(kv_n)) < 0) return -1;
+    char *p = b->data + b->len;
+    *p++ = 0x32;
+    p = put_varint(p, (uint64_t)kv_n);
+    p = put(p, PyBytes_AS_STRING(key), key_n);
+    *p++ = 0x12;
+    p = put_varint(p, (uint64_t)any_n);
+    *p++ = 0x0a;
+    p = put_varint(p, (uint64_t)text_n);
+    if (hex) {
+        static const char digits[] = "0123456789abcdef";
+        for (Py_ssize_t i = 0; i < n; i++) {
+            *p++ = digits[text[i] >> 4];
+            *p++ = digits[text[i] & 15];
+        }
+    } else {
+        p = put(p, (const char *)text, n);
+    }
+    b->len = p - b->data;
+    return 0;
+}
+
+/* The same holding AnyValue{int_value} (an int32 field, sign-extended as int64). */
+static int put_int_entry(Buf *b, PyObject *key, int64_t value) {
+    uint64_t bits = (uint64_t)value;
+    Py_ssize_t any_n = 1 + varint_size(bits), key_n = PyBytes_GET_SIZE(key), kv_n = key_n + field_size(any_n);
+    if (buf_reserve(b, field_size(kv_n)) < 0) return -1;
+    char *p = b->data + b->len;
+    *p++ = 0x32;
+    p = put_varint(p, (uint64_t)kv_n);
+    p = put(p, PyBytes_AS_STRING(key), key_n);
+    *p++ = 0x12;
+    p = put_varint(p, (uint64_t)any_n);
+    *p++ = 0x18;
+    p = put_varint(p, bits);
+    b->len = p - b->data;
+    return 0;
+}
+
+/* -- reading ------------------------------------------------------------------------------------ */
+
+typedef struct {
+    Reader bytes[MAX_FIELD]; /* length-delimited fields, the last of each */
+    uint64_t scalar[MAX_FIELD];
+    int8_t wire_type[MAX_FIELD]; /* -1: absent */
+} Fields;
+
+/* The payload's fields below MAX_FIELD; 1 when one is given with two wire types. */
+static int read_fields(Reader r, Fields *out) {
+    memset(out->wire_type, -1, sizeof(out->wire_type));
+    while (r.p < r.end) {
+        Field f;
+        if (next_field(&r, &f) < 0) return -1;
+        if (f.number >= MAX_FIELD) continue;
+        if (out->wire_type[f.number] >= 0 && out->wire_type[f.number] != f.wire_type) return 1;
+        out->wire_type[f.number] = (int8_t)f.wire_type;
+        if (f.wire_type == 2) out->bytes[f.number] = f.payload;
+        else out->scalar[f.number] = f.scalar;
+    }
+    return 0;
+}
+
+/* A bytes or string field: 0 and its bytes (empty when absent); 1 when it has another wire type. */
+static int text_field(const Fields *fields, uint32_t number, Reader *out) {
+    static const uint8_t none[1] = {0};
+    out->p = out->end = none;
+    if (number == 0 || fields->wire_type[number] < 0) return 0;
+    if (fields->wire_type[number] != 2) return 1;
+    *out = fields->bytes[number];
+    return 0;
+}
+
+static int varint_field(const Fields *fields, uint32_t number, uint64_t *out) {
+    *out = 0;
+    if (number == 0 || fields->wire_type[number] < 0) return 0;
+    if (fields->wire_type[number] != 0) return 1;
+    *out = fields->scalar[number];
+    return 0;
+}
+
+static PyObject *bytes_of(Reader r) { return PyBytes_FromStringAndSize((const char *)r.p, r.end - r.p); }
+
+/* head(wire) -> EventHead(event_id, event_type, session, time_ns, severity, kind, entity_id,
+ * attempt, job, payload, attributes), or None (Python reads it). */
+static PyObject *head(PyObject *module, PyObject *arg) {
+    (void)module;
+    if (!PyBytes_Check(arg) || head_type == NULL) {
+        PyErr_SetString(PyExc_TypeError, "head(wire: bytes), after bind()");
+        return NULL;
+    }
+    Reader r = {(const uint8_t *)PyBytes_AS_STRING(arg), (const uint8_t *)PyBytes_AS_STRING(arg) + PyBytes_GET_SIZE(arg)};
+    static const uint8_t none[1] = {0};
+    Reader event_id = {none, none}, session = {none, none}, node = {none, none}, payloads[MAX_FIELD];
+    int payload_count[MAX_FIELD] = {0};
+    uint64_t event_type = 0, severity = 0;
+    int64_t seconds = 0;
+    int32_t nanos = 0;
+    while (r.p < r.end) {
+        Field f;
+        if (next_field(&r, &f) < 0) goto other;
+        if (f.number >= MAX_FIELD) continue;
+        int read = f.number == 1 || f.number == 3 || f.number == 4 || f.number == 5 || f.number == 7 ||
+                   f.number == 18 || is_payload[f.number];
+        if (!read) continue; /* source type, message, unknown fields */
+        if (f.wire_type != (f.number == 3 || f.number == 5 ? 0 : 2)) goto other; /* type, severity: varints */
+        switch (f.number) {
+        case 1: event_id = f.payload; break;
+        case 3: event_type = f.scalar; break;
+        case 4:
+            if (read_timestamp(f.payload, &seconds, &nanos) != 0) goto other;
+            break;
+        case 5: severity = f.scalar; break;
+        case 7: session = f.payload; break;
+        case 18: node = f.payload; break;
+        default:
+            payloads[f.number] = f.payload;
+            payload_count[f.number]++;
+        }
+    }
+    if (event_type >= MAX_TYPES || !specs[event_type].known || !timestamp_in_range(seconds, nanos)) goto other;
+    const TypeSpec *s = &specs[event_type];
+    if (payload_count[s->payload] > 1) goto other; /* merged by upb: left to it */
+    Reader payload = payload_count[s->payload] ? payloads[s->payload] : (Reader){none, none};
+    Fields fields;
+    Reader id, job, submission;
+    uint64_t attempt = 0, attr_attempt = 0;
+    if (read_fields(payload, &fields) != 0 || text_field(&fields, s->id_field, &id) ||
+        text_field(&fields, s->job_field, &job) || text_field(&fields, s->submission_field, &submission) ||
+        varint_field(&fields, s->attempt_field, &attempt) || varint_field(&fields, s->attr_attempt_field, &attr_attempt))
+        goto other;
+    if (s->id_is_job) job = id;
+    else if (s->job_of_id && id.end - id.p == s->job_of_id) job.p = id.end - 4, job.end = id.end;
+    PyObject *session_text = PyUnicode_DecodeUTF8((const char *)session.p, session.end - session.p, NULL);
+    if (session_text == NULL) goto other;
+    uint64_t ns = 0;
+    if (seconds >= 0) { /* before 1970: OTLP's "unknown", 0 */
+        unsigned __int128 wide = (unsigned __int128)seconds * 1000000000u + (unsigned __int128)nanos;
+        ns = wide > UINT64_MAX ? 0 : (uint64_t)wide;
+    }
+
+    Buf b = {NULL, 0, 0};
+    int node_written = 0, failed = buf_bytes(&b, s->type_entry) < 0 ||
+                                  put_string_entry(&b, session_key, session.p, session.end - session.p, 0) < 0;
+    for (int i = 0; i < s->n_ids && !failed; i++) {
+        Reader value;
+        if (text_field(&fields, s->id_fields[i], &value)) {
+            PyMem_Free(b.data);
+            Py_DECREF(session_text);
+            goto other;
+        }
+        if (value.p == value.end) continue;
+        failed = put_string_entry(&b, s->id_keys[i], value.p, value.end - value.p, 1) < 0;
+        node_written |= s->id_is_node[i];
+    }
+    if (!failed && s->attr_attempt_field) failed = put_int_entry(&b, attempt_key, (int32_t)(uint32_t)attr_attempt) < 0;
+    if (!failed && s->submission_field && submission.p != submission.end)
+        failed = put_string_entry(&b, submission_key, submission.p, submission.end - submission.p, 0) < 0;
+    if (!failed && !node_written && node.p != node.end)
+        failed = put_string_entry(&b, node_key, node.p, node.end - node.p, 1) < 0;
+    PyObject *attributes = failed ? NULL : PyBytes_FromStringAndSize(b.data, b.len);
+    PyMem_Free(b.data);
+    if (attributes == NULL) {
+        Py_DECREF(session_text);
+        return NULL;
+    }
+    PyObject *items[11] = {
+        bytes_of(event_id),
+        PyLong_FromUnsignedLongLong(event_type),
+        session_text,
+        PyLong_FromUnsignedLongLong(ns),
+        PyLong_FromLong((long)(int32_t)(uint32_t)severity),
+        Py_NewRef(s->kind),
+        bytes_of(id),
+        PyLong_FromLong(s->attempt_field ? (long)(int32_t)(uint32_t)attempt : 0),
+        bytes_of(job),
+        bytes_of(payload),
+        attributes,
+    };
+    PyObject *out = ((PyTypeObject *)head_type)->tp_alloc((PyTypeObject *)head_type, 11);
+    for (int i = 0; i < 11; i++) {
+        if (items[i] == NULL || out == NULL) {
+            for (int j = 0; j < 11; j++) Py_XDECREF(items[j]);
+            Py_XDECREF(out);
+            return NULL;
+        }
+    }
+    for (int i = 0; i < 11; i++) PyTuple_SET_ITEM(out, i, items[i]);
+    return out;
+other:
+    PyErr_Clear();
+    Py_RETURN_NONE;
+}
+
+/* -- a definition kept slim --------------------------------------------------------------------- */
+
+/* Copies the fields of `r` except field `drop` (0: none). */
+static int copy_without(Buf *b, Reader r, uint32_t drop) {
+    while (r.p < r.end) {
+        const uint8_t *start = r.p;
+        Field f;
+        if (next_field(&r, &f) < 0) return -1;
+        if (f.number == drop) continue;
+        if (buf_reserve(b, r.p - start) < 0) return -1;
+        memcpy(b->data + b->len, start, (size_t)(r.p - start));
+        b->len += r.p - start;
+    }
+    return 0;
+}
+
+/* slim(wire, keep, func_field) -> the fields of a definition payload whose number n has keep[n]
+ * nonzero, its FunctionDescriptor (func_field) without the Python function's hash or the Java
+ * one's signature: what from_ray_events._span_fields_wire keeps, as upb writes it. */
+static PyObject *slim(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[1]) || !PyLong_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "slim(wire: bytes, keep: bytes, func_field: int)");
+        return NULL;
+    }
+    long func_field = PyLong_AsLong(args[2]);
+    const uint8_t *keep = (const uint8_t *)PyBytes_AS_STRING(args[1]);
+    Py_ssize_t keep_n = PyBytes_GET_SIZE(args[1]);
+    Reader r = {(const uint8_t *)PyBytes_AS_STRING(args[0]),
+                (const uint8_t *)PyBytes_AS_STRING(args[0]) + PyBytes_GET_SIZE(args[0])};
+    Buf b = {NULL, 0, 0}, func = {NULL, 0, 0};
+    while (r.p < r.end) {
+        const uint8_t *start = r.p;
+        Field f;
+        if (next_field(&r, &f) < 0) goto fail;
+        if (f.number >= (uint32_t)keep_n || !keep[f.number]) continue;
+        if ((long)f.number == func_field && f.wire_type == 2) {
+            func.len = 0;
+            for (Reader d = f.payload; d.p < d.end;) { /* FunctionDescriptor's oneof */
+                const uint8_t *at = d.p;
+                Field g;
+                if (next_field(&d, &g) < 0) goto fail;
+                uint32_t drop = g.wire_type != 2 ? 0 : g.number == 2 ? 4 : g.number == 1 ? 3 : 0;
+                if (drop == 0) {
+                    if (buf_reserve(&func, d.p - at) < 0) goto fail;
+                    memcpy(func.data + func.len, at, (size_t)(d.p - at));
+                    func.len += d.p - at;
+                    continue;
+                }
+                Buf inner = {NULL, 0, 0};
+                int bad = copy_without(&inner, g.payload, drop) < 0 || buf_field(&func, g.number, inner.data ? inner.data : "", inner.len) < 0;
+                PyMem_Free(inner.data);
+                if (bad) goto fail;
+            }
+            if (buf_field(&b, f.number, func.data ? func.data : "", func.len) < 0) goto fail;
+            continue;
+        }
+        if (buf_reserve(&b, r.p - start) < 0) goto fail;
+        memcpy(b.data + b.len, start, (size_t)(r.p - start));
+        b.len += r.p - start;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(b.data ? b.data : "", b.len);
+    PyMem_Free(b.data);
+    PyMem_Free(func.data);
+    return out;
+fail:
+    PyMem_Free(b.data);
+    PyMem_Free(func.data);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(specs, keys, head_type): the schema read."},
+    {"head", (PyCFunction)head, METH_O, "head(wire) -> EventHead or None."},
+    {"slim", (PyCFunction)(void (*)(void))slim, METH_FASTCALL, "slim(wire, keep, func_field) -> bytes."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_event_head", NULL, -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__event_head(void) { return PyModule_Create(&module_def); }

@@ -1,0 +1,277 @@
+"""What the bridge reads of every RayEvent before anything else, once: its envelope, the entity
+whose span it is part of, its payload's wire bytes, and its entity attributes (the ids in the hex
+form Ray's tracing uses) already written as LogRecord attribute entries.
+
+Both the log record and the span assembly start from these; read through upb they cost a dozen
+accessor calls and a dict per event, so they are read from the event's wire bytes in C where that is
+built (otel/_event_head.c). The Python reading here is the reference the compiled one is held to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from google.protobuf.descriptor import FieldDescriptor
+
+from ray_otel_events import config
+from ray_otel_events.events import ids
+from ray_otel_events.events.registry import REGISTRY, event_type_name
+from ray_otel_events.otel import otlp_wire, semconv
+from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+
+AttributeValue = str | bool | int | float | list[str] | list[bool] | list[int] | list[float]
+
+TASK, ACTOR, JOB = "task", "actor", "job"  # the entities that become spans
+PROFILE = "profile"  # a task's profile events: part of its span's trace, not an entity of their own
+
+
+class EventHead(NamedTuple):
+    event_id: bytes
+    event_type: int
+    session: str
+    time_ns: int  # the event's timestamp as OTLP carries it (0: unknown)
+    severity: int
+    kind: str  # TASK, ACTOR, JOB, PROFILE, or "" (nodes, workers and the rest: no span)
+    entity_id: bytes
+    attempt: int  # a task's attempt (0 for other kinds)
+    job: bytes  # the job whose trace the entity's span is in (empty when kind is "")
+    payload: bytes  # the type's payload message, serialized
+    attributes: bytes  # `entity_attributes`, as LogRecord.attributes entries
+
+
+# Payload id fields -> Ray's tracing attribute names (hex).
+_ID_ATTRIBUTES = {
+    "task_id": semconv.RAY_TASK_ID,
+    "job_id": semconv.RAY_JOB_ID,
+    "actor_id": semconv.RAY_ACTOR_ID,
+    "node_id": semconv.RAY_NODE_ID,
+    "worker_id": semconv.RAY_WORKER_ID,
+    "parent_task_id": semconv.RAY_PARENT_TASK_ID,
+    "placement_group_id": semconv.RAY_PLACEMENT_GROUP_ID,
+}
+
+
+@dataclass(frozen=True)
+class _TypeSpec:
+    """One event type's payload: which of its fields are ids, the attempt and the submission (for
+    the attributes), and which name the entity (for the span)."""
+
+    payload: str
+    ids: tuple[tuple[str, str], ...]
+    attempt: str | None
+    submission_id: bool
+    kind: str = ""
+    entity_id: str | None = None
+    entity_attempt: str | None = None
+    entity_job: str | None = None  # the payload's job id, used where the id does not hold the job
+
+
+_ENTITIES: dict[int, tuple[str, str, str | None, str | None]] = {  # type -> kind, id, attempt, job
+    RayEvent.TASK_DEFINITION_EVENT: (TASK, "task_id", "task_attempt", "job_id"),
+    RayEvent.ACTOR_TASK_DEFINITION_EVENT: (TASK, "task_id", "task_attempt", "job_id"),
+    RayEvent.TASK_LIFECYCLE_EVENT: (TASK, "task_id", "task_attempt", "job_id"),
+    RayEvent.TASK_PROFILE_EVENT: (PROFILE, "task_id", "attempt_number", "job_id"),
+    RayEvent.ACTOR_DEFINITION_EVENT: (ACTOR, "actor_id", None, "job_id"),
+    RayEvent.ACTOR_LIFECYCLE_EVENT: (ACTOR, "actor_id", None, None),
+    RayEvent.DRIVER_JOB_DEFINITION_EVENT: (JOB, "job_id", None, None),
+    RayEvent.DRIVER_JOB_LIFECYCLE_EVENT: (JOB, "job_id", None, None),
+}
+# Where an id holds its job (the last 4 bytes) when it has this length.
+_JOB_IN_ID = {TASK: ids.TASK_ID_SIZE, PROFILE: ids.TASK_ID_SIZE, ACTOR: ids.ACTOR_ID_SIZE}
+
+
+def _payload_descriptor(spec_payload: str) -> Any:
+    return RayEvent.DESCRIPTOR.fields_by_name[spec_payload].message_type
+
+
+def _type_spec(event_type: int) -> _TypeSpec | None:
+    spec = REGISTRY.get(event_type)
+    if spec is None:
+        return None
+    names = _payload_descriptor(spec.payload_field).fields_by_name
+    kind, entity_id, entity_attempt, entity_job = _ENTITIES.get(event_type, ("", None, None, None))
+    return _TypeSpec(
+        payload=spec.payload_field,
+        ids=tuple(
+            (f, a)
+            for f, a in _ID_ATTRIBUTES.items()
+            if f in names and names[f].type == FieldDescriptor.TYPE_BYTES
+        ),
+        attempt=next((f for f in ("attempt_number", "task_attempt") if f in names), None),
+        submission_id="submission_id" in names,
+        kind=kind,
+        entity_id=entity_id,
+        entity_attempt=entity_attempt,
+        entity_job=entity_job,
+    )
+
+
+_SPECS: dict[int, _TypeSpec] = {
+    event_type: spec for event_type in REGISTRY if (spec := _type_spec(event_type)) is not None
+}
+
+
+def entity_attributes(event: RayEvent) -> dict[str, AttributeValue]:
+    """Entity ids in Ray's hex attribute names, plus attempt, type and session."""
+    attrs: dict[str, AttributeValue] = {
+        semconv.RAY_EVENT_TYPE: event_type_name(event.event_type),
+        semconv.RAY_SESSION_NAME: event.session_name,
+    }
+    spec = _SPECS.get(event.event_type)
+    if spec is None:
+        return attrs
+    payload = getattr(event, spec.payload)
+    for name, attr in spec.ids:
+        value = getattr(payload, name)
+        if value:
+            attrs[attr] = value.hex()
+    if spec.attempt is not None:
+        attrs[semconv.RAY_TASK_ATTEMPT] = int(getattr(payload, spec.attempt))
+    if spec.submission_id and payload.submission_id:
+        attrs[semconv.RAY_SUBMISSION_ID] = payload.submission_id
+    if event.node_id and semconv.RAY_NODE_ID not in attrs:
+        attrs[semconv.RAY_NODE_ID] = event.node_id.hex()
+    return attrs
+
+
+def python_head(event: RayEvent) -> EventHead:
+    """`read_head` through upb: the reference."""
+    spec = _SPECS.get(event.event_type)
+    kind, entity_id, attempt, job, payload = "", b"", 0, b"", b""
+    if spec is not None:
+        message = getattr(event, spec.payload)
+        payload = message.SerializeToString()
+        kind = spec.kind
+        if spec.entity_id is not None:
+            entity_id = getattr(message, spec.entity_id)
+            attempt = int(getattr(message, spec.entity_attempt)) if spec.entity_attempt else 0
+            if kind == JOB:
+                job = entity_id
+            elif len(entity_id) == _JOB_IN_ID[kind]:
+                job = entity_id[-ids.JOB_ID_SIZE :]  # task and actor ids end with their job's
+            elif spec.entity_job is not None:
+                job = getattr(message, spec.entity_job)
+    return EventHead(
+        event.event_id,
+        event.event_type,
+        event.session_name,
+        otlp_wire.unix_nano(event.timestamp),
+        event.severity,
+        kind,
+        entity_id,
+        attempt,
+        job,
+        payload,
+        otlp_wire.attributes(entity_attributes(event), otlp_wire.LOG_RECORD_ATTRIBUTES),
+    )
+
+
+try:  # the same read from wire bytes, compiled (setup.py builds it where a C compiler is present)
+    from ray_otel_events.otel import _event_head
+except ImportError:
+    _event_head = None  # type: ignore[assignment]
+_compiled = _event_head is not None and config.compiled_enabled()
+
+
+def _bind() -> None:
+    """Tells the compiled reader the schema: field numbers, kinds and encoded attribute keys."""
+    specs = {}
+    for event_type, spec in _SPECS.items():
+        names = _payload_descriptor(spec.payload).fields_by_name
+
+        def number(name: str | None) -> int:
+            return names[name].number if name else 0  # noqa: B023 (used at once)
+
+        type_entry = otlp_wire.attributes(
+            {semconv.RAY_EVENT_TYPE: event_type_name(event_type)}, otlp_wire.LOG_RECORD_ATTRIBUTES
+        )
+        specs[event_type] = (
+            RayEvent.DESCRIPTOR.fields_by_name[spec.payload].number,
+            spec.kind,
+            _JOB_IN_ID.get(spec.kind, 0),
+            spec.kind == JOB,
+            number(spec.entity_id),
+            number(spec.entity_attempt),
+            number(spec.entity_job),
+            number(spec.attempt),
+            number("submission_id" if spec.submission_id else None),
+            tuple((number(name), otlp_wire.key_field(attr)) for name, attr in spec.ids),
+            type_entry,
+        )
+    keys = tuple(
+        otlp_wire.key_field(key)
+        for key in (
+            semconv.RAY_SESSION_NAME,
+            semconv.RAY_NODE_ID,
+            semconv.RAY_TASK_ATTEMPT,
+            semconv.RAY_SUBMISSION_ID,
+        )
+    )
+    _event_head.bind(specs, keys, EventHead)
+
+
+if _compiled:
+    _bind()
+
+
+def read_head(event: RayEvent) -> EventHead:
+    """The event's head: from its wire bytes where the compiled reader is built and reads them,
+    else through upb (the same values)."""
+    if _compiled:
+        head: EventHead | None = _event_head.head(event.SerializeToString())
+        if head is not None:
+            return head
+    return python_head(event)
+
+
+# -- a payload kept slim ------------------------------------------------------------------------
+
+_FUNCTION_DESCRIPTOR = "ray.rpc.FunctionDescriptor"
+_keep_plans: dict[tuple[Any, tuple[str, ...]], tuple[bytes, int] | None] = {}
+
+
+def _keep_plan(message_class: Any, names: tuple[str, ...]) -> tuple[bytes, int] | None:
+    """(a mask of the kept field numbers, the FunctionDescriptor's number) for the compiled filter;
+    None where it does not apply (more than one FunctionDescriptor, a number past its mask)."""
+    key = (message_class, names)
+    if key not in _keep_plans:
+        fields = [message_class.DESCRIPTOR.fields_by_name[name] for name in names]
+        functions = [
+            f.number for f in fields if f.message_type and f.message_type.full_name == _FUNCTION_DESCRIPTOR
+        ]
+        plan = None
+        if len(functions) <= 1 and all(f.number < 64 for f in fields):
+            mask = bytearray(64)
+            for f in fields:
+                mask[f.number] = 1
+            plan = (bytes(mask), functions[0] if functions else 0)
+        _keep_plans[key] = plan
+    return _keep_plans[key]
+
+
+def kept_fields(wire: bytes, message_class: Any, names: tuple[str, ...]) -> bytes:
+    """`wire` (a serialized `message_class`) with only the fields `names`, and of a
+    FunctionDescriptor among them, its names (not the Python function's hash or the Java one's
+    signature): what an open span keeps of a definition that can be kilobytes."""
+    plan = _keep_plan(message_class, names) if _compiled else None
+    if plan is not None:
+        kept: bytes = _event_head.slim(wire, *plan)
+        return kept
+    message = message_class.FromString(wire)
+    slim = message_class()
+    for name in names:
+        field = message_class.DESCRIPTOR.fields_by_name[name]
+        if field.message_type is None:
+            setattr(slim, name, getattr(message, name))
+        elif message.HasField(name):
+            func = getattr(slim, name)
+            func.CopyFrom(getattr(message, name))
+            if field.message_type.full_name != _FUNCTION_DESCRIPTOR:
+                continue
+            kind = func.WhichOneof("function_descriptor")
+            if kind == "python_function_descriptor":
+                func.python_function_descriptor.ClearField("function_hash")
+            elif kind == "java_function_descriptor":
+                func.java_function_descriptor.ClearField("signature")
+    return bytes(slim.SerializeToString())
