@@ -441,6 +441,53 @@ def test_definitions_are_kept_slim_as_python_keeps_them(event: RayEvent) -> None
             event_heads._compiled = saved
 
 
+def _parts_both_ways(
+    definition: bytes | None, cls: Any, lifecycle: bytes
+) -> tuple[from_ray_events._TaskParts | None, from_ray_events._TaskParts | None]:
+    """(compiled, through upb) of one task's kept pieces; None where either hands over or raises."""
+    assert _lifecycle_wire is not None
+    entity = from_ray_events._Entity(("task", "s", b"t", 0), 0, 0, 0.0, definition, cls, lifecycle)
+    read = _lifecycle_wire.task_parts(definition, cls is from_ray_events.ActorTaskDefinitionEvent, lifecycle)
+    try:
+        python = from_ray_events._task_parts_python(entity)
+    except Exception:  # upb refuses the bytes: the compiled reader must hand over too
+        python = None
+    return (None if read is None else from_ray_events._TaskParts._make(read)), python
+
+
+@needs_compiled
+@settings(max_examples=400, deadline=None)
+@given(ray_events(), ray_events(), st.booleans())
+def test_a_tasks_parts_are_read_as_upb_reads_them(first: RayEvent, second: RayEvent, actor: bool) -> None:
+    """A definition (either kind, kept slim or whole) and two lifecycle pieces merged, random fields:
+    the same parts, or the compiled reader hands over."""
+    cls = from_ray_events.ActorTaskDefinitionEvent if actor else from_ray_events.TaskDefinitionEvent
+    payload = first.actor_task_definition_event if actor else first.task_definition_event
+    lifecycle = (
+        first.task_lifecycle_event.SerializeToString() + second.task_lifecycle_event.SerializeToString()
+    )
+    slim = event_heads.kept_fields(payload.SerializeToString(), cls, from_ray_events._TASK_SPAN_FIELDS[cls])
+    for definition in (payload.SerializeToString(), slim, None):
+        read, python = _parts_both_ways(definition, cls, lifecycle)
+        if read is not None:
+            assert read == python
+
+
+@needs_compiled
+def test_a_tasks_odd_parts_are_left_to_upb() -> None:
+    """Two function descriptors (upb merges them), a field of another wire type, malformed bytes."""
+    cls = from_ray_events.TaskDefinitionEvent
+    definition = cls(task_name="f", job_id=b"j")
+    definition.task_func.python_function_descriptor.function_name = "f"
+    wire = definition.SerializeToString()
+    func = definition.task_func.SerializeToString()
+    read, python = _parts_both_ways(wire, cls, b"")
+    assert read is not None and read == python and read.function == "f"
+    for odd in (wire + b"\x2a" + bytes([len(func)]) + func, wire + b"\x30\x01", wire[:-1]):
+        assert _parts_both_ways(odd, cls, b"")[0] is None
+    assert _parts_both_ways(wire, cls, b"\x2a\x01")[0] is None  # node id (5) as a varint
+
+
 def _envelope(resource: bytes, scope: bytes, item: bytes) -> bytes:
     return otlp_wire.resource_logs(resource, scope, [item])
 

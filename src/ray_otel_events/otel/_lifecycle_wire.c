@@ -1,4 +1,5 @@
-/* A lifecycle payload's state transitions read from its wire bytes, compiled: what
+/* A lifecycle payload's state transitions, and what a task's span reads of its pieces, read from
+ * their wire bytes, compiled. The transitions: what
  * from_ray_events reads through upb, one wrapper and three accessor calls per transition, to know
  * whether a task ran or ended and to lay out its span's events. The bytes are what upb serialized
  * (or several such payloads concatenated, which parse as their merge), read with protobuf's rules:
@@ -100,9 +101,159 @@ done:
     return out;
 }
 
+
+/* -- a task's parts ----------------------------------------------------------------------------- */
+
+static const uint8_t nothing[1] = {0};
+
+/* Field `f` as a bytes or string value into `out` (the last given wins); 1 for another wire type. */
+static int take_text(const Field *f, Reader *out) {
+    if (f->wire_type != 2) return 1;
+    *out = f->payload;
+    return 0;
+}
+
+static int take_varint(const Field *f, uint64_t *out) {
+    if (f->wire_type != 0) return 1;
+    *out = f->scalar;
+    return 0;
+}
+
+/* A FunctionDescriptor's name as from_ray_events._function_name makes it: the Python function's
+ * module, class and function joined by dots (empty parts left out), the Java one's class and
+ * function, the C++ one's function. 1 when a member is given twice or two are (upb merges those). */
+static int function_name(Reader r, Buf *out) {
+    int members = 0;
+    while (r.p < r.end) {
+        Field f;
+        if (next_field(&r, &f) < 0) return -1;
+        if (f.number < 1 || f.number > 3) continue;
+        if (f.wire_type != 2 || ++members > 1) return 1;
+        Reader parts[3] = {{nothing, nothing}, {nothing, nothing}, {nothing, nothing}};
+        /* python: module 1, class 2, function 3; java: class 1, function 2; cpp: function 1 */
+        int count = f.number == 2 ? 3 : f.number == 1 ? 2 : 1;
+        for (Reader m = f.payload; m.p < m.end;) {
+            Field g;
+            if (next_field(&m, &g) < 0) return -1;
+            if (g.number >= 1 && (int)g.number <= count && take_text(&g, &parts[g.number - 1])) return 1;
+        }
+        out->len = 0;
+        for (int i = 0; i < count; i++) {
+            Py_ssize_t n = parts[i].end - parts[i].p;
+            if (n == 0) continue;
+            if (buf_reserve(out, n + 1) < 0) return -1;
+            if (out->len) out->data[out->len++] = '.';
+            memcpy(out->data + out->len, parts[i].p, (size_t)n);
+            out->len += n;
+        }
+    }
+    return 0;
+}
+
+static PyObject *text_of(Reader r) { return PyUnicode_DecodeUTF8((const char *)r.p, r.end - r.p, NULL); }
+
+static PyObject *bytes_of(Reader r) { return PyBytes_FromStringAndSize((const char *)r.p, r.end - r.p); }
+
+/* task_parts(definition, actor_task, lifecycle) -> (task_type, name, function, job_id,
+ * parent_task_id, placement_group_id, actor_id, node_id, worker_id, worker_pid, lifecycle_job_id,
+ * error_type or None, error_message): what a task's span reads of its kept definition (a
+ * TaskDefinitionEvent's, or an ActorTaskDefinitionEvent's when actor_task; None: none arrived)
+ * and of its lifecycle pieces, read as upb reads their merge. None where upb's reading is left to
+ * it (a function descriptor given twice, a field of another wire type, malformed bytes). */
+static PyObject *task_parts(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 3 || (args[0] != Py_None && !PyBytes_Check(args[0])) || !PyBytes_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "task_parts(definition: bytes | None, actor_task: bool, lifecycle: bytes)");
+        return NULL;
+    }
+    int actor_task = PyObject_IsTrue(args[1]);
+    if (actor_task < 0) return NULL;
+    Reader none = {nothing, nothing};
+    Reader name = none, job = none, parent = none, group = none, actor = none;
+    Reader node = none, worker = none, lifecycle_job = none, error_message = none;
+    uint64_t task_type = 0, worker_pid = 0, error_type = 0;
+    int has_error = 0, funcs = 0;
+    Buf function = {NULL, 0, 0};
+    PyObject *out = NULL;
+    if (args[0] != Py_None) {
+        /* TaskDefinitionEvent: type 3, func 5, name 6, job 9, parent 10, group 11;
+         * ActorTaskDefinitionEvent: func 4, name 5, job 8, actor 9, parent 10, group 11 */
+        uint32_t func_field = actor_task ? 4 : 5, name_field = actor_task ? 5 : 6, job_field = actor_task ? 8 : 9;
+        Reader r = {(const uint8_t *)PyBytes_AS_STRING(args[0]),
+                    (const uint8_t *)PyBytes_AS_STRING(args[0]) + PyBytes_GET_SIZE(args[0])};
+        while (r.p < r.end) {
+            Field f;
+            if (next_field(&r, &f) < 0) goto left;
+            int odd = 0;
+            if (f.number == func_field) {
+                odd = f.wire_type != 2 || ++funcs > 1;
+                if (!odd) {
+                    int read = function_name(f.payload, &function);
+                    if (read < 0 && PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_ValueError)) goto done;
+                    odd = read != 0;
+                }
+            } else if (f.number == name_field) odd = take_text(&f, &name);
+            else if (f.number == job_field) odd = take_text(&f, &job);
+            else if (f.number == 10) odd = take_text(&f, &parent);
+            else if (f.number == 11) odd = take_text(&f, &group);
+            else if (!actor_task && f.number == 3) odd = take_varint(&f, &task_type);
+            else if (actor_task && f.number == 9) odd = take_text(&f, &actor);
+            if (odd) goto left;
+        }
+    }
+    /* TaskLifecycleEvent: error info 4 {message 5, type 11}, node 5, worker 6, pid 7, job 8 */
+    Reader r = {(const uint8_t *)PyBytes_AS_STRING(args[2]),
+                (const uint8_t *)PyBytes_AS_STRING(args[2]) + PyBytes_GET_SIZE(args[2])};
+    while (r.p < r.end) {
+        Field f;
+        if (next_field(&r, &f) < 0) goto left;
+        int odd = 0;
+        switch (f.number) {
+        case 4:
+            if (f.wire_type != 2) goto left;
+            has_error = 1; /* pieces merge: each field the last given */
+            for (Reader e = f.payload; e.p < e.end;) {
+                Field g;
+                if (next_field(&e, &g) < 0) goto left;
+                if (g.number == 5) odd |= take_text(&g, &error_message);
+                else if (g.number == 11) odd |= take_varint(&g, &error_type);
+            }
+            break;
+        case 5: odd = take_text(&f, &node); break;
+        case 6: odd = take_text(&f, &worker); break;
+        case 7: odd = take_varint(&f, &worker_pid); break;
+        case 8: odd = take_text(&f, &lifecycle_job); break;
+        default: break;
+        }
+        if (odd) goto left;
+    }
+    PyObject *function_text = PyUnicode_DecodeUTF8(function.data ? function.data : "", function.len, NULL);
+    PyObject *name_text = function_text ? text_of(name) : NULL;
+    PyObject *message_text = name_text ? text_of(error_message) : NULL;
+    if (message_text == NULL) {
+        Py_XDECREF(function_text);
+        Py_XDECREF(name_text);
+        goto left; /* not UTF-8: upb's reading raises, and says so */
+    }
+    out = Py_BuildValue("(iNNNNNNNNiNNN)", (int)(int32_t)(uint32_t)task_type, name_text, function_text, bytes_of(job),
+                        bytes_of(parent), bytes_of(group), bytes_of(actor), bytes_of(node), bytes_of(worker),
+                        (int)(int32_t)(uint32_t)worker_pid, bytes_of(lifecycle_job),
+                        has_error ? PyLong_FromLong((long)(int32_t)(uint32_t)error_type) : Py_NewRef(Py_None),
+                        message_text);
+    goto done;
+left:
+    PyErr_Clear();
+    out = Py_NewRef(Py_None);
+done:
+    PyMem_Free(function.data);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"transitions", (PyCFunction)(void (*)(void))transitions, METH_FASTCALL,
      "transitions(wire, field_number) -> [(time ns, state, None), ...] sorted, or None."},
+    {"task_parts", (PyCFunction)(void (*)(void))task_parts, METH_FASTCALL,
+     "task_parts(definition, actor_task, lifecycle) -> the fields a task's span reads, or None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -34,7 +34,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
@@ -222,7 +222,7 @@ class _Entity:
     running: bool = False  # a task saw a RUNNING* transition
     terminal: bool = False  # a terminal transition arrived
     terminal_at: float | None = None
-    # Parsed only when the span is built (_materialize).
+    # An actor's and a job's, parsed when the span is built (_materialize).
     definition: Any = None
     lifecycle: Any = None
 
@@ -509,9 +509,9 @@ class RayEventsToOtel:
     def _transitions(entity: _Entity) -> list[tuple[int, int, Any]]:
         """(timestamp ns, state, transition) sorted by time, repeats of (state, time) removed; the
         transition is None where it is read from the wire (all but actors, whose spans read it)."""
-        if entity.lifecycle is None:
+        if not entity.lifecycle_wire:
             return []
-        if _read_transitions is not None and entity.kind != "actor":
+        if _read_transitions is not None and entity.kind != ACTOR:
             read: list[tuple[int, int, Any]] | None = _read_transitions(
                 entity.lifecycle_wire, _TRANSITIONS_FIELD[entity.kind]
             )
@@ -519,7 +519,8 @@ class RayEventsToOtel:
                 return read
         seen: set[tuple[int, int]] = set()
         out: list[tuple[int, int, Any]] = []
-        for t in entity.lifecycle.state_transitions:
+        lifecycle = entity.lifecycle or _LIFECYCLE_CLASSES[entity.kind].FromString(entity.lifecycle_wire)
+        for t in lifecycle.state_transitions:
             ns = otlp_wire.unix_nano(t.timestamp)
             if (ns, t.state) in seen:
                 continue
@@ -574,14 +575,15 @@ class RayEventsToOtel:
         key = entity.key
         del self._open[key]
         self._open_bytes -= entity.size
-        self._materialize(entity)
+        if entity.kind != TASK:  # a task's span reads its pieces' wire bytes (`_task_parts`)
+            self._materialize(entity)
         self._terminal.pop(key, None)
         self._emitted.add(key)
         transitions = self._transitions(entity)
         terminal = self._terminal_state(transitions, entity.kind)
-        if entity.kind == "task":
+        if entity.kind == TASK:
             span = self._task_span(entity, terminal, transitions)
-        elif entity.kind == "actor":
+        elif entity.kind == ACTOR:
             span = self._actor_span(entity, terminal, transitions)
         else:
             span = self._job_span(entity, terminal, transitions)
@@ -652,28 +654,24 @@ class RayEventsToOtel:
         self, entity: _Entity, terminal: tuple[int, int, Any] | None, transitions: list[tuple[int, int, Any]]
     ) -> _SpanWire:
         _, session, task_id, attempt = entity.key
-        d = entity.definition
-        lc = entity.lifecycle
-        job = _job_of_task(task_id, (d.job_id if d is not None else b"") or (lc.job_id if lc else b""))
+        p = _task_parts(entity)
+        job = _job_of_task(task_id, p.job_id or p.lifecycle_job_id)
         attrs: dict[str, Any] = {
             semconv.RAY_TASK_ID: task_id.hex(),
             semconv.RAY_TASK_ATTEMPT: attempt,
             semconv.RAY_JOB_ID: job.hex(),
         }
-        is_driver = False
-        actor_id = b""
-        name = ""
-        if isinstance(d, TaskDefinitionEvent):
-            is_driver = d.task_type == _DRIVER_TASK
-            name = d.task_name or ("driver" if is_driver else "")
-            attrs[semconv.RAY_FUNCTION] = _function_name(d.task_func)
-            attrs["ray.task_type"] = _enum_name(TaskType, d.task_type)
-            if d.task_type == _ACTOR_CREATION_TASK:
+        defined = entity.definition_cls is not None
+        actor_id = p.actor_id
+        name = p.name
+        if entity.definition_cls is TaskDefinitionEvent:
+            name = name or ("driver" if p.task_type == _DRIVER_TASK else "")
+            attrs[semconv.RAY_FUNCTION] = p.function
+            attrs["ray.task_type"] = _enum_name(TaskType, p.task_type)
+            if p.task_type == _ACTOR_CREATION_TASK:
                 actor_id = ids.actor_of_task(task_id)
-        elif d is not None:  # ActorTaskDefinitionEvent
-            name = d.actor_task_name
-            actor_id = d.actor_id
-            attrs[semconv.RAY_FUNCTION] = _function_name(d.actor_func)
+        elif defined:  # ActorTaskDefinitionEvent
+            attrs[semconv.RAY_FUNCTION] = p.function
             attrs["ray.task_type"] = "ACTOR_TASK"
         if actor_id:
             attrs[semconv.RAY_REMOTE] = "actor"
@@ -682,26 +680,25 @@ class RayEventsToOtel:
             if cls:
                 attrs[semconv.RAY_ACTOR_CLASS] = cls
                 attrs[semconv.RAY_ACTOR_METHOD] = method
-        elif d is not None:
+        elif defined:
             attrs[semconv.RAY_REMOTE] = "function"
         if name:
             attrs[semconv.RAY_TASK_NAME] = name
-        parent_task = d.parent_task_id if d is not None else b""
+        parent_task = p.parent_task_id
         parent = self._task_parent(session, job, parent_task)  # the job's root span when nil
         if not _is_nil(parent_task):
             attrs[semconv.RAY_PARENT_TASK_ID] = parent_task.hex()
-        if d is not None and not _is_nil(d.placement_group_id):
-            attrs[semconv.RAY_PLACEMENT_GROUP_ID] = d.placement_group_id.hex()
-        if lc is not None:
-            if lc.node_id:
-                attrs[semconv.RAY_NODE_ID] = lc.node_id.hex()
-            if lc.worker_id:
-                attrs[semconv.RAY_WORKER_ID] = lc.worker_id.hex()
-            if lc.worker_pid:
-                attrs[semconv.RAY_PID] = str(lc.worker_pid)
+        if defined and not _is_nil(p.placement_group_id):
+            attrs[semconv.RAY_PLACEMENT_GROUP_ID] = p.placement_group_id.hex()
+        if p.node_id:
+            attrs[semconv.RAY_NODE_ID] = p.node_id.hex()
+        if p.worker_id:
+            attrs[semconv.RAY_WORKER_ID] = p.worker_id.hex()
+        if p.worker_pid:
+            attrs[semconv.RAY_PID] = str(p.worker_pid)
         failed = terminal is not None and terminal[1] == _FAILED
-        if failed and lc.HasField("ray_error_info"):
-            attrs["ray.error_type"] = _enum_name(common_pb2.ErrorType, lc.ray_error_info.error_type)
+        if failed and p.error_type is not None:
+            attrs["ray.error_type"] = _enum_name(common_pb2.ErrorType, p.error_type)
         trace_id = trace_id_for_job(session, job)
         span = self._base_span(
             entity,
@@ -720,10 +717,9 @@ class RayEventsToOtel:
         if attempt > 0:
             span.links.append(_link(trace_id, task_span_id(session, task_id, attempt - 1)))
         if failed and terminal is not None:
-            info = lc.ray_error_info if lc.HasField("ray_error_info") else common_pb2.RayErrorInfo()
             error_type = attrs.get("ray.error_type", "TASK_FAILED")
-            exc_type, message = _exception_summary(info.error_message, error_type)
-            self._fail(span, terminal[0], exc_type, message, _ANSI.sub("", info.error_message))
+            exc_type, message = _exception_summary(p.error_message, error_type)
+            self._fail(span, terminal[0], exc_type, message, _ANSI.sub("", p.error_message))
         return span
 
     def _actor_span(
@@ -805,6 +801,70 @@ class RayEventsToOtel:
         return log_record_wire(
             event, trace_id, span_id if trace_id else b"", self.observed_clock_ns(), posted=posted, head=head
         )
+
+
+# -- what a task's span reads of its pieces ------------------------------------------------------
+
+
+class _TaskParts(NamedTuple):
+    task_type: int
+    name: str  # the task's name or the actor task's
+    function: str  # `_function_name` of its function descriptor
+    job_id: bytes
+    parent_task_id: bytes
+    placement_group_id: bytes
+    actor_id: bytes  # an actor task's actor
+    node_id: bytes
+    worker_id: bytes
+    worker_pid: int
+    lifecycle_job_id: bytes
+    error_type: int | None  # None: no RayErrorInfo arrived
+    error_message: str
+
+
+_read_task_parts = (
+    _lifecycle_wire.task_parts if _lifecycle_wire is not None and config.compiled_enabled() else None
+)
+
+
+def _task_parts(entity: _Entity) -> _TaskParts:
+    """Read from the kept wire bytes in C where built, else through upb (the same values)."""
+    actor_task = entity.definition_cls is ActorTaskDefinitionEvent
+    if _read_task_parts is not None:
+        read = _read_task_parts(entity.definition_wire, actor_task, entity.lifecycle_wire)
+        if read is not None:
+            return _TaskParts._make(read)
+    return _task_parts_python(entity)
+
+
+def _task_parts_python(entity: _Entity) -> _TaskParts:
+    d = (
+        entity.definition_cls.FromString(entity.definition_wire)
+        if entity.definition_wire is not None
+        else None
+    )
+    lc = TaskLifecycleEvent.FromString(entity.lifecycle_wire)
+    task_type, name, function, actor_id = 0, "", "", b""
+    if isinstance(d, TaskDefinitionEvent):
+        task_type, name, function = d.task_type, d.task_name, _function_name(d.task_func)
+    elif d is not None:
+        name, function, actor_id = d.actor_task_name, _function_name(d.actor_func), d.actor_id
+    error = lc.ray_error_info if lc.HasField("ray_error_info") else None
+    return _TaskParts(
+        task_type,
+        name,
+        function,
+        d.job_id if d is not None else b"",
+        d.parent_task_id if d is not None else b"",
+        d.placement_group_id if d is not None else b"",
+        actor_id,
+        lc.node_id,
+        lc.worker_id,
+        lc.worker_pid,
+        lc.job_id,
+        error.error_type if error is not None else None,
+        error.error_message if error is not None else "",
+    )
 
 
 # -- spans on the wire (opentelemetry.proto.trace.v1.Span, fields in number order as upb writes them)
