@@ -131,6 +131,21 @@ fail:
     return NULL;
 }
 
+/* The session's name as a str, the one made for the previous event when it is the same (a stream's
+ * events share a few sessions): open entities' keys hold one copy, not one each. */
+static PyObject *last_session;
+
+static PyObject *session_of(Reader r) {
+    Py_ssize_t n = r.end - r.p, last_n;
+    if (last_session != NULL) {
+        const char *last = PyUnicode_AsUTF8AndSize(last_session, &last_n);
+        if (last != NULL && last_n == n && memcmp(last, r.p, (size_t)n) == 0) return Py_NewRef(last_session);
+    }
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)r.p, n, NULL);
+    if (text != NULL) Py_XSETREF(last_session, Py_NewRef(text));
+    return text;
+}
+
 /* -- attribute entries -------------------------------------------------------------------------- */
 
 static Py_ssize_t field_size(Py_ssize_t n) { return 1 + varint_size((uint64_t)n) + n; }
@@ -272,7 +287,7 @@ static PyObject *head(PyObject *module, PyObject *arg) {
         goto other;
     if (s->id_is_job) job = id;
     else if (s->job_of_id && id.end - id.p == s->job_of_id) job.p = id.end - 4, job.end = id.end;
-    PyObject *session_text = PyUnicode_DecodeUTF8((const char *)session.p, session.end - session.p, NULL);
+    PyObject *session_text = session_of(session);
     if (session_text == NULL) goto other;
     uint64_t ns = 0;
     if (seconds >= 0) { /* before 1970: OTLP's "unknown", 0 */
