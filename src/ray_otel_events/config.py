@@ -651,6 +651,6 @@ PURE_PYTHON = "RAY_OTEL_EVENTS_PURE_PYTHON"  # 1: use the Python code even where
 def compiled_enabled(env: Environ = os.environ) -> bool:
     """Whether the compiled copies (the log-record walk, the RayEvent JSON reader and writer, OTLP
     values read from wire bytes, spans' JSON records, OTLP records and requests written from their
-    parts, lifecycle transitions from wire bytes, the store's fold and row writer) may be used: the
-    same results, faster."""
+    parts, lifecycle transitions and task parts from wire bytes, RayEvent heads, the store's fold and
+    row writer) may be used: the same results, faster."""
     return not env_bool(env, PURE_PYTHON, False)
