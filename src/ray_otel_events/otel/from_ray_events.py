@@ -690,12 +690,7 @@ class RayEventsToOtel:
             attrs[semconv.RAY_PARENT_TASK_ID] = parent_task.hex()
         if defined and not _is_nil(p.placement_group_id):
             attrs[semconv.RAY_PLACEMENT_GROUP_ID] = p.placement_group_id.hex()
-        if p.node_id:
-            attrs[semconv.RAY_NODE_ID] = p.node_id.hex()
-        if p.worker_id:
-            attrs[semconv.RAY_WORKER_ID] = p.worker_id.hex()
-        if p.worker_pid:
-            attrs[semconv.RAY_PID] = str(p.worker_pid)
+        _where_ran(attrs, p.node_id, p.worker_id, p.worker_pid)
         failed = terminal is not None and terminal[1] == _FAILED
         if failed and p.error_type is not None:
             attrs["ray.error_type"] = _enum_name(common_pb2.ErrorType, p.error_type)
@@ -743,12 +738,7 @@ class RayEventsToOtel:
                 attrs["ray.namespace"] = d.ray_namespace
             attrs["ray.actor_is_detached"] = d.is_detached
         for _, _, t in transitions:
-            if t.node_id:
-                attrs[semconv.RAY_NODE_ID] = t.node_id.hex()
-            if t.worker_id:
-                attrs[semconv.RAY_WORKER_ID] = t.worker_id.hex()
-            if t.pid:
-                attrs[semconv.RAY_PID] = str(t.pid)
+            _where_ran(attrs, t.node_id, t.worker_id, t.pid)
             if t.repr_name:
                 attrs["ray.actor_repr_name"] = t.repr_name
         span = self._base_span(
@@ -801,6 +791,16 @@ class RayEventsToOtel:
         return log_record_wire(
             event, trace_id, span_id if trace_id else b"", self.observed_clock_ns(), posted=posted, head=head
         )
+
+
+def _where_ran(attrs: dict[str, Any], node_id: bytes, worker_id: bytes, pid: int) -> None:
+    """The node, worker and process an entity ran in, those known, as Ray's tracing names them."""
+    if node_id:
+        attrs[semconv.RAY_NODE_ID] = node_id.hex()
+    if worker_id:
+        attrs[semconv.RAY_WORKER_ID] = worker_id.hex()
+    if pid:
+        attrs[semconv.RAY_PID] = str(pid)
 
 
 # -- what a task's span reads of its pieces ------------------------------------------------------
