@@ -17,6 +17,9 @@ static inline Py_ssize_t varint_size(uint64_t v) {
     return n;
 }
 
+/* The size of a length-delimited field with a one-byte key and an `n`-byte payload. */
+static inline Py_ssize_t field_size(Py_ssize_t n) { return 1 + varint_size((uint64_t)n) + n; }
+
 static inline char *put_varint(char *p, uint64_t v) {
     while (v >= 0x80) {
         *p++ = (char)((v & 0x7f) | 0x80);
@@ -148,6 +151,17 @@ typedef struct {
     const uint8_t *p, *end;
 } Reader;
 
+/* The bytes of a bytes object, to read. */
+static inline Reader bytes_reader(PyObject *bytes) {
+    const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(bytes);
+    return (Reader){p, p + PyBytes_GET_SIZE(bytes)};
+}
+
+/* A bytes object, or a str (UTF-8, strictly: NULL with the error otherwise), of what `r` holds. */
+static inline PyObject *reader_bytes(Reader r) { return PyBytes_FromStringAndSize((const char *)r.p, r.end - r.p); }
+
+static inline PyObject *reader_text(Reader r) { return PyUnicode_DecodeUTF8((const char *)r.p, r.end - r.p, NULL); }
+
 static inline int malformed(void) {
     PyErr_SetString(PyExc_ValueError, "malformed protobuf wire bytes");
     return -1;
@@ -226,6 +240,19 @@ static inline int read_timestamp(Reader r, int64_t *seconds, int32_t *nanos) {
 /* What a Timestamp may hold (years 1 to 9999; what json_format and ToNanoseconds accept). */
 static inline int timestamp_in_range(int64_t seconds, int32_t nanos) {
     return seconds >= -62135596800LL && seconds <= 253402300799LL && nanos >= 0 && nanos <= 999999999;
+}
+
+/* otlp_wire.unix_nano: the time OTLP can carry (before 1970 or past 2^64 ns: 0, its "unknown");
+ * 1 for a Timestamp out of range. */
+static inline int timestamp_unix_nano(int64_t seconds, int32_t nanos, uint64_t *out) {
+    if (!timestamp_in_range(seconds, nanos)) return 1;
+    if (seconds < 0) {
+        *out = 0;
+        return 0;
+    }
+    unsigned __int128 ns = (unsigned __int128)seconds * 1000000000u + (unsigned __int128)nanos;
+    *out = ns > UINT64_MAX ? 0 : (uint64_t)ns;
+    return 0;
 }
 
 #endif

@@ -134,18 +134,12 @@ static int reader_of(PyObject *data, Reader *r) {
         PyErr_SetString(PyExc_TypeError, "expected bytes");
         return -1;
     }
-    r->p = (const uint8_t *)PyBytes_AS_STRING(data);
-    r->end = r->p + PyBytes_GET_SIZE(data);
+    *r = bytes_reader(data);
     return 0;
 }
 
 /* -- spans (opentelemetry.proto.trace.v1.Span) -------------------------------------------------- */
 
-static PyObject *bytes_of(Reader r) { return PyBytes_FromStringAndSize((const char *)r.p, r.end - r.p); }
-
-static PyObject *text_of(Reader r) {
-    return PyUnicode_DecodeUTF8((const char *)r.p, r.end - r.p, "strict");
-}
 
 /* (name, time_unix_nano, attributes) of an Event; (trace_id, span_id, trace_state, attributes) of a
  * Link. */
@@ -169,8 +163,8 @@ static PyObject *event_or_link(Reader r, int link) {
             if (f.number == 3 && f.wire_type == 2 && read_key_value(attributes, f.payload) < 0) goto fail;
         }
     }
-    PyObject *out = link ? Py_BuildValue("(NNNO)", bytes_of(a), bytes_of(b), text_of(c), attributes)
-                         : Py_BuildValue("(NKO)", text_of(b), (unsigned long long)time, attributes);
+    PyObject *out = link ? Py_BuildValue("(NNNO)", reader_bytes(a), reader_bytes(b), reader_text(c), attributes)
+                         : Py_BuildValue("(NKO)", reader_text(b), (unsigned long long)time, attributes);
     Py_DECREF(attributes);
     return out;
 fail:
@@ -201,10 +195,10 @@ static PyObject *span_parts(PyObject *module, PyObject *data) {
             append_new(f.number == 11 ? events : links, event_or_link(f.payload, f.number == 13)) < 0)
             goto fail;
     }
-    PyObject *out = Py_BuildValue("(NNNNNiKKOOOiN)", bytes_of(s.trace_id), bytes_of(s.span_id),
-                                  text_of(s.trace_state), bytes_of(s.parent), text_of(s.name), (int)(int32_t)s.kind,
+    PyObject *out = Py_BuildValue("(NNNNNiKKOOOiN)", reader_bytes(s.trace_id), reader_bytes(s.span_id),
+                                  reader_text(s.trace_state), reader_bytes(s.parent), reader_text(s.name), (int)(int32_t)s.kind,
                                   (unsigned long long)s.start, (unsigned long long)s.end, attributes, events, links,
-                                  (int)(int32_t)s.status_code, text_of(s.status_message));
+                                  (int)(int32_t)s.status_code, reader_text(s.status_message));
     Py_DECREF(attributes);
     Py_DECREF(events);
     Py_DECREF(links);

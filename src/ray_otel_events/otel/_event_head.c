@@ -148,8 +148,6 @@ static PyObject *session_of(Reader r) {
 
 /* -- attribute entries -------------------------------------------------------------------------- */
 
-static Py_ssize_t field_size(Py_ssize_t n) { return 1 + varint_size((uint64_t)n) + n; }
-
 /* One LogRecord.attributes entry (6): KeyValue{key, value = AnyValue{string_value}}, the string
  * `n` bytes of `text`, or their lowercase hex when `hex`. */
 static int put_string_entry(Buf *b, PyObject *key, const uint8_t *text, Py_ssize_t n, int hex) {
@@ -235,8 +233,6 @@ static int varint_field(const Fields *fields, uint32_t number, uint64_t *out) {
     return 0;
 }
 
-static PyObject *bytes_of(Reader r) { return PyBytes_FromStringAndSize((const char *)r.p, r.end - r.p); }
-
 /* head(wire) -> EventHead(event_id, event_type, session, time_ns, severity, kind, entity_id,
  * attempt, job, payload, attributes), or None (Python reads it). */
 static PyObject *head(PyObject *module, PyObject *arg) {
@@ -245,7 +241,7 @@ static PyObject *head(PyObject *module, PyObject *arg) {
         PyErr_SetString(PyExc_TypeError, "head(wire: bytes), after bind()");
         return NULL;
     }
-    Reader r = {(const uint8_t *)PyBytes_AS_STRING(arg), (const uint8_t *)PyBytes_AS_STRING(arg) + PyBytes_GET_SIZE(arg)};
+    Reader r = bytes_reader(arg);
     static const uint8_t none[1] = {0};
     Reader event_id = {none, none}, session = {none, none}, node = {none, none}, payloads[MAX_FIELD];
     int payload_count[MAX_FIELD] = {0};
@@ -274,7 +270,8 @@ static PyObject *head(PyObject *module, PyObject *arg) {
             payload_count[f.number]++;
         }
     }
-    if (event_type >= MAX_TYPES || !specs[event_type].known || !timestamp_in_range(seconds, nanos)) goto other;
+    uint64_t ns;
+    if (event_type >= MAX_TYPES || !specs[event_type].known || timestamp_unix_nano(seconds, nanos, &ns)) goto other;
     const TypeSpec *s = &specs[event_type];
     if (payload_count[s->payload] > 1) goto other; /* merged by upb: left to it */
     Reader payload = payload_count[s->payload] ? payloads[s->payload] : (Reader){none, none};
@@ -289,11 +286,6 @@ static PyObject *head(PyObject *module, PyObject *arg) {
     else if (s->job_of_id && id.end - id.p == s->job_of_id) job.p = id.end - 4, job.end = id.end;
     PyObject *session_text = session_of(session);
     if (session_text == NULL) goto other;
-    uint64_t ns = 0;
-    if (seconds >= 0) { /* before 1970: OTLP's "unknown", 0 */
-        unsigned __int128 wide = (unsigned __int128)seconds * 1000000000u + (unsigned __int128)nanos;
-        ns = wide > UINT64_MAX ? 0 : (uint64_t)wide;
-    }
 
     Buf b = {NULL, 0, 0};
     int node_written = 0, failed = buf_bytes(&b, s->type_entry) < 0 ||
@@ -321,16 +313,16 @@ static PyObject *head(PyObject *module, PyObject *arg) {
         return NULL;
     }
     PyObject *items[11] = {
-        bytes_of(event_id),
+        reader_bytes(event_id),
         PyLong_FromUnsignedLongLong(event_type),
         session_text,
         PyLong_FromUnsignedLongLong(ns),
         PyLong_FromLong((long)(int32_t)(uint32_t)severity),
         Py_NewRef(s->kind),
-        bytes_of(id),
+        reader_bytes(id),
         PyLong_FromLong(s->attempt_field ? (long)(int32_t)(uint32_t)attempt : 0),
-        bytes_of(job),
-        bytes_of(payload),
+        reader_bytes(job),
+        reader_bytes(payload),
         attributes,
     };
     PyObject *out = ((PyTypeObject *)head_type)->tp_alloc((PyTypeObject *)head_type, 11);
@@ -376,8 +368,7 @@ static PyObject *slim(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     long func_field = PyLong_AsLong(args[2]);
     const uint8_t *keep = (const uint8_t *)PyBytes_AS_STRING(args[1]);
     Py_ssize_t keep_n = PyBytes_GET_SIZE(args[1]);
-    Reader r = {(const uint8_t *)PyBytes_AS_STRING(args[0]),
-                (const uint8_t *)PyBytes_AS_STRING(args[0]) + PyBytes_GET_SIZE(args[0])};
+    Reader r = bytes_reader(args[0]);
     Buf b = {NULL, 0, 0}, func = {NULL, 0, 0};
     while (r.p < r.end) {
         const uint8_t *start = r.p;

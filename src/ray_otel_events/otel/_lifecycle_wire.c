@@ -14,18 +14,6 @@ typedef struct {
     int32_t state;
 } Transition;
 
-/* otlp_wire.unix_nano: the time OTLP can carry, else 0; 1 for a Timestamp out of range. */
-static int unix_nano(int64_t seconds, int32_t nanos, uint64_t *out) {
-    if (!timestamp_in_range(seconds, nanos)) return 1;
-    if (seconds < 0) {
-        *out = 0; /* before 1970: OTLP's "unknown" */
-        return 0;
-    }
-    unsigned __int128 ns = (unsigned __int128)seconds * 1000000000u + (unsigned __int128)nanos;
-    *out = ns > UINT64_MAX ? 0 : (uint64_t)ns;
-    return 0;
-}
-
 /* transitions(wire, field_number) -> [(time ns, state), ...] of the StateTransition{state = 1,
  * timestamp = 2} entries of repeated field `field_number`, sorted by time (stable), repeats of
  * (time, state) left out: what from_ray_events._transitions makes of them (without the transition
@@ -39,8 +27,7 @@ static PyObject *transitions(PyObject *module, PyObject *const *args, Py_ssize_t
     }
     long number = PyLong_AsLong(args[1]);
     if (number == -1 && PyErr_Occurred()) return NULL;
-    Reader r = {(const uint8_t *)PyBytes_AS_STRING(args[0]),
-                (const uint8_t *)PyBytes_AS_STRING(args[0]) + PyBytes_GET_SIZE(args[0])};
+    Reader r = bytes_reader(args[0]);
     Transition *found = NULL;
     Py_ssize_t count = 0, room = 0;
     PyObject *out = NULL;
@@ -59,7 +46,7 @@ static PyObject *transitions(PyObject *module, PyObject *const *args, Py_ssize_t
                 goto malformed;
         }
         uint64_t ns;
-        if (unix_nano(seconds, nanos, &ns)) {
+        if (timestamp_unix_nano(seconds, nanos, &ns)) {
             out = Py_NewRef(Py_None);
             goto done;
         }
@@ -150,10 +137,6 @@ static int function_name(Reader r, Buf *out) {
     return 0;
 }
 
-static PyObject *text_of(Reader r) { return PyUnicode_DecodeUTF8((const char *)r.p, r.end - r.p, NULL); }
-
-static PyObject *bytes_of(Reader r) { return PyBytes_FromStringAndSize((const char *)r.p, r.end - r.p); }
-
 /* task_parts(definition, actor_task, lifecycle) -> (task_type, name, function, job_id,
  * parent_task_id, placement_group_id, actor_id, node_id, worker_id, worker_pid, lifecycle_job_id,
  * error_type or None, error_message): what a task's span reads of its kept definition (a
@@ -179,8 +162,7 @@ static PyObject *task_parts(PyObject *module, PyObject *const *args, Py_ssize_t 
         /* TaskDefinitionEvent: type 3, func 5, name 6, job 9, parent 10, group 11;
          * ActorTaskDefinitionEvent: func 4, name 5, job 8, actor 9, parent 10, group 11 */
         uint32_t func_field = actor_task ? 4 : 5, name_field = actor_task ? 5 : 6, job_field = actor_task ? 8 : 9;
-        Reader r = {(const uint8_t *)PyBytes_AS_STRING(args[0]),
-                    (const uint8_t *)PyBytes_AS_STRING(args[0]) + PyBytes_GET_SIZE(args[0])};
+        Reader r = bytes_reader(args[0]);
         while (r.p < r.end) {
             Field f;
             if (next_field(&r, &f) < 0) goto left;
@@ -202,8 +184,7 @@ static PyObject *task_parts(PyObject *module, PyObject *const *args, Py_ssize_t 
         }
     }
     /* TaskLifecycleEvent: error info 4 {message 5, type 11}, node 5, worker 6, pid 7, job 8 */
-    Reader r = {(const uint8_t *)PyBytes_AS_STRING(args[2]),
-                (const uint8_t *)PyBytes_AS_STRING(args[2]) + PyBytes_GET_SIZE(args[2])};
+    Reader r = bytes_reader(args[2]);
     while (r.p < r.end) {
         Field f;
         if (next_field(&r, &f) < 0) goto left;
@@ -228,16 +209,16 @@ static PyObject *task_parts(PyObject *module, PyObject *const *args, Py_ssize_t 
         if (odd) goto left;
     }
     PyObject *function_text = PyUnicode_DecodeUTF8(function.data ? function.data : "", function.len, NULL);
-    PyObject *name_text = function_text ? text_of(name) : NULL;
-    PyObject *message_text = name_text ? text_of(error_message) : NULL;
+    PyObject *name_text = function_text ? reader_text(name) : NULL;
+    PyObject *message_text = name_text ? reader_text(error_message) : NULL;
     if (message_text == NULL) {
         Py_XDECREF(function_text);
         Py_XDECREF(name_text);
         goto left; /* not UTF-8: upb's reading raises, and says so */
     }
-    out = Py_BuildValue("(iNNNNNNNNiNNN)", (int)(int32_t)(uint32_t)task_type, name_text, function_text, bytes_of(job),
-                        bytes_of(parent), bytes_of(group), bytes_of(actor), bytes_of(node), bytes_of(worker),
-                        (int)(int32_t)(uint32_t)worker_pid, bytes_of(lifecycle_job),
+    out = Py_BuildValue("(iNNNNNNNNiNNN)", (int)(int32_t)(uint32_t)task_type, name_text, function_text, reader_bytes(job),
+                        reader_bytes(parent), reader_bytes(group), reader_bytes(actor), reader_bytes(node), reader_bytes(worker),
+                        (int)(int32_t)(uint32_t)worker_pid, reader_bytes(lifecycle_job),
                         has_error ? PyLong_FromLong((long)(int32_t)(uint32_t)error_type) : Py_NewRef(Py_None),
                         message_text);
     goto done;

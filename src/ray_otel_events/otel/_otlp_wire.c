@@ -12,8 +12,6 @@ static char *put_field(char *p, uint8_t tag, const char *data, Py_ssize_t n) {
     return put(p, data, n);
 }
 
-static Py_ssize_t field_size(Py_ssize_t n) { return 1 + varint_size((uint64_t)n) + n; }
-
 /* A str's UTF-8 or a bytes object's bytes; NULL with an error for anything else. */
 static const char *text_of(PyObject *obj, Py_ssize_t *n) {
     if (PyUnicode_Check(obj)) return PyUnicode_AsUTF8AndSize(obj, n);

@@ -81,6 +81,15 @@ _ENTITIES: dict[int, tuple[str, str, str | None, str | None]] = {  # type -> kin
 _JOB_IN_ID = {TASK: ids.TASK_ID_SIZE, PROFILE: ids.TASK_ID_SIZE, ACTOR: ids.ACTOR_ID_SIZE}
 
 
+def job_of(kind: str, ident: bytes, fallback: bytes) -> bytes:
+    """The job whose trace an entity's span is in: a driver job's own id; the last bytes of a task's
+    or an actor's id (they end with their job's) when it has its full length; else `fallback`, the
+    job its pieces name."""
+    if kind == JOB:
+        return ident
+    return ident[-ids.JOB_ID_SIZE :] if len(ident) == _JOB_IN_ID[kind] else fallback
+
+
 def _payload_descriptor(spec_payload: str) -> Any:
     return RayEvent.DESCRIPTOR.fields_by_name[spec_payload].message_type
 
@@ -146,12 +155,7 @@ def python_head(event: RayEvent) -> EventHead:
         if spec.entity_id is not None:
             entity_id = getattr(message, spec.entity_id)
             attempt = int(getattr(message, spec.entity_attempt)) if spec.entity_attempt else 0
-            if kind == JOB:
-                job = entity_id
-            elif len(entity_id) == _JOB_IN_ID[kind]:
-                job = entity_id[-ids.JOB_ID_SIZE :]  # task and actor ids end with their job's
-            elif spec.entity_job is not None:
-                job = getattr(message, spec.entity_job)
+            job = job_of(kind, entity_id, getattr(message, spec.entity_job) if spec.entity_job else b"")
     return EventHead(
         event.event_id,
         event.event_type,

@@ -45,7 +45,16 @@ from ray_otel_events.events.builders import ActorState, JobState, TaskStatus, Ta
 from ray_otel_events.events.registry import event_type_name
 from ray_otel_events.metrics import Counters
 from ray_otel_events.otel import otlp_wire, semconv
-from ray_otel_events.otel.event_heads import ACTOR, JOB, PROFILE, TASK, EventHead, kept_fields, read_head
+from ray_otel_events.otel.event_heads import (
+    ACTOR,
+    JOB,
+    PROFILE,
+    TASK,
+    EventHead,
+    job_of,
+    kept_fields,
+    read_head,
+)
 from ray_otel_events.otel.log_records import log_record_wire
 from ray_otel_events.protobuf import common_pb2
 from ray_otel_events.protobuf.events_actor_definition_event_pb2 import ActorDefinitionEvent
@@ -131,14 +140,6 @@ def task_span_id(session_name: str, task_id: bytes, attempt: int) -> bytes:
 
 def actor_span_id(session_name: str, actor_id: bytes) -> bytes:
     return _digest(b"ray-otel-events/actor", session_name.encode(), actor_id)[:8]
-
-
-def _job_of_task(task_id: bytes, fallback: bytes) -> bytes:
-    return ids.job_of_task(task_id) if len(task_id) == ids.TASK_ID_SIZE else fallback
-
-
-def _job_of_actor(actor_id: bytes, fallback: bytes) -> bytes:
-    return actor_id[-ids.JOB_ID_SIZE :] if len(actor_id) == ids.ACTOR_ID_SIZE else fallback
 
 
 def _is_nil(value: bytes) -> bool:
@@ -655,7 +656,7 @@ class RayEventsToOtel:
     ) -> _SpanWire:
         _, session, task_id, attempt = entity.key
         p = _task_parts(entity)
-        job = _job_of_task(task_id, p.job_id or p.lifecycle_job_id)
+        job = job_of(TASK, task_id, p.job_id or p.lifecycle_job_id)
         attrs: dict[str, Any] = {
             semconv.RAY_TASK_ID: task_id.hex(),
             semconv.RAY_TASK_ATTEMPT: attempt,
@@ -707,7 +708,7 @@ class RayEventsToOtel:
             attrs,
         )
         if actor_id:
-            actor_trace = trace_id_for_job(session, _job_of_actor(actor_id, job))
+            actor_trace = trace_id_for_job(session, job_of(ACTOR, actor_id, job))
             span.links.append(_link(actor_trace, actor_span_id(session, actor_id)))
         if attempt > 0:
             span.links.append(_link(trace_id, task_span_id(session, task_id, attempt - 1)))
@@ -722,7 +723,7 @@ class RayEventsToOtel:
     ) -> _SpanWire:
         _, session, actor_id, _ = entity.key
         d = entity.definition
-        job = _job_of_actor(actor_id, d.job_id if d is not None else b"")
+        job = job_of(ACTOR, actor_id, d.job_id if d is not None else b"")
         attrs: dict[str, Any] = {
             semconv.RAY_ACTOR_ID: actor_id.hex(),
             semconv.RAY_JOB_ID: job.hex(),
