@@ -35,7 +35,9 @@ class WalCheckpointer:
         self._written.set()
 
     def _run(self) -> None:
-        while True:
+        # `close` may land between the delay and the clear below, whose clear would swallow its
+        # wake: the loop's test catches that case, the waits every other.
+        while not self._closing.is_set():
             self._written.wait()
             if self._closing.wait(self._delay_s):
                 return
