@@ -393,7 +393,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _stored_by_type(address: str) -> Counter[str]:
-    """What `serve` stored, per event type, read from its Prometheus metrics."""
+    """What `serve` stored, per event type, read from its Prometheus metrics once the state API
+    answers (a read waits for every event answered before it to be folded)."""
+    requests.get(f"http://{address}/api/version", timeout=30).raise_for_status()
     text = requests.get(f"http://{address}/metrics", timeout=30).text
     stored: Counter[str] = Counter()
     for family in text_string_to_metric_families(text):

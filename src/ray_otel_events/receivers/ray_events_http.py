@@ -66,9 +66,10 @@ class RayEventsConsumer(abc.ABC, Generic[EventT]):
         """One event from its JSON value; ValueError names what is wrong with it."""
 
     @abc.abstractmethod
-    async def consume_ray_events(self, events: list[EventT]) -> Consumed | None:
+    async def consume_ray_events(self, events: list[EventT], body: bytes) -> Consumed | None:
         """Take the events (returning means accepted, but for those it names), or raise
-        QueueFullError."""
+        QueueFullError. `body` is the POST's JSON text (decompressed), for a consumer that keeps
+        what came as it came."""
 
 
 def parse_event(item: Any) -> RayEvent:
@@ -151,7 +152,7 @@ class RayEventsHttpReceiver(Generic[EventT]):
         consumed = Consumed()
         if events:
             try:
-                consumed = await self.consumer.consume_ray_events(events) or consumed
+                consumed = await self.consumer.consume_ray_events(events, body) or consumed
             except QueueFullError as exc:
                 retry_after = str(max(1, math.ceil(exc.retry_after_s)))
                 return self._refuse(503, exc.reason, {"Retry-After": retry_after})

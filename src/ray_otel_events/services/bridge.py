@@ -451,7 +451,9 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[PostedEvent]):
     def parse_ray_event(self, item: Any) -> PostedEvent:
         return parse_posted_event(item)
 
-    async def consume_ray_events(self, events: list[PostedEvent], routed: bool = False) -> None:
+    async def consume_ray_events(
+        self, events: list[PostedEvent], body: bytes = b"", routed: bool = False
+    ) -> None:
         """`routed`: a peer process sent these, as their owner; otherwise the router (if any)
         first sends every event owned elsewhere to its owner (raising QueueFullError if it is full)."""
         count = len(events)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sqlite3
 import sys
@@ -33,10 +34,14 @@ from ray_otel_events.services.lifecycle import (
 )
 from ray_otel_events.services.state_api import StateApi
 from ray_otel_events.services.state_intake import StateIntake
+from ray_otel_events.store.intake_spool import IntakeSpool
 from ray_otel_events.store.sqlite_store import EventStore, StoreError
 from ray_otel_events.store.views import StoreViews
 
+logger = logging.getLogger(__name__)
+
 RETENTION_INTERVAL_S = 60.0
+GIL_SWITCH_INTERVAL_S = 0.05
 
 
 def default_store_path() -> Path:
@@ -77,9 +82,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"ray-otel-events serve: cannot open the store {path}: {exc}", file=sys.stderr)
         return 1
     try:
-        return asyncio.run(serve(store, args))
-    finally:
+        spool = IntakeSpool(spool_path(path))
+    except OSError as exc:
+        print(f"ray-otel-events serve: cannot open the intake spool: {exc}", file=sys.stderr)
         store.close()
+        return 1
+    intake = StateIntake(store, spool)
+    try:
+        return asyncio.run(serve(intake, args))
+    finally:
+        intake.close()  # (when serve() did not get to it)
+        spool.close()
+        store.close()
+
+
+def spool_path(store: Path) -> Path:
+    """Where the POSTs answered but not yet folded wait: beside the store file."""
+    return store.with_name(store.name + ".intake")
 
 
 async def _retention(store: EventStore, args: argparse.Namespace) -> None:
@@ -90,9 +109,9 @@ async def _retention(store: EventStore, args: argparse.Namespace) -> None:
         await asyncio.sleep(RETENTION_INTERVAL_S)
 
 
-async def serve(store: EventStore, args: argparse.Namespace) -> int:
-    intake = StateIntake(store)
-    api = StateApi(StoreViews(store))
+async def serve(intake: StateIntake, args: argparse.Namespace) -> int:
+    store = intake.store
+    api = StateApi(StoreViews(store), intake.settled)
     metrics = ServerMetrics("serve")
     metrics.add_total(
         "serve_events_stored",
@@ -106,6 +125,11 @@ async def serve(store: EventStore, args: argparse.Namespace) -> int:
     )
     metrics.add_total("serve_refused_posts", "POSTs answered 4xx or 5xx", lambda: {(): intake.refused_posts})
     metrics.add_total("serve_spans", "spans stored", lambda: {(): intake.spans})
+    metrics.add_gauge(
+        "serve_unfolded_events",
+        "events answered 200 and not yet folded",
+        lambda: {(): intake.fold.pending_events},
+    )
     metrics.add_total("serve_log_lines", "task log lines stored", lambda: {(): intake.log_lines})
     ready = lambda: Readiness().add("store_open", True, str(store.path))  # noqa: E731
     app = web.Application(client_max_size=0)
@@ -122,11 +146,19 @@ async def serve(store: EventStore, args: argparse.Namespace) -> int:
     address: Any = runner.addresses[0]
     stop = stop_on_signals()
     retention = asyncio.create_task(_retention(store, args))
+    again = intake.start()
+    if again:
+        logger.info("folding %d events accepted before the last stop", again)
     settle_heap()
+    # The event loop (parsing POSTs) and the fold thread both run Python for long stretches: at
+    # the default 5 ms they hand the GIL back and forth hundreds of times a second, and each
+    # hand-over costs (measured: 34-36 against 25-29 µs of CPU an event at 50 ms).
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     print(f"listening http={args.host}:{address[1]}", flush=True)
     await stop.wait()
     retention.cancel()
-    await runner.cleanup()  # POSTs in progress are stored before the store closes
+    await runner.cleanup()  # POSTs in progress are answered (and spooled) first
+    await asyncio.to_thread(intake.close)  # then everything answered is folded
     stats = intake.stats()
     print_exit_summary("serve", list(stats.items()), stats, args.log_format)
     return 0

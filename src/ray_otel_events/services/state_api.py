@@ -1,7 +1,8 @@
 """The reads `serve` answers: Ray's dashboard state API, our page's API, and the page itself.
 
 Every GET under `/api/` is answered by `StoreViews.answer` off the event loop (the same answers
-our CLI gives from a store file), so `ray list tasks --address http://HOST:PORT` and
+our CLI gives from a store file), once the events answered before it are folded (`settled`, at most
+READ_WAIT_S), so `ray list tasks --address http://HOST:PORT` and
 `ray.util.state.list_tasks(address=...)` work against the store. `/` serves the page and
 `/static/...` its files, shipped as package data (no CDN).
 """
@@ -9,6 +10,8 @@ our CLI gives from a store file), so `ray list tasks --address http://HOST:PORT`
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
 from importlib import resources
 
 import orjson
@@ -17,14 +20,16 @@ from aiohttp import web
 from ray_otel_events.store.views import StoreViews
 
 _WEB = resources.files("ray_otel_events") / "web"
+READ_WAIT_S = 10.0  # a read waits this long at most for the fold to reach it, then answers as is
 _TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
 
 
 class StateApi:
     """aiohttp routes over StoreViews."""
 
-    def __init__(self, views: StoreViews) -> None:
+    def __init__(self, views: StoreViews, settled: Callable[[], Awaitable[None]] | None = None) -> None:
         self.views = views
+        self.settled = settled
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -35,6 +40,10 @@ class StateApi:
         ]
 
     async def api(self, request: web.Request) -> web.Response:
+        if self.settled is not None:
+            # a fold far behind (or failing, and logged) does not stop reads
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.settled(), READ_WAIT_S)
         status, body = await asyncio.to_thread(self.views.answer, request.path, request.query)
         return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
 

@@ -1,9 +1,13 @@
 """What `serve` takes in: RayEvent JSON POSTs and OTLP (traces, logs), all folded into the store.
 
 `/v1/ray-events` is what Ray's aggregator, ours or the bridge POSTs: a JSON array of RayEvents,
-stored before the POST is answered, so a 200 means stored. It is the bridge's receiver, so it
+on disk in the intake spool before the POST is answered (a 200 survives `kill -9`) and folded into
+the store a moment later, several POSTs at a time (`store.background_fold`); reads of the state
+wait for what was answered before them (`settled`). It is the bridge's receiver, so it
 answers as the bridge does: an event that cannot be read is rejected and named in a 200 answer
-(Ray's publisher retries any other answer forever), and the rest of its batch is stored.
+(Ray's publisher retries any other answer forever), and the rest of its batch is stored. A value
+only the fold reads (a bad base64 id deep in a piece) is found after the answer: that piece is
+logged and counted in `serve_rejected_events`, and the rest of its row is stored.
 `/v1/traces` and `/v1/logs` are OTLP (the receiver speaks the protocol): spans are kept for trace
 trees, log records carrying a RayEvent become state like the POSTed ones, and every other log
 record is a task log line.
@@ -29,6 +33,8 @@ from ray_otel_events.receivers.ray_events_http import (
     RayEventsHttpReceiver,
 )
 from ray_otel_events.store import otlp_records
+from ray_otel_events.store.background_fold import BackgroundFold
+from ray_otel_events.store.intake_spool import IntakeSpool
 from ray_otel_events.store.sqlite_store import EventStore, IngestResult
 from ray_otel_events.store.state_merge import Prepared, prepare
 
@@ -38,10 +44,12 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 class StateIntake(OtlpConsumer, RayEventsConsumer[Prepared]):
     """Routes for the intake, and counts of what they stored."""
 
-    def __init__(self, store: EventStore) -> None:
+    def __init__(self, store: EventStore, spool: IntakeSpool) -> None:
         self.store = store
         self.events_by_type: Counter[str] = Counter()  # new events, duplicates not counted
         self.duplicates = 0
+        self.fold_refused = 0  # accepted, then refused by their fold (a value only it reads)
+        self.fold = BackgroundFold(store, spool, self._count)
         self.spans = 0
         self.log_lines = 0
         self.otlp = OtlpHttpReceiver(self, MAX_BODY_BYTES)
@@ -53,15 +61,27 @@ class StateIntake(OtlpConsumer, RayEventsConsumer[Prepared]):
     def parse_ray_event(self, item: Any) -> Prepared:
         return prepare(item)
 
-    async def consume_ray_events(self, events: list[Prepared]) -> Consumed:
-        result = await asyncio.to_thread(self.store.ingest_prepared, events)
-        self._count(result)
-        counts = {"stored": result.stored, "duplicates": result.duplicates, "ignored": result.ignored}
-        return Consumed(counts, refused=result.refused)
+    def start(self) -> int:
+        """Starts folding, first what a previous run accepted and did not fold (returned)."""
+        return self.fold.start()
+
+    async def settled(self) -> None:
+        """Waits until every event answered before this call is folded."""
+        await self.fold.settled()
+
+    def close(self) -> None:
+        """Folds everything accepted, then stops folding."""
+        self.fold.close()
+
+    async def consume_ray_events(self, events: list[Prepared], body: bytes) -> Consumed:
+        await self.fold.room()
+        self.fold.put(events, body)
+        return Consumed()
 
     def _count(self, result: IngestResult) -> None:
         self.events_by_type.update(result.by_type)
         self.duplicates += result.duplicates
+        self.fold_refused += len(result.refused)
 
     async def consume_traces(self, request: ExportTraceServiceRequest) -> ConsumeResult:
         spans = otlp_records.from_traces(request)
@@ -81,7 +101,7 @@ class StateIntake(OtlpConsumer, RayEventsConsumer[Prepared]):
 
     @property
     def rejected_events(self) -> int:
-        return self.ray_events.counters.get(REJECTED_EVENTS)
+        return self.ray_events.counters.get(REJECTED_EVENTS) + self.fold_refused
 
     @property
     def refused_posts(self) -> int:

@@ -1,0 +1,182 @@
+"""Folds accepted POSTs into the store on a thread of its own, several POSTs to a transaction.
+
+Why: Ray's publisher (and ours) posts one batch at a time and waits for its answer. When a POST
+was answered only once folded, the client, the parse, the fold and the SQL took turns on two
+cores. Now a POST is answered once its body is in the intake spool (on disk: a 200 still survives
+`kill -9`), so the client and the parse of the next POST run while the previous ones are folded,
+and a busy stream folds several POSTs per transaction (an attempt's pieces, which Ray sends in
+different POSTs, are then often written once). Reads wait for `settled()`: whoever got a 200 for
+an event and then asks the state API sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
+
+import orjson
+
+from ray_otel_events.store.intake_spool import IntakeSpool, Position
+from ray_otel_events.store.sqlite_store import EventStore, IngestResult
+from ray_otel_events.store.state_merge import Prepared, prepare
+
+logger = logging.getLogger(__name__)
+
+BATCH_EVENTS = 10_000  # events folded in one transaction, at most (one POST may be larger)
+MAX_PENDING_EVENTS = 200_000  # accepted, not yet folded: beyond this a POST waits for room
+LOGGED_REFUSALS = 10  # per batch, each with its event id; the rest counted
+RETRY_S = 1.0  # after the store failed a batch (it is kept, and tried again)
+
+
+class _Accepted(NamedTuple):
+    ticket: int
+    events: list[Prepared]
+    position: Position  # in the spool, the end of this POST's body
+
+
+class BackgroundFold:
+    """The queue between the POST handler (`put`) and the folding thread; see the module doc."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        spool: IntakeSpool,
+        on_result: Callable[[IngestResult], None],
+        *,
+        batch_events: int = BATCH_EVENTS,
+        max_pending_events: int = MAX_PENDING_EVENTS,
+    ) -> None:
+        self._store = store
+        self._spool = spool
+        self._on_result = on_result
+        self._batch_events = batch_events
+        self._max_pending = max_pending_events
+        self._queue: collections.deque[_Accepted] = collections.deque()
+        self._pending_events = 0
+        self._put_ticket = 0
+        self._folded_ticket = 0
+        self._closing = False
+        self._changed = threading.Condition()
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self.batches = 0  # transactions folded
+        self._thread = threading.Thread(target=self._run, name="store-fold", daemon=True)
+
+    def start(self) -> int:
+        """Queues the bodies a previous run accepted but did not fold, then starts folding; returns
+        how many events were queued again."""
+        again = 0
+        for body, position in self._spool.pending():
+            events = list(_readable(body))
+            again += len(events)
+            self._enqueue(events, position)
+        self._thread.start()
+        return again
+
+    def put(self, events: list[Prepared], body: bytes) -> None:
+        """Accept a POST's events: its body is spooled before this returns."""
+        self._enqueue(events, self._spool.append(body))
+
+    def _enqueue(self, events: list[Prepared], position: Position) -> None:
+        with self._changed:
+            self._put_ticket += 1
+            self._queue.append(_Accepted(self._put_ticket, events, position))
+            self._pending_events += len(events)
+            self._changed.notify()
+
+    @property
+    def pending_events(self) -> int:
+        return self._pending_events
+
+    async def room(self) -> None:
+        """Waits while the accepted, unfolded events are over the bound."""
+        while self._pending_events >= self._max_pending:
+            await self._next_batch()
+
+    async def settled(self) -> None:
+        """Waits until every event accepted before this call is folded."""
+        target = self._put_ticket
+        while self._folded_ticket < target:
+            await self._next_batch()
+
+    async def _next_batch(self) -> None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with self._changed:
+            self._waiters.append((loop, future))
+        await future
+
+    def _wake_waiters(self) -> None:
+        with self._changed:
+            waiters, self._waiters = self._waiters, []
+        for loop, future in waiters:
+            loop.call_soon_threadsafe(_resolve, future)
+
+    def _take(self) -> list[_Accepted] | None:
+        """The next POSTs to fold together (None once closing and empty)."""
+        with self._changed:
+            while not self._queue:
+                if self._closing:
+                    return None
+                self._changed.wait()
+            taken = [self._queue.popleft()]
+            count = len(taken[0].events)
+            while self._queue and count + len(self._queue[0].events) <= self._batch_events:
+                taken.append(self._queue.popleft())
+                count += len(taken[-1].events)
+            return taken
+
+    def _run(self) -> None:
+        while (taken := self._take()) is not None:
+            events = [event for accepted in taken for event in accepted.events]
+            while True:
+                try:
+                    result = self._store.ingest_prepared(events)
+                    break
+                except Exception:  # kept in the spool and here: tried again, never dropped
+                    logger.exception("folding %d events failed; trying again in %.0f s", len(events), RETRY_S)
+                    time.sleep(RETRY_S)
+            for position, reason in result.refused[:LOGGED_REFUSALS]:
+                logger.warning("event refused by its fold (%s): %s", events[position][0], reason)
+            if len(result.refused) > LOGGED_REFUSALS:
+                logger.warning(
+                    "and %d more events refused by their fold", len(result.refused) - LOGGED_REFUSALS
+                )
+            self._on_result(result)
+            self._spool.mark_folded(taken[-1].position)
+            with self._changed:
+                self._pending_events -= len(events)
+                self._folded_ticket = taken[-1].ticket
+            self.batches += 1
+            self._wake_waiters()
+
+    def close(self) -> None:
+        """Folds everything accepted, then stops."""
+        with self._changed:
+            self._closing = True
+            self._changed.notify()
+        if self._thread.is_alive():
+            self._thread.join()
+        self._wake_waiters()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _readable(body: bytes) -> Iterable[Prepared]:
+    """The events of a spooled body that its POST accepted (the others are refused again)."""
+    try:
+        items = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return
+    for item in items if isinstance(items, list) else ():
+        try:
+            yield prepare(item)
+        except ValueError:
+            continue

@@ -1,0 +1,132 @@
+"""`serve` answers a POST once its body is in the intake spool and folds it a moment later: what was
+answered survives `kill -9`, a record cut short is never taken for one, and reads see every
+event answered before them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import orjson
+import requests
+from helpers.agg_procs import FIXTURE, CliServer, start
+
+from ray_otel_events.store.background_fold import BackgroundFold
+from ray_otel_events.store.intake_spool import IntakeSpool
+from ray_otel_events.store.sqlite_store import EventStore, IngestResult
+from ray_otel_events.store.state_merge import prepare
+
+EVENTS: list[dict[str, Any]] = [item.get("event", item) for item in json.loads(Path(FIXTURE).read_text())]
+
+
+def _copies(first: int, count: int) -> list[list[dict[str, Any]]]:
+    """`count` POST bodies, each the whole fixture under a session of its own (distinct rows)."""
+    return [
+        [dict(e, sessionName=f"session_copy_{i}", eventId=f"{i}-{e['eventId']}") for e in EVENTS]
+        for i in range(first, first + count)
+    ]
+
+
+def _rows_of(path: Path) -> int:
+    store = EventStore(path, read_only=True)
+    try:
+        return int(store.size()["state_rows"])
+    finally:
+        store._db.close()
+
+
+def test_spool_gives_back_what_is_not_folded_and_stops_at_a_cut_record(tmp_path: Path) -> None:
+    spool = IntakeSpool(tmp_path / "intake", segment_bytes=64)  # a new segment every record or two
+    positions = [spool.append(f"body {i}".encode() * 10) for i in range(6)]
+    assert len({p.segment for p in positions}) > 1
+    spool.mark_folded(positions[1])
+    spool.close()
+    reopened = IntakeSpool(tmp_path / "intake", segment_bytes=64)
+    pending = list(reopened.pending())
+    assert [body for body, _ in pending] == [f"body {i}".encode() * 10 for i in range(2, 6)]
+    assert [position for _, position in pending] == positions[2:]
+    reopened.mark_folded(positions[3])
+    assert min(int(p.stem) for p in (tmp_path / "intake").glob("*.spool")) == positions[3].segment
+    reopened.close()
+    # A record cut short by a killed process: its segment ends there, later segments still count.
+    last = max((tmp_path / "intake").glob("*.spool"), key=lambda p: int(p.stem))
+    with last.open("ab") as segment:
+        segment.write(b"\xff\x00\x00\x00\x01\x02")
+    again = IntakeSpool(tmp_path / "intake", segment_bytes=64)
+    tail = again.append(b"after the cut")
+    again.close()
+    final = IntakeSpool(tmp_path / "intake", segment_bytes=64)
+    bodies = [body for body, _ in final.pending()]
+    assert bodies == [f"body {i}".encode() * 10 for i in range(4, 6)] + [b"after the cut"]
+    assert tail.segment > int(last.stem)
+    final.close()
+
+
+def test_background_fold_merges_posts_and_settles_reads(tmp_path: Path) -> None:
+    store = EventStore(tmp_path / "s.sqlite3")
+    spool = IntakeSpool(tmp_path / "s.sqlite3.intake")
+    results: list[IngestResult] = []
+    fold = BackgroundFold(store, spool, results.append, batch_events=10 * len(EVENTS))
+    bodies = _copies(0, 30)
+
+    async def post_all_then_read() -> int:
+        for body in bodies:
+            await fold.room()
+            fold.put([prepare(e) for e in body], orjson.dumps(body))
+        await fold.settled()
+        return int(store.size()["state_rows"])
+
+    assert fold.start() == 0
+    rows = asyncio.run(post_all_then_read())
+    fold.close()
+    spool.close()
+    store.close()
+    reference = EventStore(tmp_path / "reference.sqlite3")
+    for body in bodies:
+        reference.ingest(body)
+    assert rows == reference.size()["state_rows"] > 0  # settled: everything answered is readable
+    reference.close()
+    assert sum(r.stored for r in results) == 30 * len(EVENTS)
+    assert fold.batches < 30  # several POSTs to a transaction
+    assert not list((tmp_path / "s.sqlite3.intake").glob("*.spool"))  # all folded: nothing kept
+
+
+def test_accepted_bodies_not_folded_are_folded_at_the_next_start(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    spool = IntakeSpool(path.with_name(path.name + ".intake"))
+    bodies = _copies(0, 4)
+    for body in bodies:
+        spool.append(orjson.dumps([*body, {"not": "an event"}]))  # the POST refused this one
+    spool.close()  # as if killed before any fold
+    store = EventStore(path)
+    spool = IntakeSpool(path.with_name(path.name + ".intake"))
+    results: list[IngestResult] = []
+    fold = BackgroundFold(store, spool, results.append)
+    assert fold.start() == 4 * len(EVENTS)
+    fold.close()
+    spool.close()
+    assert sum(r.stored for r in results) == 4 * len(EVENTS)
+    store.close()
+
+
+def test_events_answered_survive_kill_9(servers: list[CliServer], tmp_path: Path) -> None:
+    path = tmp_path / "events.sqlite3"
+    bodies = _copies(0, 60)
+    server = start(servers, "serve", "--store", str(path))
+    with requests.Session() as session:
+        for body in bodies:
+            answer = session.post(f"http://{server.address}/v1/ray-events", json=body, timeout=30)
+            assert answer.status_code == 200 and answer.json()["accepted"] == len(body)
+    server.proc.send_signal(signal.SIGKILL)  # straight after the last 200, folded or not
+    server.proc.wait(10)
+    start(servers, "serve", "--store", str(path)).stop()  # folds what the killed one had not
+    reference = EventStore(tmp_path / "reference.sqlite3")
+    for body in bodies:
+        reference.ingest(body)
+    expected = reference.size()["state_rows"]
+    reference.close()
+    assert _rows_of(path) == expected
+    assert not list((tmp_path / "events.sqlite3.intake").glob("*.spool"))
