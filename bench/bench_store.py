@@ -5,8 +5,9 @@ TASK_DEFINITION_EVENT and two TASK_LIFECYCLE_EVENTs (pending..submitted, then ru
 one attempt in ten FAILED with Ray's error info), over 20 jobs, 200 function names, 50 nodes.
 
 * Ingest: (a) `EventStore.ingest` in this process, batches of 1,000; (b) `serve` as a process,
-  fed POSTs of 1,000 events by a client process, counted until the last POST is answered (a 200
-  means stored), CPU of the serve process; (c) our aggregator in the same run (`bench_aggregator`'s
+  fed POSTs of 1,000 events one at a time by a client process (as Ray's publisher posts), counted
+  until a state read sent after the last answer returns (a 200 means spooled on disk; a read waits
+  until every answered event is folded), CPU of the serve process; (c) our aggregator in the same run (`bench_aggregator`'s
   load and sink), as the baseline the store must keep up with: target store >= 50,000 events/s
   and >= 0.5 x the aggregator.
 * `list tasks`: the store filled with 1,000,000 attempts through `ingest`; `StoreViews` answering
