@@ -56,11 +56,17 @@ SCHEMA_VERSION = 3
 _IN_CHUNK = 500  # ids per `IN (...)` query
 _WAL_KEPT_BYTES = 64 * 1024 * 1024  # a checkpointed WAL larger than this is truncated
 _FOLD_CHUNK = 128  # rows folded before their upserts are handed to the row writer
+# SQLite clamps this to its build's limit (2 GiB by default). Each commit of the row writer's
+# connection empties the page cache of the store's own, which then reads back rows by key before a
+# fold: through a map those pages cost no read() and copy (measured: 40-44 against 46-50k events/s
+# through `serve`, four pairs).
+_MMAP_BYTES = 2 * 1024**3
 # Every writing connection's settings: no fsync per commit (WAL), 64 MiB of pages (the indexes stay
-# in memory), checkpoints left to the checkpointer.
+# in memory), the file mapped, checkpoints left to the checkpointer.
 _WRITER_PRAGMAS = (
     "PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536; PRAGMA wal_autocheckpoint=0;"
-    f" PRAGMA journal_size_limit={_WAL_KEPT_BYTES}; PRAGMA busy_timeout=10000;"
+    f" PRAGMA mmap_size={_MMAP_BYTES}; PRAGMA journal_size_limit={_WAL_KEPT_BYTES};"
+    " PRAGMA busy_timeout=10000;"
 )
 _TEXT_COLUMNS = ("state", "job", "name", "func", "node", "worker", "kind", "error")
 _COLUMN_DEFS = ", ".join(
