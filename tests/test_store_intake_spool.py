@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import resource
 import signal
 from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 import requests
 from helpers.agg_procs import FIXTURE, CliServer, start
 
@@ -130,3 +132,25 @@ def test_events_answered_survive_kill_9(servers: list[CliServer], tmp_path: Path
     reference.close()
     assert _rows_of(path) == expected
     assert not list((tmp_path / "events.sqlite3.intake").glob("*.spool"))
+
+
+def test_a_failed_append_leaves_no_torn_record(tmp_path: Path) -> None:
+    """A write cut short by a full disk (here the file-size limit, the same EFBIG/ENOSPC path)
+    raises, and the segment is cut back: the bodies after it are still found at the next start."""
+    spool = IntakeSpool(tmp_path / "intake")
+    spool.append(b"before")
+    used = sum(p.stat().st_size for p in (tmp_path / "intake").glob("*.spool"))
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (used + 1000, hard))
+    try:
+        with pytest.raises(OSError):
+            spool.append(b"x" * 100_000)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+    spool.append(b"after")
+    spool.close()
+    again = IntakeSpool(tmp_path / "intake")
+    assert [body for body, _ in again.pending()] == [b"before", b"after"]
+    again.close()

@@ -50,9 +50,13 @@ class IntakeSpool:
         self._folded = self._read_marker()
         numbers = self._segments()
         self._segment = max([self._folded.segment, *numbers]) + 1  # appends never reopen a segment
-        self._file = open(directory / _segment_name(self._segment), "ab")  # noqa: SIM115
+        self._fd = self._open_segment()
         self._offset = 0
         self._end = self._folded  # of the last record appended or given back by `pending`
+
+    def _open_segment(self) -> int:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        return os.open(self.directory / _segment_name(self._segment), flags, 0o644)
 
     def _segments(self) -> list[int]:
         found = []
@@ -93,15 +97,25 @@ class IntakeSpool:
                 yield body, self._end
 
     def append(self, body: bytes) -> Position:
-        """Write one body; once this returns it survives the process."""
+        """Write one body; once this returns it survives the process (it is the OS's). If the write
+        fails (a full disk), the segment is cut back, so no torn record hides the ones after it."""
         if self._offset >= self._segment_bytes:
-            self._file.close()
+            os.close(self._fd)
             self._segment += 1
-            self._file = open(self.directory / _segment_name(self._segment), "ab")  # noqa: SIM115
+            self._fd = self._open_segment()
             self._offset = 0
-        self._file.write(_HEADER.pack(len(body), zlib.crc32(body)) + body)
-        self._file.flush()  # to the OS: a killed process keeps it
-        self._offset += _HEADER.size + len(body)
+        header = _HEADER.pack(len(body), zlib.crc32(body))
+        size = _HEADER.size + len(body)
+        try:
+            written = os.writev(self._fd, (header, body))  # no copy of a megabyte body to join them
+            if written < size:  # rare on a regular file: finish it
+                rest = memoryview(header + body)[written:]
+                while rest:
+                    rest = rest[os.write(self._fd, rest) :]
+        except OSError:
+            os.ftruncate(self._fd, self._offset)
+            raise
+        self._offset += size
         self._end = Position(self._segment, self._offset)
         return self._end
 
@@ -120,7 +134,7 @@ class IntakeSpool:
 
     def close(self) -> None:
         """Closes the current segment; deleted too when everything in it is folded."""
-        self._file.close()
+        os.close(self._fd)
         if self._offset == 0:
             (self.directory / _segment_name(self._segment)).unlink(missing_ok=True)
         if self._folded >= self._end:
