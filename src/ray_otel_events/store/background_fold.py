@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import threading
 import time
@@ -94,27 +95,31 @@ class BackgroundFold:
 
     async def room(self) -> None:
         """Waits while the accepted, unfolded events are over the bound."""
-        while self._pending_events >= self._max_pending:
-            await self._next_batch()
+        await self._wait_until(lambda: self._pending_events < self._max_pending)
 
     async def settled(self) -> None:
         """Waits until every event accepted before this call is folded."""
         target = self._put_ticket
-        while self._folded_ticket < target:
-            await self._next_batch()
+        await self._wait_until(lambda: self._folded_ticket >= target)
 
-    async def _next_batch(self) -> None:
+    async def _wait_until(self, done: Callable[[], bool]) -> None:
+        """Waits for `done()`, checked under the lock the folding thread updates under, so a batch
+        that ends between the check and the wait still wakes it."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        with self._changed:
-            self._waiters.append((loop, future))
-        await future
+        while True:
+            with self._changed:
+                if done():
+                    return
+                future: asyncio.Future[None] = loop.create_future()
+                self._waiters.append((loop, future))
+            await future
 
     def _wake_waiters(self) -> None:
         with self._changed:
             waiters, self._waiters = self._waiters, []
         for loop, future in waiters:
-            loop.call_soon_threadsafe(_resolve, future)
+            with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(_resolve, future)
 
     def _take(self) -> list[_Accepted] | None:
         """The next POSTs to fold together (None once closing and empty)."""
@@ -138,6 +143,9 @@ class BackgroundFold:
                     result = self._store.ingest_prepared(events)
                     break
                 except Exception:  # kept in the spool and here: tried again, never dropped
+                    if self._closing:  # a stop is not held up for good: the next start folds them
+                        logger.exception("folding %d events failed; left in the intake spool", len(events))
+                        return
                     logger.exception("folding %d events failed; trying again in %.0f s", len(events), RETRY_S)
                     time.sleep(RETRY_S)
             for position, reason in result.refused[:LOGGED_REFUSALS]:
@@ -147,7 +155,10 @@ class BackgroundFold:
                     "and %d more events refused by their fold", len(result.refused) - LOGGED_REFUSALS
                 )
             self._on_result(result)
-            self._spool.mark_folded(taken[-1].position)
+            try:
+                self._spool.mark_folded(taken[-1].position)
+            except OSError as exc:  # the mark lags: the next start folds these again, a no-op
+                logger.warning("cannot mark the intake spool folded: %s", exc)
             with self._changed:
                 self._pending_events -= len(events)
                 self._folded_ticket = taken[-1].ticket
