@@ -7,7 +7,9 @@ one attempt in ten FAILED with Ray's error info), over 20 jobs, 200 function nam
 * Ingest: (a) `EventStore.ingest` in this process, batches of 1,000; (b) `serve` as a process,
   fed POSTs of 1,000 events one at a time by a client process (as Ray's publisher posts), counted
   until a state read sent after the last answer returns (a 200 means spooled on disk; a read waits
-  until every answered event is folded), CPU of the serve process; (c) our aggregator in the same run (`bench_aggregator`'s
+  until every answered event is folded), CPU of the serve process; (b') the same with an
+  attempt's three pieces in three consecutive POSTs, as a cluster sends them (the owner's pieces
+  at submission, the executor's later); (c) our aggregator in the same run (`bench_aggregator`'s
   load and sink), as the baseline the store must keep up with: target store >= 50,000 events/s
   and >= 0.5 x the aggregator.
 * `list tasks`: the store filled with 1,000,000 attempts through `ingest`; `StoreViews` answering
@@ -95,6 +97,20 @@ def batches(start: int, attempts: int) -> Iterator[list[dict[str, Any]]]:
         yield batch
 
 
+def spread_batches(attempts: int) -> Iterator[list[dict[str, Any]]]:
+    """The same events as `batches`, but as Ray sends them: an attempt's definition, its owner's
+    lifecycle piece and its executor's come in three consecutive POSTs, beside other attempts'."""
+    per = BATCH // 3
+    events = list(attempt_events(0, attempts))
+    groups = [events[i : i + 3 * per] for i in range(0, len(events), 3 * per)]
+    for k in range(len(groups) + 2):
+        batch: list[dict[str, Any]] = []
+        for lag in range(3):  # piece `lag` of the attempts of the group `lag` POSTs back
+            if 0 <= k - lag < len(groups):
+                batch += groups[k - lag][lag::3]
+        yield batch
+
+
 def ingest_in_process(attempts: int) -> dict[str, float]:
     prepared = list(batches(0, attempts))
     with tempfile.TemporaryDirectory(prefix="storebench-") as tmp:
@@ -125,12 +141,12 @@ print(json.dumps({"wall_s": time.perf_counter() - t0, "answered_s": answered}))
 """
 
 
-def ingest_through_serve(attempts: int) -> dict[str, float]:
+def ingest_through_serve(attempts: int, spread: bool = False) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="storebench-") as tmp:
         bodies = Path(tmp) / "bodies.jsonl"
         events = 0
         with bodies.open("w") as out:
-            for batch in batches(0, attempts):
+            for batch in spread_batches(attempts) if spread else batches(0, attempts):
                 out.write(json.dumps(batch) + "\n")
                 events += len(batch)
         proc = subprocess.Popen(
@@ -199,6 +215,7 @@ def main() -> int:
 
     in_process = ingest_in_process(ingest_attempts)
     serve = ingest_through_serve(ingest_attempts)
+    spread = ingest_through_serve(ingest_attempts, spread=True)
     aggregator = bench_ours(15_000 if args.quick else 50_000, BATCH)
     with tempfile.TemporaryDirectory(prefix="storebench-") as tmp:
         listing = list_latency(listed, Path(tmp) / "big.sqlite3")
@@ -219,6 +236,8 @@ def main() -> int:
         f" | {in_process['cpu_us_per_event']:.1f} |",
         f"| `serve` process, POSTs of {BATCH} | {serve['events']:,} | {serve['events_per_s']:,.0f}"
         f" | {serve['cpu_us_per_event']:.1f} (serve only) |",
+        f"| `serve`, an attempt's pieces in three consecutive POSTs | {spread['events']:,}"
+        f" | {spread['events_per_s']:,.0f} | {spread['cpu_us_per_event']:.1f} (serve only) |",
         f"| our aggregator, same run (baseline) | {aggregator['delivered']:,} | {agg_rate:,.0f} | |",
         "",
         f"- `serve` / aggregator: **{ratio:.2f}** (target >= 0.5):"
