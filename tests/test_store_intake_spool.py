@@ -8,6 +8,7 @@ import asyncio
 import json
 import resource
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +155,43 @@ def test_a_failed_append_leaves_no_torn_record(tmp_path: Path) -> None:
     again = IntakeSpool(tmp_path / "intake")
     assert [body for body, _ in again.pending()] == [b"before", b"after"]
     again.close()
+
+
+def test_a_fold_the_disk_refuses_is_tried_again_not_dropped(tmp_path: Path) -> None:
+    """The store's writes fail (its files may not grow: the real EFBIG a full disk gives as
+    ENOSPC): the batch stays queued and in the spool, and is folded once the disk has room."""
+    path = tmp_path / "s.sqlite3"
+    store = EventStore(path)
+    bodies = _copies(0, 40)
+    largest_body = max(len(orjson.dumps(body)) for body in bodies)
+    spool = IntakeSpool(tmp_path / "intake", segment_bytes=2 * largest_body)
+    results: list[IngestResult] = []
+    fold = BackgroundFold(store, spool, results.append)
+    fold.start()
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4 * largest_body, hard))  # the spool's records fit
+    try:
+        for body in bodies:
+            fold.put([prepare(e) for e in body], orjson.dumps(body))
+        deadline = time.monotonic() + 10
+        while not fold.failures and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert fold.failures and not results  # refused by the disk, nothing counted as stored
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+    async def settle() -> None:
+        await asyncio.wait_for(fold.settled(), 30)
+
+    asyncio.run(settle())
+    fold.close()
+    spool.close()
+    assert sum(r.stored for r in results) == 40 * len(EVENTS)
+    reference = EventStore(tmp_path / "reference.sqlite3")
+    for body in bodies:
+        reference.ingest(body)
+    assert store.size()["state_rows"] == reference.size()["state_rows"]
+    reference.close()
+    store.close()

@@ -65,6 +65,7 @@ class BackgroundFold:
         self._changed = threading.Condition()
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self.batches = 0  # transactions folded
+        self.failures = 0  # folds the store refused (each tried again)
         self._thread = threading.Thread(target=self._run, name="store-fold", daemon=True)
 
     def start(self) -> int:
@@ -143,6 +144,7 @@ class BackgroundFold:
                     result = self._store.ingest_prepared(events)
                     break
                 except Exception:  # kept in the spool and here: tried again, never dropped
+                    self.failures += 1
                     if self._closing:  # a stop is not held up for good: the next start folds them
                         logger.exception("folding %d events failed; left in the intake spool", len(events))
                         return
