@@ -10,7 +10,7 @@ array at all is a 400. Unknown fields are ignored, so a newer Ray's events still
 Each consumer chooses how an event is read (`parse_ray_event`): the bridge into a RayEvent
 protobuf, the store into the JSON it folds.
 
-Answers: 200 `{"accepted": n, "rejected": m, "errors": [...]}` plus any counts the consumer adds;
+Answers: 200 `{"accepted": n, "rejected": m, "errors": [...]}`;
 400/413/415 `{"error": reason}`;
 503 with `Retry-After` when the consumer's queue is full (Ray's publisher retries the batch).
 """
@@ -21,7 +21,6 @@ import abc
 import asyncio
 import logging
 import math
-from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
 import orjson
@@ -49,15 +48,6 @@ REFUSED_REQUESTS = "refused_requests"  # labelled status=<HTTP status>
 EventT = TypeVar("EventT")
 
 
-@dataclass
-class Consumed:
-    """What a consumer says about the events it took, beyond taking them."""
-
-    counts: dict[str, int] = field(default_factory=dict)  # added to the answer (e.g. duplicates)
-    # events it could not take after all: (position in the list it was given, why)
-    refused: list[tuple[int, str]] = field(default_factory=list)
-
-
 class RayEventsConsumer(abc.ABC, Generic[EventT]):
     """Takes the events of a POST, each first read by `parse_ray_event` into the form it wants."""
 
@@ -66,10 +56,9 @@ class RayEventsConsumer(abc.ABC, Generic[EventT]):
         """One event from its JSON value; ValueError names what is wrong with it."""
 
     @abc.abstractmethod
-    async def consume_ray_events(self, events: list[EventT], body: bytes) -> Consumed | None:
-        """Take the events (returning means accepted, but for those it names), or raise
-        QueueFullError. `body` is the POST's JSON text (decompressed), for a consumer that keeps
-        what came as it came."""
+    async def consume_ray_events(self, events: list[EventT], body: bytes) -> None:
+        """Take the events (returning means accepted), or raise QueueFullError. `body` is the
+        POST's JSON text (decompressed), for a consumer that keeps what came as it came."""
 
 
 def parse_event(item: Any) -> RayEvent:
@@ -140,35 +129,25 @@ class RayEventsHttpReceiver(Generic[EventT]):
                 400, f"body must be a JSON array of RayEvents, got a JSON {type(value).__name__}"
             )
         events: list[EventT] = []
-        indexes: list[int] = []  # of each parsed event in the body
         errors: list[str] = []
         parse = self.consumer.parse_ray_event
         for index, item in enumerate(value):
             try:
                 events.append(parse(item))
-                indexes.append(index)
             except ValueError as exc:
                 errors.append(f"[{index}]: {exc}")
-        consumed = Consumed()
         if events:
             try:
-                consumed = await self.consumer.consume_ray_events(events, body) or consumed
+                await self.consumer.consume_ray_events(events, body)
             except QueueFullError as exc:
                 retry_after = str(max(1, math.ceil(exc.retry_after_s)))
                 return self._refuse(503, exc.reason, {"Retry-After": retry_after})
             except Exception:
                 logger.exception("RayEvent consumer failed")
                 return self._refuse(500, "internal error while handling the events")
-        errors += [f"[{indexes[position]}]: {reason}" for position, reason in consumed.refused]
-        accepted = len(events) - len(consumed.refused)
-        self.counters.add(ACCEPTED_EVENTS, accepted)
+        self.counters.add(ACCEPTED_EVENTS, len(events))
         self.counters.add(REJECTED_EVENTS, len(errors))
-        answer: dict[str, Any] = {
-            "accepted": accepted,
-            "rejected": len(errors),
-            "errors": errors[:MAX_ERRORS_LISTED],
-            **consumed.counts,
-        }
+        answer = {"accepted": len(events), "rejected": len(errors), "errors": errors[:MAX_ERRORS_LISTED]}
         # A POST of 1,000 events parses into some 20,000 objects, a couple of milliseconds to free:
         # freed once the answer is on its way, while the client makes its next request.
         asyncio.get_running_loop().call_soon(_release, value, events)

@@ -28,7 +28,6 @@ from ray_otel_events.receivers.ray_events_http import (
     REFUSED_REQUESTS,
     REJECTED_EVENTS,
     REQUESTS,
-    Consumed,
     RayEventsConsumer,
     RayEventsHttpReceiver,
 )
@@ -73,10 +72,9 @@ class StateIntake(OtlpConsumer, RayEventsConsumer[Prepared]):
         """Folds everything accepted, then stops folding."""
         self.fold.close()
 
-    async def consume_ray_events(self, events: list[Prepared], body: bytes) -> Consumed:
+    async def consume_ray_events(self, events: list[Prepared], body: bytes) -> None:
         await self.fold.room()
         self.fold.put(events, body)
-        return Consumed()
 
     def _count(self, result: IngestResult) -> None:
         self.events_by_type.update(result.by_type)
