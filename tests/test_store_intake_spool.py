@@ -17,6 +17,7 @@ import pytest
 import requests
 from helpers.agg_procs import FIXTURE, CliServer, start
 
+from ray_otel_events.services.state_intake import spooled_events
 from ray_otel_events.store.background_fold import BackgroundFold
 from ray_otel_events.store.intake_spool import IntakeSpool
 from ray_otel_events.store.sqlite_store import EventStore, IngestResult
@@ -72,7 +73,7 @@ def test_background_fold_merges_posts_and_settles_reads(tmp_path: Path) -> None:
     store = EventStore(tmp_path / "s.sqlite3")
     spool = IntakeSpool(tmp_path / "s.sqlite3.intake")
     results: list[IngestResult] = []
-    fold = BackgroundFold(store, spool, results.append, batch_events=10 * len(EVENTS))
+    fold = BackgroundFold(store, spool, results.append, spooled_events, batch_events=10 * len(EVENTS))
     bodies = _copies(0, 30)
 
     async def post_all_then_read() -> int:
@@ -107,7 +108,7 @@ def test_accepted_bodies_not_folded_are_folded_at_the_next_start(tmp_path: Path)
     store = EventStore(path)
     spool = IntakeSpool(path.with_name(path.name + ".intake"))
     results: list[IngestResult] = []
-    fold = BackgroundFold(store, spool, results.append)
+    fold = BackgroundFold(store, spool, results.append, spooled_events)
     assert fold.start() == 4 * len(EVENTS)
     fold.close()
     spool.close()
@@ -166,7 +167,7 @@ def test_a_fold_the_disk_refuses_is_tried_again_not_dropped(tmp_path: Path) -> N
     largest_body = max(len(orjson.dumps(body)) for body in bodies)
     spool = IntakeSpool(tmp_path / "intake", segment_bytes=2 * largest_body)
     results: list[IngestResult] = []
-    fold = BackgroundFold(store, spool, results.append)
+    fold = BackgroundFold(store, spool, results.append, spooled_events)
     fold.start()
     previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)

@@ -21,6 +21,7 @@ import abc
 import asyncio
 import logging
 import math
+from collections.abc import Callable
 from typing import Any, Generic, NamedTuple, TypeVar
 
 import orjson
@@ -89,6 +90,28 @@ def parse_posted_event(item: Any) -> PostedEvent:
     return PostedEvent(event, item if whole else None)
 
 
+def read_posted_array(
+    body: bytes, parse: Callable[[Any], EventT]
+) -> tuple[list[Any], list[EventT], list[str]]:
+    """A POSTed body as this receiver reads it (the store reads its spooled bodies again the same
+    way): the JSON array, the events `parse` reads from it, and an error naming each item it cannot
+    read. BodyError (400) when the body is not a JSON array."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BodyError(400, f"body is not valid JSON: {exc}") from None
+    if not isinstance(value, list):
+        raise BodyError(400, f"body must be a JSON array of RayEvents, got a JSON {type(value).__name__}")
+    events: list[EventT] = []
+    errors: list[str] = []
+    for index, item in enumerate(value):
+        try:
+            events.append(parse(item))
+        except ValueError as exc:
+            errors.append(f"[{index}]: {exc}")
+    return value, events, errors
+
+
 def _release(*_objects: object) -> None:
     """Holds what it is given until the event loop runs it: then they are freed."""
 
@@ -118,24 +141,9 @@ class RayEventsHttpReceiver(Generic[EventT]):
             )
         try:
             body = await read_body(request, self.max_body_bytes, self.decoded_by_server)
+            value, events, errors = read_posted_array(body, self.consumer.parse_ray_event)
         except BodyError as exc:
             return self._refuse(exc.status, exc.reason)
-        try:
-            value = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            return self._refuse(400, f"body is not valid JSON: {exc}")
-        if not isinstance(value, list):
-            return self._refuse(
-                400, f"body must be a JSON array of RayEvents, got a JSON {type(value).__name__}"
-            )
-        events: list[EventT] = []
-        errors: list[str] = []
-        parse = self.consumer.parse_ray_event
-        for index, item in enumerate(value):
-            try:
-                events.append(parse(item))
-            except ValueError as exc:
-                errors.append(f"[{index}]: {exc}")
         if events:
             try:
                 await self.consumer.consume_ray_events(events, body)

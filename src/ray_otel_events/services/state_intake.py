@@ -23,6 +23,7 @@ from aiohttp import web
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from ray_otel_events.receivers.http_body import BodyError
 from ray_otel_events.receivers.otlp_http import ConsumeResult, OtlpConsumer, OtlpHttpReceiver
 from ray_otel_events.receivers.ray_events_http import (
     REFUSED_REQUESTS,
@@ -30,6 +31,7 @@ from ray_otel_events.receivers.ray_events_http import (
     REQUESTS,
     RayEventsConsumer,
     RayEventsHttpReceiver,
+    read_posted_array,
 )
 from ray_otel_events.store import otlp_records
 from ray_otel_events.store.background_fold import BackgroundFold
@@ -48,7 +50,7 @@ class StateIntake(OtlpConsumer, RayEventsConsumer[Prepared]):
         self.events_by_type: Counter[str] = Counter()  # new events, duplicates not counted
         self.duplicates = 0
         self.fold_refused = 0  # accepted, then refused by their fold (a value only it reads)
-        self.fold = BackgroundFold(store, spool, self._count)
+        self.fold = BackgroundFold(store, spool, self._count, spooled_events)
         self.spans = 0
         self.log_lines = 0
         self.otlp = OtlpHttpReceiver(self, MAX_BODY_BYTES)
@@ -116,3 +118,11 @@ class StateIntake(OtlpConsumer, RayEventsConsumer[Prepared]):
             "spans": self.spans,
             "log_lines": self.log_lines,
         }
+
+
+def spooled_events(body: bytes) -> list[Prepared]:
+    """The events a spooled POST was answered for, read again as the POST read them."""
+    try:
+        return read_posted_array(body, prepare)[1]
+    except BodyError:  # never spooled: a POST that is not a JSON array is refused first
+        return []

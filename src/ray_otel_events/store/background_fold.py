@@ -17,14 +17,12 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import NamedTuple
-
-import orjson
 
 from ray_otel_events.store.intake_spool import IntakeSpool, Position
 from ray_otel_events.store.sqlite_store import EventStore, IngestResult
-from ray_otel_events.store.state_merge import Prepared, prepare
+from ray_otel_events.store.state_merge import Prepared
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +46,7 @@ class BackgroundFold:
         store: EventStore,
         spool: IntakeSpool,
         on_result: Callable[[IngestResult], None],
+        read_spooled: Callable[[bytes], list[Prepared]],
         *,
         batch_events: int = BATCH_EVENTS,
         max_pending_events: int = MAX_PENDING_EVENTS,
@@ -55,6 +54,7 @@ class BackgroundFold:
         self._store = store
         self._spool = spool
         self._on_result = on_result
+        self._read_spooled = read_spooled  # a spooled body's events, as its POST read them
         self._batch_events = batch_events
         self._max_pending = max_pending_events
         self._queue: collections.deque[_Accepted] = collections.deque()
@@ -73,7 +73,7 @@ class BackgroundFold:
         how many events were queued again."""
         again = 0
         for body, position in self._spool.pending():
-            events = list(_readable(body))
+            events = self._read_spooled(body)
             again += len(events)
             self._enqueue(events, position)
         self._thread.start()
@@ -180,16 +180,3 @@ class BackgroundFold:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-def _readable(body: bytes) -> Iterable[Prepared]:
-    """The events of a spooled body that its POST accepted (the others are refused again)."""
-    try:
-        items = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return
-    for item in items if isinstance(items, list) else ():
-        try:
-            yield prepare(item)
-        except ValueError:
-            continue
