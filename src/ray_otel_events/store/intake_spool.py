@@ -127,10 +127,12 @@ class IntakeSpool:
         temporary = marker.with_suffix(".tmp")
         temporary.write_text(f"{position.segment} {position.offset}\n")
         os.replace(temporary, marker)
+        entered_a_segment = position.segment > self._folded.segment
         self._folded = position
-        for number in self._segments():
-            if number < position.segment:
-                (self.directory / _segment_name(number)).unlink(missing_ok=True)
+        if entered_a_segment:  # only then can a segment have become wholly folded
+            for number in self._segments():
+                if number < position.segment:
+                    (self.directory / _segment_name(number)).unlink(missing_ok=True)
 
     def close(self) -> None:
         """Closes the current segment; deleted too when everything in it is folded."""
