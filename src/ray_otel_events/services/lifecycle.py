@@ -67,7 +67,11 @@ def configure_logging(level_name: str, log_format: str = "text") -> None:
 # Young collections every this many net allocations, not Python's 700: one POST of 1,000 RayEvents
 # parses into some 20,000 dicts and lists that live until they are stored, so with the default a
 # POST set off dozens of collections and, every few POSTs, a full one over all the server holds.
-GC_YOUNG_THRESHOLD = 50_000
+# Since `serve` answers once spooled, the events waiting for their fold (up to a few POSTs' worth)
+# are young when a collection comes, and each collection walks them all: at 50,000 that was about
+# 6 % of `serve`'s CPU (perf); at 1,000,000 a collection comes about once a second under load, and
+# cyclic garbage waits at most that long.
+GC_YOUNG_THRESHOLD = 1_000_000
 
 
 def settle_heap() -> None:
