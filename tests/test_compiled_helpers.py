@@ -34,7 +34,7 @@ from ray_otel_events.otel import event_heads, from_ray_events, log_records, otlp
 from ray_otel_events.protobuf.events_actor_lifecycle_event_pb2 import ActorLifecycleEvent
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.protobuf.events_task_lifecycle_event_pb2 import TaskLifecycleEvent
-from ray_otel_events.store import sqlite_store, state_merge
+from ray_otel_events.store import row_fold, sqlite_store, state_merge
 from ray_otel_events.store.sqlite_store import EventStore
 from tests.test_otlp_wire import _fixture_dicts, values
 from tests.test_ray_json import ray_events
@@ -135,6 +135,7 @@ def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
     assert _state_fold is not None, "setup.py should have built store/_state_fold.c"
     assert state_merge.prepare is _state_fold.prepare
     assert state_merge.row_columns is _state_fold.row_columns
+    assert row_fold.fold_rows is _state_fold.fold_rows
 
 
 def _plans() -> tuple[log_records._Plan, log_records._Plan]:
@@ -231,6 +232,8 @@ def test_the_environment_can_turn_the_compiled_helpers_off() -> None:
         " and not __import__('ray_otel_events.otel.event_heads').otel.event_heads._compiled"
         " and not __import__('ray_otel_events.encoding.ray_json').encoding.ray_json.writes_compiled()"
         " and s.prepare is s._prepare_python and s.row_columns is s._row_columns_python"
+        " and __import__('ray_otel_events.store.row_fold').store.row_fold.fold_rows"
+        " is __import__('ray_otel_events.store.row_fold').store.row_fold._fold_rows_python"
         " and store._writer is None)"
     )
     out = subprocess.run(
@@ -1068,6 +1071,56 @@ def test_times_read_as_python_does(year: int, month: int, day: int, second: int,
         assert python == ("returned", compiled)
     elif 1970 <= year < 2262 and len(fraction) == 9 and python[0] == "returned" and second < 60:
         raise AssertionError(f"{stamp} is Ray's form and should be read, not handed over")
+
+
+def _fold_rows_both(events: list[Any], seen: int) -> tuple[int, int]:
+    """The events' pieces folded into fresh rows (each seeded with `seen` of its own event ids, as
+    if stored before) by the compiled loop and by its Python twin, each resumed past a failed row
+    as the store resumes it: the same stops, counts, upserts and rows. Returns (rows done, rows
+    failed)."""
+    assert _state_fold is not None
+    pieces: dict[Any, list[Any]] = {}
+    for position, event in enumerate(events):
+        outcome = _outcome(state_merge.prepare, event)
+        if outcome[0] == "returned" and outcome[1].piece is not None:
+            prepared = outcome[1]
+            pieces.setdefault(prepared.key, []).append((position, prepared.event_id, prepared.piece))
+    keys = list(pieces)
+    results = []
+    for fold_rows in (_state_fold.fold_rows, row_fold._fold_rows_python):
+        rows = {key: row_fold.StoredRow({}, [fold[1] for fold in pieces[key][:seen]]) for key in keys}
+        by_type: dict[str, int] = {}
+        changed: list[tuple[Any, ...]] = []
+        stops = []
+        start = 0
+        while start < len(keys):
+            stop = fold_rows(keys, start, pieces, rows, 1.5, by_type, changed)
+            stops.append(stop)
+            start = stop[0] + 1
+        results.append((stops, by_type, changed, repr(rows)))
+    assert results[0] == results[1]
+    return len(keys), len(results[0][0]) - 1
+
+
+@needs_compiled
+def test_a_chunks_rows_fold_as_python_folds_them() -> None:
+    dicts = _fixture_dicts()
+    done, failed = _fold_rows_both(dicts + dicts, 0)  # every piece twice: the second a duplicate
+    assert done > 20 and failed == 0
+    _fold_rows_both(dicts, 1)
+
+
+@needs_compiled
+def test_rows_that_fail_stop_the_compiled_loop_where_python_stops() -> None:
+    rnd = random.Random(20261125)
+    dicts = [d for d in _fixture_dicts() if str(d.get("eventType", "")).startswith(("TASK", "ACTOR_TASK"))]
+    failed = 0
+    for _ in range(300):
+        batch = [copy.deepcopy(rnd.choice(dicts)) for _ in range(6)]
+        batch += [_mutated(rnd, rnd.choice(dicts), 2, ["taskId", "timestamp", "state", "x"]) for _ in range(3)]
+        rnd.shuffle(batch)
+        failed += _fold_rows_both(batch, rnd.randint(0, 1))[1]
+    assert failed > 20  # the mutations made rows fail, and both loops stopped at each of them
 
 
 # -- the store's row writer --------------------------------------------------------------------------

@@ -633,6 +633,189 @@ fail:
     return NULL;
 }
 
+/* -- fold_rows -------------------------------------------------------------------------------- */
+
+/* Bound by `bind_rows`: state_merge.ID_COLUMN, TASKS and FOLD_ERRORS. */
+static PyObject *id_columns, *tasks_resource, *fold_errors;
+static PyObject *a_row, *a_ids, *f_attempt_number, *s_space, *s_one;
+
+/* One row's pieces folded as row_fold.fold_row folds them (not `refused`): 0 and `*columns` (a new
+ * reference, or NULL when nothing was folded) on success, -1 with the error set otherwise. The
+ * types of the events folded are appended to `folded` and the duplicates counted in `*duplicates`. */
+static int fold_one_row(PyObject *resource, PyObject *entry, PyObject *folds, PyObject *folded,
+                        Py_ssize_t *duplicates, PyObject **columns) {
+    *columns = NULL;
+    PyObject *row = PyObject_GetAttr(entry, a_row);
+    PyObject *ids = row == NULL ? NULL : PyObject_GetAttr(entry, a_ids);
+    int status = -1;
+    if (ids == NULL) goto done;
+    if (!PyDict_CheckExact(row) || !PyList_CheckExact(ids) || !PyList_CheckExact(folds)) {
+        PyErr_SetString(PyExc_TypeError, "fold_rows: a row is a dict, its ids and folds lists");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(folds); i++) {
+        PyObject *fold = PyList_GET_ITEM(folds, i);
+        if (!PyTuple_Check(fold) || PyTuple_GET_SIZE(fold) != 3) {
+            PyErr_SetString(PyExc_TypeError, "fold_rows: a fold is (position, event id, piece)");
+            goto done;
+        }
+        PyObject *event_id = PyTuple_GET_ITEM(fold, 1), *piece = PyTuple_GET_ITEM(fold, 2);
+        int seen = PySequence_Contains(ids, event_id);
+        if (seen < 0) goto done;
+        if (seen) {
+            (*duplicates)++;
+            continue;
+        }
+        if (!PyTuple_Check(piece) || PyTuple_GET_SIZE(piece) != 6) {
+            PyErr_SetString(PyExc_TypeError, "fold_rows: a piece is a Piece");
+            goto done;
+        }
+        /* state_merge.apply */
+        PyObject *piece_resource = PyTuple_GET_ITEM(piece, 1);
+        PyObject *id_column = PyDict_GetItemWithError(id_columns, piece_resource);
+        if (id_column == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, piece_resource);
+            goto done;
+        }
+        if (PyDict_SetItem(row, id_column, PyTuple_GET_ITEM(piece, 2))) goto done;
+        int is_tasks = PyObject_RichCompareBool(piece_resource, tasks_resource, Py_EQ);
+        if (is_tasks < 0 || (is_tasks && PyDict_SetItem(row, f_attempt_number, PyTuple_GET_ITEM(piece, 3))))
+            goto done;
+        PyObject *none = call2(PyTuple_GET_ITEM(piece, 4), row, PyTuple_GET_ITEM(piece, 5));
+        if (none == NULL) goto done;
+        Py_DECREF(none);
+        if (PyList_Append(ids, event_id) || PyList_Append(folded, PyTuple_GET_ITEM(piece, 0))) goto done;
+    }
+    if (PyList_GET_SIZE(folded) > 0) {
+        PyObject *args[2] = {resource, row};
+        *columns = row_columns(NULL, args, 2);
+        if (*columns == NULL) goto done;
+        if (!PyTuple_CheckExact(*columns) || PyTuple_GET_SIZE(*columns) != 2 ||
+            !PyTuple_Check(PyTuple_GET_ITEM(*columns, 1))) {
+            Py_CLEAR(*columns);
+            PyErr_SetString(PyExc_TypeError, "fold_rows: row_columns gives (data, indexed)");
+            goto done;
+        }
+    }
+    status = 0;
+done:
+    Py_XDECREF(row);
+    Py_XDECREF(ids);
+    return status;
+}
+
+/* row_fold.upsert_values: (*key, received, data, " ".join(ids), *indexed). */
+static PyObject *upsert_values(PyObject *key, PyObject *received, PyObject *entry, PyObject *columns) {
+    PyObject *ids = PyObject_GetAttr(entry, a_ids);
+    if (ids == NULL) return NULL;
+    PyObject *joined = PyUnicode_Join(s_space, ids);
+    Py_DECREF(ids);
+    if (joined == NULL) return NULL;
+    PyObject *indexed = PyTuple_GET_ITEM(columns, 1);
+    Py_ssize_t k = PyTuple_GET_SIZE(key), n = PyTuple_GET_SIZE(indexed);
+    PyObject *out = PyTuple_New(k + 3 + n);
+    if (out == NULL) {
+        Py_DECREF(joined);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < k; i++) PyTuple_SET_ITEM(out, i, Py_NewRef(PyTuple_GET_ITEM(key, i)));
+    PyTuple_SET_ITEM(out, k, Py_NewRef(received));
+    PyTuple_SET_ITEM(out, k + 1, Py_NewRef(PyTuple_GET_ITEM(columns, 0)));
+    PyTuple_SET_ITEM(out, k + 2, joined);
+    for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(out, k + 3 + i, Py_NewRef(PyTuple_GET_ITEM(indexed, i)));
+    return out;
+}
+
+/* fold_rows(keys, start, pieces, rows, received, by_type, changed) -> (index, duplicates):
+ * row_fold._fold_rows_python, compiled. */
+static PyObject *fold_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "fold_rows(keys, start, pieces, rows, received, by_type, changed)");
+        return NULL;
+    }
+    PyObject *keys = args[0], *pieces = args[2], *rows = args[3], *received = args[4];
+    PyObject *by_type = args[5], *changed = args[6];
+    if (id_columns == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "fold_rows: bind_rows first");
+        return NULL;
+    }
+    if (!PyList_CheckExact(keys) || !PyDict_CheckExact(pieces) || !PyDict_CheckExact(rows) ||
+        !PyDict_CheckExact(by_type) || !PyList_CheckExact(changed)) {
+        PyErr_SetString(PyExc_TypeError, "fold_rows: keys and changed are lists; pieces, rows, by_type dicts");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t duplicates = 0, index;
+    PyObject *folded = PyList_New(0);
+    if (folded == NULL) return NULL;
+    for (index = start < 0 ? 0 : start; index < PyList_GET_SIZE(keys); index++) {
+        PyObject *key = PyList_GET_ITEM(keys, index);
+        if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) < 1) {
+            PyErr_SetString(PyExc_TypeError, "fold_rows: a key is (resource, ...)");
+            goto fail;
+        }
+        PyObject *folds = PyDict_GetItemWithError(pieces, key);
+        PyObject *entry = folds == NULL ? NULL : PyDict_GetItemWithError(rows, key);
+        if (entry == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key);
+            goto fail;
+        }
+        Py_ssize_t row_duplicates = 0;
+        PyObject *columns;
+        if (PyList_SetSlice(folded, 0, PyList_GET_SIZE(folded), NULL)) goto fail;
+        if (fold_one_row(PyTuple_GET_ITEM(key, 0), entry, folds, folded, &row_duplicates, &columns)) {
+            if (PyErr_ExceptionMatches(fold_errors)) {
+                PyErr_Clear(); /* the caller folds this row again, piece by piece */
+                break;
+            }
+            goto fail;
+        }
+        duplicates += row_duplicates;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(folded); i++) {
+            PyObject *event_type = PyList_GET_ITEM(folded, i);
+            PyObject *count = PyDict_GetItemWithError(by_type, event_type);
+            if (count == NULL && PyErr_Occurred()) goto fail_columns;
+            PyObject *more = count == NULL ? Py_NewRef(s_one) : PyNumber_Add(count, s_one);
+            if (more == NULL || PyDict_SetItem(by_type, event_type, more)) {
+                Py_XDECREF(more);
+                goto fail_columns;
+            }
+            Py_DECREF(more);
+        }
+        if (columns != NULL) {
+            PyObject *values = upsert_values(key, received, entry, columns);
+            Py_DECREF(columns);
+            if (values == NULL || PyList_Append(changed, values)) {
+                Py_XDECREF(values);
+                goto fail;
+            }
+            Py_DECREF(values);
+        }
+        continue;
+    fail_columns:
+        Py_XDECREF(columns);
+        goto fail;
+    }
+    Py_DECREF(folded);
+    return Py_BuildValue("nn", index, duplicates);
+fail:
+    Py_DECREF(folded);
+    return NULL;
+}
+
+static PyObject *bind_rows(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *columns, *tasks, *errors;
+    if (!PyArg_ParseTuple(args, "O!UO!:bind_rows", &PyDict_Type, &columns, &tasks, &PyTuple_Type, &errors))
+        return NULL;
+    Py_XSETREF(id_columns, Py_NewRef(columns));
+    Py_XSETREF(tasks_resource, Py_NewRef(tasks));
+    Py_XSETREF(fold_errors, Py_NewRef(errors));
+    Py_RETURN_NONE;
+}
+
 /* -- module ----------------------------------------------------------------------------------- */
 
 static PyObject *bind(PyObject *self, PyObject *args) {
@@ -705,6 +888,11 @@ static PyMethodDef methods[] = {
      "row_columns(resource, row) -> (data, indexed): state_merge.row_columns, compiled."},
     {"hex_id", hex_id, METH_O, "hex_id(value) -> str | None: None where Python must decide (for tests)."},
     {"time_ns", time_ns, METH_O, "time_ns(value) -> int | None: None where Python must decide (for tests)."},
+    {"fold_rows", (PyCFunction)(void (*)(void))fold_rows, METH_FASTCALL,
+     "fold_rows(keys, start, pieces, rows, received, by_type, changed) -> (index, duplicates):"
+     " row_fold._fold_rows_python, compiled."},
+    {"bind_rows", bind_rows, METH_VARARGS,
+     "bind_rows(ID_COLUMN, TASKS, FOLD_ERRORS): what fold_rows reads of state_merge."},
     {"bind", bind, METH_VARARGS,
      "bind(prepare, task_definition, task_lifecycle, row_columns, routes, Piece, Prepared, index_plan,"
      " dumps): the Python side."},
@@ -745,11 +933,12 @@ PyMODINIT_FUNC PyInit__state_fold(void) {
         {&f_log_fields[0], "stdout_file"}, {&f_log_fields[1], "stderr_file"},
         {&f_log_fields[2], "stdout_start"}, {&f_log_fields[3], "stdout_end"},
         {&f_log_fields[4], "stderr_start"}, {&f_log_fields[5], "stderr_end"},
+        {&a_row, "row"}, {&a_ids, "ids"}, {&f_attempt_number, "attempt_number"}, {&s_space, " "},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL) return NULL;
     }
-    if ((s_zero = PyLong_FromLong(0)) == NULL) return NULL;
+    if ((s_zero = PyLong_FromLong(0)) == NULL || (s_one = PyLong_FromLong(1)) == NULL) return NULL;
     memset(b64_value, -1, sizeof b64_value);
     const char *alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     for (int i = 0; i < 64; i++) b64_value[(unsigned char)alphabet[i]] = (signed char)i;

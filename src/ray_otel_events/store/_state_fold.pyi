@@ -9,6 +9,19 @@ def task_lifecycle(row: dict[str, Any], body: dict[str, Any], /) -> None: ...
 def row_columns(resource: str, row: dict[str, Any], /) -> tuple[str, tuple[Any, ...]]: ...
 def hex_id(value: Any, /) -> str | None: ...
 def time_ns(value: Any, /) -> int | None: ...
+def fold_rows(
+    keys: list[Any],
+    start: int,
+    pieces: dict[Any, list[Any]],
+    rows: dict[Any, Any],
+    received: float,
+    by_type: dict[str, int],
+    changed: list[tuple[Any, ...]],
+    /,
+) -> tuple[int, int]: ...
+def bind_rows(
+    id_columns: dict[str, str], tasks: str, fold_errors: tuple[type[BaseException], ...], /
+) -> None: ...
 def bind(
     prepare: Callable[[Any], Any],
     task_definition: Callable[..., None],

@@ -20,7 +20,6 @@ the Python work of one batch use two cores.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import functools
 import sqlite3
@@ -35,16 +34,13 @@ import orjson
 
 from ray_otel_events import config
 from ray_otel_events.durable.wal_checkpointer import WalCheckpointer
+from ray_otel_events.store.row_fold import Fold, StoredRow, count_folded, fold_row, fold_rows, upsert_values
 from ray_otel_events.store.state_merge import (
-    FOLD_ERRORS,
     INDEXED_COLUMNS,
     Key,
-    Piece,
     Prepared,
     Row,
-    apply,
     prepare,
-    row_columns,
 )
 
 try:  # the upserts on a thread that needs no GIL (setup.py builds it where SQLite's headers are)
@@ -139,48 +135,6 @@ _UPSERT = (
     + ", ".join(f"{c}=excluded.{c}" for c in INDEXED_COLUMNS)
 )
 _UPSERT_VALUES = 7 + len(INDEXED_COLUMNS)
-
-
-@dataclass
-class _StoredRow:
-    row: Row
-    ids: list[str]  # of the events folded into it
-
-
-def _fold_row(
-    resource: str,
-    entry: _StoredRow,
-    folds: list[tuple[int, str, Piece]],
-    result: IngestResult,
-    careful: bool = False,
-) -> tuple[str, tuple[Any, ...]] | None:
-    """Fold one row's pieces, skipping event ids it has seen; the row's `row_columns` if it
-    changed. Counts go to `result` only once the row is done. `careful`: each piece on a copy,
-    one that fails is named in `result.refused`."""
-    duplicates = 0
-    folded: list[str] = []
-    for position, event_id, piece in folds:
-        if event_id in entry.ids:
-            duplicates += 1
-            continue
-        if careful:
-            trial = copy.deepcopy(entry.row)
-            try:
-                apply(trial, piece)
-                row_columns(piece.resource, trial)
-            except FOLD_ERRORS as exc:
-                result.refused.append((position, f"{piece.event_type}: {exc}"))
-                continue
-            entry.row = trial
-        else:
-            apply(entry.row, piece)
-        entry.ids.append(event_id)
-        folded.append(piece.event_type)
-    columns = row_columns(resource, entry.row) if folded else None
-    result.duplicates += duplicates
-    for event_type in folded:
-        result.by_type[event_type] = result.by_type.get(event_type, 0) + 1
-    return columns
 
 
 class StoreError(Exception):
@@ -326,7 +280,7 @@ class EventStore:
         """`ingest` for events already read by `prepare` (the HTTP intake reads each as it parses)."""
         result = IngestResult()
         received = time.time() if now is None else now
-        pieces: dict[Key, list[tuple[int, str, Piece]]] = {}
+        pieces: dict[Key, list[Fold]] = {}
         for position, (event_id, key, piece) in enumerate(events):
             if key is None or piece is None:
                 result.ignored += 1
@@ -339,32 +293,35 @@ class EventStore:
 
     def _fold(
         self,
-        pieces: dict[Key, list[tuple[int, str, Piece]]],
+        pieces: dict[Key, list[Fold]],
         received: float,
         result: IngestResult,
         write: Callable[[list[tuple[Any, ...]]], Any],
     ) -> None:
-        """Fold each row's pieces (skipping event ids the row has seen) and `write` the changed rows,
-        a chunk of rows at a time."""
+        """Fold each row's pieces (`row_fold`) and `write` the changed rows, a chunk of rows at a
+        time."""
         keys = list(pieces)
         for start in range(0, len(keys), _FOLD_CHUNK):
             chunk = keys[start : start + _FOLD_CHUNK]
             rows = self._rows_for(set(chunk))
             changed: list[tuple[Any, ...]] = []
-            for key in chunk:
-                folds = pieces[key]
-                try:
-                    columns = _fold_row(key[0], rows[key], folds, result)
-                except FOLD_ERRORS:
-                    # Rare: a value only the fold reads (a bad base64 id, timestamp or number) or
-                    # one of the wrong shape failed a row. Fold that row again from what is stored,
-                    # each piece on a copy, leaving out (and naming) the ones that fail: never the
-                    # batch.
-                    rows[key] = self._rows_for({key})[key]
-                    columns = _fold_row(key[0], rows[key], folds, result, careful=True)
+            done = 0
+            while done < len(chunk):
+                done, duplicates = fold_rows(chunk, done, pieces, rows, received, result.by_type, changed)
+                result.duplicates += duplicates
+                if done == len(chunk):
+                    break
+                # Rare: a value only the fold reads (a bad base64 id, timestamp or number) or one
+                # of the wrong shape failed a row. Fold that row again from what is stored, each
+                # piece on a copy, leaving out (and naming) the ones that fail: never the batch.
+                key = chunk[done]
+                rows[key] = self._rows_for({key})[key]
+                columns, duplicates, folded = fold_row(key[0], rows[key], pieces[key], result.refused)
+                result.duplicates += duplicates
+                count_folded(result.by_type, folded)
                 if columns is not None:
-                    data, indexed = columns
-                    changed.append((*key, received, data, " ".join(rows[key].ids), *indexed))
+                    changed.append(upsert_values(key, received, rows[key], columns))
+                done += 1
             write(changed)
 
     def _in_chunks(self, sql: str, ids: Sequence[str], *leading: Any) -> Iterator[Any]:
@@ -373,12 +330,12 @@ class EventStore:
             chunk = ids[i : i + _IN_CHUNK]
             yield from self._db.execute(sql.format(marks=",".join("?" * len(chunk))), [*leading, *chunk])
 
-    def _rows_for(self, keys: set[Key]) -> dict[Key, _StoredRow]:
+    def _rows_for(self, keys: set[Key]) -> dict[Key, StoredRow]:
         """The stored rows for these keys (fetched by entity id, a few IN queries), empty for new ones."""
         by_resource: dict[str, set[str]] = {}
         for resource, entity_id, _, _ in keys:
             by_resource.setdefault(resource, set()).add(entity_id)
-        found: dict[Key, _StoredRow] = {}
+        found: dict[Key, StoredRow] = {}
         for resource, entity_ids in by_resource.items():
             for entity_id, attempt, session, data, ids in self._in_chunks(
                 "SELECT entity_id, attempt, session, data, event_ids FROM state_rows"
@@ -388,9 +345,9 @@ class EventStore:
             ):
                 key = (resource, entity_id, attempt, session)
                 if key in keys:
-                    found[key] = _StoredRow(orjson.loads(data), ids.split())
+                    found[key] = StoredRow(orjson.loads(data), ids.split())
         for key in keys - found.keys():
-            found[key] = _StoredRow({}, [])
+            found[key] = StoredRow({}, [])
         return found
 
     @contextlib.contextmanager

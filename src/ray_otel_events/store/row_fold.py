@@ -1,0 +1,119 @@
+"""A batch's pieces folded into their stored rows, row by row, between the store's read of the rows
+and its write of them.
+
+Each row skips the event ids it has already folded (a retried POST, a spool replayed after
+`kill -9`) and counts what it folded only once the whole row is done, so a row that fails part way
+(a value only its fold reads) can be folded again from what is stored, piece by piece, leaving out
+the pieces that fail. `fold_rows` is the loop over a chunk's rows: in `serve` it is most of the
+Python the fold thread runs per event, so it is compiled where a C compiler is present
+(`_state_fold.fold_rows`); `RAY_OTEL_EVENTS_PURE_PYTHON=1` uses this module's twin.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ray_otel_events import config
+from ray_otel_events.store.state_merge import (
+    FOLD_ERRORS,
+    ID_COLUMN,
+    TASKS,
+    Key,
+    Piece,
+    Row,
+    apply,
+    row_columns,
+)
+
+Fold = tuple[int, str, Piece]  # position in the batch, event id, piece
+Columns = tuple[str, tuple[Any, ...]]  # a row's JSON and indexed values (`row_columns`)
+
+
+@dataclass(slots=True)
+class StoredRow:
+    row: Row
+    ids: list[str]  # of the events folded into it
+
+
+def fold_row(
+    resource: str, entry: StoredRow, folds: list[Fold], refused: list[tuple[int, str]] | None = None
+) -> tuple[Columns | None, int, list[str]]:
+    """Fold one row's pieces, skipping event ids it has seen: its `row_columns` if it changed, the
+    duplicates skipped and the types of the events folded. With `refused`, each piece is folded on
+    a copy and one that fails is named there instead of failing the row."""
+    duplicates = 0
+    folded: list[str] = []
+    for position, event_id, piece in folds:
+        if event_id in entry.ids:
+            duplicates += 1
+            continue
+        if refused is not None:
+            trial = copy.deepcopy(entry.row)
+            try:
+                apply(trial, piece)
+                row_columns(piece.resource, trial)
+            except FOLD_ERRORS as exc:
+                refused.append((position, f"{piece.event_type}: {exc}"))
+                continue
+            entry.row = trial
+        else:
+            apply(entry.row, piece)
+        entry.ids.append(event_id)
+        folded.append(piece.event_type)
+    return (row_columns(resource, entry.row) if folded else None), duplicates, folded
+
+
+def upsert_values(key: Key, received: float, entry: StoredRow, columns: Columns) -> tuple[Any, ...]:
+    """A folded row as the store's upsert takes it."""
+    data, indexed = columns
+    return (*key, received, data, " ".join(entry.ids), *indexed)
+
+
+def count_folded(by_type: dict[str, int], folded: list[str]) -> None:
+    for event_type in folded:
+        by_type[event_type] = by_type.get(event_type, 0) + 1
+
+
+def _fold_rows_python(
+    keys: list[Key],
+    start: int,
+    pieces: dict[Key, list[Fold]],
+    rows: dict[Key, StoredRow],
+    received: float,
+    by_type: dict[str, int],
+    changed: list[tuple[Any, ...]],
+) -> tuple[int, int]:
+    """Fold the rows of `keys[start:]` in order, appending each changed row's upsert values to
+    `changed` and counting its folded events in `by_type`, until a row's fold raises one of
+    FOLD_ERRORS. Returns the index of that row (len(keys) if none failed) and the duplicates
+    skipped in the rows done; the failed row is left half folded, for the caller to read again."""
+    duplicates = 0
+    for index in range(start, len(keys)):
+        key = keys[index]
+        entry = rows[key]
+        try:
+            columns, skipped, folded = fold_row(key[0], entry, pieces[key])
+        except FOLD_ERRORS:
+            return index, duplicates
+        duplicates += skipped
+        count_folded(by_type, folded)
+        if columns is not None:
+            changed.append(upsert_values(key, received, entry, columns))
+    return len(keys), duplicates
+
+
+Rows = dict[Key, StoredRow]
+Upserts = list[tuple[Any, ...]]
+Pieces = dict[Key, list[Fold]]
+FoldRows = Callable[[list[Key], int, Pieces, Rows, float, dict[str, int], Upserts], tuple[int, int]]
+fold_rows: FoldRows = _fold_rows_python
+try:  # the same loop compiled (setup.py builds store/_state_fold.c where a C compiler is present)
+    from ray_otel_events.store import _state_fold
+except ImportError:
+    _state_fold = None  # type: ignore[assignment]
+if _state_fold is not None and config.compiled_enabled():
+    _state_fold.bind_rows(ID_COLUMN, TASKS, FOLD_ERRORS)
+    fold_rows = _state_fold.fold_rows
