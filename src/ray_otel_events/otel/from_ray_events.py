@@ -226,6 +226,7 @@ class _Entity:
     # An actor's and a job's, parsed when the span is built (_materialize).
     definition: Any = None
     lifecycle: Any = None
+    key_bytes: bytes = b""  # entity_key_bytes(key), made once: every held piece is filed under it
 
     @property
     def kind(self) -> str:
@@ -333,6 +334,13 @@ class _BoundedSet:
         if len(self._keys) > self.size:
             self._keys.popitem(last=False)
 
+    def add_new(self, key: Any) -> None:
+        """`add` of a key known to be absent (it goes last without a move)."""
+        keys = self._keys
+        keys[key] = None
+        if len(keys) > self.size:
+            keys.popitem(last=False)
+
 
 # -- the converter ------------------------------------------------------------------------------
 
@@ -368,6 +376,7 @@ class RayEventsToOtel:
         self._emitted = _BoundedSet(dedup_window)
         self._attempts: OrderedDict[tuple[str, bytes], int] = OrderedDict()  # latest attempt per task
         self._attempts_size = dedup_window
+        self._span_counts: dict[tuple[str, bool], int] = {}  # (kind, complete): emitted, not yet counted
 
     @property
     def open_entities(self) -> int:
@@ -401,62 +410,70 @@ class RayEventsToOtel:
         which its log record's body is then written from."""
         out = Emitted()
         now = self.clock()
-        touched: dict[EntityKey, None] = {}
+        touched: dict[EntityKey, _Entity] = {}
         types: dict[int, int] = {}
+        seen, emitted = self._seen_event_ids, self._emitted
+        logs_out, taken = out.logs, out.taken
+        n_posted = len(posted)
         for index, event in enumerate(events):
             head = read_head(event)
             event_id = head.event_id
             if event_id:
-                if event_id in self._seen_event_ids:
+                if event_id in seen:
                     self.counters.add(DUPLICATES)
                     continue
-                self._seen_event_ids.add(event_id)
-            types[head.event_type] = types.get(head.event_type, 0) + 1
-            key = _entity_key(head)
+                seen.add_new(event_id)
+            event_type = head.event_type
+            types[event_type] = types.get(event_type, 0) + 1
+            kind = head.kind
             if logs:
-                json = posted[index] if index < len(posted) else None
+                json = posted[index] if index < n_posted else None
                 record = self._log_record(event, head, json)
-                out.logs.append(EmittedLog(head.session, head.event_type, record))
-            if key is None or not assemble:
+                logs_out.append(EmittedLog(head.session, event_type, record))
+            if kind not in _SPAN_KINDS or not assemble:  # _entity_key's None
                 continue
-            if key in self._emitted:
-                self.counters.add(LATE_EVENTS, kind=key[0])
+            key = (kind, head.session, head.entity_id, head.attempt)
+            if key in emitted:
+                self.counters.add(LATE_EVENTS, kind=kind)
                 continue
-            self._update(key, head, now)
-            touched[key] = None
-            out.taken.append((entity_key_bytes(key), event))
+            entity = touched[key] = self._update(key, head, now)
+            taken.append((entity.key_bytes, event))
         for event_type, count in types.items():
             self.counters.add(EVENTS, count, event_type=event_type_name(event_type))
         # Readiness is judged once the whole batch is in: the pieces of one POST arrive together.
-        for key in touched:
-            entity = self._open.get(key)
-            if entity is not None:
+        for entity in touched.values():
+            if entity.terminal:
                 self._check_terminal(entity, now, out)
         self._evict_over_bounds(out)
+        self._count_spans()
         return out
 
-    def _update(self, key: EntityKey, head: EventHead, now: float) -> None:
+    def _update(self, key: EntityKey, head: EventHead, now: float) -> _Entity:
+        """Add one piece to its entity (opened here if new); returns the entity."""
         entity = self._open.get(key)
         event_ns = head.time_ns
         if entity is None:
-            entity = _Entity(key, _LIFECYCLE_TYPES[key[0]], event_ns, now)
+            entity = _Entity(key, _LIFECYCLE_TYPES[key[0]], event_ns, now, key_bytes=entity_key_bytes(key))
             self._open[key] = entity
+            self._open_bytes += ENTITY_OVERHEAD_BYTES
         else:
-            self._open_bytes -= entity.size
-            entity.first_ns = min(entity.first_ns, event_ns)
+            if event_ns < entity.first_ns:
+                entity.first_ns = event_ns
             entity.updated_at = now
             self._open.move_to_end(key)
+        # `_open_bytes` follows `entity.size`: what the entity's pieces grow by is added.
         definition_cls = _DEFINITION_CLASSES.get(head.event_type)
         if definition_cls is None:
-            self._merge_lifecycle(entity, head.payload)
+            self._open_bytes += self._merge_lifecycle(entity, head.payload)
         elif entity.definition_wire is None:  # the first one wins
             fields = _TASK_SPAN_FIELDS.get(definition_cls)
             wire = head.payload
             entity.definition_wire = wire if fields is None else kept_fields(wire, definition_cls, fields)
             entity.definition_cls = definition_cls
-        self._open_bytes += entity.size
-        if key[0] == TASK:
+            self._open_bytes += len(entity.definition_wire)
+        if key[3]:  # a task's retry (only tasks have attempts)
             self._note_attempt(key[1], key[2], key[3])
+        return entity
 
     def _evict_over_bounds(self, out: Emitted) -> None:
         """The least recently updated entities leave as incomplete spans while a bound is passed."""
@@ -478,9 +495,11 @@ class RayEventsToOtel:
             self._terminal[entity.key] = now
 
     @staticmethod
-    def _merge_lifecycle(entity: _Entity, wire: bytes) -> None:
+    def _merge_lifecycle(entity: _Entity, wire: bytes) -> int:
+        """Append a lifecycle piece; returns how many bytes the entity grew by."""
         kind = entity.kind
-        entity.lifecycle_wire += _without_id(wire, entity.key[2])
+        piece = _without_id(wire, entity.key[2])
+        entity.lifecycle_wire += piece
         read = _read_transitions(wire, _TRANSITIONS_FIELD[kind]) if _read_transitions else None
         if read is not None:
             states = [t[1] for t in read]
@@ -492,11 +511,10 @@ class RayEventsToOtel:
                 entity.terminal = True
             elif state in _TASK_RUNNING and kind == TASK:
                 entity.running = True
+        return len(piece)
 
     def _note_attempt(self, session: str, task_id: bytes, attempt: int) -> None:
         """Only retries are remembered: no entry means attempt 0, most tasks' only one."""
-        if attempt == 0:
-            return
         key = (session, task_id)
         if self._attempts.get(key, 0) < attempt:
             self._attempts[key] = attempt
@@ -561,6 +579,7 @@ class RayEventsToOtel:
             if now - entity.updated_at < self.entity_ttl_s:
                 break
             self._emit(entity, out)
+        self._count_spans()
         return out
 
     def flush(self) -> Emitted:
@@ -568,6 +587,7 @@ class RayEventsToOtel:
         out = Emitted()
         while self._open:
             self._emit(next(iter(self._open.values())), out)
+        self._count_spans()
         return out
 
     # -- spans ---------------------------------------------------------------------------------
@@ -588,11 +608,15 @@ class RayEventsToOtel:
             span = self._actor_span(entity, terminal, transitions)
         else:
             span = self._job_span(entity, terminal, transitions)
-        outcome = "complete" if terminal is not None else "incomplete"
-        self.counters.add(SPANS, kind=entity.kind, outcome=outcome)
-        out.spans.append(
-            EmittedSpan(entity.session, entity.lifecycle_type, span.wire(), entity_key_bytes(entity.key))
-        )
+        counted = (entity.kind, terminal is not None)
+        self._span_counts[counted] = self._span_counts.get(counted, 0) + 1
+        out.spans.append(EmittedSpan(entity.session, entity.lifecycle_type, span.wire(), entity.key_bytes))
+
+    def _count_spans(self) -> None:
+        """Add the spans `_emit` counted to SPANS: once a call, not once a span (a lock each)."""
+        for (kind, complete), count in self._span_counts.items():
+            self.counters.add(SPANS, count, kind=kind, outcome="complete" if complete else "incomplete")
+        self._span_counts.clear()
 
     @staticmethod
     def _materialize(entity: _Entity) -> None:
@@ -628,7 +652,10 @@ class RayEventsToOtel:
         for ns, state, _ in transitions:
             if terminal is not None and state == terminal[1] and ns > terminal[0]:
                 continue  # a terminal state reported again later (Ray re-sends DEAD at job end)
-            events.append(_state_event(ns, state_name(state)))
+            parts = _state_events.get((state_name, state))
+            if parts is None:
+                parts = _state_event_parts(state_name, state)
+            events.append(parts[0] + _pack_fixed64(ns) + parts[1])
         # Written as wire bytes: building a Span message costs a Python-to-upb call per field.
         return _SpanWire(
             _span_head(trace_id, span_id, parent_span_id, name, start, end),
@@ -921,17 +948,20 @@ def _error_status(message: str) -> bytes:
     return otlp_wire.bytes_field(b"\x7a", status)
 
 
-_state_event_fields: dict[str, bytes] = {}
+# (state_name, state) -> what a state's Span.events entry holds around its time: the bytes before
+# it and after it (its length never changes: the time is a fixed64).
+_state_events: dict[tuple[Callable[[int], str], int], tuple[bytes, bytes]] = {}
 
 
-def _state_event(ns: int, state: str) -> bytes:
-    """A Span.events entry: Event{time_unix_nano, name=state, attributes={ray.state: state}}."""
-    fields = _state_event_fields.get(state)
-    if fields is None:
-        fields = otlp_wire.span_event_fields(state, {semconv.RAY_STATE: state})
-        if len(_state_event_fields) < 1024:  # state names of a few enums
-            _state_event_fields[state] = fields
-    return otlp_wire.span_event(ns, fields)
+def _state_event_parts(state_name: Callable[[int], str], state: int) -> tuple[bytes, bytes]:
+    """A Span.events entry (11), Event{time_unix_nano, name=state, attributes={ray.state: state}},
+    as the bytes before the time and after it (`otlp_wire.span_event` with the time between)."""
+    name = state_name(state)
+    fields = otlp_wire.span_event_fields(name, {semconv.RAY_STATE: name})
+    parts = b"\x5a" + otlp_wire.varint(9 + len(fields)) + b"\x09", fields
+    if len(_state_events) < 1024:  # the states of a few enums (and a few unknown numbers)
+        _state_events[(state_name, state)] = parts
+    return parts
 
 
 _enum_names: dict[Any, dict[int, str]] = {}
