@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from ray_otel_events.otel.from_ray_events import Emitted, RayEventsToOtel
-from ray_otel_events.receivers.ray_events_http import parse_posted_event, read_posted_array
+from ray_otel_events.receivers.ray_events_http import parse_posted_events, read_posted_items
 
 RUN_E = Path(__file__).parent / "fixtures" / "bridge" / "runE"
 # sha256 of `output_digest_text()` as main (932afbe) writes it.
@@ -42,7 +42,7 @@ def output_digest_text() -> bytes:
         converter = RayEventsToOtel(clock=clock, observed_clock_ns=observed, **bounds)  # type: ignore[arg-type]
         out = Emitted()
         for body in bodies + bodies:
-            _, posted, _ = read_posted_array(body, parse_posted_event)
+            _, posted, _ = read_posted_items(body, parse_posted_events)
             out.extend(converter.add([p.event for p in posted], posted=[p.json for p in posted]))
             clock.now += 0.1
             out.extend(converter.expire())
