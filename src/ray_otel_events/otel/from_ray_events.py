@@ -54,6 +54,7 @@ from ray_otel_events.otel.event_heads import (
     job_of,
     kept_fields,
     read_head,
+    read_heads,
 )
 from ray_otel_events.otel.log_records import head_log_record
 from ray_otel_events.protobuf import common_pb2
@@ -413,8 +414,8 @@ class RayEventsToOtel:
         seen, emitted = self._seen_event_ids, self._emitted
         logs_out, taken = out.logs, out.taken
         n_posted = len(posted)
-        for index, event in enumerate(events):
-            head = read_head(event)
+        events = events if isinstance(events, list) else list(events)
+        for index, (event, head) in enumerate(zip(events, read_heads(events), strict=True)):
             event_id = head.event_id
             if event_id:
                 if event_id in seen:
@@ -595,23 +596,25 @@ class RayEventsToOtel:
 
     def _emit(self, entity: _Entity, out: Emitted) -> None:
         key = entity.key
+        kind = key[0]
         del self._open[key]
         self._open_bytes -= entity.size
-        if entity.kind != TASK:  # a task's span reads its pieces' wire bytes (`_task_parts`)
+        if kind != TASK:  # a task's span reads its pieces' wire bytes (`_task_parts`)
             self._materialize(entity)
-        self._terminal.pop(key, None)
+        if self._terminal:
+            self._terminal.pop(key, None)
         self._emitted.add(key)
         transitions = self._transitions(entity)
-        terminal = self._terminal_state(transitions, entity.kind)
-        if entity.kind == TASK:
+        terminal = self._terminal_state(transitions, kind)
+        if kind == TASK:
             span = self._task_span(entity, terminal, transitions)
-        elif entity.kind == ACTOR:
+        elif kind == ACTOR:
             span = self._actor_span(entity, terminal, transitions)
         else:
             span = self._job_span(entity, terminal, transitions)
-        counted = (entity.kind, terminal is not None)
+        counted = (kind, terminal is not None)
         self._span_counts[counted] = self._span_counts.get(counted, 0) + 1
-        out.spans.append(EmittedSpan(entity.session, entity.lifecycle_type, span.wire(), entity.key_bytes))
+        out.spans.append(EmittedSpan(key[1], entity.lifecycle_type, span.wire(), entity.key_bytes))
 
     def _count_spans(self) -> None:
         """Add the spans `_emit` counted to SPANS: once a call, not once a span (a lock each)."""
@@ -912,17 +915,19 @@ def _span_head(
     trace_id: bytes, span_id: bytes, parent_span_id: bytes, name: str, start: int, end: int
 ) -> bytes:
     """Span fields 1-8: ids, parent, name, kind INTERNAL, start and end (zero ones left out)."""
-    parts = [otlp_wire.bytes_field(b"\x0a", trace_id), otlp_wire.bytes_field(b"\x12", span_id)]
+    varint = otlp_wire.varint  # one concatenation, not a helper call a field: one per span
+    head = b"\x0a" + varint(len(trace_id)) + trace_id + b"\x12" + varint(len(span_id)) + span_id
     if parent_span_id:
-        parts.append(otlp_wire.bytes_field(b"\x22", parent_span_id))
+        head += b"\x22" + varint(len(parent_span_id)) + parent_span_id
     if name:
-        parts.append(otlp_wire.string_field(b"\x2a", name))
-    parts.append(_KIND_INTERNAL_FIELD)
+        data = name.encode()
+        head += b"\x2a" + varint(len(data)) + data
+    head += _KIND_INTERNAL_FIELD
     if start:
-        parts.append(b"\x39" + _pack_fixed64(start))
+        head += b"\x39" + _pack_fixed64(start)
     if end:
-        parts.append(b"\x41" + _pack_fixed64(end))
-    return b"".join(parts)
+        head += b"\x41" + _pack_fixed64(end)
+    return head
 
 
 _KIND_INTERNAL_FIELD = b"\x30" + bytes((_SPAN_KIND_INTERNAL,))
