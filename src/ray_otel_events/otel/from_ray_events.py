@@ -288,25 +288,21 @@ _DEFINITION_CLASSES: dict[int, Any] = {
 _SPAN_KINDS = frozenset(_LIFECYCLE_TYPES)
 
 
-def _entity_key(head: EventHead) -> EntityKey | None:
-    """The key of the entity whose span an event is a piece of; None for the types that make none."""
-    kind = head.kind
-    if kind in _SPAN_KINDS:
-        return kind, head.session, head.entity_id, head.attempt
-    return None
-
-
 def _trace_context(head: EventHead) -> tuple[bytes, bytes]:
     """(trace id, span id) of the span an event belongs to; empty for node, worker and others."""
-    kind, session, ident = head.kind, head.session, head.entity_id
+    kind = head.kind
     if not kind:
         return b"", b""
-    trace = trace_id_for_job(session, head.job)
+    return trace_id_for_job(head.session, head.job), _span_id_of(kind, head)
+
+
+def _span_id_of(kind: str, head: EventHead) -> bytes:
+    """The span id of an event of a span kind (or a profile event: its task's)."""
     if kind in (TASK, PROFILE):
-        return trace, task_span_id(session, ident, head.attempt)
+        return task_span_id(head.session, head.entity_id, head.attempt)
     if kind == ACTOR:
-        return trace, actor_span_id(session, ident)
-    return trace, job_span_id(session, ident)
+        return actor_span_id(head.session, head.entity_id)
+    return job_span_id(head.session, head.entity_id)
 
 
 def routing_key(event: RayEvent) -> bytes:
@@ -322,23 +318,16 @@ class _BoundedSet:
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._keys: OrderedDict[Any, None] = OrderedDict()
+        self.keys: OrderedDict[Any, None] = OrderedDict()  # oldest first (the converter's loop reads it)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._keys
+        return key in self.keys
 
     def add(self, key: Any) -> None:
-        self._keys[key] = None
-        self._keys.move_to_end(key)
-        if len(self._keys) > self.size:
-            self._keys.popitem(last=False)
-
-    def add_new(self, key: Any) -> None:
-        """`add` of a key known to be absent (it goes last without a move)."""
-        keys = self._keys
-        keys[key] = None
-        if len(keys) > self.size:
-            keys.popitem(last=False)
+        self.keys[key] = None
+        self.keys.move_to_end(key)
+        if len(self.keys) > self.size:
+            self.keys.popitem(last=False)
 
 
 # -- the converter ------------------------------------------------------------------------------
@@ -411,7 +400,10 @@ class RayEventsToOtel:
         now = self.clock()
         touched: dict[EntityKey, _Entity] = {}
         types: dict[int, int] = {}
-        seen, emitted = self._seen_event_ids, self._emitted
+        # The duplicate filter's and the emitted set's dicts are used directly: a method call an
+        # event each was a tenth of this loop.
+        seen, seen_size = self._seen_event_ids.keys, self._seen_event_ids.size
+        emitted = self._emitted.keys
         logs_out, taken = out.logs, out.taken
         n_posted = len(posted)
         events = events if isinstance(events, list) else list(events)
@@ -421,18 +413,22 @@ class RayEventsToOtel:
                 if event_id in seen:
                     self.counters.add(DUPLICATES)
                     continue
-                seen.add_new(event_id)
+                seen[event_id] = None  # `_BoundedSet.add` of a new key
+                if len(seen) > seen_size:
+                    seen.popitem(last=False)
             event_type = head.event_type
             types[event_type] = types.get(event_type, 0) + 1
             kind = head.kind
             if logs:
                 json = posted[index] if index < n_posted else None
-                trace_id, span_id = _trace_context(head)
-                record = head_log_record(
-                    event, head, json, trace_id, span_id if trace_id else b"", self.observed_clock_ns()
-                )
+                if kind:  # `_trace_context`, inlined
+                    trace_id = trace_id_for_job(head.session, head.job)
+                    span_id = _span_id_of(kind, head)
+                else:
+                    trace_id = span_id = b""
+                record = head_log_record(event, head, json, trace_id, span_id, self.observed_clock_ns())
                 logs_out.append(EmittedLog(head.session, event_type, record))
-            if kind not in _SPAN_KINDS or not assemble:  # _entity_key's None
+            if kind not in _SPAN_KINDS or not assemble:  # no span: node, worker, profile and others
                 continue
             key = (kind, head.session, head.entity_id, head.attempt)
             if key in emitted:
