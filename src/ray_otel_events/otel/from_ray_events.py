@@ -171,6 +171,10 @@ class EmittedLog(NamedTuple):  # one per event: see EmittedSpan
         return LogRecord.FromString(self.wire)
 
 
+# EmittedLog(...) without the NamedTuple's generated __new__ (a Python frame, one per event).
+_new_log = functools.partial(tuple.__new__, EmittedLog)
+
+
 @dataclass(slots=True)
 class Emitted:
     spans: list[EmittedSpan] = field(default_factory=list)
@@ -427,7 +431,7 @@ class RayEventsToOtel:
                 else:
                     trace_id = span_id = b""
                 record = head_log_record(event, head, json, trace_id, span_id, self.observed_clock_ns())
-                logs_out.append(EmittedLog(head.session, event_type, record))
+                logs_out.append(_new_log((head.session, event_type, record)))
             if kind not in _SPAN_KINDS or not assemble:  # no span: node, worker, profile and others
                 continue
             key = (kind, head.session, head.entity_id, head.attempt)
@@ -495,8 +499,8 @@ class RayEventsToOtel:
     @staticmethod
     def _merge_lifecycle(entity: _Entity, wire: bytes) -> int:
         """Append a lifecycle piece; returns how many bytes the entity grew by."""
-        kind = entity.kind
-        piece = _without_id(wire, entity.key[2])
+        kind, _, entity_id, _ = entity.key  # not the `kind` property: a call a piece
+        piece = _without_id(wire, entity_id)
         entity.lifecycle_wire += piece
         read = _read_transitions(wire, _TRANSITIONS_FIELD[kind]) if _read_transitions else None
         if read is not None:
@@ -528,15 +532,16 @@ class RayEventsToOtel:
         transition is None where it is read from the wire (all but actors, whose spans read it)."""
         if not entity.lifecycle_wire:
             return []
-        if _read_transitions is not None and entity.kind != ACTOR:
+        kind = entity.key[0]
+        if _read_transitions is not None and kind != ACTOR:
             read: list[tuple[int, int, Any]] | None = _read_transitions(
-                entity.lifecycle_wire, _TRANSITIONS_FIELD[entity.kind]
+                entity.lifecycle_wire, _TRANSITIONS_FIELD[kind]
             )
             if read is not None:
                 return read
         seen: set[tuple[int, int]] = set()
         out: list[tuple[int, int, Any]] = []
-        lifecycle = entity.lifecycle or _LIFECYCLE_CLASSES[entity.kind].FromString(entity.lifecycle_wire)
+        lifecycle = entity.lifecycle or _LIFECYCLE_CLASSES[kind].FromString(entity.lifecycle_wire)
         for t in lifecycle.state_transitions:
             ns = otlp_wire.unix_nano(t.timestamp)
             if (ns, t.state) in seen:
@@ -559,7 +564,7 @@ class RayEventsToOtel:
     def _ready(entity: _Entity) -> bool:
         if entity.definition_wire is None:
             return False
-        return entity.kind != "task" or entity.running
+        return entity.key[0] != TASK or entity.running
 
     # -- time limits and shutdown ----------------------------------------------------------------
 
