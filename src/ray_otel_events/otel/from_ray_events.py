@@ -171,8 +171,9 @@ class EmittedLog(NamedTuple):  # one per event: see EmittedSpan
         return LogRecord.FromString(self.wire)
 
 
-# EmittedLog(...) without the NamedTuple's generated __new__ (a Python frame, one per event).
+# EmittedLog(...) and EmittedSpan(...) without the NamedTuple's generated __new__ (a Python frame).
 _new_log = functools.partial(tuple.__new__, EmittedLog)
+_new_span = functools.partial(tuple.__new__, EmittedSpan)
 
 
 @dataclass(slots=True)
@@ -615,7 +616,7 @@ class RayEventsToOtel:
             span = self._job_span(entity, terminal, transitions)
         counted = (kind, terminal is not None)
         self._span_counts[counted] = self._span_counts.get(counted, 0) + 1
-        out.spans.append(EmittedSpan(key[1], entity.lifecycle_type, span.wire(), entity.key_bytes))
+        out.spans.append(_new_span((key[1], entity.lifecycle_type, span.wire(), entity.key_bytes)))
 
     def _count_spans(self) -> None:
         """Add the spans `_emit` counted to SPANS: once a call, not once a span (a lock each)."""
@@ -847,6 +848,7 @@ class _TaskParts(NamedTuple):
     error_message: str
 
 
+_new_task_parts = functools.partial(tuple.__new__, _TaskParts)  # _TaskParts._make, without its frame
 _read_task_parts = (
     _lifecycle_wire.task_parts if _lifecycle_wire is not None and config.compiled_enabled() else None
 )
@@ -858,7 +860,7 @@ def _task_parts(entity: _Entity) -> _TaskParts:
     if _read_task_parts is not None:
         read = _read_task_parts(entity.definition_wire, actor_task, entity.lifecycle_wire)
         if read is not None:
-            return _TaskParts._make(read)
+            return _new_task_parts(read)
     return _task_parts_python(entity)
 
 
