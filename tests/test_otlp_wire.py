@@ -27,7 +27,12 @@ from ray_otel_events.otel.plain_records import (
 )
 from ray_otel_events.otel.to_ray_events import ray_event_from_log_record
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
-from ray_otel_events.receivers.ray_events_http import parse_posted_event
+from ray_otel_events.receivers.ray_events_http import (
+    PostedEvent,
+    parse_each,
+    parse_posted_event,
+    parse_posted_events,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -316,3 +321,45 @@ def test_one_item_envelopes_and_others_join_the_same_groups() -> None:
     ]
     with pytest.raises(ValueError):
         otlp_wire.merge_envelopes([one[:-1]])
+
+
+def test_a_posts_items_read_in_one_pass_are_read_as_one_at_a_time() -> None:
+    """The bridge reads a POST's items in one loop (`parse_posted_events`): the same events, the
+    same objects kept as bodies, and the same errors as `parse_posted_event` item by item, for
+    real events and for items the compiled reader hands back or refuses."""
+    real = _fixture_dicts()
+    definition = next(d for d in real if d["eventType"] == "TASK_DEFINITION_EVENT")
+    odd: list[Any] = [
+        {**definition, "fieldOfANewerRay": 1},  # read by json_format, not kept as a body
+        {**definition, "eventType": "NOT_A_TYPE"},  # unknown type: an error
+        {k: v for k, v in definition.items() if k != "eventType"},  # no type: an error
+        {**definition, "timestamp": "2026-01-01T00:00:00+01:00"},  # an offset: Python reads it
+        {**definition, "eventId": 5},  # not base64 text: an error
+        [definition],
+        "text",
+        None,
+    ]
+    items = [*odd[:3], *real, *odd[3:]]
+    posted, errors = parse_posted_events(items)
+    one_at_a_time, errors_one_at_a_time = parse_each(items, parse_posted_event)
+    kept = _kept(items)
+
+    def shape(read: list[PostedEvent]) -> list[tuple[RayEvent, bool, bool]]:
+        return [(p.event, p.json is item, p.json is None) for p, item in zip(read, kept, strict=True)]
+
+    assert shape(posted) == shape(one_at_a_time)
+    assert all(p.json is item for p, item in zip(posted[1 : 1 + len(real)], real, strict=True))  # read whole
+    assert errors == errors_one_at_a_time
+    assert len(errors) == 6 and len(posted) == len(items) - 6
+
+
+def _kept(items: list[Any]) -> list[Any]:
+    """The items `parse_posted_event` reads without an error, in order."""
+    kept = []
+    for item in items:
+        try:
+            parse_posted_event(item)
+        except ValueError:
+            continue
+        kept.append(item)
+    return kept

@@ -420,6 +420,16 @@ if _ray_json_wire is not None and config.compiled_enabled():
     _event_wire = _ray_json_wire.event_wire
 
 
+def event_wires(items: list[Any]) -> list[bytes | None]:
+    """For each item, the wire bytes `read_event` would make its event from on the compiled fast
+    path (then it reads the item whole), or None where that path does not (not built, not an
+    object, or an item it hands to Python): one loop for a POST's items instead of a call each."""
+    if _event_wire is None:
+        return [None] * len(items)
+    write, schema = _event_wire, _EVENT_SCHEMA
+    return [write(item, schema) if type(item) is dict else None for item in items]
+
+
 def decode_event(obj: Any, ignore_unknown_fields: bool = False) -> RayEvent:
     """The RayEvent of one JSON object; json_format.ParseError if it is not one."""
     return read_event(obj, ignore_unknown_fields)[0]

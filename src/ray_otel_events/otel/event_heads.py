@@ -229,6 +229,17 @@ def read_head(event: RayEvent) -> EventHead:
     return python_head(event)
 
 
+def read_heads(events: list[RayEvent]) -> list[EventHead]:
+    """`read_head` of each event, in one loop where compiled."""
+    if not _compiled:
+        return [python_head(event) for event in events]
+    read = _event_head.head
+    heads: list[EventHead | None] = [read(event.SerializeToString()) for event in events]
+    return [
+        head if head is not None else python_head(event) for head, event in zip(heads, events, strict=True)
+    ]
+
+
 # -- a payload kept slim ------------------------------------------------------------------------
 
 _FUNCTION_DESCRIPTOR = "ray.rpc.FunctionDescriptor"

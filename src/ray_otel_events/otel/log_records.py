@@ -364,33 +364,58 @@ def log_record_wire(
     again. `head`: the event's `read_head`, when the caller has it."""
     if head is None:
         head = read_head(event)
+    return head_log_record(
+        event, head, posted, trace_id, span_id, observed_time_unix_nano, flags, extra_attributes
+    )
+
+
+def head_log_record(
+    event: RayEvent,
+    head: EventHead,
+    posted: Mapping[str, Any] | None,
+    trace_id: bytes,
+    span_id: bytes,
+    observed_time_unix_nano: int,
+    flags: int = 0,
+    extra_attributes: bytes = b"",
+) -> bytes:
+    """`log_record_wire` with the head given and positional arguments: the bridge's call per event."""
     attrs: list[bytes] = []
     body = _walk(_camel.to_dict(event) if posted is None else posted, _ROOT, attrs)
     attrs.append(head.attributes)
     if extra_attributes:
         attrs.append(extra_attributes)
-    severity = SEVERITY_NUMBER.get(head.severity, 0)
-    return otlp_wire.event_log_record(
+    fields = _record_fields.get((head.event_type, head.severity)) or _fields_of(
+        head.event_type, head.severity
+    )
+    return _write_record(
         head.time_ns,
         observed_time_unix_nano,
-        severity,
-        _SEVERITY_TEXT[head.severity] if severity else "",
+        fields[0],
+        fields[1],
         body,
         attrs,
         trace_id,
         span_id,
         flags,
-        _event_name(head.event_type),
+        fields[2],
     )
 
 
-_event_names: dict[int, str] = {}
+# (event type, severity) -> (severity number, severity text, event name) of their records.
+_record_fields: dict[tuple[int, int], tuple[int, str, str]] = {}
 
 
-def _event_name(event_type: int) -> str:
-    name = _event_names.get(event_type)
-    if name is None:
-        name = semconv.event_name_for(event_type_name(event_type))
-        if len(_event_names) < 1024:  # the types of one schema, and a few unknown numbers
-            _event_names[event_type] = name
-    return name
+def _fields_of(event_type: int, severity: int) -> tuple[int, str, str]:
+    number = SEVERITY_NUMBER.get(severity, 0)
+    fields = (
+        number,
+        _SEVERITY_TEXT[severity] if number else "",
+        semconv.event_name_for(event_type_name(event_type)),
+    )
+    if len(_record_fields) < 1024:  # the types and severities of one schema, and a few unknown numbers
+        _record_fields[(event_type, severity)] = fields
+    return fields
+
+
+_write_record = otlp_wire.write_event_log_record

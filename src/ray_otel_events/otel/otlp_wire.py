@@ -10,7 +10,7 @@ by any OTLP receiver to the same message. Keys seen before are encoded once (a b
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ray_otel_events import config
@@ -310,6 +310,10 @@ def event_log_record(
 
 
 SPAN_ATTRIBUTES = b"\x4a"  # Span.attributes = 9: the tag of one attribute entry
+
+
+# `event_log_record` without its Python frame where compiled (the bridge writes one per RayEvent).
+write_event_log_record: Callable[..., bytes] = _otlp_wire.log_record if _compiled else event_log_record
 
 
 def span_event_fields(name: str, attrs: Mapping[str, Any]) -> bytes:

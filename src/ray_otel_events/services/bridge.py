@@ -71,6 +71,7 @@ from ray_otel_events.receivers.ray_events_http import (
     RayEventsConsumer,
     RayEventsHttpReceiver,
     parse_posted_event,
+    parse_posted_events,
 )
 from ray_otel_events.security.auth import BearerToken
 
@@ -450,6 +451,9 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[PostedEvent]):
 
     def parse_ray_event(self, item: Any) -> PostedEvent:
         return parse_posted_event(item)
+
+    def parse_ray_events(self, items: list[Any]) -> tuple[list[PostedEvent], list[str]]:
+        return parse_posted_events(items)
 
     async def consume_ray_events(
         self, events: list[PostedEvent], body: bytes = b"", routed: bool = False

@@ -1,0 +1,87 @@
+"""The converter's whole output on real Ray 2.60 POSTs (run E), byte for byte: spans, log records,
+held pieces and counters, with the compiled helpers and without. The digest was taken before the
+converter's per-event work was reorganised for speed (bridge-fast), so any change to what it writes
+shows here, not only the changes the semantic tests look at."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ray_otel_events.otel.from_ray_events import Emitted, RayEventsToOtel
+from ray_otel_events.receivers.ray_events_http import parse_posted_events, read_posted_items
+
+RUN_E = Path(__file__).parent / "fixtures" / "bridge" / "runE"
+# sha256 of `output_digest_text()` as main (932afbe) writes it.
+DIGEST = "fd220ebbe502289053593d892fa3b5d31c3295178413707d2aa07c1ecbb63e7d"
+
+
+class _Clock:
+    """Reads `now`, which moves by `step` at each read."""
+
+    def __init__(self, now: float, step: float) -> None:
+        self.now, self.step = now, step
+
+    def __call__(self) -> Any:
+        self.now += self.step
+        return self.now
+
+
+def output_digest_text() -> bytes:
+    """Every POST twice (the second time duplicates) under two bounds: one roomy with a terminal
+    grace, one that evicts; each run ends with expire() and flush()."""
+    bodies = [path.read_bytes() for path in sorted(RUN_E.glob("*.body"))]
+    lines: list[bytes] = []
+    for bounds in ({"terminal_grace_s": 0.25}, {"max_open_entities": 3, "max_open_bytes": 4000}):
+        clock, observed = _Clock(0.0, 0.0), _Clock(1_795_000_000_000_000_000, 1)
+        converter = RayEventsToOtel(clock=clock, observed_clock_ns=observed, **bounds)  # type: ignore[arg-type]
+        out = Emitted()
+        for body in bodies + bodies:
+            _, posted, _ = read_posted_items(body, parse_posted_events)
+            out.extend(converter.add([p.event for p in posted], posted=[p.json for p in posted]))
+            clock.now += 0.1
+            out.extend(converter.expire())
+        clock.now += 1000.0
+        out.extend(converter.expire())
+        out.extend(converter.flush())
+        lines += [
+            b"span %s %d %s %s"
+            % (s.session_name.encode(), s.event_type, s.entity.hex().encode(), s.wire.hex().encode())
+            for s in out.spans
+        ]
+        lines += [
+            b"log %s %d %s" % (r.session_name.encode(), r.event_type, r.wire.hex().encode()) for r in out.logs
+        ]
+        lines += [
+            b"held %s %s" % (key.hex().encode(), event.SerializeToString().hex().encode())
+            for key, event in out.taken
+        ]
+        lines.append(orjson.dumps(converter.counters.snapshot(), option=orjson.OPT_SORT_KEYS))
+        lines.append(b"open %d %d" % (converter.open_entities, converter.open_bytes))
+    return b"\n".join(lines)
+
+
+def test_the_output_is_the_same_bytes_as_before() -> None:
+    assert hashlib.sha256(output_digest_text()).hexdigest() == DIGEST
+
+
+def test_the_pure_python_output_is_the_same_bytes() -> None:
+    code = (
+        "import hashlib, sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent.parent)!r})\n"
+        "from tests.test_bridge_output_digest import output_digest_text\n"
+        "print(hashlib.sha256(output_digest_text()).hexdigest())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"RAY_OTEL_EVENTS_PURE_PYTHON": "1", "PATH": ""},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == DIGEST
