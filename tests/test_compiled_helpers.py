@@ -1121,7 +1121,9 @@ def test_rows_that_fail_stop_the_compiled_loop_where_python_stops() -> None:
     failed = 0
     for _ in range(300):
         batch = [copy.deepcopy(rnd.choice(dicts)) for _ in range(6)]
-        batch += [_mutated(rnd, rnd.choice(dicts), 2, ["taskId", "timestamp", "state", "x"]) for _ in range(3)]
+        batch += [
+            _mutated(rnd, rnd.choice(dicts), 2, ["taskId", "timestamp", "state", "x"]) for _ in range(3)
+        ]
         rnd.shuffle(batch)
         failed += _fold_rows_both(batch, rnd.randint(0, 1))[1]
     assert failed > 20  # the mutations made rows fail, and both loops stopped at each of them
