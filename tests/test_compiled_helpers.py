@@ -1115,6 +1115,20 @@ def test_a_chunks_rows_fold_as_python_folds_them() -> None:
 
 
 @needs_compiled
+def test_a_batch_is_grouped_by_row_as_python_groups_it() -> None:
+    assert _state_fold is not None
+    dicts = _fixture_dicts()
+    prepared = [state_merge.prepare(event) for event in dicts + dicts[::-1]]
+    prepared.insert(3, state_merge.Prepared("an event of a type with no row", None, None))
+    pieces, ignored = _state_fold.group_pieces(prepared)
+    assert (pieces, ignored) == row_fold._group_pieces_python(prepared)
+    assert list(pieces) == list(row_fold._group_pieces_python(prepared)[0])  # rows in first-seen order
+    assert ignored == 1 and len(pieces) > 20
+    with pytest.raises(TypeError):
+        _state_fold.group_pieces([("event id", None)])
+
+
+@needs_compiled
 def test_rows_that_fail_stop_the_compiled_loop_where_python_stops() -> None:
     rnd = random.Random(20261125)
     dicts = [d for d in _fixture_dicts() if str(d.get("eventType", "")).startswith(("TASK", "ACTOR_TASK"))]

@@ -805,6 +805,51 @@ fail:
     return NULL;
 }
 
+/* group_pieces(events) -> (pieces, ignored): row_fold._group_pieces_python, compiled. */
+static PyObject *group_pieces(PyObject *self, PyObject *events) {
+    (void)self;
+    if (!PyList_CheckExact(events)) {
+        PyErr_SetString(PyExc_TypeError, "group_pieces(events): a list of Prepared");
+        return NULL;
+    }
+    PyObject *pieces = PyDict_New();
+    if (pieces == NULL) return NULL;
+    Py_ssize_t ignored = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++) {
+        PyObject *event = PyList_GET_ITEM(events, i);
+        if (!PyTuple_Check(event) || PyTuple_GET_SIZE(event) != 3) {
+            PyErr_SetString(PyExc_TypeError, "group_pieces: an event is (event id, key, piece)");
+            goto fail;
+        }
+        PyObject *key = PyTuple_GET_ITEM(event, 1), *piece = PyTuple_GET_ITEM(event, 2);
+        if (key == Py_None || piece == Py_None) {
+            ignored++;
+            continue;
+        }
+        PyObject *folds = PyDict_GetItemWithError(pieces, key);
+        if (folds == NULL) {
+            if (PyErr_Occurred()) goto fail;
+            folds = PyList_New(0);
+            int bad = folds == NULL || PyDict_SetItem(pieces, key, folds);
+            Py_XDECREF(folds); /* the dict holds it */
+            if (bad) goto fail;
+        }
+        PyObject *position = PyLong_FromSsize_t(i);
+        PyObject *fold = position == NULL ? NULL : PyTuple_Pack(3, position, PyTuple_GET_ITEM(event, 0), piece);
+        Py_XDECREF(position);
+        if (fold == NULL || PyList_Append(folds, fold)) {
+            Py_XDECREF(fold);
+            goto fail;
+        }
+        Py_DECREF(fold);
+    }
+    PyObject *out = Py_BuildValue("Nn", pieces, ignored);
+    return out;
+fail:
+    Py_DECREF(pieces);
+    return NULL;
+}
+
 static PyObject *bind_rows(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *columns, *tasks, *errors;
@@ -891,6 +936,8 @@ static PyMethodDef methods[] = {
     {"fold_rows", (PyCFunction)(void (*)(void))fold_rows, METH_FASTCALL,
      "fold_rows(keys, start, pieces, rows, received, by_type, changed) -> (index, duplicates):"
      " row_fold._fold_rows_python, compiled."},
+    {"group_pieces", group_pieces, METH_O,
+     "group_pieces(events) -> (pieces, ignored): row_fold._group_pieces_python, compiled."},
     {"bind_rows", bind_rows, METH_VARARGS,
      "bind_rows(ID_COLUMN, TASKS, FOLD_ERRORS): what fold_rows reads of state_merge."},
     {"bind", bind, METH_VARARGS,

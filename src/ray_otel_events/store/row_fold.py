@@ -23,6 +23,7 @@ from ray_otel_events.store.state_merge import (
     TASKS,
     Key,
     Piece,
+    Prepared,
     Row,
     apply,
     row_columns,
@@ -30,6 +31,9 @@ from ray_otel_events.store.state_merge import (
 
 Fold = tuple[int, str, Piece]  # position in the batch, event id, piece
 Columns = tuple[str, tuple[Any, ...]]  # a row's JSON and indexed values (`row_columns`)
+Pieces = dict[Key, list[Fold]]  # a batch's folds by row
+Rows = dict[Key, "StoredRow"]
+Upserts = list[tuple[Any, ...]]
 
 
 @dataclass(slots=True)
@@ -77,11 +81,24 @@ def count_folded(by_type: dict[str, int], folded: list[str]) -> None:
         by_type[event_type] = by_type.get(event_type, 0) + 1
 
 
+def _group_pieces_python(events: list[Prepared]) -> tuple[Pieces, int]:
+    """A batch's pieces by row, each with its position in the batch and its event id (rows in the
+    order they first appear), and how many events have no row (types with no state)."""
+    pieces: Pieces = {}
+    ignored = 0
+    for position, (event_id, key, piece) in enumerate(events):
+        if key is None or piece is None:
+            ignored += 1
+        else:
+            pieces.setdefault(key, []).append((position, event_id, piece))
+    return pieces, ignored
+
+
 def _fold_rows_python(
     keys: list[Key],
     start: int,
-    pieces: dict[Key, list[Fold]],
-    rows: dict[Key, StoredRow],
+    pieces: Pieces,
+    rows: Rows,
     received: float,
     by_type: dict[str, int],
     changed: list[tuple[Any, ...]],
@@ -105,11 +122,9 @@ def _fold_rows_python(
     return len(keys), duplicates
 
 
-Rows = dict[Key, StoredRow]
-Upserts = list[tuple[Any, ...]]
-Pieces = dict[Key, list[Fold]]
 FoldRows = Callable[[list[Key], int, Pieces, Rows, float, dict[str, int], Upserts], tuple[int, int]]
 fold_rows: FoldRows = _fold_rows_python
+group_pieces: Callable[[list[Prepared]], tuple[Pieces, int]] = _group_pieces_python
 try:  # the same loop compiled (setup.py builds store/_state_fold.c where a C compiler is present)
     from ray_otel_events.store import _state_fold
 except ImportError:
@@ -117,3 +132,4 @@ except ImportError:
 if _state_fold is not None and config.compiled_enabled():
     _state_fold.bind_rows(ID_COLUMN, TASKS, FOLD_ERRORS)
     fold_rows = _state_fold.fold_rows
+    group_pieces = _state_fold.group_pieces

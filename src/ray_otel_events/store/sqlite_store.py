@@ -34,7 +34,15 @@ import orjson
 
 from ray_otel_events import config
 from ray_otel_events.durable.wal_checkpointer import WalCheckpointer
-from ray_otel_events.store.row_fold import Fold, StoredRow, count_folded, fold_row, fold_rows, upsert_values
+from ray_otel_events.store.row_fold import (
+    Fold,
+    StoredRow,
+    count_folded,
+    fold_row,
+    fold_rows,
+    group_pieces,
+    upsert_values,
+)
 from ray_otel_events.store.state_merge import (
     INDEXED_COLUMNS,
     Key,
@@ -280,12 +288,7 @@ class EventStore:
         """`ingest` for events already read by `prepare` (the HTTP intake reads each as it parses)."""
         result = IngestResult()
         received = time.time() if now is None else now
-        pieces: dict[Key, list[Fold]] = {}
-        for position, (event_id, key, piece) in enumerate(events):
-            if key is None or piece is None:
-                result.ignored += 1
-            else:
-                pieces.setdefault(key, []).append((position, event_id, piece))
+        pieces, result.ignored = group_pieces(list(events))
         if pieces:
             with self._row_writes() as write:
                 self._fold(pieces, received, result, write)
