@@ -18,6 +18,9 @@ from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportRes
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from ray_otel_events.config import ConfigError, otlp_signal_config
+from ray_otel_events.tracing.otlp_spans import OtlpHttpSpanExporter
+
 
 class _PerProcess:
     def __init__(self, factory: Callable[[], Any]) -> None:
@@ -65,11 +68,19 @@ class PerProcessLogRecordExporter(_PerProcess, LogRecordExporter):
 
 
 def otlp_span_exporter(protocol: str) -> SpanExporter:
-    """The SDK's OTLP span exporter for `grpc` or `http/protobuf`, fork-safe."""
+    """A fork-safe OTLP span exporter for `grpc` or `http/protobuf`: over HTTP our own encoder
+    (tracing/otlp_spans.py), unless the settings are ones only the SDK's exporter takes (say
+    deflate compression); the SDK's otherwise."""
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 
         return PerProcessSpanExporter(GrpcSpanExporter)
+    try:
+        config = otlp_signal_config("traces")
+    except ConfigError:
+        config = None
+    if config is not None and config.protocol == "http/protobuf":
+        return OtlpHttpSpanExporter(config)  # its HTTP session is made per process
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 
     return PerProcessSpanExporter(HttpSpanExporter)
