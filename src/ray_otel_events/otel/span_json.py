@@ -122,18 +122,29 @@ def _attrs(attributes: Any) -> str:
     )
     if len(plain) < 4:  # below four the C encoder costs less than the checks
         return _exact_json(plain)
-    if semconv.RAY_TASK_ID in plain:  # a task's own id makes every one unique: not worth keeping
-        return _plain_strings_json(plain) or _exact_json(plain)
     items = tuple(plain.items())
+    if semconv.RAY_TASK_ID in plain:
+        # A task's own id makes every dict unique. It comes last in ours and Ray's: the JSON of the
+        # others is kept, and the id's pair written after it as json.dumps writes a str pair.
+        key, value = items[-1]
+        if key == semconv.RAY_TASK_ID and type(value) is str:
+            head = _kept_plain_json(items[:-1])
+            if head is not None:
+                return f"{head[:-1]}, {_str(key)}: {_str(value)}}}"
+        return _plain_strings_json(plain) or _exact_json(plain)
+    return _kept_plain_json(items) or _exact_json(plain)
+
+
+def _kept_plain_json(items: tuple[tuple[Any, Any], ...]) -> str | None:
+    """`_plain_strings_json(dict(items))`, kept by the items (None: not all plain strings)."""
     try:
         known = _plain_string_dicts.get(items)
     except TypeError:  # a list value: not hashable, and not a plain string either
-        return _exact_json(plain)
+        return None
     if known is None:
-        known = _plain_strings_json(plain)
-        if known is None:
-            return _exact_json(plain)
-        _keep(_plain_string_dicts, items, known, 256)
+        known = _plain_strings_json(dict(items))
+        if known is not None:
+            _keep(_plain_string_dicts, items, known, 256)
     return known
 
 
