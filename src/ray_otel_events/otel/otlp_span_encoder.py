@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from types import MappingProxyType
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
@@ -48,12 +49,20 @@ def _trace_state(state: Any) -> str:
     return ",".join([f"{key}={value}" for key, value in state.items()]) if state is not None else ""
 
 
+def _plain(attributes: Any) -> Any:
+    """A plain dict of the attributes, which the compiled writer takes in one call: a span gives
+    them as a read-only proxy of its dict (`copy()` asks the dict), an SDK span as BoundedAttributes."""
+    kind = type(attributes)
+    return attributes if kind is dict else attributes.copy() if kind is MappingProxyType else dict(attributes)
+
+
 def _event(event: Any) -> bytes:
     """Span.events entry (11): Event{1 time fixed64, 2 name, 3 attributes, 4 dropped}."""
+    attributes = event.attributes
     body = (
         (b"\x09" + _fixed64(event.timestamp) if event.timestamp else b"")
         + _text(b"\x12", event.name)
-        + (_attributes(event.attributes, b"\x1a") if event.attributes else b"")
+        + (_attributes(_plain(attributes), b"\x1a") if attributes else b"")
         + _count(b"\x20", event.dropped_attributes)
     )
     return _field(b"\x5a", body)
@@ -98,7 +107,7 @@ def span_wire(span: ReadableSpan) -> bytes:
             b"\x30" + _varint(span.kind.value + 1),  # SDK kinds 0-4 are OTLP's 1-5
             b"\x39" + _fixed64(start) if start else b"",
             b"\x41" + _fixed64(end) if end else b"",
-            _attributes(attributes, otlp_wire.SPAN_ATTRIBUTES) if attributes else b"",
+            _attributes(_plain(attributes), otlp_wire.SPAN_ATTRIBUTES) if attributes else b"",
             _count(b"\x50", span.dropped_attributes),
             b"".join([_event(event) for event in events]) if events else b"",
             _count(b"\x60", span.dropped_events),
@@ -149,12 +158,18 @@ def _scope_head(scope: InstrumentationScope | None) -> bytes:
 
 def spans_request(spans: Sequence[ReadableSpan]) -> bytes:
     """`encode_spans(spans).SerializeToString()`: spans grouped by resource, then by scope, each
-    group in the order its first span came, as the SDK groups them."""
+    group in the order its first span came, as the SDK groups them (by equality: a Resource's hash
+    dumps its attributes to JSON, so each resource object is hashed once a batch)."""
     groups: dict[Resource, dict[InstrumentationScope | None, list[bytes]]] = {}
+    by_object: dict[int, dict[InstrumentationScope | None, list[bytes]]] = {}
     for span in spans:
-        by_scope = groups.get(span.resource)
+        resource = span.resource
+        by_scope = by_object.get(id(resource))
         if by_scope is None:
-            by_scope = groups[span.resource] = {}
+            by_scope = groups.get(resource)
+            if by_scope is None:
+                by_scope = groups[resource] = {}
+            by_object[id(resource)] = by_scope  # the spans keep their resources alive meanwhile
         scope = span.instrumentation_scope or None
         encoded = by_scope.get(scope)
         if encoded is None:
