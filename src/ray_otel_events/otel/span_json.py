@@ -15,6 +15,7 @@ import base64
 import datetime
 import json
 import threading
+from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -31,7 +32,13 @@ from opentelemetry.trace import (
     format_trace_id,
 )
 
+from ray_otel_events import config
 from ray_otel_events.otel import semconv
+
+try:  # span lines' ISO times compiled (setup.py builds them where a C compiler is present)
+    from ray_otel_events.otel import _span_json
+except ImportError:
+    _span_json = None  # type: ignore[assignment]
 
 _UTC = datetime.UTC
 _str = json.encoder.encode_basestring_ascii  # what json.dumps does to a str, in C
@@ -82,7 +89,7 @@ def _second_prefix(seconds: int) -> str:
     return _keep(_second_prefixes, seconds, prefix, 256)
 
 
-def ns_to_iso_str(nanoseconds: int) -> str:
+def python_ns_to_iso_str(nanoseconds: int) -> str:
     """The SDK's `ns_to_iso_str`: `datetime.fromtimestamp(ns / 1e9)` splits the float into whole
     and fraction (as modf does: `seconds - int(seconds)` is exact) and rounds the fraction
     half-even to microseconds; done here with the seconds part formatted once."""
@@ -93,6 +100,12 @@ def ns_to_iso_str(nanoseconds: int) -> str:
         micros -= 1_000_000
         whole += 1
     return f"{_second_prefixes.get(whole) or _second_prefix(whole)}.{micros:06d}Z"
+
+
+ns_to_iso_str: Callable[[int], str] = python_ns_to_iso_str
+if _span_json is not None and config.compiled_enabled():
+    _span_json.bind(python_ns_to_iso_str)  # for times before 1970 or after 9999
+    ns_to_iso_str = _span_json.iso
 
 
 # Keyed by the members' values: hashing an Enum member runs Enum.__hash__ in Python.
