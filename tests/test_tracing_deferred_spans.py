@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from opentelemetry import context as context_api
 from opentelemetry import trace
@@ -19,7 +21,7 @@ from opentelemetry.sdk.trace.sampling import (
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from ray_otel_events.tracing.deferred_spans import DeferredSpans, record_submit_span
+from ray_otel_events.tracing.deferred_spans import DeferredSpans, PresetIdGenerator, record_submit_span
 from ray_otel_events.tracing.direct_spans import DirectSpan
 from ray_otel_events.tracing.provider import CachingTracerProvider
 
@@ -137,3 +139,20 @@ def test_spans_created_elsewhere_on_the_provider_get_random_ids() -> None:
     deferred.flush()
     ids |= {tracer.start_span("x").get_span_context().span_id for _ in range(100)}
     assert len(ids) == 200 and deferred.created == 1
+
+
+def test_preset_ids_go_to_the_next_span_of_the_presetting_thread_only() -> None:
+    ids = PresetIdGenerator()
+    seen: list[tuple[int, int]] = []
+    with ids.preset(123, 456):
+        other = threading.Thread(
+            target=lambda: seen.append((ids.generate_trace_id(), ids.generate_span_id()))
+        )
+        other.start()
+        other.join()
+        assert ids.generate_trace_id() == 123 and ids.generate_span_id() == 456
+        assert ids.generate_span_id() != 456  # used once: the next span gets random ids
+    (other_ids,) = seen
+    assert other_ids != (123, 456) and all(other_ids)
+    assert ids.generate_trace_id() != 123 and 0 < ids.generate_trace_id() < 1 << 128
+    assert 0 < ids.generate_span_id() < 1 << 64

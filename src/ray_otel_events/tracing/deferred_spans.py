@@ -17,6 +17,7 @@ The queue is flushed before the providers are (`TracingInstallation.flush`), at 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -40,31 +41,47 @@ logger = logging.getLogger("ray_otel_events.tracing")
 _SDK_SAMPLERS_MODULE = "opentelemetry.sdk.trace.sampling"
 
 
+_getrandbits = random.getrandbits
+
+
 class PresetIdGenerator(RandomIdGenerator):
-    """Random ids, except for the next span created on a thread that has preset them."""
+    """Random ids, except for the next span created on the thread that has preset them.
+
+    Random ids are drawn as `RandomIdGenerator` draws them (the `random` module's generator, never
+    the invalid 0) without its method calls, and the preset is one attribute read at once (its
+    thread and ids), not a thread-local: every traced task asks for two or three ids, on threads
+    that never preset. One preset at a time: `DeferredSpans` sets them under its queue's lock."""
 
     def __init__(self) -> None:
-        self._preset = threading.local()
+        self._preset: tuple[int, int, int] | None = None  # (thread ident, trace id, span id)
 
     @contextmanager
     def preset(self, trace_id: int, span_id: int) -> Iterator[None]:
         """The next span created on this thread in the block gets these ids (trace id if it is a root)."""
-        self._preset.ids = (trace_id, span_id)
+        self._preset = (threading.get_ident(), trace_id, span_id)
         try:
             yield
         finally:
-            self._preset.ids = None
+            self._preset = None
 
     def generate_trace_id(self) -> int:
-        ids = getattr(self._preset, "ids", None)
-        return ids[0] if ids is not None else super().generate_trace_id()
+        preset = self._preset
+        if preset is not None and preset[0] == threading.get_ident():
+            return int(preset[1])
+        trace_id = _getrandbits(128)
+        while not trace_id:
+            trace_id = _getrandbits(128)
+        return trace_id
 
     def generate_span_id(self) -> int:
-        ids = getattr(self._preset, "ids", None)
-        if ids is None:
-            return super().generate_span_id()
-        self._preset.ids = None  # the trace id is asked first (roots only), the span id last
-        return int(ids[1])
+        preset = self._preset
+        if preset is not None and preset[0] == threading.get_ident():
+            self._preset = None  # the trace id is asked first (roots only), the span id last
+            return int(preset[2])
+        span_id = _getrandbits(64)
+        while not span_id:
+            span_id = _getrandbits(64)
+        return span_id
 
 
 class _Submission(NamedTuple):
