@@ -1183,3 +1183,18 @@ _NS_PER_S = 10**9
 def test_span_line_iso_times_are_the_python_ones(ns: int) -> None:
     assert _span_json is not None
     assert _iso_or_error(_span_json.iso, ns) == _iso_or_error(span_json.python_ns_to_iso_str, ns)
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(ray_events())
+def test_event_dicts_read_back_from_the_compiled_writer_are_to_dicts(event: RayEvent) -> None:
+    """Same keys in the same order, same values of the same types (orjson tells 1 from True)."""
+    for encoder in (ray_json.RayEventJsonEncoder(), ray_json.RayEventJsonEncoder(True)):
+        try:
+            expected = encoder.to_dict(event)
+        except ValueError as exc:
+            with pytest.raises(type(exc)):
+                encoder.event_dict(event)
+            continue
+        assert orjson.dumps(encoder.event_dict(event)) == orjson.dumps(expected)

@@ -365,7 +365,7 @@ def log_record_wire(
     if head is None:
         head = read_head(event)
     attrs: list[bytes] = []
-    body = _walk(_camel.to_dict(event) if posted is None else posted, _ROOT, attrs)
+    body = _walk(_camel.event_dict(event) if posted is None else posted, _ROOT, attrs)
     attrs.append(head.attributes)
     if extra_attributes:
         attrs.append(extra_attributes)
