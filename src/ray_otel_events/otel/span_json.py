@@ -251,6 +251,32 @@ def span_to_json_line(span: ReadableSpan) -> str:
     )
 
 
+_PRODUCER_KIND_JSON = _KIND_JSON[SpanKind.PRODUCER._value_]
+_UNSET_STATUS_JSON = _STATUS_JSON[StatusCode.UNSET._value_]
+
+
+def plain_span_json_line(
+    name: str,
+    ctx: SpanContext,
+    parent: SpanContext | None,
+    start_ns: int,
+    end_ns: int,
+    attributes: Any,
+    resource: Resource,
+) -> str:
+    """`span_to_json_line` of an ended PRODUCER span with these fields, UNSET status and no events
+    or links (a submission span), written from the fields without making the span."""
+    parent_json = "null" if parent is None else f'"0x{parent.span_id:016x}"'
+    return (
+        f'{{"name": {_str(name)}, "context": {_context(ctx)},'
+        f' "kind": {_PRODUCER_KIND_JSON},'
+        f' "parent_id": {parent_json},'
+        f' "start_time": {_time(start_ns)}, "end_time": {_time(end_ns)},'
+        f' "status": {_UNSET_STATUS_JSON}}}, "attributes": {_attrs(attributes)},'
+        f' "events": [], "links": [], "resource": {_resource_json(resource)}}}'
+    )
+
+
 class _BytesEncoder(json.JSONEncoder):
     """The SDK's log JSON encoder: bytes as base64."""
 

@@ -32,8 +32,10 @@ from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.trace import SpanContext, SpanKind
 from opentelemetry.util.types import Attributes
 
+from ray_otel_events.otel.span_json import plain_span_json_line
 from ray_otel_events.tracing.background import BatchingQueue
 from ray_otel_events.tracing.direct_spans import DirectTracer, new_span_context
+from ray_otel_events.tracing.files import SpanFileProcessor
 from ray_otel_events.tracing.propagation import carrier_of, inject_into
 
 logger = logging.getLogger("ray_otel_events.tracing")
@@ -146,6 +148,24 @@ class DeferredSpans:
         for item in batch:
             tracer = item.tracer
             if isinstance(tracer, DirectTracer) and tracer.direct():
+                files = _sole_file_processor(tracer)
+                attributes = item.sampled_attributes
+                if files is not None and (not attributes or tracer._as_given(attributes)):
+                    # Only our span files would read the span: its line is written from the item.
+                    if item.span_context.trace_flags.sampled:
+                        files.append_line(
+                            plain_span_json_line(
+                                item.name,
+                                item.span_context,
+                                item.parent_span,
+                                item.start_ns,
+                                item.end_ns,
+                                attributes,
+                                tracer.resource,
+                            )
+                        )
+                    self.created += 1
+                    continue
                 # Ids, parent and sampling were chosen at submission: the span is made from them.
                 tracer.started_span(
                     item.name,
@@ -177,6 +197,15 @@ class DeferredSpans:
                         span.get_span_context(),
                         item.span_context,
                     )
+
+
+def _sole_file_processor(tracer: DirectTracer) -> SpanFileProcessor | None:
+    """The provider's span processor when it is a SpanFileProcessor and the only one (the local
+    hook without event processors): nothing else would see a submission span, so none is made."""
+    processors: tuple[object, ...] = getattr(tracer.span_processor, "_span_processors", ())
+    if len(processors) == 1 and type(processors[0]) is SpanFileProcessor:
+        return processors[0]
+    return None
 
 
 def record_submit_span(

@@ -131,8 +131,8 @@ class SpanFileProcessor(SpanProcessor):
     accepts_direct_spans = True  # reads ended spans through ReadableSpan only
 
     def __init__(self, directory: str, *, suffix: str = SPAN_FILE_SUFFIX, linger_s: float = 0.05) -> None:
-        self.writer: LineFileWriter[ReadableSpan] = LineFileWriter(
-            directory, suffix, span_to_json_line, linger_s=linger_s
+        self.writer: LineFileWriter[ReadableSpan | str] = LineFileWriter(
+            directory, suffix, _line_of, linger_s=linger_s
         )
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
@@ -145,11 +145,20 @@ class SpanFileProcessor(SpanProcessor):
             else:
                 self.writer.append(span)
 
+    def append_line(self, line: str) -> None:
+        """A span's line written elsewhere (a deferred submission span's, made without the span),
+        queued as the span's own would be."""
+        self.writer.append(line)
+
     def shutdown(self) -> None:
         self.writer.close()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self.writer.flush()
+
+
+def _line_of(item: ReadableSpan | str) -> str:
+    return item if type(item) is str else span_to_json_line(item)  # type: ignore[arg-type]
 
 
 class LogRecordFileProcessor(LogRecordProcessor):
