@@ -23,6 +23,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, TraceState
 from ray_otel_events.config import OtlpSignalConfig
 from ray_otel_events.otel import otlp_wire
 from ray_otel_events.otel.otlp_span_encoder import spans_request
+from ray_otel_events.tracing.otlp import _SDK_ONLY_SETTINGS, PerProcessSpanExporter, otlp_span_exporter
 from ray_otel_events.tracing.otlp_http import DROPPED
 from ray_otel_events.tracing.otlp_spans import EXPORTED, OtlpHttpSpanExporter
 from ray_otel_events.tracing.provider import CachingTracerProvider
@@ -199,3 +200,27 @@ def test_a_refused_request_is_counted_and_reported_as_failed(
     assert exporter.export(spans) is SpanExportResult.FAILURE
     assert exporter.counters.get(DROPPED, reason="rejected") == 1 and not got
     assert exporter.export(spans) is SpanExportResult.SUCCESS and len(got) == 1
+
+
+def test_settings_the_sdk_reads_its_own_way_keep_the_sdk_exporter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timeout (seconds to the SDK, milliseconds to the spec), a client key or certificate, or a
+    compression other than gzip: the SDK's exporter, as before; and grpc is always the SDK's."""
+    for name in (
+        *_SDK_ONLY_SETTINGS,
+        "OTEL_EXPORTER_OTLP_COMPRESSION",
+        "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    assert isinstance(otlp_span_exporter("http/protobuf"), OtlpHttpSpanExporter)
+    assert isinstance(otlp_span_exporter("grpc"), PerProcessSpanExporter)
+    for name, value in (
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "10"),
+        ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "10"),
+        ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "/cert.pem"),
+        ("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "/key.pem"),
+        ("OTEL_EXPORTER_OTLP_COMPRESSION", "deflate"),
+    ):
+        with monkeypatch.context() as patch:
+            patch.setenv(name, value)
+            assert isinstance(otlp_span_exporter("http/protobuf"), PerProcessSpanExporter), name

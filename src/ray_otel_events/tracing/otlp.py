@@ -67,18 +67,30 @@ class PerProcessLogRecordExporter(_PerProcess, LogRecordExporter):
         return result
 
 
+# Read differently by the SDK's HTTP exporter (a timeout in seconds, where the spec and
+# `otlp_signal_config` say milliseconds) or not read by ours (a client certificate and key): set,
+# and the SDK's exporter is used, as before.
+_SDK_ONLY_SETTINGS = tuple(
+    f"OTEL_EXPORTER_OTLP{signal}_{name}"
+    for signal in ("", "_TRACES")
+    for name in ("TIMEOUT", "CLIENT_CERTIFICATE", "CLIENT_KEY")
+)
+
+
 def otlp_span_exporter(protocol: str) -> SpanExporter:
     """A fork-safe OTLP span exporter for `grpc` or `http/protobuf`: over HTTP our own encoder
-    (tracing/otlp_spans.py), unless the settings are ones only the SDK's exporter takes (say
-    deflate compression); the SDK's otherwise."""
+    (tracing/otlp_spans.py) unless a setting is one the SDK's exporter reads in its own way
+    (`_SDK_ONLY_SETTINGS`, or a compression other than gzip); the SDK's otherwise."""
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 
         return PerProcessSpanExporter(GrpcSpanExporter)
-    try:
-        config = otlp_signal_config("traces")
-    except ConfigError:
-        config = None
+    config = None
+    if not any(os.environ.get(name, "").strip() for name in _SDK_ONLY_SETTINGS):
+        try:
+            config = otlp_signal_config("traces")
+        except ConfigError:
+            config = None
     if config is not None and config.protocol == "http/protobuf":
         return OtlpHttpSpanExporter(config)  # its HTTP session is made per process
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
