@@ -197,3 +197,18 @@ def test_with_only_span_files_a_submission_spans_line_is_written_from_what_was_r
         expected.append(span.to_json(indent=None))
     assert (tmp_path / f"{os.getpid()}.json").read_text().splitlines() == expected
     assert deferred.created == 4 and items[1].parent_span is not None
+    assert files.writer.written == 4
+
+
+def test_submission_lines_are_written_by_the_deferred_thread_not_handed_to_the_writers(
+    tmp_path: Path,
+) -> None:
+    deferred = DeferredSpans(linger_s=60)
+    provider = CachingTracerProvider(id_generator=deferred.id_generator)
+    files = SpanFileProcessor(str(tmp_path), linger_s=60)
+    provider.add_span_processor(files)
+    tracer = provider.get_tracer("t")
+    for _ in range(3):
+        deferred.record(tracer, "m.f ray.remote", ATTRS)
+    deferred.flush()
+    assert files.writer.written == 3 and files.writer.queue._thread is None  # never started

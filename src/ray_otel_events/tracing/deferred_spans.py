@@ -145,58 +145,74 @@ class DeferredSpans:
 
     def _create(self, batch: list[_Submission]) -> None:
         preset = self.id_generator.preset
-        for item in batch:
-            tracer = item.tracer
-            if isinstance(tracer, DirectTracer) and tracer.direct():
-                files = _sole_file_processor(tracer)
-                attributes = item.sampled_attributes
-                if files is not None and (not attributes or tracer._as_given(attributes)):
-                    # Only our span files would read the span: its line is written from the item.
-                    if item.span_context.trace_flags.sampled:
-                        files.append_line(
-                            plain_span_json_line(
-                                item.name,
-                                item.span_context,
-                                item.parent_span,
-                                item.start_ns,
-                                item.end_ns,
-                                attributes,
-                                tracer.resource,
+        lines: list[str] = []  # submission lines made without their spans, for `lines_to`
+        lines_to: SpanFileProcessor | None = None
+        try:
+            for item in batch:
+                tracer = item.tracer
+                if isinstance(tracer, DirectTracer) and tracer.direct():
+                    files = _sole_file_processor(tracer)
+                    attributes = item.sampled_attributes
+                    if files is not None and (not attributes or tracer._as_given(attributes)):
+                        # Only our span files would read the span: its line is written from the item.
+                        if item.span_context.trace_flags.sampled:
+                            if files is not lines_to:
+                                _write_lines(lines_to, lines)
+                                lines, lines_to = [], files
+                            lines.append(
+                                plain_span_json_line(
+                                    item.name,
+                                    item.span_context,
+                                    item.parent_span,
+                                    item.start_ns,
+                                    item.end_ns,
+                                    attributes,
+                                    tracer.resource,
+                                )
                             )
-                        )
+                        self.created += 1
+                        continue
+                _write_lines(lines_to, lines)  # before a span is made: the lines keep the spans' order
+                lines = []
+                if isinstance(tracer, DirectTracer) and tracer.direct():
+                    # Ids, parent and sampling were chosen at submission: the span is made from them.
+                    tracer.started_span(
+                        item.name,
+                        item.span_context,
+                        item.parent_span,
+                        SpanKind.PRODUCER,
+                        item.sampled_attributes,
+                        (),
+                        item.start_ns,
+                        item.parent,
+                    ).end(end_time=item.end_ns)
                     self.created += 1
                     continue
-                # Ids, parent and sampling were chosen at submission: the span is made from them.
-                tracer.started_span(
-                    item.name,
-                    item.span_context,
-                    item.parent_span,
-                    SpanKind.PRODUCER,
-                    item.sampled_attributes,
-                    (),
-                    item.start_ns,
-                    item.parent,
-                ).end(end_time=item.end_ns)
-                self.created += 1
-                continue
-            with preset(item.span_context.trace_id, item.span_context.span_id):
-                span = item.tracer.start_span(
-                    item.name,
-                    context=item.parent,
-                    kind=SpanKind.PRODUCER,
-                    attributes=item.attributes,
-                    start_time=item.start_ns,
-                )
-            span.end(end_time=item.end_ns)
-            self.created += 1
-            if span.get_span_context() != item.span_context:
-                self.mismatched += 1
-                if self.mismatched == 1:
-                    logger.warning(
-                        "ray_otel_events: a deferred span came out as %s, not the %s already propagated",
-                        span.get_span_context(),
-                        item.span_context,
+                with preset(item.span_context.trace_id, item.span_context.span_id):
+                    span = item.tracer.start_span(
+                        item.name,
+                        context=item.parent,
+                        kind=SpanKind.PRODUCER,
+                        attributes=item.attributes,
+                        start_time=item.start_ns,
                     )
+                span.end(end_time=item.end_ns)
+                self.created += 1
+                if span.get_span_context() != item.span_context:
+                    self.mismatched += 1
+                    if self.mismatched == 1:
+                        logger.warning(
+                            "ray_otel_events: a deferred span came out as %s, not the %s already propagated",
+                            span.get_span_context(),
+                            item.span_context,
+                        )
+        finally:  # what was made before a failure is still written
+            _write_lines(lines_to, lines)
+
+
+def _write_lines(files: SpanFileProcessor | None, lines: list[str]) -> None:
+    if files is not None and lines:
+        files.write_lines(lines)  # one write(2) a batch, on this thread: no hand-over to the writer's
 
 
 def _sole_file_processor(tracer: DirectTracer) -> SpanFileProcessor | None:

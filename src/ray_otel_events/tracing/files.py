@@ -68,11 +68,11 @@ class LineFileWriter(Generic[T]):
         self.queue.flush()
         return self.failed == failed
 
-    def write_now(self, item: T) -> bool:
-        """Writes what is queued and then `item`, on this thread; True if all of it is on disk."""
+    def write_now(self, *items: T) -> bool:
+        """Writes what is queued and then `items`, on this thread; True if all of it is on disk."""
         failed = self.failed
-        if not self.queue.handle_now(item):
-            self.failed += 1
+        if not self.queue.handle_now(*items):
+            self.failed += len(items)
         return self.failed == failed
 
     def close(self) -> bool:
@@ -145,10 +145,10 @@ class SpanFileProcessor(SpanProcessor):
             else:
                 self.writer.append(span)
 
-    def append_line(self, line: str) -> None:
-        """A span's line written elsewhere (a deferred submission span's, made without the span),
-        queued as the span's own would be."""
-        self.writer.append(line)
+    def write_lines(self, lines: list[str]) -> None:
+        """Span lines made elsewhere (deferred submission spans', made without the spans), written
+        now on the calling thread (already a background one) after what is queued."""
+        self.writer.write_now(*lines)
 
     def shutdown(self) -> None:
         self.writer.close()
