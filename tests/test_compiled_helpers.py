@@ -1,4 +1,5 @@
 """The compiled helpers against the Python code they copy: the log-record walk (otel/_record_walk.c),
+span lines' ISO times (otel/_span_json.c),
 OTLP values read from wire bytes (otel/_any_value_wire.c), spans' JSON records written from theirs
 (otel/_span_records.c), OTLP records and requests written from their parts (otel/_otlp_wire.c), the
 RayEvent JSON writer (encoding/_ray_json_encode.c) and reader
@@ -30,7 +31,14 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans, Span
 
 from ray_otel_events.encoding import ray_json, ray_json_decode
-from ray_otel_events.otel import event_heads, from_ray_events, log_records, otlp_wire, plain_records
+from ray_otel_events.otel import (
+    event_heads,
+    from_ray_events,
+    log_records,
+    otlp_wire,
+    plain_records,
+    span_json,
+)
 from ray_otel_events.protobuf.events_actor_lifecycle_event_pb2 import ActorLifecycleEvent
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.protobuf.events_task_lifecycle_event_pb2 import TaskLifecycleEvent
@@ -72,6 +80,10 @@ try:
 except ImportError:
     _event_head = None  # type: ignore[assignment]
 try:
+    from ray_otel_events.otel import _span_json
+except ImportError:
+    _span_json = None  # type: ignore[assignment]
+try:
     from ray_otel_events.store import _state_fold
 except ImportError:
     _state_fold = None  # type: ignore[assignment]
@@ -92,6 +104,7 @@ needs_compiled = pytest.mark.skipif(
             _otlp_wire,
             _lifecycle_wire,
             _event_head,
+            _span_json,
             _state_fold,
         )
     ),
@@ -114,6 +127,7 @@ def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
         assert not otlp_wire._compiled
         assert from_ray_events._read_transitions is None
         assert not event_heads._compiled
+        assert span_json.ns_to_iso_str is span_json.python_ns_to_iso_str
         assert state_merge.prepare is state_merge._prepare_python
         return
     assert _record_walk is not None, "setup.py should have built otel/_record_walk.c"
@@ -122,6 +136,8 @@ def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
     assert ray_json_decode._event_wire is _ray_json_wire.event_wire
     assert _any_value_wire is not None, "setup.py should have built otel/_any_value_wire.c"
     assert plain_records._compiled
+    assert _span_json is not None, "setup.py should have built otel/_span_json.c"
+    assert span_json.ns_to_iso_str is _span_json.iso
     assert _span_records is not None, "setup.py should have built otel/_span_records.c"
     assert plain_records._records_compiled
     assert _otlp_wire is not None, "setup.py should have built otel/_otlp_wire.c"
@@ -1210,3 +1226,48 @@ def test_a_row_the_writer_cannot_store_rolls_back_its_batch(tmp_path: Path) -> N
     writer.close()
     stored = sqlite3.connect(path).execute("SELECT k, n FROM t ORDER BY k").fetchall()
     assert stored == [("d", None), ("e", 1)]
+
+
+def _iso_or_error(write: Callable[[int], str], ns: int) -> str:
+    try:
+        return write(ns)
+    except (ValueError, OverflowError, OSError) as exc:  # out of datetime's range: the same error
+        return type(exc).__name__
+
+
+_NS_PER_S = 10**9
+
+
+@needs_compiled
+@settings(max_examples=3000, deadline=None)
+@given(
+    st.one_of(
+        st.integers(min_value=0, max_value=2**62),
+        st.integers(min_value=-(2**63), max_value=2**64),
+        # Fractions next to a half microsecond and to the next second: where the rounding decides.
+        st.tuples(
+            st.integers(min_value=0, max_value=253_402_300_799),
+            st.integers(min_value=0, max_value=999_999),
+            st.integers(min_value=-3, max_value=3),
+        ).map(lambda t: t[0] * _NS_PER_S + t[1] * 1000 + 500 + t[2]),
+        st.integers(min_value=0, max_value=253_402_300_800).map(lambda s: s * _NS_PER_S - 1),
+    )
+)
+def test_span_line_iso_times_are_the_python_ones(ns: int) -> None:
+    assert _span_json is not None
+    assert _iso_or_error(_span_json.iso, ns) == _iso_or_error(span_json.python_ns_to_iso_str, ns)
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(ray_events())
+def test_event_dicts_read_back_from_the_compiled_writer_are_to_dicts(event: RayEvent) -> None:
+    """Same keys in the same order, same values of the same types (orjson tells 1 from True)."""
+    for encoder in (ray_json.RayEventJsonEncoder(), ray_json.RayEventJsonEncoder(True)):
+        try:
+            expected = encoder.to_dict(event)
+        except ValueError as exc:
+            with pytest.raises(type(exc)):
+                encoder.event_dict(event)
+            continue
+        assert orjson.dumps(encoder.event_dict(event)) == orjson.dumps(expected)

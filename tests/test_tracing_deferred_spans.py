@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import threading
+from pathlib import Path
+
 import pytest
 from opentelemetry import context as context_api
 from opentelemetry import trace
@@ -19,8 +23,9 @@ from opentelemetry.sdk.trace.sampling import (
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from ray_otel_events.tracing.deferred_spans import DeferredSpans, record_submit_span
-from ray_otel_events.tracing.direct_spans import DirectSpan
+from ray_otel_events.tracing.deferred_spans import DeferredSpans, PresetIdGenerator, record_submit_span
+from ray_otel_events.tracing.direct_spans import DirectSpan, DirectTracer
+from ray_otel_events.tracing.files import SpanFileProcessor
 from ray_otel_events.tracing.provider import CachingTracerProvider
 
 PARENT_BASED = ParentBased(ALWAYS_ON)  # the SDK's default sampler
@@ -137,3 +142,73 @@ def test_spans_created_elsewhere_on_the_provider_get_random_ids() -> None:
     deferred.flush()
     ids |= {tracer.start_span("x").get_span_context().span_id for _ in range(100)}
     assert len(ids) == 200 and deferred.created == 1
+
+
+def test_preset_ids_go_to_the_next_span_of_the_presetting_thread_only() -> None:
+    ids = PresetIdGenerator()
+    seen: list[tuple[int, int]] = []
+    with ids.preset(123, 456):
+        other = threading.Thread(
+            target=lambda: seen.append((ids.generate_trace_id(), ids.generate_span_id()))
+        )
+        other.start()
+        other.join()
+        assert ids.generate_trace_id() == 123 and ids.generate_span_id() == 456
+        assert ids.generate_span_id() != 456  # used once: the next span gets random ids
+    (other_ids,) = seen
+    assert other_ids != (123, 456) and all(other_ids)
+    assert ids.generate_trace_id() != 123 and 0 < ids.generate_trace_id() < 1 << 128
+    assert 0 < ids.generate_span_id() < 1 << 64
+
+
+def test_with_only_span_files_a_submission_spans_line_is_written_from_what_was_recorded(
+    tmp_path: Path,
+) -> None:
+    """The local hook's provider: the line is the one the span would have had (the SDK's to_json),
+    for roots, children, plain and other attributes, in the order of the submissions."""
+    deferred = DeferredSpans(linger_s=60)
+    provider = CachingTracerProvider(id_generator=deferred.id_generator)
+    files = SpanFileProcessor(str(tmp_path), linger_s=60)
+    provider.add_span_processor(files)
+    tracer = provider.get_tracer("t")
+    assert isinstance(tracer, DirectTracer)
+    deferred.record(tracer, "m.f ray.remote", ATTRS)
+    with trace.use_span(tracer.start_span("parent")):  # never ended: no line of its own
+        deferred.record(tracer, "m.f ray.remote", {**ATTRS, "x": "y", "ray.task_id": "ab"})
+    deferred.record(tracer, "m.g ray.remote", None)
+    deferred.record(tracer, "m.h ray.remote", {"n": 1, "s": '\u00e9"q'})  # not all strings: made as a span
+    items = list(deferred.queue._items)
+    deferred.flush()
+    assert files.force_flush()
+    expected = []
+    for item in items:
+        span = DirectSpan(
+            item.name,
+            item.span_context,
+            item.parent_span,
+            tracer,
+            SpanKind.PRODUCER,
+            dict(item.sampled_attributes or {}),
+            (),
+            True,
+            True,
+        )
+        span._start_time, span._end_time = item.start_ns, item.end_ns
+        expected.append(span.to_json(indent=None))
+    assert (tmp_path / f"{os.getpid()}.json").read_text().splitlines() == expected
+    assert deferred.created == 4 and items[1].parent_span is not None
+    assert files.writer.written == 4
+
+
+def test_submission_lines_are_written_by_the_deferred_thread_not_handed_to_the_writers(
+    tmp_path: Path,
+) -> None:
+    deferred = DeferredSpans(linger_s=60)
+    provider = CachingTracerProvider(id_generator=deferred.id_generator)
+    files = SpanFileProcessor(str(tmp_path), linger_s=60)
+    provider.add_span_processor(files)
+    tracer = provider.get_tracer("t")
+    for _ in range(3):
+        deferred.record(tracer, "m.f ray.remote", ATTRS)
+    deferred.flush()
+    assert files.writer.written == 3 and files.writer.queue._thread is None  # never started

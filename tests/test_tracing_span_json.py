@@ -201,3 +201,20 @@ def test_cached_attribute_json_is_never_given_to_equal_numbers() -> None:
     assert _attrs(MappingProxyType(strings)) == json.dumps(strings)
     with_task = {**strings, "ray.task_id": "ab"}  # not kept: a task's id makes each one unique
     assert _attrs(with_task) == _attrs(with_task) == json.dumps(with_task)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    _ascii_attributes | _plain_attributes,
+    _ascii_text | _separator_text | st.integers(),
+    st.booleans(),
+)
+def test_attribute_json_with_a_task_id_equals_json_dumps(
+    attributes: dict[str, object], task_id: object, last: bool
+) -> None:
+    """A task id last (an execution span's) is written after the others' kept JSON; anywhere else,
+    or not a string, the dict is written whole."""
+    with_task = {**attributes, "ray.task_id": task_id} if last else {"ray.task_id": task_id, **attributes}
+    for _ in range(2):  # the second time the others' JSON is the kept one
+        assert _attrs(with_task) == json.dumps(with_task)
+        assert _attrs(MappingProxyType(with_task)) == json.dumps(with_task)

@@ -261,7 +261,9 @@ def test_processor_output_equals_what_the_recorder_makes_of_the_same_events(
     assert comparable(got.events) == comparable(want.events)
     states = [TaskStatus.Name(t.state) for t in got.events[1].task_lifecycle_event.state_transitions]
     assert states == ["PENDING_ARGS_AVAIL", "SUBMITTED_TO_WORKER", "RUNNING", "FINISHED"]
-    assert processor.stats()["events"] == 4  # the submit span's two transitions come as one event
+    stats = processor.stats()
+    assert stats["events"] == 4  # the submit span's two transitions come as one event
+    assert (stats["submit_spans"], stats["execute_spans"], stats["mapped_spans"]) == (1, 1, 3)
     recorder.stop(5)
     reference.stop(5)
     provider.shutdown()

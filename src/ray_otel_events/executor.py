@@ -31,8 +31,8 @@ from multiprocessing.context import BaseContext
 from multiprocessing.queues import SimpleQueue
 from typing import Any, ParamSpec, TypeVar
 
-from opentelemetry import trace
-from opentelemetry.trace import SpanKind
+from opentelemetry import context, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ray_otel_events.config import ConfigError, TracingConfig
 from ray_otel_events.events import ids
@@ -42,7 +42,7 @@ from ray_otel_events.otel.task_spans import FUNCTION, derive_task_id
 from ray_otel_events.tracing.deferred_spans import record_submit_span
 from ray_otel_events.tracing.hooks import run_hook_once
 from ray_otel_events.tracing.install import current_installation, flush_at_exit
-from ray_otel_events.tracing.propagation import attached
+from ray_otel_events.tracing.propagation import extract_from
 from ray_otel_events.tracing.task_logs import DriverEcho, Line, TaskOutput
 
 P = ParamSpec("P")
@@ -136,11 +136,16 @@ class _TracedCall:
 
 
 def _run_traced(call: _TracedCall, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
-    """Executes one task in a worker inside its CONSUMER span (child of the submitter's span)."""
+    """Executes one task in a worker inside its CONSUMER span (child of the submitter's span).
+
+    What `with attached(carrier): with trace.use_span(span, end_on_exit=True): ...` does, written
+    out: the two generator-based context managers cost more than the rest of an untraced task."""
     identity = _process_identity()
     tracer = _worker_tracer(identity.pid)
-    with attached(call.carrier):
-        parent = trace.get_current_span().get_span_context()
+    extracted = extract_from(call.carrier)
+    token = context.attach(extracted)
+    try:
+        parent = trace.get_current_span(extracted).get_span_context()
         attributes = _base_attributes(identity, call.name, call.job_hex)
         task_hex = ""
         if parent.is_valid:
@@ -148,28 +153,53 @@ def _run_traced(call: _TracedCall, fn: Callable[..., R], args: tuple[Any, ...], 
             task_hex = derive_task_id(parent.trace_id, parent.span_id, ids.nil_actor_id(job)).hex()
             attributes[semconv.RAY_TASK_ID] = task_hex
         span = tracer.start_span(
-            call.name + semconv.EXECUTE_SUFFIX, kind=SpanKind.CONSUMER, attributes=attributes
+            call.name + semconv.EXECUTE_SUFFIX, extracted, kind=SpanKind.CONSUMER, attributes=attributes
         )
-        with trace.use_span(span, end_on_exit=True, record_exception=True, set_status_on_exception=True):
-            if span.is_recording():
-                _state_event(span, _RUNNING, time.time_ns())
-            token = _running_task.set((task_hex, call.job_hex)) if task_hex else None
+        try:
+            span_token = context.attach(trace.set_span_in_context(span))
             try:
-                if _task_output is None:
-                    result = fn(*args, **kwargs)
-                else:
-                    with _task_output.capture(call.name.rsplit(".", 1)[-1], task_hex, call.job_hex):
-                        result = fn(*args, **kwargs)
-            except BaseException:
-                if span.is_recording():
-                    _state_event(span, _FAILED, time.time_ns())
-                raise
+                return _run_in_span(span, call, task_hex, fn, args, kwargs)
             finally:
-                if token is not None:
-                    _running_task.reset(token)
+                context.detach(span_token)
+        except Exception as exc:  # as use_span: Exception only (not GeneratorExit and the like)
             if span.is_recording():
-                _state_event(span, _FINISHED, time.time_ns())
-            return result
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            raise
+        finally:
+            span.end()
+    finally:
+        context.detach(token)
+
+
+def _run_in_span(
+    span: trace.Span,
+    call: _TracedCall,
+    task_hex: str,
+    fn: Callable[..., R],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> R:
+    """The task itself between its RUNNING and FINISHED (or FAILED) events."""
+    if span.is_recording():
+        _state_event(span, _RUNNING, time.time_ns())
+    running = _running_task.set((task_hex, call.job_hex)) if task_hex else None
+    try:
+        if _task_output is None:
+            result = fn(*args, **kwargs)
+        else:
+            with _task_output.capture(call.name.rsplit(".", 1)[-1], task_hex, call.job_hex):
+                result = fn(*args, **kwargs)
+    except BaseException:
+        if span.is_recording():
+            _state_event(span, _FAILED, time.time_ns())
+        raise
+    finally:
+        if running is not None:
+            _running_task.reset(running)
+    if span.is_recording():
+        _state_event(span, _FINISHED, time.time_ns())
+    return result
 
 
 def _run_chunk(fn: Callable[..., R], chunk: list[tuple[Any, ...]]) -> list[R]:

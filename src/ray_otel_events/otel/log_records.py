@@ -381,7 +381,7 @@ def head_log_record(
 ) -> bytes:
     """`log_record_wire` with the head given and positional arguments: the bridge's call per event."""
     attrs: list[bytes] = []
-    body = _walk(_camel.to_dict(event) if posted is None else posted, _ROOT, attrs)
+    body = _walk(_camel.event_dict(event) if posted is None else posted, _ROOT, attrs)
     attrs.append(head.attributes)
     if extra_attributes:
         attrs.append(extra_attributes)

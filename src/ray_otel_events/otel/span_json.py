@@ -15,6 +15,7 @@ import base64
 import datetime
 import json
 import threading
+from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -31,7 +32,13 @@ from opentelemetry.trace import (
     format_trace_id,
 )
 
+from ray_otel_events import config
 from ray_otel_events.otel import semconv
+
+try:  # span lines' ISO times compiled (setup.py builds them where a C compiler is present)
+    from ray_otel_events.otel import _span_json
+except ImportError:
+    _span_json = None  # type: ignore[assignment]
 
 _UTC = datetime.UTC
 _str = json.encoder.encode_basestring_ascii  # what json.dumps does to a str, in C
@@ -82,7 +89,7 @@ def _second_prefix(seconds: int) -> str:
     return _keep(_second_prefixes, seconds, prefix, 256)
 
 
-def ns_to_iso_str(nanoseconds: int) -> str:
+def python_ns_to_iso_str(nanoseconds: int) -> str:
     """The SDK's `ns_to_iso_str`: `datetime.fromtimestamp(ns / 1e9)` splits the float into whole
     and fraction (as modf does: `seconds - int(seconds)` is exact) and rounds the fraction
     half-even to microseconds; done here with the seconds part formatted once."""
@@ -93,6 +100,12 @@ def ns_to_iso_str(nanoseconds: int) -> str:
         micros -= 1_000_000
         whole += 1
     return f"{_second_prefixes.get(whole) or _second_prefix(whole)}.{micros:06d}Z"
+
+
+ns_to_iso_str: Callable[[int], str] = python_ns_to_iso_str
+if _span_json is not None and config.compiled_enabled():
+    _span_json.bind(python_ns_to_iso_str)  # for times before 1970 or after 9999
+    ns_to_iso_str = _span_json.iso
 
 
 # Keyed by the members' values: hashing an Enum member runs Enum.__hash__ in Python.
@@ -122,18 +135,29 @@ def _attrs(attributes: Any) -> str:
     )
     if len(plain) < 4:  # below four the C encoder costs less than the checks
         return _exact_json(plain)
-    if semconv.RAY_TASK_ID in plain:  # a task's own id makes every one unique: not worth keeping
-        return _plain_strings_json(plain) or _exact_json(plain)
     items = tuple(plain.items())
+    if semconv.RAY_TASK_ID in plain:
+        # A task's own id makes every dict unique. It comes last in ours and Ray's: the JSON of the
+        # others is kept, and the id's pair written after it as json.dumps writes a str pair.
+        key, value = items[-1]
+        if key == semconv.RAY_TASK_ID and type(value) is str:
+            head = _kept_plain_json(items[:-1])
+            if head is not None:
+                return f"{head[:-1]}, {_str(key)}: {_str(value)}}}"
+        return _plain_strings_json(plain) or _exact_json(plain)
+    return _kept_plain_json(items) or _exact_json(plain)
+
+
+def _kept_plain_json(items: tuple[tuple[Any, Any], ...]) -> str | None:
+    """`_plain_strings_json(dict(items))`, kept by the items (None: not all plain strings)."""
     try:
         known = _plain_string_dicts.get(items)
     except TypeError:  # a list value: not hashable, and not a plain string either
-        return _exact_json(plain)
+        return None
     if known is None:
-        known = _plain_strings_json(plain)
-        if known is None:
-            return _exact_json(plain)
-        _keep(_plain_string_dicts, items, known, 256)
+        known = _plain_strings_json(dict(items))
+        if known is not None:
+            _keep(_plain_string_dicts, items, known, 256)
     return known
 
 
@@ -224,6 +248,32 @@ def span_to_json_line(span: ReadableSpan) -> str:
         f' "start_time": {_time(span.start_time)}, "end_time": {_time(span.end_time)},'
         f' "status": {status_json}}}, "attributes": {_attrs(span.attributes)},'
         f' "events": [{events}], "links": [{links}], "resource": {_resource_json(span.resource)}}}'
+    )
+
+
+_PRODUCER_KIND_JSON = _KIND_JSON[SpanKind.PRODUCER._value_]
+_UNSET_STATUS_JSON = _STATUS_JSON[StatusCode.UNSET._value_]
+
+
+def plain_span_json_line(
+    name: str,
+    ctx: SpanContext,
+    parent: SpanContext | None,
+    start_ns: int,
+    end_ns: int,
+    attributes: Any,
+    resource: Resource,
+) -> str:
+    """`span_to_json_line` of an ended PRODUCER span with these fields, UNSET status and no events
+    or links (a submission span), written from the fields without making the span."""
+    parent_json = "null" if parent is None else f'"0x{parent.span_id:016x}"'
+    return (
+        f'{{"name": {_str(name)}, "context": {_context(ctx)},'
+        f' "kind": {_PRODUCER_KIND_JSON},'
+        f' "parent_id": {parent_json},'
+        f' "start_time": {_time(start_ns)}, "end_time": {_time(end_ns)},'
+        f' "status": {_UNSET_STATUS_JSON}}}, "attributes": {_attrs(attributes)},'
+        f' "events": [], "links": [], "resource": {_resource_json(resource)}}}'
     )
 
 

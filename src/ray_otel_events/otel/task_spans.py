@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind, StatusCode
@@ -118,12 +117,26 @@ def _append_transition(lifecycle: Any, state: int, timestamp_ns: int) -> None:
     lifecycle.state_transitions.add(state=state).timestamp.FromNanoseconds(timestamp_ns)
 
 
-@dataclass(frozen=True)
-class SpanEvent:
+class SpanEvent(NamedTuple):
     """One RayEvent and the span it belongs to (for log records' trace and span ids)."""
 
     event: RayEvent
     span_context: SpanContext
+
+
+_functions: dict[tuple[str, str, str], common_pb2.FunctionDescriptor] = {}
+
+
+def _function(module: str, function: str, class_name: str = "") -> common_pb2.FunctionDescriptor:
+    """`python_function(...)`, one message per name kept (bounded) and only ever copied from: a
+    process submits a handful of functions many times, and a descriptor costs 1.3 us to build."""
+    key = (module, function, class_name)
+    descriptor = _functions.get(key)
+    if descriptor is None:
+        if len(_functions) >= 1024:
+            _functions.clear()
+        descriptor = _functions[key] = python_function(module, function, class_name=class_name)
+    return descriptor
 
 
 class UnmappableSpan(ValueError):
@@ -219,7 +232,7 @@ class TaskSpanEvents:
             actor = self._actor(attrs)
             class_name = str(attrs.get(semconv.RAY_ACTOR_CLASS, "")).rsplit(".", 1)[-1]
             method = str(attrs.get(semconv.RAY_ACTOR_METHOD, ""))
-            function = python_function("", method, class_name=class_name)
+            function = _function("", method, class_name)
             if method == INIT:
                 out.append(
                     f.task_definition(
@@ -266,7 +279,7 @@ class TaskSpanEvents:
                     task_id=task_id,
                     job_id=job,
                     name=func,
-                    function=python_function(module, func),
+                    function=_function(module, func),
                     parent_task_id=parent_task,
                     timestamp_ns=start,
                 )

@@ -98,12 +98,12 @@ class BatchingQueue(Generic[T]):
         """Handle everything queued, on this thread."""
         self._drain()
 
-    def handle_now(self, item: T) -> bool:
-        """Handle everything queued and then `item`, on this thread, without waking the background
-        thread (or starting it); False (item not taken) once closed."""
+    def handle_now(self, *items: T) -> bool:
+        """Handle everything queued and then `items`, on this thread, without waking the background
+        thread (or starting it); False (items not taken) once closed."""
         if self._closed:
             return False
-        self._drain(item)
+        self._drain(*items)
         return True
 
     def _drain(self, *extra: T) -> None:

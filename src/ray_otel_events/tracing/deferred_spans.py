@@ -17,6 +17,7 @@ The queue is flushed before the providers are (`TracingInstallation.flush`), at 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -31,8 +32,10 @@ from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.trace import SpanContext, SpanKind
 from opentelemetry.util.types import Attributes
 
+from ray_otel_events.otel.span_json import plain_span_json_line
 from ray_otel_events.tracing.background import BatchingQueue
 from ray_otel_events.tracing.direct_spans import DirectTracer, new_span_context
+from ray_otel_events.tracing.files import SpanFileProcessor
 from ray_otel_events.tracing.propagation import carrier_of, inject_into
 
 logger = logging.getLogger("ray_otel_events.tracing")
@@ -40,31 +43,47 @@ logger = logging.getLogger("ray_otel_events.tracing")
 _SDK_SAMPLERS_MODULE = "opentelemetry.sdk.trace.sampling"
 
 
+_getrandbits = random.getrandbits
+
+
 class PresetIdGenerator(RandomIdGenerator):
-    """Random ids, except for the next span created on a thread that has preset them."""
+    """Random ids, except for the next span created on the thread that has preset them.
+
+    Random ids are drawn as `RandomIdGenerator` draws them (the `random` module's generator, never
+    the invalid 0) without its method calls, and the preset is one attribute read at once (its
+    thread and ids), not a thread-local: every traced task asks for two or three ids, on threads
+    that never preset. One preset at a time: `DeferredSpans` sets them under its queue's lock."""
 
     def __init__(self) -> None:
-        self._preset = threading.local()
+        self._preset: tuple[int, int, int] | None = None  # (thread ident, trace id, span id)
 
     @contextmanager
     def preset(self, trace_id: int, span_id: int) -> Iterator[None]:
         """The next span created on this thread in the block gets these ids (trace id if it is a root)."""
-        self._preset.ids = (trace_id, span_id)
+        self._preset = (threading.get_ident(), trace_id, span_id)
         try:
             yield
         finally:
-            self._preset.ids = None
+            self._preset = None
 
     def generate_trace_id(self) -> int:
-        ids = getattr(self._preset, "ids", None)
-        return ids[0] if ids is not None else super().generate_trace_id()
+        preset = self._preset
+        if preset is not None and preset[0] == threading.get_ident():
+            return int(preset[1])
+        trace_id = _getrandbits(128)
+        while not trace_id:
+            trace_id = _getrandbits(128)
+        return trace_id
 
     def generate_span_id(self) -> int:
-        ids = getattr(self._preset, "ids", None)
-        if ids is None:
-            return super().generate_span_id()
-        self._preset.ids = None  # the trace id is asked first (roots only), the span id last
-        return int(ids[1])
+        preset = self._preset
+        if preset is not None and preset[0] == threading.get_ident():
+            self._preset = None  # the trace id is asked first (roots only), the span id last
+            return int(preset[2])
+        span_id = _getrandbits(64)
+        while not span_id:
+            span_id = _getrandbits(64)
+        return span_id
 
 
 class _Submission(NamedTuple):
@@ -126,40 +145,83 @@ class DeferredSpans:
 
     def _create(self, batch: list[_Submission]) -> None:
         preset = self.id_generator.preset
-        for item in batch:
-            tracer = item.tracer
-            if isinstance(tracer, DirectTracer) and tracer.direct():
-                # Ids, parent and sampling were chosen at submission: the span is made from them.
-                tracer.started_span(
-                    item.name,
-                    item.span_context,
-                    item.parent_span,
-                    SpanKind.PRODUCER,
-                    item.sampled_attributes,
-                    (),
-                    item.start_ns,
-                    item.parent,
-                ).end(end_time=item.end_ns)
-                self.created += 1
-                continue
-            with preset(item.span_context.trace_id, item.span_context.span_id):
-                span = item.tracer.start_span(
-                    item.name,
-                    context=item.parent,
-                    kind=SpanKind.PRODUCER,
-                    attributes=item.attributes,
-                    start_time=item.start_ns,
-                )
-            span.end(end_time=item.end_ns)
-            self.created += 1
-            if span.get_span_context() != item.span_context:
-                self.mismatched += 1
-                if self.mismatched == 1:
-                    logger.warning(
-                        "ray_otel_events: a deferred span came out as %s, not the %s already propagated",
-                        span.get_span_context(),
+        lines: list[str] = []  # submission lines made without their spans, for `lines_to`
+        lines_to: SpanFileProcessor | None = None
+        try:
+            for item in batch:
+                tracer = item.tracer
+                if isinstance(tracer, DirectTracer) and tracer.direct():
+                    files = _sole_file_processor(tracer)
+                    attributes = item.sampled_attributes
+                    if files is not None and (not attributes or tracer._as_given(attributes)):
+                        # Only our span files would read the span: its line is written from the item.
+                        if item.span_context.trace_flags.sampled:
+                            if files is not lines_to:
+                                _write_lines(lines_to, lines)
+                                lines, lines_to = [], files
+                            lines.append(
+                                plain_span_json_line(
+                                    item.name,
+                                    item.span_context,
+                                    item.parent_span,
+                                    item.start_ns,
+                                    item.end_ns,
+                                    attributes,
+                                    tracer.resource,
+                                )
+                            )
+                        self.created += 1
+                        continue
+                _write_lines(lines_to, lines)  # before a span is made: the lines keep the spans' order
+                lines = []
+                if isinstance(tracer, DirectTracer) and tracer.direct():
+                    # Ids, parent and sampling were chosen at submission: the span is made from them.
+                    tracer.started_span(
+                        item.name,
                         item.span_context,
+                        item.parent_span,
+                        SpanKind.PRODUCER,
+                        item.sampled_attributes,
+                        (),
+                        item.start_ns,
+                        item.parent,
+                    ).end(end_time=item.end_ns)
+                    self.created += 1
+                    continue
+                with preset(item.span_context.trace_id, item.span_context.span_id):
+                    span = item.tracer.start_span(
+                        item.name,
+                        context=item.parent,
+                        kind=SpanKind.PRODUCER,
+                        attributes=item.attributes,
+                        start_time=item.start_ns,
                     )
+                span.end(end_time=item.end_ns)
+                self.created += 1
+                if span.get_span_context() != item.span_context:
+                    self.mismatched += 1
+                    if self.mismatched == 1:
+                        logger.warning(
+                            "ray_otel_events: a deferred span came out as %s, not the %s already propagated",
+                            span.get_span_context(),
+                            item.span_context,
+                        )
+        finally:  # what was made before a failure is still written
+            _write_lines(lines_to, lines)
+
+
+def _write_lines(files: SpanFileProcessor | None, lines: list[str]) -> None:
+    if files is not None and lines:
+        files.write_lines(lines)  # one write(2) a batch, on this thread: no hand-over to the writer's
+
+
+def _sole_file_processor(tracer: DirectTracer) -> SpanFileProcessor | None:
+    """The provider's span processor when it is a SpanFileProcessor and the only one (the local
+    hook without event processors): nothing else would see a submission span, so none is made."""
+    processors: tuple[object, ...] = getattr(tracer.span_processor, "_span_processors", ())
+    if len(processors) == 1 and type(processors[0]) is SpanFileProcessor:
+        return processors[0]
+    return None
 
 
 def record_submit_span(

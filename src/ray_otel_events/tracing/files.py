@@ -68,11 +68,11 @@ class LineFileWriter(Generic[T]):
         self.queue.flush()
         return self.failed == failed
 
-    def write_now(self, item: T) -> bool:
-        """Writes what is queued and then `item`, on this thread; True if all of it is on disk."""
+    def write_now(self, *items: T) -> bool:
+        """Writes what is queued and then `items`, on this thread; True if all of it is on disk."""
         failed = self.failed
-        if not self.queue.handle_now(item):
-            self.failed += 1
+        if not self.queue.handle_now(*items):
+            self.failed += len(items)
         return self.failed == failed
 
     def close(self) -> bool:
@@ -131,8 +131,8 @@ class SpanFileProcessor(SpanProcessor):
     accepts_direct_spans = True  # reads ended spans through ReadableSpan only
 
     def __init__(self, directory: str, *, suffix: str = SPAN_FILE_SUFFIX, linger_s: float = 0.05) -> None:
-        self.writer: LineFileWriter[ReadableSpan] = LineFileWriter(
-            directory, suffix, span_to_json_line, linger_s=linger_s
+        self.writer: LineFileWriter[ReadableSpan | str] = LineFileWriter(
+            directory, suffix, _line_of, linger_s=linger_s
         )
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
@@ -145,11 +145,20 @@ class SpanFileProcessor(SpanProcessor):
             else:
                 self.writer.append(span)
 
+    def write_lines(self, lines: list[str]) -> None:
+        """Span lines made elsewhere (deferred submission spans', made without the spans), written
+        now on the calling thread (already a background one) after what is queued."""
+        self.writer.write_now(*lines)
+
     def shutdown(self) -> None:
         self.writer.close()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self.writer.flush()
+
+
+def _line_of(item: ReadableSpan | str) -> str:
+    return item if type(item) is str else span_to_json_line(item)  # type: ignore[arg-type]
 
 
 class LogRecordFileProcessor(LogRecordProcessor):

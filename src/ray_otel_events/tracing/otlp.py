@@ -18,6 +18,9 @@ from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportRes
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from ray_otel_events.config import ConfigError, otlp_signal_config
+from ray_otel_events.tracing.otlp_spans import OtlpHttpSpanExporter
+
 
 class _PerProcess:
     def __init__(self, factory: Callable[[], Any]) -> None:
@@ -64,12 +67,32 @@ class PerProcessLogRecordExporter(_PerProcess, LogRecordExporter):
         return result
 
 
+# Read differently by the SDK's HTTP exporter (a timeout in seconds, where the spec and
+# `otlp_signal_config` say milliseconds) or not read by ours (a client certificate and key): set,
+# and the SDK's exporter is used, as before.
+_SDK_ONLY_SETTINGS = tuple(
+    f"OTEL_EXPORTER_OTLP{signal}_{name}"
+    for signal in ("", "_TRACES")
+    for name in ("TIMEOUT", "CLIENT_CERTIFICATE", "CLIENT_KEY")
+)
+
+
 def otlp_span_exporter(protocol: str) -> SpanExporter:
-    """The SDK's OTLP span exporter for `grpc` or `http/protobuf`, fork-safe."""
+    """A fork-safe OTLP span exporter for `grpc` or `http/protobuf`: over HTTP our own encoder
+    (tracing/otlp_spans.py) unless a setting is one the SDK's exporter reads in its own way
+    (`_SDK_ONLY_SETTINGS`, or a compression other than gzip); the SDK's otherwise."""
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 
         return PerProcessSpanExporter(GrpcSpanExporter)
+    config = None
+    if not any(os.environ.get(name, "").strip() for name in _SDK_ONLY_SETTINGS):
+        try:
+            config = otlp_signal_config("traces")
+        except ConfigError:
+            config = None
+    if config is not None and config.protocol == "http/protobuf":
+        return OtlpHttpSpanExporter(config)  # its HTTP session is made per process
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 
     return PerProcessSpanExporter(HttpSpanExporter)

@@ -9,38 +9,30 @@ itself, with the settings the SDK exporter would read (`config.otlp_signal_confi
 
 A batch is posted soon after the events arrive (at most every `interval_s`), when it is full, and
 on `flush` (exit hooks). Retryable failures (connection, 429/502/503/504) are retried with backoff
-until the export timeout; after that, or on a permanent status, the batch is counted as dropped
-and reported once. At most `max_queue` records wait; past that the oldest are dropped and counted,
-as the SDK's batch processor does. A forked child starts empty, with its own connection.
+until the export timeout (`tracing/otlp_http.py`); after that, or on a permanent status, the batch
+is counted as dropped and reported once. At most `max_queue` records wait; past that the oldest
+are dropped and counted, as the SDK's batch processor does. A forked child starts empty, with its
+own connection.
 """
 
 from __future__ import annotations
 
-import gzip
-import logging
 import os
-import random
 import threading
 import time
 import weakref
 from typing import Any
 
-import requests
-
 from ray_otel_events.config import OtlpSignalConfig
-from ray_otel_events.exporters.retry import RetryPolicy, SendError, is_retryable, status_error
+from ray_otel_events.exporters.retry import RetryPolicy
 from ray_otel_events.metrics import Counters
 from ray_otel_events.otel import otlp_wire, semconv
 from ray_otel_events.otel.log_records import log_record_wire
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.tracing.background import PromptFlusher
-
-logger = logging.getLogger("ray_otel_events.tracing")
-
+from ray_otel_events.tracing.otlp_http import DROPPED, RETRY, OtlpHttpPoster
 
 EXPORTED = "exported_records"
-DROPPED = "dropped_records"  # labelled reason=queue_full|rejected|retries_exhausted
-RETRY = RetryPolicy(initial_backoff_s=0.1, max_backoff_s=2.0)
 
 
 def _reset_after_fork(ref: weakref.ref[OtlpEventLogSink]) -> None:
@@ -68,19 +60,13 @@ class OtlpEventLogSink:
         self.config = config
         self.max_batch = max_batch
         self.max_queue = max_queue
-        self.retry = retry
         self.counters = Counters("otlp_event_logs")
+        self._poster = OtlpHttpPoster(config, self.counters, exported=EXPORTED, retry=retry)
         self._resource = otlp_wire.attributes(resource_attributes, b"\x0a")  # Resource.attributes = 1
         self._scope = otlp_wire.string_field(b"\x0a", semconv.INSTRUMENTATION_SCOPE)  # scope.name = 1
         self._producer = otlp_wire.attributes(
             {semconv.PRODUCER_ATTR: producer}, otlp_wire.LOG_RECORD_ATTRIBUTES
         )
-        self._headers = {"Content-Type": "application/x-protobuf", **dict(config.headers)}
-        if config.compression == "gzip":
-            self._headers["Content-Encoding"] = "gzip"
-        self._verify: bool | str = config.certificate or True
-        self._rng = random.Random()
-        self._warned = False
         self.prompt = PromptFlusher(
             self._send_pending, name="ray_otel_events.event_logs", min_interval_s=interval_s
         )
@@ -92,7 +78,6 @@ class OtlpEventLogSink:
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._records: list[bytes] = []
-        self._session: requests.Session | None = None
 
     # -- EventSink ---------------------------------------------------------------------------------
 
@@ -144,47 +129,4 @@ class OtlpEventLogSink:
 
     def _post(self, records: list[bytes], deadline: float | None) -> bool:
         body = otlp_wire.logs_request(self._resource, self._scope, records)
-        if self.config.compression == "gzip":
-            body = gzip.compress(body, compresslevel=6)
-        give_up = time.monotonic() + self.config.timeout_s if deadline is None else deadline
-        failures = 0
-        while True:
-            try:
-                self._send(body)
-                self.counters.add(EXPORTED, len(records))
-                return True
-            except Exception as exc:  # any failure: a hook must never take the process down
-                failures += 1
-                delay = self.retry.delay_s(failures, exc, self._rng)
-                if not is_retryable(exc) or time.monotonic() + delay > give_up:
-                    reason = "retries_exhausted" if is_retryable(exc) else "rejected"
-                    self.counters.add(DROPPED, len(records), reason=reason)
-                    self._warn(f"{len(records)} event records not exported ({reason}): {exc}")
-                    return False
-                time.sleep(delay)
-
-    def _send(self, body: bytes) -> None:
-        if self._session is None:
-            self._session = requests.Session()
-        try:
-            response = self._session.post(
-                self.config.endpoint,
-                data=body,
-                headers=self._headers,
-                timeout=self.config.timeout_s,
-                verify=self._verify,
-            )
-        except requests.RequestException as exc:
-            raise SendError(f"{self.config.endpoint}: {exc}", "connection", True) from exc
-        if response.status_code // 100 != 2:
-            raise status_error(
-                self.config.endpoint,
-                response.status_code,
-                response.content,
-                response.headers.get("Retry-After"),
-            )
-
-    def _warn(self, message: str) -> None:
-        if not self._warned:
-            self._warned = True
-            logger.warning("ray_otel_events: %s (reported once per process)", message)
+        return self._poster.post(body, len(records), deadline, what="event records")

@@ -11,8 +11,7 @@ task. Anything else goes through the global propagator.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 
 from opentelemetry import baggage, context, propagate, trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
@@ -72,13 +71,3 @@ def extract_from(carrier: Mapping[str, str] | None) -> context.Context:
             )
             return trace.set_span_in_context(NonRecordingSpan(parent), context.Context())
     return propagate.extract(carrier)
-
-
-@contextmanager
-def attached(carrier: Mapping[str, str] | None) -> Iterator[None]:
-    """Run the block in the context the carrier describes (an empty context when there is none)."""
-    token = context.attach(extract_from(carrier))
-    try:
-        yield
-    finally:
-        context.detach(token)

@@ -6,8 +6,10 @@ Configured only by the standard variables, read by the OpenTelemetry SDK: OTEL_E
 (or the per-signal _TRACES_/_LOGS_ forms), _HEADERS, _TIMEOUT, _COMPRESSION, OTEL_SERVICE_NAME,
 OTEL_RESOURCE_ATTRIBUTES, OTEL_BSP_*/OTEL_BLRP_*; and OTEL_EXPORTER_OTLP_PROTOCOL (`http/protobuf`,
 the default, or `grpc`). Task logs (prints and `logging` in a task, with its trace context) are
-exported as OTLP logs beside the spans. Event records over http/protobuf skip the SDK's logs
-pipeline (tracing/otlp_event_logs.py: a third of the CPU); over grpc they go through it. Batches are
+exported as OTLP logs beside the spans. Over http/protobuf, spans are posted as requests our
+encoder writes (tracing/otlp_spans.py, the SDK's bytes without its per-span protobuf objects) and
+event records skip the SDK's logs pipeline (tracing/otlp_event_logs.py: a third of the CPU); over
+grpc both go through the SDK. Batches are
 flushed when a process ends, including multiprocessing children.
 The hook never raises: a problem is reported once and the process runs on.
 """

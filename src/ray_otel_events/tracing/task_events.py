@@ -169,6 +169,7 @@ class TaskEventSpanProcessor(SpanProcessor):
         events: list[tuple[RayEvent, SpanContext]] = []
         mapper = self.mapper
         prompt = False
+        mapped: dict[tuple[str, int], int] = {}  # (role, phase): spans, counted once a batch
         for phase, span in batch:
             try:
                 produced = mapper.started(span) if phase == _STARTED else mapper.ended(span)
@@ -177,12 +178,12 @@ class TaskEventSpanProcessor(SpanProcessor):
                 logger.debug("ray_otel_events: span %r not mapped: %s", span.name, exc)
                 continue
             if produced:
-                role = task_role(span)
+                role = task_role(span) or ""
                 prompt = prompt or (role == EXECUTE and phase == _ENDED)
-                self.counters.add(
-                    "mapped_spans", 1, role=role or "", phase="start" if phase == _STARTED else "end"
-                )
-            events.extend((item.event, item.span_context) for item in produced)
+                mapped[role, phase] = mapped.get((role, phase), 0) + 1
+                events.extend([(item.event, item.span_context) for item in produced])
+        for (role, phase), spans in mapped.items():
+            self.counters.add("mapped_spans", spans, role=role, phase="start" if phase == _STARTED else "end")
         if not events:
             return
         self.counters.add("events", len(events))

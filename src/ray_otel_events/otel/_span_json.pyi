@@ -1,0 +1,6 @@
+"""The span line's ISO times, compiled (_span_json.c)."""
+
+from collections.abc import Callable
+
+def iso(ns: int, /) -> str: ...
+def bind(fallback: Callable[[int], str], /) -> None: ...

@@ -1,0 +1,99 @@
+"""Posting OTLP/HTTP protobuf bodies with the settings the SDK exporters read, retried as they are.
+
+Shared by the OTLP hook's own writers (event records, `otlp_event_logs`; spans, `otlp_spans`):
+the endpoint, headers, compression, timeout and certificate of `config.otlp_signal_config`.
+Retryable failures (connection, 429/502/503/504) are retried with backoff until the export timeout
+(or the caller's deadline); after that, or on a permanent status, the items are counted as dropped
+and reported once. The HTTP session is made in the process that posts, so a forked child never
+uses its parent's connection.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import random
+import time
+
+import requests
+
+from ray_otel_events.config import OtlpSignalConfig
+from ray_otel_events.exporters.retry import RetryPolicy, SendError, is_retryable, status_error
+from ray_otel_events.metrics import Counters
+
+logger = logging.getLogger("ray_otel_events.tracing")
+
+DROPPED = "dropped_records"  # labelled reason=queue_full|rejected|retries_exhausted
+RETRY = RetryPolicy(initial_backoff_s=0.1, max_backoff_s=2.0)
+
+
+class OtlpHttpPoster:
+    """Posts serialized export requests to one OTLP/HTTP endpoint; `exported` names the counter of
+    items delivered."""
+
+    def __init__(
+        self, config: OtlpSignalConfig, counters: Counters, *, exported: str, retry: RetryPolicy = RETRY
+    ) -> None:
+        if config.protocol != "http/protobuf":
+            raise ValueError(f"OTLP/HTTP protobuf posts, not {config.protocol}")
+        self.config = config
+        self.counters = counters
+        self.exported = exported
+        self.retry = retry
+        self._headers = {"Content-Type": "application/x-protobuf", **dict(config.headers)}
+        if config.compression == "gzip":
+            self._headers["Content-Encoding"] = "gzip"
+        self._verify: bool | str = config.certificate or True
+        self._rng = random.Random()
+        self._warned = False
+        self._session: requests.Session | None = None
+        self._session_pid = -1
+
+    def post(self, body: bytes, items: int, deadline: float | None = None, *, what: str = "records") -> bool:
+        """Deliver one request holding `items` items; True once a 2xx answered it."""
+        if self.config.compression == "gzip":
+            body = gzip.compress(body, compresslevel=6)
+        give_up = time.monotonic() + self.config.timeout_s if deadline is None else deadline
+        failures = 0
+        while True:
+            try:
+                self._send(body)
+                self.counters.add(self.exported, items)
+                return True
+            except Exception as exc:  # any failure: a hook must never take the process down
+                failures += 1
+                delay = self.retry.delay_s(failures, exc, self._rng)
+                if not is_retryable(exc) or time.monotonic() + delay > give_up:
+                    reason = "retries_exhausted" if is_retryable(exc) else "rejected"
+                    self.counters.add(DROPPED, items, reason=reason)
+                    self._warn(f"{items} {what} not exported ({reason}): {exc}")
+                    return False
+                time.sleep(delay)
+
+    def _send(self, body: bytes) -> None:
+        if self._session is None or self._session_pid != os.getpid():
+            self._session = requests.Session()
+            self._session_pid = os.getpid()
+        try:
+            response = self._session.post(
+                self.config.endpoint,
+                data=body,
+                headers=self._headers,
+                timeout=self.config.timeout_s,
+                verify=self._verify,
+            )
+        except requests.RequestException as exc:
+            raise SendError(f"{self.config.endpoint}: {exc}", "connection", True) from exc
+        if response.status_code // 100 != 2:
+            raise status_error(
+                self.config.endpoint,
+                response.status_code,
+                response.content,
+                response.headers.get("Retry-After"),
+            )
+
+    def _warn(self, message: str) -> None:
+        if not self._warned:
+            self._warned = True
+            logger.warning("ray_otel_events: %s (reported once per process)", message)

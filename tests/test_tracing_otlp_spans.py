@@ -1,0 +1,226 @@
+"""The OTLP hook's span requests, written by our encoder, against the SDK's own `encode_spans`
+(byte for byte, over random spans made by real SDK and DirectSpan tracers, compiled writers on
+and off), and posted by the exporter to a real OTLP/HTTP receiver."""
+
+from __future__ import annotations
+
+import gzip
+import threading
+from collections.abc import Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import SpanKind, Status, StatusCode, TraceState
+
+from ray_otel_events.config import OtlpSignalConfig
+from ray_otel_events.otel import otlp_wire
+from ray_otel_events.otel.otlp_span_encoder import spans_request
+from ray_otel_events.tracing.otlp import _SDK_ONLY_SETTINGS, PerProcessSpanExporter, otlp_span_exporter
+from ray_otel_events.tracing.otlp_http import DROPPED
+from ray_otel_events.tracing.otlp_spans import EXPORTED, OtlpHttpSpanExporter
+from ray_otel_events.tracing.provider import CachingTracerProvider
+
+
+class Kept(SpanExporter):
+    def __init__(self) -> None:
+        self.spans: list[ReadableSpan] = []
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.spans.extend(spans)
+        return SpanExportResult.SUCCESS
+
+
+scalars = st.one_of(
+    st.text(max_size=8),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False),
+)
+values = st.one_of(
+    scalars,
+    st.lists(st.text(max_size=4), max_size=3).map(tuple),
+    st.lists(st.integers(min_value=-5, max_value=5), max_size=3).map(tuple),
+)
+attributes = st.dictionaries(st.text(min_size=1, max_size=6), values, max_size=5)
+span_plans = st.lists(
+    st.fixed_dictionaries(
+        {
+            "name": st.text(max_size=10),
+            "kind": st.sampled_from(list(SpanKind)),
+            "attributes": attributes,
+            "events": st.lists(st.tuples(st.text(max_size=5), attributes), max_size=3),
+            "status": st.sampled_from([None, (StatusCode.OK, None), (StatusCode.ERROR, "boom")]),
+            "child": st.booleans(),
+            "link": st.booleans(),
+            "scope": st.sampled_from(["a", "b"]),
+        }
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+def _spans(direct: bool, plans: list[dict[str, Any]]) -> list[ReadableSpan]:
+    kept = Kept()
+    resource = Resource.create({"service.name": "s", "n": 1})
+    provider = (CachingTracerProvider if direct else TracerProvider)(resource=resource)
+    provider.add_span_processor(SimpleSpanProcessor(kept))
+    for plan in plans:
+        tracer = provider.get_tracer(plan["scope"])
+        span = tracer.start_span(plan["name"], kind=plan["kind"], attributes=plan["attributes"])
+        for name, attrs in plan["events"]:
+            span.add_event(name, attrs, timestamp=1_700_000_000_123_456_789)
+        if plan["status"] is not None:
+            span.set_status(Status(*plan["status"]))
+        if plan["link"]:
+            span.add_link(span.get_span_context(), {"why": "test"})
+        if plan["child"]:
+            from opentelemetry import trace
+
+            with trace.use_span(span):
+                tracer.start_span("child").end()
+        span.end()
+    return kept.spans
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("direct", [True, False])
+@settings(max_examples=60, deadline=None)
+@given(plans=span_plans)
+def test_requests_are_the_sdk_encoders_bytes(
+    direct: bool, compiled: bool, plans: list[dict[str, Any]]
+) -> None:
+    with pytest.MonkeyPatch.context() as patch:  # the compiled writers off: their Python twins
+        patch.setattr(otlp_wire, "_compiled", compiled and otlp_wire._compiled)
+        spans = _spans(direct, plans)
+        assert spans_request(spans) == encode_spans(spans).SerializeToString()
+
+
+def test_remote_parents_trace_state_and_open_times_as_the_sdk_writes_them() -> None:
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    kept = Kept()
+    provider = CachingTracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(kept))
+    remote = SpanContext(
+        1 << 100, 77, is_remote=True, trace_flags=TraceFlags(1), trace_state=TraceState([("k", "v")])
+    )
+    tracer = provider.get_tracer("x")
+    tracer.start_span("under a remote parent", trace.set_span_in_context(NonRecordingSpan(remote))).end()
+    assert kept.spans[0].parent is not None and kept.spans[0].parent.is_remote
+    assert spans_request(kept.spans) == encode_spans(kept.spans).SerializeToString()
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[list[tuple[dict[str, str], bytes]], list[int], str]]:
+    got: list[tuple[dict[str, str], bytes]] = []
+    statuses: list[int] = []  # answers to give, in order; 200 once used up
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            status = statuses.pop(0) if statuses else 200
+            if status == 200:
+                got.append((dict(self.headers), body))
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield got, statuses, f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_exporter_posts_the_request_retries_and_honours_gzip(
+    receiver: tuple[list[tuple[dict[str, str], bytes]], list[int], str],
+) -> None:
+    got, statuses, endpoint = receiver
+    spans = _spans(
+        True,
+        [
+            {
+                "name": "n",
+                "kind": SpanKind.PRODUCER,
+                "attributes": {"a": "b"},
+                "events": [],
+                "status": None,
+                "child": True,
+                "link": False,
+                "scope": "a",
+            }
+        ],
+    )
+    statuses.append(503)
+    exporter = OtlpHttpSpanExporter(
+        OtlpSignalConfig(endpoint, headers=(("x-token", "t"),), compression="gzip", timeout_s=5)
+    )
+    assert exporter.export(spans) is SpanExportResult.SUCCESS
+    ((headers, body),) = got
+    assert headers["Content-Type"] == "application/x-protobuf" and headers["x-token"] == "t"
+    request = ExportTraceServiceRequest.FromString(gzip.decompress(body))
+    assert request == encode_spans(spans)
+    assert exporter.counters.get(EXPORTED) == 2
+
+
+def test_a_refused_request_is_counted_and_reported_as_failed(
+    receiver: tuple[list[tuple[dict[str, str], bytes]], list[int], str],
+) -> None:
+    got, statuses, endpoint = receiver
+    spans = _spans(
+        True,
+        [
+            {
+                "name": "n",
+                "kind": SpanKind.INTERNAL,
+                "attributes": {},
+                "events": [],
+                "status": None,
+                "child": False,
+                "link": False,
+                "scope": "a",
+            }
+        ],
+    )
+    statuses.append(400)
+    exporter = OtlpHttpSpanExporter(OtlpSignalConfig(endpoint, timeout_s=5))
+    assert exporter.export(spans) is SpanExportResult.FAILURE
+    assert exporter.counters.get(DROPPED, reason="rejected") == 1 and not got
+    assert exporter.export(spans) is SpanExportResult.SUCCESS and len(got) == 1
+
+
+def test_settings_the_sdk_reads_its_own_way_keep_the_sdk_exporter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timeout (seconds to the SDK, milliseconds to the spec), a client key or certificate, or a
+    compression other than gzip: the SDK's exporter, as before; and grpc is always the SDK's."""
+    for name in (
+        *_SDK_ONLY_SETTINGS,
+        "OTEL_EXPORTER_OTLP_COMPRESSION",
+        "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    assert isinstance(otlp_span_exporter("http/protobuf"), OtlpHttpSpanExporter)
+    assert isinstance(otlp_span_exporter("grpc"), PerProcessSpanExporter)
+    for name, value in (
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "10"),
+        ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "10"),
+        ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "/cert.pem"),
+        ("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "/key.pem"),
+        ("OTEL_EXPORTER_OTLP_COMPRESSION", "deflate"),
+    ):
+        with monkeypatch.context() as patch:
+            patch.setenv(name, value)
+            assert isinstance(otlp_span_exporter("http/protobuf"), PerProcessSpanExporter), name
