@@ -230,7 +230,6 @@ class _Entity:
     # An actor's and a job's, parsed when the span is built (_materialize).
     definition: Any = None
     lifecycle: Any = None
-    key_bytes: bytes = b""  # entity_key_bytes(key), made once: every held piece is filed under it
 
     @property
     def kind(self) -> str:
@@ -404,6 +403,9 @@ class RayEventsToOtel:
         out = Emitted()
         now = self.clock()
         touched: dict[EntityKey, _Entity] = {}
+        # Each touched entity's entity_key_bytes, made once a batch (every held piece is filed under
+        # it), and not kept on the entity: 138 bytes an open attempt.
+        key_bytes: dict[EntityKey, bytes] = {}
         types: dict[int, int] = {}
         # The duplicate filter's and the emitted set's dicts are used directly: a method call an
         # event each was a tenth of this loop.
@@ -439,8 +441,11 @@ class RayEventsToOtel:
             if key in emitted:
                 self.counters.add(LATE_EVENTS, kind=kind)
                 continue
-            entity = touched[key] = self._update(key, head, now)
-            taken.append((entity.key_bytes, event))
+            touched[key] = self._update(key, head, now)
+            filed = key_bytes.get(key)
+            if filed is None:
+                filed = key_bytes[key] = entity_key_bytes(key)
+            taken.append((filed, event))
         for event_type, count in types.items():
             self.counters.add(EVENTS, count, event_type=event_type_name(event_type))
         # Readiness is judged once the whole batch is in: the pieces of one POST arrive together.
@@ -456,7 +461,7 @@ class RayEventsToOtel:
         entity = self._open.get(key)
         event_ns = head.time_ns
         if entity is None:
-            entity = _Entity(key, _LIFECYCLE_TYPES[key[0]], event_ns, now, key_bytes=entity_key_bytes(key))
+            entity = _Entity(key, _LIFECYCLE_TYPES[key[0]], event_ns, now)
             self._open[key] = entity
             self._open_bytes += ENTITY_OVERHEAD_BYTES
         else:
@@ -616,7 +621,7 @@ class RayEventsToOtel:
             span = self._job_span(entity, terminal, transitions)
         counted = (kind, terminal is not None)
         self._span_counts[counted] = self._span_counts.get(counted, 0) + 1
-        out.spans.append(_new_span((key[1], entity.lifecycle_type, span.wire(), entity.key_bytes)))
+        out.spans.append(_new_span((key[1], entity.lifecycle_type, span.wire(), entity_key_bytes(key))))
 
     def _count_spans(self) -> None:
         """Add the spans `_emit` counted to SPANS: once a call, not once a span (a lock each)."""
