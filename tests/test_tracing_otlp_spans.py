@@ -4,6 +4,7 @@ and off), and posted by the exporter to a real OTLP/HTTP receiver."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import threading
 from collections.abc import Iterator, Sequence
@@ -23,7 +24,13 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, TraceState
 from ray_otel_events.config import OtlpSignalConfig
 from ray_otel_events.otel import otlp_wire
 from ray_otel_events.otel.otlp_span_encoder import spans_request
-from ray_otel_events.tracing.otlp import _SDK_ONLY_SETTINGS, PerProcessSpanExporter, otlp_span_exporter
+from ray_otel_events.tracing.otlp import (
+    _SDK_ONLY_SETTINGS,
+    PerProcessLogRecordExporter,
+    PerProcessSpanExporter,
+    otlp_log_exporter,
+    otlp_span_exporter,
+)
 from ray_otel_events.tracing.otlp_http import DROPPED
 from ray_otel_events.tracing.otlp_spans import EXPORTED, OtlpHttpSpanExporter
 from ray_otel_events.tracing.provider import CachingTracerProvider
@@ -203,10 +210,12 @@ def test_a_refused_request_is_counted_and_reported_as_failed(
 
 
 def test_settings_the_sdk_reads_its_own_way_keep_the_sdk_exporter(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A timeout (seconds to the SDK, milliseconds to the spec), a client key or certificate, or a
-    compression other than gzip: the SDK's exporter, as before; and grpc is always the SDK's."""
+    """A client key or certificate, or a compression other than gzip: the SDK's exporter, as
+    before; and grpc is always the SDK's."""
     for name in (
         *_SDK_ONLY_SETTINGS,
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
         "OTEL_EXPORTER_OTLP_COMPRESSION",
         "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
     ):
@@ -215,8 +224,6 @@ def test_settings_the_sdk_reads_its_own_way_keep_the_sdk_exporter(monkeypatch: p
     assert isinstance(otlp_span_exporter("http/protobuf"), OtlpHttpSpanExporter)
     assert isinstance(otlp_span_exporter("grpc"), PerProcessSpanExporter)
     for name, value in (
-        ("OTEL_EXPORTER_OTLP_TIMEOUT", "10"),
-        ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "10"),
         ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "/cert.pem"),
         ("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "/key.pem"),
         ("OTEL_EXPORTER_OTLP_COMPRESSION", "deflate"),
@@ -224,3 +231,25 @@ def test_settings_the_sdk_reads_its_own_way_keep_the_sdk_exporter(monkeypatch: p
         with monkeypatch.context() as patch:
             patch.setenv(name, value)
             assert isinstance(otlp_span_exporter("http/protobuf"), PerProcessSpanExporter), name
+
+
+def test_a_timeout_is_milliseconds_to_every_exporter_of_the_hook(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spec's milliseconds, which our exporters read: the SDK's exporters (grpc, or HTTP with a
+    client certificate), which read the same variable as seconds, are given it in seconds."""
+    for name in (*_SDK_ONLY_SETTINGS, "OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "2500")
+    ours = otlp_span_exporter("http/protobuf")
+    assert isinstance(ours, OtlpHttpSpanExporter)
+    assert ours._poster.config.timeout_s == 2.5
+    sdk_made = [otlp_span_exporter("grpc"), otlp_log_exporter("grpc"), otlp_log_exporter("http/protobuf")]
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "/key.pem")
+    sdk_made.append(otlp_span_exporter("http/protobuf"))
+    for exporter in sdk_made:
+        assert isinstance(exporter, PerProcessSpanExporter | PerProcessLogRecordExporter)
+        assert exporter._factory.keywords == {"timeout": 2.5}, exporter
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TIMEOUT")
+    unset = otlp_span_exporter("grpc")
+    assert isinstance(unset, PerProcessSpanExporter)
+    assert not isinstance(unset._factory, functools.partial)  # the SDK reads its own variables

@@ -8,6 +8,7 @@ itself), so a child never touches its parent's connection.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -67,24 +68,42 @@ class PerProcessLogRecordExporter(_PerProcess, LogRecordExporter):
         return result
 
 
-# Read differently by the SDK's HTTP exporter (a timeout in seconds, where the spec and
-# `otlp_signal_config` say milliseconds) or not read by ours (a client certificate and key): set,
-# and the SDK's exporter is used, as before.
+# Not read by our exporter (a client certificate and key): set, and the SDK's exporter is used.
 _SDK_ONLY_SETTINGS = tuple(
     f"OTEL_EXPORTER_OTLP{signal}_{name}"
     for signal in ("", "_TRACES")
-    for name in ("TIMEOUT", "CLIENT_CERTIFICATE", "CLIENT_KEY")
+    for name in ("CLIENT_CERTIFICATE", "CLIENT_KEY")
 )
+
+
+def _spec_timeout_s(signal: str) -> float | None:
+    """The export timeout as the spec (and our docs, and our own exporters) read it, in
+    milliseconds, when one is set: the SDK's exporters read the same variables as seconds, so
+    theirs is given to them explicitly (`OTEL_EXPORTER_OTLP_TIMEOUT=5000` is 5 s for every
+    exporter of the hook, not 5 s for records and 83 minutes for spans). None when none is set or
+    it cannot be read (the SDK then reads it as it does)."""
+    names = ("OTEL_EXPORTER_OTLP_TIMEOUT", f"OTEL_EXPORTER_OTLP_{signal.upper()}_TIMEOUT")
+    if not any(os.environ.get(name, "").strip() for name in names):
+        return None
+    try:
+        return otlp_signal_config(signal).timeout_s
+    except ConfigError:
+        return None
+
+
+def _sdk_factory(exporter_cls: Callable[..., Any], signal: str) -> Callable[[], Any]:
+    timeout_s = _spec_timeout_s(signal)
+    return exporter_cls if timeout_s is None else functools.partial(exporter_cls, timeout=timeout_s)
 
 
 def otlp_span_exporter(protocol: str) -> SpanExporter:
     """A fork-safe OTLP span exporter for `grpc` or `http/protobuf`: over HTTP our own encoder
-    (tracing/otlp_spans.py) unless a setting is one the SDK's exporter reads in its own way
+    (tracing/otlp_spans.py) unless a setting is one only the SDK's exporter reads
     (`_SDK_ONLY_SETTINGS`, or a compression other than gzip); the SDK's otherwise."""
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 
-        return PerProcessSpanExporter(GrpcSpanExporter)
+        return PerProcessSpanExporter(_sdk_factory(GrpcSpanExporter, "traces"))
     config = None
     if not any(os.environ.get(name, "").strip() for name in _SDK_ONLY_SETTINGS):
         try:
@@ -95,7 +114,7 @@ def otlp_span_exporter(protocol: str) -> SpanExporter:
         return OtlpHttpSpanExporter(config)  # its HTTP session is made per process
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 
-    return PerProcessSpanExporter(HttpSpanExporter)
+    return PerProcessSpanExporter(_sdk_factory(HttpSpanExporter, "traces"))
 
 
 def otlp_log_exporter(protocol: str) -> LogRecordExporter:
@@ -103,7 +122,7 @@ def otlp_log_exporter(protocol: str) -> LogRecordExporter:
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
 
-        return PerProcessLogRecordExporter(GrpcLogExporter)
+        return PerProcessLogRecordExporter(_sdk_factory(GrpcLogExporter, "logs"))
     from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogExporter
 
-    return PerProcessLogRecordExporter(HttpLogExporter)
+    return PerProcessLogRecordExporter(_sdk_factory(HttpLogExporter, "logs"))
