@@ -6,8 +6,6 @@ shows here, not only the changes the semantic tests look at."""
 from __future__ import annotations
 
 import hashlib
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ import orjson
 
 from ray_otel_events.otel.from_ray_events import Emitted, RayEventsToOtel
 from ray_otel_events.receivers.ray_events_http import parse_posted_events, read_posted_items
+from tests.helpers.pure_python import run_pure_python
 
 RUN_E = Path(__file__).parent / "fixtures" / "bridge" / "runE"
 # sha256 of `output_digest_text()` as main (932afbe) writes it.
@@ -77,11 +76,4 @@ def test_the_pure_python_output_is_the_same_bytes() -> None:
         "from tests.test_bridge_output_digest import output_digest_text\n"
         "print(hashlib.sha256(output_digest_text()).hexdigest())\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env={"RAY_OTEL_EVENTS_PURE_PYTHON": "1", "PATH": ""},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert out.stdout.strip() == DIGEST
+    assert run_pure_python(code) == DIGEST

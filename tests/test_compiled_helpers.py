@@ -14,8 +14,6 @@ import random
 import shlex
 import shutil
 import sqlite3
-import subprocess
-import sys
 import sysconfig
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,6 +42,7 @@ from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.protobuf.events_task_lifecycle_event_pb2 import TaskLifecycleEvent
 from ray_otel_events.store import row_fold, sqlite_store, state_merge
 from ray_otel_events.store.sqlite_store import EventStore
+from tests.helpers.pure_python import run_pure_python
 from tests.test_otlp_wire import _fixture_dicts, values
 from tests.test_ray_json import ray_events
 
@@ -252,14 +251,7 @@ def test_the_environment_can_turn_the_compiled_helpers_off() -> None:
         " is __import__('ray_otel_events.store.row_fold').store.row_fold._fold_rows_python"
         " and store._writer is None)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env={"RAY_OTEL_EVENTS_PURE_PYTHON": "1", "PATH": ""},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert out.stdout.strip() == "True"
+    assert run_pure_python(code) == "True"
 
 
 # -- OTLP records and requests written from their parts ----------------------------------------------
