@@ -150,38 +150,44 @@ class DeferredSpans:
         try:
             for item in batch:
                 tracer = item.tracer
-                if isinstance(tracer, DirectTracer) and tracer.direct():
-                    files = _sole_file_processor(tracer)
-                    attributes = item.sampled_attributes
-                    if files is not None and (not attributes or tracer._as_given(attributes)):
-                        # Only our span files would read the span: its line is written from the item.
-                        if item.span_context.trace_flags.sampled:
-                            if files is not lines_to:
-                                _write_lines(lines_to, lines)
-                                lines, lines_to = [], files
-                            lines.append(
-                                plain_span_json_line(
-                                    item.name,
-                                    item.span_context,
-                                    item.parent_span,
-                                    item.start_ns,
-                                    item.end_ns,
-                                    attributes,
-                                    tracer.resource,
-                                )
+                direct = tracer if isinstance(tracer, DirectTracer) and tracer.direct() else None
+                files = direct.sole_processor() if direct is not None else None
+                attributes = item.sampled_attributes
+                # Only our span files would read the span (the local hook without event processors)
+                # and they write its attributes as given: its line is written from the item, and
+                # no span is made.
+                if (
+                    direct is not None
+                    and type(files) is SpanFileProcessor
+                    and (not attributes or direct.keeps_as_given(attributes))
+                ):
+                    if item.span_context.trace_flags.sampled:
+                        if files is not lines_to:
+                            _write_lines(lines_to, lines)
+                            lines, lines_to = [], files
+                        lines.append(
+                            plain_span_json_line(
+                                item.name,
+                                item.span_context,
+                                item.parent_span,
+                                item.start_ns,
+                                item.end_ns,
+                                attributes,
+                                direct.resource,
                             )
-                        self.created += 1
-                        continue
+                        )
+                    self.created += 1
+                    continue
                 _write_lines(lines_to, lines)  # before a span is made: the lines keep the spans' order
                 lines = []
-                if isinstance(tracer, DirectTracer) and tracer.direct():
+                if direct is not None:
                     # Ids, parent and sampling were chosen at submission: the span is made from them.
-                    tracer.started_span(
+                    direct.started_span(
                         item.name,
                         item.span_context,
                         item.parent_span,
                         SpanKind.PRODUCER,
-                        item.sampled_attributes,
+                        attributes,
                         (),
                         item.start_ns,
                         item.parent,
@@ -213,15 +219,6 @@ class DeferredSpans:
 def _write_lines(files: SpanFileProcessor | None, lines: list[str]) -> None:
     if files is not None and lines:
         files.write_lines(lines)  # one write(2) a batch, on this thread: no hand-over to the writer's
-
-
-def _sole_file_processor(tracer: DirectTracer) -> SpanFileProcessor | None:
-    """The provider's span processor when it is a SpanFileProcessor and the only one (the local
-    hook without event processors): nothing else would see a submission span, so none is made."""
-    processors: tuple[object, ...] = getattr(tracer.span_processor, "_span_processors", ())
-    if len(processors) == 1 and type(processors[0]) is SpanFileProcessor:
-        return processors[0]
-    return None
 
 
 def record_submit_span(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import context as context_api
@@ -245,13 +245,20 @@ class DirectSpan(trace_api.Span, ReadableSpan):
 class DirectTracer(SdkTracer):
     """An SDK tracer that makes DirectSpans while `direct()` says every processor allows it."""
 
-    def __init__(self, *args: Any, direct: Any, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        direct: Callable[[], bool],
+        sole_processor: Callable[[], SpanProcessor | None],
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.direct = direct
+        self.sole_processor = sole_processor  # the provider's span processor when it has one only
         self.limits: SpanLimits = self._span_limits
         self.scope: InstrumentationScope = self._instrumentation_scope
 
-    def _as_given(self, attributes: Mapping[str, Any]) -> bool:
+    def keeps_as_given(self, attributes: Mapping[str, Any]) -> bool:
         """True when `set_attribute` would keep every one of these unchanged (string keys and values,
         within the limits): the common case, taken without a call per attribute."""
         limit = self.limits.max_span_attributes
@@ -311,7 +318,7 @@ class DirectTracer(SdkTracer):
     ) -> DirectSpan:
         """A DirectSpan whose ids, parent and sampling are already chosen (`new_span_context`),
         handed to the processors' `on_start`."""
-        given = attributes if attributes and self._as_given(attributes) else None
+        given = attributes if attributes and self.keeps_as_given(attributes) else None
         span = DirectSpan(
             name,
             span_context,

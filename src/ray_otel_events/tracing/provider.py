@@ -28,13 +28,18 @@ class CachingTracerProvider(TracerProvider):
         super().__init__(**kwargs)
         self._by_name: dict[str, trace.Tracer] = {}
         self.direct_spans = True
+        self._processors: list[SpanProcessor] = []
 
     def add_span_processor(self, span_processor: SpanProcessor) -> None:
         self.direct_spans = self.direct_spans and reads_spans_only(span_processor)
+        self._processors.append(span_processor)
         super().add_span_processor(span_processor)
 
     def _direct(self) -> bool:
         return self.direct_spans
+
+    def _sole_processor(self) -> SpanProcessor | None:
+        return self._processors[0] if len(self._processors) == 1 else None
 
     def get_tracer(
         self,
@@ -74,5 +79,6 @@ class CachingTracerProvider(TracerProvider):
                     self._span_limits,
                     scope,
                     direct=self._direct,
+                    sole_processor=self._sole_processor,
                 )
         return tracer
