@@ -55,8 +55,6 @@ class OtlpEventLogSink:
         interval_s: float = 0.1,
         retry: RetryPolicy = RETRY,
     ) -> None:
-        if config.protocol != "http/protobuf":
-            raise ValueError(f"OtlpEventLogSink posts http/protobuf, not {config.protocol}")
         self.config = config
         self.max_batch = max_batch
         self.max_queue = max_queue

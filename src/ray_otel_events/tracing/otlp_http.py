@@ -36,7 +36,7 @@ class OtlpHttpPoster:
         self, config: OtlpSignalConfig, counters: Counters, *, exported: str, retry: RetryPolicy = RETRY
     ) -> None:
         if config.protocol != "http/protobuf":
-            raise ValueError(f"OTLP/HTTP protobuf posts, not {config.protocol}")
+            raise ValueError(f"OTLP posts are http/protobuf, not {config.protocol}")
         self.config = config
         self.counters = counters
         self.exported = exported
