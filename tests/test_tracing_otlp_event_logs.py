@@ -4,10 +4,8 @@ sends, retried when the server asks, dropped and counted when it refuses, never 
 from __future__ import annotations
 
 import gzip
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -25,15 +23,11 @@ from ray_otel_events.otel import semconv
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.tracing.otlp_event_logs import DROPPED, EXPORTED, OtlpEventLogSink
 from ray_otel_events.tracing.task_events import PRODUCER, EventLogEmitter
+from tests.helpers.otlp_receiver import RecordingReceiver, serve_receiver
 
 
-class Receiver:
+class Receiver(RecordingReceiver):
     """Answers POST /v1/logs with the next scripted status (200 once the script runs out)."""
-
-    def __init__(self, statuses: list[int] | None = None) -> None:
-        self.statuses = list(statuses or [])
-        self.requests: list[tuple[dict[str, str], bytes]] = []
-        self.lock = threading.Lock()
 
     def records(self) -> list[tuple[Any, Any, Any]]:
         """(resource, scope, record) of every record of every accepted request."""
@@ -51,28 +45,8 @@ class Receiver:
 @pytest.fixture
 def receiver() -> Iterator[tuple[Receiver, str]]:
     state = Receiver()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            with state.lock:
-                status = state.statuses.pop(0) if state.statuses else 200
-                if status == 200:
-                    state.requests.append((dict(self.headers), body))
-            self.send_response(status)
-            if status == 503:
-                self.send_header("Retry-After", "0")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield state, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serve_receiver(state) as url:
+        yield state, url
 
 
 RESOURCE = Resource.create({"service.name": "events-under-test"})

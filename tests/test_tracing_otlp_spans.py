@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import functools
 import gzip
-import threading
 from collections.abc import Iterator, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -34,6 +32,7 @@ from ray_otel_events.tracing.otlp import (
 from ray_otel_events.tracing.otlp_http import DROPPED
 from ray_otel_events.tracing.otlp_spans import EXPORTED, OtlpHttpSpanExporter
 from ray_otel_events.tracing.provider import CachingTracerProvider
+from tests.helpers.otlp_receiver import RecordingReceiver, serve_receiver
 
 
 class Kept(SpanExporter):
@@ -98,6 +97,20 @@ def _spans(direct: bool, plans: list[dict[str, Any]]) -> list[ReadableSpan]:
     return kept.spans
 
 
+def _plain_span(kind: SpanKind, attributes: dict[str, Any], *, child: bool) -> dict[str, Any]:
+    """The plan of one span named "n" in scope "a", with no events, status or link."""
+    return {
+        "name": "n",
+        "kind": kind,
+        "attributes": attributes,
+        "events": [],
+        "status": None,
+        "child": child,
+        "link": False,
+        "scope": "a",
+    }
+
+
 @pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("direct", [True, False])
 @settings(max_examples=60, deadline=None)
@@ -129,48 +142,16 @@ def test_remote_parents_trace_state_and_open_times_as_the_sdk_writes_them() -> N
 
 @pytest.fixture
 def receiver() -> Iterator[tuple[list[tuple[dict[str, str], bytes]], list[int], str]]:
-    got: list[tuple[dict[str, str], bytes]] = []
-    statuses: list[int] = []  # answers to give, in order; 200 once used up
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            status = statuses.pop(0) if statuses else 200
-            if status == 200:
-                got.append((dict(self.headers), body))
-            self.send_response(status)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield got, statuses, f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
-    server.shutdown()
-    server.server_close()
+    state = RecordingReceiver()
+    with serve_receiver(state) as url:
+        yield state.requests, state.statuses, url + "/v1/traces"
 
 
 def test_the_exporter_posts_the_request_retries_and_honours_gzip(
     receiver: tuple[list[tuple[dict[str, str], bytes]], list[int], str],
 ) -> None:
     got, statuses, endpoint = receiver
-    spans = _spans(
-        True,
-        [
-            {
-                "name": "n",
-                "kind": SpanKind.PRODUCER,
-                "attributes": {"a": "b"},
-                "events": [],
-                "status": None,
-                "child": True,
-                "link": False,
-                "scope": "a",
-            }
-        ],
-    )
+    spans = _spans(True, [_plain_span(SpanKind.PRODUCER, {"a": "b"}, child=True)])
     statuses.append(503)
     exporter = OtlpHttpSpanExporter(
         OtlpSignalConfig(endpoint, headers=(("x-token", "t"),), compression="gzip", timeout_s=5)
@@ -187,21 +168,7 @@ def test_a_refused_request_is_counted_and_reported_as_failed(
     receiver: tuple[list[tuple[dict[str, str], bytes]], list[int], str],
 ) -> None:
     got, statuses, endpoint = receiver
-    spans = _spans(
-        True,
-        [
-            {
-                "name": "n",
-                "kind": SpanKind.INTERNAL,
-                "attributes": {},
-                "events": [],
-                "status": None,
-                "child": False,
-                "link": False,
-                "scope": "a",
-            }
-        ],
-    )
+    spans = _spans(True, [_plain_span(SpanKind.INTERNAL, {}, child=False)])
     statuses.append(400)
     exporter = OtlpHttpSpanExporter(OtlpSignalConfig(endpoint, timeout_s=5))
     assert exporter.export(spans) is SpanExportResult.FAILURE
