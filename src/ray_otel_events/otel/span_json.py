@@ -229,8 +229,7 @@ def _time(nanoseconds: int | None) -> str:
 def span_to_json_line(span: ReadableSpan) -> str:
     """Exactly `span.to_json(indent=None)`, without the trailing newline: the same keys in the same
     order, each value encoded as `json.dumps` would, the resource's JSON cached per Resource."""
-    ctx, parent, status = span.context, span.parent, span.status
-    parent_json = "null" if parent is None else f'"0x{parent.span_id:016x}"'
+    ctx, status = span.context, span.status
     status_json = _STATUS_JSON[status.status_code._value_]
     if status.description:
         status_json += ', "description": ' + _str(status.description)
@@ -241,13 +240,43 @@ def span_to_json_line(span: ReadableSpan) -> str:
             for link in span.links
         ]
     )
+    return _line(
+        span.name,
+        _context(ctx) if ctx else "null",
+        _KIND_JSON[span.kind._value_],
+        span.parent,
+        span.start_time,
+        span.end_time,
+        status_json,
+        span.attributes,
+        events,
+        links,
+        span.resource,
+    )
+
+
+def _line(
+    name: str,
+    context_json: str,
+    kind_json: str,
+    parent: SpanContext | None,
+    start_ns: int | None,
+    end_ns: int | None,
+    status_json: str,
+    attributes: Any,
+    events_json: str,
+    links_json: str,
+    resource: Resource,
+) -> str:
+    """A span's line from its parts, the SDK's keys in the SDK's order."""
+    parent_json = "null" if parent is None else f'"0x{parent.span_id:016x}"'
     return (
-        f'{{"name": {_str(span.name)}, "context": {_context(ctx) if ctx else "null"},'
-        f' "kind": {_KIND_JSON[span.kind._value_]},'
+        f'{{"name": {_str(name)}, "context": {context_json},'
+        f' "kind": {kind_json},'
         f' "parent_id": {parent_json},'
-        f' "start_time": {_time(span.start_time)}, "end_time": {_time(span.end_time)},'
-        f' "status": {status_json}}}, "attributes": {_attrs(span.attributes)},'
-        f' "events": [{events}], "links": [{links}], "resource": {_resource_json(span.resource)}}}'
+        f' "start_time": {_time(start_ns)}, "end_time": {_time(end_ns)},'
+        f' "status": {status_json}}}, "attributes": {_attrs(attributes)},'
+        f' "events": [{events_json}], "links": [{links_json}], "resource": {_resource_json(resource)}}}'
     )
 
 
@@ -266,14 +295,18 @@ def plain_span_json_line(
 ) -> str:
     """`span_to_json_line` of an ended PRODUCER span with these fields, UNSET status and no events
     or links (a submission span), written from the fields without making the span."""
-    parent_json = "null" if parent is None else f'"0x{parent.span_id:016x}"'
-    return (
-        f'{{"name": {_str(name)}, "context": {_context(ctx)},'
-        f' "kind": {_PRODUCER_KIND_JSON},'
-        f' "parent_id": {parent_json},'
-        f' "start_time": {_time(start_ns)}, "end_time": {_time(end_ns)},'
-        f' "status": {_UNSET_STATUS_JSON}}}, "attributes": {_attrs(attributes)},'
-        f' "events": [], "links": [], "resource": {_resource_json(resource)}}}'
+    return _line(
+        name,
+        _context(ctx),
+        _PRODUCER_KIND_JSON,
+        parent,
+        start_ns,
+        end_ns,
+        _UNSET_STATUS_JSON,
+        attributes,
+        "",
+        "",
+        resource,
     )
 
 
