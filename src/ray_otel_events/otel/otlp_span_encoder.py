@@ -32,13 +32,12 @@ _FLAGS_LOCAL = b"\x85\x01" + _fixed32(0x100)
 _FLAGS_REMOTE = b"\x85\x01" + _fixed32(0x300)
 
 
-def _field(tag: bytes, payload: bytes) -> bytes:
-    return tag + _varint(len(payload)) + payload
+_field = otlp_wire.bytes_field
 
 
 def _text(tag: bytes, value: str | None) -> bytes:
     """A string field, left out when empty (proto3)."""
-    return _field(tag, value.encode()) if value else b""
+    return otlp_wire.string_field(tag, value) if value else b""
 
 
 def _count(tag: bytes, value: int) -> bytes:
