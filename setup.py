@@ -19,7 +19,10 @@ def _optional(module: str, libraries: tuple[str, ...] = ()) -> Extension:
         f"ray_otel_events.{module}",
         [f"src/ray_otel_events/{module.replace('.', '/')}.c"],
         include_dirs=["src/ray_otel_events"],
-        depends=[f"src/ray_otel_events/{h}" for h in ("protobuf_wire.h", "json_text.h", "otlp_span_wire.h")],
+        depends=[
+            f"src/ray_otel_events/{h}"
+            for h in ("protobuf_wire.h", "json_text.h", "otlp_span_wire.h", "civil_dates.h")
+        ],
         libraries=list(libraries),
         optional=True,
     )

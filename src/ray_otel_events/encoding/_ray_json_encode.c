@@ -9,6 +9,7 @@
  * raises what it raises. Optional: without a C compiler ray_json encodes in Python. */
 
 #define PY_SSIZE_T_CLEAN
+#include "civil_dates.h"
 #include "json_text.h"
 
 /* Kinds and labels: ray_json's _E_ and _L_ constants. */
@@ -57,19 +58,6 @@ static int is_packable(int kind) { return wire_type_of(kind) != 2; }
 
 static int message_json(Buf *b, Reader r, PyObject *schema, int depth);
 
-/* Howard Hinnant's civil_from_days: the proleptic Gregorian date of a day count from 1970-01-01. */
-static void civil(int64_t days, int64_t *year, int *month, int *day) {
-    days += 719468;
-    int64_t era = (days >= 0 ? days : days - 146096) / 146097;
-    int64_t doe = days - era * 146097;
-    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    int64_t mp = (5 * doy + 2) / 153;
-    *day = (int)(doy - (153 * mp + 2) / 5 + 1);
-    *month = (int)(mp < 10 ? mp + 3 : mp - 9);
-    *year = yoe + era * 400 + (*month <= 2);
-}
-
 /* Timestamp.ToJsonString(): UTC, 0, 3, 6 or 9 fractional digits, 'Z'; out of range: LEAVE. */
 static int timestamp_json(Buf *b, Reader r) {
     int64_t seconds = 0;
@@ -81,7 +69,7 @@ static int timestamp_json(Buf *b, Reader r) {
     int64_t in_day = seconds - days * 86400;
     int64_t year;
     int month, day;
-    civil(days, &year, &month, &day);
+    civil_from_days(days, &year, &month, &day);
     if (buf_reserve(b, 48) < 0) return -1;
     char *o = b->data + b->len;
     o += sprintf(o, "\"%04d-%02d-%02dT%02d:%02d:%02d", (int)year, month, day, (int)(in_day / 3600),

@@ -6,6 +6,7 @@
  * without a C compiler the package decodes in Python. */
 
 #define PY_SSIZE_T_CLEAN
+#include "civil_dates.h"
 #include "protobuf_wire.h"
 
 /* Field kinds (the _K_ constants of ray_json_decode.py). */
@@ -95,16 +96,6 @@ static int put_fixed(Buf *b, uint32_t number, uint64_t bits, int size) {
     if (put_key(b, number, size == 8 ? 1 : 5) < 0 || buf_reserve(b, size) < 0) return FAILED;
     b->len = put_fixed_bits(b->data + b->len, bits, size) - b->data;
     return DONE;
-}
-
-/* Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's days_from_civil). */
-static int64_t days_from_civil(int64_t y, int64_t m, int64_t d) {
-    y -= m <= 2;
-    int64_t era = (y >= 0 ? y : y - 399) / 400;
-    int64_t yoe = y - era * 400;
-    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
 }
 
 static int digits(const char *p, int n, int *out) {

@@ -9,6 +9,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "civil_dates.h"
+
 static PyObject *fallback; /* the Python ns_to_iso_str */
 
 /* CPython's _PyTime_RoundHalfEven (Python/pytime.c). */
@@ -16,19 +18,6 @@ static double round_half_even(double x) {
     double rounded = round(x);
     if (fabs(x - rounded) == 0.5) rounded = 2.0 * round(x / 2.0);
     return rounded;
-}
-
-/* Days since 1970-01-01 to a proleptic Gregorian date (H. Hinnant's civil_from_days), days >= 0. */
-static void civil_from_days(int64_t z, int64_t *y, unsigned *m, unsigned *d) {
-    z += 719468;
-    int64_t era = z / 146097;
-    unsigned doe = (unsigned)(z - era * 146097);
-    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    unsigned mp = (5 * doy + 2) / 153;
-    *d = doy - (153 * mp + 2) / 5 + 1;
-    *m = mp < 10 ? mp + 3 : mp - 9;
-    *y = (int64_t)yoe + era * 400 + (*m <= 2);
 }
 
 static void put2(char *p, unsigned v) {
@@ -58,7 +47,7 @@ static PyObject *iso(PyObject *module, PyObject *arg) {
     if (whole >= 253402300800.0) return PyObject_CallOneArg(fallback, arg); /* year 10000 on */
     int64_t secs = (int64_t)whole;
     int64_t y;
-    unsigned mo, d;
+    int mo, d;
     civil_from_days(secs / 86400, &y, &mo, &d);
     unsigned in_day = (unsigned)(secs % 86400);
     unsigned us = (unsigned)micros;
@@ -66,9 +55,9 @@ static PyObject *iso(PyObject *module, PyObject *arg) {
     put2(out, (unsigned)(y / 100));
     put2(out + 2, (unsigned)(y % 100));
     out[4] = '-';
-    put2(out + 5, mo);
+    put2(out + 5, (unsigned)mo);
     out[7] = '-';
-    put2(out + 8, d);
+    put2(out + 8, (unsigned)d);
     out[10] = 'T';
     put2(out + 11, in_day / 3600);
     out[13] = ':';

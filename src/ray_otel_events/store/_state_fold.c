@@ -10,6 +10,8 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "civil_dates.h"
+
 /* Bound by `bind`: the Python twins, and what they read. */
 static PyObject *py_prepare, *py_task_definition, *py_task_lifecycle, *py_row_columns;
 static PyObject *routes;       /* event type -> (payload key, resource, id key, attempt key, fold) */
@@ -85,15 +87,6 @@ static PyObject *nil_to_none(PyObject *hexed) {
         Py_RETURN_NONE;
     }
     return hexed;
-}
-
-static int64_t days_from_civil(int64_t y, int m, int d) {
-    y -= m <= 2;
-    int64_t era = (y >= 0 ? y : y - 399) / 400;
-    int64_t yoe = y - era * 400;
-    int64_t doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
-    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
 }
 
 static int digits_at(const unsigned char *s, int count, int *out) {
