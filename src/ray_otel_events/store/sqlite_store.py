@@ -35,7 +35,7 @@ import orjson
 from ray_otel_events import config
 from ray_otel_events.durable.wal_checkpointer import WalCheckpointer
 from ray_otel_events.store.row_fold import (
-    Fold,
+    Pieces,
     StoredRow,
     count_folded,
     fold_row,
@@ -288,7 +288,7 @@ class EventStore:
         """`ingest` for events already read by `prepare` (the HTTP intake reads each as it parses)."""
         result = IngestResult()
         received = time.time() if now is None else now
-        pieces, result.ignored = group_pieces(list(events))
+        pieces, result.ignored = group_pieces(events if isinstance(events, list) else list(events))
         if pieces:
             with self._row_writes() as write:
                 self._fold(pieces, received, result, write)
@@ -296,7 +296,7 @@ class EventStore:
 
     def _fold(
         self,
-        pieces: dict[Key, list[Fold]],
+        pieces: Pieces,
         received: float,
         result: IngestResult,
         write: Callable[[list[tuple[Any, ...]]], Any],
