@@ -21,7 +21,14 @@ def _optional(module: str, libraries: tuple[str, ...] = ()) -> Extension:
         include_dirs=["src/ray_otel_events"],
         depends=[
             f"src/ray_otel_events/{h}"
-            for h in ("protobuf_wire.h", "json_text.h", "otlp_span_wire.h", "civil_dates.h")
+            for h in (
+                "protobuf_wire.h",
+                "json_text.h",
+                "otlp_span_wire.h",
+                "civil_dates.h",
+                "ray_json_values.h",
+                "packed_rows.h",
+            )
         ],
         libraries=list(libraries),
         optional=True,

@@ -50,14 +50,10 @@ static inline int utf8_valid(const uint8_t *s, Py_ssize_t n) {
     return 1;
 }
 
-/* A JSON string as orjson writes one: `"` and `\` escaped, control characters as \b \t \n \f \r or
- * \u00xx, everything else (non-ASCII too) as it is. */
-static inline int string_json(Buf *b, Reader text) {
-    const uint8_t *s = text.p;
-    Py_ssize_t n = text.end - text.p;
-    if (!utf8_valid(s, n)) return LEAVE;
-    if (buf_reserve(b, 2 + 6 * n) < 0) return -1;
-    char *o = b->data + b->len;
+/* A JSON string as orjson writes one (`n` bytes of valid UTF-8 at `s`), quotes included, at `o`,
+ * which has room for 2 + 6 * n bytes; returns its end. `"` and `\` escaped, control characters as
+ * \b \t \n \f \r or \u00xx, everything else (non-ASCII too) as it is. Needs no GIL. */
+static inline char *put_string_json(char *o, const uint8_t *s, Py_ssize_t n) {
     *o++ = '"';
     for (Py_ssize_t i = 0; i < n; i++) {
         uint8_t c = s[i];
@@ -83,7 +79,16 @@ static inline int string_json(Buf *b, Reader text) {
         }
     }
     *o++ = '"';
-    b->len = o - b->data;
+    return o;
+}
+
+/* `put_string_json` of `text` into `b`; LEAVE when it is not valid UTF-8. */
+static inline int string_json(Buf *b, Reader text) {
+    const uint8_t *s = text.p;
+    Py_ssize_t n = text.end - text.p;
+    if (!utf8_valid(s, n)) return LEAVE;
+    if (buf_reserve(b, 2 + 6 * n) < 0) return -1;
+    b->len = put_string_json(b->data + b->len, s, n) - b->data;
     return 0;
 }
 

@@ -1,30 +1,22 @@
 /* The store's row upserts, written by a thread of their own that never needs the GIL.
  *
  * Python's sqlite3 gives up the GIL around each row's step and then waits to get it back, so a
- * writer thread beside a busy Python thread crawls. Here `add` copies a chunk of rows into C values
- * (the texts stay in their str objects, which the writer holds until `commit`) and queues it; a
- * pthread steps them on its own SQLite connection inside one transaction, while the caller folds the
- * next chunk; `commit` waits for the queue, commits (or rolls back, and raises, if a row failed) and
- * lets the objects go. Optional: built where SQLite's headers are present; else the store writes with
- * `executemany` on its own connection, the same rows. */
+ * writer thread beside a busy Python thread crawls. Here `add` packs a chunk of rows into one
+ * buffer (packed_rows.h) and queues it (the compiled fold queues the chunks it packs itself, through
+ * the `queue_packed` capsule, without the GIL); a pthread steps them on its own SQLite connection
+ * inside one transaction, while the caller folds the next chunk; `commit` waits for the queue and
+ * commits (or rolls back, and raises, if a row failed). Optional: built where SQLite's headers are
+ * present; else the store writes with `executemany` on its own connection, the same rows. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pthread.h>
 #include <sqlite3.h>
 
-enum { V_NULL, V_INT, V_FLOAT, V_TEXT };
-
-typedef struct {
-    int kind;
-    long long i;
-    double d;
-    const char *text;
-    Py_ssize_t len;
-} Value;
+#include "packed_rows.h"
 
 typedef struct Chunk {
-    Value *values;
+    char *data; /* `rows` rows of packed values */
     Py_ssize_t rows;
     struct Chunk *next;
 } Chunk;
@@ -35,7 +27,6 @@ typedef struct {
     sqlite3_stmt *upsert;
     int columns;
     PyObject *error_type;
-    PyObject *held; /* the rows queued since the last commit: their texts are read by the thread */
     pthread_t thread;
     int started;
     pthread_mutex_t lock;
@@ -63,14 +54,15 @@ static void write_chunk(Writer *w, Chunk *chunk) {
         }
         w->in_transaction = 1;
     }
+    const char *p = chunk->data;
     for (Py_ssize_t r = 0; r < chunk->rows; r++) {
-        Value *row = chunk->values + r * w->columns;
         for (int c = 0; c < w->columns; c++) {
-            Value *v = row + c;
-            int rc = v->kind == V_INT     ? sqlite3_bind_int64(w->upsert, c + 1, v->i)
-                     : v->kind == V_FLOAT ? sqlite3_bind_double(w->upsert, c + 1, v->d)
-                     : v->kind == V_TEXT  ? sqlite3_bind_text(w->upsert, c + 1, v->text, (int)v->len, SQLITE_STATIC)
-                                          : sqlite3_bind_null(w->upsert, c + 1);
+            PackedValue v;
+            p = packed_read(p, &v);
+            int rc = v.tag == PACKED_INT     ? sqlite3_bind_int64(w->upsert, c + 1, v.i)
+                     : v.tag == PACKED_FLOAT ? sqlite3_bind_double(w->upsert, c + 1, v.d)
+                     : v.tag == PACKED_TEXT  ? sqlite3_bind_text(w->upsert, c + 1, v.text, (int)v.len, SQLITE_STATIC)
+                                             : sqlite3_bind_null(w->upsert, c + 1);
             if (rc != SQLITE_OK) {
                 fail_with(w, "bind");
                 sqlite3_reset(w->upsert);
@@ -98,7 +90,7 @@ static void *run(void *arg) {
         w->busy = 1;
         pthread_mutex_unlock(&w->lock);
         write_chunk(w, chunk);
-        PyMem_RawFree(chunk->values);
+        PyMem_RawFree(chunk->data);
         PyMem_RawFree(chunk);
         pthread_mutex_lock(&w->lock);
         w->busy = 0;
@@ -117,28 +109,45 @@ static void wait_idle(Writer *w) {
     Py_END_ALLOW_THREADS
 }
 
-static int value_of(PyObject *obj, Value *v) {
+static int pack_value(PyObject *obj, RawBuf *b) {
     if (obj == Py_None) {
-        v->kind = V_NULL;
+        packed_null(b);
     } else if (PyLong_Check(obj)) { /* bools too, as 0 and 1 (what sqlite3 binds) */
-        v->kind = V_INT;
-        v->i = PyLong_AsLongLong(obj);
-        if (v->i == -1 && PyErr_Occurred()) return -1;
+        long long i = PyLong_AsLongLong(obj);
+        if (i == -1 && PyErr_Occurred()) return -1;
+        packed_int(b, i);
     } else if (PyFloat_Check(obj)) {
-        v->kind = V_FLOAT;
-        v->d = PyFloat_AS_DOUBLE(obj);
+        packed_float(b, PyFloat_AS_DOUBLE(obj));
     } else if (PyUnicode_Check(obj)) {
-        v->kind = V_TEXT;
-        v->text = PyUnicode_AsUTF8AndSize(obj, &v->len);
-        if (v->text == NULL) return -1;
-        if (v->len > INT_MAX) {
+        Py_ssize_t len;
+        const char *text = PyUnicode_AsUTF8AndSize(obj, &len);
+        if (text == NULL) return -1;
+        if (len > INT_MAX) {
             PyErr_SetString(PyExc_OverflowError, "a text too long for SQLite");
             return -1;
         }
+        packed_text(b, text, (uint32_t)len);
     } else {
         PyErr_Format(PyExc_TypeError, "a %s cannot be stored", Py_TYPE(obj)->tp_name);
         return -1;
     }
+    return 0;
+}
+
+/* Queue a chunk of `rows` packed rows (taking `data`): 0, or -1 when the writer is closed. */
+static int queue_packed(PyObject *writer, char *data, size_t size, Py_ssize_t rows) {
+    (void)size;
+    Writer *w = (Writer *)writer;
+    if (w->db == NULL) return -1;
+    Chunk *chunk = PyMem_RawMalloc(sizeof(Chunk));
+    if (chunk == NULL) return -1;
+    *chunk = (Chunk){data, rows, NULL};
+    pthread_mutex_lock(&w->lock);
+    if (w->tail) w->tail->next = chunk;
+    else w->head = chunk;
+    w->tail = chunk;
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->lock);
     return 0;
 }
 
@@ -153,13 +162,7 @@ static PyObject *writer_add(Writer *w, PyObject *rows) {
     }
     Py_ssize_t n = PyList_GET_SIZE(rows);
     if (n == 0) Py_RETURN_NONE;
-    Chunk *chunk = PyMem_RawMalloc(sizeof(Chunk));
-    Value *values = PyMem_RawMalloc(sizeof(Value) * (size_t)n * (size_t)w->columns);
-    if (chunk == NULL || values == NULL) {
-        PyMem_RawFree(chunk);
-        PyMem_RawFree(values);
-        return PyErr_NoMemory();
-    }
+    RawBuf packed = {0};
     for (Py_ssize_t r = 0; r < n; r++) {
         PyObject *row = PyList_GET_ITEM(rows, r);
         if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != w->columns) {
@@ -167,23 +170,20 @@ static PyObject *writer_add(Writer *w, PyObject *rows) {
             goto fail;
         }
         for (int c = 0; c < w->columns; c++) {
-            if (value_of(PyTuple_GET_ITEM(row, c), values + r * w->columns + c)) goto fail;
+            if (pack_value(PyTuple_GET_ITEM(row, c), &packed)) goto fail;
         }
     }
-    if (PyList_Append(w->held, rows)) goto fail;
-    chunk->values = values;
-    chunk->rows = n;
-    chunk->next = NULL;
-    pthread_mutex_lock(&w->lock);
-    if (w->tail) w->tail->next = chunk;
-    else w->head = chunk;
-    w->tail = chunk;
-    pthread_cond_signal(&w->wake);
-    pthread_mutex_unlock(&w->lock);
+    if (packed.failed) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    if (queue_packed((PyObject *)w, packed.data, packed.len, n) < 0) {
+        PyErr_NoMemory();
+        goto fail;
+    }
     Py_RETURN_NONE;
 fail:
-    PyMem_RawFree(chunk);
-    PyMem_RawFree(values);
+    raw_free(&packed);
     return NULL;
 }
 
@@ -208,7 +208,6 @@ static PyObject *finish(Writer *w, int commit) {
         w->in_transaction = 0;
     }
     w->failed = 0;
-    if (PyList_SetSlice(w->held, 0, PyList_GET_SIZE(w->held), NULL)) return NULL;
     if (failed && commit) {
         PyErr_SetString(w->error_type, w->message);
         return NULL;
@@ -248,7 +247,6 @@ static void stop(Writer *w) {
 static PyObject *writer_close(Writer *w, PyObject *unused) {
     (void)unused;
     stop(w);
-    if (w->held && PyList_SetSlice(w->held, 0, PyList_GET_SIZE(w->held), NULL)) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -264,7 +262,6 @@ static int writer_init(Writer *w, PyObject *args, PyObject *kwargs) {
         return -1;
     }
     Py_XSETREF(w->error_type, Py_NewRef(error_type));
-    if ((w->held = PyList_New(0)) == NULL) return -1;
     int rc = sqlite3_open_v2(path, &w->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc == SQLITE_OK) rc = sqlite3_exec(w->db, setup, NULL, NULL, NULL);
     if (rc == SQLITE_OK) rc = sqlite3_prepare_v3(w->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &w->upsert, NULL);
@@ -304,7 +301,6 @@ static void writer_dealloc(Writer *w) {
     pthread_mutex_destroy(&w->lock);
     pthread_cond_destroy(&w->wake);
     pthread_cond_destroy(&w->idle);
-    Py_XDECREF(w->held);
     Py_XDECREF(w->error_type);
     Py_TYPE(w)->tp_free((PyObject *)w);
 }
@@ -335,7 +331,11 @@ PyMODINIT_FUNC PyInit__row_writer(void) {
     if (PyType_Ready(&WriterType) < 0) return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL) return NULL;
-    if (PyModule_AddObjectRef(module, "RowWriter", (PyObject *)&WriterType) < 0) {
+    PyObject *queue = PyCapsule_New((void *)queue_packed, ROW_WRITER_CAPSULE, NULL);
+    int failed = queue == NULL || PyModule_AddObjectRef(module, "RowWriter", (PyObject *)&WriterType) < 0 ||
+                 PyModule_AddObjectRef(module, ROW_WRITER_QUEUE, queue) < 0;
+    Py_XDECREF(queue);
+    if (failed) {
         Py_DECREF(module);
         return NULL;
     }

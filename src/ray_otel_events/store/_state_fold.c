@@ -10,7 +10,7 @@
 #include <Python.h>
 #include <stdint.h>
 
-#include "civil_dates.h"
+#include "ray_json_values.h"
 
 /* Bound by `bind`: the Python twins, and what they read. */
 static PyObject *py_prepare, *py_task_definition, *py_task_lifecycle, *py_row_columns;
@@ -38,8 +38,6 @@ static PyObject *f_state, *f_creation_time_ms, *f_start_time_ms, *f_end_time_ms;
 
 /* -- values ----------------------------------------------------------------------------------- */
 
-static signed char b64_value[256];
-
 /* Hex text of a canonical padded base64 string; NULL with no error set for any other string (the
  * Python `hex_id` decides it). An empty value is "" as in Python. */
 static PyObject *hex_of_base64(PyObject *value) {
@@ -47,32 +45,12 @@ static PyObject *hex_of_base64(PyObject *value) {
     if (!PyUnicode_CheckExact(value) || !PyUnicode_IS_ASCII(value)) return NULL;
     Py_ssize_t n = PyUnicode_GET_LENGTH(value);
     if (n == 0) return Py_NewRef(s_empty);
-    if (n % 4) return NULL;
-    const unsigned char *s = PyUnicode_1BYTE_DATA(value);
-    Py_ssize_t pad = s[n - 1] == '=' ? (s[n - 2] == '=' ? 2 : 1) : 0;
-    Py_ssize_t bytes = n / 4 * 3 - pad;
+    const char *s = (const char *)PyUnicode_1BYTE_DATA(value);
+    Py_ssize_t bytes = base64_decoded_size(s, n);
+    if (bytes < 0) return NULL;
     PyObject *out = PyUnicode_New(bytes * 2, 127);
     if (out == NULL) return NULL;
-    Py_UCS1 *o = PyUnicode_1BYTE_DATA(out);
-    static const char digits[] = "0123456789abcdef";
-    Py_ssize_t written = 0;
-    for (Py_ssize_t i = 0; i < n; i += 4) {
-        int last = i + 4 == n;
-        int a = b64_value[s[i]], b = b64_value[s[i + 1]];
-        int c = last && pad == 2 ? 0 : b64_value[s[i + 2]];
-        int d = last && pad >= 1 ? 0 : b64_value[s[i + 3]];
-        if ((a | b | c | d) < 0) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        uint32_t group = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)c << 6 | (uint32_t)d;
-        unsigned char three[3] = {(unsigned char)(group >> 16), (unsigned char)(group >> 8), (unsigned char)group};
-        int take = last ? 3 - (int)pad : 3;
-        for (int k = 0; k < take; k++) {
-            o[written++] = (Py_UCS1)digits[three[k] >> 4];
-            o[written++] = (Py_UCS1)digits[three[k] & 15];
-        }
-    }
+    put_hex_of_base64((char *)PyUnicode_1BYTE_DATA(out), s, n);
     return out;
 }
 
@@ -89,18 +67,8 @@ static PyObject *nil_to_none(PyObject *hexed) {
     return hexed;
 }
 
-static int digits_at(const unsigned char *s, int count, int *out) {
-    int v = 0;
-    for (int i = 0; i < count; i++) {
-        if (s[i] < '0' || s[i] > '9') return -1;
-        v = v * 10 + (s[i] - '0');
-    }
-    *out = v;
-    return 0;
-}
-
 /* `rfc3339_ns` for what Ray prints (`2026-11-22T01:37:30.525422162Z`) or an empty value: 0 and
- * `*ns` set; -1 for any other form (Python decides it). Years 1970..2261 (an int64 of ns). */
+ * `*ns` set; -1 for any other form (Python decides it). */
 static int ray_time_ns(PyObject *value, int64_t *ns) {
     if (value == NULL || value == Py_None) {
         *ns = 0;
@@ -112,24 +80,7 @@ static int ray_time_ns(PyObject *value, int64_t *ns) {
         *ns = 0;
         return 0;
     }
-    const unsigned char *s = PyUnicode_1BYTE_DATA(value);
-    if (n != 30 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' ||
-        s[19] != '.' || s[29] != 'Z')
-        return -1;
-    int year, month, day, hour, minute, second, fraction;
-    if (digits_at(s, 4, &year) || digits_at(s + 5, 2, &month) || digits_at(s + 8, 2, &day) ||
-        digits_at(s + 11, 2, &hour) || digits_at(s + 14, 2, &minute) || digits_at(s + 17, 2, &second) ||
-        digits_at(s + 20, 9, &fraction))
-        return -1;
-    static const int month_days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    if (year < 1970 || year > 2261 || month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59 ||
-        second > 59)
-        return -1;
-    int leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-    if (day > month_days[month - 1] + (month == 2 && leap)) return -1;
-    int64_t seconds = days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second;
-    *ns = seconds * 1000000000 + fraction;
-    return 0;
+    return ray_time_ns_of(PyUnicode_1BYTE_DATA(value), n, ns);
 }
 
 /* A borrowed `d[key]`, or NULL (error set only if the lookup failed). */
@@ -268,11 +219,6 @@ static int check_events(PyObject *events) {
 }
 
 static int64_t event_ns(PyObject *e) { return PyLong_AsLongLong(get(e, k_created_ns)); }
-
-static int64_t floor_div(int64_t a, int64_t b) {
-    int64_t q = a / b;
-    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
-}
 
 /* `_transitions` once its inputs are checked: new transitions appended, the list sorted by
  * created_ns (stable), `state` set to the latest. */
@@ -436,14 +382,8 @@ static PyObject *json_int(PyObject *value) {
     if (value == NULL) return Py_NewRef(s_zero);
     if (PyLong_CheckExact(value)) return Py_NewRef(value);
     if (!PyUnicode_CheckExact(value) || !PyUnicode_IS_ASCII(value)) return NULL;
-    Py_ssize_t n = PyUnicode_GET_LENGTH(value);
-    const Py_UCS1 *s = PyUnicode_1BYTE_DATA(value);
-    if (n == 0 || n > 18) return NULL;
-    long long v = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9') return NULL;
-        v = v * 10 + (s[i] - '0');
-    }
+    int64_t v;
+    if (digits_int(PyUnicode_1BYTE_DATA(value), PyUnicode_GET_LENGTH(value), &v) < 0) return NULL;
     return PyLong_FromLongLong(v);
 }
 
@@ -979,8 +919,5 @@ PyMODINIT_FUNC PyInit__state_fold(void) {
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL) return NULL;
     }
     if ((s_zero = PyLong_FromLong(0)) == NULL || (s_one = PyLong_FromLong(1)) == NULL) return NULL;
-    memset(b64_value, -1, sizeof b64_value);
-    const char *alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    for (int i = 0; i < 64; i++) b64_value[(unsigned char)alphabet[i]] = (signed char)i;
     return PyModule_Create(&module_def);
 }

@@ -1,0 +1,85 @@
+/* Values as RayEvent JSON holds them, read from their text, for the store's compiled folds
+ * (store/_state_fold.c reads them from Python strings, store/_post_fold.c from a POST's text): ids
+ * in base64 as Ray's hex, Ray's timestamps, integers printed as text. Each reads only the form Ray
+ * prints and says so for any other (the Python twin decides those). Need no GIL. */
+
+#ifndef RAY_OTEL_EVENTS_RAY_JSON_VALUES_H
+#define RAY_OTEL_EVENTS_RAY_JSON_VALUES_H
+
+#include <stdint.h>
+
+#include "civil_dates.h"
+#include "protobuf_wire.h"
+
+/* The hex text of standard padded base64 (`n` bytes at `s`: what `binascii.a2b_base64(...,
+ * strict_mode=True)` takes), written at `o`, which has room for 3 * n / 2 bytes: its end, or NULL
+ * for any other text. */
+static inline char *put_hex_of_base64(char *o, const char *s, Py_ssize_t n) {
+    Py_ssize_t size = base64_decoded_size(s, n);
+    if (size < 0) return NULL;
+    /* The bytes decoded into the second half of the hex's room, then spread over it from the
+     * start: byte k is read before hex digits 2k and 2k + 1, which only cover bytes before it. */
+    unsigned char *bytes = (unsigned char *)o + size;
+    put_base64_decoded((char *)bytes, s, n);
+    static const char digits[] = "0123456789abcdef";
+    for (Py_ssize_t k = 0; k < size; k++) {
+        unsigned char byte = bytes[k];
+        o[2 * k] = digits[byte >> 4];
+        o[2 * k + 1] = digits[byte & 15];
+    }
+    return o + 2 * size;
+}
+
+/* `count` ASCII digits as a number: 0, or -1 if one is not a digit. */
+static inline int ascii_digits(const unsigned char *s, int count, int *out) {
+    int v = 0;
+    for (int i = 0; i < count; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+/* Ray's timestamp (`2026-11-22T01:37:30.525422162Z`: 30 characters, a real date) as ns since the
+ * epoch: 0 and `*ns` set, or -1 for any other text. Years 1970..2261 (an int64 of ns). */
+static inline int ray_time_ns_of(const unsigned char *s, Py_ssize_t n, int64_t *ns) {
+    if (n != 30 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' || s[19] != '.' ||
+        s[29] != 'Z')
+        return -1;
+    int year, month, day, hour, minute, second, fraction;
+    if (ascii_digits(s, 4, &year) || ascii_digits(s + 5, 2, &month) || ascii_digits(s + 8, 2, &day) ||
+        ascii_digits(s + 11, 2, &hour) || ascii_digits(s + 14, 2, &minute) || ascii_digits(s + 17, 2, &second) ||
+        ascii_digits(s + 20, 9, &fraction))
+        return -1;
+    static const int month_days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (year < 1970 || year > 2261 || month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59 ||
+        second > 59)
+        return -1;
+    int leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    if (day > month_days[month - 1] + (month == 2 && leap)) return -1;
+    int64_t seconds = days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second;
+    *ns = seconds * 1000000000 + fraction;
+    return 0;
+}
+
+/* An integer printed as text (1 to 18 ASCII digits, as proto JSON prints an int64 Ray sends as a
+ * string): 0 and `*out` set, or -1 for any other text (Python's `int()` decides it). */
+static inline int digits_int(const unsigned char *s, Py_ssize_t n, int64_t *out) {
+    if (n == 0 || n > 18) return -1;
+    int64_t v = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+/* Python's `//` of int64s. */
+static inline int64_t floor_div(int64_t a, int64_t b) {
+    int64_t q = a / b;
+    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
+#endif
