@@ -51,5 +51,5 @@ setup(
             "store._state_fold",
         )
     ]
-    + [_optional("store._row_writer", ("sqlite3",))]  # where SQLite's headers are present
+    + [_optional(m, ("sqlite3",)) for m in ("store._row_writer", "store._post_fold")]  # where SQLite's headers are
 )

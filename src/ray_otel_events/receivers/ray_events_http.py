@@ -21,8 +21,8 @@ import abc
 import asyncio
 import logging
 import math
-from collections.abc import Callable
-from typing import Any, Generic, NamedTuple, TypeVar
+from collections.abc import Callable, Sized
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 import orjson
 from aiohttp import web
@@ -60,6 +60,12 @@ class RayEventsConsumer(abc.ABC, Generic[EventT]):
         """A POST's items: the events read, and an error for each item that cannot be (`parse_each`
         with `parse_ray_event`; a consumer may read them all in one pass, to the same answers)."""
         return parse_each(items, self.parse_ray_event)
+
+    def read_ray_events(self, body: bytes) -> tuple[list[EventT], list[str]]:
+        """A POSTed body's events and an error for each item that is not one (`read_posted_items`
+        with `parse_ray_events`; a consumer may read the text itself, to the same answers).
+        BodyError (400) when the body is not a JSON array."""
+        return read_posted_items(body, self.parse_ray_events)[1:]
 
     @abc.abstractmethod
     async def consume_ray_events(self, events: list[EventT], body: bytes) -> None:
@@ -154,10 +160,23 @@ def _release(*_objects: object) -> None:
     """Holds what it is given until the event loop runs it: then they are freed."""
 
 
-class RayEventsHttpReceiver(Generic[EventT]):
+BatchT = TypeVar("BatchT", bound=Sized)
+
+
+class RayEventsReader(Protocol[BatchT]):
+    """What the receiver needs of its consumer (a RayEventsConsumer is one, its batch a list): a
+    body read into a batch of events (its length, the events accepted) and an error per item that
+    cannot be read, then the batch taken. The store keeps a POST's text as its batch."""
+
+    def read_ray_events(self, body: bytes) -> tuple[BatchT, list[str]]: ...
+
+    async def consume_ray_events(self, events: BatchT, body: bytes) -> None: ...
+
+
+class RayEventsHttpReceiver(Generic[BatchT]):
     def __init__(
         self,
-        consumer: RayEventsConsumer[EventT],
+        consumer: RayEventsReader[BatchT],
         max_body_bytes: int,
         decoded_by_server: bool = False,
         counters: Counters | None = None,
@@ -179,7 +198,7 @@ class RayEventsHttpReceiver(Generic[EventT]):
             )
         try:
             body = await read_body(request, self.max_body_bytes, self.decoded_by_server)
-            value, events, errors = read_posted_items(body, self.consumer.parse_ray_events)
+            events, errors = self.consumer.read_ray_events(body)
         except BodyError as exc:
             return self._refuse(exc.status, exc.reason)
         if events:
@@ -196,7 +215,7 @@ class RayEventsHttpReceiver(Generic[EventT]):
         answer = {"accepted": len(events), "rejected": len(errors), "errors": errors[:MAX_ERRORS_LISTED]}
         # A POST of 1,000 events parses into some 20,000 objects, a couple of milliseconds to free:
         # freed once the answer is on its way, while the client makes its next request.
-        asyncio.get_running_loop().call_soon(_release, value, events)
+        asyncio.get_running_loop().call_soon(_release, events)
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
 
     def _refuse(self, status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:

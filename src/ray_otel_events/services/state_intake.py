@@ -3,7 +3,9 @@
 `/v1/ray-events` is what Ray's aggregator, ours or the bridge POSTs: a JSON array of RayEvents,
 on disk in the intake spool before the POST is answered (a 200 survives `kill -9`) and folded into
 the store a moment later, several POSTs at a time (`store.background_fold`); reads of the state
-wait for what was answered before them (`settled`). It is the bridge's receiver, so it
+wait for what was answered before them (`settled`). Where the compiled fold is built, a POST is
+read from its text without the GIL and kept as its text until folded (`store.posted_body`): no
+Python object per event. It is the bridge's receiver, so it
 answers as the bridge does: an event that cannot be read is rejected and named in a 200 answer
 (Ray's publisher retries any other answer forever), and the rest of its batch is stored. A value
 only the fold reads (a bad base64 id deep in a piece) is found after the answer: that piece is
@@ -17,8 +19,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import Any
 
+import orjson
 from aiohttp import web
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -29,20 +31,20 @@ from ray_otel_events.receivers.ray_events_http import (
     REFUSED_REQUESTS,
     REJECTED_EVENTS,
     REQUESTS,
-    RayEventsConsumer,
     RayEventsHttpReceiver,
     read_posted_array,
 )
 from ray_otel_events.store import otlp_records
 from ray_otel_events.store.background_fold import BackgroundFold
 from ray_otel_events.store.intake_spool import IntakeSpool
+from ray_otel_events.store.posted_body import Accepted, PostedBody, scan
 from ray_otel_events.store.sqlite_store import EventStore, IngestResult
 from ray_otel_events.store.state_merge import Prepared, prepare
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
-class StateIntake(OtlpConsumer, RayEventsConsumer[Prepared]):
+class StateIntake(OtlpConsumer):
     """Routes for the intake, and counts of what they stored."""
 
     def __init__(self, store: EventStore, spool: IntakeSpool) -> None:
@@ -59,8 +61,8 @@ class StateIntake(OtlpConsumer, RayEventsConsumer[Prepared]):
     def routes(self) -> list[web.RouteDef]:
         return [*self.ray_events.routes(), *self.otlp.routes()]
 
-    def parse_ray_event(self, item: Any) -> Prepared:
-        return prepare(item)
+    def read_ray_events(self, body: bytes) -> tuple[Accepted, list[str]]:
+        return read_posted(body)
 
     def start(self) -> int:
         """Starts folding, first what a previous run accepted and did not fold (returned)."""
@@ -74,7 +76,7 @@ class StateIntake(OtlpConsumer, RayEventsConsumer[Prepared]):
         """Folds everything accepted, then stops folding."""
         self.fold.close()
 
-    async def consume_ray_events(self, events: list[Prepared], body: bytes) -> None:
+    async def consume_ray_events(self, events: Accepted, body: bytes) -> None:
         await self.fold.room()
         self.fold.put(events, body)
 
@@ -120,9 +122,31 @@ class StateIntake(OtlpConsumer, RayEventsConsumer[Prepared]):
         }
 
 
-def spooled_events(body: bytes) -> list[Prepared]:
+def read_posted(body: bytes) -> tuple[Accepted, list[str]]:
+    """A POSTed body's accepted events and an error naming each item that cannot be read, as
+    `read_posted_array(body, prepare)` reads them; BodyError (400) when it is not a JSON array.
+    Where the compiled fold is built, the events are kept as the body (`PostedBody`): only the
+    items its reader leaves to Python are read here, with orjson and `prepare`."""
+    scanned = scan(body)
+    errors: list[str]
+    if scanned is None:  # no compiled reader, or a body it leaves to orjson (which may refuse it)
+        _, events, errors = read_posted_array(body, prepare)
+        return events, errors
+    items, places = scanned
+    odd: dict[int, Prepared | None] = {}
+    errors = []
+    for index, start, end in places:
+        try:
+            odd[index] = prepare(orjson.loads(body[start:end]))
+        except ValueError as exc:
+            odd[index] = None
+            errors.append(f"[{index}]: {exc}")
+    return PostedBody(body, items - len(errors), odd), errors
+
+
+def spooled_events(body: bytes) -> Accepted:
     """The events a spooled POST was answered for, read again as the POST read them."""
     try:
-        return read_posted_array(body, prepare)[1]
+        return read_posted(body)[0]
     except BodyError:  # never spooled: a POST that is not a JSON array is refused first
         return []

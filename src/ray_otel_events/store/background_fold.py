@@ -21,8 +21,8 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from ray_otel_events.store.intake_spool import IntakeSpool, Position
+from ray_otel_events.store.posted_body import Accepted
 from ray_otel_events.store.sqlite_store import EventStore, IngestResult
-from ray_otel_events.store.state_merge import Prepared
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ RETRY_S = 1.0  # after the store failed a batch (it is kept, and tried again)
 
 class _Accepted(NamedTuple):
     ticket: int
-    events: list[Prepared]
+    events: Accepted
     position: Position  # in the spool, the end of this POST's body
 
 
@@ -46,7 +46,7 @@ class BackgroundFold:
         store: EventStore,
         spool: IntakeSpool,
         on_result: Callable[[IngestResult], None],
-        read_spooled: Callable[[bytes], list[Prepared]],
+        read_spooled: Callable[[bytes], Accepted],
         *,
         batch_events: int = BATCH_EVENTS,
         max_pending_events: int = MAX_PENDING_EVENTS,
@@ -79,11 +79,11 @@ class BackgroundFold:
         self._thread.start()
         return again
 
-    def put(self, events: list[Prepared], body: bytes) -> None:
+    def put(self, events: Accepted, body: bytes) -> None:
         """Accept a POST's events: its body is spooled before this returns."""
         self._enqueue(events, self._spool.append(body))
 
-    def _enqueue(self, events: list[Prepared], position: Position) -> None:
+    def _enqueue(self, events: Accepted, position: Position) -> None:
         with self._changed:
             self._put_ticket += 1
             self._queue.append(_Accepted(self._put_ticket, events, position))
@@ -138,20 +138,21 @@ class BackgroundFold:
 
     def _run(self) -> None:
         while (taken := self._take()) is not None:
-            events = [event for accepted in taken for event in accepted.events]
+            posts = [accepted.events for accepted in taken]
+            count = sum(len(events) for events in posts)
             while True:
                 try:
-                    result = self._store.ingest_prepared(events)
+                    result = self._store.ingest_posted(posts)
                     break
                 except Exception:  # kept in the spool and here: tried again, never dropped
                     self.failures += 1
                     if self._closing:  # a stop is not held up for good: the next start folds them
-                        logger.exception("folding %d events failed; left in the intake spool", len(events))
+                        logger.exception("folding %d events failed; left in the intake spool", count)
                         return
-                    logger.exception("folding %d events failed; trying again in %.0f s", len(events), RETRY_S)
+                    logger.exception("folding %d events failed; trying again in %.0f s", count, RETRY_S)
                     time.sleep(RETRY_S)
-            for position, reason in result.refused[:LOGGED_REFUSALS]:
-                logger.warning("event refused by its fold (%s): %s", events[position][0], reason)
+            for refusal in result.refused[:LOGGED_REFUSALS]:
+                logger.warning("event refused by its fold (%s): %s", refusal.event_id, refusal.reason)
             if len(result.refused) > LOGGED_REFUSALS:
                 logger.warning(
                     "and %d more events refused by their fold", len(result.refused) - LOGGED_REFUSALS
@@ -162,7 +163,7 @@ class BackgroundFold:
             except OSError as exc:  # the mark lags: the next start folds these again, a no-op
                 logger.warning("cannot mark the intake spool folded: %s", exc)
             with self._changed:
-                self._pending_events -= len(events)
+                self._pending_events -= count
                 self._folded_ticket = taken[-1].ticket
             self.batches += 1
             self._wake_waiters()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ray_otel_events import config
 from ray_otel_events.store.state_merge import (
@@ -36,6 +36,15 @@ Rows = dict[Key, "StoredRow"]
 Upserts = list[tuple[Any, ...]]
 
 
+class Refusal(NamedTuple):
+    """A piece its fold refused (a value only the fold reads): its place in the batch, its event
+    id, and why."""
+
+    position: int
+    event_id: str
+    reason: str
+
+
 @dataclass(slots=True)
 class StoredRow:
     row: Row
@@ -43,7 +52,7 @@ class StoredRow:
 
 
 def fold_row(
-    resource: str, entry: StoredRow, folds: list[Fold], refused: list[tuple[int, str]] | None = None
+    resource: str, entry: StoredRow, folds: list[Fold], refused: list[Refusal] | None = None
 ) -> tuple[Columns | None, int, list[str]]:
     """Fold one row's pieces, skipping event ids it has seen: its `row_columns` if it changed, the
     duplicates skipped and the types of the events folded. With `refused`, each piece is folded on
@@ -60,7 +69,7 @@ def fold_row(
                 apply(trial, piece)
                 row_columns(piece.resource, trial)
             except FOLD_ERRORS as exc:
-                refused.append((position, f"{piece.event_type}: {exc}"))
+                refused.append(Refusal(position, event_id, f"{piece.event_type}: {exc}"))
                 continue
             entry.row = trial
         else:

@@ -34,8 +34,10 @@ import orjson
 
 from ray_otel_events import config
 from ray_otel_events.durable.wal_checkpointer import WalCheckpointer
+from ray_otel_events.store.posted_body import Accepted, PostedBody, accepted_events, item_prepared
 from ray_otel_events.store.row_fold import (
     Pieces,
+    Refusal,
     StoredRow,
     count_folded,
     fold_row,
@@ -55,6 +57,10 @@ try:  # the upserts on a thread that needs no GIL (setup.py builds it where SQLi
     from ray_otel_events.store import _row_writer
 except ImportError:
     _row_writer = None  # type: ignore[assignment]
+try:  # POSTs folded from their text, without the GIL (built beside the row writer)
+    from ray_otel_events.store import _post_fold
+except ImportError:
+    _post_fold = None  # type: ignore[assignment]
 
 SCHEMA_VERSION = 3
 _IN_CHUNK = 500  # ids per `IN (...)` query
@@ -71,6 +77,12 @@ _WRITER_PRAGMAS = (
     "PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536; PRAGMA wal_autocheckpoint=0;"
     f" PRAGMA mmap_size={_MMAP_BYTES}; PRAGMA journal_size_limit={_WAL_KEPT_BYTES};"
     " PRAGMA busy_timeout=10000;"
+)
+# The compiled fold's own connection, which reads the rows it folds by key (mapped, as above).
+_READER_PRAGMAS = f"PRAGMA cache_size=-16384; PRAGMA mmap_size={_MMAP_BYTES}; PRAGMA busy_timeout=10000;"
+_SELECT_ROW = (
+    "SELECT entity_id, data, event_ids FROM state_rows"
+    " WHERE resource = ? AND entity_id = ? AND attempt = ? AND session = ?"
 )
 _TEXT_COLUMNS = ("state", "job", "name", "func", "node", "worker", "kind", "error")
 _COLUMN_DEFS = ", ".join(
@@ -154,8 +166,7 @@ class IngestResult:
     duplicates: int = 0
     ignored: int = 0  # event types with no state row (e.g. platform events)
     invalid: list[str] = field(default_factory=list)
-    # (position in the batch, why) of events read but failing in their fold (a bad value)
-    refused: list[tuple[int, str]] = field(default_factory=list)
+    refused: list[Refusal] = field(default_factory=list)  # events read but failing in their fold
     by_type: dict[str, int] = field(default_factory=dict)  # stored (not duplicate) events per type
 
     @property
@@ -248,6 +259,7 @@ class EventStore:
             raise StoreError(f"{self.path} has schema {version}, newer than this version's {SCHEMA_VERSION}")
         self._checkpointer: WalCheckpointer | None = None
         self._writer: _row_writer.RowWriter | None = None
+        self._post_folder: _post_fold.Folder | None = None
         if not read_only:
             self._db.executescript(_SCHEMA)
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -256,10 +268,16 @@ class EventStore:
                 self._writer = _row_writer.RowWriter(
                     str(self.path), _UPSERT, _WRITER_PRAGMAS, _UPSERT_VALUES, sqlite3.DatabaseError
                 )
+                if _post_fold is not None:
+                    self._post_folder = _post_fold.Folder(
+                        str(self.path), _READER_PRAGMAS, _SELECT_ROW, self._writer, sqlite3.DatabaseError
+                    )
 
     def close(self) -> None:
         if self._writer is not None:
             with self._lock:
+                if self._post_folder is not None:
+                    self._post_folder.close()
                 self._writer.close()
         if self._checkpointer is not None:
             self._checkpointer.close()
@@ -281,7 +299,7 @@ class EventStore:
             except ValueError as exc:
                 invalid.append(str(exc))
         result = self.ingest_prepared(prepared, now=now)
-        result.invalid = invalid + [reason for _, reason in result.refused]
+        result.invalid = invalid + [refusal.reason for refusal in result.refused]
         return result
 
     def ingest_prepared(self, events: Iterable[Prepared], *, now: float | None = None) -> IngestResult:
@@ -293,6 +311,35 @@ class EventStore:
             with self._row_writes() as write:
                 self._fold(pieces, received, result, write)
         return result
+
+    def ingest_posted(self, posts: list[Accepted], *, now: float | None = None) -> IngestResult:
+        """`ingest_prepared` of several POSTs' accepted events, in order, in one transaction. Those
+        kept as their text (PostedBody) are folded from it by the compiled fold, all but the rows
+        it hands back, which are folded here as `ingest_prepared` folds them: the same rows."""
+        folder = self._post_folder
+        if folder is None or not any(isinstance(post, PostedBody) for post in posts):
+            return self.ingest_prepared([event for post in posts for event in accepted_events(post)], now=now)
+        result = IngestResult()
+        received = time.time() if now is None else now
+        with self._row_writes() as write:
+            result.by_type, result.duplicates, result.ignored, leftovers = folder.fold(posts, received)
+            if leftovers:
+                pieces: Pieces = {}
+                for position, prepared, post, start, end in leftovers:
+                    if prepared is None:  # read by the compiled fold: read as Python reads it
+                        posted = posts[post]
+                        assert isinstance(posted, PostedBody)
+                        prepared = item_prepared(posted, start, end)
+                    event_id, key, piece = prepared
+                    assert key is not None and piece is not None  # events without a row are not handed back
+                    pieces.setdefault(key, []).append((position, event_id, piece))
+                self._fold(pieces, received, result, write)
+        return result
+
+    @property
+    def folds_posted(self) -> bool:
+        """Whether `ingest_posted` folds a PostedBody from its text (else it reads it in Python)."""
+        return self._post_folder is not None
 
     def _fold(
         self,

@@ -556,6 +556,17 @@ row_columns: Callable[[str, Row], tuple[str, tuple[Any, ...]]] = _row_columns_py
 ValueError if a piece put there what the file cannot hold (an object where a name belongs, an
 integer past 64 bits)."""
 
+try:  # a POST's task rows folded from its text (store/_post_fold.c, built beside the row writer)
+    from ray_otel_events.store import _post_fold
+except ImportError:
+    _post_fold = None  # type: ignore[assignment]
+if _post_fold is not None and config.compiled_enabled():
+    _TEXT_FOLDS: dict[Fold, int] = {_task_definition: 1, _task_lifecycle: 2}  # 0: folded in Python
+    _post_fold.bind(
+        {event_type: (*route[:4], _TEXT_FOLDS.get(route[4], 0)) for event_type, route in _ROUTES.items()},
+        _INDEX_PLAN[TASKS],
+    )
+
 try:  # the same steps compiled (setup.py builds store/_state_fold.c where a C compiler is present)
     from ray_otel_events.store import _state_fold
 except ImportError:

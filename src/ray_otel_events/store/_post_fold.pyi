@@ -1,0 +1,17 @@
+"""The compiled reading and fold of POSTed RayEvent JSON (_post_fold.c)."""
+
+from typing import Any
+
+from ray_otel_events.store._row_writer import RowWriter
+
+def scan(body: bytes, /) -> tuple[int, list[tuple[int, int, int]]] | None: ...
+def bind(
+    routes: dict[str, tuple[str, str, str, str | None, int]], plan: tuple[tuple[str | None, Any], ...], /
+) -> None: ...
+
+class Folder:
+    def __init__(self, path: str, setup: str, select: str, writer: RowWriter, error: type[Exception]) -> None: ...
+    def fold(
+        self, posts: list[Any], received: float, /
+    ) -> tuple[dict[str, int], int, int, list[tuple[int, Any, int, int, int]]]: ...
+    def close(self) -> None: ...
