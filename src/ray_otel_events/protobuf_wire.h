@@ -112,14 +112,16 @@ static inline char *put_base64(char *o, const uint8_t *data, Py_ssize_t n) {
 /* The size of what `text` decodes to, if it is standard padded base64 (groups of four, '=' only in
  * the last: what `base64.b64decode(..., validate=True)` takes and ray_json_decode's pattern allows;
  * the unused bits of a last partial group may be anything, as there), else -1. */
-static inline signed char base64_digit(unsigned char c) {
-    if (c >= 'A' && c <= 'Z') return (signed char)(c - 'A');
-    if (c >= 'a' && c <= 'z') return (signed char)(c - 'a' + 26);
-    if (c >= '0' && c <= '9') return (signed char)(c - '0' + 52);
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-}
+static const signed char base64_digits[256] = {
+    [0 ... 255] = -1,
+    ['A'] = 0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,
+    ['a'] = 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51,
+    ['0'] = 52, 53, 54, 55, 56, 57, 58, 59, 60, 61,
+    ['+'] = 62,
+    ['/'] = 63,
+};
+
+static inline signed char base64_digit(unsigned char c) { return base64_digits[c]; }
 
 static inline Py_ssize_t base64_decoded_size(const char *text, Py_ssize_t n) {
     if (n % 4) return -1;

@@ -132,7 +132,7 @@ def read_posted(body: bytes) -> tuple[Accepted, list[str]]:
     if scanned is None:  # no compiled reader, or a body it leaves to orjson (which may refuse it)
         _, events, errors = read_posted_array(body, prepare)
         return events, errors
-    items, places = scanned
+    items, places, read = scanned
     odd: dict[int, Prepared | None] = {}
     errors = []
     for index, start, end in places:
@@ -141,7 +141,7 @@ def read_posted(body: bytes) -> tuple[Accepted, list[str]]:
         except ValueError as exc:
             odd[index] = None
             errors.append(f"[{index}]: {exc}")
-    return PostedBody(body, items - len(errors), odd), errors
+    return PostedBody(body, items - len(errors), odd, read), errors
 
 
 def spooled_events(body: bytes) -> Accepted:

@@ -62,6 +62,7 @@ typedef struct {
     Node *nodes;
     uint32_t n, cap;
     int depth, status;
+    int keep_depth; /* containers nested deeper are checked, not read into nodes (0: none is) */
 } Parser;
 
 static void parser_free(Parser *p) {
@@ -78,6 +79,7 @@ static void parser_reset(Parser *p, const uint8_t *text, uint32_t len) {
     p->n = 0;
     p->depth = 0;
     p->status = P_OK;
+    p->keep_depth = 0;
 }
 
 static int64_t new_node(Parser *p, int type) {
@@ -135,24 +137,45 @@ static int32_t hex4_at(const uint8_t *s, int *lower) {
 
 static int is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
 
-static int64_t parse_string(Parser *p) {
-    int64_t k = new_node(p, J_STRING);
-    if (k < 0) return -1;
+#define ONES 0x0101010101010101ULL
+
+/* The place of the first quote, backslash, control character or non-ASCII byte among the 8 bytes
+ * at `s` (little-endian), or 8: the "has a byte under n" tests of bit twiddling, whose lowest flag
+ * is exact (a borrow only flags bytes above the first hit). A string's plain bytes are skipped 8
+ * at a time. */
+static inline unsigned first_special8(const uint8_t *s) {
+    uint64_t w;
+    memcpy(&w, s, 8);
+    uint64_t quote = w ^ (ONES * '"'), backslash = w ^ (ONES * '\\');
+    uint64_t hits = ((quote - ONES) & ~quote) | ((backslash - ONES) & ~backslash) | ((w - ONES * 0x20) & ~w) | w;
+    hits &= ONES * 0x80;
+    return hits ? (unsigned)__builtin_ctzll(hits) >> 3 : 8;
+}
+
+/* The string at the reading position (its quote) checked as orjson reads it and passed; its flags
+ * at `*flags`. -1 for one orjson refuses or may read otherwise (bad UTF-8, control characters,
+ * bad escapes, lone surrogates). */
+static int read_string(Parser *p, uint8_t *flags) {
     const uint8_t *t = p->text;
     uint32_t i = p->pos + 1, len = p->len;
     int canon = 1, escaped = 0, wide = 0;
     for (;;) {
-        if (i >= len) return unreadable(p);
+        while (i + 8 <= len) {
+            unsigned skip = first_special8(t + i);
+            i += skip;
+            if (skip < 8) break;
+        }
+        if (i >= len) return unreadable(p), -1;
         uint8_t c = t[i];
         if (c == '"') break;
-        if (c < 0x20) return unreadable(p);
+        if (c < 0x20) return unreadable(p), -1;
         if (c >= 0x80) wide = 1;
         if (c != '\\') {
             i++;
             continue;
         }
         escaped = 1;
-        if (i + 1 >= len) return unreadable(p);
+        if (i + 1 >= len) return unreadable(p), -1;
         uint8_t e = t[i + 1];
         if (e == '"' || e == '\\' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
             i += 2;
@@ -163,13 +186,13 @@ static int64_t parse_string(Parser *p) {
             i += 2;
             continue;
         }
-        if (e != 'u' || i + 6 > len) return unreadable(p);
+        if (e != 'u' || i + 6 > len) return unreadable(p), -1;
         int lower = 1;
         int32_t u = hex4_at(t + i + 2, &lower);
-        if (u < 0 || (u >= 0xDC00 && u <= 0xDFFF)) return unreadable(p);
+        if (u < 0 || (u >= 0xDC00 && u <= 0xDFFF)) return unreadable(p), -1;
         if (u >= 0xD800 && u <= 0xDBFF) { /* a pair, or orjson refuses it */
             int32_t low = i + 12 <= len && t[i + 6] == '\\' && t[i + 7] == 'u' ? hex4_at(t + i + 8, &lower) : -1;
-            if (low < 0xDC00 || low > 0xDFFF) return unreadable(p);
+            if (low < 0xDC00 || low > 0xDFFF) return unreadable(p), -1;
             canon = 0;
             i += 12;
             continue;
@@ -178,11 +201,19 @@ static int64_t parse_string(Parser *p) {
         if (!lower || u >= 0x20 || u == '\b' || u == '\t' || u == '\n' || u == '\f' || u == '\r') canon = 0;
         i += 6;
     }
-    if (wide && !utf8_valid(t + p->pos + 1, i - p->pos - 1)) return unreadable(p);
+    if (wide && !utf8_valid(t + p->pos + 1, i - p->pos - 1)) return unreadable(p), -1;
     p->pos = i + 1;
+    *flags = (uint8_t)((canon ? CANON : 0) | WRITABLE | (escaped ? ESCAPED : 0));
+    return 0;
+}
+
+static int64_t parse_string(Parser *p) {
+    int64_t k = new_node(p, J_STRING);
+    uint8_t flags;
+    if (k < 0 || read_string(p, &flags) < 0) return -1;
     Node *node = p->nodes + k;
     node->end = p->pos;
-    node->flags = (uint8_t)((canon ? CANON : 0) | WRITABLE | (escaped ? ESCAPED : 0));
+    node->flags = flags;
     return k;
 }
 
@@ -244,14 +275,15 @@ static int float_is_finite(const uint8_t *s, uint32_t n) {
     return place <= 308;
 }
 
-static int64_t parse_number(Parser *p) {
-    int64_t k = new_node(p, J_INT);
-    if (k < 0) return -1;
+/* The number at the reading position checked as orjson reads it and passed: J_INT (its value at
+ * `*num`) or J_FLOAT, its flags at `*flags`; -1 for one orjson reads otherwise (an integer past
+ * int64) or refuses (an infinite float). */
+static int read_number(Parser *p, int *type, int64_t *num, uint8_t *flags) {
     const uint8_t *t = p->text;
-    uint32_t i = p->pos, len = p->len;
+    uint32_t start = p->pos, i = p->pos, len = p->len;
     int negative = i < len && t[i] == '-';
     if (negative) i++;
-    if (i >= len || !is_digit(t[i])) return unreadable(p);
+    if (i >= len || !is_digit(t[i])) return unreadable(p), -1;
     uint64_t magnitude = 0;
     int overflow = 0;
     if (t[i] == '0') {
@@ -267,30 +299,43 @@ static int64_t parse_number(Parser *p) {
     int is_float = 0;
     if (i < len && t[i] == '.') {
         i++;
-        if (i >= len || !is_digit(t[i])) return unreadable(p);
+        if (i >= len || !is_digit(t[i])) return unreadable(p), -1;
         while (i < len && is_digit(t[i])) i++;
         is_float = 1;
     }
     if (i < len && (t[i] == 'e' || t[i] == 'E')) {
         i++;
         if (i < len && (t[i] == '+' || t[i] == '-')) i++;
-        if (i >= len || !is_digit(t[i])) return unreadable(p);
+        if (i >= len || !is_digit(t[i])) return unreadable(p), -1;
         while (i < len && is_digit(t[i])) i++;
         is_float = 1;
     }
-    Node *node = p->nodes + k;
-    node->end = i;
     p->pos = i;
     if (is_float) {
-        if (!float_is_finite(t + node->start, i - node->start)) return unreadable(p);
-        node->type = J_FLOAT;
-        node->flags = float_is_canonical(t + node->start, i - node->start) ? CANON | WRITABLE : 0;
-        return k;
+        if (!float_is_finite(t + start, i - start)) return unreadable(p), -1;
+        *type = J_FLOAT;
+        *flags = float_is_canonical(t + start, i - start) ? CANON | WRITABLE : 0;
+        return 0;
     }
     /* orjson reads an integer past int64 as a float or a uint64: Python reads that body */
-    if (overflow || magnitude > (uint64_t)INT64_MAX + (negative ? 1 : 0)) return unreadable(p);
-    node->num = negative ? (int64_t)(0 - magnitude) : (int64_t)magnitude;
-    if (negative && magnitude == 0) node->flags = WRITABLE; /* "-0" is written "0" */
+    if (overflow || magnitude > (uint64_t)INT64_MAX + (negative ? 1 : 0)) return unreadable(p), -1;
+    *type = J_INT;
+    *num = negative ? (int64_t)(0 - magnitude) : (int64_t)magnitude;
+    *flags = negative && magnitude == 0 ? WRITABLE : CANON | WRITABLE; /* "-0" is written "0" */
+    return 0;
+}
+
+static int64_t parse_number(Parser *p) {
+    int64_t k = new_node(p, J_INT);
+    int type;
+    int64_t num = 0;
+    uint8_t flags;
+    if (k < 0 || read_number(p, &type, &num, &flags) < 0) return -1;
+    Node *node = p->nodes + k;
+    node->end = p->pos;
+    node->type = (uint8_t)type;
+    node->num = num;
+    node->flags = flags;
     return k;
 }
 
@@ -392,10 +437,66 @@ static int64_t parse_object(Parser *p) {
     return k;
 }
 
+/* The value at the reading position checked as orjson reads it and passed, no node made (what
+ * `scan` does not read: duplicate and escaped keys are left to the fold's reading). 0 or -1. */
+static int skip_value(Parser *p) {
+    if (p->pos >= p->len) return unreadable(p), -1;
+    uint8_t c = p->text[p->pos], flags;
+    if (c == '"') return read_string(p, &flags);
+    if (c == 't' || c == 'f' || c == 'n') {
+        const char *word = c == 't' ? "true" : c == 'f' ? "false" : "null";
+        size_t n = strlen(word);
+        if (p->len - p->pos < n || memcmp(p->text + p->pos, word, n) != 0) return unreadable(p), -1;
+        p->pos += (uint32_t)n;
+        return 0;
+    }
+    if (c != '[' && c != '{') {
+        int type;
+        int64_t num;
+        return read_number(p, &type, &num, &flags);
+    }
+    uint8_t close = c == '[' ? ']' : '}';
+    if (++p->depth > MAX_DEPTH) return unreadable(p), -1;
+    p->pos++;
+    skip_space(p);
+    if (p->pos < p->len && p->text[p->pos] == close) {
+        p->pos++;
+        p->depth--;
+        return 0;
+    }
+    for (;;) {
+        if (close == '}') {
+            if (p->pos >= p->len || p->text[p->pos] != '"' || read_string(p, &flags) < 0) return unreadable(p), -1;
+            skip_space(p);
+            if (p->pos >= p->len || p->text[p->pos] != ':') return unreadable(p), -1;
+            p->pos++;
+            skip_space(p);
+        }
+        if (skip_value(p) < 0) return -1;
+        skip_space(p);
+        if (p->pos >= p->len) return unreadable(p), -1;
+        uint8_t next = p->text[p->pos++];
+        if (next == close) break;
+        if (next != ',') return unreadable(p), -1;
+        skip_space(p);
+    }
+    p->depth--;
+    return 0;
+}
+
 /* The value at the reading position (no space before it). */
 static int64_t parse_value(Parser *p) {
     if (p->pos >= p->len) return unreadable(p);
-    switch (p->text[p->pos]) {
+    uint8_t c = p->text[p->pos];
+    if (p->keep_depth && p->depth >= p->keep_depth && (c == '{' || c == '[')) {
+        /* a node with no members read (and no flags: never written from): its text is checked */
+        int64_t k = new_node(p, c == '{' ? J_OBJECT : J_ARRAY);
+        if (k < 0 || skip_value(p) < 0) return -1;
+        p->nodes[k].end = p->pos;
+        p->nodes[k].flags = 0;
+        return k;
+    }
+    switch (c) {
     case '"': return parse_string(p);
     case '{': return parse_object(p);
     case '[': return parse_array(p);
@@ -544,10 +645,24 @@ static Text arena_copy(Arena *a, const char *s, size_t n) {
 
 static int text_eq(Text a, Text b) { return a.n == b.n && memcmp(a.p, b.p, a.n) == 0; }
 
+/* An int64 in decimal at `o` (room for 20 bytes); its end. */
+static char *put_int(char *o, int64_t v) {
+    uint64_t magnitude = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    char digits[20];
+    int n = 0;
+    do {
+        digits[n++] = (char)('0' + magnitude % 10);
+        magnitude /= 10;
+    } while (magnitude);
+    if (v < 0) *o++ = '-';
+    while (n) *o++ = digits[--n];
+    return o;
+}
+
 static Text int_text(Arena *a, int64_t v) {
-    char digits[24];
-    int n = snprintf(digits, sizeof digits, "%lld", (long long)v);
-    return arena_copy(a, digits, (size_t)n);
+    char *o = arena_alloc(a, 20);
+    if (o == NULL) return NONE;
+    return (Text){o, (uint32_t)(put_int(o, v) - o)};
 }
 
 /* -- writing values as orjson writes them ----------------------------------------------------- */
@@ -605,7 +720,7 @@ static char *put_json(const Parser *p, uint32_t v, char *o, Arena *scratch) {
         return o + n;
     }
     switch (node->type) {
-    case J_INT: return o + sprintf(o, "%lld", (long long)node->num);
+    case J_INT: return put_int(o, node->num);
     case J_STRING: {
         char *utf8 = arena_alloc(scratch, n);
         if (utf8 == NULL) return NULL;
@@ -789,7 +904,19 @@ static void read_item(const Parser *p, int64_t v, Item *item) {
 
 /* -- scan ------------------------------------------------------------------------------------- */
 
-/* scan(body) -> (items, [(index, start, end), ...]) | None */
+/* What `scan` found of one item, kept (as `index`, one bytes object a POST) for the fold, which then
+ * reads the item's payload only: its kind and route, and the places in the body of its text, its
+ * payload object, its event id, its base64 entity id and its session name, and its attempt. */
+typedef struct {
+    uint32_t start, end, payload_start, payload_end;
+    uint32_t id_start, id_n, entity_start, entity_n, session_start, session_n;
+    int64_t attempt;
+    int32_t kind, route;
+} ItemRecord;
+
+static uint32_t offset_in(const Parser *p, Text t) { return t.p == NULL || t.n == 0 ? 0 : (uint32_t)((const uint8_t *)t.p - p->text); }
+
+/* scan(body) -> (items, [(index, start, end), ...], index) | None */
 static PyObject *scan(PyObject *self, PyObject *body) {
     (void)self;
     if (!PyBytes_Check(body)) {
@@ -802,11 +929,13 @@ static PyObject *scan(PyObject *self, PyObject *body) {
     }
     if (PyBytes_GET_SIZE(body) >= UINT32_MAX) Py_RETURN_NONE;
     Parser p = {0};
-    RawBuf odd = {0}; /* (index, start, end) as uint32s */
+    RawBuf odd = {0};     /* (index, start, end) as uint32s */
+    RawBuf records = {0}; /* ItemRecord */
     uint32_t items = 0;
     int status;
     Py_BEGIN_ALLOW_THREADS
     parser_reset(&p, (const uint8_t *)PyBytes_AS_STRING(body), (uint32_t)PyBytes_GET_SIZE(body));
+    p.keep_depth = 2; /* an item's members and its payload's are read: what `read_item` reads */
     status = array_open(&p);
     while (status == 0) {
         int64_t v;
@@ -817,16 +946,31 @@ static PyObject *scan(PyObject *self, PyObject *body) {
         }
         Item item;
         read_item(&p, v, &item);
+        ItemRecord record = {.start = p.nodes[v].start, .end = p.nodes[v].end, .kind = item.kind};
         if (item.kind == ITEM_PYTHON) {
-            uint32_t place[3] = {items, p.nodes[v].start, p.nodes[v].end};
+            uint32_t place[3] = {items, record.start, record.end};
             raw_put(&odd, place, sizeof place);
+        } else {
+            record.route = item.route;
+            record.id_start = offset_in(&p, item.event_id);
+            record.id_n = item.event_id.n;
         }
+        if (item.kind == ITEM_ROW) {
+            record.payload_start = p.nodes[item.payload].start;
+            record.payload_end = p.nodes[item.payload].end;
+            record.entity_start = offset_in(&p, item.entity_b64);
+            record.entity_n = item.entity_b64.n;
+            record.session_start = offset_in(&p, item.session);
+            record.session_n = item.session.n;
+            record.attempt = item.attempt;
+        }
+        raw_put(&records, &record, sizeof record);
         items++;
     }
     parser_free(&p);
     Py_END_ALLOW_THREADS
     PyObject *out = NULL;
-    if (p.status == P_MEMORY || odd.failed) {
+    if (p.status == P_MEMORY || odd.failed || records.failed) {
         PyErr_NoMemory();
     } else if (status < 0) {
         out = Py_NewRef(Py_None);
@@ -840,9 +984,10 @@ static PyObject *scan(PyObject *self, PyObject *body) {
             if (entry == NULL) Py_CLEAR(list);
             else PyList_SET_ITEM(list, i, entry);
         }
-        if (list != NULL) out = Py_BuildValue("(IN)", items, list);
+        if (list != NULL) out = Py_BuildValue("(INy#)", items, list, records.data ? records.data : "", (Py_ssize_t)records.len);
     }
     raw_free(&odd);
+    raw_free(&records);
     return out;
 }
 
@@ -1160,12 +1305,17 @@ static Text task_log_info(const Parser *p, int64_t info, Arena *a) {
     if (o == NULL) return NONE;
     *o++ = '{';
     for (int i = 0; i < 2; i++) {
-        o += sprintf(o, "%s", files[i][1]);
+        memcpy(o, files[i][1], strlen(files[i][1]));
+        o += strlen(files[i][1]);
         memcpy(o, file[i].p, file[i].n);
         o += file[i].n;
         *o++ = ',';
     }
-    for (int i = 0; i < 4; i++) o += sprintf(o, "%s%lld%s", offsets[i][1], (long long)offset[i], i < 3 ? "," : "}");
+    for (int i = 0; i < 4; i++) {
+        memcpy(o, offsets[i][1], strlen(offsets[i][1]));
+        o = put_int(o + strlen(offsets[i][1]), offset[i]);
+        *o++ = i < 3 ? ',' : '}';
+    }
     return (Text){start, (uint32_t)(o - start)};
 }
 
@@ -1240,13 +1390,17 @@ static void put_row_json(RawBuf *b, const RowState *r) {
         }
         raw_put(b, "[", 1);
         for (int e = 0; e < r->n_events; e++) {
-            char numbers[96];
+            static const char ms[] = ",\"created_ms\":", ns[] = ",\"created_ns\":";
+            char numbers[96], *o = numbers;
             const Transition *t = r->events + e;
             raw_put(b, e ? ",{\"state\":" : "{\"state\":", e ? 10 : 9);
             raw_put(b, t->state.p, t->state.n);
-            int n = snprintf(numbers, sizeof numbers, ",\"created_ms\":%lld,\"created_ns\":%lld}", (long long)t->ms,
-                             (long long)t->ns);
-            raw_put(b, numbers, (size_t)n);
+            memcpy(o, ms, sizeof ms - 1);
+            o = put_int(o + sizeof ms - 1, t->ms);
+            memcpy(o, ns, sizeof ns - 1);
+            o = put_int(o + sizeof ns - 1, t->ns);
+            *o++ = '}';
+            raw_put(b, numbers, (size_t)(o - numbers));
         }
         raw_put(b, "]", 1);
     }
@@ -1297,6 +1451,7 @@ static int put_indexed(RawBuf *b, Text value, Text fallback, Arena *a) {
 typedef struct {
     uint32_t position; /* in the batch: what the store's refusals and leftovers are counted by */
     uint32_t post, start, end; /* the item's text in its post (events read here) */
+    uint32_t payload_start, payload_end;
     int route;
     PyObject *prepared; /* borrowed: the Prepared of an event read by Python, else NULL */
     Text event_id;
@@ -1317,7 +1472,8 @@ typedef struct {
 } PythonItem;
 
 typedef struct {
-    PyObject *body; /* held; NULL for a list of Prepared */
+    PyObject *body;  /* held; NULL for a list of Prepared */
+    PyObject *index; /* held: `scan`'s ItemRecords of the body */
     PythonItem *items;
     uint32_t n_items;
 } Post;
@@ -1445,14 +1601,20 @@ static int gather(Folder *f, Batch *b) {
             }
             continue;
         }
-        Parser *p = &f->items;
-        parser_reset(p, (const uint8_t *)PyBytes_AS_STRING(post->body), (uint32_t)PyBytes_GET_SIZE(post->body));
-        if (array_open(p) < 0) return p->status == P_MEMORY ? -1 : misread(b, "a POST the store keeps is not a JSON array");
-        for (uint32_t index = 0;; index++) {
-            int64_t v;
-            int more = array_item(p, index, &v);
-            if (more < 0) return p->status == P_MEMORY ? -1 : misread(b, "a POST the store keeps cannot be read again");
-            if (more == 0) break;
+        const char *text = PyBytes_AS_STRING(post->body);
+        uint32_t len = (uint32_t)PyBytes_GET_SIZE(post->body);
+        uint32_t count = (uint32_t)(PyBytes_GET_SIZE(post->index) / sizeof(ItemRecord));
+        for (uint32_t index = 0; index < count; index++) {
+            ItemRecord read;
+            memcpy(&read, PyBytes_AS_STRING(post->index) + (size_t)index * sizeof read, sizeof read);
+            if (read.start > read.end || read.end > len || read.kind < ITEM_PYTHON || read.kind > ITEM_ROW ||
+                (read.kind != ITEM_PYTHON &&
+                 (read.route < -1 || read.route >= n_routes || read.id_n > len || read.id_start > len - read.id_n)) ||
+                (read.kind == ITEM_ROW &&
+                 (read.route < 0 || read.payload_start > read.payload_end || read.payload_end > len ||
+                  read.entity_n > len || read.entity_start > len - read.entity_n || read.session_n > len ||
+                  read.session_start > len - read.session_n)))
+                return misread(b, "a POST's index does not fit its body");
             if (next_python < post->n_items && post->items[next_python].index == index) {
                 PythonItem *item = post->items + next_python++;
                 if (item->prepared == NULL) continue; /* rejected in its answer */
@@ -1460,19 +1622,20 @@ static int gather(Folder *f, Batch *b) {
                 if (add_event(b, event, item->key, 1) < 0) return -1;
                 continue;
             }
-            Item read;
-            read_item(p, v, &read);
-            Event event = {.post = i, .start = p->nodes[v].start, .end = p->nodes[v].end, .route = read.route};
-            if (read.kind == ITEM_PYTHON) return misread(b, "a POST's item read here was not read here before");
+            if (read.kind == ITEM_PYTHON) return misread(b, "a POST's item read in Python has no Prepared");
+            Event event = {.post = i, .start = read.start, .end = read.end, .payload_start = read.payload_start,
+                           .payload_end = read.payload_end, .route = read.kind == ITEM_ROW ? read.route : -1};
             Text key = NONE;
             if (read.kind == ITEM_ROW) {
                 const Route *route = routes + read.route;
-                char *hexed = arena_alloc(&f->batch, 3 * (size_t)read.entity_b64.n / 2 + 1);
+                char *hexed = arena_alloc(&f->batch, 3 * (size_t)read.entity_n / 2 + 1);
                 if (hexed == NULL) return -1;
-                char *end = put_hex_of_base64(hexed, read.entity_b64.p, read.entity_b64.n);
-                event.event_id = read.event_id;
+                char *end = put_hex_of_base64(hexed, text + read.entity_start, read.entity_n);
+                if (end == NULL) return misread(b, "a POST's index names an id that is not base64");
+                event.event_id = (Text){text + read.id_start, read.id_n};
                 key = encode_key(&f->batch, (Text){route->resource, route->resource_n},
-                                 (Text){hexed, (uint32_t)(end - hexed)}, read.attempt, read.session);
+                                 (Text){hexed, (uint32_t)(end - hexed)}, read.attempt,
+                                 (Text){text + read.session_start, read.session_n});
                 if (key.p == NULL) return -1;
             }
             if (add_event(b, event, key, 0) < 0) return -1;
@@ -1561,10 +1724,10 @@ static int fold_row(Folder *f, Batch *b, RowRef *ref, RawBuf *out) {
         const Route *route = routes + event->route;
         PyObject *body = b->posts[event->post].body;
         Parser *p = &f->items;
-        parser_reset(p, (const uint8_t *)PyBytes_AS_STRING(body) + event->start, event->end - event->start);
-        int64_t item = parse_value(p);
-        if (item < 0) return p->status == P_MEMORY ? ROW_FAILED : ROW_TO_PYTHON;
-        int64_t payload = member(p, item, route->payload, route->payload_n);
+        parser_reset(p, (const uint8_t *)PyBytes_AS_STRING(body) + event->payload_start,
+                     event->payload_end - event->payload_start);
+        int64_t payload = parse_value(p);
+        if (payload < 0 || p->nodes[payload].type != J_OBJECT) return p->status == P_MEMORY ? ROW_FAILED : ROW_TO_PYTHON;
         if (set_field(r, F_TASK_ID, task_id) < 0 || set_field(r, F_ATTEMPT, attempt_number) < 0) return ROW_TO_PYTHON;
         int failed = route->fold == FOLD_DEFINITION ? fold_definition(r, p, payload, &f->chunk)
                                                     : fold_lifecycle(r, p, payload, &f->chunk);
@@ -1732,6 +1895,12 @@ static int take_posts(Folder *f, PyObject *posts, Batch *b) {
                 return -1;
             }
             out->body = body;
+            out->index = PyObject_GetAttrString(post, "index");
+            if (out->index == NULL) return -1;
+            if (!PyBytes_Check(out->index)) {
+                PyErr_SetString(PyExc_TypeError, "fold: a post's index is bytes");
+                return -1;
+            }
             items = PyObject_GetAttrString(post, "odd");
             if (items == NULL) return -1;
             if (!PyDict_Check(items)) {
@@ -1779,6 +1948,7 @@ static int take_posts(Folder *f, PyObject *posts, Batch *b) {
 static void free_batch(Folder *f, Batch *b) {
     for (uint32_t i = 0; b->posts != NULL && i < b->n_posts; i++) {
         Py_XDECREF(b->posts[i].body);
+        Py_XDECREF(b->posts[i].index);
         PyMem_RawFree(b->posts[i].items);
     }
     PyMem_RawFree(b->posts);
@@ -2047,8 +2217,9 @@ fail:
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_O,
-     "scan(body) -> (items, [(index, start, end), ...]) | None: a POST's items, and the place of each one"
-     " `prepare` must read in Python; None for a body Python reads whole."},
+     "scan(body) -> (items, [(index, start, end), ...], index) | None: a POST's items, the place of each one"
+     " `prepare` must read in Python, and what the fold reads of each item; None for a body Python reads"
+     " whole."},
     {"bind", bind, METH_VARARGS, "bind(routes, plan): see the C source."},
     {NULL, NULL, 0, NULL},
 };

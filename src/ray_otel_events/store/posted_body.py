@@ -26,12 +26,14 @@ except ImportError:
 
 @dataclass(slots=True)
 class PostedBody:
-    """A POST's JSON text (an array) and what reading it found: `events` accepted, and the
-    Prepared of each item read in Python, by its index (None where it was rejected)."""
+    """A POST's JSON text (an array) and what reading it found: `events` accepted, the Prepared
+    of each item read in Python by its index (None where it was rejected), and the compiled
+    reader's index of the items (what the fold reads of each)."""
 
     body: bytes
     events: int
     odd: dict[int, Prepared | None]
+    index: bytes
 
     def __len__(self) -> int:
         return self.events
@@ -51,10 +53,10 @@ Accepted = PostedBody | list[Prepared]
 """A POST's accepted events, as they wait for their fold."""
 
 
-def scan(body: bytes) -> tuple[int, list[tuple[int, int, int]]] | None:
-    """The compiled reading of a POST's text: its items and the place (index, start, end) of each
-    one to read in Python; None for a body to read whole in Python (where orjson would read it
-    otherwise, or refuse it), or where there is no compiled fold."""
+def scan(body: bytes) -> tuple[int, list[tuple[int, int, int]], bytes] | None:
+    """The compiled reading of a POST's text: its items, the place (index, start, end) of each one
+    to read in Python, and the index the fold reads; None for a body to read whole in Python (where
+    orjson would read it otherwise, or refuse it), or where there is no compiled fold."""
     if _post_fold is None or not config.compiled_enabled():
         return None
     return _post_fold.scan(body)
