@@ -1,0 +1,433 @@
+"""`serve`'s compiled intake (store/_post_fold.c: a POST read and its task rows folded from its text)
+against the Python path it stands for (orjson, `prepare`, `ingest_prepared`): the same answers, the
+same counts and the same rows, column for column, on every captured event, mutated events, bodies
+written every way JSON may be written, and text orjson refuses. With the compiled helpers off, the
+intake keeps Prepared lists and folds them in Python: the same rows again."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import random
+import sqlite3
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from ray_otel_events.receivers.http_body import BodyError
+from ray_otel_events.receivers.ray_events_http import read_posted_array
+from ray_otel_events.services.state_intake import read_posted
+from ray_otel_events.store import posted_body
+from ray_otel_events.store.posted_body import Accepted, PostedBody
+from ray_otel_events.store.sqlite_store import EventStore, IngestResult
+from ray_otel_events.store.state_merge import Prepared, prepare
+from tests.helpers.pure_python import run_pure_python
+from tests.test_compiled_helpers import _mutated
+from tests.test_otlp_wire import _fixture_dicts
+
+try:
+    from ray_otel_events.store import _post_fold
+except ImportError:
+    _post_fold = None  # type: ignore[assignment]
+
+needs_post_fold = pytest.mark.skipif(
+    _post_fold is None, reason="built without a C compiler or SQLite's headers"
+)
+
+DICTS = _fixture_dicts()
+TASK_DICTS = [
+    d for d in DICTS if str(d.get("eventType")) in ("TASK_DEFINITION_EVENT", "TASK_LIFECYCLE_EVENT")
+]
+
+
+def _orjson(value: Any) -> bytes:
+    """orjson's text, or Python's for what orjson will not write (big integers, lone surrogates)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value).encode()
+
+
+# Every way a client may write the same JSON: compact, Python's default spacing, indented with
+# non-ASCII escaped, and orjson's.
+WRITERS: list[Callable[[Any], bytes]] = [
+    lambda value: json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode(
+        "utf-8", "surrogatepass"
+    ),
+    lambda value: json.dumps(value).encode(),
+    lambda value: json.dumps(value, indent=1).encode(),
+    _orjson,
+]
+
+
+class CountingFolder:
+    """The store's compiled fold, counting the events it hands back to Python."""
+
+    def __init__(self, folder: Any) -> None:
+        self.folder = folder
+        self.handed_back = 0
+        self.events = 0
+
+    def fold(self, posts: list[Any], received: float) -> Any:
+        out = self.folder.fold(posts, received)
+        self.handed_back += len(out[3])
+        self.events += sum(len(post) for post in posts)
+        return out
+
+    def close(self) -> None:
+        self.folder.close()
+
+
+def _read_python(body: bytes) -> tuple[list[Prepared], list[str]] | str:
+    """The branch point's reading: orjson, then `prepare` for each item."""
+    try:
+        _, events, errors = read_posted_array(body, prepare)
+    except BodyError as exc:
+        return f"{exc.status}: {exc.reason}"
+    return events, errors
+
+
+def _read_compiled(body: bytes) -> tuple[Accepted, list[str]] | str:
+    try:
+        return read_posted(body)
+    except BodyError as exc:
+        return f"{exc.status}: {exc.reason}"
+
+
+def _rows(store: EventStore) -> list[tuple[Any, ...]]:
+    return store._query("SELECT * FROM state_rows ORDER BY resource, entity_id, attempt, session")
+
+
+def _result(result: IngestResult) -> tuple[Any, ...]:
+    return (result.duplicates, result.ignored, result.refused, result.by_type, result.invalid)
+
+
+def _ingest_both(directory: Path, batches: list[list[bytes]]) -> tuple[CountingFolder, int]:
+    """Every batch of POST bodies read and folded by the compiled intake and by the Python path, each
+    into a store of its own: the same answers, results and rows. Returns the compiled fold's counts
+    and the rows stored."""
+    compiled, python = EventStore(directory / "compiled.sqlite3"), EventStore(directory / "python.sqlite3")
+    assert compiled._post_folder is not None
+    counting = CountingFolder(compiled._post_folder)
+    compiled._post_folder = counting  # type: ignore[assignment]
+    try:
+        for number, batch in enumerate(batches):
+            posts: list[Accepted] = []
+            events: list[Prepared] = []
+            for body in batch:
+                read, expected = _read_compiled(body), _read_python(body)
+                if isinstance(expected, str):
+                    assert read == expected, body  # refused alike, with orjson's message
+                    continue
+                assert not isinstance(read, str)
+                assert (len(read[0]), read[1]) == (len(expected[0]), expected[1]), body
+                posts.append(read[0])
+                events += expected[0]
+            now = 1000.0 + number
+            got, want = compiled.ingest_posted(posts, now=now), python.ingest_prepared(events, now=now)
+            assert _result(got) == _result(want)
+        rows = _rows(compiled)
+        assert rows == _rows(python)
+        return counting, len(rows)
+    finally:
+        compiled.close()
+        python.close()
+
+
+def _posts(rnd: random.Random, events: list[Any], write: Callable[[Any], bytes]) -> list[bytes]:
+    """The events in POSTs of 1 to 12, written by `write`."""
+    bodies = []
+    start = 0
+    while start < len(events):
+        size = rnd.randint(1, 12)
+        bodies.append(write(events[start : start + size]))
+        start += size
+    return bodies
+
+
+def _batches(rnd: random.Random, bodies: list[bytes]) -> list[list[bytes]]:
+    """The bodies in fold batches of 1 to 4 POSTs, some POSTs sent twice (retries)."""
+    bodies = bodies + [body for body in bodies if rnd.random() < 0.2]
+    batches = []
+    while bodies:
+        size = rnd.randint(1, 4)
+        batches.append(bodies[:size])
+        bodies = bodies[size:]
+    return batches
+
+
+@pytest.fixture
+def directory() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="posted-fold-") as name:
+        yield Path(name)
+
+
+def test_serve_reads_posts_from_their_text_where_the_row_writer_is_built(directory: Path) -> None:
+    store = EventStore(directory / "s.sqlite3")
+    try:
+        if store._writer is None:  # no SQLite headers (or no C compiler): Prepared lists, folded in Python
+            assert _post_fold is None or not store.folds_posted
+            return
+        assert _post_fold is not None, "setup.py should have built store/_post_fold.c beside the row writer"
+        assert store.folds_posted and isinstance(read_posted(orjson.dumps(TASK_DICTS))[0], PostedBody)
+    finally:
+        store.close()
+
+
+@needs_post_fold
+@pytest.mark.parametrize("write", WRITERS)
+def test_every_captured_event_is_answered_and_folded_as_python_does(
+    directory: Path, write: Callable[[Any], bytes]
+) -> None:
+    rnd = random.Random(7)
+    for _ in range(3):  # pieces in any order and POST
+        shuffled = DICTS[:]
+        rnd.shuffle(shuffled)
+        _ingest_both(directory, _batches(rnd, _posts(rnd, shuffled + shuffled[:40], write)))
+        for path in directory.iterdir():
+            path.unlink()
+    counting, rows = _ingest_both(directory, [[write(TASK_DICTS)], [write(TASK_DICTS[::-1])]])
+    assert rows > 10 and counting.handed_back == 0  # Ray's task shapes folded from their text
+
+
+@needs_post_fold
+def test_a_batch_of_many_attempts_folds_in_chunks_as_python_does(directory: Path) -> None:
+    """Hundreds of rows a batch: several chunks of the fold and statements of the row writer, an
+    attempt's pieces in different POSTs and batches, stored rows read back and folded again."""
+    events = []
+    for i in range(700):
+        for source in TASK_DICTS[i % 3 :: 7]:
+            event = copy.deepcopy(source)
+            event["eventId"] = f"{i}-{event['eventId']}"
+            event["sessionName"] = f"session_{i % 5}"
+            payload = event["taskDefinitionEvent" if "taskDefinitionEvent" in event else "taskLifecycleEvent"]
+            task = bytearray(base64.b64decode(payload["taskId"]))
+            task[:4] = i.to_bytes(4, "big")
+            payload["taskId"] = base64.b64encode(task).decode()
+            events.append(event)
+    random.Random(11).shuffle(events)
+    bodies = [WRITERS[0](events[start : start + 300]) for start in range(0, len(events), 300)]
+    batches = [bodies[start : start + 4] for start in range(0, len(bodies), 4)]
+    counting, rows = _ingest_both(directory, batches + batches[:2])
+    assert rows > 1000 and counting.handed_back == 0
+
+
+@needs_post_fold
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(min_value=0, max_value=2**32), st.sampled_from(range(len(WRITERS))))
+def test_mutated_events_are_answered_and_folded_as_python_does(seed: int, writer: int) -> None:
+    """Odd values anywhere in Ray's events (ids, times, numbers, types, shapes), keys renamed or
+    removed, beside events as Ray writes them: each either folded here to Python's rows or handed
+    back, never folded otherwise."""
+    rnd = random.Random(seed)
+    events: list[Any] = [copy.deepcopy(rnd.choice(DICTS)) for _ in range(rnd.randint(5, 25))]
+    for _ in range(rnd.randint(1, 6)):
+        source = rnd.choice(TASK_DICTS if rnd.random() < 0.7 else DICTS)
+        keys = ["taskId", "timestamp", "state", "jobId", "eventId", "sessionName", "x"]
+        events.insert(rnd.randrange(len(events) + 1), _mutated(rnd, source, 3, keys))
+    with tempfile.TemporaryDirectory(prefix="posted-fold-") as name:
+        _ingest_both(Path(name), _batches(rnd, _posts(rnd, events, WRITERS[writer])))
+
+
+@needs_post_fold
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.floats(min_value=1e-6, max_value=1e17),
+        st.builds(lambda m, e: m / 10**e, st.integers(-(10**7), 10**7), st.integers(0, 9)),  # short
+        st.integers(min_value=-(2**70), max_value=2**70),
+    ),
+    st.sampled_from(["{!r}", "{:.17g}", "{:.16g}", "{:e}", "{:.3f}", "{}"]),
+)
+@example(0.1, "{:.17g}")  # 0.10000000000000001: orjson writes 0.1
+@example(1e16, "{:.1f}")  # 10000000000000000.0: orjson writes 1e+16
+@example(0.00001, "{:.5f}")  # orjson's fixed notation, not Python's
+def test_numbers_are_written_as_orjson_writes_them(number: float | int, form: str) -> None:
+    """A task's resources as any client prints numbers: its row's JSON is what orjson writes of
+    what orjson reads (the compiled fold copies only numbers already in that form)."""
+    text = form.format(number) if isinstance(number, float) else str(number)
+    event = copy.deepcopy(next(d for d in TASK_DICTS if d["eventType"] == "TASK_DEFINITION_EVENT"))
+    body = json.dumps([event]).replace('"CPU": 1.0', f'"CPU": {text}').encode()
+    assert text in body.decode()
+    with tempfile.TemporaryDirectory(prefix="posted-fold-") as name:
+        _ingest_both(Path(name), [[body]])
+
+
+# Text around and inside JSON values, valid or not, as orjson reads it or refuses it.
+_SCALARS = [
+    "0", "-0", "1", "-12", "1.0", "1.50", "0.5", "-0.0", "0.0001", "0.00001", "1e5", "1E+5", "2.5e-3",
+    "1e400", "-1E400", "1e-400", "1.7976931348623157e308", "1.8e308", "123456789012345678",
+    "9223372036854775807", "-9223372036854775808", "9223372036854775808", "18446744073709551616",
+    "true", "false", "null", '"a"', '""', '"é"', '"\\u00e9"', '"\\u00E9"', '"\\/"', '"\\u0000"',
+    '"\\u001f"', '"\\u001F"', '"\\n"', '"\\ud83d\\ude00"', '"\\ud800"', '"\\udc00"', '"\\x"', '"\t"',
+    "01", "1.", ".5", "+1", "NaN", "Infinity", "-", '"\xff"', "tru", '"AQAAAA=="', '"EVENT"',
+]  # fmt: skip
+_LEFT_TO_ORJSON = {"9223372036854775808", "18446744073709551616", "1.7976931348623157e308"}
+_KEYS = ['"eventId"', '"eventType"', '"sessionName"', '"taskLifecycleEvent"', '"taskId"', '"a"', '"a\\u0062"']
+_SPACE = st.sampled_from(["", "", " ", "\n  ", "\t", "\r\n"])
+
+
+def _json_text() -> st.SearchStrategy[str]:
+    scalars = st.sampled_from(_SCALARS)
+    return st.recursive(
+        scalars,
+        lambda inner: st.one_of(
+            st.builds(
+                lambda items, space: "[" + ("," + space).join(items) + "]",
+                st.lists(inner, max_size=4),
+                _SPACE,
+            ),
+            st.builds(
+                lambda members, space: (
+                    "{" + ",".join(f"{space}{k}{space}:{space}{v}" for k, v in members) + "}"
+                ),
+                st.lists(st.tuples(st.sampled_from(_KEYS), inner), max_size=5),
+                _SPACE,
+            ),
+        ),
+        max_leaves=12,
+    )
+
+
+@needs_post_fold
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_json_text(), max_size=5), _SPACE, st.sampled_from(["", "", " ", "x", ",", "]"]))
+def test_the_reader_takes_only_text_orjson_reads_and_reads_it_alike(
+    items: list[str], space: str, tail: str
+) -> None:
+    """`scan` gives up (None: Python reads the body) on anything orjson refuses or reads some other
+    way; what it reads has orjson's items, and each item it leaves to Python is orjson's."""
+    body = (space + "[" + space + ("," + space).join(items) + space + "]" + tail).encode(
+        "utf-8", "surrogatepass"
+    )
+    scanned = posted_body.scan(body)
+    try:
+        expected: Any = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        assert scanned is None, body
+        return
+    if scanned is None:
+        return
+    count, places, _ = scanned
+    assert isinstance(expected, list) and count == len(expected)
+    for index, start, end in places:
+        assert orjson.loads(body[start:end]) == expected[index]
+    assert _read_compiled(body)[1] == _read_python(body)[1]  # type: ignore[index]
+
+
+@needs_post_fold
+def test_text_deep_inside_an_item_is_checked_as_orjson_checks_it() -> None:
+    """Below what `scan` reads into nodes (an item's members and its payload's) the text is only
+    checked: every value, valid or not, at every depth, gives the answer orjson's reading gives."""
+    for scalar in _SCALARS:
+        for shape in ("{}", '{{"a": {}}}', '{{"a": {{"b": [{}]}}}}', '{{"a": [{{"b": {{"c": {}}}}}]}}'):
+            body = ("[" + shape.format(scalar) + "]").encode("utf-8", "surrogatepass")
+            try:
+                orjson.loads(body)
+            except orjson.JSONDecodeError:
+                assert posted_body.scan(body) is None, body
+                continue
+            # Read here but for what orjson reads otherwise (past int64) or may refuse (near DBL_MAX)
+            assert posted_body.scan(body) is not None or scalar in _LEFT_TO_ORJSON, body
+
+
+@needs_post_fold
+def test_the_intake_keeps_a_posts_text_and_prepares_only_the_odd_items() -> None:
+    events = [*TASK_DICTS[:3], {"not": "an event"}, 5, dict(TASK_DICTS[4], sessionName=None)]
+    accepted, errors = read_posted(orjson.dumps(events))
+    assert isinstance(accepted, PostedBody) and len(accepted) == 4
+    assert errors == ["[3]: an event without eventId", "[4]: an event without eventId"]
+    assert accepted.odd == {3: None, 4: None, 5: prepare(events[5])}  # sessionName null: Python's "None"
+    assert accepted.prepared() == [prepare(e) for e in [*events[:3], events[5]]]
+    assert read_posted(b"[1, {}]")[1] == ["[0]: an event without eventId", "[1]: an event without eventId"]
+    with pytest.raises(BodyError, match="not valid JSON"):
+        read_posted(b'[{"a": 1}')
+
+
+@needs_post_fold
+def test_a_body_whose_index_does_not_fit_it_is_refused_not_read(directory: Path) -> None:
+    store = EventStore(directory / "s.sqlite3")
+    accepted, _ = read_posted(orjson.dumps(TASK_DICTS[:2]))
+    assert isinstance(accepted, PostedBody)
+    cut = PostedBody(accepted.body[:40], accepted.events, accepted.odd, accepted.index)
+    with pytest.raises(ValueError, match="index does not fit"):
+        store.ingest_posted([cut])
+    assert store.ingest_posted([accepted]).stored == 2  # the store is unharmed
+    store.close()
+
+
+_PURE_INTAKE = """
+import json, sys
+from pathlib import Path
+from ray_otel_events.services.state_intake import read_posted
+from ray_otel_events.store.sqlite_store import EventStore
+store = EventStore(Path(sys.argv[1]))
+assert store._post_folder is None and store._writer is None
+for number, batch in enumerate(json.loads(Path(sys.argv[2]).read_text())):
+    posts = [read_posted(body.encode())[0] for body in batch]
+    assert all(isinstance(post, list) for post in posts)
+    store.ingest_posted(posts, now=1000.0 + number)
+print(json.dumps(store._query("SELECT * FROM state_rows ORDER BY resource, entity_id, attempt, session")))
+store.close()
+"""
+
+
+@needs_post_fold
+def test_with_the_compiled_helpers_off_serve_stores_the_same_rows(directory: Path) -> None:
+    rnd = random.Random(5)
+    events = DICTS + [_mutated(rnd, rnd.choice(TASK_DICTS), 2, ["taskId", "x"]) for _ in range(30)]
+    batches = _batches(rnd, _posts(rnd, events, WRITERS[1]))
+    compiled = EventStore(directory / "compiled.sqlite3")
+    for number, batch in enumerate(batches):
+        posts = []
+        for body in batch:
+            try:
+                posts.append(read_posted(body)[0])
+            except BodyError:
+                continue
+        compiled.ingest_posted(posts, now=1000.0 + number)
+    rows = json.loads(json.dumps(_rows(compiled)))
+    compiled.close()
+    (directory / "batches.json").write_text(
+        json.dumps([[body.decode() for body in batch] for batch in batches])
+    )
+    code = _PURE_INTAKE.replace("sys.argv[1]", repr(str(directory / "pure.sqlite3")))
+    code = code.replace("sys.argv[2]", repr(str(directory / "batches.json")))
+    assert json.loads(run_pure_python(code)) == rows
+    assert len(rows) > 20
+
+
+def test_the_row_writer_writes_many_rows_a_statement_and_rolls_back_a_failed_batch(directory: Path) -> None:
+    """Statements of 4 rows and single rows for the rest, the same as executemany; a row that fails
+    inside a statement of 4 rolls back its batch."""
+    row_writer = pytest.importorskip("ray_otel_events.store._row_writer")
+    path = directory / "w.sqlite3"
+    setup = sqlite3.connect(path)
+    setup.execute("PRAGMA journal_mode=WAL")
+    setup.execute("CREATE TABLE t (k TEXT PRIMARY KEY, n INTEGER CHECK (n >= 0))")
+    setup.close()
+    one = "INSERT INTO t VALUES (?, ?) ON CONFLICT DO UPDATE SET n = excluded.n"
+    four = "INSERT INTO t VALUES (?, ?), (?, ?), (?, ?), (?, ?) ON CONFLICT DO UPDATE SET n = excluded.n"
+    with pytest.raises(ValueError, match="takes 8 values, not 6"):
+        row_writer.RowWriter(str(path), one, "", 2, sqlite3.DatabaseError, four, 3)
+    writer = row_writer.RowWriter(
+        str(path), one, "PRAGMA temp_store=MEMORY;", 2, sqlite3.DatabaseError, four, 4
+    )
+    rows = [(f"k{i}", i) for i in range(11)]
+    writer.add(rows[:9])
+    writer.add([*rows[9:], ("k0", 100)])  # an update
+    writer.commit()
+    writer.add([*[(f"x{i}", 1) for i in range(5)], ("bad", -1), *[(f"y{i}", 1) for i in range(3)]])
+    with pytest.raises(sqlite3.DatabaseError, match="CHECK constraint failed"):
+        writer.commit()
+    writer.close()
+    stored = sqlite3.connect(path).execute("SELECT k, n FROM t ORDER BY k").fetchall()
+    assert stored == sorted([("k0", 100), *rows[1:]])
