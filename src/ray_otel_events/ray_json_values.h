@@ -11,23 +11,29 @@
 #include "civil_dates.h"
 #include "protobuf_wire.h"
 
-/* The hex text of standard padded base64 (`n` bytes at `s`: what `binascii.a2b_base64(...,
- * strict_mode=True)` takes), written at `o`, which has room for 3 * n / 2 bytes: its end, or NULL
- * for any other text. */
+/* The hex text of standard padded base64 (`n` bytes at `s`: groups of four, '=' only in the last,
+ * what `binascii.a2b_base64(..., strict_mode=True)` takes and `base64_decoded_size` accepts),
+ * written at `o` (two digits a byte: 3 * n / 2 bytes at most): its end, or NULL for any other text. */
 static inline char *put_hex_of_base64(char *o, const char *s, Py_ssize_t n) {
-    Py_ssize_t size = base64_decoded_size(s, n);
-    if (size < 0) return NULL;
-    /* The bytes decoded into the second half of the hex's room, then spread over it from the
-     * start: byte k is read before hex digits 2k and 2k + 1, which only cover bytes before it. */
-    unsigned char *bytes = (unsigned char *)o + size;
-    put_base64_decoded((char *)bytes, s, n);
     static const char digits[] = "0123456789abcdef";
-    for (Py_ssize_t k = 0; k < size; k++) {
-        unsigned char byte = bytes[k];
-        o[2 * k] = digits[byte >> 4];
-        o[2 * k + 1] = digits[byte & 15];
+    if (n % 4) return NULL;
+    const unsigned char *u = (const unsigned char *)s;
+    Py_ssize_t padding = n && u[n - 1] == '=' ? (u[n - 2] == '=' ? 2 : 1) : 0;
+    Py_ssize_t whole = padding ? n - 4 : n; /* groups of three bytes */
+    for (Py_ssize_t i = 0; i < whole; i += 4) {
+        int a = base64_digit(u[i]), b = base64_digit(u[i + 1]), c = base64_digit(u[i + 2]), d = base64_digit(u[i + 3]);
+        if ((a | b | c | d) < 0) return NULL;
+        uint32_t v = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)c << 6 | (uint32_t)d;
+        for (int shift = 20; shift >= 0; shift -= 4) *o++ = digits[(v >> shift) & 15];
     }
-    return o + 2 * size;
+    if (padding) { /* one byte (two '='), or two */
+        int a = base64_digit(u[whole]), b = base64_digit(u[whole + 1]);
+        int c = padding == 1 ? base64_digit(u[whole + 2]) : 0;
+        if ((a | b | c) < 0) return NULL;
+        uint32_t v = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)c << 6;
+        for (int shift = 20; shift >= (padding == 1 ? 8 : 16); shift -= 4) *o++ = digits[(v >> shift) & 15];
+    }
+    return o;
 }
 
 /* `count` ASCII digits as a number: 0, or -1 if one is not a digit. */

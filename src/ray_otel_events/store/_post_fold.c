@@ -1463,6 +1463,9 @@ typedef struct {
     uint64_t hash;
     uint32_t first, last; /* events */
     int python;           /* folded in Python */
+    uint32_t chunk;       /* the chunk it is folded in (1, 2, ...) */
+    int found;            /* stored: `data` and `ids` are its texts (in the chunk arena) */
+    Text data, ids;
 } RowRef;
 
 typedef struct {
@@ -1481,6 +1484,7 @@ typedef struct {
 typedef struct {
     PyObject_HEAD sqlite3 *db;
     sqlite3_stmt *select;
+    int chunk_rows; /* the entity ids `select` takes */
     PyObject *writer;
     QueuePacked queue;
     PyObject *error_type;
@@ -1661,33 +1665,55 @@ static void decode_key(Text key, Text *resource, Text *entity, int64_t *attempt,
 
 enum { ROW_WRITTEN, ROW_UNCHANGED, ROW_TO_PYTHON, ROW_FAILED };
 
-/* The stored row of `key` (`found` 0 when there is none), its texts copied into the chunk arena. */
-static int read_stored(Folder *f, Batch *b, Text key, int *found, Text *data, Text *ids) {
+/* The batch's row of `key`, or NO_EVENT. */
+static uint32_t find_row(const Batch *b, Text key) {
+    uint64_t hash = hash_bytes(key.p, key.n);
+    for (uint32_t slot = (uint32_t)hash & b->table_mask;; slot = (slot + 1) & b->table_mask) {
+        uint32_t row = b->table[slot];
+        if (row == NO_EVENT || (ROWS(b)[row].hash == hash && text_eq(ROWS(b)[row].key, key))) return row;
+    }
+}
+
+/* The stored rows of a chunk's rows (`rows`: n indexes of the batch's rows, one resource), read
+ * by entity id in one statement as the store's `_rows_for` reads them (the column's NOCASE may
+ * find more: a row is its own only when the whole key matches); each found row's texts copied
+ * into the chunk arena. */
+static int read_chunk(Folder *f, Batch *b, const uint32_t *rows, int n, uint32_t chunk) {
+    sqlite3_stmt *s = f->select;
     Text resource, entity, session;
     int64_t attempt;
-    decode_key(key, &resource, &entity, &attempt, &session);
-    sqlite3_stmt *s = f->select;
-    sqlite3_bind_text(s, 1, resource.p, (int)resource.n, SQLITE_STATIC);
-    sqlite3_bind_text(s, 2, entity.p, (int)entity.n, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 3, attempt);
-    sqlite3_bind_text(s, 4, session.p, (int)session.n, SQLITE_STATIC);
-    int rc = sqlite3_step(s);
-    *found = 0;
-    if (rc == SQLITE_ROW) {
-        /* `_rows_for` matches the stored entity id exactly (the column's NOCASE finds more) */
-        const char *stored = (const char *)sqlite3_column_text(s, 0);
-        const char *text = (const char *)sqlite3_column_text(s, 1), *words = (const char *)sqlite3_column_text(s, 2);
-        if (stored != NULL && text != NULL && words != NULL && (uint32_t)sqlite3_column_bytes(s, 0) == entity.n &&
-            memcmp(stored, entity.p, entity.n) == 0) {
-            *data = arena_copy(&f->chunk, text, (size_t)sqlite3_column_bytes(s, 1));
-            *ids = arena_copy(&f->chunk, words, (size_t)sqlite3_column_bytes(s, 2));
-            *found = 1;
-        }
-        rc = SQLITE_DONE;
+    for (int i = 0; i < n; i++) {
+        RowRef *ref = ROWS(b) + rows[i];
+        ref->chunk = chunk;
+        ref->found = 0;
+        decode_key(ref->key, &resource, &entity, &attempt, &session);
+        if (i == 0) sqlite3_bind_text(s, 1, resource.p, (int)resource.n, SQLITE_STATIC);
+        sqlite3_bind_text(s, 2 + i, entity.p, (int)entity.n, SQLITE_STATIC);
     }
-    if (rc != SQLITE_DONE) {
+    for (int i = n; i < f->chunk_rows; i++) sqlite3_bind_null(s, 2 + i);
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        const char *stored = (const char *)sqlite3_column_text(s, 0), *session_text;
+        int stored_n = sqlite3_column_bytes(s, 0);
+        session_text = (const char *)sqlite3_column_text(s, 2);
+        int session_n = sqlite3_column_bytes(s, 2);
+        const char *data = (const char *)sqlite3_column_text(s, 3), *ids = (const char *)sqlite3_column_text(s, 4);
+        if (stored == NULL || session_text == NULL || data == NULL || ids == NULL ||
+            sqlite3_column_type(s, 1) != SQLITE_INTEGER)
+            continue; /* not a row the fold writes: none of the chunk's keys */
+        Text key = encode_key(&f->chunk, resource, (Text){stored, (uint32_t)stored_n}, sqlite3_column_int64(s, 1),
+                              (Text){session_text, (uint32_t)session_n});
+        if (key.p == NULL) break;
+        uint32_t row = find_row(b, key);
+        if (row == NO_EVENT || ROWS(b)[row].chunk != chunk || ROWS(b)[row].python) continue;
+        RowRef *ref = ROWS(b) + row;
+        ref->data = arena_copy(&f->chunk, data, (size_t)sqlite3_column_bytes(s, 3));
+        ref->ids = arena_copy(&f->chunk, ids, (size_t)sqlite3_column_bytes(s, 4));
+        ref->found = 1;
+    }
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
         b->error = SQL_FAILED;
-        snprintf(b->message, sizeof b->message, "reading a row: %s", sqlite3_errmsg(f->db));
+        snprintf(b->message, sizeof b->message, "reading rows: %s", sqlite3_errmsg(f->db));
     }
     sqlite3_reset(s);
     return rc == SQLITE_DONE && !f->chunk.failed ? 0 : -1;
@@ -1695,12 +1721,9 @@ static int read_stored(Folder *f, Batch *b, Text key, int *found, Text *data, Te
 
 /* One row's events folded into its stored row, and its upsert packed into `out`. */
 static int fold_row(Folder *f, Batch *b, RowRef *ref, RawBuf *out) {
-    int found;
-    Text data, ids;
-    if (read_stored(f, b, ref->key, &found, &data, &ids) < 0) return ROW_FAILED;
     RowState *r = f->row;
     row_clear(r);
-    if (found && load_row(r, &f->stored, data, ids) < 0) return ROW_TO_PYTHON;
+    if (ref->found && load_row(r, &f->stored, ref->data, ref->ids) < 0) return ROW_TO_PYTHON;
     Text resource, entity, session;
     int64_t attempt;
     decode_key(ref->key, &resource, &entity, &attempt, &session);
@@ -1772,61 +1795,49 @@ static int fold_row(Folder *f, Batch *b, RowRef *ref, RawBuf *out) {
     return ROW_WRITTEN;
 }
 
-#define CHUNK_ROWS 128
-
-/* The rows read here folded a chunk at a time, each chunk's upserts queued to the writer while the
- * next is folded. A row this module does not fold is marked for Python. */
+/* The rows read here folded a chunk at a time (as many rows as `select` takes entity ids), each
+ * chunk's upserts queued to the writer while the next is folded. A row this module does not fold
+ * is marked for Python. */
 static int fold_rows(Folder *f, Batch *b) {
-    uint32_t rows = (uint32_t)(b->rows.len / sizeof(RowRef));
-    RawBuf out = {0};
-    Py_ssize_t packed = 0;
-    int in_read = 0, in_chunk = 0, status = 0;
-    for (uint32_t r = 0; r < rows; r++) {
-        RowRef *ref = ROWS(b) + r;
-        if (ref->python) continue;
-        if (!in_read) {
-            if (sqlite3_exec(f->db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) {
-                b->error = SQL_FAILED;
-                snprintf(b->message, sizeof b->message, "BEGIN: %s", sqlite3_errmsg(f->db));
-                status = -1;
-                break;
-            }
-            in_read = 1;
-        }
-        int outcome = fold_row(f, b, ref, &out);
-        if (outcome == ROW_FAILED || out.failed) {
+    uint32_t rows = (uint32_t)(b->rows.len / sizeof(RowRef)), chunk = 0;
+    uint32_t *members = PyMem_RawMalloc(sizeof(uint32_t) * (size_t)f->chunk_rows);
+    if (members == NULL) return b->error = NO_MEMORY, -1;
+    int status = 0;
+    for (uint32_t next = 0; next < rows && status == 0;) {
+        int n = 0;
+        for (; next < rows && n < f->chunk_rows; next++)
+            if (!ROWS(b)[next].python) members[n++] = next;
+        if (n == 0) break;
+        if (read_chunk(f, b, members, n, ++chunk) < 0) {
             if (b->error == OK) b->error = NO_MEMORY;
             status = -1;
             break;
         }
-        if (outcome == ROW_TO_PYTHON) ref->python = 1;
-        if (outcome == ROW_WRITTEN) packed++;
-        if (++in_chunk == CHUNK_ROWS) { /* end the read, hand the chunk over, free its texts */
-            sqlite3_exec(f->db, "COMMIT", NULL, NULL, NULL);
-            in_read = in_chunk = 0;
-            arena_reset(&f->chunk);
-            if (packed) {
-                if (f->queue(f->writer, out.data, out.len, packed) < 0) {
-                    b->error = WRITER_CLOSED;
-                    status = -1;
-                    break;
-                }
+        RawBuf out = {0};
+        Py_ssize_t packed = 0;
+        for (int i = 0; i < n; i++) {
+            RowRef *ref = ROWS(b) + members[i];
+            int outcome = fold_row(f, b, ref, &out);
+            if (outcome == ROW_FAILED || out.failed) {
+                if (b->error == OK) b->error = NO_MEMORY;
+                status = -1;
+                break;
+            }
+            if (outcome == ROW_TO_PYTHON) ref->python = 1;
+            if (outcome == ROW_WRITTEN) packed++;
+        }
+        if (status == 0 && packed) {
+            if (f->queue(f->writer, out.data, out.len, packed) < 0) {
+                b->error = WRITER_CLOSED;
+                status = -1;
+            } else {
                 out = (RawBuf){0};
-                packed = 0;
             }
         }
+        raw_free(&out);
+        arena_reset(&f->chunk);
     }
-    if (in_read) sqlite3_exec(f->db, "COMMIT", NULL, NULL, NULL);
-    if (status == 0 && packed) {
-        if (f->queue(f->writer, out.data, out.len, packed) < 0) {
-            b->error = WRITER_CLOSED;
-            status = -1;
-        } else {
-            out = (RawBuf){0};
-        }
-    }
-    raw_free(&out);
-    arena_reset(&f->chunk);
+    PyMem_RawFree(members);
     return status;
 }
 
@@ -2065,9 +2076,10 @@ static int folder_init(Folder *f, PyObject *args, PyObject *kwargs) {
     int rc = sqlite3_open_v2(path, &f->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc == SQLITE_OK) rc = sqlite3_exec(f->db, setup, NULL, NULL, NULL);
     if (rc == SQLITE_OK) rc = sqlite3_prepare_v3(f->db, select, -1, SQLITE_PREPARE_PERSISTENT, &f->select, NULL);
-    if (rc == SQLITE_OK && (sqlite3_bind_parameter_count(f->select) != 4 || sqlite3_column_count(f->select) != 3)) {
-        PyErr_SetString(PyExc_ValueError, "Folder: select takes (resource, entity id, attempt, session) and gives"
-                                          " (entity id, data, event ids)");
+    if (rc == SQLITE_OK) f->chunk_rows = sqlite3_bind_parameter_count(f->select) - 1;
+    if (rc == SQLITE_OK && (f->chunk_rows < 1 || sqlite3_column_count(f->select) != 5)) {
+        PyErr_SetString(PyExc_ValueError, "Folder: select takes (resource, entity id, ...) and gives"
+                                          " (entity id, attempt, session, data, event ids)");
         folder_stop(f);
         return -1;
     }
@@ -2169,6 +2181,16 @@ static PyObject *bind(PyObject *self, PyObject *args) {
             (out->id_key = raw_string(id_key, &out->id_key_n)) == NULL ||
             (attempt_key != Py_None && (out->attempt_key = raw_string(attempt_key, &out->attempt_key_n)) == NULL))
             goto fail;
+    }
+    const Route *folding = NULL; /* a chunk's stored rows are read for one resource */
+    for (int i = 0; i < r; i++) {
+        if (fresh[i].fold == FOLD_PYTHON) continue;
+        if (folding == NULL) {
+            folding = fresh + i;
+        } else if (strcmp(fresh[i].resource, folding->resource) != 0) {
+            PyErr_SetString(PyExc_ValueError, "bind: the routes folded here are of one resource");
+            goto fail;
+        }
     }
     int fields[MAX_COLUMNS];
     Text defaults[MAX_COLUMNS];
