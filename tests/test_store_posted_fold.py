@@ -10,7 +10,6 @@ import base64
 import copy
 import json
 import random
-import sqlite3
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -199,7 +198,7 @@ def test_every_captured_event_is_answered_and_folded_as_python_does(
 
 @needs_post_fold
 def test_a_batch_of_many_attempts_folds_in_chunks_as_python_does(directory: Path) -> None:
-    """Hundreds of rows a batch: several chunks of the fold and statements of the row writer, an
+    """Hundreds of rows a batch: several chunks of the fold (each its stored rows read at once), an
     attempt's pieces in different POSTs and batches, stored rows read back and folded again."""
     events = []
     for i in range(700):
@@ -403,31 +402,3 @@ def test_with_the_compiled_helpers_off_serve_stores_the_same_rows(directory: Pat
     code = code.replace("sys.argv[2]", repr(str(directory / "batches.json")))
     assert json.loads(run_pure_python(code)) == rows
     assert len(rows) > 20
-
-
-def test_the_row_writer_writes_many_rows_a_statement_and_rolls_back_a_failed_batch(directory: Path) -> None:
-    """Statements of 4 rows and single rows for the rest, the same as executemany; a row that fails
-    inside a statement of 4 rolls back its batch."""
-    row_writer = pytest.importorskip("ray_otel_events.store._row_writer")
-    path = directory / "w.sqlite3"
-    setup = sqlite3.connect(path)
-    setup.execute("PRAGMA journal_mode=WAL")
-    setup.execute("CREATE TABLE t (k TEXT PRIMARY KEY, n INTEGER CHECK (n >= 0))")
-    setup.close()
-    one = "INSERT INTO t VALUES (?, ?) ON CONFLICT DO UPDATE SET n = excluded.n"
-    four = "INSERT INTO t VALUES (?, ?), (?, ?), (?, ?), (?, ?) ON CONFLICT DO UPDATE SET n = excluded.n"
-    with pytest.raises(ValueError, match="takes 8 values, not 6"):
-        row_writer.RowWriter(str(path), one, "", 2, sqlite3.DatabaseError, four, 3)
-    writer = row_writer.RowWriter(
-        str(path), one, "PRAGMA temp_store=MEMORY;", 2, sqlite3.DatabaseError, four, 4
-    )
-    rows = [(f"k{i}", i) for i in range(11)]
-    writer.add(rows[:9])
-    writer.add([*rows[9:], ("k0", 100)])  # an update
-    writer.commit()
-    writer.add([*[(f"x{i}", 1) for i in range(5)], ("bad", -1), *[(f"y{i}", 1) for i in range(3)]])
-    with pytest.raises(sqlite3.DatabaseError, match="CHECK constraint failed"):
-        writer.commit()
-    writer.close()
-    stored = sqlite3.connect(path).execute("SELECT k, n FROM t ORDER BY k").fetchall()
-    assert stored == sorted([("k0", 100), *rows[1:]])

@@ -24,8 +24,8 @@ typedef struct Chunk {
 typedef struct {
     PyObject_HEAD
     sqlite3 *db;
-    sqlite3_stmt *upsert, *upsert_many; /* one row; `many` rows (NULL: none) */
-    int columns, many;
+    sqlite3_stmt *upsert;
+    int columns;
     PyObject *error_type;
     pthread_t thread;
     int started;
@@ -54,32 +54,27 @@ static void write_chunk(Writer *w, Chunk *chunk) {
         }
         w->in_transaction = 1;
     }
-    /* As many rows as it takes a statement at a time: each statement opens a cursor on the table
-     * and each index, which costs about as much as a row's upsert. */
     const char *p = chunk->data;
-    for (Py_ssize_t r = 0; r < chunk->rows;) {
-        int rows = w->upsert_many != NULL && chunk->rows - r >= w->many ? w->many : 1;
-        sqlite3_stmt *statement = rows > 1 ? w->upsert_many : w->upsert;
-        for (int c = 0; c < rows * w->columns; c++) {
+    for (Py_ssize_t r = 0; r < chunk->rows; r++) {
+        for (int c = 0; c < w->columns; c++) {
             PackedValue v;
             p = packed_read(p, &v);
-            int rc = v.tag == PACKED_INT     ? sqlite3_bind_int64(statement, c + 1, v.i)
-                     : v.tag == PACKED_FLOAT ? sqlite3_bind_double(statement, c + 1, v.d)
-                     : v.tag == PACKED_TEXT  ? sqlite3_bind_text(statement, c + 1, v.text, (int)v.len, SQLITE_STATIC)
-                                             : sqlite3_bind_null(statement, c + 1);
+            int rc = v.tag == PACKED_INT     ? sqlite3_bind_int64(w->upsert, c + 1, v.i)
+                     : v.tag == PACKED_FLOAT ? sqlite3_bind_double(w->upsert, c + 1, v.d)
+                     : v.tag == PACKED_TEXT  ? sqlite3_bind_text(w->upsert, c + 1, v.text, (int)v.len, SQLITE_STATIC)
+                                             : sqlite3_bind_null(w->upsert, c + 1);
             if (rc != SQLITE_OK) {
                 fail_with(w, "bind");
-                sqlite3_reset(statement);
+                sqlite3_reset(w->upsert);
                 return;
             }
         }
-        int rc = sqlite3_step(statement);
-        sqlite3_reset(statement);
+        int rc = sqlite3_step(w->upsert);
+        sqlite3_reset(w->upsert);
         if (rc != SQLITE_DONE) {
             fail_with(w, "upsert");
             return;
         }
-        r += rows;
     }
 }
 
@@ -244,8 +239,7 @@ static void stop(Writer *w) {
     if (w->in_transaction) sqlite3_exec(w->db, "ROLLBACK", NULL, NULL, NULL);
     w->in_transaction = 0;
     if (w->upsert) sqlite3_finalize(w->upsert);
-    if (w->upsert_many) sqlite3_finalize(w->upsert_many);
-    w->upsert = w->upsert_many = NULL;
+    w->upsert = NULL;
     if (w->db) sqlite3_close(w->db);
     w->db = NULL;
 }
@@ -257,30 +251,22 @@ static PyObject *writer_close(Writer *w, PyObject *unused) {
 }
 
 static int writer_init(Writer *w, PyObject *args, PyObject *kwargs) {
-    const char *path, *sql, *setup, *many_sql = NULL;
+    const char *path, *sql, *setup;
     PyObject *error_type;
-    static char *keywords[] = {"path", "sql", "setup", "columns", "error", "many_sql", "many", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sssiO|zi:RowWriter", keywords, &path, &sql, &setup,
-                                     &w->columns, &error_type, &many_sql, &w->many))
+    static char *keywords[] = {"path", "sql", "setup", "columns", "error", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sssiO:RowWriter", keywords, &path, &sql, &setup,
+                                     &w->columns, &error_type))
         return -1;
-    if (w->db != NULL || w->columns <= 0 || (many_sql != NULL && w->many < 2)) {
-        PyErr_SetString(PyExc_ValueError, "RowWriter(path, sql, setup, columns > 0, error[, many_sql, many > 1]), once");
+    if (w->db != NULL || w->columns <= 0) {
+        PyErr_SetString(PyExc_ValueError, "RowWriter(path, sql, setup, columns > 0, error), once");
         return -1;
     }
     Py_XSETREF(w->error_type, Py_NewRef(error_type));
     int rc = sqlite3_open_v2(path, &w->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc == SQLITE_OK) rc = sqlite3_exec(w->db, setup, NULL, NULL, NULL);
     if (rc == SQLITE_OK) rc = sqlite3_prepare_v3(w->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &w->upsert, NULL);
-    if (rc == SQLITE_OK && many_sql != NULL)
-        rc = sqlite3_prepare_v3(w->db, many_sql, -1, SQLITE_PREPARE_PERSISTENT, &w->upsert_many, NULL);
     if (rc != SQLITE_OK) {
         PyErr_Format(error_type, "%s: %s", path, w->db ? sqlite3_errmsg(w->db) : sqlite3_errstr(rc));
-        stop(w);
-        return -1;
-    }
-    if (w->upsert_many != NULL && sqlite3_bind_parameter_count(w->upsert_many) != w->columns * w->many) {
-        PyErr_Format(PyExc_ValueError, "the statement for %d rows takes %d values, not %d", w->many,
-                     sqlite3_bind_parameter_count(w->upsert_many), w->columns * w->many);
         stop(w);
         return -1;
     }
@@ -332,8 +318,7 @@ static PyTypeObject WriterType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ray_otel_events.store._row_writer.RowWriter",
     .tp_basicsize = sizeof(Writer),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "RowWriter(path, sql, setup, columns, error[, many_sql, many]): upserts on a thread and connection"
-              " of its own (`many_sql`: the same for `many` rows at a time).",
+    .tp_doc = "RowWriter(path, sql, setup, columns, error): upserts on a thread and connection of its own.",
     .tp_new = writer_new,
     .tp_init = (initproc)writer_init,
     .tp_dealloc = (destructor)writer_dealloc,

@@ -3,16 +3,7 @@
 from typing import Any
 
 class RowWriter:
-    def __init__(
-        self,
-        path: str,
-        sql: str,
-        setup: str,
-        columns: int,
-        error: type[Exception],
-        many_sql: str | None = None,
-        many: int = 0,
-    ) -> None: ...
+    def __init__(self, path: str, sql: str, setup: str, columns: int, error: type[Exception]) -> None: ...
     def add(self, rows: list[tuple[Any, ...]], /) -> None: ...
     def commit(self) -> None: ...
     def rollback(self) -> None: ...

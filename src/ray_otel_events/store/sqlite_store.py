@@ -77,9 +77,6 @@ _WRITER_PRAGMAS = (
     f" PRAGMA mmap_size={_MMAP_BYTES}; PRAGMA journal_size_limit={_WAL_KEPT_BYTES};"
     " PRAGMA busy_timeout=10000;"
 )
-# The row writer's: a statement of many rows keeps a statement journal (the pages it changes, as they
-# were), which would spill to a temporary file at 64 KiB: 5x the pwrite calls. Kept in memory.
-_ROW_WRITER_PRAGMAS = _WRITER_PRAGMAS + " PRAGMA temp_store=MEMORY;"
 # The compiled fold's own connection, which reads the rows it folds by key (mapped, as above).
 _READER_PRAGMAS = f"PRAGMA cache_size=-16384; PRAGMA mmap_size={_MMAP_BYTES}; PRAGMA busy_timeout=10000;"
 _FOLD_CHUNK = 128  # rows folded before their upserts are handed to the row writer
@@ -152,24 +149,13 @@ ORDERS = {
 }
 
 
+_UPSERT = (
+    f"INSERT INTO state_rows(resource, entity_id, attempt, session, updated, data, event_ids,"
+    f" {', '.join(INDEXED_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?, {', '.join('?' for _ in INDEXED_COLUMNS)})"
+    " ON CONFLICT DO UPDATE SET updated=excluded.updated, data=excluded.data, event_ids=excluded.event_ids, "
+    + ", ".join(f"{c}=excluded.{c}" for c in INDEXED_COLUMNS)
+)
 _UPSERT_VALUES = 7 + len(INDEXED_COLUMNS)
-
-
-def _upsert(rows: int) -> str:
-    """The row upsert, for `rows` rows at once."""
-    values = ", ".join(["(" + ", ".join("?" * _UPSERT_VALUES) + ")"] * rows)
-    return (
-        f"INSERT INTO state_rows(resource, entity_id, attempt, session, updated, data, event_ids,"
-        f" {', '.join(INDEXED_COLUMNS)}) VALUES {values} ON CONFLICT DO UPDATE SET "
-        + ", ".join(f"{c}=excluded.{c}" for c in ("updated", "data", "event_ids", *INDEXED_COLUMNS))
-    )
-
-
-_UPSERT = _upsert(1)
-# The row writer's statements take this many rows where a chunk has them: each statement opens a
-# cursor on the table and each of its eight indexes, about the cost of a row's upsert (callgrind,
-# the writer's thread: 29.7k instructions an event one row a statement, 22.8k with 32).
-_UPSERT_ROWS = 32
 
 
 class StoreError(Exception):
@@ -281,13 +267,7 @@ class EventStore:
             self._checkpointer = WalCheckpointer(self.path, name="store-checkpoint")
             if _row_writer is not None and config.compiled_enabled():
                 self._writer = _row_writer.RowWriter(
-                    str(self.path),
-                    _UPSERT,
-                    _ROW_WRITER_PRAGMAS,
-                    _UPSERT_VALUES,
-                    sqlite3.DatabaseError,
-                    _upsert(_UPSERT_ROWS),
-                    _UPSERT_ROWS,
+                    str(self.path), _UPSERT, _WRITER_PRAGMAS, _UPSERT_VALUES, sqlite3.DatabaseError
                 )
                 if _post_fold is not None:
                     self._post_folder = _post_fold.Folder(
