@@ -82,7 +82,7 @@ static void parser_reset(Parser *p, const uint8_t *text, uint32_t len) {
     p->keep_depth = 0;
 }
 
-static int64_t new_node(Parser *p, int type) {
+static inline __attribute__((always_inline)) int64_t new_node(Parser *p, int type) {
     if (p->n == p->cap) {
         uint32_t cap = p->cap ? p->cap * 2 : 256;
         Node *nodes = PyMem_RawRealloc(p->nodes, sizeof(Node) * cap);
@@ -104,7 +104,7 @@ static int64_t unreadable(Parser *p) {
 }
 
 /* Skips whitespace; says whether there was any. */
-static int skip_space(Parser *p) {
+static inline __attribute__((always_inline)) int skip_space(Parser *p) {
     uint32_t start = p->pos;
     while (p->pos < p->len) {
         uint8_t c = p->text[p->pos];
@@ -155,7 +155,7 @@ static inline unsigned first_special8(const uint8_t *s) {
 /* The string at the reading position (its quote) checked as orjson reads it and passed; its flags
  * at `*flags`. -1 for one orjson refuses or may read otherwise (bad UTF-8, control characters,
  * bad escapes, lone surrogates). */
-static int read_string(Parser *p, uint8_t *flags) {
+static inline __attribute__((always_inline)) int read_string(Parser *p, uint8_t *flags) {
     const uint8_t *t = p->text;
     uint32_t i = p->pos + 1, len = p->len;
     int canon = 1, escaped = 0, wide = 0;
