@@ -5,8 +5,8 @@ transitions and a task's parts read from their wire bytes (otel/_lifecycle_wire.
 (otel/_event_head.c), span lines' ISO times (otel/_span_json.c),
 the RayEvent JSON reader (encoding/_ray_json_wire.c) and writer
 (encoding/_ray_json_encode.c), and
-the store's fold (store/_state_fold.c) and its row writer (store/_row_writer.c, which also needs
-SQLite's headers).
+the store's fold (store/_state_fold.c), its row writer (store/_row_writer.c) and its intake from a
+POST's text (store/_post_fold.c; the last two also need SQLite's headers).
 Where no C compiler is present the build goes on without them and the package runs the same Python
 code (the same results). Everything else is in pyproject.toml."""
 
