@@ -351,80 +351,52 @@ static int64_t parse_literal(Parser *p, const char *word, int type) {
 
 static int64_t parse_value(Parser *p);
 
-static int64_t parse_array(Parser *p) {
-    int64_t k = new_node(p, J_ARRAY);
-    if (k < 0) return -1;
-    if (++p->depth > MAX_DEPTH) return unreadable(p);
-    p->pos++;
-    int spaced = skip_space(p), flags = CANON | WRITABLE;
-    uint32_t count = 0;
-    int64_t previous = -1;
-    if (p->pos < p->len && p->text[p->pos] == ']') {
-        p->pos++;
-    } else {
-        for (;;) {
-            int64_t item = parse_value(p);
-            if (item < 0) return -1;
-            flags &= p->nodes[item].flags;
-            if (previous >= 0) p->nodes[previous].next = (uint32_t)item;
-            previous = item;
-            count++;
-            spaced |= skip_space(p);
-            if (p->pos >= p->len) return unreadable(p);
-            uint8_t c = p->text[p->pos++];
-            if (c == ']') break;
-            if (c != ',') return unreadable(p);
-            spaced |= skip_space(p);
-        }
-    }
-    p->depth--;
-    Node *node = p->nodes + k;
-    node->end = p->pos;
-    node->count = count;
-    node->flags = (uint8_t)(spaced ? flags & WRITABLE : flags);
-    return k;
-}
-
 static int same_key(const Parser *p, const Node *a, const Node *b) {
     uint32_t n = a->end - a->start;
     return n == b->end - b->start && memcmp(p->text + a->start, p->text + b->start, n) == 0;
 }
 
-static int64_t parse_object(Parser *p) {
-    int64_t k = new_node(p, J_OBJECT);
+/* The array or object at the reading position: its items, or its keys each followed by its value,
+ * linked by `next`. Escaped keys, and keys given twice (orjson keeps the last value where the first
+ * was), are read in Python. */
+static int64_t parse_container(Parser *p) {
+    int object = p->text[p->pos] == '{';
+    uint8_t close = object ? '}' : ']';
+    int64_t k = new_node(p, object ? J_OBJECT : J_ARRAY);
     if (k < 0) return -1;
     if (++p->depth > MAX_DEPTH) return unreadable(p);
     p->pos++;
     int spaced = skip_space(p), flags = CANON | WRITABLE;
     uint32_t count = 0;
     int64_t previous = -1;
-    if (p->pos < p->len && p->text[p->pos] == '}') {
+    if (p->pos < p->len && p->text[p->pos] == close) {
         p->pos++;
     } else {
         for (;;) {
-            if (p->pos >= p->len || p->text[p->pos] != '"' || count == MAX_MEMBERS) return unreadable(p);
-            int64_t key = parse_string(p);
-            if (key < 0) return -1;
-            /* escaped keys, and keys given twice (orjson keeps the last value where the first
-             * was), are read in Python */
-            if (p->nodes[key].flags & ESCAPED) return unreadable(p);
-            for (uint32_t other = (uint32_t)k + 1, i = 0; i < count; other = p->nodes[other].next, i++)
-                if (same_key(p, p->nodes + other, p->nodes + key)) return unreadable(p);
-            spaced |= skip_space(p);
-            if (p->pos >= p->len || p->text[p->pos] != ':') return unreadable(p);
-            p->pos++;
-            spaced |= skip_space(p);
+            int64_t member = -1; /* what `next` links: the key, or the item */
+            if (object) {
+                if (p->pos >= p->len || p->text[p->pos] != '"' || count == MAX_MEMBERS) return unreadable(p);
+                if ((member = parse_string(p)) < 0) return -1;
+                if (p->nodes[member].flags & ESCAPED) return unreadable(p);
+                for (uint32_t other = (uint32_t)k + 1, i = 0; i < count; other = p->nodes[other].next, i++)
+                    if (same_key(p, p->nodes + other, p->nodes + member)) return unreadable(p);
+                spaced |= skip_space(p);
+                if (p->pos >= p->len || p->text[p->pos] != ':') return unreadable(p);
+                p->pos++;
+                spaced |= skip_space(p);
+            }
             int64_t value = parse_value(p);
             if (value < 0) return -1;
-            if (value != key + 1) return unreadable(p); /* cannot happen: the value follows its key */
+            if (object && value != member + 1) return unreadable(p); /* cannot happen: a value follows its key */
             flags &= p->nodes[value].flags;
-            if (previous >= 0) p->nodes[previous].next = (uint32_t)key;
-            previous = key;
+            if (!object) member = value;
+            if (previous >= 0) p->nodes[previous].next = (uint32_t)member;
+            previous = member;
             count++;
             spaced |= skip_space(p);
             if (p->pos >= p->len) return unreadable(p);
             uint8_t c = p->text[p->pos++];
-            if (c == '}') break;
+            if (c == close) break;
             if (c != ',') return unreadable(p);
             spaced |= skip_space(p);
         }
@@ -498,8 +470,8 @@ static int64_t parse_value(Parser *p) {
     }
     switch (c) {
     case '"': return parse_string(p);
-    case '{': return parse_object(p);
-    case '[': return parse_array(p);
+    case '{':
+    case '[': return parse_container(p);
     case 't': return parse_literal(p, "true", J_TRUE);
     case 'f': return parse_literal(p, "false", J_FALSE);
     case 'n': return parse_literal(p, "null", J_NULL);
@@ -539,7 +511,7 @@ static int array_item(Parser *p, uint32_t index, int64_t *item) {
 
 /* -- reading nodes ---------------------------------------------------------------------------- */
 
-/* The value of `key` in object `object`, or -1. Keys are never escaped (see parse_object). */
+/* The value of `key` in object `object`, or -1. Keys are never escaped (see parse_container). */
 static int64_t member(const Parser *p, int64_t object, const char *key, uint32_t n) {
     if (object < 0 || p->nodes[object].type != J_OBJECT || p->nodes[object].count == 0) return -1;
     for (uint32_t k = (uint32_t)object + 1;; k = p->nodes[k].next) {
