@@ -6,12 +6,13 @@
  * event between them, so the parse, the fold and the client took turns on two cores. Here `scan`
  * reads the body's text with the GIL released and says which items it cannot read as `prepare`
  * would (their place in the text: store/posted_body.py reads those with orjson and `prepare`, so
- * the answer's rejections are the Python ones); the body itself is what the fold thread keeps.
- * `Folder.fold` reads a batch of POSTs again the same way, groups its events by row, reads each
- * row's stored JSON on a SQLite connection of its own, folds task definitions and lifecycles into it
- * as state_merge's folds do, writes the row's JSON as orjson writes the Python row (same keys, same
- * order, same bytes) and its indexed values, and queues the upserts to the row writer
- * (store/_row_writer.c) in chunks, all without the GIL.
+ * the answer's rejections are the Python ones), and an index of the others (kind, key, where the
+ * payload is); the body and that index are what the fold thread keeps. `Folder.fold` groups a
+ * batch of POSTs' events by row from their indexes, reads a chunk's stored rows at once on a
+ * SQLite connection of its own, reads each event's payload as it folds it into its row as
+ * state_merge's task folds do, writes the row's JSON as orjson writes the Python row (same keys,
+ * same order, same bytes) and its indexed values, and queues the chunk's upserts to the row writer
+ * (store/_row_writer.c), all without the GIL.
  *
  * Only the shapes Ray prints are folded here. A row with any other piece (another event type, an
  * event `scan` left to Python, a value the Python fold decides: an odd id, time or number, a float
@@ -886,7 +887,9 @@ typedef struct {
     int32_t kind, route;
 } ItemRecord;
 
-static uint32_t offset_in(const Parser *p, Text t) { return t.p == NULL || t.n == 0 ? 0 : (uint32_t)((const uint8_t *)t.p - p->text); }
+static uint32_t offset_in(const Parser *p, Text t) {
+    return t.p == NULL || t.n == 0 ? 0 : (uint32_t)((const uint8_t *)t.p - p->text);
+}
 
 /* scan(body) -> (items, [(index, start, end), ...], index) | None */
 static PyObject *scan(PyObject *self, PyObject *body) {
@@ -956,7 +959,8 @@ static PyObject *scan(PyObject *self, PyObject *body) {
             if (entry == NULL) Py_CLEAR(list);
             else PyList_SET_ITEM(list, i, entry);
         }
-        if (list != NULL) out = Py_BuildValue("(INy#)", items, list, records.data ? records.data : "", (Py_ssize_t)records.len);
+        const char *index = records.data ? records.data : "";
+        if (list != NULL) out = Py_BuildValue("(INy#)", items, list, index, (Py_ssize_t)records.len);
     }
     raw_free(&odd);
     raw_free(&records);
@@ -1077,7 +1081,8 @@ static int load_events(RowState *r, const Parser *p, int64_t v) {
         }
         const Node *state = p->nodes + values[0], *ms = p->nodes + values[1], *ns = p->nodes + values[2];
         if (state->type != J_STRING || ms->type != J_INT || ns->type != J_INT) return -1;
-        r->events[i] = (Transition){{(const char *)p->text + state->start, state->end - state->start}, ms->num, ns->num};
+        Text text = {(const char *)p->text + state->start, state->end - state->start};
+        r->events[i] = (Transition){text, ms->num, ns->num};
     }
     r->n_events = (int)list->count;
     return 0;
@@ -1094,7 +1099,8 @@ static int load_row(RowState *r, Parser *p, Text data, Text ids) {
         const Node *key = p->nodes + k, *value = p->nodes + k + 1;
         if (!(value->flags & CANON)) return -1; /* the store writes orjson's text: this is not */
         int id = field_of((const char *)p->text + key->start + 1, key->end - key->start - 2);
-        Text text = value->type == J_NULL ? NONE : (Text){(const char *)p->text + value->start, value->end - value->start};
+        Text text = {(const char *)p->text + value->start, value->end - value->start};
+        if (value->type == J_NULL) text = NONE;
         if (id == F_EVENTS && load_events(r, p, k + 1) < 0) return -1;
         r->fields[r->n_fields] = (RowField){{(const char *)p->text + key->start, key->end - key->start}, id, text};
         if (id != F_OTHER) r->slot[id] = r->n_fields;
@@ -1163,8 +1169,8 @@ static int fold_definition(RowState *r, const Parser *p, int64_t body, Arena *a)
     Text v[12], env;
     int64_t env_node = MEMBER(p, body, "serializedRuntimeEnv");
     int64_t call_site = MEMBER(p, body, "callSite"), labels = MEMBER(p, body, "labelSelector");
-    if ((actor_task ? get_or(p, actor_task_name, NONE, a, &v[0]) : get_or(p, MEMBER(p, body, "taskName"), LIT("\"\""), a, &v[0])) < 0)
-        return -1;
+    int64_t name = actor_task ? actor_task_name : MEMBER(p, body, "taskName");
+    if (get_or(p, name, actor_task ? NONE : LIT("\"\""), a, &v[0]) < 0) return -1;
     if (actor_task) v[1] = LIT("\"ACTOR_TASK\"");
     else if (get_or(p, MEMBER(p, body, "taskType"), LIT("\"NORMAL_TASK\""), a, &v[1]) < 0) return -1;
     if (descriptor_name(p, func, a, &v[2]) < 0 ||
@@ -1722,7 +1728,8 @@ static int fold_row(Folder *f, Batch *b, RowRef *ref, RawBuf *out) {
         parser_reset(p, (const uint8_t *)PyBytes_AS_STRING(body) + event->payload_start,
                      event->payload_end - event->payload_start);
         int64_t payload = parse_value(p);
-        if (payload < 0 || p->nodes[payload].type != J_OBJECT) return p->status == P_MEMORY ? ROW_FAILED : ROW_TO_PYTHON;
+        if (payload < 0 || p->nodes[payload].type != J_OBJECT)
+            return p->status == P_MEMORY ? ROW_FAILED : ROW_TO_PYTHON;
         if (set_field(r, F_TASK_ID, task_id) < 0 || set_field(r, F_ATTEMPT, attempt_number) < 0) return ROW_TO_PYTHON;
         int failed = route->fold == FOLD_DEFINITION ? fold_definition(r, p, payload, &f->chunk)
                                                     : fold_lifecycle(r, p, payload, &f->chunk);
@@ -2141,9 +2148,11 @@ static PyObject *bind(PyObject *self, PyObject *args) {
     while (PyDict_Next(table, &position, &type, &route)) {
         Route *out = fresh + r++;
         PyObject *payload, *resource, *id_key, *attempt_key;
-        if (!PyUnicode_Check(type) || !PyArg_ParseTuple(route, "UUUOi", &payload, &resource, &id_key, &attempt_key, &out->fold) ||
+        if (!PyUnicode_Check(type) ||
+            !PyArg_ParseTuple(route, "UUUOi", &payload, &resource, &id_key, &attempt_key, &out->fold) ||
             (attempt_key != Py_None && !PyUnicode_Check(attempt_key))) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "bind: a route is (str, str, str, str or None, int)");
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "bind: a route is (str, str, str, str or None, int)");
             goto fail;
         }
         out->type_object = Py_NewRef(type);
