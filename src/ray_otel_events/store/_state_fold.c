@@ -137,6 +137,9 @@ static PyObject *prepare(PyObject *self, PyObject *event) {
         LOOKUP(attempt, body, PyTuple_GET_ITEM(route, 3));
         if (attempt == NULL) attempt = s_zero;
         else if (!PyLong_CheckExact(attempt)) goto python;
+        int overflow;
+        (void)PyLong_AsLongLongAndOverflow(attempt, &overflow);
+        if (overflow) goto python; /* Python names it */
     }
     LOOKUP(session, event, k_session_name);
     if (session == NULL) session = s_empty;

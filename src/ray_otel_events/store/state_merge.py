@@ -423,6 +423,8 @@ def piece_of(event: dict[str, Any]) -> Piece | None:
     if not isinstance(body, dict) or not body.get(id_key):
         raise ValueError(f"{event_type} without {key}.{id_key}")
     attempt = int(body.get(attempt_key, 0) or 0) if attempt_key else 0
+    if not _SQLITE_INT[0] <= attempt <= _SQLITE_INT[1]:  # a key the file cannot hold: every fold would fail
+        raise ValueError(f"{key}.{attempt_key} {attempt} does not fit in 64 bits")
     return Piece(event_type, resource, hex_id(body[id_key]), attempt, fold, body)
 
 
