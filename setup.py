@@ -2,7 +2,7 @@
 their wire bytes (otel/_any_value_wire.c), spans' JSON records written from theirs
 (otel/_span_records.c), OTLP log records and requests written from their parts (otel/_otlp_wire.c), lifecycle
 transitions and a task's parts read from their wire bytes (otel/_lifecycle_wire.c), a RayEvent's head
-(otel/_event_head.c), span lines' ISO times (otel/_span_json.c),
+(otel/_event_head.c), a POST's RayEvents read from its JSON text (otel/_posted_events.c), span lines' ISO times (otel/_span_json.c),
 the RayEvent JSON reader (encoding/_ray_json_wire.c) and writer
 (encoding/_ray_json_encode.c), and
 the store's fold (store/_state_fold.c) and its row writer (store/_row_writer.c, which also needs
@@ -38,6 +38,7 @@ setup(
             "otel._otlp_wire",
             "otel._lifecycle_wire",
             "otel._event_head",
+            "otel._posted_events",
             "otel._span_json",
             "encoding._ray_json_wire",
             "encoding._ray_json_encode",

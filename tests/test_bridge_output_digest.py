@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from ray_otel_events.otel.from_ray_events import Emitted, RayEventsToOtel
-from ray_otel_events.receivers.ray_events_http import parse_posted_events, read_posted_items
+from ray_otel_events.otel.posted_events import read_posted_events
 from tests.helpers.pure_python import run_pure_python
 
 RUN_E = Path(__file__).parent / "fixtures" / "bridge" / "runE"
@@ -41,8 +41,8 @@ def output_digest_text() -> bytes:
         converter = RayEventsToOtel(clock=clock, observed_clock_ns=observed, **bounds)  # type: ignore[arg-type]
         out = Emitted()
         for body in bodies + bodies:
-            _, posted, _ = read_posted_items(body, parse_posted_events)
-            out.extend(converter.add([p.event for p in posted], posted=[p.json for p in posted]))
+            parts, _ = read_posted_events(body)  # as the bridge reads a POST
+            out.extend(converter.add_parts(parts))
             clock.now += 0.1
             out.extend(converter.expire())
         clock.now += 1000.0
@@ -57,8 +57,7 @@ def output_digest_text() -> bytes:
             b"log %s %d %s" % (r.session_name.encode(), r.event_type, r.wire.hex().encode()) for r in out.logs
         ]
         lines += [
-            b"held %s %s" % (key.hex().encode(), event.SerializeToString().hex().encode())
-            for key, event in out.taken
+            b"held %s %s" % (key.hex().encode(), parts.wire.hex().encode()) for key, parts in out.taken
         ]
         lines.append(orjson.dumps(converter.counters.snapshot(), option=orjson.OPT_SORT_KEYS))
         lines.append(b"open %d %d" % (converter.open_entities, converter.open_bytes))

@@ -396,10 +396,11 @@ def test_every_real_event_head_is_read_as_upb_reads_it() -> None:
         head = _event_head.head(event.SerializeToString())
         assert head is not None and type(head) is event_heads.EventHead
         assert head == event_heads.python_head(event)
-    # the converter's batch read: the same heads, an unknown type's (left by C) read by upb
+    # the converter's read of wire bytes: the same heads, an unknown type's (left by C) read by upb
     odd = RayEvent(event_type=63, session_name="s")
     assert _event_head.head(odd.SerializeToString()) is None
-    assert event_heads.read_heads([*events, odd]) == [event_heads.python_head(e) for e in [*events, odd]]
+    heads = [event_heads.wire_head(e.SerializeToString()) for e in [*events, odd]]
+    assert heads == [event_heads.python_head(e) for e in [*events, odd]]
 
 
 @needs_compiled

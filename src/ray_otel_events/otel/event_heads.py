@@ -229,15 +229,14 @@ def read_head(event: RayEvent) -> EventHead:
     return python_head(event)
 
 
-def read_heads(events: list[RayEvent]) -> list[EventHead]:
-    """`read_head` of each event, in one loop where compiled."""
-    if not _compiled:
-        return [python_head(event) for event in events]
-    read = _event_head.head
-    heads: list[EventHead | None] = [read(event.SerializeToString()) for event in events]
-    return [
-        head if head is not None else python_head(event) for head, event in zip(heads, events, strict=True)
-    ]
+def wire_head(wire: bytes, event: RayEvent | None = None) -> EventHead:
+    """`read_head` of the event whose wire bytes (as upb serializes it) are `wire`; `event`: that
+    event, when the caller has it parsed."""
+    if _compiled:
+        head: EventHead | None = _event_head.head(wire)
+        if head is not None:
+            return head
+    return python_head(event if event is not None else RayEvent.FromString(wire))
 
 
 # -- a payload kept slim ------------------------------------------------------------------------

@@ -54,9 +54,9 @@ from ray_otel_events.otel.event_heads import (
     job_of,
     kept_fields,
     read_head,
-    read_heads,
 )
-from ray_otel_events.otel.log_records import head_log_record
+from ray_otel_events.otel.log_records import parts_log_record
+from ray_otel_events.otel.posted_events import EventParts, event_parts
 from ray_otel_events.protobuf import common_pb2
 from ray_otel_events.protobuf.events_actor_definition_event_pb2 import ActorDefinitionEvent
 from ray_otel_events.protobuf.events_actor_lifecycle_event_pb2 import ActorLifecycleEvent
@@ -181,8 +181,8 @@ class Emitted:
     spans: list[EmittedSpan] = field(default_factory=list)
     logs: list[EmittedLog] = field(default_factory=list)
     # Events now held in an open entity, by entity_key_bytes: what a durable bridge keeps on disk
-    # until that entity's span is emitted.
-    taken: list[tuple[bytes, RayEvent]] = field(default_factory=list)
+    # (their wire bytes) until that entity's span is emitted.
+    taken: list[tuple[bytes, EventParts]] = field(default_factory=list)
 
     def extend(self, other: Emitted) -> None:
         self.spans.extend(other.spans)
@@ -312,7 +312,11 @@ def _span_id_of(kind: str, head: EventHead) -> bytes:
 def routing_key(event: RayEvent) -> bytes:
     """The trace id of the span an event belongs to (its event id when it has none): what splits
     assembly over processes or machines so that every piece of one entity meets in one place."""
-    head = read_head(event)
+    return head_routing_key(read_head(event))
+
+
+def head_routing_key(head: EventHead) -> bytes:
+    """`routing_key` of an event's head."""
     trace, _ = _trace_context(head)
     return trace or head.event_id
 
@@ -393,13 +397,25 @@ class RayEventsToOtel:
         assemble: bool = True,
         posted: Sequence[Mapping[str, Any] | None] = (),
     ) -> Emitted:
+        """`add_parts` of RayEvents; `posted`: for each event, the JSON object it was read from
+        when that holds the event as it is (else None), which its log record's body is then written
+        from."""
+        n_posted = len(posted)
+        return self.add_parts(
+            [
+                event_parts(event, posted[index] if index < n_posted else None)
+                for index, event in enumerate(events)
+            ],
+            logs,
+            assemble,
+        )
+
+    def add_parts(self, events: list[EventParts], logs: bool = True, assemble: bool = True) -> Emitted:
         """Take events (in any order); returns their log records and the spans now complete.
 
         `logs=False`: no log records (a durable bridge's replay, whose records left before; an
         assemble-only stage, fed the records themselves). `assemble=False`: log records only (a
-        convert-only stage; spans are assembled elsewhere, routed by trace id). `posted`: for each
-        event, the JSON object it was read from when that holds the event as it is (else None),
-        which its log record's body is then written from."""
+        convert-only stage; spans are assembled elsewhere, routed by trace id)."""
         out = Emitted()
         now = self.clock()
         touched: dict[EntityKey, _Entity] = {}
@@ -412,9 +428,9 @@ class RayEventsToOtel:
         seen, seen_size = self._seen_event_ids.keys, self._seen_event_ids.size
         emitted = self._emitted.keys
         logs_out, taken = out.logs, out.taken
-        n_posted = len(posted)
-        events = events if isinstance(events, list) else list(events)
-        for index, (event, head) in enumerate(zip(events, read_heads(events), strict=True)):
+        observed = self.observed_clock_ns
+        for parts in events:
+            head = parts[0]
             event_id = head.event_id
             if event_id:
                 if event_id in seen:
@@ -427,13 +443,21 @@ class RayEventsToOtel:
             types[event_type] = types.get(event_type, 0) + 1
             kind = head.kind
             if logs:
-                json = posted[index] if index < n_posted else None
                 if kind:  # `_trace_context`, inlined
                     trace_id = trace_id_for_job(head.session, head.job)
                     span_id = _span_id_of(kind, head)
                 else:
                     trace_id = span_id = b""
-                record = head_log_record(event, head, json, trace_id, span_id, self.observed_clock_ns())
+                source = parts[4]
+                record = parts_log_record(
+                    head,
+                    parts[2],
+                    parts[3],
+                    source if source is not None else parts[1],
+                    trace_id,
+                    span_id,
+                    observed(),
+                )
                 logs_out.append(_new_log((head.session, event_type, record)))
             if kind not in _SPAN_KINDS or not assemble:  # no span: node, worker, profile and others
                 continue
@@ -445,7 +469,7 @@ class RayEventsToOtel:
             filed = key_bytes.get(key)
             if filed is None:
                 filed = key_bytes[key] = entity_key_bytes(key)
-            taken.append((filed, event))
+            taken.append((filed, parts))
         for event_type, count in types.items():
             self.counters.add(EVENTS, count, event_type=event_type_name(event_type))
         # Readiness is judged once the whole batch is in: the pieces of one POST arrive together.

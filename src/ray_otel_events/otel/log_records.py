@@ -379,12 +379,47 @@ def head_log_record(
     flags: int = 0,
     extra_attributes: bytes = b"",
 ) -> bytes:
-    """`log_record_wire` with the head given and positional arguments: the bridge's call per event."""
+    """`log_record_wire` with the head given and positional arguments."""
     attrs: list[bytes] = []
     body = _walk(_camel.event_dict(event) if posted is None else posted, _ROOT, attrs)
     attrs.append(head.attributes)
     if extra_attributes:
         attrs.append(extra_attributes)
+    return _record(head, body, attrs, trace_id, span_id, observed_time_unix_nano, flags)
+
+
+def parts_log_record(
+    head: EventHead,
+    body: bytes | None,
+    attributes: bytes,
+    source: Mapping[str, Any] | RayEvent | bytes,
+    trace_id: bytes,
+    span_id: bytes,
+    observed_time_unix_nano: int,
+) -> bytes:
+    """The record of an event read as `posted_events.EventParts`: its body entries and flattened
+    attributes as read (`body`), else walked from `source` (the posted object, the event, or its
+    wire bytes). The bridge's call per event."""
+    if body is not None:
+        attrs = [attributes, head.attributes]
+    else:
+        if type(source) is bytes:
+            source = RayEvent.FromString(source)
+        attrs = []
+        body = _walk(_camel.event_dict(source) if isinstance(source, RayEvent) else source, _ROOT, attrs)
+        attrs.append(head.attributes)
+    return _record(head, body, attrs, trace_id, span_id, observed_time_unix_nano, 0)
+
+
+def _record(
+    head: EventHead,
+    body: bytes,
+    attrs: list[bytes],
+    trace_id: bytes,
+    span_id: bytes,
+    observed_time_unix_nano: int,
+    flags: int,
+) -> bytes:
     fields = _record_fields.get((head.event_type, head.severity)) or _fields_of(
         head.event_type, head.severity
     )

@@ -61,6 +61,12 @@ class RayEventsConsumer(abc.ABC, Generic[EventT]):
         with `parse_ray_event`; a consumer may read them all in one pass, to the same answers)."""
         return parse_each(items, self.parse_ray_event)
 
+    def read_ray_events(self, body: bytes) -> tuple[list[EventT], list[str]]:
+        """A POSTed body's events and an error for each item that is not one (`read_posted_items`
+        with `parse_ray_events`; a consumer may read the text itself, to the same answers).
+        BodyError (400) when the body is not a JSON array."""
+        return read_posted_items(body, self.parse_ray_events)[1:]
+
     @abc.abstractmethod
     async def consume_ray_events(self, events: list[EventT], body: bytes) -> None:
         """Take the events (returning means accepted), or raise QueueFullError. `body` is the
@@ -100,18 +106,25 @@ def parse_posted_events(items: list[Any]) -> tuple[list[PostedEvent], list[str]]
     (`event_wires`); the items it does not read whole go through `parse_posted_event`."""
     posted: list[PostedEvent] = []
     errors: list[str] = []
-    read = RayEvent.FromString
     for index, (item, wire) in enumerate(zip(items, event_wires(items), strict=True)):
-        if wire is not None:
-            event = read(wire)
-            if event.event_type:  # else: parse_posted_event names the missing type
-                posted.append(PostedEvent(event, item))
-                continue
         try:
-            posted.append(parse_posted_event(item))
+            posted.append(_posted(item, wire))
         except ValueError as exc:
             errors.append(f"[{index}]: {exc}")
     return posted, errors
+
+
+def parse_posted_item(item: Any) -> PostedEvent:
+    """One item of `parse_posted_events` on its own."""
+    return _posted(item, event_wires([item])[0])
+
+
+def _posted(item: Any, wire: bytes | None) -> PostedEvent:
+    if wire is not None:
+        event = RayEvent.FromString(wire)
+        if event.event_type:  # else: parse_posted_event names the missing type
+            return PostedEvent(event, item)
+    return parse_posted_event(item)
 
 
 def parse_each(items: list[Any], parse: Callable[[Any], EventT]) -> tuple[list[EventT], list[str]]:
@@ -179,7 +192,7 @@ class RayEventsHttpReceiver(Generic[EventT]):
             )
         try:
             body = await read_body(request, self.max_body_bytes, self.decoded_by_server)
-            value, events, errors = read_posted_items(body, self.consumer.parse_ray_events)
+            events, errors = self.consumer.read_ray_events(body)
         except BodyError as exc:
             return self._refuse(exc.status, exc.reason)
         if events:
@@ -196,7 +209,7 @@ class RayEventsHttpReceiver(Generic[EventT]):
         answer = {"accepted": len(events), "rejected": len(errors), "errors": errors[:MAX_ERRORS_LISTED]}
         # A POST of 1,000 events parses into some 20,000 objects, a couple of milliseconds to free:
         # freed once the answer is on its way, while the client makes its next request.
-        asyncio.get_running_loop().call_soon(_release, value, events)
+        asyncio.get_running_loop().call_soon(_release, events)
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
 
     def _refuse(self, status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:

@@ -42,10 +42,9 @@ from ray_otel_events.config import BridgeConfig
 from ray_otel_events.exporters.transport import HttpTransport
 from ray_otel_events.metrics import Counters
 from ray_otel_events.observability.merged_metrics import merge_expositions
-from ray_otel_events.otel.from_ray_events import routing_key
-from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+from ray_otel_events.otel.from_ray_events import head_routing_key
+from ray_otel_events.otel.posted_events import EventParts, wire_parts
 from ray_otel_events.receivers.otlp_http import QueueFullError
-from ray_otel_events.receivers.ray_events_http import PostedEvent
 from ray_otel_events.security.options import ServerSecurity
 from ray_otel_events.services.bridge import BridgeService
 from ray_otel_events.services.lifecycle import print_exit_summary, settle_heap
@@ -63,31 +62,31 @@ FORWARDED = "forwarded_events"  # RayEvents sent to the worker owning their trac
 # -- routing ------------------------------------------------------------------------------------
 
 
-def owner_of(event: RayEvent, workers: int) -> int:
+def owner_of(event: EventParts, workers: int) -> int:
     """The worker that converts and assembles `event`: its trace id, hashed (it is a digest)."""
-    return int.from_bytes(routing_key(event)[:8], "big") % workers
+    return int.from_bytes(head_routing_key(event.head)[:8], "big") % workers
 
 
-def encode_pieces(events: list[RayEvent]) -> bytes:
+def encode_pieces(events: list[EventParts]) -> bytes:
     """RayEvents as length-prefixed wire bytes (4-byte big-endian lengths)."""
     parts: list[bytes] = []
     for event in events:
-        wire = event.SerializeToString()
-        parts.append(len(wire).to_bytes(4, "big"))
-        parts.append(wire)
+        parts.append(len(event.wire).to_bytes(4, "big"))
+        parts.append(event.wire)
     return b"".join(parts)
 
 
-def decode_pieces(body: bytes) -> list[RayEvent]:
-    events: list[RayEvent] = []
+def decode_pieces(body: bytes) -> list[bytes]:
+    """The RayEvents' wire bytes `encode_pieces` wrote."""
+    wires: list[bytes] = []
     at = 0
     while at < len(body):
         size = int.from_bytes(body[at : at + 4], "big")
         if at + 4 + size > len(body):
             raise ValueError("truncated piece")
-        events.append(RayEvent.FromString(body[at + 4 : at + 4 + size]))
+        wires.append(body[at + 4 : at + 4 + size])
         at += 4 + size
-    return events
+    return wires
 
 
 class TraceIdRouter:
@@ -107,11 +106,11 @@ class TraceIdRouter:
         if self._session is not None:
             await self._session.close()
 
-    async def forward(self, events: list[PostedEvent]) -> list[PostedEvent]:
+    async def forward(self, events: list[EventParts]) -> list[EventParts]:
         workers = len(self.peer_urls)
-        groups: dict[int, list[PostedEvent]] = {}
+        groups: dict[int, list[EventParts]] = {}
         for posted in events:
-            groups.setdefault(owner_of(posted.event, workers), []).append(posted)
+            groups.setdefault(owner_of(posted, workers), []).append(posted)
         local = groups.pop(self.index, [])
         if groups:
             self.counters.add(FORWARDED, len(events) - len(local))
@@ -138,12 +137,12 @@ class TraceIdRouter:
                 texts[index] = text
         return merge_expositions(dict(sorted(texts.items())))
 
-    async def _send(self, owner: int, events: list[PostedEvent]) -> None:
+    async def _send(self, owner: int, events: list[EventParts]) -> None:
         assert self._session is not None, "start() first"
         try:
             async with self._session.post(
                 self.peer_urls[owner] + FORWARD_PATH,
-                data=encode_pieces([posted.event for posted in events]),
+                data=encode_pieces(events),
                 headers={SECRET_HEADER: self.secret, "Content-Type": "application/octet-stream"},
             ) as response:
                 if response.status == 200:
@@ -160,11 +159,11 @@ def _private_routes(service: BridgeService, secret: str) -> list[web.RouteDef]:
         if not hmac.compare_digest(request.headers.get(SECRET_HEADER, ""), secret):
             return web.Response(status=401, text="not a bridge worker")
         try:
-            events = decode_pieces(await request.read())
+            events = [wire_parts(wire) for wire in decode_pieces(await request.read())]
         except ValueError as exc:
             return web.Response(status=400, text=f"undecodable pieces: {exc}")
         try:
-            await service.consume_ray_events([PostedEvent(event, None) for event in events], routed=True)
+            await service.consume_ray_events(events, routed=True)
         except QueueFullError as exc:
             return web.Response(status=503, text=exc.reason)
         return web.Response(status=200)
