@@ -45,7 +45,7 @@ def _outcome(body: bytes, read: Any) -> Any:
 def _taken(body: bytes) -> int:
     """How many items the compiled pass wrote itself (None: it left the whole body)."""
     read = posted_events._read(body)  # type: ignore[misc]
-    return -1 if read is None else sum(type(item) is tuple for item in read)
+    return -1 if read is None else sum(type(item) is EventParts for item in read[0])
 
 
 def _same(body: bytes) -> int:

@@ -67,7 +67,8 @@ static Msg *msgs;
 static int n_msgs, root_msg;
 static uint32_t type_field; /* the root's field an item must hold (not zero) to be read here */
 static PyObject *bound; /* what the schema's names point into (kept alive) */
-static PyObject *head_fn; /* _event_head.head */
+static PyObject *head_fn;    /* _event_head.head */
+static PyObject *parts_type; /* posted_events.EventParts, a tuple subclass */
 
 /* -- the input ------------------------------------------------------------------------------ */
 
@@ -990,12 +991,21 @@ static int read_item(R *r, PyObject **out) {
         Py_XDECREF(body);
         return FAILED;
     }
-    *out = PyTuple_Pack(4, head, wire_bytes, body, attrs);
-    Py_DECREF(head);
-    Py_DECREF(wire_bytes);
-    Py_DECREF(body);
-    Py_DECREF(attrs);
-    return *out ? DONE : FAILED;
+    PyObject *parts = ((PyTypeObject *)parts_type)->tp_alloc((PyTypeObject *)parts_type, 5);
+    if (parts == NULL) {
+        Py_DECREF(head);
+        Py_DECREF(wire_bytes);
+        Py_DECREF(body);
+        Py_DECREF(attrs);
+        return FAILED;
+    }
+    PyTuple_SET_ITEM(parts, 0, head);
+    PyTuple_SET_ITEM(parts, 1, wire_bytes);
+    PyTuple_SET_ITEM(parts, 2, body);
+    PyTuple_SET_ITEM(parts, 3, attrs);
+    PyTuple_SET_ITEM(parts, 4, Py_NewRef(Py_None));
+    *out = parts;
+    return DONE;
 }
 
 static void free_levels(R *r) {
@@ -1008,7 +1018,9 @@ static void free_levels(R *r) {
     PyMem_Free(r->scratch.data);
 }
 
-/* read(body) -> [ (head or None, wire, body entries, attribute entries) | slice, ... ] or None. */
+/* read(body) -> (items, whole) or None: items is per item an EventParts(head, wire, body entries,
+ * attribute entries, None), its head None where Python reads it, or the item's slice of the text;
+ * `whole` is True when every item is an EventParts with its head. */
 static PyObject *read_body(PyObject *module, PyObject *arg) {
     (void)module;
     if (!PyBytes_Check(arg) || head_fn == NULL) {
@@ -1020,6 +1032,7 @@ static PyObject *read_body(PyObject *module, PyObject *arg) {
     r->start = r->p = (const uint8_t *)PyBytes_AS_STRING(arg);
     r->end = r->start + PyBytes_GET_SIZE(arg);
     PyObject *items = NULL;
+    int whole = 1;
     if (buf_reserve(&r->scratch, PyBytes_GET_SIZE(arg) + 16) < 0) goto done;
     items = PyList_New(0);
     if (items == NULL) goto done;
@@ -1038,7 +1051,9 @@ static PyObject *read_body(PyObject *module, PyObject *arg) {
         int done = read_item(r, &item);
         if (done == FAILED) goto fail;
         if (done == BODY) goto whole;
+        if (done == DONE && PyTuple_GET_ITEM(item, 0) == Py_None) whole = 0;
         if (done == ITEM) {
+            whole = 0;
             r->p = start;
             if (skip_value(r, 0) != DONE) goto whole;
             PyObject *from = PyLong_FromSsize_t(start - r->start), *to = PyLong_FromSsize_t(r->p - r->start);
@@ -1057,6 +1072,7 @@ static PyObject *read_body(PyObject *module, PyObject *arg) {
 end:
     ws(r);
     if (r->p != r->end) goto whole;
+    items = Py_BuildValue("(NO)", items, whole ? Py_True : Py_False); /* N: the list's reference moves */
     goto done;
 whole:
     Py_XSETREF(items, Py_NewRef(Py_None));
@@ -1092,14 +1108,16 @@ static int bytes_of(PyObject *obj, const char **s, Py_ssize_t *n) {
     return 0;
 }
 
-/* bind(messages, root, type field, head): messages is a list of (readable, fields), fields a tuple of
+/* bind(messages, root, type field, head, parts type): messages is a list of (readable, fields), fields a tuple of
  * (json name, proto name, number, kind, label, low, high, enum ((name, number), ...) or None,
  * message index or -1, oneof (0: none), has presence), all names bytes. */
 static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 4 || !PyList_Check(args[0]) || !PyLong_Check(args[1]) || !PyLong_Check(args[2]) ||
-        !PyCallable_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "bind(messages: list, root: int, type_field: int, head: callable)");
+    if (nargs != 5 || !PyList_Check(args[0]) || !PyLong_Check(args[1]) || !PyLong_Check(args[2]) ||
+        !PyCallable_Check(args[3]) || !PyType_Check(args[4]) ||
+        !PyType_IsSubtype((PyTypeObject *)args[4], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "bind(messages: list, root: int, type_field: int, head: callable, parts: a tuple subclass)");
         return NULL;
     }
     clear_schema();
@@ -1177,6 +1195,7 @@ static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (PyErr_Occurred()) goto fail;
     bound = Py_NewRef(messages);
     Py_XSETREF(head_fn, Py_NewRef(args[3]));
+    Py_XSETREF(parts_type, Py_NewRef(args[4]));
     Py_RETURN_NONE;
 fail:
     clear_schema();
@@ -1184,10 +1203,10 @@ fail:
 }
 
 static PyMethodDef methods[] = {
-    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(messages, root, type_field, head): the schema read."},
+    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(messages, root, type_field, head, parts): the schema read."},
     {"read", (PyCFunction)read_body, METH_O,
-     "read(body) -> per item (head, wire, body entries, attributes) or its slice of the text; None: "
-     "read the body in Python."},
+     "read(body) -> (per item its EventParts or its slice of the text, all read here), or None: read "
+     "the body in Python."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -117,10 +117,13 @@ try:  # built by setup.py where a C compiler is present
     from ray_otel_events.otel import _posted_events
 except ImportError:
     _posted_events = None  # type: ignore[assignment]
-_read: Callable[[bytes], list[Any] | None] | None = None
+_read: Callable[[bytes], tuple[list[Any], bool] | None] | None = None
 if _posted_events is not None and config.compiled_enabled() and event_heads._compiled:
     _posted_events.bind(
-        *_messages(), RayEvent.DESCRIPTOR.fields_by_name["event_type"].number, event_heads._event_head.head
+        *_messages(),
+        RayEvent.DESCRIPTOR.fields_by_name["event_type"].number,
+        event_heads._event_head.head,
+        EventParts,
     )
     _read = _posted_events.read
 
@@ -132,19 +135,20 @@ def read_posted_events(body: bytes) -> tuple[list[EventParts], list[str]]:
     read = _read(body) if _read is not None else None
     if read is None:
         return read_posted_events_python(body)
+    items, whole = read
+    if whole:  # every item read by the compiled pass
+        return items, []
     from ray_otel_events.receivers.ray_events_http import parse_posted_item
 
     parts: list[EventParts] = []
     errors: list[str] = []
-    new = EventParts._make
-    for index, item in enumerate(read):
-        if type(item) is tuple:
-            head, wire, entries, attributes = item
-            if head is None:  # a map of several entries (upb orders them), or a type without a head
-                event = RayEvent.FromString(wire)
+    for index, item in enumerate(items):
+        if type(item) is EventParts:
+            if item.head is None:  # a map of several entries (upb orders them), or a type without a head
+                event = RayEvent.FromString(item.wire)
                 wire = event.SerializeToString()
-                head = wire_head(wire, event)
-            parts.append(new((head, wire, entries, attributes, None)))
+                item = item._replace(head=wire_head(wire, event), wire=wire)
+            parts.append(item)
             continue
         try:
             posted = parse_posted_item(orjson.loads(memoryview(body)[item]))
