@@ -56,9 +56,7 @@ def output_digest_text() -> bytes:
         lines += [
             b"log %s %d %s" % (r.session_name.encode(), r.event_type, r.wire.hex().encode()) for r in out.logs
         ]
-        lines += [
-            b"held %s %s" % (key.hex().encode(), parts.wire.hex().encode()) for key, parts in out.taken
-        ]
+        lines += [b"held %s %s" % (key.hex().encode(), parts.wire.hex().encode()) for key, parts in out.taken]
         lines.append(orjson.dumps(converter.counters.snapshot(), option=orjson.OPT_SORT_KEYS))
         lines.append(b"open %d %d" % (converter.open_entities, converter.open_bytes))
     return b"\n".join(lines)

@@ -134,7 +134,7 @@ def test_the_same_json_spelled_otherwise_reads_the_same() -> None:
         b"[" * 600 + b"]" * 600,
         b"[]",
         b" [ ] ",
-        b"[1, \"x\", null, [], {}]",
+        b'[1, "x", null, [], {}]',
         b'[{"eventType": "TASK_DEFINITION_EVENT"}]',
         b'[{"eventType": 0}, {"eventType": "EVENT_TYPE_UNSPECIFIED"}, {}]',
         b'[{"eventType": "NO_SUCH_TYPE"}, {"sessionName": "\\ud83d\\ude00"}]',

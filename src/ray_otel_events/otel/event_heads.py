@@ -9,6 +9,7 @@ built (otel/_event_head.c). The Python reading here is the reference the compile
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -217,6 +218,8 @@ def _bind() -> None:
 
 if _compiled:
     _bind()
+# The compiled reader (None where not built or turned off): `wire_head` without the upb fallback.
+compiled_head: Callable[[bytes], EventHead | None] | None = _event_head.head if _compiled else None
 
 
 def read_head(event: RayEvent) -> EventHead:

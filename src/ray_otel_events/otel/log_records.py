@@ -403,10 +403,9 @@ def parts_log_record(
     if body is not None:
         attrs = [attributes, head.attributes]
     else:
-        if type(source) is bytes:
-            source = RayEvent.FromString(source)
+        event = RayEvent.FromString(source) if isinstance(source, bytes) else source
         attrs = []
-        body = _walk(_camel.event_dict(source) if isinstance(source, RayEvent) else source, _ROOT, attrs)
+        body = _walk(_camel.event_dict(event) if isinstance(event, RayEvent) else event, _ROOT, attrs)
         attrs.append(head.attributes)
     return _record(head, body, attrs, trace_id, span_id, observed_time_unix_nano, 0)
 

@@ -22,8 +22,7 @@ from google.protobuf.descriptor import FieldDescriptor
 
 from ray_otel_events import config
 from ray_otel_events.encoding import ray_json_decode
-from ray_otel_events.otel import event_heads
-from ray_otel_events.otel.event_heads import EventHead, wire_head
+from ray_otel_events.otel.event_heads import EventHead, compiled_head, wire_head
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
 
@@ -74,7 +73,7 @@ def _messages() -> tuple[list[tuple[bool, tuple[Any, ...]]], int]:
             return index[name]
         at = index[name] = len(messages)
         messages.append((False, ()))
-        schema = ray_json_decode._wire_schema(descriptor, schemas)
+        schema = ray_json_decode.wire_schema(descriptor, schemas)
         fields = []
         oneofs: dict[str, int] = {}
         for field in descriptor.fields:
@@ -84,11 +83,11 @@ def _messages() -> tuple[list[tuple[bool, tuple[Any, ...]]], int]:
             number, kind, label, low, high, extra, oneof = entry
             enums = None
             sub = -1
-            if kind == ray_json_decode._K_ENUM:
+            if kind == ray_json_decode.K_ENUM:
                 enums = tuple((name.encode(), value) for name, value in extra[0].items())
-            elif kind == ray_json_decode._K_MESSAGE:
+            elif kind == ray_json_decode.K_MESSAGE:
                 message = field.message_type
-                if label == ray_json_decode._MAP:
+                if label == ray_json_decode.MAP:
                     message = message.fields_by_name["value"].message_type
                 sub = add(message)
             fields.append(
@@ -118,12 +117,9 @@ try:  # built by setup.py where a C compiler is present
 except ImportError:
     _posted_events = None  # type: ignore[assignment]
 _read: Callable[[bytes], tuple[list[Any], bool] | None] | None = None
-if _posted_events is not None and config.compiled_enabled() and event_heads._compiled:
+if _posted_events is not None and config.compiled_enabled() and compiled_head is not None:
     _posted_events.bind(
-        *_messages(),
-        RayEvent.DESCRIPTOR.fields_by_name["event_type"].number,
-        event_heads._event_head.head,
-        EventParts,
+        *_messages(), RayEvent.DESCRIPTOR.fields_by_name["event_type"].number, compiled_head, EventParts
     )
     _read = _posted_events.read
 

@@ -54,6 +54,7 @@ from ray_otel_events.otel.plain_records import (
     span_record,
     span_records_json,
 )
+from ray_otel_events.otel.posted_events import EventParts, event_parts, read_posted_events, wire_parts
 from ray_otel_events.otel.to_ray_events import (
     NotARayEventError,
     RaySpanEvents,
@@ -66,8 +67,11 @@ from ray_otel_events.processors.exposable_filter import ExposableFilter
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.receivers.otlp_grpc import OtlpGrpcReceiver
 from ray_otel_events.receivers.otlp_http import ConsumeResult, OtlpConsumer, OtlpHttpReceiver, QueueFullError
-from ray_otel_events.otel.posted_events import EventParts, event_parts, read_posted_events, wire_parts
-from ray_otel_events.receivers.ray_events_http import RayEventsConsumer, RayEventsHttpReceiver, parse_posted_item
+from ray_otel_events.receivers.ray_events_http import (
+    RayEventsConsumer,
+    RayEventsHttpReceiver,
+    parse_posted_item,
+)
 from ray_otel_events.security.auth import BearerToken
 
 logger = logging.getLogger(__name__)
