@@ -389,15 +389,15 @@ def profile_top(what: str, bodies: list[bytes], frames: int = 8) -> list[str]:
     from ray_otel_events.otel.from_ray_events import RayEventsToOtel
     from ray_otel_events.otel.otlp_wire import merge_envelopes
     from ray_otel_events.otel.to_ray_events import ray_event_from_log_record
-    from ray_otel_events.receivers.ray_events_http import parse_posted_events, read_posted_items
+    from ray_otel_events.otel.posted_events import read_posted_events
 
     encoder = RayEventJsonEncoder()
 
     def ray_events_to_otlp() -> None:
         converter, items = RayEventsToOtel(terminal_grace_s=0.0), OtlpItemEncoder("ray")
         for body in bodies:
-            _, posted, _ = read_posted_items(body, parse_posted_events)  # as the bridge reads a POST
-            emitted = converter.add([p.event for p in posted], posted=[p.json for p in posted])
+            parts, _ = read_posted_events(body)  # as the bridge reads a POST
+            emitted = converter.add_parts(parts)
             spans = items.wire_items([s.session_name for s in emitted.spans], [s.wire for s in emitted.spans])
             logs = items.wire_items([r.session_name for r in emitted.logs], [r.wire for r in emitted.logs])
             merge_envelopes(spans)

@@ -123,27 +123,6 @@ static int hex4(const uint8_t *p, uint32_t *out) {
     return 0;
 }
 
-/* The length of the UTF-8 sequence at p (strict: no overlong forms, no surrogates), 0 if invalid. */
-static int utf8_seq(const uint8_t *p, const uint8_t *end) {
-    uint8_t c = p[0];
-    int more;
-    uint8_t low = 0x80, high = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) more = 1;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        more = 2;
-        if (c == 0xE0) low = 0xA0;
-        if (c == 0xED) high = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        more = 3;
-        if (c == 0xF0) low = 0x90;
-        if (c == 0xF4) high = 0x8F;
-    } else return 0;
-    if (end - p <= more || p[1] < low || p[1] > high) return 0;
-    for (int k = 2; k <= more; k++)
-        if (p[k] < 0x80 || p[k] > 0xBF) return 0;
-    return more + 1;
-}
-
 /* A string at r->p (its opening quote): its decoded UTF-8, in place when it has no escapes. BODY
  * for anything orjson refuses or may read otherwise (bad UTF-8, control characters, bad escapes,
  * lone surrogates). */
@@ -163,7 +142,7 @@ static int read_string(R *r, const char **s, Py_ssize_t *n) {
             p++;
             continue;
         }
-        int k = utf8_seq(p, end);
+        int k = utf8_sequence(p, end - p);
         if (!k) return BODY;
         p += k;
     }
@@ -183,7 +162,7 @@ static int read_string(R *r, const char **s, Py_ssize_t *n) {
         }
         if (c < 0x20) return BODY;
         if (c >= 0x80) {
-            int k = utf8_seq(p, end);
+            int k = utf8_sequence(p, end - p);
             if (!k) return BODY;
             memcpy(o, p, (size_t)k);
             o += k;
@@ -418,40 +397,35 @@ static char *put_any(char *p, const Tok *t) {
     }
 }
 
-/* A KeyValue entry (tag) of key and a scalar's AnyValue. */
-static int put_entry(Buf *b, uint8_t tag, const char *key, Py_ssize_t key_n, const Tok *t) {
-    Py_ssize_t any_n = any_size(t), kv = field_size(key_n) + field_size(any_n);
-    if (buf_reserve(b, field_size(kv)) < 0) return FAILED;
-    char *p = b->data + b->len;
+/* A repeated KeyValue entry (`tag`, length, KeyValue{key, value}) up to its AnyValue's bytes. */
+static char *put_kv_head(char *p, uint8_t tag, const char *key, Py_ssize_t key_n, Py_ssize_t any_n) {
     *p++ = (char)tag;
-    p = put_varint(p, (uint64_t)kv);
+    p = put_varint(p, (uint64_t)(field_size(key_n) + field_size(any_n)));
     *p++ = 0x0a;
     p = put_varint(p, (uint64_t)key_n);
     p = put(p, key, key_n);
     *p++ = 0x12;
-    p = put_varint(p, (uint64_t)any_n);
-    p = put_any(p, t);
-    b->len = p - b->data;
+    return put_varint(p, (uint64_t)any_n);
+}
+
+/* A KeyValue entry (tag) of key and a scalar's AnyValue. */
+static int put_entry(Buf *b, uint8_t tag, const char *key, Py_ssize_t key_n, const Tok *t) {
+    Py_ssize_t any_n = any_size(t);
+    if (buf_reserve(b, field_size(field_size(key_n) + field_size(any_n))) < 0) return FAILED;
+    char *p = put_kv_head(b->data + b->len, tag, key, key_n, any_n);
+    b->len = put_any(p, t) - b->data;
     return DONE;
 }
 
-/* A body entry whose AnyValue (`any_tag`: kvlist 0x32, array 0x2a) holds `payload`. */
-static int put_nested_entry(Buf *b, const char *key, Py_ssize_t key_n, uint8_t any_tag, const char *payload,
-                            Py_ssize_t n) {
-    Py_ssize_t any_n = field_size(n), kv = field_size(key_n) + field_size(any_n);
-    if (buf_reserve(b, field_size(kv)) < 0) return FAILED;
-    char *p = b->data + b->len;
-    *p++ = 0x0a;
-    p = put_varint(p, (uint64_t)kv);
-    *p++ = 0x0a;
-    p = put_varint(p, (uint64_t)key_n);
-    p = put(p, key, key_n);
-    *p++ = 0x12;
-    p = put_varint(p, (uint64_t)any_n);
+/* A KeyValue entry (tag) whose AnyValue (`any_tag`: kvlist 0x32, array 0x2a) holds `payload`. */
+static int put_nested_entry(Buf *b, uint8_t tag, const char *key, Py_ssize_t key_n, uint8_t any_tag,
+                            const char *payload, Py_ssize_t n) {
+    Py_ssize_t any_n = field_size(n);
+    if (buf_reserve(b, field_size(field_size(key_n) + field_size(any_n))) < 0) return FAILED;
+    char *p = put_kv_head(b->data + b->len, tag, key, key_n, any_n);
     *p++ = (char)any_tag;
     p = put_varint(p, (uint64_t)n);
-    p = put(p, payload, n);
-    b->len = p - b->data;
+    b->len = put(p, payload, n) - b->data;
     return DONE;
 }
 
@@ -704,7 +678,6 @@ static int scalar_wire(Buf *wire, const FieldSpec *f, uint32_t number, const Tok
 static int read_list(R *r, const FieldSpec *f, const char *key, Py_ssize_t key_n, Level *lv, int depth) {
     r->p++;
     Buf *wire = &lv->wire;
-    Py_ssize_t body_mark = lv->body.len;
     int packed = f->kind == K_BOOL || f->kind == K_INT || f->kind == K_ENUM || f->kind == K_DOUBLE ||
                  f->kind == K_FLOAT;
     Buf packed_values = {NULL, 0, 0};
@@ -782,35 +755,12 @@ static int read_list(R *r, const FieldSpec *f, const char *key, Py_ssize_t key_n
     }
     if (done == DONE && packed && packed_values.len && buf_field(wire, f->number, packed_values.data, packed_values.len) < 0)
         done = FAILED;
-    if (done == DONE) {
-        if (nested) {
-            done = put_nested_entry(&lv->body, key, key_n, 0x2a, items.data ? items.data : "", items.len);
-        } else {
-            /* a list of plain values: its body entry; its attributes are one list of strings, or
-             * one per item (written above) */
-            done = put_nested_entry(&lv->body, key, key_n, 0x2a, items.data ? items.data : "", items.len);
-            if (done == DONE && all_strings) {
-                r->attrs.len = attrs_mark;
-                Py_ssize_t any_n = field_size(items.len), kv = field_size(r->path_n) + field_size(any_n);
-                if (buf_reserve(&r->attrs, field_size(kv)) < 0) done = FAILED;
-                else {
-                    char *p = r->attrs.data + r->attrs.len;
-                    *p++ = 0x32;
-                    p = put_varint(p, (uint64_t)kv);
-                    *p++ = 0x0a;
-                    p = put_varint(p, (uint64_t)r->path_n);
-                    p = put(p, r->path, r->path_n);
-                    *p++ = 0x12;
-                    p = put_varint(p, (uint64_t)any_n);
-                    *p++ = 0x2a;
-                    p = put_varint(p, (uint64_t)items.len);
-                    p = put(p, items.data ? items.data : "", items.len);
-                    r->attrs.len = p - r->attrs.data;
-                }
-            }
-        }
+    if (done == DONE) done = put_nested_entry(&lv->body, 0x0a, key, key_n, 0x2a, items.data ? items.data : "", items.len);
+    if (done == DONE && !nested && all_strings) {
+        /* a list of strings (or an empty one) is one attribute; other plain values one an item */
+        r->attrs.len = attrs_mark;
+        done = put_nested_entry(&r->attrs, 0x32, r->path, r->path_n, 0x2a, items.data ? items.data : "", items.len);
     }
-    (void)body_mark;
     PyMem_Free(packed_values.data);
     PyMem_Free(items.data);
     return done;
@@ -853,13 +803,10 @@ static int read_map(R *r, const FieldSpec *f, const char *key, Py_ssize_t key_n,
                 if (t.type != T_OBJECT) return ITEM;
                 if (depth + 2 > MAX_DEPTH) return ITEM;
                 /* the value message one level further down; the map's body stays at depth + 1 */
-                Py_ssize_t body_len = child->body.len;
                 if ((done = read_message(r, &msgs[f->sub], depth + 2)) != DONE) return done;
                 Level *value = &r->levels[depth + 2];
-                if (put_nested_entry(&child->body, k, kn, 0x32, value->body.data ? value->body.data : "", value->body.len) != DONE)
+                if (put_nested_entry(&child->body, 0x0a, k, kn, 0x32, value->body.data ? value->body.data : "", value->body.len) != DONE)
                     return FAILED;
-                (void)body_len;
-                /* the entry's value, framed: entry buffers are per level, so use the value's own */
                 if (emit_message(entry, 2, value) != DONE) return FAILED;
             } else {
                 if (t.type == T_OBJECT || t.type == T_ARRAY || t.type == T_NULL) return ITEM;
@@ -875,7 +822,7 @@ static int read_map(R *r, const FieldSpec *f, const char *key, Py_ssize_t key_n,
         }
     }
     if (n > 1) r->unordered = 1;
-    return put_nested_entry(&lv->body, key, key_n, 0x32, child->body.data ? child->body.data : "", child->body.len);
+    return put_nested_entry(&lv->body, 0x0a, key, key_n, 0x32, child->body.data ? child->body.data : "", child->body.len);
 }
 
 static const FieldSpec *field_named(const Msg *m, const char *key, Py_ssize_t n) {
@@ -937,7 +884,7 @@ static int read_message(R *r, const Msg *m, int depth) {
             if (f->kind != K_MESSAGE) return ITEM;
             if ((done = message_at(r, f->sub, depth)) != DONE) return done;
             Level *child = &r->levels[depth + 1];
-            done = put_nested_entry(&lv->body, key, key_n, 0x32, child->body.data ? child->body.data : "", child->body.len);
+            done = put_nested_entry(&lv->body, 0x0a, key, key_n, 0x32, child->body.data ? child->body.data : "", child->body.len);
             if (done == DONE) done = emit_message(&lv->wire, f->number, child);
         } else {
             if (f->kind == K_MESSAGE || t.type == T_ARRAY) return ITEM;
