@@ -388,8 +388,8 @@ def profile_top(what: str, bodies: list[bytes], frames: int = 8) -> list[str]:
     from ray_otel_events.exporters.otlp import OtlpItemEncoder
     from ray_otel_events.otel.from_ray_events import RayEventsToOtel
     from ray_otel_events.otel.otlp_wire import merge_envelopes
-    from ray_otel_events.otel.to_ray_events import ray_event_from_log_record
     from ray_otel_events.otel.posted_events import read_posted_events
+    from ray_otel_events.otel.to_ray_events import ray_event_from_log_record
 
     encoder = RayEventJsonEncoder()
 
