@@ -145,6 +145,8 @@ def test_the_same_json_spelled_otherwise_reads_the_same() -> None:
         b'[{"eventType":"TASK_LIFECYCLE_EVENT","taskLifecycleEvent":{"stateTransitions":[]}}]',
         b'[{"eventType":"TASK_LIFECYCLE_EVENT","taskLifecycleEvent":{"stateTransitions":[1]}}]',
         b'[{"eventType":"TASK_DEFINITION_EVENT","taskDefinitionEvent":{"requiredResources":{"CPU":-0.0}}}]',
+        # escaped strings read, then the item left to Python and its strings read again
+        b'[{"eventType":"NODE_DEFINITION_EVENT","message":"' + b"a" * 5000 + b'\\n","x":1}]',
     ],
 )
 def test_odd_bodies_get_the_python_paths_answer(body: bytes) -> None:

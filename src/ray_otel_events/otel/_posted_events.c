@@ -1002,6 +1002,7 @@ static PyObject *read_body(PyObject *module, PyObject *arg) {
         if (done == ITEM) {
             whole = 0;
             r->p = start;
+            r->scratch.len = 0; /* the room is the body's size: one item's strings at a time */
             if (skip_value(r, 0) != DONE) goto whole;
             PyObject *from = PyLong_FromSsize_t(start - r->start), *to = PyLong_FromSsize_t(r->p - r->start);
             item = from && to ? PySlice_New(from, to, NULL) : NULL;
