@@ -43,6 +43,15 @@ def reads_spans_only(processor: SpanProcessor) -> bool:
     return bool(getattr(processor, "accepts_direct_spans", False)) or type(processor) in _SDK_READERS
 
 
+def _plain_strings(attributes: Mapping[str, Any]) -> bool:
+    """True when every key is a non-empty string and every value a string: cleaning keeps them all."""
+    return (
+        "" not in attributes
+        and _STR_ONLY.issuperset(map(type, attributes))
+        and _STR_ONLY.issuperset(map(type, attributes.values()))
+    )
+
+
 def clean_value(value: Any, max_length: int | None) -> Any:
     """The SDK's own cleaning (`opentelemetry.attributes`), after a fast path for the common case."""
     if type(value) is str and max_length is None:
@@ -109,22 +118,20 @@ class DirectSpan(trace_api.Span, ReadableSpan):
         record_exception: bool,
         set_status_on_exception: bool,
     ) -> None:
-        ReadableSpan.__init__(
-            self,
-            name,
-            context,
-            parent,
-            tracer.resource,
-            attributes,
-            [],
-            tuple(links),
-            kind,
-            None,
-            _UNSET,
-            None,
-            None,
-            tracer.scope,
-        )
+        # ReadableSpan.__init__'s fields, set here without its call (a span per submission in Ray).
+        self._name = name
+        self._context = context
+        self._kind = kind
+        self._instrumentation_info = None
+        self._instrumentation_scope = tracer.scope
+        self._parent = parent
+        self._start_time: int | None = None
+        self._end_time: int | None = None
+        self._attributes = attributes
+        self._events: list[Event] = []
+        self._links = tuple(links)
+        self._resource = tracer.resource
+        self._status = _UNSET
         self._tracer = tracer
         self._record_exception = record_exception
         self._set_status_on_exception = set_status_on_exception
@@ -182,13 +189,18 @@ class DirectSpan(trace_api.Span, ReadableSpan):
     def add_event(self, name: str, attributes: types.Attributes = None, timestamp: int | None = None) -> None:
         if self._ended("add_event"):
             return
-        events: list[Event] = self._events  # type: ignore[assignment]
+        events = self._events
         limit = self._tracer.limits.max_events
         if limit is not None and len(events) >= limit:
             self._dropped_events += 1
             return
         max_length = self._tracer.limits.max_attribute_length
-        cleaned = {key: clean_value(value, max_length) for key, value in (attributes or {}).items() if key}
+        if max_length is None and type(attributes) is dict and _plain_strings(attributes):
+            cleaned = dict(attributes)  # what the cleaning below keeps of them: all of it, as it is
+        else:
+            cleaned = {
+                key: clean_value(value, max_length) for key, value in (attributes or {}).items() if key
+            }
         events.append(Event(name, cleaned, timestamp if timestamp is not None else time.time_ns()))
 
     def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
@@ -305,9 +317,7 @@ class DirectTracer(SdkTracer):
         return (
             (limit is None or len(attributes) <= limit)
             and self.limits.max_span_attribute_length is None
-            and _STR_ONLY.issuperset(map(type, attributes))
-            and "" not in attributes
-            and _STR_ONLY.issuperset(map(type, attributes.values()))
+            and _plain_strings(attributes)
         )
 
     def start_as_current_span(  # type: ignore[override]
@@ -344,12 +354,13 @@ class DirectTracer(SdkTracer):
         parent, span_context, sampling = new_span_context(self, context, name, kind, attributes, links)
         if sampling.decision is Decision.DROP:
             return trace_api.NonRecordingSpan(span_context)
+        # The default sampler keeps the attributes as given (a read-only view of them): taken as they are.
         return self.started_span(
             name,
             span_context,
             parent,
             kind,
-            sampling.attributes,
+            attributes if self.sampler is DEFAULT_ON else sampling.attributes,
             links,
             start_time if start_time is not None else time.time_ns(),
             context,

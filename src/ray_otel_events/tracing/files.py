@@ -93,12 +93,14 @@ class LineFileWriter(Generic[T]):
                 self._report(f"cannot format {type(item).__name__}: {exc!r}")
         if not lines:
             return
-        data = ("\n".join(lines) + "\n").encode()
+        data = (lines[0] + "\n" if len(lines) == 1 else "\n".join(lines) + "\n").encode()
         try:
             fd = self._open()
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            written = os.write(fd, data)
+            if written < len(data):  # a short write (a full disk, a signal): the rest, as it goes
+                view = memoryview(data)[written:]
+                while view:
+                    view = view[os.write(fd, view) :]
         except OSError as exc:
             self.failed += len(lines)
             self._report(f"cannot write {self.path}: {exc}")
