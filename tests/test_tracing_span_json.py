@@ -233,7 +233,9 @@ def test_attribute_json_with_a_task_id_equals_json_dumps(
 # Text the compiled writer escapes itself: quotes, backslashes, control characters, DEL, Latin-1,
 # the BMP, beyond it (surrogate pairs) and a lone surrogate.
 _odd_text = st.text(
-    alphabet=st.sampled_from([*'ab"\\', "\x00", "\n", "\t", "\x1f", "\x7f", "é", "\u20ac", "\U0001f600", "\ud800"]),
+    alphabet=st.sampled_from(
+        [*'ab"\\', "\x00", "\n", "\t", "\x1f", "\x7f", "é", "\u20ac", "\U0001f600", "\ud800"]
+    ),
     max_size=8,
 )
 _odd_values = st.one_of(
@@ -247,7 +249,9 @@ _odd_values = st.one_of(
 )
 
 
-def _odd_span(name: str, attributes: dict[str, object], events: list[_OddEvent], start: int, end: int) -> ReadableSpan:
+def _odd_span(
+    name: str, attributes: dict[str, object], events: list[Event], start: int, end: int
+) -> ReadableSpan:
     span = ReadableSpan(
         name,
         SpanContext(2**128 - 1, 1, is_remote=False),
@@ -270,12 +274,16 @@ def _odd_span(name: str, attributes: dict[str, object], events: list[_OddEvent],
     name=_odd_text,
     attributes=st.dictionaries(_odd_text, _odd_values, max_size=6),
     events=st.lists(
-        st.tuples(_odd_text, st.none() | st.dictionaries(_odd_text, _odd_values, max_size=3), _times), max_size=3
+        st.tuples(_odd_text, st.none() | st.dictionaries(_odd_text, _odd_values, max_size=3), _times),
+        max_size=3,
     ),
     times=st.tuples(st.just(0) | _times, st.just(0) | _times),
 )
 def test_the_compiled_line_is_its_python_twins(
-    name: str, attributes: dict[str, object], events: list[tuple[str, dict[str, object] | None, int]], times: tuple[int, int]
+    name: str,
+    attributes: dict[str, object],
+    events: list[tuple[str, dict[str, object] | None, int]],
+    times: tuple[int, int],
 ) -> None:
     """Spans as DirectSpans hold them (plain dicts), with every kind of value and text: the compiled
     writer's line is the Python twin's, which is the SDK's."""
@@ -319,7 +327,8 @@ def test_the_line_is_written_the_same_with_the_compiled_helpers_off() -> None:
         " Resource.create({'service.name': 's'}), {'a': 'b\u20ac', 'n': 1.5},"
         " [Event('RUNNING', {'ray.state': 'RUNNING'}, 1_700_000_000_000_000_000)],"
         " kind=SpanKind.CONSUMER, start_time=1, end_time=2)\n"
-        "print(span_json._compiled_line is None, span_json.span_to_json_line(span) == span.to_json(indent=None))"
+        "same = span_json.span_to_json_line(span) == span.to_json(indent=None)\n"
+        "print(span_json._compiled_line is None, same)"
     )
     assert run_pure_python(code) == "True True"
     assert span_json._compiled_line is not None or span_json._span_json is None

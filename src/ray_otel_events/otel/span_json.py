@@ -244,7 +244,10 @@ def _plain(attributes: Any) -> Any:
 
 def _links_json(links: Any) -> str:
     return ", ".join(
-        [f'{{"context": {_context(link.context)}, "attributes": {_attrs(link.attributes)}}}' for link in links]
+        [
+            f'{{"context": {_context(link.context)}, "attributes": {_attrs(link.attributes)}}}'
+            for link in links
+        ]
     )
 
 
