@@ -25,7 +25,7 @@ from opentelemetry.trace import (
     TraceState,
 )
 
-from ray_otel_events.otel.span_json import span_to_json_line
+from ray_otel_events.otel.span_json import span_fields_to_json_line, span_to_json_line
 from ray_otel_events.tracing.direct_spans import DirectSpan, new_span_context
 from ray_otel_events.tracing.provider import CachingTracerProvider
 
@@ -94,6 +94,8 @@ def test_direct_spans_equal_sdk_spans() -> None:
     assert all(isinstance(span, DirectSpan) for span in direct)
     assert not any(isinstance(span, DirectSpan) for span in sdk)
     assert [_comparable(s) for s in direct] == [_comparable(s) for s in sdk]
+    for span in direct:  # the span files' path: the fields read at once
+        assert span_fields_to_json_line(*span.line_fields()) == span.to_json(indent=None)
     by_name = {span.name: span for span in direct}
     assert by_name["child"].parent == by_name["parent-renamed"].context
     assert by_name["child"].status.status_code is StatusCode.ERROR

@@ -15,17 +15,19 @@ import base64
 import datetime
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import MappingProxyType
 from typing import Any, TypeVar
 
 import orjson
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import (
     DEFAULT_TRACE_STATE,
+    Link,
     SpanContext,
     SpanKind,
+    Status,
     StatusCode,
     TraceState,
     format_span_id,
@@ -255,43 +257,79 @@ def span_to_json_line(span: ReadableSpan) -> str:
     """Exactly `span.to_json(indent=None)`, without the trailing newline: the same keys in the same
     order, each value encoded as `json.dumps` would, the resource's JSON cached per Resource.
     Written by the compiled writer where built (the same text), else by `python_span_to_json_line`."""
-    ctx, status = span.context, span.status
+    if _compiled_line is None:
+        return python_span_to_json_line(span)
+    return span_fields_to_json_line(
+        span.name,
+        span.context,
+        span.kind,
+        span.parent,
+        span.start_time,
+        span.end_time,
+        span.status,
+        span.attributes,
+        span.events,
+        span.links,
+        span.resource,
+    )
+
+
+def span_fields_to_json_line(
+    name: str,
+    ctx: SpanContext | None,
+    kind: SpanKind,
+    parent: SpanContext | None,
+    start_ns: int | None,
+    end_ns: int | None,
+    status: Status,
+    attributes: Any,
+    events: Sequence[Event],
+    links: Sequence[Link],
+    resource: Resource,
+) -> str:
+    """`span_to_json_line` of a span with these fields (what its ReadableSpan properties give, or
+    a span that hands them out at once: `DirectSpan.line_fields`)."""
     status_json = _STATUS_JSON[status.status_code._value_]
     if status.description:
         status_json += ', "description": ' + _str(status.description)
     if _compiled_line is not None and ctx is not None:
-        links = span.links
         line = _compiled_line(
-            span.name,
+            name,
             ctx,
             _trace_state_json(ctx.trace_state),
-            _KIND_JSON[span.kind._value_],
-            span.parent,
-            span.start_time,
-            span.end_time,
+            _KIND_JSON[kind._value_],
+            parent,
+            start_ns,
+            end_ns,
             status_json,
-            _plain(span.attributes),
-            span.events,
+            _plain(attributes),
+            events,
             _links_json(links) if links else "",
-            _resource_json(span.resource),
+            _resource_json(resource),
         )
         if line is not None:
             return line
-    return _python_line(span, status_json)
+    return _line(
+        name,
+        _context(ctx) if ctx else "null",
+        _KIND_JSON[kind._value_],
+        parent,
+        start_ns,
+        end_ns,
+        status_json,
+        attributes,
+        ", ".join([_event(e.name, e.timestamp, e.attributes) for e in events]),
+        _links_json(links),
+        resource,
+    )
 
 
 def python_span_to_json_line(span: ReadableSpan) -> str:
     """`span_to_json_line` in Python only (the compiled writer's twin)."""
-    status = span.status
+    ctx, status = span.context, span.status
     status_json = _STATUS_JSON[status.status_code._value_]
     if status.description:
         status_json += ', "description": ' + _str(status.description)
-    return _python_line(span, status_json)
-
-
-def _python_line(span: ReadableSpan, status_json: str) -> str:
-    ctx = span.context
-    events = ", ".join([_event(e.name, e.timestamp, e.attributes) for e in span.events])
     return _line(
         span.name,
         _context(ctx) if ctx else "null",
@@ -301,7 +339,7 @@ def _python_line(span: ReadableSpan, status_json: str) -> str:
         span.end_time,
         status_json,
         span.attributes,
-        events,
+        ", ".join([_event(e.name, e.timestamp, e.attributes) for e in span.events]),
         _links_json(span.links),
         span.resource,
     )

@@ -20,8 +20,13 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanKind
 
 from ray_otel_events.otel import semconv
-from ray_otel_events.otel.span_json import log_record_to_json_line, span_to_json_line
+from ray_otel_events.otel.span_json import (
+    log_record_to_json_line,
+    span_fields_to_json_line,
+    span_to_json_line,
+)
 from ray_otel_events.tracing.background import BatchingQueue
+from ray_otel_events.tracing.direct_spans import DirectSpan
 
 logger = logging.getLogger("ray_otel_events.tracing")
 
@@ -160,7 +165,12 @@ class SpanFileProcessor(SpanProcessor):
 
 
 def _line_of(item: ReadableSpan | str) -> str:
-    return item if type(item) is str else span_to_json_line(item)  # type: ignore[arg-type]
+    kind = type(item)
+    if kind is str:
+        return item  # type: ignore[return-value]
+    if kind is DirectSpan:
+        return span_fields_to_json_line(*item.line_fields())  # type: ignore[union-attr]
+    return span_to_json_line(item)  # type: ignore[arg-type]
 
 
 class LogRecordFileProcessor(LogRecordProcessor):
