@@ -21,7 +21,7 @@ def _optional(module: str, libraries: tuple[str, ...] = ()) -> Extension:
         include_dirs=["src/ray_otel_events"],
         depends=[
             f"src/ray_otel_events/{h}"
-            for h in ("protobuf_wire.h", "json_text.h", "otlp_span_wire.h", "civil_dates.h")
+            for h in ("protobuf_wire.h", "json_text.h", "otlp_span_wire.h", "otlp_wire.h", "civil_dates.h")
         ],
         libraries=list(libraries),
         optional=True,

@@ -7,7 +7,7 @@
  * range, a type it was not told of) give None: Python reads that event. */
 
 #define PY_SSIZE_T_CLEAN
-#include "protobuf_wire.h"
+#include "otlp_wire.h"
 
 #define MAX_TYPES 64
 #define MAX_FIELD 64 /* payload fields read: numbers below this */
@@ -148,48 +148,14 @@ static PyObject *session_of(Reader r) {
 
 /* -- attribute entries -------------------------------------------------------------------------- */
 
-/* One LogRecord.attributes entry (6): KeyValue{key, value = AnyValue{string_value}}, the string
- * `n` bytes of `text`, or their lowercase hex when `hex`. */
+/* One LogRecord.attributes entry (6) holding the string `n` bytes of `text`, or their hex (`hex`). */
 static int put_string_entry(Buf *b, PyObject *key, const uint8_t *text, Py_ssize_t n, int hex) {
-    Py_ssize_t text_n = hex ? 2 * n : n, any_n = field_size(text_n);
-    Py_ssize_t key_n = PyBytes_GET_SIZE(key), kv_n = key_n + field_size(any_n);
-    if (buf_reserve(b, field_size(kv_n)) < 0) return -1;
-    char *p = b->data + b->len;
-    *p++ = 0x32;
-    p = put_varint(p, (uint64_t)kv_n);
-    p = put(p, PyBytes_AS_STRING(key), key_n);
-    *p++ = 0x12;
-    p = put_varint(p, (uint64_t)any_n);
-    *p++ = 0x0a;
-    p = put_varint(p, (uint64_t)text_n);
-    if (hex) {
-        static const char digits[] = "0123456789abcdef";
-        for (Py_ssize_t i = 0; i < n; i++) {
-            *p++ = digits[text[i] >> 4];
-            *p++ = digits[text[i] & 15];
-        }
-    } else {
-        p = put(p, (const char *)text, n);
-    }
-    b->len = p - b->data;
-    return 0;
+    return buf_text_entry(b, 0x32, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), text, n, hex);
 }
 
 /* The same holding AnyValue{int_value} (an int32 field, sign-extended as int64). */
 static int put_int_entry(Buf *b, PyObject *key, int64_t value) {
-    uint64_t bits = (uint64_t)value;
-    Py_ssize_t any_n = 1 + varint_size(bits), key_n = PyBytes_GET_SIZE(key), kv_n = key_n + field_size(any_n);
-    if (buf_reserve(b, field_size(kv_n)) < 0) return -1;
-    char *p = b->data + b->len;
-    *p++ = 0x32;
-    p = put_varint(p, (uint64_t)kv_n);
-    p = put(p, PyBytes_AS_STRING(key), key_n);
-    *p++ = 0x12;
-    p = put_varint(p, (uint64_t)any_n);
-    *p++ = 0x18;
-    p = put_varint(p, bits);
-    b->len = p - b->data;
-    return 0;
+    return buf_number_entry(b, 0x32, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), value, 0);
 }
 
 /* -- reading ------------------------------------------------------------------------------------ */

@@ -18,6 +18,7 @@
 
 #include "civil_dates.h"
 #include "json_text.h"
+#include "otlp_wire.h"
 #include "protobuf_wire.h"
 
 /* Field kinds and labels: the _K_ constants and labels of ray_json_decode.py. */
@@ -395,17 +396,6 @@ static char *put_any(char *p, const Tok *t) {
         return p;
     default: return p;
     }
-}
-
-/* A repeated KeyValue entry (`tag`, length, KeyValue{key, value}) up to its AnyValue's bytes. */
-static char *put_kv_head(char *p, uint8_t tag, const char *key, Py_ssize_t key_n, Py_ssize_t any_n) {
-    *p++ = (char)tag;
-    p = put_varint(p, (uint64_t)(field_size(key_n) + field_size(any_n)));
-    *p++ = 0x0a;
-    p = put_varint(p, (uint64_t)key_n);
-    p = put(p, key, key_n);
-    *p++ = 0x12;
-    return put_varint(p, (uint64_t)any_n);
 }
 
 /* A KeyValue entry (tag) of key and a scalar's AnyValue. */
