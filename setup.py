@@ -36,7 +36,7 @@ setup(
             "otel._any_value_wire",
             "otel._span_records",
             "otel._otlp_wire",
-            "otel._lifecycle_wire",
+            "otel._entity_spans",
             "otel._event_head",
             "otel._posted_events",
             "otel._span_json",

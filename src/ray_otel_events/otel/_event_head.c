@@ -322,19 +322,20 @@ static int copy_without(Buf *b, Reader r, uint32_t drop) {
     return 0;
 }
 
-/* slim(wire, keep, func_field) -> the fields of a definition payload whose number n has keep[n]
+/* slim(keep, func_field, wire) -> the fields of a definition payload whose number n has keep[n]
  * nonzero, its FunctionDescriptor (func_field) without the Python function's hash or the Java
- * one's signature: what from_ray_events._span_fields_wire keeps, as upb writes it. */
+ * one's signature: what event_heads.kept_fields keeps, as upb writes it. The wire bytes last, so
+ * functools.partial binds the rest (event_heads.field_keeper). */
 static PyObject *slim(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[1]) || !PyLong_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "slim(wire: bytes, keep: bytes, func_field: int)");
+    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyLong_Check(args[1]) || !PyBytes_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "slim(keep: bytes, func_field: int, wire: bytes)");
         return NULL;
     }
-    long func_field = PyLong_AsLong(args[2]);
-    const uint8_t *keep = (const uint8_t *)PyBytes_AS_STRING(args[1]);
-    Py_ssize_t keep_n = PyBytes_GET_SIZE(args[1]);
-    Reader r = bytes_reader(args[0]);
+    long func_field = PyLong_AsLong(args[1]);
+    const uint8_t *keep = (const uint8_t *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t keep_n = PyBytes_GET_SIZE(args[0]);
+    Reader r = bytes_reader(args[2]);
     Buf b = {NULL, 0, 0}, func = {NULL, 0, 0};
     while (r.p < r.end) {
         const uint8_t *start = r.p;
@@ -379,7 +380,7 @@ fail:
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(specs, keys, head_type): the schema read."},
     {"head", (PyCFunction)head, METH_O, "head(wire) -> EventHead or None."},
-    {"slim", (PyCFunction)(void (*)(void))slim, METH_FASTCALL, "slim(wire, keep, func_field) -> bytes."},
+    {"slim", (PyCFunction)(void (*)(void))slim, METH_FASTCALL, "slim(keep, func_field, wire) -> bytes."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -419,9 +419,7 @@ def _record(
     observed_time_unix_nano: int,
     flags: int,
 ) -> bytes:
-    fields = _record_fields.get((head.event_type, head.severity)) or _fields_of(
-        head.event_type, head.severity
-    )
+    fields = record_fields(head.event_type, head.severity)
     return _write_record(
         head.time_ns,
         observed_time_unix_nano,
@@ -438,6 +436,11 @@ def _record(
 
 # (event type, severity) -> (severity number, severity text, event name) of their records.
 _record_fields: dict[tuple[int, int], tuple[int, str, str]] = {}
+
+
+def record_fields(event_type: int, severity: int) -> tuple[int, str, str]:
+    """(severity number, severity text, event name) of an event type's records at a severity."""
+    return _record_fields.get((event_type, severity)) or _fields_of(event_type, severity)
 
 
 def _fields_of(event_type: int, severity: int) -> tuple[int, str, str]:
