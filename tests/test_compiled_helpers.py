@@ -535,18 +535,6 @@ def test_one_item_envelopes_merge_as_python_merges_them(parts: list[tuple[bytes,
 
 
 @needs_compiled
-@settings(max_examples=200)
-@given(st.binary(max_size=200), st.binary(max_size=200), st.lists(st.binary(max_size=300), max_size=10))
-def test_one_item_envelopes_are_written_as_python_writes_them(
-    resource: bytes, scope: bytes, items: list[bytes]
-) -> None:
-    assert _otlp_wire is not None
-    assert _otlp_wire.envelopes(resource, scope, items) == [
-        otlp_wire.resource_logs(resource, scope, [item]) for item in items
-    ]
-
-
-@needs_compiled
 def test_other_envelopes_are_left_to_python() -> None:
     assert _otlp_wire is not None
     one = _envelope(b"\x0a\x01r", b"\x0a\x01s", b"\x62\x01a")

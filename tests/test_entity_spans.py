@@ -165,13 +165,18 @@ class _Counter:
 
 def _seen(out: Emitted, converter: RayEventsToOtel) -> tuple[Any, ...]:
     return (
-        [(s.session_name, s.event_type, s.wire, s.entity) for s in out.spans],
-        [(r.session_name, r.event_type, r.wire) for r in out.logs],
+        [(s.session_name, s.event_type, s.item, s.at, s.wire, s.entity) for s in out.spans],
+        [(r.session_name, r.event_type, r.item, r.at, r.wire) for r in out.logs],
         [(key, id(parts)) for key, parts in out.taken],
         converter.counters.snapshot(),
         converter.open_entities,
         converter.open_bytes,
     )
+
+
+def _envelope(session: str) -> tuple[bytes, bytes]:
+    """A resource and scope per session, as OtlpItemEncoder.envelope_of gives them."""
+    return b"\x0a\x05" + session.encode()[:5].ljust(5, b"."), b"\x0a\x01s"
 
 
 def _run(bounds: dict[str, Any], ops: list[tuple[Any, ...]], compiled: bool) -> list[Any]:
@@ -250,6 +255,7 @@ _bounds = st.fixed_dictionaries(
         "entity_ttl_s": st.sampled_from([0.2, 2.0, 600.0]),
         "terminal_grace_s": st.sampled_from([0.0, 0.25, 2.0]),
         "dedup_window": st.sampled_from([1, 3, 1000]),
+        "envelope": st.sampled_from([None, _envelope]),
     }
 )
 
@@ -277,7 +283,11 @@ def test_every_piece_in_every_order_gives_the_same_output() -> None:
         [("add", every[::-1], True, True, 0.1), ("expire", 700.0), ("flush",)],
     ]
     for ops in runs:
-        for bounds in ({}, {"max_open_entities": 2}, {"max_open_bytes": 1500, "dedup_window": 2}):
+        for bounds in (
+            {},
+            {"max_open_entities": 2, "envelope": _envelope},
+            {"max_open_bytes": 1500, "dedup_window": 2},
+        ):
             compiled = _run(bounds, ops, compiled=True)
             assert not any(step[0] == "raised" for step in compiled)
             assert compiled == _run(bounds, ops, compiled=False)

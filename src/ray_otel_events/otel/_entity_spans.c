@@ -712,6 +712,8 @@ typedef struct {
     long long max_open_bytes, open_bytes;
     double entity_ttl_s, terminal_grace_s;
     PyObject *clock, *observed;
+    PyObject *envelope;                   /* session -> (resource, scope) of its items, or NULL */
+    PyObject *envelope_session, *envelope_parts; /* its last answer */
     Table open, seen, emitted, attempts;
     Entity *waiting_first, *waiting_last;
     uint64_t calls;
@@ -820,6 +822,61 @@ static int latest_attempt(Core *c, PyObject *session, Reader task_id, int64_t *o
     AttemptNode *n = (AttemptNode *)table_find(&c->attempts, &k);
     *out = n != NULL ? n->latest : 0;
     return 0;
+}
+
+/* -- items: a span or record in its one-item envelope ------------------------------------------ */
+
+/* The (resource, scope) bytes of a session's items (borrowed, kept until the session changes); NULL
+ * with no error when items go bare. */
+static PyObject *envelope_of(Core *c, PyObject *session) {
+    if (c->envelope == NULL) return NULL;
+    if (c->envelope_parts != NULL && same_text(c->envelope_session, session)) return c->envelope_parts;
+    PyObject *parts = PyObject_CallOneArg(c->envelope, session);
+    if (parts == NULL) return NULL;
+    if (!PyTuple_Check(parts) || PyTuple_GET_SIZE(parts) != 2 || !PyBytes_Check(PyTuple_GET_ITEM(parts, 0)) ||
+        !PyBytes_Check(PyTuple_GET_ITEM(parts, 1))) {
+        Py_DECREF(parts);
+        PyErr_SetString(PyExc_TypeError, "envelope must give (resource bytes, scope bytes)");
+        return NULL;
+    }
+    Py_XSETREF(c->envelope_parts, parts);
+    Py_XSETREF(c->envelope_session, Py_NewRef(session));
+    return parts;
+}
+
+/* A new item of `n` bytes of content in the envelope `parts` (NULL: bare), with `*content` where the
+ * content goes and `*at` its offset: otlp_wire.resource_logs(resource, scope, [content]) (a
+ * ResourceSpans has the same shape). */
+static PyObject *new_item(PyObject *parts, Py_ssize_t n, char **content, Py_ssize_t *at) {
+    if (parts == NULL) {
+        PyObject *item = PyBytes_FromStringAndSize(NULL, n);
+        if (item != NULL) *content = PyBytes_AS_STRING(item), *at = 0;
+        return item;
+    }
+    PyObject *resource = PyTuple_GET_ITEM(parts, 0), *scope = PyTuple_GET_ITEM(parts, 1);
+    Py_ssize_t resource_n = PyBytes_GET_SIZE(resource), scope_n = PyBytes_GET_SIZE(scope);
+    Py_ssize_t scoped = field_size(scope_n) + field_size(n);
+    PyObject *item = PyBytes_FromStringAndSize(NULL, field_size(resource_n) + field_size(scoped));
+    if (item == NULL) return NULL;
+    char *p = put_field(PyBytes_AS_STRING(item), 0x0a, PyBytes_AS_STRING(resource), resource_n);
+    *p++ = 0x12;
+    p = put_varint(p, (uint64_t)scoped);
+    p = put_field(p, 0x0a, PyBytes_AS_STRING(scope), scope_n);
+    *p++ = 0x12;
+    p = put_varint(p, (uint64_t)n);
+    *content = p;
+    *at = p - PyBytes_AS_STRING(item);
+    return item;
+}
+
+/* `n` bytes of `data` as an item of `session`. */
+static PyObject *item_of(Core *c, PyObject *session, const char *data, Py_ssize_t n, Py_ssize_t *at) {
+    PyObject *parts = envelope_of(c, session);
+    if (parts == NULL && PyErr_Occurred()) return NULL;
+    char *content;
+    PyObject *item = new_item(parts, n, &content, at);
+    if (item != NULL) memcpy(content, data, (size_t)n);
+    return item;
 }
 
 /* -- spans -------------------------------------------------------------------------------------- */
@@ -957,9 +1014,9 @@ static int put_link(Buf *b, const uint8_t trace[16], const uint8_t span[8]) {
     return 0;
 }
 
-/* RayEventsToOtel._task_span and _base_span of a task attempt: its Span's wire bytes; `complete`:
- * it reached a terminal state. */
-static PyObject *task_span(Core *c, Entity *e, int *complete) {
+/* RayEventsToOtel._task_span and _base_span of a task attempt: its Span as an item (`at`: where
+ * the Span starts); `complete`: it reached a terminal state. */
+static PyObject *task_span(Core *c, Entity *e, int *complete, Py_ssize_t *at) {
     PyObject *session = e->node.session, *task_object = e->node.id, *held = NULL, *out = NULL;
     PyObject *type_name = NULL, *error_type_name = NULL, *state_name = NULL, *failure = NULL, *made_event = NULL;
     Reader task = bytes_reader(task_object), lifecycle = lifecycle_of(e);
@@ -1125,7 +1182,7 @@ static PyObject *task_span(Core *c, Entity *e, int *complete) {
         if (id_of(ID_TASK, session, task, attempt - 1, previous) < 0 || put_link(&span, trace, previous) < 0) goto done;
     }
     if (failure != NULL && buf_bytes(&span, PyTuple_GET_ITEM(failure, 1)) < 0) goto done;
-    out = PyBytes_FromStringAndSize(span.data, span.len);
+    out = item_of(c, session, span.data, span.len, at);
 done:
     Py_XDECREF(held);
     Py_XDECREF(type_name);
@@ -1152,9 +1209,10 @@ static int emit(Core *c, Entity *e, PyObject *spans) {
     }
     Key k = {n->kind, n->session, bytes_reader(n->id), n->attempt, n->hash};
     PyObject *wire = NULL, *key_bytes = NULL;
+    Py_ssize_t at = 0;
     int complete = 0, ok = remember(c, &k, n->id) == 0;
     if (ok && n->kind == K_TASK) {
-        wire = task_span(c, e, &complete);
+        wire = task_span(c, e, &complete, &at);
     } else if (ok) {
         PyObject *answer = PyObject_CallFunction(
             B.other_span, "OOOKONy#", B.kind_text[n->kind], n->session, n->id, (unsigned long long)e->first_ns,
@@ -1162,7 +1220,8 @@ static int emit(Core *c, Entity *e, PyObject *spans) {
             e->lifecycle ? e->lifecycle : "", e->lifecycle_n);
         if (answer != NULL) {
             if (PyTuple_Check(answer) && PyTuple_GET_SIZE(answer) == 2 && PyBytes_Check(PyTuple_GET_ITEM(answer, 0))) {
-                wire = Py_NewRef(PyTuple_GET_ITEM(answer, 0));
+                PyObject *span = PyTuple_GET_ITEM(answer, 0);
+                wire = item_of(c, n->session, PyBytes_AS_STRING(span), PyBytes_GET_SIZE(span), &at);
                 complete = PyObject_IsTrue(PyTuple_GET_ITEM(answer, 1)) == 1;
             } else {
                 PyErr_SetString(PyExc_TypeError, "other_span must give (bytes, bool)");
@@ -1173,8 +1232,9 @@ static int emit(Core *c, Entity *e, PyObject *spans) {
     if (wire != NULL) {
         c->counts.spans[n->kind][complete]++;
         key_bytes = e->key_bytes != NULL ? Py_NewRef(e->key_bytes) : entity_key_bytes(e);
-        PyObject *items[4] = {Py_NewRef(n->session), Py_NewRef(B.lifecycle_type[n->kind]), wire, key_bytes};
-        PyObject *item = new_tuple(B.span_type, 4, items);
+        PyObject *items[5] = {Py_NewRef(n->session), Py_NewRef(B.lifecycle_type[n->kind]), wire, key_bytes,
+                              PyLong_FromSsize_t(at)};
+        PyObject *item = new_tuple(B.span_type, 5, items);
         ok = item != NULL && PyList_Append(spans, item) == 0;
         Py_XDECREF(item);
     } else {
@@ -1320,8 +1380,9 @@ static PyObject *record_fields(PyObject *event_type, PyObject *severity, PyObjec
     return fields;
 }
 
-/* The event's log record (log_records.parts_log_record) with its span's context. A new reference. */
-static PyObject *event_record(Core *c, PyObject *parts, PyObject *head, int kind) {
+/* The event's log record (log_records.parts_log_record) with its span's context, as an item (`at`:
+ * where the record starts). A new reference. */
+static PyObject *event_record(Core *c, PyObject *parts, PyObject *head, int kind, Py_ssize_t *at) {
     PyObject *session = PyTuple_GET_ITEM(head, 2), *body = PyTuple_GET_ITEM(parts, 2);
     uint8_t trace[16], span[16];
     Py_ssize_t trace_n = 0, span_n = 0;
@@ -1345,7 +1406,9 @@ static PyObject *event_record(Core *c, PyObject *parts, PyObject *head, int kind
             Py_CLEAR(record);
             PyErr_SetString(PyExc_TypeError, "parts_log_record must give bytes");
         }
-        return record;
+        PyObject *item = record != NULL ? item_of(c, session, PyBytes_AS_STRING(record), PyBytes_GET_SIZE(record), at) : NULL;
+        Py_XDECREF(record);
+        return item;
     }
     PyObject *made = NULL, *attributes = PyTuple_GET_ITEM(parts, 3), *head_attributes = PyTuple_GET_ITEM(head, 10);
     PyObject *fields = record_fields(PyTuple_GET_ITEM(head, 1), PyTuple_GET_ITEM(head, 4), &made);
@@ -1367,9 +1430,11 @@ static PyObject *event_record(Core *c, PyObject *parts, PyObject *head, int kind
     r.span_id = (const char *)span, r.span_n = span_n;
     r.body = PyBytes_AS_STRING(body), r.body_n = PyBytes_GET_SIZE(body);
     r.attributes_n = PyBytes_GET_SIZE(attributes) + PyBytes_GET_SIZE(head_attributes);
-    PyObject *record = PyBytes_FromStringAndSize(NULL, log_record_size(&r));
+    PyObject *envelope = envelope_of(c, session);
+    char *w;
+    PyObject *record = envelope != NULL || !PyErr_Occurred() ? new_item(envelope, log_record_size(&r), &w, at) : NULL;
     if (record == NULL) goto fail;
-    char *w = put_log_record_head(PyBytes_AS_STRING(record), &r);
+    w = put_log_record_head(w, &r);
     w = put(w, PyBytes_AS_STRING(attributes), PyBytes_GET_SIZE(attributes));
     w = put(w, PyBytes_AS_STRING(head_attributes), PyBytes_GET_SIZE(head_attributes));
     put_log_record_tail(w, &r);
@@ -1503,10 +1568,12 @@ static PyObject *core_add(Core *c, PyObject *const *args, Py_ssize_t nargs) {
             goto done;
         }
         if (logs) {
-            PyObject *record = event_record(c, parts, head, kind);
+            Py_ssize_t at = 0;
+            PyObject *record = event_record(c, parts, head, kind, &at);
             if (record == NULL) goto done;
-            PyObject *items[3] = {Py_NewRef(PyTuple_GET_ITEM(head, 2)), Py_NewRef(PyTuple_GET_ITEM(head, 1)), record};
-            PyObject *item = new_tuple(B.log_type, 3, items);
+            PyObject *items[4] = {Py_NewRef(PyTuple_GET_ITEM(head, 2)), Py_NewRef(PyTuple_GET_ITEM(head, 1)), record,
+                                  PyLong_FromSsize_t(at)};
+            PyObject *item = new_tuple(B.log_type, 4, items);
             if (item == NULL || PyList_Append(records, item) < 0) {
                 Py_XDECREF(item);
                 goto done;
@@ -1633,14 +1700,14 @@ static PyObject *core_remember_emitted(Core *c, PyObject *keys) {
 }
 
 static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"max_open_entities", "max_open_bytes", "entity_ttl_s", "terminal_grace_s",
-                            "dedup_window",      "clock",          "observed_clock_ns", NULL};
+    static char *names[] = {"max_open_entities", "max_open_bytes",    "entity_ttl_s", "terminal_grace_s",
+                            "dedup_window",      "clock",             "observed_clock_ns", "envelope", NULL};
     Py_ssize_t max_open_entities, dedup_window;
     long long max_open_bytes;
     double ttl, grace;
-    PyObject *clock, *observed;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "nLddnOO", names, &max_open_entities, &max_open_bytes, &ttl, &grace,
-                                     &dedup_window, &clock, &observed))
+    PyObject *clock, *observed, *envelope = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "nLddnOO|O", names, &max_open_entities, &max_open_bytes, &ttl,
+                                     &grace, &dedup_window, &clock, &observed, &envelope))
         return NULL;
     Core *c = (Core *)type->tp_alloc(type, 0);
     if (c == NULL) return NULL;
@@ -1651,18 +1718,23 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
     c->dedup_window = dedup_window;
     c->clock = Py_NewRef(clock);
     c->observed = Py_NewRef(observed);
+    c->envelope = envelope != Py_None ? Py_NewRef(envelope) : NULL;
     return (PyObject *)c;
 }
 
 static int core_traverse(Core *c, visitproc visit, void *arg) {
     Py_VISIT(c->clock);
     Py_VISIT(c->observed);
+    Py_VISIT(c->envelope);
     return 0;
 }
 
 static int core_clear(Core *c) {
     Py_CLEAR(c->clock);
     Py_CLEAR(c->observed);
+    Py_CLEAR(c->envelope);
+    Py_CLEAR(c->envelope_session);
+    Py_CLEAR(c->envelope_parts);
     return 0;
 }
 

@@ -37,6 +37,7 @@ class Core:
         dedup_window: int,
         clock: Callable[[], float],
         observed_clock_ns: Callable[[], int],
+        envelope: Callable[[str], tuple[bytes, bytes]] | None = None,
     ) -> None: ...
     def add(
         self, events: list[Any], logs: bool, assemble: bool, /

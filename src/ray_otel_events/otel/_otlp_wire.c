@@ -1,6 +1,7 @@
 /* OTLP log records, attribute lists and export requests written from their parts, compiled:
- * otlp_wire's log_record_from_parts, attributes of plain values and the common case of merge_envelopes (every item a one-item envelope, as
- * OtlpItemEncoder writes them), the same bytes without a Python call per field or per item.
+ * otlp_wire's log_record_from_parts, attributes of plain values and the common case of
+ * merge_envelopes (every item a one-item envelope, as the bridge's converter writes them), the same
+ * bytes without a Python call per field or per item.
  * Optional: without a C compiler otlp_wire.py writes them. */
 
 #define PY_SSIZE_T_CLEAN
@@ -186,45 +187,6 @@ static PyObject *attributes(PyObject *module, PyObject *const *args, Py_ssize_t 
     return out;
 }
 
-/* envelopes(resource, scope, items) -> [otlp_wire.resource_logs(resource, scope, [item]) for each
- * item]: each span or record in its own ResourceSpans/ResourceLogs, as the queues hold them. */
-static PyObject *envelopes(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    (void)module;
-    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[1]) || !PyList_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "envelopes(resource: bytes, scope: bytes, items: list[bytes])");
-        return NULL;
-    }
-    const char *resource = PyBytes_AS_STRING(args[0]), *scope = PyBytes_AS_STRING(args[1]);
-    Py_ssize_t resource_n = PyBytes_GET_SIZE(args[0]), scope_n = PyBytes_GET_SIZE(args[1]);
-    PyObject *items = args[2];
-    Py_ssize_t count = PyList_GET_SIZE(items);
-    PyObject *out = PyList_New(count);
-    if (out == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *item = PyList_GET_ITEM(items, i);
-        if (!PyBytes_Check(item)) {
-            PyErr_SetString(PyExc_TypeError, "envelopes: every item must be bytes");
-            Py_DECREF(out);
-            return NULL;
-        }
-        Py_ssize_t item_n = PyBytes_GET_SIZE(item);
-        Py_ssize_t scoped = field_size(scope_n) + field_size(item_n);
-        PyObject *envelope = PyBytes_FromStringAndSize(NULL, field_size(resource_n) + field_size(scoped));
-        if (envelope == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        char *p = PyBytes_AS_STRING(envelope);
-        p = put_field(p, 0x0a, resource, resource_n);
-        *p++ = 0x12;
-        p = put_varint(p, (uint64_t)scoped);
-        p = put_field(p, 0x0a, scope, scope_n);
-        put_field(p, 0x12, PyBytes_AS_STRING(item), item_n);
-        PyList_SET_ITEM(out, i, envelope);
-    }
-    return out;
-}
-
 /* -- one request from many one-item envelopes -------------------------------------------------- */
 
 typedef struct {
@@ -366,8 +328,6 @@ static PyMethodDef methods[] = {
      "flags, event_name) -> a serialized LogRecord."},
     {"attributes", (PyCFunction)(void (*)(void))attributes, METH_FASTCALL,
      "attributes(values, tag) -> a message's repeated KeyValue field of plain values, or None."},
-    {"envelopes", (PyCFunction)(void (*)(void))envelopes, METH_FASTCALL,
-     "envelopes(resource, scope, items) -> each item in its own one-item envelope."},
     {"merge", merge, METH_O, "merge(items) -> one export request from one-item envelopes, or None."},
     {NULL, NULL, 0, NULL},
 };

@@ -154,8 +154,16 @@ def _is_nil(value: bytes) -> bool:
 class EmittedSpan(NamedTuple):  # a NamedTuple: made at half a frozen dataclass's cost
     session_name: str
     event_type: int  # the type whose entity the span describes (for counters)
-    wire: bytes  # a serialized Span
+    # The serialized Span, or, where the converter was given an `envelope`, the one-item
+    # ResourceSpans holding it (what the exporter queues), the Span from `at` on.
+    item: bytes
     entity: bytes = b""  # entity_key_bytes of the entity it closes (the durable queue's group)
+    at: int = 0
+
+    @property
+    def wire(self) -> bytes:
+        """The serialized Span."""
+        return self.item[self.at :] if self.at else self.item
 
     @property
     def span(self) -> Span:
@@ -165,7 +173,13 @@ class EmittedSpan(NamedTuple):  # a NamedTuple: made at half a frozen dataclass'
 class EmittedLog(NamedTuple):  # one per event: see EmittedSpan
     session_name: str
     event_type: int
-    wire: bytes  # a serialized LogRecord (otel/otlp_wire.py)
+    item: bytes  # a serialized LogRecord (otel/otlp_wire.py), or its one-item ResourceLogs
+    at: int = 0
+
+    @property
+    def wire(self) -> bytes:
+        """The serialized LogRecord."""
+        return self.item[self.at :] if self.at else self.item
 
     @property
     def record(self) -> LogRecord:
@@ -372,8 +386,12 @@ class RayEventsToOtel:
         clock: Callable[[], float] = time.monotonic,
         observed_clock_ns: Callable[[], int] = time.time_ns,
         counters: Counters | None = None,
+        envelope: Callable[[str], tuple[bytes, bytes]] | None = None,
         compiled: bool = True,
     ) -> None:
+        """`envelope`: the serialized (Resource, InstrumentationScope) of a session's spans and
+        records, which are then emitted each in its one-item ResourceSpans / ResourceLogs, written
+        once (what an exporter queues); without it they are emitted bare."""
         if max_open_entities <= 0 or max_open_bytes <= 0 or dedup_window <= 0:
             raise ValueError("max_open_entities, max_open_bytes and dedup_window must be > 0")
         self.max_open_entities = max_open_entities
@@ -383,6 +401,7 @@ class RayEventsToOtel:
         self.terminal_grace_s = terminal_grace_s
         self.clock = clock
         self.observed_clock_ns = observed_clock_ns
+        self.envelope = envelope
         self.counters = counters if counters is not None else Counters("ray_events_to_otel")
         self._open: OrderedDict[EntityKey, _Entity] = OrderedDict()  # least recently updated first
         self._terminal: OrderedDict[EntityKey, float] = OrderedDict()  # waiting out the grace
@@ -400,6 +419,7 @@ class RayEventsToOtel:
                 dedup_window,
                 clock,
                 observed_clock_ns,
+                envelope,
             )
             if compiled and _compiled
             else None
@@ -501,7 +521,10 @@ class RayEventsToOtel:
                     span_id,
                     observed(),
                 )
-                logs_out.append(_new_log((head.session, event_type, record)))
+                if self.envelope is None:
+                    logs_out.append(_new_log((head.session, event_type, record, 0)))
+                else:
+                    logs_out.append(_new_log((head.session, event_type, *self._item(head.session, record))))
             if kind not in _SPAN_KINDS or not assemble:  # no span: node, worker, profile and others
                 continue
             key = (kind, head.session, head.entity_id, head.attempt)
@@ -684,7 +707,16 @@ class RayEventsToOtel:
             span, complete = _other_span(entity)
         counted = (kind, complete)
         self._span_counts[counted] = self._span_counts.get(counted, 0) + 1
-        out.spans.append(_new_span((key[1], entity.lifecycle_type, span.wire(), entity_key_bytes(key))))
+        item, at = self._item(key[1], span.wire())
+        out.spans.append(_new_span((key[1], entity.lifecycle_type, item, entity_key_bytes(key), at)))
+
+    def _item(self, session: str, wire: bytes) -> tuple[bytes, int]:
+        """(the item, where `wire` starts in it): `wire` in the envelope of its session, if any."""
+        if self.envelope is None:
+            return wire, 0
+        resource, scope = self.envelope(session)
+        item = otlp_wire.resource_logs(resource, scope, [wire])
+        return item, len(item) - len(wire)
 
     def _core_spans(self, spans: list[EmittedSpan], counts: tuple[Any, ...]) -> Emitted:
         self._add_counts(counts)
