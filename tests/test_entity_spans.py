@@ -314,3 +314,19 @@ def test_span_ids_are_the_python_digests(what: int, session: str, ident: bytes, 
     }[what]()
     assert _entity_spans.digest(what, session, ident, attempt) == python
     assert _entity_spans.digest(what, session, ident, attempt) == python  # cached
+
+
+@needs_core
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, len(POOL) - 1), max_size=20), st.integers(1, 5))
+def test_events_are_routed_to_their_owner_as_the_python_routes_them(picked: list[int], workers: int) -> None:
+    """Each event with the worker owning its trace (an event of no span: its event id), in order."""
+    events = [POOL[i] for i in picked]
+    groups = from_ray_events.routing_groups(events, workers)
+    assert len(groups) == workers
+    for owner, group in enumerate(groups):
+        assert group == [
+            p
+            for p in events
+            if int.from_bytes(from_ray_events.head_routing_key(p.head)[:8], "big") % workers == owner
+        ]

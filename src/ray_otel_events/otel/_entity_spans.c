@@ -1788,6 +1788,55 @@ static PyTypeObject CoreType = {
     .tp_getset = core_getset,
 };
 
+/* -- routing ------------------------------------------------------------------------------------ */
+
+/* route(events, workers) -> [[the EventParts worker 0 owns], ...]: each event with the worker that
+ * owns its trace, the first 8 bytes of from_ray_events.head_routing_key (its trace id, or its
+ * event id when it has none), big-endian, modulo `workers`; in the order given. */
+static PyObject *route(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 2 || !PyList_Check(args[0]) || !PyLong_Check(args[1]) || !B.bound) {
+        PyErr_SetString(PyExc_TypeError, "route(events: list[EventParts], workers: int), after bind()");
+        return NULL;
+    }
+    Py_ssize_t workers = PyLong_AsSsize_t(args[1]);
+    if (workers <= 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "workers must be > 0");
+        return NULL;
+    }
+    PyObject *groups = PyList_New(workers);
+    for (Py_ssize_t w = 0; groups != NULL && w < workers; w++) {
+        PyObject *group = PyList_New(0);
+        if (group == NULL) Py_CLEAR(groups);
+        else PyList_SET_ITEM(groups, w, group);
+    }
+    for (Py_ssize_t i = 0; groups != NULL && i < PyList_GET_SIZE(args[0]); i++) {
+        PyObject *parts = PyList_GET_ITEM(args[0], i), *head;
+        uint8_t trace[16];
+        Reader key;
+        int kind = check_head(parts, &head) < 0 ? -1 : kind_of(PyTuple_GET_ITEM(head, 5));
+        if (kind > K_NONE) {
+            PyObject *job = PyTuple_GET_ITEM(head, 8);
+            if (!PyBytes_Check(job) || id_of(ID_TRACE, PyTuple_GET_ITEM(head, 2), bytes_reader(job), 0, trace) < 0) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "an EventHead's job is bytes");
+                kind = -1;
+            }
+            key = span_of_bytes(trace, 16);
+        } else {
+            key = kind == K_NONE ? bytes_reader(PyTuple_GET_ITEM(head, 0)) : NO_READER;
+        }
+        if (kind < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "an EventHead's kind is a str");
+            Py_CLEAR(groups);
+            break;
+        }
+        uint64_t value = 0;
+        for (const uint8_t *p = key.p; p < key.end && p < key.p + 8; p++) value = value << 8 | *p;
+        if (PyList_Append(PyList_GET_ITEM(groups, (Py_ssize_t)(value % (uint64_t)workers)), parts) < 0) Py_CLEAR(groups);
+    }
+    return groups;
+}
+
 /* -- bind --------------------------------------------------------------------------------------- */
 
 static int int32_list(PyObject *seq, int32_t *out, int room, int *n) {
@@ -1934,6 +1983,7 @@ static PyMethodDef methods[] = {
     {"task_parts", (PyCFunction)(void (*)(void))task_parts, METH_FASTCALL,
      "task_parts(definition, actor_task, lifecycle) -> the fields a task's span reads, or None."},
     {"digest", (PyCFunction)(void (*)(void))digest, METH_FASTCALL, "digest(what, session, ident, attempt) -> an id."},
+    {"route", (PyCFunction)(void (*)(void))route, METH_FASTCALL, "route(events, workers) -> the events by owner."},
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(...): what the core reads and calls."},
     {NULL, NULL, 0, NULL},
 };

@@ -349,6 +349,17 @@ def head_routing_key(head: EventHead) -> bytes:
     return trace or head.event_id
 
 
+def routing_groups(events: list[EventParts], workers: int) -> list[list[EventParts]]:
+    """`events` split among `workers` processes (or machines), in their order: each goes to the one
+    owning its trace, the first 8 bytes of its `head_routing_key`, big-endian, modulo `workers`."""
+    if _compiled:
+        return _entity_spans.route(events, workers)
+    groups: list[list[EventParts]] = [[] for _ in range(workers)]
+    for parts in events:
+        groups[int.from_bytes(head_routing_key(parts.head)[:8], "big") % workers].append(parts)
+    return groups
+
+
 class _BoundedSet:
     """Remembers the most recent `size` keys."""
 
