@@ -824,6 +824,17 @@ static int latest_attempt(Core *c, PyObject *session, Reader task_id, int64_t *o
     return 0;
 }
 
+/* 0 when a Python callback's answer is a tuple of two bytes; else -1 with a TypeError naming it
+ * (the answer is released). */
+static int bytes_pair(PyObject *answer, const char *what) {
+    if (PyTuple_Check(answer) && PyTuple_GET_SIZE(answer) == 2 && PyBytes_Check(PyTuple_GET_ITEM(answer, 0)) &&
+        PyBytes_Check(PyTuple_GET_ITEM(answer, 1)))
+        return 0;
+    Py_DECREF(answer);
+    PyErr_Format(PyExc_TypeError, "%s must give (bytes, bytes)", what);
+    return -1;
+}
+
 /* -- items: a span or record in its one-item envelope ------------------------------------------ */
 
 /* The (resource, scope) bytes of a session's items (borrowed, kept until the session changes); NULL
@@ -832,13 +843,7 @@ static PyObject *envelope_of(Core *c, PyObject *session) {
     if (c->envelope == NULL) return NULL;
     if (c->envelope_parts != NULL && same_text(c->envelope_session, session)) return c->envelope_parts;
     PyObject *parts = PyObject_CallOneArg(c->envelope, session);
-    if (parts == NULL) return NULL;
-    if (!PyTuple_Check(parts) || PyTuple_GET_SIZE(parts) != 2 || !PyBytes_Check(PyTuple_GET_ITEM(parts, 0)) ||
-        !PyBytes_Check(PyTuple_GET_ITEM(parts, 1))) {
-        Py_DECREF(parts);
-        PyErr_SetString(PyExc_TypeError, "envelope must give (resource bytes, scope bytes)");
-        return NULL;
-    }
+    if (parts == NULL || bytes_pair(parts, "envelope") < 0) return NULL;
     Py_XSETREF(c->envelope_parts, parts);
     Py_XSETREF(c->envelope_session, Py_NewRef(session));
     return parts;
@@ -921,13 +926,7 @@ static int is_nil(Reader r) {
 static PyObject *state_event(int32_t state, PyObject **made) {
     if (state >= 0 && state < 64 && B.state_events[state] != NULL) return B.state_events[state];
     PyObject *parts = PyObject_CallFunction(B.state_event, "i", (int)state);
-    if (parts == NULL) return NULL;
-    if (!PyTuple_Check(parts) || PyTuple_GET_SIZE(parts) != 2 || !PyBytes_Check(PyTuple_GET_ITEM(parts, 0)) ||
-        !PyBytes_Check(PyTuple_GET_ITEM(parts, 1))) {
-        Py_DECREF(parts);
-        PyErr_SetString(PyExc_TypeError, "state_event must give (bytes, bytes)");
-        return NULL;
-    }
+    if (parts == NULL || bytes_pair(parts, "state_event") < 0) return NULL;
     if (state >= 0 && state < 64) B.state_events[state] = parts;
     else *made = parts;
     return parts;
@@ -1117,10 +1116,8 @@ static PyObject *task_span(Core *c, Entity *e, int *complete, Py_ssize_t *at) {
         failure = PyObject_CallFunction(B.task_failure, "KNO", (unsigned long long)tr->items[terminal].ns,
                                         reader_text(p.error_message),
                                         error_type_name != NULL ? error_type_name : B.task_failed);
-        if (failure == NULL) goto done;
-        if (!PyTuple_Check(failure) || PyTuple_GET_SIZE(failure) != 2 || !PyBytes_Check(PyTuple_GET_ITEM(failure, 0)) ||
-            !PyBytes_Check(PyTuple_GET_ITEM(failure, 1))) {
-            PyErr_SetString(PyExc_TypeError, "task_failure must give (event bytes, status bytes)");
+        if (failure == NULL || bytes_pair(failure, "task_failure") < 0) {
+            failure = NULL;
             goto done;
         }
     }
