@@ -413,6 +413,7 @@ class RayEventsToOtel:
         self.clock = clock
         self.observed_clock_ns = observed_clock_ns
         self.envelope = envelope
+        self._last_envelope: tuple[str, tuple[bytes, bytes]] | None = None  # (session, its envelope)
         self.counters = counters if counters is not None else Counters("ray_events_to_otel")
         self._open: OrderedDict[EntityKey, _Entity] = OrderedDict()  # least recently updated first
         self._terminal: OrderedDict[EntityKey, float] = OrderedDict()  # waiting out the grace
@@ -535,7 +536,8 @@ class RayEventsToOtel:
                 if self.envelope is None:
                     logs_out.append(_new_log((head.session, event_type, record, 0)))
                 else:
-                    logs_out.append(_new_log((head.session, event_type, *self._item(head.session, record))))
+                    item, at = self._item(head.session, record)
+                    logs_out.append(_new_log((head.session, event_type, item, at)))
             if kind not in _SPAN_KINDS or not assemble:  # no span: node, worker, profile and others
                 continue
             key = (kind, head.session, head.entity_id, head.attempt)
@@ -725,8 +727,10 @@ class RayEventsToOtel:
         """(the item, where `wire` starts in it): `wire` in the envelope of its session, if any."""
         if self.envelope is None:
             return wire, 0
-        resource, scope = self.envelope(session)
-        item = otlp_wire.resource_logs(resource, scope, [wire])
+        last = self._last_envelope  # a stream's sessions come in runs: asked once a run
+        if last is None or last[0] != session:
+            last = self._last_envelope = (session, self.envelope(session))
+        item = otlp_wire.resource_logs(*last[1], [wire])
         return item, len(item) - len(wire)
 
     def _core_spans(self, spans: list[EmittedSpan], counts: tuple[Any, ...]) -> Emitted:

@@ -423,7 +423,9 @@ def _record(
     observed_time_unix_nano: int,
     flags: int,
 ) -> bytes:
-    fields = record_fields(head.event_type, head.severity)
+    fields = _record_fields.get((head.event_type, head.severity)) or _fields_of(
+        head.event_type, head.severity
+    )
     return _write_record(
         head.time_ns,
         observed_time_unix_nano,
