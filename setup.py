@@ -1,7 +1,7 @@
 """The compiled helpers, optional: the log-record walk (otel/_record_walk.c), OTLP values read from
 their wire bytes (otel/_any_value_wire.c), spans' JSON records written from theirs
-(otel/_span_records.c), OTLP log records and requests written from their parts (otel/_otlp_wire.c), lifecycle
-transitions and a task's parts read from their wire bytes (otel/_lifecycle_wire.c), a RayEvent's head
+(otel/_span_records.c), OTLP log records and requests written from their parts (otel/_otlp_wire.c), the
+RayEvents converter's core and task spans (otel/_entity_spans.c), a RayEvent's head
 (otel/_event_head.c), a POST's RayEvents read from its JSON text (otel/_posted_events.c), span lines' ISO times (otel/_span_json.c),
 the RayEvent JSON reader (encoding/_ray_json_wire.c) and writer
 (encoding/_ray_json_encode.c), and
@@ -21,7 +21,7 @@ def _optional(module: str, libraries: tuple[str, ...] = ()) -> Extension:
         include_dirs=["src/ray_otel_events"],
         depends=[
             f"src/ray_otel_events/{h}"
-            for h in ("protobuf_wire.h", "json_text.h", "otlp_span_wire.h", "civil_dates.h")
+            for h in ("protobuf_wire.h", "json_text.h", "otlp_span_wire.h", "otlp_wire.h", "civil_dates.h")
         ],
         libraries=list(libraries),
         optional=True,
@@ -36,7 +36,7 @@ setup(
             "otel._any_value_wire",
             "otel._span_records",
             "otel._otlp_wire",
-            "otel._lifecycle_wire",
+            "otel._entity_spans",
             "otel._event_head",
             "otel._posted_events",
             "otel._span_json",

@@ -394,14 +394,13 @@ def profile_top(what: str, bodies: list[bytes], frames: int = 8) -> list[str]:
     encoder = RayEventJsonEncoder()
 
     def ray_events_to_otlp() -> None:
-        converter, items = RayEventsToOtel(terminal_grace_s=0.0), OtlpItemEncoder("ray")
+        items = OtlpItemEncoder("ray")  # as the bridge runs: items written in their envelopes
+        converter = RayEventsToOtel(terminal_grace_s=0.0, envelope=items.envelope_of)
         for body in bodies:
             parts, _ = read_posted_events(body)  # as the bridge reads a POST
             emitted = converter.add_parts(parts)
-            spans = items.wire_items([s.session_name for s in emitted.spans], [s.wire for s in emitted.spans])
-            logs = items.wire_items([r.session_name for r in emitted.logs], [r.wire for r in emitted.logs])
-            merge_envelopes(spans)
-            merge_envelopes(logs)
+            merge_envelopes([s.item for s in emitted.spans])
+            merge_envelopes([r.item for r in emitted.logs])
 
     def logs_to_ray_json() -> None:
         for body in bodies:

@@ -177,3 +177,57 @@ def test_the_python_path_reads_posts_with_the_compiled_helpers_off() -> None:
         "print(posted_events._read is None, len(posted_events.read_posted_events(b'[1, {}]')[1]))\n"
     )
     assert run_pure_python(code) == "True 2"
+
+
+# -- events forwarded to the worker that owns them ---------------------------------------------------
+
+
+def _pieces_both_ways(events: list[EventParts], records: bool) -> tuple[bytes, list[EventParts]]:
+    """(encoded, decoded), compiled where built; the Python twin gives the same."""
+    data = posted_events.encode_pieces(events, records)
+    decoded = posted_events.decode_pieces(data)
+    saved = posted_events._pieces, posted_events._read_pieces
+    posted_events._pieces = posted_events._read_pieces = None
+    try:
+        assert posted_events.encode_pieces(events, records) == data
+        assert posted_events.decode_pieces(data) == decoded
+    finally:
+        posted_events._pieces, posted_events._read_pieces = saved
+    return data, decoded
+
+
+def test_forwarded_pieces_carry_what_the_owner_writes_the_record_from() -> None:
+    """Captured events as the compiled pass reads them and as the Python path does (their bodies
+    walked from the posted objects): the owner gets each event's head, wire bytes and its record's
+    entries, and writes the same record without walking the event again."""
+    body = orjson.dumps(_fixture_dicts())
+    for read in (read_posted_events, read_posted_events_python):
+        events, _ = read(body)
+        _, decoded = _pieces_both_ways(events, records=True)
+        assert [(p.head, p.wire) for p in decoded] == [(p.head, p.wire) for p in events]
+        assert all(p.body is not None and p.source is None for p in decoded)
+        assert [_record(p) for p in decoded] == [_record(p) for p in events]
+        _, bare = _pieces_both_ways(events, records=False)  # an assemble-only owner writes no records
+        assert [(p.head, p.wire, p.body, p.attributes) for p in bare] == [
+            (p.head, p.wire, None, b"") for p in events
+        ]
+
+
+@settings(max_examples=100, deadline=None)
+@given(ray_events(), st.integers(0, 200))
+def test_a_cut_piece_is_refused_by_both(event: RayEvent, cut: int) -> None:
+    events, _ = read_posted_events(RayEventJsonEncoder().encode([event]))
+    data, decoded = _pieces_both_ways(events, records=True)
+    assert [(p.head, p.wire, _record(p)) for p in decoded] == [(p.head, p.wire, _record(p)) for p in events]
+    short = data[: max(0, len(data) - 1 - cut)]
+    if not short:
+        return
+    with pytest.raises(ValueError):
+        posted_events.decode_pieces(short)
+    saved = posted_events._read_pieces
+    posted_events._read_pieces = None
+    try:
+        with pytest.raises(ValueError):
+            posted_events.decode_pieces(short)
+    finally:
+        posted_events._read_pieces = saved

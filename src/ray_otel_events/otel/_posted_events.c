@@ -18,6 +18,7 @@
 
 #include "civil_dates.h"
 #include "json_text.h"
+#include "otlp_wire.h"
 #include "protobuf_wire.h"
 
 /* Field kinds and labels: the _K_ constants and labels of ray_json_decode.py. */
@@ -395,17 +396,6 @@ static char *put_any(char *p, const Tok *t) {
         return p;
     default: return p;
     }
-}
-
-/* A repeated KeyValue entry (`tag`, length, KeyValue{key, value}) up to its AnyValue's bytes. */
-static char *put_kv_head(char *p, uint8_t tag, const char *key, Py_ssize_t key_n, Py_ssize_t any_n) {
-    *p++ = (char)tag;
-    p = put_varint(p, (uint64_t)(field_size(key_n) + field_size(any_n)));
-    *p++ = 0x0a;
-    p = put_varint(p, (uint64_t)key_n);
-    p = put(p, key, key_n);
-    *p++ = 0x12;
-    return put_varint(p, (uint64_t)any_n);
 }
 
 /* A KeyValue entry (tag) of key and a scalar's AnyValue. */
@@ -1033,6 +1023,110 @@ done:
     return items;
 }
 
+/* -- pieces: events forwarded to the worker that owns them ---------------------------------------- */
+
+#define PIECE_FIELDS 3 /* per event: its wire bytes, its record's body entries, its attribute entries */
+#define NO_BODY 0xffffffffu /* the length of a body not sent (and then no attributes either) */
+
+/* pieces(events, records) -> bytes, or None when an event's record is not read yet (its body None)
+ * and `records`: per event the three fields, each after its 4-byte big-endian length; without
+ * `records`, the body as NO_BODY and no attributes (posted_events.encode_pieces). */
+static PyObject *pieces(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "pieces(events: list[EventParts], records: bool)");
+        return NULL;
+    }
+    PyObject *events = args[0];
+    int records = PyObject_IsTrue(args[1]);
+    if (records < 0) return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(events), size = 0;
+    static const int at[PIECE_FIELDS] = {1, 2, 3};
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *parts = PyList_GET_ITEM(events, i);
+        if (!PyTuple_Check(parts) || PyTuple_GET_SIZE(parts) < 5) {
+            PyErr_SetString(PyExc_TypeError, "pieces(events: list[EventParts])");
+            return NULL;
+        }
+        for (int f = 0; f < (records ? PIECE_FIELDS : 1); f++) {
+            PyObject *field = PyTuple_GET_ITEM(parts, at[f]);
+            if (field == Py_None) Py_RETURN_NONE;
+            if (!PyBytes_Check(field) || PyBytes_GET_SIZE(field) >= NO_BODY) {
+                PyErr_SetString(PyExc_TypeError, "an event's wire, body and attributes are bytes (under 4 GiB)");
+                return NULL;
+            }
+            size += 4 + PyBytes_GET_SIZE(field);
+        }
+        if (!records) size += 8;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL) return NULL;
+    char *p = PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < count; i++)
+        for (int f = 0; f < PIECE_FIELDS; f++) {
+            PyObject *field = records || f == 0 ? PyTuple_GET_ITEM(PyList_GET_ITEM(events, i), at[f]) : NULL;
+            uint32_t n = field ? (uint32_t)PyBytes_GET_SIZE(field) : f == 1 ? NO_BODY : 0;
+            for (int k = 0; k < 4; k++) *p++ = (char)(n >> (24 - 8 * k));
+            if (field) memcpy(p, PyBytes_AS_STRING(field), n);
+            p += field ? n : 0;
+        }
+    return out;
+}
+
+/* read_pieces(data) -> (items, whole): the EventParts `pieces` wrote, each head read (None where
+ * Python reads it; `whole` False then). ValueError when the data is cut short. */
+static PyObject *read_pieces(PyObject *module, PyObject *data) {
+    (void)module;
+    if (!PyBytes_Check(data) || head_fn == NULL || parts_type == NULL) {
+        PyErr_SetString(PyExc_TypeError, "read_pieces(data: bytes), after bind()");
+        return NULL;
+    }
+    const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(data), *end = p + PyBytes_GET_SIZE(data);
+    PyObject *items = PyList_New(0);
+    int whole = 1;
+    while (items != NULL && p < end) {
+        PyObject *fields[PIECE_FIELDS + 1] = {NULL, NULL, NULL, NULL};
+        int failed = 0;
+        for (int f = 0; f < PIECE_FIELDS && !failed; f++) {
+            if (end - p < 4) {
+                failed = 1;
+                break;
+            }
+            uint32_t n = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+            p += 4;
+            if (f == 1 && n == NO_BODY) {
+                fields[2] = Py_NewRef(Py_None);
+                continue;
+            }
+            if ((uint64_t)(end - p) < n) {
+                failed = 1;
+                break;
+            }
+            fields[f + 1] = PyBytes_FromStringAndSize((const char *)p, n);
+            p += n;
+            failed = fields[f + 1] == NULL ? 2 : 0;
+        }
+        if (!failed) {
+            fields[0] = PyObject_CallOneArg(head_fn, fields[1]);
+            failed = fields[0] == NULL ? 2 : 0;
+        }
+        PyObject *parts = failed ? NULL : ((PyTypeObject *)parts_type)->tp_alloc((PyTypeObject *)parts_type, 5);
+        if (parts == NULL) {
+            for (int f = 0; f <= PIECE_FIELDS; f++) Py_XDECREF(fields[f]);
+            if (failed == 1) PyErr_SetString(PyExc_ValueError, "a truncated piece");
+            Py_CLEAR(items);
+            break;
+        }
+        whole &= fields[0] != Py_None;
+        for (int f = 0; f <= PIECE_FIELDS; f++) PyTuple_SET_ITEM(parts, f, fields[f]);
+        PyTuple_SET_ITEM(parts, 4, Py_NewRef(Py_None));
+        failed = PyList_Append(items, parts);
+        Py_DECREF(parts);
+        if (failed < 0) Py_CLEAR(items);
+    }
+    return items == NULL ? NULL : Py_BuildValue("(NO)", items, whole ? Py_True : Py_False);
+}
+
 /* -- binding ---------------------------------------------------------------------------------- */
 
 static void clear_schema(void) {
@@ -1152,6 +1246,9 @@ fail:
 
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(messages, root, type_field, head, parts): the schema read."},
+    {"pieces", (PyCFunction)(void (*)(void))pieces, METH_FASTCALL,
+     "pieces(events, records) -> the events for their owner, or None."},
+    {"read_pieces", (PyCFunction)read_pieces, METH_O, "read_pieces(data) -> (items, whole)."},
     {"read", (PyCFunction)read_body, METH_O,
      "read(body) -> (per item its EventParts or its slice of the text, all read here), or None: read "
      "the body in Python."},

@@ -9,6 +9,7 @@ built (otel/_event_head.c). The Python reading here is the reference the compile
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -271,10 +272,19 @@ def kept_fields(wire: bytes, message_class: Any, names: tuple[str, ...]) -> byte
     """`wire` (a serialized `message_class`) with only the fields `names`, and of a
     FunctionDescriptor among them, its names (not the Python function's hash or the Java one's
     signature): what an open span keeps of a definition that can be kilobytes."""
+    return field_keeper(message_class, names)(wire)
+
+
+def field_keeper(message_class: Any, names: tuple[str, ...]) -> Callable[[bytes], bytes]:
+    """`kept_fields` of one message class and field names, as a callable of the wire bytes: the
+    compiled filter itself where built, with no Python frame around it."""
     plan = _keep_plan(message_class, names) if _compiled else None
     if plan is not None:
-        kept: bytes = _event_head.slim(wire, *plan)
-        return kept
+        return functools.partial(_event_head.slim, *plan)
+    return functools.partial(_kept_fields_python, message_class, names)
+
+
+def _kept_fields_python(message_class: Any, names: tuple[str, ...], wire: bytes) -> bytes:
     message = message_class.FromString(wire)
     slim = message_class()
     for name in names:

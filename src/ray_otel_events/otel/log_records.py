@@ -400,14 +400,18 @@ def parts_log_record(
     """The record of an event read as `posted_events.EventParts`: its body entries and flattened
     attributes as read (`body`), else walked from `source` (the posted object, the event, or its
     wire bytes). The bridge's call per event."""
-    if body is not None:
-        attrs = [attributes, head.attributes]
-    else:
-        event = RayEvent.FromString(source) if isinstance(source, bytes) else source
-        attrs = []
-        body = _walk(_camel.event_dict(event) if isinstance(event, RayEvent) else event, _ROOT, attrs)
-        attrs.append(head.attributes)
-    return _record(head, body, attrs, trace_id, span_id, observed_time_unix_nano, 0)
+    if body is None:
+        body, attributes = record_entries(source)
+    return _record(head, body, [attributes, head.attributes], trace_id, span_id, observed_time_unix_nano, 0)
+
+
+def record_entries(source: Mapping[str, Any] | RayEvent | bytes) -> tuple[bytes, bytes]:
+    """(body entries, flattened `ray.event.*` attribute entries) of an event's record, walked from
+    the object it was posted as, the event, or its wire bytes."""
+    event = RayEvent.FromString(source) if isinstance(source, bytes) else source
+    attrs: list[bytes] = []
+    body = _walk(_camel.event_dict(event) if isinstance(event, RayEvent) else event, _ROOT, attrs)
+    return body, b"".join(attrs)
 
 
 def _record(
@@ -438,6 +442,11 @@ def _record(
 
 # (event type, severity) -> (severity number, severity text, event name) of their records.
 _record_fields: dict[tuple[int, int], tuple[int, str, str]] = {}
+
+
+def record_fields(event_type: int, severity: int) -> tuple[int, str, str]:
+    """(severity number, severity text, event name) of an event type's records at a severity."""
+    return _record_fields.get((event_type, severity)) or _fields_of(event_type, severity)
 
 
 def _fields_of(event_type: int, severity: int) -> tuple[int, str, str]:

@@ -23,6 +23,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from ray_otel_events import config
 from ray_otel_events.encoding import ray_json_decode
 from ray_otel_events.otel.event_heads import EventHead, compiled_head, wire_head
+from ray_otel_events.otel.log_records import record_entries
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
 
@@ -117,11 +118,15 @@ try:  # built by setup.py where a C compiler is present
 except ImportError:
     _posted_events = None  # type: ignore[assignment]
 _read: Callable[[bytes], tuple[list[Any], bool] | None] | None = None
+_pieces: Callable[[list[EventParts], bool], bytes | None] | None = None
+_read_pieces: Callable[[bytes], tuple[list[Any], bool]] | None = None
 if _posted_events is not None and config.compiled_enabled() and compiled_head is not None:
     _posted_events.bind(
         *_messages(), RayEvent.DESCRIPTOR.fields_by_name["event_type"].number, compiled_head, EventParts
     )
     _read = _posted_events.read
+    _pieces = _posted_events.pieces
+    _read_pieces = _posted_events.read_pieces
 
 
 def read_posted_events(body: bytes) -> tuple[list[EventParts], list[str]]:
@@ -153,3 +158,61 @@ def read_posted_events(body: bytes) -> tuple[list[EventParts], list[str]]:
             continue
         parts.append(event_parts(posted.event, posted.json))
     return parts, errors
+
+
+# -- events forwarded to the worker that owns them --------------------------------------------------
+
+
+_NO_BODY = b"\xff\xff\xff\xff"  # the length of a body not sent
+
+
+def encode_pieces(events: list[EventParts], records: bool = True) -> bytes:
+    """Events for the bridge worker that owns them (services/bridge_workers.py): per event its wire
+    bytes, its record's body entries and its attribute entries, each after a 4-byte big-endian
+    length, so that the owner writes the record without walking the event again. `records=False`
+    (the owner writes no records): no body (its length 0xFFFFFFFF) and no attributes."""
+    if _pieces is not None:
+        data = _pieces(events, records)  # None: a record not read yet, walked below
+        if data is not None:
+            return data
+    out: list[bytes] = []
+    for parts in events:
+        out += (len(parts.wire).to_bytes(4, "big"), parts.wire)
+        if not records:
+            out += (_NO_BODY, b"\x00\x00\x00\x00")
+            continue
+        body, attributes = parts.body, parts.attributes
+        if body is None:
+            body, attributes = record_entries(parts.source if parts.source is not None else parts.wire)
+        for field in (body, attributes):
+            out += (len(field).to_bytes(4, "big"), field)
+    return b"".join(out)
+
+
+def decode_pieces(data: bytes) -> list[EventParts]:
+    """The events `encode_pieces` wrote; ValueError when the data is cut short."""
+    if _read_pieces is not None:
+        items, whole = _read_pieces(data)
+        if whole:
+            return items
+        return [p if p.head is not None else p._replace(head=wire_head(p.wire)) for p in items]
+    fields: list[bytes | None] = []
+    at, end = 0, len(data)
+    while at < end:
+        size = int.from_bytes(data[at : at + 4], "big")
+        if at + 4 > end:
+            raise ValueError("a truncated piece")
+        if size == 0xFFFFFFFF and len(fields) % 3 == 1:
+            fields.append(None)
+            at += 4
+            continue
+        if at + 4 + size > end:
+            raise ValueError("a truncated piece")
+        fields.append(data[at + 4 : at + 4 + size])
+        at += 4 + size
+    if len(fields) % 3:
+        raise ValueError("a truncated piece")
+    return [
+        EventParts(wire_head(wire), wire, body, attributes, None)  # type: ignore[arg-type]
+        for wire, body, attributes in zip(fields[0::3], fields[1::3], fields[2::3], strict=True)
+    ]

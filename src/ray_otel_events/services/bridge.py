@@ -195,15 +195,16 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[EventParts]):
         self.otlp_logs_client = OtlpHttpPublisherClient("logs", otlp_logs, transport=transport)
         self.otlp_spans = _Queue("otlp-traces", config, self.otlp_traces_client, db)
         self.otlp_logs = _Queue("otlp-logs", config, self.otlp_logs_client, db)
+        self.items = OtlpItemEncoder(config.service_name)
         self.to_otel = RayEventsToOtel(
             max_open_entities=config.max_open_entities,
             max_open_bytes=config.max_open_bytes,
             entity_ttl_s=config.entity_ttl_s,
             terminal_grace_s=config.terminal_grace_s,
             dedup_window=config.dedup_window,
+            envelope=self.items.envelope_of,  # spans and records come out as the queues hold them
         )
         self.ray_spans = RaySpanEvents()
-        self.items = OtlpItemEncoder(config.service_name)
         self.otlp_receiver = OtlpHttpReceiver(self, config.max_body_bytes)
         self.ray_events_receiver = RayEventsHttpReceiver(self, config.max_body_bytes)
         self.otlp_grpc_receiver = OtlpGrpcReceiver(self, self.otlp_receiver.counters)
@@ -475,18 +476,10 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[EventParts]):
         with self._transaction():
             if emitted.spans:
                 self.otlp_spans.add_many(
-                    self.items.wire_items(
-                        [s.session_name for s in emitted.spans], [s.wire for s in emitted.spans]
-                    ),
-                    [s.event_type for s in emitted.spans],
+                    [s.item for s in emitted.spans], [s.event_type for s in emitted.spans]
                 )
             if emitted.logs:
-                self.otlp_logs.add_many(
-                    self.items.wire_items(
-                        [r.session_name for r in emitted.logs], [r.wire for r in emitted.logs]
-                    ),
-                    [r.event_type for r in emitted.logs],
-                )
+                self.otlp_logs.add_many([r.item for r in emitted.logs], [r.event_type for r in emitted.logs])
             if self.pending is not None:
                 closed = {span.entity for span in emitted.spans}
                 held = [(key, parts) for key, parts in emitted.taken if key not in closed]

@@ -42,8 +42,8 @@ from ray_otel_events.config import BridgeConfig
 from ray_otel_events.exporters.transport import HttpTransport
 from ray_otel_events.metrics import Counters
 from ray_otel_events.observability.merged_metrics import merge_expositions
-from ray_otel_events.otel.from_ray_events import head_routing_key
-from ray_otel_events.otel.posted_events import EventParts, wire_parts
+from ray_otel_events.otel.from_ray_events import routing_groups
+from ray_otel_events.otel.posted_events import EventParts, decode_pieces, encode_pieces
 from ray_otel_events.receivers.otlp_http import QueueFullError
 from ray_otel_events.security.options import ServerSecurity
 from ray_otel_events.services.bridge import BridgeService
@@ -62,38 +62,14 @@ FORWARDED = "forwarded_events"  # RayEvents sent to the worker owning their trac
 # -- routing ------------------------------------------------------------------------------------
 
 
-def owner_of(event: EventParts, workers: int) -> int:
-    """The worker that converts and assembles `event`: its trace id, hashed (it is a digest)."""
-    return int.from_bytes(head_routing_key(event.head)[:8], "big") % workers
-
-
-def encode_pieces(events: list[EventParts]) -> bytes:
-    """RayEvents as length-prefixed wire bytes (4-byte big-endian lengths)."""
-    parts: list[bytes] = []
-    for event in events:
-        parts.append(len(event.wire).to_bytes(4, "big"))
-        parts.append(event.wire)
-    return b"".join(parts)
-
-
-def decode_pieces(body: bytes) -> list[bytes]:
-    """The RayEvents' wire bytes `encode_pieces` wrote."""
-    wires: list[bytes] = []
-    at = 0
-    while at < len(body):
-        size = int.from_bytes(body[at : at + 4], "big")
-        if at + 4 + size > len(body):
-            raise ValueError("truncated piece")
-        wires.append(body[at + 4 : at + 4 + size])
-        at += 4 + size
-    return wires
-
-
 class TraceIdRouter:
     """Sends each RayEvent that another worker owns to it, before the request is answered."""
 
-    def __init__(self, index: int, peer_urls: list[str], secret: str) -> None:
+    def __init__(self, index: int, peer_urls: list[str], secret: str, records: bool = True) -> None:
+        """`records`: the workers write log records (not an assemble-only tier's), so each event
+        goes with its record's parts."""
         self.index = index
+        self.records = records
         self.peer_urls = peer_urls
         self.secret = secret
         self.counters = Counters("router")
@@ -107,14 +83,16 @@ class TraceIdRouter:
             await self._session.close()
 
     async def forward(self, events: list[EventParts]) -> list[EventParts]:
-        workers = len(self.peer_urls)
-        groups: dict[int, list[EventParts]] = {}
-        for posted in events:
-            groups.setdefault(owner_of(posted, workers), []).append(posted)
-        local = groups.pop(self.index, [])
-        if groups:
+        """Each event goes to the worker owning its trace id (hashed: it is a digest), with its
+        record's body and attributes as read here, so that the owner does not walk it again."""
+        groups = routing_groups(events, len(self.peer_urls))
+        local = groups[self.index]
+        sends = [
+            self._send(owner, group) for owner, group in enumerate(groups) if group and owner != self.index
+        ]
+        if sends:
             self.counters.add(FORWARDED, len(events) - len(local))
-            await asyncio.gather(*(self._send(owner, group) for owner, group in groups.items()))
+            await asyncio.gather(*sends)
         return local
 
     async def scrape_all(self, own: bytes) -> bytes:
@@ -142,7 +120,7 @@ class TraceIdRouter:
         try:
             async with self._session.post(
                 self.peer_urls[owner] + FORWARD_PATH,
-                data=encode_pieces(events),
+                data=encode_pieces(events, self.records),
                 headers={SECRET_HEADER: self.secret, "Content-Type": "application/octet-stream"},
             ) as response:
                 if response.status == 200:
@@ -159,7 +137,7 @@ def _private_routes(service: BridgeService, secret: str) -> list[web.RouteDef]:
         if not hmac.compare_digest(request.headers.get(SECRET_HEADER, ""), secret):
             return web.Response(status=401, text="not a bridge worker")
         try:
-            events = [wire_parts(wire) for wire in decode_pieces(await request.read())]
+            events = decode_pieces(await request.read())
         except ValueError as exc:
             return web.Response(status=400, text=f"undecodable pieces: {exc}")
         try:
@@ -213,7 +191,7 @@ def _receive(conn: Connection) -> str:
 async def _run_worker(args: _WorkerArgs, conn: Connection) -> None:
     config = args.config
     service = BridgeService(config, config.otlp("traces"), config.otlp("logs"), args.transport)
-    router = TraceIdRouter(args.index, args.peer_urls, args.secret)
+    router = TraceIdRouter(args.index, args.peer_urls, args.secret, records=config.mode != "assemble")
     if config.mode != "convert":  # converting alone holds no state: any worker will do
         service.router = router
     app = service.build_app(args.security.token, lambda: router.scrape_all(service.metrics.render()))
