@@ -1,8 +1,8 @@
 """The compiled helpers, optional: the log-record walk (otel/_record_walk.c), OTLP values read from
 their wire bytes (otel/_any_value_wire.c), spans' JSON records written from theirs
-(otel/_span_records.c), OTLP log records and requests written from their parts (otel/_otlp_wire.c), lifecycle
-transitions and a task's parts read from their wire bytes (otel/_lifecycle_wire.c), a RayEvent's head
-(otel/_event_head.c), span lines' ISO times (otel/_span_json.c),
+(otel/_span_records.c), OTLP log records and requests written from their parts (otel/_otlp_wire.c), the
+RayEvents converter's core and task spans (otel/_entity_spans.c), a RayEvent's head
+(otel/_event_head.c), a POST's RayEvents read from its JSON text (otel/_posted_events.c), span lines' ISO times (otel/_span_json.c),
 the RayEvent JSON reader (encoding/_ray_json_wire.c) and writer
 (encoding/_ray_json_encode.c), and
 the store's fold (store/_state_fold.c), its row writer (store/_row_writer.c) and its intake from a
@@ -25,6 +25,7 @@ def _optional(module: str, libraries: tuple[str, ...] = ()) -> Extension:
                 "protobuf_wire.h",
                 "json_text.h",
                 "otlp_span_wire.h",
+                "otlp_wire.h",
                 "civil_dates.h",
                 "ray_json_values.h",
                 "packed_rows.h",
@@ -43,8 +44,9 @@ setup(
             "otel._any_value_wire",
             "otel._span_records",
             "otel._otlp_wire",
-            "otel._lifecycle_wire",
+            "otel._entity_spans",
             "otel._event_head",
+            "otel._posted_events",
             "otel._span_json",
             "encoding._ray_json_wire",
             "encoding._ray_json_encode",

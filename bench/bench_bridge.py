@@ -388,20 +388,19 @@ def profile_top(what: str, bodies: list[bytes], frames: int = 8) -> list[str]:
     from ray_otel_events.exporters.otlp import OtlpItemEncoder
     from ray_otel_events.otel.from_ray_events import RayEventsToOtel
     from ray_otel_events.otel.otlp_wire import merge_envelopes
+    from ray_otel_events.otel.posted_events import read_posted_events
     from ray_otel_events.otel.to_ray_events import ray_event_from_log_record
-    from ray_otel_events.receivers.ray_events_http import parse_posted_events, read_posted_items
 
     encoder = RayEventJsonEncoder()
 
     def ray_events_to_otlp() -> None:
-        converter, items = RayEventsToOtel(terminal_grace_s=0.0), OtlpItemEncoder("ray")
+        items = OtlpItemEncoder("ray")  # as the bridge runs: items written in their envelopes
+        converter = RayEventsToOtel(terminal_grace_s=0.0, envelope=items.envelope_of)
         for body in bodies:
-            _, posted, _ = read_posted_items(body, parse_posted_events)  # as the bridge reads a POST
-            emitted = converter.add([p.event for p in posted], posted=[p.json for p in posted])
-            spans = items.wire_items([s.session_name for s in emitted.spans], [s.wire for s in emitted.spans])
-            logs = items.wire_items([r.session_name for r in emitted.logs], [r.wire for r in emitted.logs])
-            merge_envelopes(spans)
-            merge_envelopes(logs)
+            parts, _ = read_posted_events(body)  # as the bridge reads a POST
+            emitted = converter.add_parts(parts)
+            merge_envelopes([s.item for s in emitted.spans])
+            merge_envelopes([r.item for r in emitted.logs])
 
     def logs_to_ray_json() -> None:
         for body in bodies:

@@ -11,8 +11,10 @@ from typing import Any
 
 import orjson
 
+from ray_otel_events.exporters.otlp import OtlpItemEncoder
+from ray_otel_events.otel import otlp_wire
 from ray_otel_events.otel.from_ray_events import Emitted, RayEventsToOtel
-from ray_otel_events.receivers.ray_events_http import parse_posted_events, read_posted_items
+from ray_otel_events.otel.posted_events import read_posted_events
 from tests.helpers.pure_python import run_pure_python
 
 RUN_E = Path(__file__).parent / "fixtures" / "bridge" / "runE"
@@ -31,23 +33,35 @@ class _Clock:
         return self.now
 
 
-def output_digest_text() -> bytes:
+def output_digest_text(items: OtlpItemEncoder | None = None) -> bytes:
     """Every POST twice (the second time duplicates) under two bounds: one roomy with a terminal
-    grace, one that evicts; each run ends with expire() and flush()."""
+    grace, one that evicts; each run ends with expire() and flush(). `items`: the converter writes
+    its spans and records in their envelopes (what a bridge queues); the text is of the spans and
+    records themselves."""
     bodies = [path.read_bytes() for path in sorted(RUN_E.glob("*.body"))]
     lines: list[bytes] = []
+    envelope = items.envelope_of if items is not None else None
     for bounds in ({"terminal_grace_s": 0.25}, {"max_open_entities": 3, "max_open_bytes": 4000}):
         clock, observed = _Clock(0.0, 0.0), _Clock(1_795_000_000_000_000_000, 1)
-        converter = RayEventsToOtel(clock=clock, observed_clock_ns=observed, **bounds)  # type: ignore[arg-type]
+        converter = RayEventsToOtel(
+            clock=clock,
+            observed_clock_ns=observed,
+            envelope=envelope,
+            **bounds,  # type: ignore[arg-type]
+        )
         out = Emitted()
         for body in bodies + bodies:
-            _, posted, _ = read_posted_items(body, parse_posted_events)
-            out.extend(converter.add([p.event for p in posted], posted=[p.json for p in posted]))
+            parts, _ = read_posted_events(body)  # as the bridge reads a POST
+            out.extend(converter.add_parts(parts))
             clock.now += 0.1
             out.extend(converter.expire())
         clock.now += 1000.0
         out.extend(converter.expire())
         out.extend(converter.flush())
+        if items is not None:
+            for emitted in (*out.spans, *out.logs):
+                prefix = items.envelope_of(emitted.session_name)
+                assert emitted.item == otlp_wire.resource_logs(*prefix, [emitted.wire])
         lines += [
             b"span %s %d %s %s"
             % (s.session_name.encode(), s.event_type, s.entity.hex().encode(), s.wire.hex().encode())
@@ -56,10 +70,7 @@ def output_digest_text() -> bytes:
         lines += [
             b"log %s %d %s" % (r.session_name.encode(), r.event_type, r.wire.hex().encode()) for r in out.logs
         ]
-        lines += [
-            b"held %s %s" % (key.hex().encode(), event.SerializeToString().hex().encode())
-            for key, event in out.taken
-        ]
+        lines += [b"held %s %s" % (key.hex().encode(), parts.wire.hex().encode()) for key, parts in out.taken]
         lines.append(orjson.dumps(converter.counters.snapshot(), option=orjson.OPT_SORT_KEYS))
         lines.append(b"open %d %d" % (converter.open_entities, converter.open_bytes))
     return b"\n".join(lines)
@@ -67,6 +78,10 @@ def output_digest_text() -> bytes:
 
 def test_the_output_is_the_same_bytes_as_before() -> None:
     assert hashlib.sha256(output_digest_text()).hexdigest() == DIGEST
+
+
+def test_spans_and_records_written_in_their_envelopes_are_the_same_bytes() -> None:
+    assert hashlib.sha256(output_digest_text(OtlpItemEncoder("ray"))).hexdigest() == DIGEST
 
 
 def test_the_pure_python_output_is_the_same_bytes() -> None:

@@ -77,6 +77,11 @@ def span_view(spans: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     )
 
 
+# Longer than the posting takes: every piece is in before a terminal entity's grace can end, and the
+# stop flushes the rest. With 0.2 s a loaded machine let a grace end before the executor's piece came,
+# so that span depended on the machine's speed, not on how the work was split.
+GRACE_S = "60"
+
 ACCEPTED = "ray_otel_events_ray_events_receiver_accepted_events_total"
 
 
@@ -97,7 +102,7 @@ def run_full_bridge(
     (tmp_path).mkdir()
     with ServerGroup(tmp_path) as group:
         sink, sink_path = group.sink("otlp")
-        bridge = group.bridge("--otlp-endpoint", url(sink), "--terminal-grace", "0.2", *extra)
+        bridge = group.bridge("--otlp-endpoint", url(sink), "--terminal-grace", GRACE_S, *extra)
         post_all(bridge)
         for _ in range(3 if scrapes is not None else 0):  # each scrape may land on either worker
             scrapes.append(requests.get(url(bridge, "/metrics"), timeout=30).text)  # type: ignore[union-attr]
@@ -161,7 +166,7 @@ def test_convert_tier_and_two_assemblers_split_by_trace_id_give_the_same_spans(
                 "--otlp-endpoint",
                 url(spans_sink),
                 "--terminal-grace",
-                "0.2",
+                GRACE_S,
             )
             for _ in range(2)
         ]

@@ -71,9 +71,9 @@ try:
 except ImportError:
     _otlp_wire = None  # type: ignore[assignment]
 try:
-    from ray_otel_events.otel import _lifecycle_wire
+    from ray_otel_events.otel import _entity_spans
 except ImportError:
-    _lifecycle_wire = None  # type: ignore[assignment]
+    _entity_spans = None  # type: ignore[assignment]
 try:
     from ray_otel_events.otel import _event_head
 except ImportError:
@@ -101,7 +101,7 @@ needs_compiled = pytest.mark.skipif(
             _any_value_wire,
             _span_records,
             _otlp_wire,
-            _lifecycle_wire,
+            _entity_spans,
             _event_head,
             _span_json,
             _state_fold,
@@ -125,6 +125,7 @@ def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
         assert not ray_json.writes_compiled()
         assert not otlp_wire._compiled
         assert from_ray_events._read_transitions is None
+        assert not from_ray_events.RayEventsToOtel().compiled
         assert not event_heads._compiled
         assert span_json.ns_to_iso_str is span_json.python_ns_to_iso_str
         assert state_merge.prepare is state_merge._prepare_python
@@ -141,8 +142,9 @@ def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
     assert plain_records._records_compiled
     assert _otlp_wire is not None, "setup.py should have built otel/_otlp_wire.c"
     assert otlp_wire._compiled
-    assert _lifecycle_wire is not None, "setup.py should have built otel/_lifecycle_wire.c"
-    assert from_ray_events._read_transitions is _lifecycle_wire.transitions
+    assert _entity_spans is not None, "setup.py should have built otel/_entity_spans.c"
+    assert from_ray_events._read_transitions is _entity_spans.transitions
+    assert from_ray_events.RayEventsToOtel().compiled
     assert _event_head is not None, "setup.py should have built otel/_event_head.c"
     assert event_heads._compiled
     assert _ray_json_encode is not None, "setup.py should have built encoding/_ray_json_encode.c"
@@ -363,7 +365,7 @@ def test_transitions_read_from_wire_bytes_are_what_upb_gives(
 ) -> None:
     """Several pieces concatenated (how an open entity keeps them), repeats, any order, times out
     of range and past what OTLP carries."""
-    assert _lifecycle_wire is not None
+    assert _entity_spans is not None
     cls = TaskLifecycleEvent if task else ActorLifecycleEvent
     wire = b""
     for piece in pieces:
@@ -372,7 +374,7 @@ def test_transitions_read_from_wire_bytes_are_what_upb_gives(
             transition = message.state_transitions.add(state=state % 5 if not task else state)
             transition.timestamp.seconds, transition.timestamp.nanos = seconds, nanos
         wire += message.SerializeToString()
-    read = _lifecycle_wire.transitions(wire, 3 if task else 2)
+    read = _entity_spans.transitions(wire, 3 if task else 2)
     python = _transitions_python(wire, "task" if task else "job")
     assert (None if read is None else [(ns, state) for ns, state, _ in read]) == python
 
@@ -396,10 +398,11 @@ def test_every_real_event_head_is_read_as_upb_reads_it() -> None:
         head = _event_head.head(event.SerializeToString())
         assert head is not None and type(head) is event_heads.EventHead
         assert head == event_heads.python_head(event)
-    # the converter's batch read: the same heads, an unknown type's (left by C) read by upb
+    # the converter's read of wire bytes: the same heads, an unknown type's (left by C) read by upb
     odd = RayEvent(event_type=63, session_name="s")
     assert _event_head.head(odd.SerializeToString()) is None
-    assert event_heads.read_heads([*events, odd]) == [event_heads.python_head(e) for e in [*events, odd]]
+    heads = [event_heads.wire_head(e.SerializeToString()) for e in [*events, odd]]
+    assert heads == [event_heads.python_head(e) for e in [*events, odd]]
 
 
 @needs_compiled
@@ -460,11 +463,11 @@ def _parts_both_ways(
     definition: bytes | None, cls: Any, lifecycle: bytes
 ) -> tuple[from_ray_events._TaskParts | None, from_ray_events._TaskParts | None]:
     """(compiled, through upb) of one task's kept pieces; None where either hands over or raises."""
-    assert _lifecycle_wire is not None
-    entity = from_ray_events._Entity(("task", "s", b"t", 0), 0, 0, 0.0, definition, cls, lifecycle)
-    read = _lifecycle_wire.task_parts(definition, cls is from_ray_events.ActorTaskDefinitionEvent, lifecycle)
+    assert _entity_spans is not None
+    actor_task = cls is from_ray_events.ActorTaskDefinitionEvent
+    read = _entity_spans.task_parts(definition, actor_task, lifecycle)
     try:
-        python = from_ray_events._task_parts_python(entity)
+        python = from_ray_events._task_parts_python(definition, actor_task, lifecycle)
     except Exception:  # upb refuses the bytes: the compiled reader must hand over too
         python = None
     return (None if read is None else from_ray_events._TaskParts._make(read)), python
@@ -529,18 +532,6 @@ def test_one_item_envelopes_merge_as_python_merges_them(parts: list[tuple[bytes,
         assert merged == otlp_wire.merge_envelopes(items)
     finally:
         otlp_wire._compiled = True
-
-
-@needs_compiled
-@settings(max_examples=200)
-@given(st.binary(max_size=200), st.binary(max_size=200), st.lists(st.binary(max_size=300), max_size=10))
-def test_one_item_envelopes_are_written_as_python_writes_them(
-    resource: bytes, scope: bytes, items: list[bytes]
-) -> None:
-    assert _otlp_wire is not None
-    assert _otlp_wire.envelopes(resource, scope, items) == [
-        otlp_wire.resource_logs(resource, scope, [item]) for item in items
-    ]
 
 
 @needs_compiled

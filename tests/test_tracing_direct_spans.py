@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -24,7 +25,7 @@ from opentelemetry.trace import (
     TraceState,
 )
 
-from ray_otel_events.otel.span_json import span_to_json_line
+from ray_otel_events.otel.span_json import span_fields_to_json_line, span_to_json_line
 from ray_otel_events.tracing.direct_spans import DirectSpan, new_span_context
 from ray_otel_events.tracing.provider import CachingTracerProvider
 
@@ -93,6 +94,8 @@ def test_direct_spans_equal_sdk_spans() -> None:
     assert all(isinstance(span, DirectSpan) for span in direct)
     assert not any(isinstance(span, DirectSpan) for span in sdk)
     assert [_comparable(s) for s in direct] == [_comparable(s) for s in sdk]
+    for span in direct:  # the span files' path: the fields read at once
+        assert span_fields_to_json_line(*span.line_fields()) == span.to_json(indent=None)
     by_name = {span.name: span for span in direct}
     assert by_name["child"].parent == by_name["parent-renamed"].context
     assert by_name["child"].status.status_code is StatusCode.ERROR
@@ -100,6 +103,76 @@ def test_direct_spans_equal_sdk_spans() -> None:
     assert by_name["parent-renamed"].dropped_attributes == 200 + 4 - 128
     assert by_name["linked"].status.status_code is StatusCode.OK
     assert "after" not in by_name["linked"].attributes
+
+
+class _Stop(BaseException):
+    """Not an Exception: use_span lets it through without recording it."""
+
+
+def _current_span_workload(tracer: trace.Tracer) -> list[str]:
+    """start_as_current_span in every form: what is current inside, exceptions, its options, and as
+    a decorator of a sync and an async function. Returns the names seen as current."""
+    seen: list[str] = []
+
+    def current() -> None:
+        seen.append(getattr(trace.get_current_span(), "name", "none"))
+
+    with tracer.start_as_current_span("outer") as outer:
+        current()
+        with pytest.raises(KeyError), tracer.start_as_current_span("quiet", record_exception=False):
+            current()
+            raise KeyError("k")
+        with (
+            pytest.raises(KeyError),
+            tracer.start_as_current_span("no-status", set_status_on_exception=False),
+        ):
+            raise KeyError("k")
+        with pytest.raises(_Stop), tracer.start_as_current_span("stopped"):
+            raise _Stop()
+        with tracer.start_as_current_span("kept-open", end_on_exit=False) as open_span:
+            current()
+        current()
+        open_span.end()
+        outer.set_status(StatusCode.OK)
+
+    @tracer.start_as_current_span("decorated", kind=SpanKind.CONSUMER, attributes={"d": "1"})
+    def decorated(x: int) -> int:
+        current()
+        return x + 1
+
+    assert decorated(1) == 2 and decorated(2) == 3  # a span per call
+
+    @tracer.start_as_current_span("async-decorated")
+    async def async_decorated() -> str:
+        await asyncio.sleep(0)
+        current()
+        return "done"
+
+    assert asyncio.run(async_decorated()) == "done"
+    current()
+    return seen
+
+
+def test_start_as_current_span_is_the_sdks() -> None:
+    ours, ours_out = _provider(foreign=False)
+    sdk = TracerProvider()
+    sdk_out = InMemorySpanExporter()
+    sdk.add_span_processor(SimpleSpanProcessor(sdk_out))
+    ours_seen = _current_span_workload(ours.get_tracer("t"))
+    sdk_seen = _current_span_workload(sdk.get_tracer("t"))
+    assert (
+        ours_seen
+        == sdk_seen
+        == ["outer", "quiet", "kept-open", "outer", "decorated", "decorated", "async-decorated", "none"]
+    )
+    direct, plain = ours_out.get_finished_spans(), sdk_out.get_finished_spans()
+    assert all(isinstance(span, DirectSpan) for span in direct)
+    assert [_comparable(s) for s in direct] == [_comparable(s) for s in plain]
+    by_name = {span.name: span for span in direct}
+    assert by_name["quiet"].status.status_code is StatusCode.ERROR and not by_name["quiet"].events
+    assert by_name["no-status"].status.status_code is StatusCode.UNSET and by_name["no-status"].events
+    assert by_name["stopped"].status.status_code is StatusCode.UNSET
+    assert by_name["kept-open"].end_time is not None  # ended by hand, after the block
 
 
 def test_a_foreign_processor_gets_sdk_spans() -> None:

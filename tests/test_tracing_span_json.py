@@ -12,7 +12,7 @@ from opentelemetry._logs import SeverityNumber
 from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.util import ns_to_iso_str as sdk_ns_to_iso_str
@@ -27,7 +27,16 @@ from opentelemetry.trace import (
     TraceState,
 )
 
-from ray_otel_events.otel.span_json import _attrs, log_record_to_json_line, ns_to_iso_str, span_to_json_line
+from ray_otel_events.otel import span_json
+from ray_otel_events.otel.span_json import (
+    _attrs,
+    log_record_to_json_line,
+    ns_to_iso_str,
+    plain_span_json_line,
+    python_span_to_json_line,
+    span_to_json_line,
+)
+from tests.helpers.pure_python import run_pure_python
 
 
 def test_span_lines_equal_the_sdks() -> None:
@@ -146,6 +155,7 @@ def test_random_span_lines_equal_the_sdks(
     span.end(end_time=max(times))
     (finished,) = exporter.get_finished_spans()
     assert span_to_json_line(finished) == finished.to_json(indent=None)
+    assert python_span_to_json_line(finished) == finished.to_json(indent=None)
 
 
 @given(_times)
@@ -218,3 +228,110 @@ def test_attribute_json_with_a_task_id_equals_json_dumps(
     for _ in range(2):  # the second time the others' JSON is the kept one
         assert _attrs(with_task) == json.dumps(with_task)
         assert _attrs(MappingProxyType(with_task)) == json.dumps(with_task)
+
+
+# Text the compiled writer escapes itself: quotes, backslashes, control characters, DEL, Latin-1,
+# the BMP, beyond it (surrogate pairs) and a lone surrogate.
+_odd_text = st.text(
+    alphabet=st.sampled_from(
+        [*'ab"\\', "\x00", "\n", "\t", "\x1f", "\x7f", "é", "\u20ac", "\U0001f600", "\ud800"]
+    ),
+    max_size=8,
+)
+_odd_values = st.one_of(
+    _odd_text,
+    st.booleans(),
+    st.none(),
+    st.integers(),  # beyond 64 bits too
+    st.floats(),
+    st.lists(_odd_text | st.integers() | st.floats(), max_size=3).map(tuple),
+    st.lists(st.lists(st.integers(), max_size=2).map(tuple), max_size=2),  # nested: what json.dumps writes
+)
+
+
+def _odd_span(
+    name: str, attributes: dict[str, object], events: list[Event], start: int, end: int
+) -> ReadableSpan:
+    span = ReadableSpan(
+        name,
+        SpanContext(2**128 - 1, 1, is_remote=False),
+        SpanContext(5, 2**64 - 1, is_remote=True),
+        Resource.create({"service.name": "svc"}),
+        attributes,
+        events,  # type: ignore[arg-type]
+        (),
+        SpanKind.CONSUMER,
+        None,
+        Status(StatusCode.ERROR, "bad"),
+        start,
+        end,
+    )
+    return span
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    name=_odd_text,
+    attributes=st.dictionaries(_odd_text, _odd_values, max_size=6),
+    events=st.lists(
+        st.tuples(_odd_text, st.none() | st.dictionaries(_odd_text, _odd_values, max_size=3), _times),
+        max_size=3,
+    ),
+    times=st.tuples(st.just(0) | _times, st.just(0) | _times),
+)
+def test_the_compiled_line_is_its_python_twins(
+    name: str,
+    attributes: dict[str, object],
+    events: list[tuple[str, dict[str, object] | None, int]],
+    times: tuple[int, int],
+) -> None:
+    """Spans as DirectSpans hold them (plain dicts), with every kind of value and text: the compiled
+    writer's line is the Python twin's, which is the SDK's."""
+    span = _odd_span(name, attributes, [Event(n, a, t) for n, a, t in events], *times)
+    expected = span.to_json(indent=None)
+    assert python_span_to_json_line(span) == expected
+    assert span_to_json_line(span) == expected
+
+
+def test_what_the_compiled_line_leaves_to_python_is_written_the_same() -> None:
+    """Values it does not write (an int subclass, a dict, a non-string key, a time before 1970,
+    a non-empty trace state) give the same line through the Python twin."""
+    from enum import IntEnum
+
+    class Level(IntEnum):
+        HIGH = 3
+
+    odd: list[ReadableSpan] = [
+        _odd_span("n", {"level": Level.HIGH}, [], 1, 2),
+        _odd_span("n", {"d": {"a": 1}}, [], 1, 2),  # type: ignore[dict-item]
+        _odd_span("n", {1: "x"}, [], 1, 2),  # type: ignore[dict-item]
+        _odd_span("n", {}, [Event("e", {"a": "b"}, -5)], 1, 2),
+        _odd_span("n", {}, [], -1_000, 2),
+        _odd_span("n", {"deep": ((((1,),),),)}, [], 1, 2),  # type: ignore[dict-item]
+    ]
+    for span in odd:
+        assert span_to_json_line(span) == span.to_json(indent=None)
+    state = SpanContext(7, 8, is_remote=False, trace_state=TraceState([("k", "v")]))
+    assert plain_span_json_line("s", state, None, 1, 2, {"a": "b"}, Resource.create({})) == ReadableSpan(
+        "s", state, None, Resource.create({}), {"a": "b"}, kind=SpanKind.PRODUCER, start_time=1, end_time=2
+    ).to_json(indent=None)
+
+
+def test_the_line_is_written_the_same_with_the_compiled_helpers_off() -> None:
+    code = (
+        "from opentelemetry.sdk.trace import ReadableSpan, Event\n"
+        "from opentelemetry.sdk.resources import Resource\n"
+        "from opentelemetry.trace import SpanContext, SpanKind\n"
+        "from ray_otel_events.otel import span_json\n"
+        "span = ReadableSpan('f ray.remote_worker', SpanContext(1, 2, False), SpanContext(1, 3, True),"
+        " Resource.create({'service.name': 's'}), {'a': 'b\u20ac', 'n': 1.5},"
+        " [Event('RUNNING', {'ray.state': 'RUNNING'}, 1_700_000_000_000_000_000)],"
+        " kind=SpanKind.CONSUMER, start_time=1, end_time=2)\n"
+        "fields = (span.name, span.context, span.kind, span.parent, span.start_time, span.end_time,"
+        " span.status, dict(span.attributes), list(span.events), span.links, span.resource)\n"
+        "same = span_json.span_to_json_line(span) == span_json.span_fields_to_json_line(*fields)"
+        " == span.to_json(indent=None)\n"
+        "print(span_json._compiled_line is None, same)"
+    )
+    assert run_pure_python(code) == "True True"
+    assert span_json._compiled_line is not None or span_json._span_json is None

@@ -19,33 +19,41 @@ static inline int out(Buf *b, const char *s, Py_ssize_t n) {
 
 #define OUT(b, literal) out(b, literal, sizeof(literal) - 1)
 
+/* The length of the UTF-8 sequence of a non-ASCII byte at s (n bytes left), strictly (no overlong
+ * forms, no surrogates), or 0 when it is not one. */
+static inline int utf8_sequence(const uint8_t *s, Py_ssize_t n) {
+    uint8_t c = s[0];
+    int more;
+    uint8_t low = 0x80, high = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+        more = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        more = 2;
+        if (c == 0xE0) low = 0xA0;
+        if (c == 0xED) high = 0x9F; /* no surrogates */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        more = 3;
+        if (c == 0xF0) low = 0x90;
+        if (c == 0xF4) high = 0x8F;
+    } else {
+        return 0;
+    }
+    if (n <= more || s[1] < low || s[1] > high) return 0;
+    for (int k = 2; k <= more; k++)
+        if (s[k] < 0x80 || s[k] > 0xBF) return 0;
+    return more + 1;
+}
+
 static inline int utf8_valid(const uint8_t *s, Py_ssize_t n) {
     Py_ssize_t i = 0;
     while (i < n) {
-        uint8_t c = s[i];
-        if (c < 0x80) {
+        if (s[i] < 0x80) {
             i++;
             continue;
         }
-        int more;
-        uint8_t low = 0x80, high = 0xBF;
-        if (c >= 0xC2 && c <= 0xDF) {
-            more = 1;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            more = 2;
-            if (c == 0xE0) low = 0xA0;
-            if (c == 0xED) high = 0x9F; /* no surrogates */
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            more = 3;
-            if (c == 0xF0) low = 0x90;
-            if (c == 0xF4) high = 0x8F;
-        } else {
-            return 0;
-        }
-        if (n - i <= more || s[i + 1] < low || s[i + 1] > high) return 0;
-        for (int k = 2; k <= more; k++)
-            if (s[i + k] < 0x80 || s[i + k] > 0xBF) return 0;
-        i += more + 1;
+        int k = utf8_sequence(s + i, n - i);
+        if (!k) return 0;
+        i += k;
     }
     return 1;
 }

@@ -108,9 +108,12 @@ def free_port() -> int:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The whole lines of a sink's file: a line still being written (no newline yet) is left out,
+    as a reader polling a file another process appends to must."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    whole = path.read_text().rpartition("\n")[0]
+    return [json.loads(line) for line in whole.splitlines() if line.strip()]
 
 
 def wait_for_lines(path: Path, n: int, timeout_s: float = 60.0) -> list[dict[str, Any]]:

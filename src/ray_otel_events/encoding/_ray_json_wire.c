@@ -98,40 +98,13 @@ static int put_fixed(Buf *b, uint32_t number, uint64_t bits, int size) {
     return DONE;
 }
 
-static int digits(const char *p, int n, int *out) {
-    int v = 0;
-    for (int i = 0; i < n; i++) {
-        if (p[i] < '0' || p[i] > '9') return 0;
-        v = v * 10 + (p[i] - '0');
-    }
-    *out = v;
-    return 1;
-}
-
 /* ray_json_decode._TIMESTAMP (YYYY-MM-DDTHH:MM:SS[.f{1,9}]Z) and what datetime accepts of it. */
 static int timestamp_fields(Buf *b, PyObject *value) {
     if (!PyUnicode_CheckExact(value) || !PyUnicode_IS_ASCII(value)) return FALLBACK;
-    const char *p = (const char *)PyUnicode_DATA(value);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(value);
-    int year, month, day, hour, minute, second, nanos = 0;
-    if (n < 20 || p[4] != '-' || p[7] != '-' || p[10] != 'T' || p[13] != ':' || p[16] != ':' ||
-        p[n - 1] != 'Z' || !digits(p, 4, &year) || !digits(p + 5, 2, &month) ||
-        !digits(p + 8, 2, &day) || !digits(p + 11, 2, &hour) || !digits(p + 14, 2, &minute) ||
-        !digits(p + 17, 2, &second)) {
+    int64_t seconds;
+    int nanos;
+    if (rfc3339_utc((const char *)PyUnicode_DATA(value), PyUnicode_GET_LENGTH(value), &seconds, &nanos) < 0)
         return FALLBACK;
-    }
-    if (n > 20) { /* a fraction of 1 to 9 digits */
-        Py_ssize_t k = n - 21;
-        if (p[19] != '.' || k < 1 || k > 9 || !digits(p + 20, (int)k, &nanos)) return FALLBACK;
-        for (Py_ssize_t i = k; i < 9; i++) nanos *= 10;
-    }
-    static const int month_days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    int leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-    if (year < 1 || month < 1 || month > 12 || day < 1 ||
-        day > month_days[month - 1] + (month == 2 && leap) || hour > 23 || minute > 59 || second > 59) {
-        return FALLBACK;
-    }
-    int64_t seconds = days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second;
     if (varint_field(b, 1, (uint64_t)seconds) != DONE) return FAILED;
     return nanos ? varint_field(b, 2, (uint64_t)nanos) : DONE;
 }

@@ -329,18 +329,18 @@ def _fallback_table(descriptor: Any) -> _Table:
 # It knows each message type's fields from a schema made here from the same descriptors and by the
 # same rules as `_Table`; where `_fill` would fall back, it returns None and `_fill` runs.
 
-# field kinds and labels, as _ray_json_wire.c numbers them
-_K_FALLBACK, _K_STRING, _K_BYTES, _K_BOOL, _K_INT = range(5)
-_K_DOUBLE, _K_FLOAT, _K_ENUM, _K_MESSAGE, _K_TIMESTAMP = range(5, 10)
-_SINGULAR, _REPEATED, _MAP = range(3)
+# field kinds and labels, as _ray_json_wire.c and otel/_posted_events.c number them
+K_FALLBACK, K_STRING, K_BYTES, K_BOOL, K_INT = range(5)
+K_DOUBLE, K_FLOAT, K_ENUM, K_MESSAGE, K_TIMESTAMP = range(5, 10)
+SINGULAR, REPEATED, MAP = range(3)
 _TIMESTAMP_TYPE = "google.protobuf.Timestamp"
 _SCALAR_KINDS = {
-    FieldDescriptor.TYPE_STRING: _K_STRING,
-    FieldDescriptor.TYPE_BYTES: _K_BYTES,
-    FieldDescriptor.TYPE_BOOL: _K_BOOL,
-    FieldDescriptor.TYPE_DOUBLE: _K_DOUBLE,
-    FieldDescriptor.TYPE_FLOAT: _K_FLOAT,
-    FieldDescriptor.TYPE_ENUM: _K_ENUM,
+    FieldDescriptor.TYPE_STRING: K_STRING,
+    FieldDescriptor.TYPE_BYTES: K_BYTES,
+    FieldDescriptor.TYPE_BOOL: K_BOOL,
+    FieldDescriptor.TYPE_DOUBLE: K_DOUBLE,
+    FieldDescriptor.TYPE_FLOAT: K_FLOAT,
+    FieldDescriptor.TYPE_ENUM: K_ENUM,
 }
 # The varint integer types (what the C reader writes); others are read in Python.
 _VARINT_INTS = (
@@ -357,15 +357,15 @@ WireSchema = dict[str, WireField]
 def _scalar_kind(field: Any) -> tuple[int, int, int, Any]:
     """(kind, low, high, extra) of a scalar field, as `_scalar_reader` reads it."""
     if field.type in _VARINT_INTS:
-        return (_K_INT, *INT_RANGES[field.type], None)
-    kind = _SCALAR_KINDS.get(field.type, _K_FALLBACK)
-    if kind == _K_ENUM:
+        return (K_INT, *INT_RANGES[field.type], None)
+    kind = _SCALAR_KINDS.get(field.type, K_FALLBACK)
+    if kind == K_ENUM:
         by_name = {v.name: v.number for v in field.enum_type.values}
         return kind, 0, 0, (by_name, frozenset(by_name.values()))
     return kind, 0, 0, None
 
 
-def _wire_schema(descriptor: Any, schemas: dict[str, WireSchema]) -> WireSchema:
+def wire_schema(descriptor: Any, schemas: dict[str, WireSchema]) -> WireSchema:
     """JSON and proto names -> field, for `_ray_json_wire.event_wire`; empty (every key falls back)
     for a type `_Table` cannot read."""
     schema = schemas.get(descriptor.full_name)
@@ -388,22 +388,22 @@ def _wire_schema(descriptor: Any, schemas: dict[str, WireSchema]) -> WireSchema:
         if message is not None and message.GetOptions().map_entry:
             key, value = message.fields_by_name["key"], message.fields_by_name["value"]
             if key.type != FieldDescriptor.TYPE_STRING:
-                kind, low, high, extra = _K_FALLBACK, 0, 0, None
+                kind, low, high, extra = K_FALLBACK, 0, 0, None
             elif value.message_type is not None:  # `_fill` of each value, Timestamps included
-                kind, low, high, extra = _K_MESSAGE, 0, 0, _wire_schema(value.message_type, schemas)
+                kind, low, high, extra = K_MESSAGE, 0, 0, wire_schema(value.message_type, schemas)
             else:
                 kind, low, high, extra = _scalar_kind(value)
-            label = _MAP
+            label = MAP
         elif message is not None:
-            label = _REPEATED if field.is_repeated else _SINGULAR
+            label = REPEATED if field.is_repeated else SINGULAR
             if message.full_name == _TIMESTAMP_TYPE:
-                kind, low, high, extra = _K_TIMESTAMP, 0, 0, None
-            elif label == _SINGULAR and message.full_name.startswith("google.protobuf."):
-                kind, low, high, extra = _K_FALLBACK, 0, 0, None
+                kind, low, high, extra = K_TIMESTAMP, 0, 0, None
+            elif label == SINGULAR and message.full_name.startswith("google.protobuf."):
+                kind, low, high, extra = K_FALLBACK, 0, 0, None
             else:
-                kind, low, high, extra = _K_MESSAGE, 0, 0, _wire_schema(message, schemas)
+                kind, low, high, extra = K_MESSAGE, 0, 0, wire_schema(message, schemas)
         else:
-            label = _REPEATED if field.is_repeated else _SINGULAR
+            label = REPEATED if field.is_repeated else SINGULAR
             kind, low, high, extra = _scalar_kind(field)
         entry = (field.number, kind, label, low, high, extra, oneof_name)
         schema[field.json_name] = schema[field.name] = entry
@@ -414,7 +414,7 @@ try:  # built by setup.py where a C compiler is present
     from ray_otel_events.encoding import _ray_json_wire
 except ImportError:
     _ray_json_wire = None  # type: ignore[assignment]
-_EVENT_SCHEMA = _wire_schema(RayEvent.DESCRIPTOR, {})
+_EVENT_SCHEMA = wire_schema(RayEvent.DESCRIPTOR, {})
 _event_wire: Callable[[Any, WireSchema], bytes | None] | None = None
 if _ray_json_wire is not None and config.compiled_enabled():
     _event_wire = _ray_json_wire.event_wire

@@ -90,25 +90,11 @@ class OtlpItemEncoder:
         """A serialized ResourceSpans holding `span` (written on the wire: ResourceSpans and
         ResourceLogs have one shape, and copying the resource into a message per span cost more
         than the span)."""
-        return self.wire_items([session_name], [span.SerializeToString()])[0]
+        return otlp_wire.resource_logs(*self.envelope_of(session_name), [span.SerializeToString()])
 
-    def wire_items(self, sessions: list[str], items: list[bytes]) -> list[bytes]:
-        """Serialized spans or log records (the bridge's), each in its own envelope with the
-        resource of its session (`sessions[i]` for `items[i]`), written a run of one session at a
-        time."""
-        out: list[bytes] = []
-        start, count = 0, len(items)
-        while start < count:
-            session = sessions[start]
-            end = start + 1
-            while end < count and sessions[end] == session:
-                end += 1
-            resource, scope = self._wire_prefix_of(session)
-            out.extend(otlp_wire.one_item_envelopes(resource, scope, items[start:end]))
-            start = end
-        return out
-
-    def _wire_prefix_of(self, session_name: str) -> tuple[bytes, bytes]:
+    def envelope_of(self, session_name: str) -> tuple[bytes, bytes]:
+        """The serialized Resource and InstrumentationScope of a session's items: what the
+        bridge's converter writes each span and record in (RayEventsToOtel's `envelope`)."""
         cached = self._wire_prefix.get(session_name)
         if cached is None:
             cached = self._wire_prefix[session_name] = (

@@ -7,7 +7,7 @@
  * range, a type it was not told of) give None: Python reads that event. */
 
 #define PY_SSIZE_T_CLEAN
-#include "protobuf_wire.h"
+#include "otlp_wire.h"
 
 #define MAX_TYPES 64
 #define MAX_FIELD 64 /* payload fields read: numbers below this */
@@ -148,48 +148,14 @@ static PyObject *session_of(Reader r) {
 
 /* -- attribute entries -------------------------------------------------------------------------- */
 
-/* One LogRecord.attributes entry (6): KeyValue{key, value = AnyValue{string_value}}, the string
- * `n` bytes of `text`, or their lowercase hex when `hex`. */
+/* One LogRecord.attributes entry (6) holding the string `n` bytes of `text`, or their hex (`hex`). */
 static int put_string_entry(Buf *b, PyObject *key, const uint8_t *text, Py_ssize_t n, int hex) {
-    Py_ssize_t text_n = hex ? 2 * n : n, any_n = field_size(text_n);
-    Py_ssize_t key_n = PyBytes_GET_SIZE(key), kv_n = key_n + field_size(any_n);
-    if (buf_reserve(b, field_size(kv_n)) < 0) return -1;
-    char *p = b->data + b->len;
-    *p++ = 0x32;
-    p = put_varint(p, (uint64_t)kv_n);
-    p = put(p, PyBytes_AS_STRING(key), key_n);
-    *p++ = 0x12;
-    p = put_varint(p, (uint64_t)any_n);
-    *p++ = 0x0a;
-    p = put_varint(p, (uint64_t)text_n);
-    if (hex) {
-        static const char digits[] = "0123456789abcdef";
-        for (Py_ssize_t i = 0; i < n; i++) {
-            *p++ = digits[text[i] >> 4];
-            *p++ = digits[text[i] & 15];
-        }
-    } else {
-        p = put(p, (const char *)text, n);
-    }
-    b->len = p - b->data;
-    return 0;
+    return buf_text_entry(b, 0x32, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), text, n, hex);
 }
 
 /* The same holding AnyValue{int_value} (an int32 field, sign-extended as int64). */
 static int put_int_entry(Buf *b, PyObject *key, int64_t value) {
-    uint64_t bits = (uint64_t)value;
-    Py_ssize_t any_n = 1 + varint_size(bits), key_n = PyBytes_GET_SIZE(key), kv_n = key_n + field_size(any_n);
-    if (buf_reserve(b, field_size(kv_n)) < 0) return -1;
-    char *p = b->data + b->len;
-    *p++ = 0x32;
-    p = put_varint(p, (uint64_t)kv_n);
-    p = put(p, PyBytes_AS_STRING(key), key_n);
-    *p++ = 0x12;
-    p = put_varint(p, (uint64_t)any_n);
-    *p++ = 0x18;
-    p = put_varint(p, bits);
-    b->len = p - b->data;
-    return 0;
+    return buf_number_entry(b, 0x32, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), value, 0);
 }
 
 /* -- reading ------------------------------------------------------------------------------------ */
@@ -356,19 +322,20 @@ static int copy_without(Buf *b, Reader r, uint32_t drop) {
     return 0;
 }
 
-/* slim(wire, keep, func_field) -> the fields of a definition payload whose number n has keep[n]
+/* slim(keep, func_field, wire) -> the fields of a definition payload whose number n has keep[n]
  * nonzero, its FunctionDescriptor (func_field) without the Python function's hash or the Java
- * one's signature: what from_ray_events._span_fields_wire keeps, as upb writes it. */
+ * one's signature: what event_heads.kept_fields keeps, as upb writes it. The wire bytes last, so
+ * functools.partial binds the rest (event_heads.field_keeper). */
 static PyObject *slim(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[1]) || !PyLong_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "slim(wire: bytes, keep: bytes, func_field: int)");
+    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyLong_Check(args[1]) || !PyBytes_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "slim(keep: bytes, func_field: int, wire: bytes)");
         return NULL;
     }
-    long func_field = PyLong_AsLong(args[2]);
-    const uint8_t *keep = (const uint8_t *)PyBytes_AS_STRING(args[1]);
-    Py_ssize_t keep_n = PyBytes_GET_SIZE(args[1]);
-    Reader r = bytes_reader(args[0]);
+    long func_field = PyLong_AsLong(args[1]);
+    const uint8_t *keep = (const uint8_t *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t keep_n = PyBytes_GET_SIZE(args[0]);
+    Reader r = bytes_reader(args[2]);
     Buf b = {NULL, 0, 0}, func = {NULL, 0, 0};
     while (r.p < r.end) {
         const uint8_t *start = r.p;
@@ -413,7 +380,7 @@ fail:
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(specs, keys, head_type): the schema read."},
     {"head", (PyCFunction)head, METH_O, "head(wire) -> EventHead or None."},
-    {"slim", (PyCFunction)(void (*)(void))slim, METH_FASTCALL, "slim(wire, keep, func_field) -> bytes."},
+    {"slim", (PyCFunction)(void (*)(void))slim, METH_FASTCALL, "slim(keep, func_field, wire) -> bytes."},
     {NULL, NULL, 0, NULL},
 };
 

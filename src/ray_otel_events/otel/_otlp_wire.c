@@ -1,16 +1,11 @@
 /* OTLP log records, attribute lists and export requests written from their parts, compiled:
- * otlp_wire's log_record_from_parts, attributes of plain values and the common case of merge_envelopes (every item a one-item envelope, as
- * OtlpItemEncoder writes them), the same bytes without a Python call per field or per item.
+ * otlp_wire's log_record_from_parts, attributes of plain values and the common case of
+ * merge_envelopes (every item a one-item envelope, as the bridge's converter writes them), the same
+ * bytes without a Python call per field or per item.
  * Optional: without a C compiler otlp_wire.py writes them. */
 
 #define PY_SSIZE_T_CLEAN
-#include "protobuf_wire.h"
-
-static char *put_field(char *p, uint8_t tag, const char *data, Py_ssize_t n) {
-    *p++ = (char)tag;
-    p = put_varint(p, (uint64_t)n);
-    return put(p, data, n);
-}
+#include "otlp_wire.h"
 
 /* A str's UTF-8 or a bytes object's bytes; NULL with an error for anything else. */
 static const char *text_of(PyObject *obj, Py_ssize_t *n) {
@@ -39,76 +34,44 @@ static PyObject *log_record(PyObject *module, PyObject *const *args, Py_ssize_t 
         PyErr_SetString(PyExc_TypeError, "log_record takes 10 arguments");
         return NULL;
     }
-    uint64_t time_ns, observed_ns, severity, flags;
-    if (u64_of(args[0], &time_ns) < 0 || u64_of(args[1], &observed_ns) < 0 || u64_of(args[2], &severity) < 0 ||
-        u64_of(args[8], &flags) < 0)
+    LogRecordParts r;
+    if (u64_of(args[0], &r.time_ns) < 0 || u64_of(args[1], &r.observed_ns) < 0 || u64_of(args[2], &r.severity) < 0 ||
+        u64_of(args[8], &r.flags) < 0)
         return NULL;
-    Py_ssize_t severity_n, event_n, trace_n, span_n, body_n = 0;
-    const char *severity_text = text_of(args[3], &severity_n);
-    const char *event_name = severity_text ? text_of(args[9], &event_n) : NULL;
-    const char *trace = event_name ? text_of(args[6], &trace_n) : NULL;
-    const char *span = trace ? text_of(args[7], &span_n) : NULL;
-    if (span == NULL) return NULL;
+    r.severity_text = text_of(args[3], &r.severity_n);
+    r.event_name = r.severity_text ? text_of(args[9], &r.event_n) : NULL;
+    r.trace_id = r.event_name ? text_of(args[6], &r.trace_n) : NULL;
+    r.span_id = r.trace_id ? text_of(args[7], &r.span_n) : NULL;
+    if (r.span_id == NULL) return NULL;
     PyObject *body = args[4], *attributes = args[5];
-    int has_body = body != Py_None;
-    if (has_body && !PyBytes_Check(body)) {
+    if (body != Py_None && !PyBytes_Check(body)) {
         PyErr_SetString(PyExc_TypeError, "body_entries must be bytes or None");
         return NULL;
     }
+    r.body = body != Py_None ? PyBytes_AS_STRING(body) : NULL;
+    r.body_n = body != Py_None ? PyBytes_GET_SIZE(body) : 0;
     if (!PyList_Check(attributes)) {
         PyErr_SetString(PyExc_TypeError, "attributes must be a list of bytes");
         return NULL;
     }
-    Py_ssize_t attrs_n = 0, count = PyList_GET_SIZE(attributes);
+    Py_ssize_t count = PyList_GET_SIZE(attributes);
+    r.attributes_n = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *entry = PyList_GET_ITEM(attributes, i);
         if (!PyBytes_Check(entry)) {
             PyErr_SetString(PyExc_TypeError, "attributes must be a list of bytes");
             return NULL;
         }
-        attrs_n += PyBytes_GET_SIZE(entry);
+        r.attributes_n += PyBytes_GET_SIZE(entry);
     }
-    Py_ssize_t any_n = 0;
-    if (has_body) {
-        body_n = PyBytes_GET_SIZE(body);
-        any_n = field_size(body_n); /* AnyValue.kvlist_value = 6 */
-    }
-    Py_ssize_t size = (time_ns ? 9 : 0) + (severity ? 1 + varint_size(severity) : 0) +
-                      (severity_n ? field_size(severity_n) : 0) + (has_body ? field_size(any_n) : 0) + attrs_n +
-                      (flags ? 5 : 0) + (trace_n ? field_size(trace_n) : 0) + (span_n ? field_size(span_n) : 0) +
-                      (observed_ns ? 9 : 0) + (event_n ? field_size(event_n) : 0);
-    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, log_record_size(&r));
     if (out == NULL) return NULL;
-    char *p = PyBytes_AS_STRING(out);
-    if (time_ns) {
-        *p++ = 0x09; /* 1, fixed64 */
-        p = put_fixed_bits(p, time_ns, 8);
-    }
-    if (severity) {
-        *p++ = 0x10; /* 2 */
-        p = put_varint(p, severity);
-    }
-    if (severity_n) p = put_field(p, 0x1a, severity_text, severity_n); /* 3 */
-    if (has_body) {
-        *p++ = 0x2a; /* 5 */
-        p = put_varint(p, (uint64_t)any_n);
-        p = put_field(p, 0x32, PyBytes_AS_STRING(body), body_n);
-    }
+    char *p = put_log_record_head(PyBytes_AS_STRING(out), &r);
     for (Py_ssize_t i = 0; i < count; i++) { /* 6 */
         PyObject *entry = PyList_GET_ITEM(attributes, i);
         p = put(p, PyBytes_AS_STRING(entry), PyBytes_GET_SIZE(entry));
     }
-    if (flags) {
-        *p++ = 0x45; /* 8, fixed32 */
-        p = put_fixed_bits(p, flags, 4);
-    }
-    if (trace_n) p = put_field(p, 0x4a, trace, trace_n); /* 9 */
-    if (span_n) p = put_field(p, 0x52, span, span_n);    /* 10 */
-    if (observed_ns) {
-        *p++ = 0x59; /* 11, fixed64 */
-        p = put_fixed_bits(p, observed_ns, 8);
-    }
-    if (event_n) p = put_field(p, 0x62, event_name, event_n); /* 12 */
+    put_log_record_tail(p, &r);
     return out;
 }
 
@@ -221,45 +184,6 @@ static PyObject *attributes(PyObject *module, PyObject *const *args, Py_ssize_t 
     }
     PyObject *out = PyBytes_FromStringAndSize(b.data, b.len);
     PyMem_Free(b.data);
-    return out;
-}
-
-/* envelopes(resource, scope, items) -> [otlp_wire.resource_logs(resource, scope, [item]) for each
- * item]: each span or record in its own ResourceSpans/ResourceLogs, as the queues hold them. */
-static PyObject *envelopes(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    (void)module;
-    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[1]) || !PyList_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "envelopes(resource: bytes, scope: bytes, items: list[bytes])");
-        return NULL;
-    }
-    const char *resource = PyBytes_AS_STRING(args[0]), *scope = PyBytes_AS_STRING(args[1]);
-    Py_ssize_t resource_n = PyBytes_GET_SIZE(args[0]), scope_n = PyBytes_GET_SIZE(args[1]);
-    PyObject *items = args[2];
-    Py_ssize_t count = PyList_GET_SIZE(items);
-    PyObject *out = PyList_New(count);
-    if (out == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *item = PyList_GET_ITEM(items, i);
-        if (!PyBytes_Check(item)) {
-            PyErr_SetString(PyExc_TypeError, "envelopes: every item must be bytes");
-            Py_DECREF(out);
-            return NULL;
-        }
-        Py_ssize_t item_n = PyBytes_GET_SIZE(item);
-        Py_ssize_t scoped = field_size(scope_n) + field_size(item_n);
-        PyObject *envelope = PyBytes_FromStringAndSize(NULL, field_size(resource_n) + field_size(scoped));
-        if (envelope == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        char *p = PyBytes_AS_STRING(envelope);
-        p = put_field(p, 0x0a, resource, resource_n);
-        *p++ = 0x12;
-        p = put_varint(p, (uint64_t)scoped);
-        p = put_field(p, 0x0a, scope, scope_n);
-        put_field(p, 0x12, PyBytes_AS_STRING(item), item_n);
-        PyList_SET_ITEM(out, i, envelope);
-    }
     return out;
 }
 
@@ -404,8 +328,6 @@ static PyMethodDef methods[] = {
      "flags, event_name) -> a serialized LogRecord."},
     {"attributes", (PyCFunction)(void (*)(void))attributes, METH_FASTCALL,
      "attributes(values, tag) -> a message's repeated KeyValue field of plain values, or None."},
-    {"envelopes", (PyCFunction)(void (*)(void))envelopes, METH_FASTCALL,
-     "envelopes(resource, scope, items) -> each item in its own one-item envelope."},
     {"merge", merge, METH_O, "merge(items) -> one export request from one-item envelopes, or None."},
     {NULL, NULL, 0, NULL},
 };

@@ -9,6 +9,8 @@ built (otel/_event_head.c). The Python reading here is the reference the compile
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -217,6 +219,8 @@ def _bind() -> None:
 
 if _compiled:
     _bind()
+# The compiled reader (None where not built or turned off): `wire_head` without the upb fallback.
+compiled_head: Callable[[bytes], EventHead | None] | None = _event_head.head if _compiled else None
 
 
 def read_head(event: RayEvent) -> EventHead:
@@ -229,15 +233,14 @@ def read_head(event: RayEvent) -> EventHead:
     return python_head(event)
 
 
-def read_heads(events: list[RayEvent]) -> list[EventHead]:
-    """`read_head` of each event, in one loop where compiled."""
-    if not _compiled:
-        return [python_head(event) for event in events]
-    read = _event_head.head
-    heads: list[EventHead | None] = [read(event.SerializeToString()) for event in events]
-    return [
-        head if head is not None else python_head(event) for head, event in zip(heads, events, strict=True)
-    ]
+def wire_head(wire: bytes, event: RayEvent | None = None) -> EventHead:
+    """`read_head` of the event whose wire bytes (as upb serializes it) are `wire`; `event`: that
+    event, when the caller has it parsed."""
+    if _compiled:
+        head: EventHead | None = _event_head.head(wire)
+        if head is not None:
+            return head
+    return python_head(event if event is not None else RayEvent.FromString(wire))
 
 
 # -- a payload kept slim ------------------------------------------------------------------------
@@ -269,10 +272,19 @@ def kept_fields(wire: bytes, message_class: Any, names: tuple[str, ...]) -> byte
     """`wire` (a serialized `message_class`) with only the fields `names`, and of a
     FunctionDescriptor among them, its names (not the Python function's hash or the Java one's
     signature): what an open span keeps of a definition that can be kilobytes."""
+    return field_keeper(message_class, names)(wire)
+
+
+def field_keeper(message_class: Any, names: tuple[str, ...]) -> Callable[[bytes], bytes]:
+    """`kept_fields` of one message class and field names, as a callable of the wire bytes: the
+    compiled filter itself where built, with no Python frame around it."""
     plan = _keep_plan(message_class, names) if _compiled else None
     if plan is not None:
-        kept: bytes = _event_head.slim(wire, *plan)
-        return kept
+        return functools.partial(_event_head.slim, *plan)
+    return functools.partial(_kept_fields_python, message_class, names)
+
+
+def _kept_fields_python(message_class: Any, names: tuple[str, ...], wire: bytes) -> bytes:
     message = message_class.FromString(wire)
     slim = message_class()
     for name in names:

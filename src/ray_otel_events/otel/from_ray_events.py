@@ -51,12 +51,13 @@ from ray_otel_events.otel.event_heads import (
     PROFILE,
     TASK,
     EventHead,
+    compiled_head,
+    field_keeper,
     job_of,
-    kept_fields,
     read_head,
-    read_heads,
 )
-from ray_otel_events.otel.log_records import head_log_record
+from ray_otel_events.otel.log_records import parts_log_record, record_fields
+from ray_otel_events.otel.posted_events import EventParts, event_parts
 from ray_otel_events.protobuf import common_pb2
 from ray_otel_events.protobuf.events_actor_definition_event_pb2 import ActorDefinitionEvent
 from ray_otel_events.protobuf.events_actor_lifecycle_event_pb2 import ActorLifecycleEvent
@@ -99,13 +100,13 @@ _NORMAL_ACTOR_DEATHS = frozenset(
         common_pb2.ActorDiedErrorContext.REF_DELETED,
     }
 )
-try:  # the transitions' reader compiled (setup.py builds it where a C compiler is present)
-    from ray_otel_events.otel import _lifecycle_wire
+try:  # the converter's core compiled (setup.py builds it where a C compiler is present)
+    from ray_otel_events.otel import _entity_spans
 except ImportError:
-    _lifecycle_wire = None  # type: ignore[assignment]
-_read_transitions = (
-    _lifecycle_wire.transitions if _lifecycle_wire is not None and config.compiled_enabled() else None
-)
+    _entity_spans = None  # type: ignore[assignment]
+# The core needs the compiled head reader's schema too (the pieces it keeps slim are read there).
+_compiled = _entity_spans is not None and config.compiled_enabled() and compiled_head is not None
+_read_transitions = _entity_spans.transitions if _compiled else None
 _TRANSITIONS_FIELD = {"task": 3, "actor": 2, "job": 2}  # each lifecycle's state_transitions
 _SPAN_KIND_INTERNAL = 1
 _STATUS_ERROR = 2
@@ -153,8 +154,16 @@ def _is_nil(value: bytes) -> bool:
 class EmittedSpan(NamedTuple):  # a NamedTuple: made at half a frozen dataclass's cost
     session_name: str
     event_type: int  # the type whose entity the span describes (for counters)
-    wire: bytes  # a serialized Span
+    # The serialized Span, or, where the converter was given an `envelope`, the one-item
+    # ResourceSpans holding it (what the exporter queues), the Span from `at` on.
+    item: bytes
     entity: bytes = b""  # entity_key_bytes of the entity it closes (the durable queue's group)
+    at: int = 0
+
+    @property
+    def wire(self) -> bytes:
+        """The serialized Span."""
+        return self.item[self.at :] if self.at else self.item
 
     @property
     def span(self) -> Span:
@@ -164,7 +173,13 @@ class EmittedSpan(NamedTuple):  # a NamedTuple: made at half a frozen dataclass'
 class EmittedLog(NamedTuple):  # one per event: see EmittedSpan
     session_name: str
     event_type: int
-    wire: bytes  # a serialized LogRecord (otel/otlp_wire.py)
+    item: bytes  # a serialized LogRecord (otel/otlp_wire.py), or its one-item ResourceLogs
+    at: int = 0
+
+    @property
+    def wire(self) -> bytes:
+        """The serialized LogRecord."""
+        return self.item[self.at :] if self.at else self.item
 
     @property
     def record(self) -> LogRecord:
@@ -181,8 +196,8 @@ class Emitted:
     spans: list[EmittedSpan] = field(default_factory=list)
     logs: list[EmittedLog] = field(default_factory=list)
     # Events now held in an open entity, by entity_key_bytes: what a durable bridge keeps on disk
-    # until that entity's span is emitted.
-    taken: list[tuple[bytes, RayEvent]] = field(default_factory=list)
+    # (their wire bytes) until that entity's span is emitted.
+    taken: list[tuple[bytes, EventParts]] = field(default_factory=list)
 
     def extend(self, other: Emitted) -> None:
         self.spans.extend(other.spans)
@@ -276,6 +291,14 @@ def _without_id(wire: bytes, entity_id: bytes) -> bytes:
     return wire
 
 
+def _piece_states(kind: str, wire: bytes) -> list[int]:
+    """The states a lifecycle piece's transitions enter."""
+    read = _read_transitions(wire, _TRANSITIONS_FIELD[kind]) if _read_transitions else None
+    if read is not None:
+        return [t[1] for t in read]
+    return [t.state for t in _LIFECYCLE_CLASSES[kind].FromString(wire).state_transitions]
+
+
 _LIFECYCLE_TYPES = {
     TASK: RayEvent.TASK_LIFECYCLE_EVENT,
     ACTOR: RayEvent.ACTOR_LIFECYCLE_EVENT,
@@ -290,6 +313,11 @@ _DEFINITION_CLASSES: dict[int, Any] = {
 
 
 _SPAN_KINDS = frozenset(_LIFECYCLE_TYPES)
+# What an open entity keeps of a definition, by type: a task's slim (None: the whole payload).
+_DEFINITION_KEEPERS: dict[int, Callable[[bytes], bytes] | None] = {
+    event_type: field_keeper(cls, _TASK_SPAN_FIELDS[cls]) if cls in _TASK_SPAN_FIELDS else None
+    for event_type, cls in _DEFINITION_CLASSES.items()
+}
 
 
 def _trace_context(head: EventHead) -> tuple[bytes, bytes]:
@@ -312,9 +340,24 @@ def _span_id_of(kind: str, head: EventHead) -> bytes:
 def routing_key(event: RayEvent) -> bytes:
     """The trace id of the span an event belongs to (its event id when it has none): what splits
     assembly over processes or machines so that every piece of one entity meets in one place."""
-    head = read_head(event)
+    return head_routing_key(read_head(event))
+
+
+def head_routing_key(head: EventHead) -> bytes:
+    """`routing_key` of an event's head."""
     trace, _ = _trace_context(head)
     return trace or head.event_id
+
+
+def routing_groups(events: list[EventParts], workers: int) -> list[list[EventParts]]:
+    """`events` split among `workers` processes (or machines), in their order: each goes to the one
+    owning its trace, the first 8 bytes of its `head_routing_key`, big-endian, modulo `workers`."""
+    if _compiled:
+        return _entity_spans.route(events, workers)
+    groups: list[list[EventParts]] = [[] for _ in range(workers)]
+    for parts in events:
+        groups[int.from_bytes(head_routing_key(parts.head)[:8], "big") % workers].append(parts)
+    return groups
 
 
 class _BoundedSet:
@@ -338,7 +381,10 @@ class _BoundedSet:
 
 
 class RayEventsToOtel:
-    """Not thread-safe: one owner (the bridge's event loop) calls add/expire/flush."""
+    """Not thread-safe: one owner (the bridge's event loop) calls add/expire/flush.
+
+    Where the compiled core is built (otel/_entity_spans.c) it keeps the state and does the per-event
+    work, this class's Python being its twin: `compiled=False` runs the Python (to compare)."""
 
     def __init__(
         self,
@@ -351,7 +397,12 @@ class RayEventsToOtel:
         clock: Callable[[], float] = time.monotonic,
         observed_clock_ns: Callable[[], int] = time.time_ns,
         counters: Counters | None = None,
+        envelope: Callable[[str], tuple[bytes, bytes]] | None = None,
+        compiled: bool = True,
     ) -> None:
+        """`envelope`: the serialized (Resource, InstrumentationScope) of a session's spans and
+        records, which are then emitted each in its one-item ResourceSpans / ResourceLogs, written
+        once (what an exporter queues); without it they are emitted bare."""
         if max_open_entities <= 0 or max_open_bytes <= 0 or dedup_window <= 0:
             raise ValueError("max_open_entities, max_open_bytes and dedup_window must be > 0")
         self.max_open_entities = max_open_entities
@@ -361,6 +412,8 @@ class RayEventsToOtel:
         self.terminal_grace_s = terminal_grace_s
         self.clock = clock
         self.observed_clock_ns = observed_clock_ns
+        self.envelope = envelope
+        self._last_envelope: tuple[str, tuple[bytes, bytes]] | None = None  # (session, its envelope)
         self.counters = counters if counters is not None else Counters("ray_events_to_otel")
         self._open: OrderedDict[EntityKey, _Entity] = OrderedDict()  # least recently updated first
         self._terminal: OrderedDict[EntityKey, float] = OrderedDict()  # waiting out the grace
@@ -369,18 +422,40 @@ class RayEventsToOtel:
         self._attempts: OrderedDict[tuple[str, bytes], int] = OrderedDict()  # latest attempt per task
         self._attempts_size = dedup_window
         self._span_counts: dict[tuple[str, bool], int] = {}  # (kind, complete): emitted, not yet counted
+        self._core = (
+            _entity_spans.Core(
+                max_open_entities,
+                max_open_bytes,
+                entity_ttl_s,
+                terminal_grace_s,
+                dedup_window,
+                clock,
+                observed_clock_ns,
+                envelope,
+            )
+            if compiled and _compiled
+            else None
+        )
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the compiled core does the work."""
+        return self._core is not None
 
     @property
     def open_entities(self) -> int:
-        return len(self._open)
+        return self._core.open_entities if self._core is not None else len(self._open)
 
     @property
     def open_bytes(self) -> int:
         """What the open entities hold: their stored pieces plus a fixed overhead each."""
-        return self._open_bytes
+        return self._core.open_bytes if self._core is not None else self._open_bytes
 
     def remember_emitted(self, keys: Iterable[EntityKey]) -> None:
         """Entities whose span a previous run emitted: their late pieces stay late after a restart."""
+        if self._core is not None:
+            self._core.remember_emitted(keys)
+            return
         for key in keys:
             self._emitted.add(key)
 
@@ -393,13 +468,29 @@ class RayEventsToOtel:
         assemble: bool = True,
         posted: Sequence[Mapping[str, Any] | None] = (),
     ) -> Emitted:
+        """`add_parts` of RayEvents; `posted`: for each event, the JSON object it was read from
+        when that holds the event as it is (else None), which its log record's body is then written
+        from."""
+        n_posted = len(posted)
+        return self.add_parts(
+            [
+                event_parts(event, posted[index] if index < n_posted else None)
+                for index, event in enumerate(events)
+            ],
+            logs,
+            assemble,
+        )
+
+    def add_parts(self, events: list[EventParts], logs: bool = True, assemble: bool = True) -> Emitted:
         """Take events (in any order); returns their log records and the spans now complete.
 
         `logs=False`: no log records (a durable bridge's replay, whose records left before; an
         assemble-only stage, fed the records themselves). `assemble=False`: log records only (a
-        convert-only stage; spans are assembled elsewhere, routed by trace id). `posted`: for each
-        event, the JSON object it was read from when that holds the event as it is (else None),
-        which its log record's body is then written from."""
+        convert-only stage; spans are assembled elsewhere, routed by trace id)."""
+        if self._core is not None:
+            spans, records, taken, counts = self._core.add(events, logs, assemble)
+            self._add_counts(counts)
+            return Emitted(spans, records, taken)
         out = Emitted()
         now = self.clock()
         touched: dict[EntityKey, _Entity] = {}
@@ -412,9 +503,9 @@ class RayEventsToOtel:
         seen, seen_size = self._seen_event_ids.keys, self._seen_event_ids.size
         emitted = self._emitted.keys
         logs_out, taken = out.logs, out.taken
-        n_posted = len(posted)
-        events = events if isinstance(events, list) else list(events)
-        for index, (event, head) in enumerate(zip(events, read_heads(events), strict=True)):
+        observed = self.observed_clock_ns
+        for parts in events:
+            head = parts[0]
             event_id = head.event_id
             if event_id:
                 if event_id in seen:
@@ -427,14 +518,26 @@ class RayEventsToOtel:
             types[event_type] = types.get(event_type, 0) + 1
             kind = head.kind
             if logs:
-                json = posted[index] if index < n_posted else None
                 if kind:  # `_trace_context`, inlined
                     trace_id = trace_id_for_job(head.session, head.job)
                     span_id = _span_id_of(kind, head)
                 else:
                     trace_id = span_id = b""
-                record = head_log_record(event, head, json, trace_id, span_id, self.observed_clock_ns())
-                logs_out.append(_new_log((head.session, event_type, record)))
+                source = parts[4]
+                record = parts_log_record(
+                    head,
+                    parts[2],
+                    parts[3],
+                    source if source is not None else parts[1],
+                    trace_id,
+                    span_id,
+                    observed(),
+                )
+                if self.envelope is None:
+                    logs_out.append(_new_log((head.session, event_type, record, 0)))
+                else:
+                    item, at = self._item(head.session, record)
+                    logs_out.append(_new_log((head.session, event_type, item, at)))
             if kind not in _SPAN_KINDS or not assemble:  # no span: node, worker, profile and others
                 continue
             key = (kind, head.session, head.entity_id, head.attempt)
@@ -445,7 +548,7 @@ class RayEventsToOtel:
             filed = key_bytes.get(key)
             if filed is None:
                 filed = key_bytes[key] = entity_key_bytes(key)
-            taken.append((filed, event))
+            taken.append((filed, parts))
         for event_type, count in types.items():
             self.counters.add(EVENTS, count, event_type=event_type_name(event_type))
         # Readiness is judged once the whole batch is in: the pieces of one POST arrive together.
@@ -474,12 +577,11 @@ class RayEventsToOtel:
         if definition_cls is None:
             self._open_bytes += self._merge_lifecycle(entity, head.payload)
         elif entity.definition_wire is None:  # the first one wins
-            fields = _TASK_SPAN_FIELDS.get(definition_cls)
-            wire = head.payload
-            entity.definition_wire = wire if fields is None else kept_fields(wire, definition_cls, fields)
+            keep = _DEFINITION_KEEPERS[head.event_type]
+            entity.definition_wire = head.payload if keep is None else keep(head.payload)
             entity.definition_cls = definition_cls
             self._open_bytes += len(entity.definition_wire)
-        if key[3]:  # a task's retry (only tasks have attempts)
+        if key[3] > 0:  # a task's retry (only tasks have attempts)
             self._note_attempt(key[1], key[2], key[3])
         return entity
 
@@ -508,11 +610,7 @@ class RayEventsToOtel:
         kind, _, entity_id, _ = entity.key  # not the `kind` property: a call a piece
         piece = _without_id(wire, entity_id)
         entity.lifecycle_wire += piece
-        read = _read_transitions(wire, _TRANSITIONS_FIELD[kind]) if _read_transitions else None
-        if read is not None:
-            states = [t[1] for t in read]
-        else:
-            states = [t.state for t in _LIFECYCLE_CLASSES[kind].FromString(wire).state_transitions]
+        states = _piece_states(kind, wire)
         terminal_states = _TERMINAL_STATES[kind]
         for state in states:
             if state in terminal_states:
@@ -576,6 +674,8 @@ class RayEventsToOtel:
 
     def expire(self) -> Emitted:
         """Spans whose grace after the terminal state passed, and open entities past their TTL."""
+        if self._core is not None:
+            return self._core_spans(*self._core.expire())
         out = Emitted()
         now = self.clock()
         while self._terminal:
@@ -593,6 +693,8 @@ class RayEventsToOtel:
 
     def flush(self) -> Emitted:
         """Everything still open, as it stands (shutdown)."""
+        if self._core is not None:
+            return self._core_spans(*self._core.flush())
         out = Emitted()
         while self._open:
             self._emit(next(iter(self._open.values())), out)
@@ -606,22 +708,48 @@ class RayEventsToOtel:
         kind = key[0]
         del self._open[key]
         self._open_bytes -= entity.size
-        if kind != TASK:  # a task's span reads its pieces' wire bytes (`_task_parts`)
-            self._materialize(entity)
         if self._terminal:
             self._terminal.pop(key, None)
         self._emitted.add(key)
-        transitions = self._transitions(entity)
-        terminal = self._terminal_state(transitions, kind)
-        if kind == TASK:
+        if kind == TASK:  # a task's span reads its pieces' wire bytes (`_task_parts`)
+            transitions = self._transitions(entity)
+            terminal = self._terminal_state(transitions, kind)
             span = self._task_span(entity, terminal, transitions)
-        elif kind == ACTOR:
-            span = self._actor_span(entity, terminal, transitions)
+            complete = terminal is not None
         else:
-            span = self._job_span(entity, terminal, transitions)
-        counted = (kind, terminal is not None)
+            span, complete = _other_span(entity)
+        counted = (kind, complete)
         self._span_counts[counted] = self._span_counts.get(counted, 0) + 1
-        out.spans.append(_new_span((key[1], entity.lifecycle_type, span.wire(), entity_key_bytes(key))))
+        item, at = self._item(key[1], span.wire())
+        out.spans.append(_new_span((key[1], entity.lifecycle_type, item, entity_key_bytes(key), at)))
+
+    def _item(self, session: str, wire: bytes) -> tuple[bytes, int]:
+        """(the item, where `wire` starts in it): `wire` in the envelope of its session, if any."""
+        if self.envelope is None:
+            return wire, 0
+        last = self._last_envelope  # a stream's sessions come in runs: asked once a run
+        if last is None or last[0] != session:
+            last = self._last_envelope = (session, self.envelope(session))
+        item = otlp_wire.resource_logs(*last[1], [wire])
+        return item, len(item) - len(wire)
+
+    def _core_spans(self, spans: list[EmittedSpan], counts: tuple[Any, ...]) -> Emitted:
+        self._add_counts(counts)
+        return Emitted(spans)
+
+    def _add_counts(self, counts: tuple[Any, ...]) -> None:
+        """The compiled core's counts of one call, added as the Python's are."""
+        duplicates, late, types, spans, evicted = counts
+        add = self.counters.add
+        add(DUPLICATES, duplicates)
+        for kind, count in late.items():
+            add(LATE_EVENTS, count, kind=kind)
+        for event_type, count in types.items():
+            add(EVENTS, count, event_type=event_type_name(event_type))
+        for reason, count in evicted.items():
+            add(EVICTED, count, reason=reason)
+        self._span_counts = spans
+        self._count_spans()
 
     def _count_spans(self) -> None:
         """Add the spans `_emit` counted to SPANS: once a call, not once a span (a lock each)."""
@@ -636,52 +764,6 @@ class RayEventsToOtel:
             entity.definition = entity.definition_cls.FromString(entity.definition_wire)
         if entity.lifecycle_wire:
             entity.lifecycle = _LIFECYCLE_CLASSES[entity.kind].FromString(entity.lifecycle_wire)
-
-    def _base_span(
-        self,
-        entity: _Entity,
-        terminal: tuple[int, int, Any] | None,
-        transitions: list[tuple[int, int, Any]],
-        trace_id: bytes,
-        span_id: bytes,
-        parent_span_id: bytes,
-        name: str,
-        state_name: Callable[[int], str],
-        attributes: dict[str, Any],
-    ) -> _SpanWire:
-        start = transitions[0][0] if transitions else entity.first_ns
-        if terminal is not None:
-            end = terminal[0]
-        else:
-            end = max(transitions[-1][0], start) if transitions else start
-            attributes[semconv.INCOMPLETE_ATTR] = True
-        if transitions:
-            last = terminal if terminal is not None else transitions[-1]
-            attributes[semconv.RAY_STATE] = state_name(last[1])
-        attributes[semconv.PRODUCER_ATTR] = PRODUCER
-        events = []
-        for ns, state, _ in transitions:
-            if terminal is not None and state == terminal[1] and ns > terminal[0]:
-                continue  # a terminal state reported again later (Ray re-sends DEAD at job end)
-            parts = _state_events.get((state_name, state))
-            if parts is None:
-                parts = _state_event_parts(state_name, state)
-            events.append(parts[0] + _pack_fixed64(ns) + parts[1])
-        # Written as wire bytes: building a Span message costs a Python-to-upb call per field.
-        return _SpanWire(
-            _span_head(trace_id, span_id, parent_span_id, name, start, end),
-            otlp_wire.attributes(attributes, otlp_wire.SPAN_ATTRIBUTES),
-            events,
-        )
-
-    @staticmethod
-    def _fail(span: _SpanWire, at_ns: int, exc_type: str, message: str, stacktrace: str) -> None:
-        summary = f"{exc_type}: {message}" if message else exc_type
-        span.status = _error_status(summary)
-        attrs = {"exception.type": exc_type, "exception.message": message}
-        if stacktrace:
-            attrs["exception.stacktrace"] = stacktrace
-        span.events.append(otlp_wire.span_event(at_ns, otlp_wire.span_event_fields("exception", attrs)))
 
     def _task_parent(self, session: str, job: bytes, parent_task: bytes) -> bytes:
         if _is_nil(parent_task) or parent_task == _NIL_TASK_ID:
@@ -734,7 +816,7 @@ class RayEventsToOtel:
         if failed and p.error_type is not None:
             attrs["ray.error_type"] = _enum_name(common_pb2.ErrorType, p.error_type)
         trace_id = trace_id_for_job(session, job)
-        span = self._base_span(
+        span = _base_span(
             entity,
             terminal,
             transitions,
@@ -752,76 +834,144 @@ class RayEventsToOtel:
             span.links.append(_link(trace_id, task_span_id(session, task_id, attempt - 1)))
         if failed and terminal is not None:
             error_type = attrs.get("ray.error_type", "TASK_FAILED")
-            exc_type, message = _exception_summary(p.error_message, error_type)
-            self._fail(span, terminal[0], exc_type, message, _ANSI.sub("", p.error_message))
+            event, span.status = _task_failure(terminal[0], p.error_message, error_type)
+            span.events.append(event)
         return span
 
-    def _actor_span(
-        self, entity: _Entity, terminal: tuple[int, int, Any] | None, transitions: list[tuple[int, int, Any]]
-    ) -> _SpanWire:
-        _, session, actor_id, _ = entity.key
-        d = entity.definition
-        job = job_of(ACTOR, actor_id, d.job_id if d is not None else b"")
-        attrs: dict[str, Any] = {
-            semconv.RAY_ACTOR_ID: actor_id.hex(),
-            semconv.RAY_JOB_ID: job.hex(),
-            semconv.RAY_REMOTE: "actor",
-        }
-        class_name = ""
-        if d is not None:
-            class_name = d.class_name
-            attrs[semconv.RAY_ACTOR_CLASS] = d.class_name
-            if d.name:
-                attrs["ray.actor_name"] = d.name
-            if d.ray_namespace:
-                attrs["ray.namespace"] = d.ray_namespace
-            attrs["ray.actor_is_detached"] = d.is_detached
-        for _, _, t in transitions:
-            _where_ran(attrs, t.node_id, t.worker_id, t.pid)
-            if t.repr_name:
-                attrs["ray.actor_repr_name"] = t.repr_name
-        span = self._base_span(
-            entity,
-            terminal,
-            transitions,
-            trace_id_for_job(session, job),
-            actor_span_id(session, actor_id),
-            job_span_id(session, job),
-            f"actor {class_name or actor_id.hex()}",
-            _actor_state_name,
-            attrs,
-        )
-        if terminal is not None:
-            failure = _actor_failure(terminal[2])
-            if failure is not None:
-                self._fail(span, terminal[0], *failure)
-        return span
 
-    def _job_span(
-        self, entity: _Entity, terminal: tuple[int, int, Any] | None, transitions: list[tuple[int, int, Any]]
-    ) -> _SpanWire:
-        _, session, job_id, _ = entity.key
-        d = entity.definition
-        attrs: dict[str, Any] = {semconv.RAY_JOB_ID: job_id.hex()}
-        entrypoint = ""
-        if d is not None:
-            entrypoint = d.entrypoint
-            attrs["ray.entrypoint"] = d.entrypoint
-            if d.driver_pid:
-                attrs[semconv.RAY_PID] = str(d.driver_pid)
-            if d.driver_node_id:
-                attrs[semconv.RAY_NODE_ID] = d.driver_node_id.hex()
-        return self._base_span(
-            entity,
-            terminal,
-            transitions,
-            trace_id_for_job(session, job_id),
-            job_span_id(session, job_id),
-            b"",
-            f"job {entrypoint or job_id.hex()}",
-            _job_state_name,
-            attrs,
-        )
+# -- spans of actors and jobs, and what every span shares ------------------------------------------
+
+
+def _actor_span(
+    entity: _Entity, terminal: tuple[int, int, Any] | None, transitions: list[tuple[int, int, Any]]
+) -> _SpanWire:
+    _, session, actor_id, _ = entity.key
+    d = entity.definition
+    job = job_of(ACTOR, actor_id, d.job_id if d is not None else b"")
+    attrs: dict[str, Any] = {
+        semconv.RAY_ACTOR_ID: actor_id.hex(),
+        semconv.RAY_JOB_ID: job.hex(),
+        semconv.RAY_REMOTE: "actor",
+    }
+    class_name = ""
+    if d is not None:
+        class_name = d.class_name
+        attrs[semconv.RAY_ACTOR_CLASS] = d.class_name
+        if d.name:
+            attrs["ray.actor_name"] = d.name
+        if d.ray_namespace:
+            attrs["ray.namespace"] = d.ray_namespace
+        attrs["ray.actor_is_detached"] = d.is_detached
+    for _, _, t in transitions:
+        _where_ran(attrs, t.node_id, t.worker_id, t.pid)
+        if t.repr_name:
+            attrs["ray.actor_repr_name"] = t.repr_name
+    span = _base_span(
+        entity,
+        terminal,
+        transitions,
+        trace_id_for_job(session, job),
+        actor_span_id(session, actor_id),
+        job_span_id(session, job),
+        f"actor {class_name or actor_id.hex()}",
+        _actor_state_name,
+        attrs,
+    )
+    if terminal is not None:
+        failure = _actor_failure(terminal[2])
+        if failure is not None:
+            event, span.status = _failure(terminal[0], *failure)
+            span.events.append(event)
+    return span
+
+
+def _job_span(
+    entity: _Entity, terminal: tuple[int, int, Any] | None, transitions: list[tuple[int, int, Any]]
+) -> _SpanWire:
+    _, session, job_id, _ = entity.key
+    d = entity.definition
+    attrs: dict[str, Any] = {semconv.RAY_JOB_ID: job_id.hex()}
+    entrypoint = ""
+    if d is not None:
+        entrypoint = d.entrypoint
+        attrs["ray.entrypoint"] = d.entrypoint
+        if d.driver_pid:
+            attrs[semconv.RAY_PID] = str(d.driver_pid)
+        if d.driver_node_id:
+            attrs[semconv.RAY_NODE_ID] = d.driver_node_id.hex()
+    return _base_span(
+        entity,
+        terminal,
+        transitions,
+        trace_id_for_job(session, job_id),
+        job_span_id(session, job_id),
+        b"",
+        f"job {entrypoint or job_id.hex()}",
+        _job_state_name,
+        attrs,
+    )
+
+
+def _other_span(entity: _Entity) -> tuple[_SpanWire, bool]:
+    """An actor's or a job's span from its pieces, and whether it reached a terminal state."""
+    RayEventsToOtel._materialize(entity)
+    transitions = RayEventsToOtel._transitions(entity)
+    terminal = RayEventsToOtel._terminal_state(transitions, entity.kind)
+    build = _actor_span if entity.kind == ACTOR else _job_span
+    return build(entity, terminal, transitions), terminal is not None
+
+
+def _base_span(
+    entity: _Entity,
+    terminal: tuple[int, int, Any] | None,
+    transitions: list[tuple[int, int, Any]],
+    trace_id: bytes,
+    span_id: bytes,
+    parent_span_id: bytes,
+    name: str,
+    state_name: Callable[[int], str],
+    attributes: dict[str, Any],
+) -> _SpanWire:
+    start = transitions[0][0] if transitions else entity.first_ns
+    if terminal is not None:
+        end = terminal[0]
+    else:
+        end = max(transitions[-1][0], start) if transitions else start
+        attributes[semconv.INCOMPLETE_ATTR] = True
+    if transitions:
+        last = terminal if terminal is not None else transitions[-1]
+        attributes[semconv.RAY_STATE] = state_name(last[1])
+    attributes[semconv.PRODUCER_ATTR] = PRODUCER
+    events = []
+    for ns, state, _ in transitions:
+        if terminal is not None and state == terminal[1] and ns > terminal[0]:
+            continue  # a terminal state reported again later (Ray re-sends DEAD at job end)
+        parts = _state_events.get((state_name, state))
+        if parts is None:
+            parts = _state_event_parts(state_name, state)
+        events.append(parts[0] + _pack_fixed64(ns) + parts[1])
+    # Written as wire bytes: building a Span message costs a Python-to-upb call per field.
+    return _SpanWire(
+        _span_head(trace_id, span_id, parent_span_id, name, start, end),
+        otlp_wire.attributes(attributes, otlp_wire.SPAN_ATTRIBUTES),
+        events,
+    )
+
+
+def _task_failure(at_ns: int, error_message: str, error_type: str) -> tuple[bytes, bytes]:
+    """`_failure` of a failed task attempt: its exception from the error message Ray sent."""
+    exc_type, message = _exception_summary(error_message, error_type)
+    return _failure(at_ns, exc_type, message, _ANSI.sub("", error_message))
+
+
+def _failure(at_ns: int, exc_type: str, message: str, stacktrace: str) -> tuple[bytes, bytes]:
+    """(the `exception` span event, the ERROR status) of a failed span."""
+    summary = f"{exc_type}: {message}" if message else exc_type
+    attrs = {"exception.type": exc_type, "exception.message": message}
+    if stacktrace:
+        attrs["exception.stacktrace"] = stacktrace
+    event = otlp_wire.span_event(at_ns, otlp_wire.span_event_fields("exception", attrs))
+    return event, _error_status(summary)
 
 
 def _where_ran(attrs: dict[str, Any], node_id: bytes, worker_id: bytes, pid: int) -> None:
@@ -854,9 +1004,7 @@ class _TaskParts(NamedTuple):
 
 
 _new_task_parts = functools.partial(tuple.__new__, _TaskParts)  # _TaskParts._make, without its frame
-_read_task_parts = (
-    _lifecycle_wire.task_parts if _lifecycle_wire is not None and config.compiled_enabled() else None
-)
+_read_task_parts = _entity_spans.task_parts if _compiled else None
 
 
 def _task_parts(entity: _Entity) -> _TaskParts:
@@ -866,16 +1014,15 @@ def _task_parts(entity: _Entity) -> _TaskParts:
         read = _read_task_parts(entity.definition_wire, actor_task, entity.lifecycle_wire)
         if read is not None:
             return _new_task_parts(read)
-    return _task_parts_python(entity)
+    return _task_parts_python(entity.definition_wire, actor_task, entity.lifecycle_wire)
 
 
-def _task_parts_python(entity: _Entity) -> _TaskParts:
-    d = (
-        entity.definition_cls.FromString(entity.definition_wire)
-        if entity.definition_wire is not None
-        else None
-    )
-    lc = TaskLifecycleEvent.FromString(entity.lifecycle_wire)
+def _task_parts_python(definition_wire: bytes | None, actor_task: bool, lifecycle_wire: bytes) -> _TaskParts:
+    """A task's kept definition (an ActorTaskDefinitionEvent's when `actor_task`) and lifecycle
+    pieces read through upb."""
+    cls = ActorTaskDefinitionEvent if actor_task else TaskDefinitionEvent
+    d = cls.FromString(definition_wire) if definition_wire is not None else None
+    lc = TaskLifecycleEvent.FromString(lifecycle_wire)
     task_type, name, function, actor_id = 0, "", "", b""
     if isinstance(d, TaskDefinitionEvent):
         task_type, name, function = d.task_type, d.task_name, _function_name(d.task_func)
@@ -973,11 +1120,16 @@ def _state_event_parts(state_name: Callable[[int], str], state: int) -> tuple[by
 _enum_names: dict[Any, dict[int, str]] = {}
 
 
-def _enum_name(enum: Any, value: int) -> str:
+def _enum_names_of(enum: Any) -> dict[int, str]:
+    """{number: its first name} of a protobuf enum."""
     names = _enum_names.get(enum)
     if names is None:
         names = _enum_names[enum] = {number: name for name, number in reversed(enum.items())}
-    name = names.get(value)
+    return names
+
+
+def _enum_name(enum: Any, value: int) -> str:
+    name = _enum_names_of(enum).get(value)
     return name if name is not None else str(value)
 
 
@@ -1039,3 +1191,93 @@ def _actor_failure(transition: Any) -> tuple[str, str, str] | None:
     if context == "oom_context":
         return "OutOfMemory", cause.oom_context.error_message, ""
     return None
+
+
+# -- the compiled core ----------------------------------------------------------------------------
+
+# The task span's attribute names, in the order _entity_spans.c numbers them.
+_TASK_SPAN_KEYS = (
+    semconv.RAY_TASK_ID,
+    semconv.RAY_TASK_ATTEMPT,
+    semconv.RAY_JOB_ID,
+    semconv.RAY_FUNCTION,
+    "ray.task_type",
+    semconv.RAY_REMOTE,
+    semconv.RAY_ACTOR_ID,
+    semconv.RAY_ACTOR_CLASS,
+    semconv.RAY_ACTOR_METHOD,
+    semconv.RAY_TASK_NAME,
+    semconv.RAY_PARENT_TASK_ID,
+    semconv.RAY_PLACEMENT_GROUP_ID,
+    semconv.RAY_NODE_ID,
+    semconv.RAY_WORKER_ID,
+    semconv.RAY_PID,
+    "ray.error_type",
+    semconv.INCOMPLETE_ATTR,
+    semconv.RAY_STATE,
+    semconv.PRODUCER_ATTR,
+)
+
+
+def _core_transitions(kind: str, wire: bytes) -> list[tuple[int, int, Any]]:
+    """`_transitions` of an entity's lifecycle pieces (where the core leaves them to upb)."""
+    return RayEventsToOtel._transitions(
+        _Entity((kind, "", b"", 0), _LIFECYCLE_TYPES[kind], 0, 0.0, lifecycle_wire=wire)
+    )
+
+
+def _core_other_span(
+    kind: str,
+    session: str,
+    ident: bytes,
+    first_ns: int,
+    definition_wire: bytes | None,
+    definition_type: int | None,
+    lifecycle_wire: bytes,
+) -> tuple[bytes, bool]:
+    """`_other_span` of an actor or a job the core holds: (its Span's wire bytes, complete)."""
+    entity = _Entity(
+        (kind, session, ident, 0),
+        _LIFECYCLE_TYPES[kind],
+        first_ns,
+        0.0,
+        definition_wire,
+        _DEFINITION_CLASSES.get(definition_type) if definition_type is not None else None,
+        lifecycle_wire,
+    )
+    span, complete = _other_span(entity)
+    return span.wire(), complete
+
+
+if _compiled:
+    if len(set(_TASK_SPAN_KEYS)) != len(_TASK_SPAN_KEYS):  # the core writes each once, in order
+        raise RuntimeError("the task span's attribute names must differ")
+    _entity_spans.bind(
+        (TASK, ACTOR, JOB, PROFILE),
+        ENTITY_OVERHEAD_BYTES,
+        (int(_LIFECYCLE_TYPES[TASK]), int(_LIFECYCLE_TYPES[ACTOR]), int(_LIFECYCLE_TYPES[JOB])),
+        (_TRANSITIONS_FIELD[TASK], _TRANSITIONS_FIELD[ACTOR], _TRANSITIONS_FIELD[JOB]),
+        tuple(tuple(int(state) for state in _TERMINAL_STATES[kind]) for kind in (TASK, ACTOR, JOB)),
+        tuple(int(state) for state in _TASK_RUNNING),
+        {int(event_type): keep for event_type, keep in _DEFINITION_KEEPERS.items()},
+        int(RayEvent.TASK_DEFINITION_EVENT),
+        (_DRIVER_TASK, _ACTOR_CREATION_TASK, _FAILED),
+        _TASK_SPAN_KEYS,
+        PRODUCER,
+        (
+            _enum_names_of(TaskType),
+            _enum_names_of(common_pb2.TaskStatus),
+            _enum_names_of(common_pb2.ErrorType),
+        ),
+        (
+            functools.partial(_state_event_parts, _task_state_name),
+            _core_transitions,
+            _piece_states,
+            _task_parts_python,
+            _task_failure,
+            _core_other_span,
+            record_fields,
+            parts_log_record,
+        ),
+        (EmittedSpan, EmittedLog),
+    )

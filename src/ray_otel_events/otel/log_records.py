@@ -379,12 +379,50 @@ def head_log_record(
     flags: int = 0,
     extra_attributes: bytes = b"",
 ) -> bytes:
-    """`log_record_wire` with the head given and positional arguments: the bridge's call per event."""
+    """`log_record_wire` with the head given and positional arguments."""
     attrs: list[bytes] = []
     body = _walk(_camel.event_dict(event) if posted is None else posted, _ROOT, attrs)
     attrs.append(head.attributes)
     if extra_attributes:
         attrs.append(extra_attributes)
+    return _record(head, body, attrs, trace_id, span_id, observed_time_unix_nano, flags)
+
+
+def parts_log_record(
+    head: EventHead,
+    body: bytes | None,
+    attributes: bytes,
+    source: Mapping[str, Any] | RayEvent | bytes,
+    trace_id: bytes,
+    span_id: bytes,
+    observed_time_unix_nano: int,
+) -> bytes:
+    """The record of an event read as `posted_events.EventParts`: its body entries and flattened
+    attributes as read (`body`), else walked from `source` (the posted object, the event, or its
+    wire bytes). The bridge's call per event."""
+    if body is None:
+        body, attributes = record_entries(source)
+    return _record(head, body, [attributes, head.attributes], trace_id, span_id, observed_time_unix_nano, 0)
+
+
+def record_entries(source: Mapping[str, Any] | RayEvent | bytes) -> tuple[bytes, bytes]:
+    """(body entries, flattened `ray.event.*` attribute entries) of an event's record, walked from
+    the object it was posted as, the event, or its wire bytes."""
+    event = RayEvent.FromString(source) if isinstance(source, bytes) else source
+    attrs: list[bytes] = []
+    body = _walk(_camel.event_dict(event) if isinstance(event, RayEvent) else event, _ROOT, attrs)
+    return body, b"".join(attrs)
+
+
+def _record(
+    head: EventHead,
+    body: bytes,
+    attrs: list[bytes],
+    trace_id: bytes,
+    span_id: bytes,
+    observed_time_unix_nano: int,
+    flags: int,
+) -> bytes:
     fields = _record_fields.get((head.event_type, head.severity)) or _fields_of(
         head.event_type, head.severity
     )
@@ -404,6 +442,11 @@ def head_log_record(
 
 # (event type, severity) -> (severity number, severity text, event name) of their records.
 _record_fields: dict[tuple[int, int], tuple[int, str, str]] = {}
+
+
+def record_fields(event_type: int, severity: int) -> tuple[int, str, str]:
+    """(severity number, severity text, event name) of an event type's records at a severity."""
+    return _record_fields.get((event_type, severity)) or _fields_of(event_type, severity)
 
 
 def _fields_of(event_type: int, severity: int) -> tuple[int, str, str]:

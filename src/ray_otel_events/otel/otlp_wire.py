@@ -344,13 +344,6 @@ def resource_logs(resource: bytes, scope: bytes, records: list[bytes]) -> bytes:
     return _length_delimited(b"\x0a", resource) + _length_delimited(b"\x12", scope_logs)
 
 
-def one_item_envelopes(resource: bytes, scope: bytes, items: list[bytes]) -> list[bytes]:
-    """Each item in its own `resource_logs` envelope (what the exporters' queues hold)."""
-    if _compiled:
-        return _otlp_wire.envelopes(resource, scope, items)
-    return [resource_logs(resource, scope, [item]) for item in items]
-
-
 def logs_request(resource: bytes, scope: bytes, records: list[bytes]) -> bytes:
     """A serialized ExportLogsServiceRequest holding one ResourceLogs."""
     return _length_delimited(b"\x0a", resource_logs(resource, scope, records))

@@ -15,17 +15,19 @@ import base64
 import datetime
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import MappingProxyType
 from typing import Any, TypeVar
 
 import orjson
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import (
     DEFAULT_TRACE_STATE,
+    Link,
     SpanContext,
     SpanKind,
+    Status,
     StatusCode,
     TraceState,
     format_span_id,
@@ -92,8 +94,11 @@ def _second_prefix(seconds: int) -> str:
 def python_ns_to_iso_str(nanoseconds: int) -> str:
     """The SDK's `ns_to_iso_str`: `datetime.fromtimestamp(ns / 1e9)` splits the float into whole
     and fraction (as modf does: `seconds - int(seconds)` is exact) and rounds the fraction
-    half-even to microseconds; done here with the seconds part formatted once."""
+    half-even to microseconds; done here with the seconds part formatted once (before 1970, as the
+    SDK does it: the fraction of a negative time borrows from the second)."""
     seconds = nanoseconds / 1e9
+    if seconds < 0:
+        return datetime.datetime.fromtimestamp(seconds, tz=_UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     whole = int(seconds)
     micros = round((seconds - whole) * 1e6)
     if micros >= 1_000_000:
@@ -103,9 +108,11 @@ def python_ns_to_iso_str(nanoseconds: int) -> str:
 
 
 ns_to_iso_str: Callable[[int], str] = python_ns_to_iso_str
+_compiled_line: Callable[..., str | None] | None = None
 if _span_json is not None and config.compiled_enabled():
     _span_json.bind(python_ns_to_iso_str)  # for times before 1970 or after 9999
     ns_to_iso_str = _span_json.iso
+    _compiled_line = _span_json.line
 
 
 # Keyed by the members' values: hashing an Enum member runs Enum.__hash__ in Python.
@@ -188,12 +195,14 @@ def _plain_strings_json(plain: dict[str, Any]) -> str | None:
     return None
 
 
+def _trace_state_json(state: TraceState) -> str:
+    return _EMPTY_TRACE_STATE if state is DEFAULT_TRACE_STATE or not state else _str(repr(state))
+
+
 def _context(ctx: SpanContext) -> str:
-    state = ctx.trace_state
-    empty = state is DEFAULT_TRACE_STATE or not state
     return (
         f'{{"trace_id": "0x{ctx.trace_id:032x}", "span_id": "0x{ctx.span_id:016x}",'
-        f' "trace_state": {_EMPTY_TRACE_STATE if empty else _str(repr(state))}}}'
+        f' "trace_state": {_trace_state_json(ctx.trace_state)}}}'
     )
 
 
@@ -226,20 +235,101 @@ def _time(nanoseconds: int | None) -> str:
     return f'"{ns_to_iso_str(nanoseconds)}"' if nanoseconds else "null"
 
 
+def _plain(attributes: Any) -> Any:
+    """The attributes as a dict (None stays None): a span hands them out as a read-only proxy of its
+    dict, whose copy() asks the dict (dict() would go key by key through the mapping protocol)."""
+    kind = type(attributes)
+    if kind is dict or attributes is None:
+        return attributes
+    return attributes.copy() if kind is MappingProxyType else dict(attributes)
+
+
+def _links_json(links: Any) -> str:
+    return ", ".join(
+        [
+            f'{{"context": {_context(link.context)}, "attributes": {_attrs(link.attributes)}}}'
+            for link in links
+        ]
+    )
+
+
 def span_to_json_line(span: ReadableSpan) -> str:
     """Exactly `span.to_json(indent=None)`, without the trailing newline: the same keys in the same
-    order, each value encoded as `json.dumps` would, the resource's JSON cached per Resource."""
+    order, each value encoded as `json.dumps` would, the resource's JSON cached per Resource.
+    Written by the compiled writer where built (the same text), else by `python_span_to_json_line`."""
+    if _compiled_line is None:
+        return python_span_to_json_line(span)
+    return span_fields_to_json_line(
+        span.name,
+        span.context,
+        span.kind,
+        span.parent,
+        span.start_time,
+        span.end_time,
+        span.status,
+        span.attributes,
+        span.events,
+        span.links,
+        span.resource,
+    )
+
+
+def span_fields_to_json_line(
+    name: str,
+    ctx: SpanContext | None,
+    kind: SpanKind,
+    parent: SpanContext | None,
+    start_ns: int | None,
+    end_ns: int | None,
+    status: Status,
+    attributes: Any,
+    events: Sequence[Event],
+    links: Sequence[Link],
+    resource: Resource,
+) -> str:
+    """`span_to_json_line` of a span with these fields (what its ReadableSpan properties give, or
+    a span that hands them out at once: `DirectSpan.line_fields`)."""
+    status_json = _STATUS_JSON[status.status_code._value_]
+    if status.description:
+        status_json += ', "description": ' + _str(status.description)
+    if _compiled_line is not None and ctx is not None:
+        line = _compiled_line(
+            name,
+            ctx,
+            _trace_state_json(ctx.trace_state),
+            _KIND_JSON[kind._value_],
+            parent,
+            start_ns,
+            end_ns,
+            status_json,
+            _plain(attributes),
+            events,
+            _links_json(links) if links else "",
+            _resource_json(resource),
+        )
+        if line is not None:
+            return line
+    return _line(
+        name,
+        _context(ctx) if ctx else "null",
+        _KIND_JSON[kind._value_],
+        parent,
+        start_ns,
+        end_ns,
+        status_json,
+        attributes,
+        ", ".join([_event(e.name, e.timestamp, e.attributes) for e in events]),
+        _links_json(links),
+        resource,
+    )
+
+
+def python_span_to_json_line(span: ReadableSpan) -> str:
+    """`span_to_json_line` in Python only (the compiled writer's twin)."""
     ctx, status = span.context, span.status
     status_json = _STATUS_JSON[status.status_code._value_]
     if status.description:
         status_json += ', "description": ' + _str(status.description)
-    events = ", ".join([_event(e.name, e.timestamp, e.attributes) for e in span.events])
-    links = ", ".join(
-        [
-            f'{{"context": {_context(link.context)}, "attributes": {_attrs(link.attributes)}}}'
-            for link in span.links
-        ]
-    )
     return _line(
         span.name,
         _context(ctx) if ctx else "null",
@@ -249,8 +339,8 @@ def span_to_json_line(span: ReadableSpan) -> str:
         span.end_time,
         status_json,
         span.attributes,
-        events,
-        links,
+        ", ".join([_event(e.name, e.timestamp, e.attributes) for e in span.events]),
+        _links_json(span.links),
         span.resource,
     )
 
@@ -295,6 +385,23 @@ def plain_span_json_line(
 ) -> str:
     """`span_to_json_line` of an ended PRODUCER span with these fields, UNSET status and no events
     or links (a submission span), written from the fields without making the span."""
+    if _compiled_line is not None:
+        line = _compiled_line(
+            name,
+            ctx,
+            _trace_state_json(ctx.trace_state),
+            _PRODUCER_KIND_JSON,
+            parent,
+            start_ns,
+            end_ns,
+            _UNSET_STATUS_JSON,
+            _plain(attributes),
+            (),
+            "",
+            _resource_json(resource),
+        )
+        if line is not None:
+            return line
     return _line(
         name,
         _context(ctx),

@@ -106,18 +106,25 @@ def parse_posted_events(items: list[Any]) -> tuple[list[PostedEvent], list[str]]
     (`event_wires`); the items it does not read whole go through `parse_posted_event`."""
     posted: list[PostedEvent] = []
     errors: list[str] = []
-    read = RayEvent.FromString
     for index, (item, wire) in enumerate(zip(items, event_wires(items), strict=True)):
-        if wire is not None:
-            event = read(wire)
-            if event.event_type:  # else: parse_posted_event names the missing type
-                posted.append(PostedEvent(event, item))
-                continue
         try:
-            posted.append(parse_posted_event(item))
+            posted.append(_posted(item, wire))
         except ValueError as exc:
             errors.append(f"[{index}]: {exc}")
     return posted, errors
+
+
+def parse_posted_item(item: Any) -> PostedEvent:
+    """One item of `parse_posted_events` on its own."""
+    return _posted(item, event_wires([item])[0])
+
+
+def _posted(item: Any, wire: bytes | None) -> PostedEvent:
+    if wire is not None:
+        event = RayEvent.FromString(wire)
+        if event.event_type:  # else: parse_posted_event names the missing type
+            return PostedEvent(event, item)
+    return parse_posted_event(item)
 
 
 def parse_each(items: list[Any], parse: Callable[[Any], EventT]) -> tuple[list[EventT], list[str]]:

@@ -54,6 +54,7 @@ from ray_otel_events.otel.plain_records import (
     span_record,
     span_records_json,
 )
+from ray_otel_events.otel.posted_events import EventParts, event_parts, read_posted_events, wire_parts
 from ray_otel_events.otel.to_ray_events import (
     NotARayEventError,
     RaySpanEvents,
@@ -67,11 +68,9 @@ from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.receivers.otlp_grpc import OtlpGrpcReceiver
 from ray_otel_events.receivers.otlp_http import ConsumeResult, OtlpConsumer, OtlpHttpReceiver, QueueFullError
 from ray_otel_events.receivers.ray_events_http import (
-    PostedEvent,
     RayEventsConsumer,
     RayEventsHttpReceiver,
-    parse_posted_event,
-    parse_posted_events,
+    parse_posted_item,
 )
 from ray_otel_events.security.auth import BearerToken
 
@@ -94,7 +93,7 @@ MAX_REASONS = 3
 
 
 class PieceRouter(Protocol):
-    async def forward(self, events: list[PostedEvent]) -> list[PostedEvent]:
+    async def forward(self, events: list[EventParts]) -> list[EventParts]:
         """Send the events another process owns to it; return this process's share."""
 
 
@@ -159,7 +158,7 @@ def _table(queue_name: str) -> str:
 QUEUE_NAMES = ("ray-events", "records", "otlp-traces", "otlp-logs")
 
 
-class BridgeService(OtlpConsumer, RayEventsConsumer[PostedEvent]):
+class BridgeService(OtlpConsumer, RayEventsConsumer[EventParts]):
     def __init__(
         self,
         config: BridgeConfig,
@@ -196,15 +195,16 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[PostedEvent]):
         self.otlp_logs_client = OtlpHttpPublisherClient("logs", otlp_logs, transport=transport)
         self.otlp_spans = _Queue("otlp-traces", config, self.otlp_traces_client, db)
         self.otlp_logs = _Queue("otlp-logs", config, self.otlp_logs_client, db)
+        self.items = OtlpItemEncoder(config.service_name)
         self.to_otel = RayEventsToOtel(
             max_open_entities=config.max_open_entities,
             max_open_bytes=config.max_open_bytes,
             entity_ttl_s=config.entity_ttl_s,
             terminal_grace_s=config.terminal_grace_s,
             dedup_window=config.dedup_window,
+            envelope=self.items.envelope_of,  # spans and records come out as the queues hold them
         )
         self.ray_spans = RaySpanEvents()
-        self.items = OtlpItemEncoder(config.service_name)
         self.otlp_receiver = OtlpHttpReceiver(self, config.max_body_bytes)
         self.ray_events_receiver = RayEventsHttpReceiver(self, config.max_body_bytes)
         self.otlp_grpc_receiver = OtlpGrpcReceiver(self, self.otlp_receiver.counters)
@@ -291,8 +291,7 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[PostedEvent]):
         stored = self.pending.read_all()
         if stored.wires:
             logger.info("bridge: resuming %d pieces of open entities", len(stored.wires))
-            events = [RayEvent.FromString(wire) for wire in stored.wires]
-            emitted = self.to_otel.add(events, logs=False)
+            emitted = self.to_otel.add_parts([wire_parts(wire) for wire in stored.wires], logs=False)
             emitted.taken.clear()  # already on disk
             self._queue_otel(emitted)
 
@@ -395,7 +394,7 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[PostedEvent]):
             # The records are the convert tier's: what is left to do here is their spans.
             self._admit([], records)
             if events:
-                await self.consume_ray_events([PostedEvent(event, None) for event in events])
+                await self.consume_ray_events([event_parts(event) for event in events])
         else:
             lost = self._admit(events, records)
         return self._result("log", rejected, len(records), dropped, lost)
@@ -449,14 +448,16 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[PostedEvent]):
 
     # -- RayEvents in -> OTLP out --------------------------------------------------------------
 
-    def parse_ray_event(self, item: Any) -> PostedEvent:
-        return parse_posted_event(item)
+    def parse_ray_event(self, item: Any) -> EventParts:
+        """One item read alone (the receiver reads a POST with `read_ray_events`)."""
+        posted = parse_posted_item(item)
+        return event_parts(posted.event, posted.json)
 
-    def parse_ray_events(self, items: list[Any]) -> tuple[list[PostedEvent], list[str]]:
-        return parse_posted_events(items)
+    def read_ray_events(self, body: bytes) -> tuple[list[EventParts], list[str]]:
+        return read_posted_events(body)
 
     async def consume_ray_events(
-        self, events: list[PostedEvent], body: bytes = b"", routed: bool = False
+        self, events: list[EventParts], body: bytes = b"", routed: bool = False
     ) -> None:
         """`routed`: a peer process sent these, as their owner; otherwise the router (if any)
         first sends every event owned elsewhere to its owner (raising QueueFullError if it is full)."""
@@ -467,14 +468,7 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[PostedEvent]):
         if self.router is not None and not routed:
             events = await self.router.forward(events)
         mode = self.config.mode
-        self._queue_otel(
-            self.to_otel.add(
-                [posted.event for posted in events],
-                logs=mode != "assemble",
-                assemble=mode != "convert",
-                posted=[posted.json for posted in events],
-            )
-        )
+        self._queue_otel(self.to_otel.add_parts(events, logs=mode != "assemble", assemble=mode != "convert"))
 
     def _queue_otel(self, emitted: Emitted) -> None:
         """Queue spans and log records; when durable, in one transaction with the open entities'
@@ -482,25 +476,17 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[PostedEvent]):
         with self._transaction():
             if emitted.spans:
                 self.otlp_spans.add_many(
-                    self.items.wire_items(
-                        [s.session_name for s in emitted.spans], [s.wire for s in emitted.spans]
-                    ),
-                    [s.event_type for s in emitted.spans],
+                    [s.item for s in emitted.spans], [s.event_type for s in emitted.spans]
                 )
             if emitted.logs:
-                self.otlp_logs.add_many(
-                    self.items.wire_items(
-                        [r.session_name for r in emitted.logs], [r.wire for r in emitted.logs]
-                    ),
-                    [r.event_type for r in emitted.logs],
-                )
+                self.otlp_logs.add_many([r.item for r in emitted.logs], [r.event_type for r in emitted.logs])
             if self.pending is not None:
                 closed = {span.entity for span in emitted.spans}
-                held = [(key, event) for key, event in emitted.taken if key not in closed]
+                held = [(key, parts) for key, parts in emitted.taken if key not in closed]
                 if held:
                     self.pending.append(
-                        [event.SerializeToString() for _, event in held],
-                        [event.event_type for _, event in held],
+                        [parts.wire for _, parts in held],
+                        [parts.head.event_type for _, parts in held],
                         [key for key, _ in held],
                     )
                 if closed:

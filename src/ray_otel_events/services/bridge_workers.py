@@ -42,10 +42,9 @@ from ray_otel_events.config import BridgeConfig
 from ray_otel_events.exporters.transport import HttpTransport
 from ray_otel_events.metrics import Counters
 from ray_otel_events.observability.merged_metrics import merge_expositions
-from ray_otel_events.otel.from_ray_events import routing_key
-from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+from ray_otel_events.otel.from_ray_events import routing_groups
+from ray_otel_events.otel.posted_events import EventParts, decode_pieces, encode_pieces
 from ray_otel_events.receivers.otlp_http import QueueFullError
-from ray_otel_events.receivers.ray_events_http import PostedEvent
 from ray_otel_events.security.options import ServerSecurity
 from ray_otel_events.services.bridge import BridgeService
 from ray_otel_events.services.lifecycle import print_exit_summary, settle_heap
@@ -63,38 +62,14 @@ FORWARDED = "forwarded_events"  # RayEvents sent to the worker owning their trac
 # -- routing ------------------------------------------------------------------------------------
 
 
-def owner_of(event: RayEvent, workers: int) -> int:
-    """The worker that converts and assembles `event`: its trace id, hashed (it is a digest)."""
-    return int.from_bytes(routing_key(event)[:8], "big") % workers
-
-
-def encode_pieces(events: list[RayEvent]) -> bytes:
-    """RayEvents as length-prefixed wire bytes (4-byte big-endian lengths)."""
-    parts: list[bytes] = []
-    for event in events:
-        wire = event.SerializeToString()
-        parts.append(len(wire).to_bytes(4, "big"))
-        parts.append(wire)
-    return b"".join(parts)
-
-
-def decode_pieces(body: bytes) -> list[RayEvent]:
-    events: list[RayEvent] = []
-    at = 0
-    while at < len(body):
-        size = int.from_bytes(body[at : at + 4], "big")
-        if at + 4 + size > len(body):
-            raise ValueError("truncated piece")
-        events.append(RayEvent.FromString(body[at + 4 : at + 4 + size]))
-        at += 4 + size
-    return events
-
-
 class TraceIdRouter:
     """Sends each RayEvent that another worker owns to it, before the request is answered."""
 
-    def __init__(self, index: int, peer_urls: list[str], secret: str) -> None:
+    def __init__(self, index: int, peer_urls: list[str], secret: str, records: bool = True) -> None:
+        """`records`: the workers write log records (not an assemble-only tier's), so each event
+        goes with its record's parts."""
         self.index = index
+        self.records = records
         self.peer_urls = peer_urls
         self.secret = secret
         self.counters = Counters("router")
@@ -107,15 +82,17 @@ class TraceIdRouter:
         if self._session is not None:
             await self._session.close()
 
-    async def forward(self, events: list[PostedEvent]) -> list[PostedEvent]:
-        workers = len(self.peer_urls)
-        groups: dict[int, list[PostedEvent]] = {}
-        for posted in events:
-            groups.setdefault(owner_of(posted.event, workers), []).append(posted)
-        local = groups.pop(self.index, [])
-        if groups:
+    async def forward(self, events: list[EventParts]) -> list[EventParts]:
+        """Each event goes to the worker owning its trace id (hashed: it is a digest), with its
+        record's body and attributes as read here, so that the owner does not walk it again."""
+        groups = routing_groups(events, len(self.peer_urls))
+        local = groups[self.index]
+        sends = [
+            self._send(owner, group) for owner, group in enumerate(groups) if group and owner != self.index
+        ]
+        if sends:
             self.counters.add(FORWARDED, len(events) - len(local))
-            await asyncio.gather(*(self._send(owner, group) for owner, group in groups.items()))
+            await asyncio.gather(*sends)
         return local
 
     async def scrape_all(self, own: bytes) -> bytes:
@@ -138,12 +115,12 @@ class TraceIdRouter:
                 texts[index] = text
         return merge_expositions(dict(sorted(texts.items())))
 
-    async def _send(self, owner: int, events: list[PostedEvent]) -> None:
+    async def _send(self, owner: int, events: list[EventParts]) -> None:
         assert self._session is not None, "start() first"
         try:
             async with self._session.post(
                 self.peer_urls[owner] + FORWARD_PATH,
-                data=encode_pieces([posted.event for posted in events]),
+                data=encode_pieces(events, self.records),
                 headers={SECRET_HEADER: self.secret, "Content-Type": "application/octet-stream"},
             ) as response:
                 if response.status == 200:
@@ -164,7 +141,7 @@ def _private_routes(service: BridgeService, secret: str) -> list[web.RouteDef]:
         except ValueError as exc:
             return web.Response(status=400, text=f"undecodable pieces: {exc}")
         try:
-            await service.consume_ray_events([PostedEvent(event, None) for event in events], routed=True)
+            await service.consume_ray_events(events, routed=True)
         except QueueFullError as exc:
             return web.Response(status=503, text=exc.reason)
         return web.Response(status=200)
@@ -214,7 +191,7 @@ def _receive(conn: Connection) -> str:
 async def _run_worker(args: _WorkerArgs, conn: Connection) -> None:
     config = args.config
     service = BridgeService(config, config.otlp("traces"), config.otlp("logs"), args.transport)
-    router = TraceIdRouter(args.index, args.peer_urls, args.secret)
+    router = TraceIdRouter(args.index, args.peer_urls, args.secret, records=config.mode != "assemble")
     if config.mode != "convert":  # converting alone holds no state: any worker will do
         service.router = router
     app = service.build_app(args.security.token, lambda: router.scrape_all(service.metrics.render()))

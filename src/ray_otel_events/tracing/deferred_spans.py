@@ -28,7 +28,7 @@ from opentelemetry import context as context_api
 from opentelemetry import trace
 from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-from opentelemetry.sdk.trace.sampling import Decision
+from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Decision
 from opentelemetry.trace import SpanContext, SpanKind
 from opentelemetry.util.types import Attributes
 
@@ -133,7 +133,8 @@ class DeferredSpans:
                     parent,
                     span_context,
                     attributes,
-                    sampling.attributes,
+                    # The default sampler's are the given ones (a view of them, {} for None).
+                    (attributes or {}) if tracer.sampler is DEFAULT_ON else sampling.attributes,
                     start_ns,
                     time.time_ns(),
                 )

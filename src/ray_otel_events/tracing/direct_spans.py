@@ -22,6 +22,7 @@ from typing import Any
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 from opentelemetry.attributes import _clean_attribute_value
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, SpanProcessor
 from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
@@ -41,6 +42,15 @@ def reads_spans_only(processor: SpanProcessor) -> bool:
     """True for a processor that takes ended spans as plain ReadableSpans and never touches SDK
     span internals: ours declare `accepts_direct_spans = True`; the SDK's batch and simple ones do."""
     return bool(getattr(processor, "accepts_direct_spans", False)) or type(processor) in _SDK_READERS
+
+
+def _plain_strings(attributes: Mapping[str, Any]) -> bool:
+    """True when every key is a non-empty string and every value a string: cleaning keeps them all."""
+    return (
+        "" not in attributes
+        and _STR_ONLY.issuperset(map(type, attributes))
+        and _STR_ONLY.issuperset(map(type, attributes.values()))
+    )
 
 
 def clean_value(value: Any, max_length: int | None) -> Any:
@@ -109,27 +119,56 @@ class DirectSpan(trace_api.Span, ReadableSpan):
         record_exception: bool,
         set_status_on_exception: bool,
     ) -> None:
-        ReadableSpan.__init__(
-            self,
-            name,
-            context,
-            parent,
-            tracer.resource,
-            attributes,
-            [],
-            tuple(links),
-            kind,
-            None,
-            _UNSET,
-            None,
-            None,
-            tracer.scope,
-        )
+        # ReadableSpan.__init__'s fields, set here without its call (a span per submission in Ray).
+        self._name = name
+        self._context = context
+        self._kind = kind
+        self._instrumentation_info = None
+        self._instrumentation_scope = tracer.scope
+        self._parent = parent
+        self._start_time: int | None = None
+        self._end_time: int | None = None
+        self._attributes = attributes
+        self._events: list[Event] = []
+        self._links = tuple(links)
+        self._resource = tracer.resource
+        self._status = _UNSET
         self._tracer = tracer
         self._record_exception = record_exception
         self._set_status_on_exception = set_status_on_exception
         self._dropped_attributes = 0
         self._dropped_events = 0
+
+    def line_fields(
+        self,
+    ) -> tuple[
+        str,
+        SpanContext | None,
+        SpanKind,
+        SpanContext | None,
+        int | None,
+        int | None,
+        Status,
+        dict[str, Any],
+        list[Event],
+        Sequence[Link],
+        Resource,
+    ]:
+        """What its span line is written from (`span_json.span_fields_to_json_line`), read at once:
+        the ReadableSpan properties cost a call each and copy the attributes, events and links."""
+        return (
+            self._name,
+            self._context,
+            self._kind,
+            self._parent,
+            self._start_time,
+            self._end_time,
+            self._status,
+            self._attributes,  # type: ignore[return-value]  # always a dict here
+            self._events,
+            self._links,
+            self._resource,
+        )
 
     # -- what processors read that ReadableSpan would report as 0 for a plain dict/list --------
 
@@ -182,13 +221,18 @@ class DirectSpan(trace_api.Span, ReadableSpan):
     def add_event(self, name: str, attributes: types.Attributes = None, timestamp: int | None = None) -> None:
         if self._ended("add_event"):
             return
-        events: list[Event] = self._events  # type: ignore[assignment]
+        events = self._events
         limit = self._tracer.limits.max_events
         if limit is not None and len(events) >= limit:
             self._dropped_events += 1
             return
         max_length = self._tracer.limits.max_attribute_length
-        cleaned = {key: clean_value(value, max_length) for key, value in (attributes or {}).items() if key}
+        if max_length is None and type(attributes) is dict and _plain_strings(attributes):
+            cleaned = dict(attributes)  # what the cleaning below keeps of them: all of it, as it is
+        else:
+            cleaned = {
+                key: clean_value(value, max_length) for key, value in (attributes or {}).items() if key
+            }
         events.append(Event(name, cleaned, timestamp if timestamp is not None else time.time_ns()))
 
     def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
@@ -242,6 +286,46 @@ class DirectSpan(trace_api.Span, ReadableSpan):
         super().__exit__(exc_type, exc_val, exc_tb)
 
 
+class CurrentSpan:
+    """What `DirectTracer.start_as_current_span` returns: the SDK's `start_span` + `use_span`, written
+    out as one context manager. The SDK's are two generator-based ones, half the cost of starting
+    and ending a span in Ray's wrappers, which open one per submission and per execution. As a
+    decorator it is the SDK's own (which starts a span per call, sync or async)."""
+
+    __slots__ = ("_args", "_end_on_exit", "_span", "_token", "_tracer")
+
+    def __init__(self, tracer: DirectTracer, args: tuple[Any, ...], end_on_exit: bool) -> None:
+        self._tracer = tracer
+        self._args = args  # start_span's, in its order
+        self._end_on_exit = end_on_exit
+
+    def __enter__(self) -> trace_api.Span:
+        span = self._tracer.start_span(*self._args)
+        self._token = context_api.attach(trace_api.set_span_in_context(span))
+        self._span = span
+        return span
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, traceback: Any) -> None:
+        span = self._span
+        try:
+            context_api.detach(self._token)
+            # As use_span: an Exception (not GeneratorExit and the like) is recorded and sets the status.
+            if isinstance(exc, Exception) and span.is_recording():
+                if self._args[6]:  # record_exception
+                    span.record_exception(exc)
+                if self._args[7]:  # set_status_on_exception
+                    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        finally:
+            if self._end_on_exit:
+                span.end()
+
+    def __call__(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        decorator: Any = SdkTracer.start_as_current_span(  # type: ignore[misc]  # typed as decorated
+            self._tracer, *self._args, end_on_exit=self._end_on_exit
+        )
+        return decorator(function)  # type: ignore[no-any-return]
+
+
 class DirectTracer(SdkTracer):
     """An SDK tracer that makes DirectSpans while `direct()` says every processor allows it."""
 
@@ -265,10 +349,23 @@ class DirectTracer(SdkTracer):
         return (
             (limit is None or len(attributes) <= limit)
             and self.limits.max_span_attribute_length is None
-            and _STR_ONLY.issuperset(map(type, attributes))
-            and "" not in attributes
-            and _STR_ONLY.issuperset(map(type, attributes.values()))
+            and _plain_strings(attributes)
         )
+
+    def start_as_current_span(  # type: ignore[override]
+        self,
+        name: str,
+        context: context_api.Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: types.Attributes = None,
+        links: Sequence[Link] | None = (),
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+        end_on_exit: bool = True,
+    ) -> CurrentSpan:
+        args = (name, context, kind, attributes, links, start_time, record_exception, set_status_on_exception)
+        return CurrentSpan(self, args, end_on_exit)
 
     def start_span(
         self,
@@ -289,12 +386,13 @@ class DirectTracer(SdkTracer):
         parent, span_context, sampling = new_span_context(self, context, name, kind, attributes, links)
         if sampling.decision is Decision.DROP:
             return trace_api.NonRecordingSpan(span_context)
+        # The default sampler keeps the attributes as given (a read-only view of them): taken as they are.
         return self.started_span(
             name,
             span_context,
             parent,
             kind,
-            sampling.attributes,
+            attributes if self.sampler is DEFAULT_ON else sampling.attributes,
             links,
             start_time if start_time is not None else time.time_ns(),
             context,

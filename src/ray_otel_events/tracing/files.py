@@ -20,8 +20,13 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanKind
 
 from ray_otel_events.otel import semconv
-from ray_otel_events.otel.span_json import log_record_to_json_line, span_to_json_line
+from ray_otel_events.otel.span_json import (
+    log_record_to_json_line,
+    span_fields_to_json_line,
+    span_to_json_line,
+)
 from ray_otel_events.tracing.background import BatchingQueue
+from ray_otel_events.tracing.direct_spans import DirectSpan
 
 logger = logging.getLogger("ray_otel_events.tracing")
 
@@ -93,12 +98,14 @@ class LineFileWriter(Generic[T]):
                 self._report(f"cannot format {type(item).__name__}: {exc!r}")
         if not lines:
             return
-        data = ("\n".join(lines) + "\n").encode()
+        data = (lines[0] + "\n" if len(lines) == 1 else "\n".join(lines) + "\n").encode()
         try:
             fd = self._open()
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            written = os.write(fd, data)
+            if written < len(data):  # a short write (a full disk, a signal): the rest, as it goes
+                view = memoryview(data)[written:]
+                while view:
+                    view = view[os.write(fd, view) :]
         except OSError as exc:
             self.failed += len(lines)
             self._report(f"cannot write {self.path}: {exc}")
@@ -158,7 +165,12 @@ class SpanFileProcessor(SpanProcessor):
 
 
 def _line_of(item: ReadableSpan | str) -> str:
-    return item if type(item) is str else span_to_json_line(item)  # type: ignore[arg-type]
+    kind = type(item)
+    if kind is str:
+        return item  # type: ignore[return-value]
+    if kind is DirectSpan:
+        return span_fields_to_json_line(*item.line_fields())  # type: ignore[union-attr]
+    return span_to_json_line(item)  # type: ignore[arg-type]
 
 
 class LogRecordFileProcessor(LogRecordProcessor):

@@ -3,11 +3,11 @@
 `install_tracing` is the building block both bundled hooks use, and a user's own hook can too: give
 it the span processors (where spans go) and log record processors (where task logs, and event log
 records when `event_logs`, go); it adds the task-event processor in front (spans -> RayEvents ->
-recorder and log records), sets the global providers, puts an OTel handler on the root logger (so
-`logging` in a task carries its span's context), and makes sure everything is flushed when the
-process ends, including a
-multiprocessing child ending with `os._exit` (atexit does not run there; multiprocessing's own
-finalizers do).
+recorder and log records), sets the global providers (and, in place of the SDK's default
+propagator, the same W3C one with its common case written out: tracing/propagation.py), puts an
+OTel handler on the root logger (so `logging` in a task carries its span's context), and makes sure
+everything is flushed when the process ends, including a multiprocessing child ending with
+`os._exit` (atexit does not run there; multiprocessing's own finalizers do).
 
 Once per process: a second call returns the existing installation. A forked child inherits its
 parent's installation; every component re-initialises itself after fork (own files, own queues,
@@ -35,6 +35,7 @@ from ray_otel_events.events.builders import EventFactory
 from ray_otel_events.otel import semconv
 from ray_otel_events.producer.recorder import RayEventRecorder
 from ray_otel_events.tracing.deferred_spans import DeferredSpans
+from ray_otel_events.tracing.propagation import install_w3c_propagator
 from ray_otel_events.tracing.provider import CachingTracerProvider
 from ray_otel_events.tracing.task_events import (
     EventLogEmitter,
@@ -130,6 +131,7 @@ def install_tracing(
         config = config if config is not None else TracingConfig.from_env()
         resource = resource if resource is not None else Resource.create()
         tracer_provider, deferred_spans = _tracer_provider(resource)
+        install_w3c_propagator()  # Ray's wrappers inject and extract through it every task
         recorder = recorder_from_config(config)
         sinks: list[EventSink] = [] if recorder is None else [RecorderSink(recorder)]
         logger_provider: LoggerProvider | None = None
