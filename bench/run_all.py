@@ -80,6 +80,7 @@ def main() -> int:
         f"- Run at: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- Machine: {_machine()}",
         f"- Python {platform.python_version()}; {_versions()}",
+        "- Earlier runs, and what each change measured or was tried and not kept: `bench/HISTORY.md`",
         "",
     ]
     out = HERE / "RESULTS.md"
