@@ -142,17 +142,24 @@ static int read_number(R *r, Tok *t) {
         t->type = T_INT;
         return DONE;
     }
-    char text[128];
-    if (p - start >= (Py_ssize_t)sizeof text) return BODY;
-    memcpy(text, start, (size_t)(p - start));
-    text[p - start] = 0;
+    /* the text, NUL-terminated for PyOS_string_to_double (a long one: on the heap) */
+    Py_ssize_t n = p - start;
+    char room[128], *text = n < (Py_ssize_t)sizeof room ? room : PyMem_Malloc((size_t)n + 1);
+    if (text == NULL) {
+        PyErr_NoMemory();
+        return FAILED;
+    }
+    memcpy(text, start, (size_t)n);
+    text[n] = 0;
     char *stop;
     double d = PyOS_string_to_double(text, &stop, NULL);
+    int read = stop == text + n;
+    if (text != room) PyMem_Free(text);
     if (d == -1.0 && PyErr_Occurred()) {
         PyErr_Clear();
         return BODY;
     }
-    if (stop != text + (p - start) || isinf(d) || isnan(d)) return BODY;
+    if (!read || isinf(d) || isnan(d)) return BODY;
     t->type = T_FLOAT;
     t->d = d;
     return DONE;
