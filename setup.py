@@ -24,6 +24,7 @@ def _optional(module: str, libraries: tuple[str, ...] = ()) -> Extension:
             for h in (
                 "protobuf_wire.h",
                 "json_text.h",
+                "json_lexer.h",
                 "otlp_span_wire.h",
                 "otlp_wire.h",
                 "civil_dates.h",

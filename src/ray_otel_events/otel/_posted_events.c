@@ -17,7 +17,7 @@
 #include <math.h>
 
 #include "civil_dates.h"
-#include "json_text.h"
+#include "json_lexer.h"
 #include "otlp_wire.h"
 #include "protobuf_wire.h"
 
@@ -106,185 +106,62 @@ typedef struct {
     double d;
 } Tok;
 
-static void ws(R *r) {
-    while (r->p < r->end && (*r->p == ' ' || *r->p == '\n' || *r->p == '\r' || *r->p == '\t')) r->p++;
-}
-
-static int hex4(const uint8_t *p, uint32_t *out) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) {
-        uint8_t c = p[i];
-        v <<= 4;
-        if (c >= '0' && c <= '9') v |= (uint32_t)(c - '0');
-        else if (c >= 'a' && c <= 'f') v |= (uint32_t)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') v |= (uint32_t)(c - 'A' + 10);
-        else return -1;
-    }
-    *out = v;
-    return 0;
-}
+static inline void ws(R *r) { r->p = json_space(r->p, r->end); }
 
 /* A string at r->p (its opening quote): its decoded UTF-8, in place when it has no escapes. BODY
- * for anything orjson refuses or may read otherwise (bad UTF-8, control characters, bad escapes,
- * lone surrogates). */
+ * for anything orjson refuses or may read otherwise (json_string). */
 static int read_string(R *r, const char **s, Py_ssize_t *n) {
-    const uint8_t *p = ++r->p, *end = r->end;
-    while (p < end) {
-        uint8_t c = *p;
-        if (c == '"') {
-            *s = (const char *)r->p;
-            *n = p - r->p;
-            r->p = p + 1;
-            return DONE;
-        }
-        if (c == '\\') break;
-        if (c < 0x20) return BODY;
-        if (c < 0x80) {
-            p++;
-            continue;
-        }
-        int k = utf8_sequence(p, end - p);
-        if (!k) return BODY;
-        p += k;
+    const uint8_t *escape, *text = r->p + 1, *close = json_string(r->p, r->end, &escape);
+    if (close == NULL) return BODY;
+    r->p = close + 1;
+    if (escape == NULL) {
+        *s = (const char *)text;
+        *n = close - text;
+        return DONE;
     }
-    if (p >= end) return BODY;
-    /* escapes: decoded into the scratch buffer */
-    char *o = r->scratch.data + r->scratch.len, *first = o;
-    memcpy(o, r->p, (size_t)(p - r->p));
-    o += p - r->p;
-    while (p < end) {
-        uint8_t c = *p;
-        if (c == '"') {
-            *s = first;
-            *n = o - first;
-            r->scratch.len = o - r->scratch.data;
-            r->p = p + 1;
-            return DONE;
-        }
-        if (c < 0x20) return BODY;
-        if (c >= 0x80) {
-            int k = utf8_sequence(p, end - p);
-            if (!k) return BODY;
-            memcpy(o, p, (size_t)k);
-            o += k;
-            p += k;
-            continue;
-        }
-        if (c != '\\') {
-            *o++ = (char)c;
-            p++;
-            continue;
-        }
-        if (end - p < 2) return BODY;
-        uint8_t e = p[1];
-        p += 2;
-        switch (e) {
-        case '"': *o++ = '"'; break;
-        case '\\': *o++ = '\\'; break;
-        case '/': *o++ = '/'; break;
-        case 'b': *o++ = '\b'; break;
-        case 'f': *o++ = '\f'; break;
-        case 'n': *o++ = '\n'; break;
-        case 'r': *o++ = '\r'; break;
-        case 't': *o++ = '\t'; break;
-        case 'u': {
-            uint32_t cp;
-            if (end - p < 4 || hex4(p, &cp) < 0) return BODY;
-            p += 4;
-            if (cp >= 0xDC00 && cp <= 0xDFFF) return BODY;
-            if (cp >= 0xD800 && cp <= 0xDBFF) {
-                uint32_t low;
-                if (end - p < 6 || p[0] != '\\' || p[1] != 'u' || hex4(p + 2, &low) < 0 || low < 0xDC00 ||
-                    low > 0xDFFF)
-                    return BODY;
-                p += 6;
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-            }
-            /* six escaped bytes become at most four: the scratch room holds */
-            if (cp < 0x80) *o++ = (char)cp;
-            else if (cp < 0x800) {
-                *o++ = (char)(0xC0 | cp >> 6);
-                *o++ = (char)(0x80 | (cp & 0x3F));
-            } else if (cp < 0x10000) {
-                *o++ = (char)(0xE0 | cp >> 12);
-                *o++ = (char)(0x80 | (cp >> 6 & 0x3F));
-                *o++ = (char)(0x80 | (cp & 0x3F));
-            } else {
-                *o++ = (char)(0xF0 | cp >> 18);
-                *o++ = (char)(0x80 | (cp >> 12 & 0x3F));
-                *o++ = (char)(0x80 | (cp >> 6 & 0x3F));
-                *o++ = (char)(0x80 | (cp & 0x3F));
-            }
-            break;
-        }
-        default: return BODY;
-        }
-    }
-    return BODY;
+    /* decoded into the scratch buffer (reserved to the body's size: an escape only gets shorter) */
+    char *first = r->scratch.data + r->scratch.len;
+    memcpy(first, text, (size_t)(escape - text));
+    char *o = json_unescape(escape, close, first + (escape - text));
+    *s = first;
+    *n = o - first;
+    r->scratch.len = o - r->scratch.data;
+    return DONE;
 }
 
 /* A number at r->p as orjson reads it: an int when it has no fraction or exponent (here only
  * int64's range: past it, BODY), else a double (infinite: orjson's error, BODY). */
 static int read_number(R *r, Tok *t) {
-    const uint8_t *p = r->p, *end = r->end, *start = p;
-    int negative = 0, is_float = 0;
-    if (p < end && *p == '-') {
-        negative = 1;
-        p++;
-    }
-    if (p >= end || *p < '0' || *p > '9') return BODY;
-    uint64_t magnitude = 0;
-    int overflow = 0;
-    if (*p == '0') {
-        p++;
-        if (p < end && *p >= '0' && *p <= '9') return BODY; /* a leading zero */
-    } else {
-        while (p < end && *p >= '0' && *p <= '9') {
-            uint64_t digit = (uint64_t)(*p - '0');
-            if (magnitude > (UINT64_MAX - digit) / 10) overflow = 1;
-            else magnitude = magnitude * 10 + digit;
-            p++;
-        }
-    }
-    if (p < end && *p == '.') {
-        is_float = 1;
-        p++;
-        if (p >= end || *p < '0' || *p > '9') return BODY;
-        while (p < end && *p >= '0' && *p <= '9') p++;
-    }
-    if (p < end && (*p == 'e' || *p == 'E')) {
-        is_float = 1;
-        p++;
-        if (p < end && (*p == '+' || *p == '-')) p++;
-        if (p >= end || *p < '0' || *p > '9') return BODY;
-        while (p < end && *p >= '0' && *p <= '9') p++;
-    }
+    const uint8_t *start = r->p;
+    JsonNumber number;
+    const uint8_t *p = json_number(start, r->end, &number);
+    if (p == NULL) return BODY;
     r->p = p;
-    if (!is_float) {
-        if (overflow || magnitude > (negative ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX)) return BODY;
+    if (!number.is_float) {
+        if (json_int64(&number, &t->i) < 0) return BODY;
         t->type = T_INT;
-        t->i = negative ? (int64_t)((uint64_t)0 - magnitude) : (int64_t)magnitude;
         return DONE;
     }
-    char text[128];
-    if (p - start >= (Py_ssize_t)sizeof text) return BODY;
-    memcpy(text, start, (size_t)(p - start));
-    text[p - start] = 0;
+    /* the text, NUL-terminated for PyOS_string_to_double (a long one: on the heap) */
+    Py_ssize_t n = p - start;
+    char room[128], *text = n < (Py_ssize_t)sizeof room ? room : PyMem_Malloc((size_t)n + 1);
+    if (text == NULL) {
+        PyErr_NoMemory();
+        return FAILED;
+    }
+    memcpy(text, start, (size_t)n);
+    text[n] = 0;
     char *stop;
     double d = PyOS_string_to_double(text, &stop, NULL);
+    int read = stop == text + n;
+    if (text != room) PyMem_Free(text);
     if (d == -1.0 && PyErr_Occurred()) {
         PyErr_Clear();
         return BODY;
     }
-    if (stop != text + (p - start) || isinf(d) || isnan(d)) return BODY;
+    if (!read || isinf(d) || isnan(d)) return BODY;
     t->type = T_FLOAT;
     t->d = d;
-    return DONE;
-}
-
-static int literal(R *r, const char *word, Py_ssize_t n) {
-    if (r->end - r->p < n || memcmp(r->p, word, (size_t)n) != 0) return BODY;
-    r->p += n;
     return DONE;
 }
 
@@ -293,53 +170,21 @@ static int literal(R *r, const char *word, Py_ssize_t n) {
 static int read_token(R *r, Tok *t) {
     ws(r);
     if (r->p >= r->end) return BODY;
+    const uint8_t *past;
     switch (*r->p) {
     case '"':
         t->type = T_STRING;
         return read_string(r, &t->s, &t->n);
     case '{': t->type = T_OBJECT; return DONE;
     case '[': t->type = T_ARRAY; return DONE;
-    case 't': t->type = T_TRUE; return literal(r, "true", 4);
-    case 'f': t->type = T_FALSE; return literal(r, "false", 5);
-    case 'n': t->type = T_NULL; return literal(r, "null", 4);
+    case 't':
+    case 'f':
+    case 'n':
+        t->type = *r->p == 't' ? T_TRUE : *r->p == 'f' ? T_FALSE : T_NULL;
+        if ((past = json_literal(r->p, r->end)) == NULL) return BODY;
+        r->p = past;
+        return DONE;
     default: return read_number(r, t);
-    }
-}
-
-/* Past one value, checking it as orjson would (DONE or BODY). */
-static int skip_value(R *r, int depth) {
-    Tok t;
-    int done = read_token(r, &t);
-    if (done != DONE) return done;
-    if (t.type != T_OBJECT && t.type != T_ARRAY) return DONE;
-    if (depth >= SKIP_DEPTH) return BODY;
-    int object = t.type == T_OBJECT;
-    r->p++;
-    ws(r);
-    if (r->p < r->end && *r->p == (object ? '}' : ']')) {
-        r->p++;
-        return DONE;
-    }
-    for (;;) {
-        if (object) {
-            ws(r);
-            const char *s;
-            Py_ssize_t n;
-            if (r->p >= r->end || *r->p != '"' || read_string(r, &s, &n) != DONE) return BODY;
-            ws(r);
-            if (r->p >= r->end || *r->p != ':') return BODY;
-            r->p++;
-        }
-        if ((done = skip_value(r, depth + 1)) != DONE) return done;
-        ws(r);
-        if (r->p >= r->end) return BODY;
-        if (*r->p == ',') {
-            r->p++;
-            continue;
-        }
-        if (*r->p != (object ? '}' : ']')) return BODY;
-        r->p++;
-        return DONE;
     }
 }
 
@@ -992,8 +837,8 @@ static PyObject *read_body(PyObject *module, PyObject *arg) {
         if (done == ITEM) {
             whole = 0;
             r->p = start;
-            r->scratch.len = 0; /* the room is the body's size: one item's strings at a time */
-            if (skip_value(r, 0) != DONE) goto whole;
+            r->p = json_skip_value(start, r->end, SKIP_DEPTH);
+            if (r->p == NULL) goto whole;
             PyObject *from = PyLong_FromSsize_t(start - r->start), *to = PyLong_FromSsize_t(r->p - r->start);
             item = from && to ? PySlice_New(from, to, NULL) : NULL;
             Py_XDECREF(from);

@@ -30,7 +30,7 @@
 #include <sqlite3.h>
 #include <stdint.h>
 
-#include "json_text.h"
+#include "json_lexer.h"
 #include "packed_rows.h"
 #include "ray_json_values.h"
 
@@ -106,105 +106,45 @@ static int64_t unreadable(Parser *p) {
 
 /* Skips whitespace; says whether there was any. */
 static inline __attribute__((always_inline)) int skip_space(Parser *p) {
-    uint32_t start = p->pos;
-    while (p->pos < p->len) {
-        uint8_t c = p->text[p->pos];
-        if (c != ' ' && c != '\n' && c != '\r' && c != '\t') break;
-        p->pos++;
+    uint32_t i = p->pos;
+    if (i >= p->len || !json_is_space(p->text[i])) return 0; /* mostly: no pointers made */
+    p->pos = (uint32_t)(json_space(p->text + i + 1, p->text + p->len) - p->text);
+    return 1;
+}
+
+/* Whether a checked string's escapes, from its first backslash `s` to its closing quote, are as
+ * orjson writes them: \" \\ \b \f \n \r \t, and \u00xx (lowercase) only for the other control
+ * characters (not \/, not a surrogate pair, not any other character escaped). */
+static int escapes_as_orjson_writes(const uint8_t *s, const uint8_t *end) {
+    while (s < end) {
+        if (*s != '\\') {
+            s++;
+            continue;
+        }
+        uint8_t e = s[1];
+        if (e == '/') return 0;
+        if (e != 'u') {
+            s += 2;
+            continue;
+        }
+        for (int i = 2; i < 6; i++)
+            if (s[i] >= 'A' && s[i] <= 'F') return 0;
+        int32_t u = json_hex4(s + 2);
+        if (u >= 0x20 || u == '\b' || u == '\t' || u == '\n' || u == '\f' || u == '\r') return 0;
+        s += 6;
     }
-    return p->pos != start;
+    return 1;
 }
 
-static int hex_digit(uint8_t c, int *lower) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') {
-        *lower = 0;
-        return c - 'A' + 10;
-    }
-    return -1;
-}
-
-/* Four hex digits at `s`: the code unit, or -1; `*lower` cleared by an uppercase digit. */
-static int32_t hex4_at(const uint8_t *s, int *lower) {
-    int32_t v = 0;
-    for (int i = 0; i < 4; i++) {
-        int d = hex_digit(s[i], lower);
-        if (d < 0) return -1;
-        v = v << 4 | d;
-    }
-    return v;
-}
-
-static int is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
-
-#define ONES 0x0101010101010101ULL
-
-/* The place of the first quote, backslash, control character or non-ASCII byte among the 8 bytes
- * at `s` (little-endian), or 8: the "has a byte under n" tests of bit twiddling, whose lowest flag
- * is exact (a borrow only flags bytes above the first hit). A string's plain bytes are skipped 8
- * at a time. */
-static inline unsigned first_special8(const uint8_t *s) {
-    uint64_t w;
-    memcpy(&w, s, 8);
-    uint64_t quote = w ^ (ONES * '"'), backslash = w ^ (ONES * '\\');
-    uint64_t hits = ((quote - ONES) & ~quote) | ((backslash - ONES) & ~backslash) | ((w - ONES * 0x20) & ~w) | w;
-    hits &= ONES * 0x80;
-    return hits ? (unsigned)__builtin_ctzll(hits) >> 3 : 8;
-}
-
-/* The string at the reading position (its quote) checked as orjson reads it and passed; its flags
- * at `*flags`. -1 for one orjson refuses or may read otherwise (bad UTF-8, control characters,
- * bad escapes, lone surrogates). */
+/* The string at the reading position (its quote) checked as orjson reads it (json_string) and
+ * passed; its flags at `*flags`. -1 for one orjson refuses or may read otherwise. */
 static inline __attribute__((always_inline)) int read_string(Parser *p, uint8_t *flags) {
-    const uint8_t *t = p->text;
-    uint32_t i = p->pos + 1, len = p->len;
-    int canon = 1, escaped = 0, wide = 0;
-    for (;;) {
-        while (i + 8 <= len) {
-            unsigned skip = first_special8(t + i);
-            i += skip;
-            if (skip < 8) break;
-        }
-        if (i >= len) return unreadable(p), -1;
-        uint8_t c = t[i];
-        if (c == '"') break;
-        if (c < 0x20) return unreadable(p), -1;
-        if (c >= 0x80) wide = 1;
-        if (c != '\\') {
-            i++;
-            continue;
-        }
-        escaped = 1;
-        if (i + 1 >= len) return unreadable(p), -1;
-        uint8_t e = t[i + 1];
-        if (e == '"' || e == '\\' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
-            i += 2;
-            continue;
-        }
-        if (e == '/') {
-            canon = 0;
-            i += 2;
-            continue;
-        }
-        if (e != 'u' || i + 6 > len) return unreadable(p), -1;
-        int lower = 1;
-        int32_t u = hex4_at(t + i + 2, &lower);
-        if (u < 0 || (u >= 0xDC00 && u <= 0xDFFF)) return unreadable(p), -1;
-        if (u >= 0xD800 && u <= 0xDBFF) { /* a pair, or orjson refuses it */
-            int32_t low = i + 12 <= len && t[i + 6] == '\\' && t[i + 7] == 'u' ? hex4_at(t + i + 8, &lower) : -1;
-            if (low < 0xDC00 || low > 0xDFFF) return unreadable(p), -1;
-            canon = 0;
-            i += 12;
-            continue;
-        }
-        /* orjson writes \u00xx (lowercase) only for control characters it has no short escape for */
-        if (!lower || u >= 0x20 || u == '\b' || u == '\t' || u == '\n' || u == '\f' || u == '\r') canon = 0;
-        i += 6;
-    }
-    if (wide && !utf8_valid(t + p->pos + 1, i - p->pos - 1)) return unreadable(p), -1;
-    p->pos = i + 1;
-    *flags = (uint8_t)((canon ? CANON : 0) | WRITABLE | (escaped ? ESCAPED : 0));
+    const uint8_t *escape, *close = json_string(p->text + p->pos, p->text + p->len, &escape);
+    if (close == NULL) return unreadable(p), -1;
+    p->pos = (uint32_t)(close + 1 - p->text);
+    *flags = escape == NULL                            ? CANON | WRITABLE
+             : escapes_as_orjson_writes(escape, close) ? CANON | WRITABLE | ESCAPED
+                                                       : WRITABLE | ESCAPED;
     return 0;
 }
 
@@ -225,11 +165,11 @@ static int64_t parse_string(Parser *p) {
 static int float_is_canonical(const uint8_t *s, uint32_t n) {
     uint32_t i = s[0] == '-';
     uint32_t int_start = i;
-    while (i < n && is_digit(s[i])) i++;
+    while (i < n && json_is_digit(s[i])) i++;
     uint32_t int_end = i;
     if (i >= n || s[i] != '.') return 0;
     uint32_t frac_start = ++i;
-    while (i < n && is_digit(s[i])) i++;
+    while (i < n && json_is_digit(s[i])) i++;
     if (i != n) return 0; /* an exponent */
     uint32_t frac_n = n - frac_start;
     if (frac_n > 1 && s[n - 1] == '0') return 0;
@@ -248,81 +188,26 @@ static int float_is_canonical(const uint8_t *s, uint32_t n) {
     return digits <= 15;
 }
 
-/* Whether a float's text surely reads as a finite double (orjson refuses infinite ones): its first
- * significant digit's place under 10^308. Bigger ones (near DBL_MAX) are read in Python. */
-static int float_is_finite(const uint8_t *s, uint32_t n) {
-    uint32_t i = s[0] == '-';
-    int64_t place = 0; /* 10^(place - 1) <= |x| < 10^place */
-    int seen = 0;
-    for (; i < n && is_digit(s[i]); i++) {
-        if (seen || s[i] != '0') place++, seen = 1;
-    }
-    if (i < n && s[i] == '.') {
-        for (i++; i < n && is_digit(s[i]); i++) {
-            if (seen) continue;
-            if (s[i] == '0') place--;
-            else seen = 1;
-        }
-    }
-    if (!seen) return 1; /* zero */
-    if (i < n) { /* an exponent */
-        i++;
-        int negative = s[i] == '-';
-        if (s[i] == '+' || s[i] == '-') i++;
-        int64_t exponent = 0;
-        for (; i < n; i++) exponent = exponent < 100000 ? exponent * 10 + (s[i] - '0') : exponent;
-        place += negative ? -exponent : exponent;
-    }
-    return place <= 308;
-}
-
-/* The number at the reading position checked as orjson reads it and passed: J_INT (its value at
- * `*num`) or J_FLOAT, its flags at `*flags`; -1 for one orjson reads otherwise (an integer past
- * int64) or refuses (an infinite float). */
+/* The number at the reading position checked as orjson reads it (json_number) and passed: J_INT
+ * (its value at `*num`) or J_FLOAT, its flags at `*flags`; -1 for one orjson reads otherwise (an
+ * integer past int64) or refuses (an infinite float). */
 static int read_number(Parser *p, int *type, int64_t *num, uint8_t *flags) {
-    const uint8_t *t = p->text;
-    uint32_t start = p->pos, i = p->pos, len = p->len;
-    int negative = i < len && t[i] == '-';
-    if (negative) i++;
-    if (i >= len || !is_digit(t[i])) return unreadable(p), -1;
-    uint64_t magnitude = 0;
-    int overflow = 0;
-    if (t[i] == '0') {
-        i++;
-    } else {
-        while (i < len && is_digit(t[i])) {
-            unsigned d = t[i] - '0';
-            if (magnitude > (UINT64_MAX - d) / 10) overflow = 1;
-            else magnitude = magnitude * 10 + d;
-            i++;
-        }
-    }
-    int is_float = 0;
-    if (i < len && t[i] == '.') {
-        i++;
-        if (i >= len || !is_digit(t[i])) return unreadable(p), -1;
-        while (i < len && is_digit(t[i])) i++;
-        is_float = 1;
-    }
-    if (i < len && (t[i] == 'e' || t[i] == 'E')) {
-        i++;
-        if (i < len && (t[i] == '+' || t[i] == '-')) i++;
-        if (i >= len || !is_digit(t[i])) return unreadable(p), -1;
-        while (i < len && is_digit(t[i])) i++;
-        is_float = 1;
-    }
-    p->pos = i;
-    if (is_float) {
-        if (!float_is_finite(t + start, i - start)) return unreadable(p), -1;
+    const uint8_t *start = p->text + p->pos;
+    JsonNumber number;
+    const uint8_t *stop = json_number(start, p->text + p->len, &number);
+    if (stop == NULL) return unreadable(p), -1;
+    p->pos = (uint32_t)(stop - p->text);
+    uint32_t n = (uint32_t)(stop - start);
+    if (number.is_float) {
+        if (!json_float_finite(start, n)) return unreadable(p), -1;
         *type = J_FLOAT;
-        *flags = float_is_canonical(t + start, i - start) ? CANON | WRITABLE : 0;
+        *flags = float_is_canonical(start, n) ? CANON | WRITABLE : 0;
         return 0;
     }
-    /* orjson reads an integer past int64 as a float or a uint64: Python reads that body */
-    if (overflow || magnitude > (uint64_t)INT64_MAX + (negative ? 1 : 0)) return unreadable(p), -1;
+    if (json_int64(&number, num) < 0) return unreadable(p), -1;
     *type = J_INT;
-    *num = negative ? (int64_t)(0 - magnitude) : (int64_t)magnitude;
-    *flags = negative && magnitude == 0 ? WRITABLE : CANON | WRITABLE; /* "-0" is written "0" */
+    /* "-0" is written "0" */
+    *flags = number.negative && number.magnitude == 0 ? WRITABLE : CANON | WRITABLE;
     return 0;
 }
 
@@ -340,12 +225,12 @@ static int64_t parse_number(Parser *p) {
     return k;
 }
 
-static int64_t parse_literal(Parser *p, const char *word, int type) {
-    size_t n = strlen(word);
-    if (p->len - p->pos < n || memcmp(p->text + p->pos, word, n) != 0) return unreadable(p);
+static int64_t parse_literal(Parser *p, int type) {
+    const uint8_t *stop = json_literal(p->text + p->pos, p->text + p->len);
+    if (stop == NULL) return unreadable(p);
     int64_t k = new_node(p, type);
     if (k < 0) return -1;
-    p->pos += (uint32_t)n;
+    p->pos = (uint32_t)(stop - p->text);
     p->nodes[k].end = p->pos;
     return k;
 }
@@ -410,53 +295,6 @@ static int64_t parse_container(Parser *p) {
     return k;
 }
 
-/* The value at the reading position checked as orjson reads it and passed, no node made (what
- * `scan` does not read: duplicate and escaped keys are left to the fold's reading). 0 or -1. */
-static int skip_value(Parser *p) {
-    if (p->pos >= p->len) return unreadable(p), -1;
-    uint8_t c = p->text[p->pos], flags;
-    if (c == '"') return read_string(p, &flags);
-    if (c == 't' || c == 'f' || c == 'n') {
-        const char *word = c == 't' ? "true" : c == 'f' ? "false" : "null";
-        size_t n = strlen(word);
-        if (p->len - p->pos < n || memcmp(p->text + p->pos, word, n) != 0) return unreadable(p), -1;
-        p->pos += (uint32_t)n;
-        return 0;
-    }
-    if (c != '[' && c != '{') {
-        int type;
-        int64_t num;
-        return read_number(p, &type, &num, &flags);
-    }
-    uint8_t close = c == '[' ? ']' : '}';
-    if (++p->depth > MAX_DEPTH) return unreadable(p), -1;
-    p->pos++;
-    skip_space(p);
-    if (p->pos < p->len && p->text[p->pos] == close) {
-        p->pos++;
-        p->depth--;
-        return 0;
-    }
-    for (;;) {
-        if (close == '}') {
-            if (p->pos >= p->len || p->text[p->pos] != '"' || read_string(p, &flags) < 0) return unreadable(p), -1;
-            skip_space(p);
-            if (p->pos >= p->len || p->text[p->pos] != ':') return unreadable(p), -1;
-            p->pos++;
-            skip_space(p);
-        }
-        if (skip_value(p) < 0) return -1;
-        skip_space(p);
-        if (p->pos >= p->len) return unreadable(p), -1;
-        uint8_t next = p->text[p->pos++];
-        if (next == close) break;
-        if (next != ',') return unreadable(p), -1;
-        skip_space(p);
-    }
-    p->depth--;
-    return 0;
-}
-
 /* The value at the reading position (no space before it). */
 static int64_t parse_value(Parser *p) {
     if (p->pos >= p->len) return unreadable(p);
@@ -464,7 +302,10 @@ static int64_t parse_value(Parser *p) {
     if (p->keep_depth && p->depth >= p->keep_depth && (c == '{' || c == '[')) {
         /* a node with no members read (and no flags: never written from): its text is checked */
         int64_t k = new_node(p, c == '{' ? J_OBJECT : J_ARRAY);
-        if (k < 0 || skip_value(p) < 0) return -1;
+        if (k < 0) return -1;
+        const uint8_t *stop = json_skip_value(p->text + p->pos, p->text + p->len, MAX_DEPTH - p->depth);
+        if (stop == NULL) return unreadable(p);
+        p->pos = (uint32_t)(stop - p->text);
         p->nodes[k].end = p->pos;
         p->nodes[k].flags = 0;
         return k;
@@ -473,9 +314,9 @@ static int64_t parse_value(Parser *p) {
     case '"': return parse_string(p);
     case '{':
     case '[': return parse_container(p);
-    case 't': return parse_literal(p, "true", J_TRUE);
-    case 'f': return parse_literal(p, "false", J_FALSE);
-    case 'n': return parse_literal(p, "null", J_NULL);
+    case 't': return parse_literal(p, J_TRUE);
+    case 'f': return parse_literal(p, J_FALSE);
+    case 'n': return parse_literal(p, J_NULL);
     default: return parse_number(p);
     }
 }
@@ -640,48 +481,6 @@ static Text int_text(Arena *a, int64_t v) {
 
 /* -- writing values as orjson writes them ----------------------------------------------------- */
 
-/* The UTF-8 of a string node's text (quotes left out) with its escapes decoded, at `o`; its end. */
-static char *decode_string(const uint8_t *s, uint32_t n, char *o) {
-    for (uint32_t i = 0; i < n;) {
-        uint8_t c = s[i];
-        if (c != '\\') {
-            *o++ = (char)c;
-            i++;
-            continue;
-        }
-        uint8_t e = s[i + 1];
-        if (e != 'u') {
-            *o++ = e == 'b' ? '\b' : e == 'f' ? '\f' : e == 'n' ? '\n' : e == 'r' ? '\r' : e == 't' ? '\t' : (char)e;
-            i += 2;
-            continue;
-        }
-        int lower;
-        uint32_t u = (uint32_t)hex4_at(s + i + 2, &lower);
-        i += 6;
-        if (u >= 0xD800 && u <= 0xDBFF) { /* checked by parse_string: a low surrogate follows */
-            uint32_t low = (uint32_t)hex4_at(s + i + 2, &lower);
-            u = 0x10000 + ((u - 0xD800) << 10) + (low - 0xDC00);
-            i += 6;
-        }
-        if (u < 0x80) {
-            *o++ = (char)u;
-        } else if (u < 0x800) {
-            *o++ = (char)(0xC0 | u >> 6);
-            *o++ = (char)(0x80 | (u & 0x3F));
-        } else if (u < 0x10000) {
-            *o++ = (char)(0xE0 | u >> 12);
-            *o++ = (char)(0x80 | (u >> 6 & 0x3F));
-            *o++ = (char)(0x80 | (u & 0x3F));
-        } else {
-            *o++ = (char)(0xF0 | u >> 18);
-            *o++ = (char)(0x80 | (u >> 12 & 0x3F));
-            *o++ = (char)(0x80 | (u >> 6 & 0x3F));
-            *o++ = (char)(0x80 | (u & 0x3F));
-        }
-    }
-    return o;
-}
-
 /* What orjson writes for node `v` of `p`, at `o` (room for the node's text: never longer); its end.
  * The node is WRITABLE. */
 static char *put_json(const Parser *p, uint32_t v, char *o, Arena *scratch) {
@@ -697,7 +496,7 @@ static char *put_json(const Parser *p, uint32_t v, char *o, Arena *scratch) {
     case J_STRING: {
         char *utf8 = arena_alloc(scratch, n);
         if (utf8 == NULL) return NULL;
-        char *end = decode_string(raw + 1, n - 2, utf8);
+        char *end = json_unescape(raw + 1, raw + n - 1, utf8);
         /* decoded and escaped again: never longer than the text it came from (see put_value) */
         char *tmp = arena_alloc(scratch, 2 + 6 * (size_t)(end - utf8));
         if (tmp == NULL) return NULL;
@@ -1401,7 +1200,7 @@ static int put_indexed(RawBuf *b, Text value, Text fallback, Arena *a) {
         if (memchr(inner, '\\', n) != NULL) {
             char *o = arena_alloc(a, n);
             if (o == NULL) return -1;
-            n = (uint32_t)(decode_string((const uint8_t *)inner, n, o) - o);
+            n = (uint32_t)(json_unescape((const uint8_t *)inner, (const uint8_t *)inner + n, o) - o);
             inner = o;
         }
         packed_text(b, inner, n);
@@ -1411,11 +1210,11 @@ static int put_indexed(RawBuf *b, Text value, Text fallback, Arena *a) {
         packed_int(b, c == 't');
         return 0;
     }
-    if (c != '-' && !is_digit((uint8_t)c)) return -1;
+    if (c != '-' && !json_is_digit((uint8_t)c)) return -1;
     uint64_t v = 0; /* canonical int64 text: it fits */
     int negative = c == '-';
     for (uint32_t i = negative; i < value.n; i++) {
-        if (!is_digit((uint8_t)value.p[i])) return -1; /* a float */
+        if (!json_is_digit((uint8_t)value.p[i])) return -1; /* a float */
         v = v * 10 + (uint64_t)(value.p[i] - '0');
     }
     packed_int(b, negative ? (int64_t)(0 - v) : (int64_t)v);
