@@ -39,7 +39,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from ray_otel_events.config import OtlpSignalConfig
 from ray_otel_events.exporters.publisher import PreparedBatch, PublisherClient
 from ray_otel_events.exporters.retry import RETRYABLE_STATUSES, SendError, parse_retry_after
-from ray_otel_events.exporters.transport import HttpTransport
+from ray_otel_events.exporters.transport import HttpTransport, WholeBody
 from ray_otel_events.metrics import Counters
 from ray_otel_events.otel import otlp_json, otlp_wire, semconv
 from ray_otel_events.otel.plain_records import key_values
@@ -164,7 +164,10 @@ class OtlpHttpPublisherClient(PublisherClient[OtlpPayload]):
             )
         try:
             async with self._session.post(
-                self.config.endpoint, data=payload.body, headers=self._headers, allow_redirects=False
+                self.config.endpoint,
+                data=WholeBody(payload.body, self._headers["Content-Type"]),
+                headers=self._headers,
+                allow_redirects=False,
             ) as response:
                 body = await response.read()
                 status = response.status

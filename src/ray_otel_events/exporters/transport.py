@@ -10,6 +10,9 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
+
+from aiohttp import payload
 
 from ray_otel_events.config import ConfigError
 
@@ -42,3 +45,20 @@ def parse_header_flags(values: list[str] | None, source: str = "--export-header"
             raise ConfigError(f"{source} {item!r}: expected 'Name: value' or 'Name=value'")
         headers[name.strip()] = value.strip()
     return headers
+
+
+class WholeBody(payload.BytesPayload):
+    """A request body of bytes, written after the request's headers have gone out on their own.
+
+    aiohttp holds the headers back to send them with the first body chunk, and joins the two into
+    one new bytes to do so: a copy of the whole body (the bridge's OTLP requests are megabytes).
+    The same bytes reach the server either way, in one more segment."""
+
+    def __init__(self, body: bytes, content_type: str) -> None:
+        super().__init__(body, content_type=content_type)
+
+    async def write_with_length(self, writer: Any, content_length: int | None) -> None:
+        send_headers = getattr(writer, "send_headers", None)  # aiohttp >= 3.12; earlier ones sent them
+        if send_headers is not None:
+            send_headers()
+        await super().write_with_length(writer, content_length)

@@ -39,7 +39,7 @@ import orjson
 from aiohttp import web
 
 from ray_otel_events.config import BridgeConfig
-from ray_otel_events.exporters.transport import HttpTransport
+from ray_otel_events.exporters.transport import HttpTransport, WholeBody
 from ray_otel_events.metrics import Counters
 from ray_otel_events.observability.merged_metrics import merge_expositions
 from ray_otel_events.otel.from_ray_events import routing_groups
@@ -52,6 +52,7 @@ from ray_otel_events.services.lifecycle import print_exit_summary, settle_heap
 logger = logging.getLogger(__name__)
 
 FORWARD_PATH = "/internal/v1/ray-event-pieces"
+PIECES_TYPE = "application/octet-stream"  # encode_pieces' bytes
 METRICS_PATH = "/internal/metrics"
 SECRET_HEADER = "X-Ray-Otel-Events-Worker-Secret"
 READY_TIMEOUT_S = 60.0
@@ -120,8 +121,8 @@ class TraceIdRouter:
         try:
             async with self._session.post(
                 self.peer_urls[owner] + FORWARD_PATH,
-                data=encode_pieces(events, self.records),
-                headers={SECRET_HEADER: self.secret, "Content-Type": "application/octet-stream"},
+                data=WholeBody(encode_pieces(events, self.records), PIECES_TYPE),
+                headers={SECRET_HEADER: self.secret, "Content-Type": PIECES_TYPE},
             ) as response:
                 if response.status == 200:
                     return
