@@ -278,8 +278,7 @@ static Py_ssize_t path_push(R *r, const char *name, Py_ssize_t n) {
 
 static Py_ssize_t path_push_index(R *r, Py_ssize_t index) {
     char text[24];
-    int n = snprintf(text, sizeof text, "%zd", index);
-    return path_push(r, text, n);
+    return path_push(r, text, put_decimal(text, index) - text);
 }
 
 /* -- the event's wire bytes ------------------------------------------------------------------- */

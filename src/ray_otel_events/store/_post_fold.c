@@ -459,24 +459,10 @@ static Text arena_copy(Arena *a, const char *s, size_t n) {
 
 static int text_eq(Text a, Text b) { return a.n == b.n && memcmp(a.p, b.p, a.n) == 0; }
 
-/* An int64 in decimal at `o` (room for 20 bytes); its end. */
-static char *put_int(char *o, int64_t v) {
-    uint64_t magnitude = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-    char digits[20];
-    int n = 0;
-    do {
-        digits[n++] = (char)('0' + magnitude % 10);
-        magnitude /= 10;
-    } while (magnitude);
-    if (v < 0) *o++ = '-';
-    while (n) *o++ = digits[--n];
-    return o;
-}
-
 static Text int_text(Arena *a, int64_t v) {
     char *o = arena_alloc(a, 20);
     if (o == NULL) return NONE;
-    return (Text){o, (uint32_t)(put_int(o, v) - o)};
+    return (Text){o, (uint32_t)(put_decimal(o, v) - o)};
 }
 
 /* -- writing values as orjson writes them ----------------------------------------------------- */
@@ -492,7 +478,7 @@ static char *put_json(const Parser *p, uint32_t v, char *o, Arena *scratch) {
         return o + n;
     }
     switch (node->type) {
-    case J_INT: return put_int(o, node->num);
+    case J_INT: return put_decimal(o, node->num);
     case J_STRING: {
         char *utf8 = arena_alloc(scratch, n);
         if (utf8 == NULL) return NULL;
@@ -1090,7 +1076,7 @@ static Text task_log_info(const Parser *p, int64_t info, Arena *a) {
     }
     for (int i = 0; i < 4; i++) {
         memcpy(o, offsets[i][1], strlen(offsets[i][1]));
-        o = put_int(o + strlen(offsets[i][1]), offset[i]);
+        o = put_decimal(o + strlen(offsets[i][1]), offset[i]);
         *o++ = i < 3 ? ',' : '}';
     }
     return (Text){start, (uint32_t)(o - start)};
@@ -1173,9 +1159,9 @@ static void put_row_json(RawBuf *b, const RowState *r) {
             raw_put(b, e ? ",{\"state\":" : "{\"state\":", e ? 10 : 9);
             raw_put(b, t->state.p, t->state.n);
             memcpy(o, ms, sizeof ms - 1);
-            o = put_int(o + sizeof ms - 1, t->ms);
+            o = put_decimal(o + sizeof ms - 1, t->ms);
             memcpy(o, ns, sizeof ns - 1);
-            o = put_int(o + sizeof ns - 1, t->ns);
+            o = put_decimal(o + sizeof ns - 1, t->ns);
             *o++ = '}';
             raw_put(b, numbers, (size_t)(o - numbers));
         }
