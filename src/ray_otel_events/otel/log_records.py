@@ -8,7 +8,7 @@ hex form Ray's tracing uses, so records join with spans.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -386,6 +386,165 @@ def head_log_record(
     if extra_attributes:
         attrs.append(extra_attributes)
     return _record(head, body, attrs, trace_id, span_id, observed_time_unix_nano, flags)
+
+
+# -- records of events that differ from one event in a few values ----------------------------------
+#
+# A traced task's events differ from the task before's in their ids and times only: the same
+# function, job, worker, session and states. A shape walks one event's object once, keeps what stays
+# as written entries, and per event walks only the values at its slots (paths of keys and list
+# indexes), splicing them in where they sit: the entries `_walk` writes of the whole object.
+
+Slot = tuple[str | int, ...]
+_CONST, _VALUE, _OBJECT, _LIST = range(4)
+_Step = tuple[Any, ...]
+
+
+def _under(slots: Mapping[Slot, int], path: Slot) -> bool:
+    """Whether a slot lies at or under `path`."""
+    return any(slot[: len(path)] == path for slot in slots)
+
+
+def _shape_steps(obj: Mapping[str, Any], plan: _Plan, slots: Mapping[Slot, int], path: Slot) -> list[_Step]:
+    """How `obj` at `path` is written: runs of entries that stay, written now (_CONST: body entries,
+    attribute entries); a slot's value (_VALUE: key, plan, index into the values); an object or a
+    list of objects holding slots (_OBJECT, _LIST: key field and their own steps)."""
+    steps: list[_Step] = []
+    run: dict[str, Any] = {}
+
+    def close_run() -> None:
+        if run:
+            attrs: list[bytes] = []
+            steps.append((_CONST, _walk(dict(run), plan, attrs), b"".join(attrs)))
+            run.clear()
+
+    for key, value in obj.items():
+        here = (*path, key)
+        index = slots.get(here)
+        if index is not None:
+            close_run()
+            steps.append((_VALUE, key, plan, index))
+        elif not _under(slots, here):
+            run[key] = value
+        elif type(value) is dict:
+            close_run()
+            child = plan.children.get(key) or plan.child(key)
+            steps.append((_OBJECT, plan.key_field(key), _shape_steps(value, child, slots, here)))
+        elif type(value) is list and all(type(item) is dict for item in value):
+            close_run()
+            items: list[_Step] = []
+            for i, item in enumerate(value):
+                at = (*here, i)
+                if at in slots:
+                    raise ValueError(f"a slot at a list item ({at}): slots are keys of objects")
+                if _under(slots, at):
+                    items.append((_OBJECT, None, _shape_steps(item, plan.item(key, i), slots, at)))
+                else:
+                    item_attrs: list[bytes] = []
+                    items.append((_CONST, _list_item(item, plan, key, i, item_attrs), b"".join(item_attrs)))
+            steps.append((_LIST, plan.key_field(key), items))
+        else:
+            raise ValueError(f"a slot under {here}, which holds no object")
+    close_run()
+    return steps
+
+
+def _run_steps(steps: list[_Step], values: Sequence[Any], attrs: list[bytes]) -> bytes:
+    """The body entries `steps` write with `values` in their slots; appends the attribute entries."""
+    out: list[bytes] = []
+    for step in steps:
+        kind = step[0]
+        if kind == _CONST:
+            out.append(step[1])
+            attrs.append(step[2])
+        elif kind == _VALUE:
+            out.append(_walk({step[1]: values[step[3]]}, step[2], attrs))
+        elif kind == _OBJECT:
+            out.append(_framed(step[1], otlp_wire.kvlist_value(_run_steps(step[2], values, attrs))))
+        else:
+            items = []
+            for item in step[2]:
+                if item[0] == _CONST:
+                    items.append(item[1])
+                    attrs.append(item[2])
+                else:
+                    items.append(otlp_wire.kvlist_value(_run_steps(item[2], values, attrs)))
+            out.append(_framed(step[1], otlp_wire.array_value(items)))
+    return b"".join(out)
+
+
+class RecordShape:
+    """The records of events equal to `event` but for the values at `slots` (paths into its JSON
+    object) and at `attribute_slots` (entity attributes, by name), each naming the index of its
+    value: `record(values, ...)` is `log_record_wire` of the event holding `values` there, at the
+    cost of walking those values only.
+
+    A slot's value must not change which keys its object holds or their order (a value at its
+    field's default moves to the end of its object): the caller makes a shape per such case. Make
+    one with `shape_of`, which checks it on the event it was made from."""
+
+    __slots__ = ("_body", "_entity", "_fields")
+
+    def __init__(
+        self, event: RayEvent, slots: Mapping[Slot, int], attribute_slots: Mapping[str, int]
+    ) -> None:
+        head = read_head(event)
+        self._fields = record_fields(head.event_type, head.severity)
+        self._body = _shape_steps(_camel.event_dict(event), _ROOT, slots, ())
+        entity: list[bytes | tuple[bytes, int]] = []
+        for key, value in entity_attributes(event).items():
+            index = attribute_slots.get(key)
+            if index is None:
+                entity.append(otlp_wire.attributes({key: value}, _LOG_ATTRIBUTE))
+            else:
+                entity.append((otlp_wire.key_field(key), index))
+        self._entity = entity
+
+    def record(
+        self,
+        values: Sequence[Any],
+        time_unix_nano: int,
+        trace_id: bytes,
+        span_id: bytes,
+        observed_time_unix_nano: int,
+        flags: int = 0,
+        extra_attributes: bytes = b"",
+    ) -> bytes:
+        """The record of the event holding `values` at the slots; `time_unix_nano`: its timestamp
+        as OTLP carries it (`otlp_wire.time_or_unknown`)."""
+        attrs: list[bytes] = []
+        body = _run_steps(self._body, values, attrs)
+        for part in self._entity:
+            if isinstance(part, bytes):
+                attrs.append(part)
+            else:
+                value = otlp_wire.value_field(otlp_wire.any_value(values[part[1]]))
+                attrs.append(otlp_wire.entry(_LOG_ATTRIBUTE, part[0], value))
+        if extra_attributes:
+            attrs.append(extra_attributes)
+        number, text, name = self._fields
+        return _write_record(
+            time_unix_nano, observed_time_unix_nano, number, text, body, attrs, trace_id, span_id, flags, name
+        )
+
+
+def shape_of(
+    event: RayEvent,
+    slots: Mapping[Slot, int],
+    attribute_slots: Mapping[str, int],
+    values: Sequence[Any],
+) -> RecordShape | None:
+    """The shape of `event`'s records (see `RecordShape`), `values` being the event's own values at
+    the slots; None when it does not write the event's own record with them (a slot that is not
+    in the event's object, or a value the caller formats otherwise than its JSON)."""
+    try:
+        shape = RecordShape(event, slots, attribute_slots)
+    except ValueError:
+        return None
+    head = read_head(event)
+    probe = (b"\x01" * 16, b"\x02" * 8, 7)
+    expected = log_record_wire(event, *probe)
+    return shape if shape.record(values, head.time_ns, *probe) == expected else None
 
 
 def parts_log_record(
