@@ -391,106 +391,59 @@ def head_log_record(
 # -- records of events that differ from one event in a few values ----------------------------------
 #
 # A traced task's events differ from the task before's in their ids and times only: the same
-# function, job, worker, session and states. A shape walks one event's object once, keeps what stays
-# as written entries, and per event walks only the values at its slots (paths of keys and list
-# indexes), splicing them in where they sit: the entries `_walk` writes of the whole object.
+# function, job, worker, session and states. A shape keeps one event's JSON object; per event it
+# copies the objects and lists on the way to its slots (paths of keys and list indexes), puts the
+# event's values there and walks the copy (the compiled walk, whose leaves of values that repeat
+# are kept written): the event is never built, nor read back into JSON.
 
 Slot = tuple[str | int, ...]
-_CONST, _VALUE, _OBJECT, _LIST = range(4)
-_Step = tuple[Any, ...]
+_SlotTree = dict[Any, Any]  # key or index -> the index of its value, or the tree under it
 
 
-def _under(slots: Mapping[Slot, int], path: Slot) -> bool:
-    """Whether a slot lies at or under `path`."""
-    return any(slot[: len(path)] == path for slot in slots)
+def _slot_tree(obj: Any, slots: Mapping[Slot, int]) -> _SlotTree:
+    """`slots` as a tree over `obj`; ValueError for a path `obj` does not hold."""
+    tree: _SlotTree = {}
+    for path, index in slots.items():
+        node, at = tree, obj
+        for depth, key in enumerate(path):
+            try:
+                at = at[key]
+            except (KeyError, IndexError, TypeError):
+                raise ValueError(f"no value at {path}") from None
+            if depth == len(path) - 1:
+                node[key] = index
+            else:
+                node = node.setdefault(key, {})
+    return tree
 
 
-def _shape_steps(obj: Mapping[str, Any], plan: _Plan, slots: Mapping[Slot, int], path: Slot) -> list[_Step]:
-    """How `obj` at `path` is written: runs of entries that stay, written now (_CONST: body entries,
-    attribute entries); a slot's value (_VALUE: key, plan, index into the values); an object or a
-    list of objects holding slots (_OBJECT, _LIST: key field and their own steps)."""
-    steps: list[_Step] = []
-    run: dict[str, Any] = {}
-
-    def close_run() -> None:
-        if run:
-            attrs: list[bytes] = []
-            steps.append((_CONST, _walk(dict(run), plan, attrs), b"".join(attrs)))
-            run.clear()
-
-    for key, value in obj.items():
-        here = (*path, key)
-        index = slots.get(here)
-        if index is not None:
-            close_run()
-            steps.append((_VALUE, key, plan, index))
-        elif not _under(slots, here):
-            run[key] = value
-        elif type(value) is dict:
-            close_run()
-            child = plan.children.get(key) or plan.child(key)
-            steps.append((_OBJECT, plan.key_field(key), _shape_steps(value, child, slots, here)))
-        elif type(value) is list and all(type(item) is dict for item in value):
-            close_run()
-            items: list[_Step] = []
-            for i, item in enumerate(value):
-                at = (*here, i)
-                if at in slots:
-                    raise ValueError(f"a slot at a list item ({at}): slots are keys of objects")
-                if _under(slots, at):
-                    items.append((_OBJECT, None, _shape_steps(item, plan.item(key, i), slots, at)))
-                else:
-                    item_attrs: list[bytes] = []
-                    items.append((_CONST, _list_item(item, plan, key, i, item_attrs), b"".join(item_attrs)))
-            steps.append((_LIST, plan.key_field(key), items))
-        else:
-            raise ValueError(f"a slot under {here}, which holds no object")
-    close_run()
-    return steps
-
-
-def _run_steps(steps: list[_Step], values: Sequence[Any], attrs: list[bytes]) -> bytes:
-    """The body entries `steps` write with `values` in their slots; appends the attribute entries."""
-    out: list[bytes] = []
-    for step in steps:
-        kind = step[0]
-        if kind == _CONST:
-            out.append(step[1])
-            attrs.append(step[2])
-        elif kind == _VALUE:
-            out.append(_walk({step[1]: values[step[3]]}, step[2], attrs))
-        elif kind == _OBJECT:
-            out.append(_framed(step[1], otlp_wire.kvlist_value(_run_steps(step[2], values, attrs))))
-        else:
-            items = []
-            for item in step[2]:
-                if item[0] == _CONST:
-                    items.append(item[1])
-                    attrs.append(item[2])
-                else:
-                    items.append(otlp_wire.kvlist_value(_run_steps(item[2], values, attrs)))
-            out.append(_framed(step[1], otlp_wire.array_value(items)))
-    return b"".join(out)
+def _filled(obj: Any, tree: _SlotTree, values: Sequence[Any]) -> Any:
+    """A copy of `obj` (a dict or list) holding `values` at the tree's slots; the rest shared."""
+    out = obj.copy()
+    for key, sub in tree.items():
+        out[key] = values[sub] if type(sub) is int else _filled(out[key], sub, values)
+    return out
 
 
 class RecordShape:
     """The records of events equal to `event` but for the values at `slots` (paths into its JSON
     object) and at `attribute_slots` (entity attributes, by name), each naming the index of its
-    value: `record(values, ...)` is `log_record_wire` of the event holding `values` there, at the
-    cost of walking those values only.
+    value: `record(values, ...)` is `log_record_wire` of the event holding `values` there, without
+    the event.
 
     A slot's value must not change which keys its object holds or their order (a value at its
     field's default moves to the end of its object): the caller makes a shape per such case. Make
     one with `shape_of`, which checks it on the event it was made from."""
 
-    __slots__ = ("_body", "_entity", "_fields")
+    __slots__ = ("_entity", "_fields", "_object", "_tree")
 
     def __init__(
         self, event: RayEvent, slots: Mapping[Slot, int], attribute_slots: Mapping[str, int]
     ) -> None:
         head = read_head(event)
         self._fields = record_fields(head.event_type, head.severity)
-        self._body = _shape_steps(_camel.event_dict(event), _ROOT, slots, ())
+        self._object = _camel.event_dict(event)
+        self._tree = _slot_tree(self._object, slots)
         entity: list[bytes | tuple[bytes, int]] = []
         for key, value in entity_attributes(event).items():
             index = attribute_slots.get(key)
@@ -513,7 +466,7 @@ class RecordShape:
         """The record of the event holding `values` at the slots; `time_unix_nano`: its timestamp
         as OTLP carries it (`otlp_wire.time_or_unknown`)."""
         attrs: list[bytes] = []
-        body = _run_steps(self._body, values, attrs)
+        body = _walk(_filled(self._object, self._tree, values), _ROOT, attrs)
         for part in self._entity:
             if isinstance(part, bytes):
                 attrs.append(part)

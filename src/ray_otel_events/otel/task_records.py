@@ -5,10 +5,11 @@ log record: `log_records.log_record_wire` of the event. Building each event as a
 field by field and then reading it back into JSON for its record was most of the hook's cost. A
 task's events differ from the previous task's in their ids and times only, so records are written
 by shape (`log_records.RecordShape`): per kind of event and what stays (session, job, function,
-worker, states), one event is built and walked once; each later one writes only its task id,
-parent, times and error message into it. The records are byte for byte `log_record_wire` of the
-event `task_spans.build_event` makes (tests hold them to it); an event this does not shape (actors'
-own events, a time before 1970 or after 9999, an empty task id) is built and written that way.
+worker, states), one event is built and read into JSON once; each later one is that JSON with its
+own task id, parent, times and error message put in, walked into its record. The records are
+byte for byte `log_record_wire` of the event `task_spans.build_event` makes (tests hold them to
+it); an event this does not shape (actors' own events, a time before 1970 or after 9999, an empty
+task id) is built and written that way.
 """
 
 from __future__ import annotations
