@@ -18,8 +18,9 @@ from opentelemetry.trace import SpanContext, TraceFlags
 
 from ray_otel_events.config import otlp_signal_config
 from ray_otel_events.events import ids
-from ray_otel_events.events.builders import EventFactory, TaskStatus, python_function
+from ray_otel_events.events.builders import EventFactory, TaskStatus, TaskType
 from ray_otel_events.otel import semconv
+from ray_otel_events.otel.task_spans import SpanEvent, TaskDefinition, TaskTransitions, build_event
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.tracing.otlp_event_logs import DROPPED, EXPORTED, OtlpEventLogSink
 from ray_otel_events.tracing.task_events import PRODUCER, EventLogEmitter
@@ -52,20 +53,33 @@ def receiver() -> Iterator[tuple[Receiver, str]]:
 RESOURCE = Resource.create({"service.name": "events-under-test"})
 
 
-def _events() -> list[tuple[RayEvent, SpanContext]]:
+def _events() -> list[SpanEvent]:
+    """Three tasks' definition and RUNNING events as the processor hands them over: the first two
+    tasks' as their facts (written by shape), the third's as built events."""
     factory = EventFactory(session_name="s")
     job = ids.job_id(3)
     out = []
     for i in range(3):
         task = ids.new_task_id(job)
         context = SpanContext(0x1234 + i, 0x99 + i, is_remote=False, trace_flags=TraceFlags(1))
-        definition = factory.task_definition(
-            task_id=task, job_id=job, name="f", function=python_function("m", "f"), timestamp_ns=10 + i
+        definition = TaskDefinition(
+            event_type=RayEvent.TASK_DEFINITION_EVENT,
+            task_id=task,
+            job=job,
+            actor=b"",
+            name="f",
+            module="m",
+            function="f",
+            class_name="",
+            task_type=TaskType.NORMAL_TASK,
+            parent_task=b"",
+            timestamp_ns=10 + i,
         )
-        running = factory.task_lifecycle(
-            task_id=task, job_id=job, state=TaskStatus.RUNNING, timestamp_ns=20 + i
-        )
-        out += [(definition, context), (running, context)]
+        running = TaskTransitions(task, job, ((TaskStatus.RUNNING, 20 + i),), b"", b"", 0, None)
+        if i < 2:
+            out += [SpanEvent(context, facts=facts, factory=factory) for facts in (definition, running)]
+        else:
+            out += [SpanEvent(context, event=build_event(factory, facts)) for facts in (definition, running)]
     return out
 
 

@@ -33,7 +33,7 @@ import math
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from google.protobuf import json_format
@@ -55,6 +55,8 @@ __all__ = [
     "EventEncodeError",
     "RayEventJsonEncoder",
     "TimestampRangeError",
+    "base64_text",
+    "timestamp_text",
 ]
 
 # Descriptors come from upb or from the pure-Python runtime; their stubs disagree, so the
@@ -152,6 +154,22 @@ def _base64(value: bytes) -> str:
         _base64_of.clear()
     _base64_of[value] = text
     return text
+
+
+class _Timestamp(NamedTuple):
+    seconds: int
+    nanos: int
+
+
+def timestamp_text(unix_nano: int) -> str:
+    """The JSON of `Timestamp.FromNanoseconds(unix_nano)`, as this encoder writes it (for JSON
+    written from values rather than messages); TimestampRangeError where RFC 3339 cannot say it."""
+    return _timestamp(_Timestamp(*divmod(unix_nano, 1_000_000_000)), _TIMESTAMP)
+
+
+def base64_text(value: bytes) -> str:
+    """The JSON of a bytes field holding `value`, as this encoder writes it."""
+    return _base64_of.get(value) or _base64(value)
 
 
 def _nonfinite(value: float) -> str:

@@ -8,7 +8,7 @@ hex form Ray's tracing uses, so records join with spans.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -386,6 +386,118 @@ def head_log_record(
     if extra_attributes:
         attrs.append(extra_attributes)
     return _record(head, body, attrs, trace_id, span_id, observed_time_unix_nano, flags)
+
+
+# -- records of events that differ from one event in a few values ----------------------------------
+#
+# A traced task's events differ from the task before's in their ids and times only: the same
+# function, job, worker, session and states. A shape keeps one event's JSON object; per event it
+# copies the objects and lists on the way to its slots (paths of keys and list indexes), puts the
+# event's values there and walks the copy (the compiled walk, whose leaves of values that repeat
+# are kept written): the event is never built, nor read back into JSON.
+
+Slot = tuple[str | int, ...]
+_SlotTree = dict[Any, Any]  # key or index -> the index of its value, or the tree under it
+
+
+def _slot_tree(obj: Any, slots: Mapping[Slot, int]) -> _SlotTree:
+    """`slots` as a tree over `obj`; ValueError for a path `obj` does not hold."""
+    tree: _SlotTree = {}
+    for path, index in slots.items():
+        node, at = tree, obj
+        for depth, key in enumerate(path):
+            try:
+                at = at[key]
+            except (KeyError, IndexError, TypeError):
+                raise ValueError(f"no value at {path}") from None
+            if depth == len(path) - 1:
+                node[key] = index
+            else:
+                node = node.setdefault(key, {})
+    return tree
+
+
+def _filled(obj: Any, tree: _SlotTree, values: Sequence[Any]) -> Any:
+    """A copy of `obj` (a dict or list) holding `values` at the tree's slots; the rest shared."""
+    out = obj.copy()
+    for key, sub in tree.items():
+        out[key] = values[sub] if type(sub) is int else _filled(out[key], sub, values)
+    return out
+
+
+class RecordShape:
+    """The records of events equal to `event` but for the values at `slots` (paths into its JSON
+    object) and at `attribute_slots` (entity attributes, by name), each naming the index of its
+    value: `record(values, ...)` is `log_record_wire` of the event holding `values` there, without
+    the event.
+
+    A slot's value must not change which keys its object holds or their order (a value at its
+    field's default moves to the end of its object): the caller makes a shape per such case. Make
+    one with `shape_of`, which checks it on the event it was made from."""
+
+    __slots__ = ("_entity", "_fields", "_object", "_tree")
+
+    def __init__(
+        self, event: RayEvent, slots: Mapping[Slot, int], attribute_slots: Mapping[str, int]
+    ) -> None:
+        head = read_head(event)
+        self._fields = record_fields(head.event_type, head.severity)
+        self._object = _camel.event_dict(event)
+        self._tree = _slot_tree(self._object, slots)
+        entity: list[bytes | tuple[bytes, int]] = []
+        for key, value in entity_attributes(event).items():
+            index = attribute_slots.get(key)
+            if index is None:
+                entity.append(otlp_wire.attributes({key: value}, _LOG_ATTRIBUTE))
+            else:
+                entity.append((otlp_wire.key_field(key), index))
+        self._entity = entity
+
+    def record(
+        self,
+        values: Sequence[Any],
+        time_unix_nano: int,
+        trace_id: bytes,
+        span_id: bytes,
+        observed_time_unix_nano: int,
+        flags: int = 0,
+        extra_attributes: bytes = b"",
+    ) -> bytes:
+        """The record of the event holding `values` at the slots; `time_unix_nano`: its timestamp
+        as OTLP carries it (`otlp_wire.time_or_unknown`)."""
+        attrs: list[bytes] = []
+        body = _walk(_filled(self._object, self._tree, values), _ROOT, attrs)
+        for part in self._entity:
+            if isinstance(part, bytes):
+                attrs.append(part)
+            else:
+                value = otlp_wire.value_field(otlp_wire.any_value(values[part[1]]))
+                attrs.append(otlp_wire.entry(_LOG_ATTRIBUTE, part[0], value))
+        if extra_attributes:
+            attrs.append(extra_attributes)
+        number, text, name = self._fields
+        return _write_record(
+            time_unix_nano, observed_time_unix_nano, number, text, body, attrs, trace_id, span_id, flags, name
+        )
+
+
+def shape_of(
+    event: RayEvent,
+    slots: Mapping[Slot, int],
+    attribute_slots: Mapping[str, int],
+    values: Sequence[Any],
+) -> RecordShape | None:
+    """The shape of `event`'s records (see `RecordShape`), `values` being the event's own values at
+    the slots; None when it does not write the event's own record with them (a slot that is not
+    in the event's object, or a value the caller formats otherwise than its JSON)."""
+    try:
+        shape = RecordShape(event, slots, attribute_slots)
+    except ValueError:
+        return None
+    head = read_head(event)
+    probe = (b"\x01" * 16, b"\x02" * 8, 7)
+    expected = log_record_wire(event, *probe)
+    return shape if shape.record(values, head.time_ns, *probe) == expected else None
 
 
 def parts_log_record(

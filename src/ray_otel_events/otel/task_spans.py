@@ -117,11 +117,107 @@ def _append_transition(lifecycle: Any, state: int, timestamp_ns: int) -> None:
     lifecycle.state_transitions.add(state=state).timestamp.FromNanoseconds(timestamp_ns)
 
 
-class SpanEvent(NamedTuple):
-    """One RayEvent and the span it belongs to (for log records' trace and span ids)."""
+class TaskDefinition(NamedTuple):
+    """What a submit span says of its task's definition event (a normal or an actor task's)."""
 
-    event: RayEvent
-    span_context: SpanContext
+    event_type: int  # TASK_DEFINITION_EVENT or ACTOR_TASK_DEFINITION_EVENT
+    task_id: bytes
+    job: bytes
+    actor: bytes  # b"" but for an actor task
+    name: str
+    module: str
+    function: str
+    class_name: str
+    task_type: int
+    parent_task: bytes
+    timestamp_ns: int
+
+
+class TaskTransitions(NamedTuple):
+    """What a task span says of one of its task's lifecycle events: the states it entered, when."""
+
+    task_id: bytes
+    job: bytes
+    transitions: tuple[tuple[int, int], ...]  # (state, unix nanoseconds); the event's time is the first's
+    node: bytes
+    worker: bytes
+    pid: int
+    error_message: str | None  # a failure's message (TASK_EXECUTION_EXCEPTION), None when none
+
+
+TaskFacts = TaskDefinition | TaskTransitions
+
+
+class SpanEvent:
+    """One RayEvent a span implies, and the span it belongs to (for log records' trace and span
+    ids). A task's events are held as their facts and built into a RayEvent on first use of `event`:
+    a sink that writes their log records from the facts (otel/task_records.py) never builds one."""
+
+    __slots__ = ("_event", "factory", "facts", "span_context")
+
+    def __init__(
+        self,
+        span_context: SpanContext,
+        *,
+        event: RayEvent | None = None,
+        facts: TaskFacts | None = None,
+        factory: EventFactory | None = None,
+    ) -> None:
+        if event is None and (facts is None or factory is None):
+            raise ValueError("a SpanEvent is an event, or facts and the factory that builds them")
+        self.span_context = span_context
+        self.facts = facts
+        self.factory = factory
+        self._event = event
+
+    @property
+    def event(self) -> RayEvent:
+        event = self._event
+        if event is None:
+            assert self.factory is not None and self.facts is not None  # as the constructor checked
+            event = self._event = build_event(self.factory, self.facts)
+        return event
+
+
+def build_event(factory: EventFactory, facts: TaskFacts) -> RayEvent:
+    """The RayEvent of a task's facts, as the factory builds it."""
+    if type(facts) is TaskTransitions:
+        (state, start), *more = facts.transitions
+        message = facts.error_message
+        event = factory.task_lifecycle(
+            task_id=facts.task_id,
+            job_id=facts.job,
+            state=state,
+            node_id=facts.node,
+            worker_id=facts.worker,
+            worker_pid=facts.pid,
+            error=None if message is None else task_error(common_pb2.TASK_EXECUTION_EXCEPTION, message),
+            timestamp_ns=start,
+        )
+        for state, timestamp_ns in more:
+            _append_transition(event.task_lifecycle_event, state, timestamp_ns)
+        return event
+    assert type(facts) is TaskDefinition
+    function = _function(facts.module, facts.function, facts.class_name)
+    if facts.event_type == RayEvent.ACTOR_TASK_DEFINITION_EVENT:
+        return factory.actor_task_definition(
+            task_id=facts.task_id,
+            job_id=facts.job,
+            actor_id=facts.actor,
+            name=facts.name,
+            function=function,
+            parent_task_id=facts.parent_task,
+            timestamp_ns=facts.timestamp_ns,
+        )
+    return factory.task_definition(
+        task_id=facts.task_id,
+        job_id=facts.job,
+        name=facts.name,
+        function=function,
+        task_type=facts.task_type,
+        parent_task_id=facts.parent_task,
+        timestamp_ns=facts.timestamp_ns,
+    )
 
 
 _functions: dict[tuple[str, str, str], common_pb2.FunctionDescriptor] = {}
@@ -227,69 +323,66 @@ class TaskSpanEvents:
         parent_task = self._parent_task(span, attrs, job)
         start, end = span.start_time or 0, span.end_time or 0
         f = self.factory
-        out: list[RayEvent] = []
+        out: list[SpanEvent] = []
         if attrs.get(semconv.RAY_REMOTE) == ACTOR:
             actor = self._actor(attrs)
             class_name = str(attrs.get(semconv.RAY_ACTOR_CLASS, "")).rsplit(".", 1)[-1]
             method = str(attrs.get(semconv.RAY_ACTOR_METHOD, ""))
-            function = _function("", method, class_name)
-            if method == INIT:
-                out.append(
-                    f.task_definition(
-                        task_id=task_id,
-                        job_id=job,
-                        name=f"{class_name}.{method}",
-                        function=function,
-                        task_type=TaskType.ACTOR_CREATION_TASK,
-                        parent_task_id=parent_task,
-                        timestamp_ns=start,
-                    )
+            creation = method == INIT
+            out.append(
+                self._facts(
+                    ctx,
+                    TaskDefinition(
+                        RayEvent.TASK_DEFINITION_EVENT if creation else RayEvent.ACTOR_TASK_DEFINITION_EVENT,
+                        task_id,
+                        job,
+                        b"" if creation else actor,
+                        f"{class_name}.{method}",
+                        "",
+                        method,
+                        class_name,
+                        TaskType.ACTOR_CREATION_TASK if creation else TaskType.NORMAL_TASK,
+                        parent_task,
+                        start,
+                    ),
                 )
-                out.append(
-                    f.actor_definition(
-                        actor_id=actor,
-                        job_id=job,
-                        class_name=class_name,
-                        parent_id=parent_task,
-                        timestamp_ns=start,
-                    )
+            )
+            if creation:
+                definition = f.actor_definition(
+                    actor_id=actor,
+                    job_id=job,
+                    class_name=class_name,
+                    parent_id=parent_task,
+                    timestamp_ns=start,
                 )
                 pending = f.actor_lifecycle(
                     actor_id=actor, state=ActorState.DEPENDENCIES_UNREADY, timestamp_ns=start
                 )
                 _append_transition(pending.actor_lifecycle_event, ActorState.PENDING_CREATION, end)
-                out.append(pending)
-            else:
-                out.append(
-                    f.actor_task_definition(
-                        task_id=task_id,
-                        job_id=job,
-                        actor_id=actor,
-                        name=f"{class_name}.{method}",
-                        function=function,
-                        parent_task_id=parent_task,
-                        timestamp_ns=start,
-                    )
-                )
+                out += [SpanEvent(ctx, event=definition), SpanEvent(ctx, event=pending)]
         else:
             qualified = str(attrs.get(semconv.RAY_FUNCTION, ""))
             module, _, func = qualified.rpartition(".")
-            out.append(
-                f.task_definition(
-                    task_id=task_id,
-                    job_id=job,
-                    name=func,
-                    function=_function(module, func),
-                    parent_task_id=parent_task,
-                    timestamp_ns=start,
-                )
+            definition_facts = TaskDefinition(
+                RayEvent.TASK_DEFINITION_EVENT,
+                task_id,
+                job,
+                b"",
+                func,
+                module,
+                func,
+                "",
+                TaskType.NORMAL_TASK,
+                parent_task,
+                start,
             )
-        submitted = f.task_lifecycle(
-            task_id=task_id, job_id=job, state=TaskStatus.PENDING_ARGS_AVAIL, timestamp_ns=start
-        )
-        _append_transition(submitted.task_lifecycle_event, TaskStatus.SUBMITTED_TO_WORKER, end)
-        out.append(submitted)
-        return [SpanEvent(event, ctx) for event in out]
+            out.append(self._facts(ctx, definition_facts))
+        submitted = ((TaskStatus.PENDING_ARGS_AVAIL, start), (TaskStatus.SUBMITTED_TO_WORKER, end))
+        out.append(self._facts(ctx, TaskTransitions(task_id, job, submitted, b"", b"", 0, None)))
+        return out
+
+    def _facts(self, span_context: SpanContext, facts: TaskFacts) -> SpanEvent:
+        return SpanEvent(span_context, facts=facts, factory=self.factory)
 
     # -- execute side ------------------------------------------------------------------------
 
@@ -301,19 +394,18 @@ class TaskSpanEvents:
         state: int,
         timestamp_ns: int,
         attrs: Mapping[str, Any],
-        error: common_pb2.RayErrorInfo | None = None,
+        error_message: str | None = None,
     ) -> SpanEvent:
-        event = self.factory.task_lifecycle(
-            task_id=task_id,
-            job_id=job,
-            state=state,
-            node_id=_opt_hex(attrs, semconv.RAY_NODE_ID),
-            worker_id=_opt_hex(attrs, semconv.RAY_WORKER_ID),
-            worker_pid=_int(attrs, semconv.RAY_PID),
-            error=error,
-            timestamp_ns=timestamp_ns,
+        facts = TaskTransitions(
+            task_id,
+            job,
+            ((state, timestamp_ns),),
+            _opt_hex(attrs, semconv.RAY_NODE_ID),
+            _opt_hex(attrs, semconv.RAY_WORKER_ID),
+            _int(attrs, semconv.RAY_PID),
+            error_message,
         )
-        return SpanEvent(event, span.context)
+        return SpanEvent(span.context, facts=facts, factory=self.factory)
 
     def _execute_ended(self, span: ReadableSpan) -> list[SpanEvent]:
         attrs: Mapping[str, Any] = span.attributes or {}
@@ -329,9 +421,8 @@ class TaskSpanEvents:
         end = span.end_time or 0
         failed = span.status.status_code is StatusCode.ERROR
         message = _error_message(span) if failed else ""
-        error = task_error(common_pb2.TASK_EXECUTION_EXCEPTION, message) if failed else None
         state = TaskStatus.FAILED if failed else TaskStatus.FINISHED
-        out = [self._lifecycle(span, task_id, job, state, end, attrs, error)]
+        out = [self._lifecycle(span, task_id, job, state, end, attrs, message if failed else None)]
         if attrs.get(semconv.RAY_REMOTE) == ACTOR and attrs.get(semconv.RAY_ACTOR_METHOD) == INIT:
             actor = self._actor(attrs)
             death: common_pb2.ActorDeathCause | None = None
@@ -350,5 +441,5 @@ class TaskSpanEvents:
                 death_cause=death,
                 timestamp_ns=end,
             )
-            out.append(SpanEvent(event, ctx))
+            out.append(SpanEvent(ctx, event=event))
         return out

@@ -4,8 +4,9 @@ Through the SDK, one event record cost ~400 µs of CPU: the logger builds an SDK
 the event as nested dicts, and the exporter turns every key of the body and of the flattened
 attributes into a protobuf object (issue 9: a third of the traced pool's CPU). The records are
 ours and nothing but an exporter reads them, so this sink writes each one straight to wire bytes
-(`otel/log_records.log_record_wire`, the bridge's encoder, the same record) and posts batches
-itself, with the settings the SDK exporter would read (`config.otlp_signal_config("logs")`).
+(the bridge's record, `otel/log_records.log_record_wire`, written from the task's facts without
+building the event: `otel/task_records.py`) and posts batches itself, with the settings the SDK
+exporter would read (`config.otlp_signal_config("logs")`).
 
 A batch is posted soon after the events arrive (at most every `interval_s`), when it is full, and
 on `flush` (exit hooks). Retryable failures (connection, 429/502/503/504) are retried with backoff
@@ -27,8 +28,8 @@ from ray_otel_events.config import OtlpSignalConfig
 from ray_otel_events.exporters.retry import RetryPolicy
 from ray_otel_events.metrics import Counters
 from ray_otel_events.otel import otlp_wire, semconv
-from ray_otel_events.otel.log_records import log_record_wire
-from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+from ray_otel_events.otel.task_records import TaskEventRecords
+from ray_otel_events.otel.task_spans import SpanEvent
 from ray_otel_events.tracing.background import PromptFlusher
 from ray_otel_events.tracing.otlp_http import DROPPED, RETRY, OtlpHttpPoster
 
@@ -62,8 +63,8 @@ class OtlpEventLogSink:
         self._poster = OtlpHttpPoster(config, self.counters, exported=EXPORTED, retry=retry)
         self._resource = otlp_wire.attributes(resource_attributes, b"\x0a")  # Resource.attributes = 1
         self._scope = otlp_wire.string_field(b"\x0a", semconv.INSTRUMENTATION_SCOPE)  # scope.name = 1
-        self._producer = otlp_wire.attributes(
-            {semconv.PRODUCER_ATTR: producer}, otlp_wire.LOG_RECORD_ATTRIBUTES
+        self._writer = TaskEventRecords(
+            otlp_wire.attributes({semconv.PRODUCER_ATTR: producer}, otlp_wire.LOG_RECORD_ATTRIBUTES)
         )
         self.prompt = PromptFlusher(
             self._send_pending, name="ray_otel_events.event_logs", min_interval_s=interval_s
@@ -79,19 +80,10 @@ class OtlpEventLogSink:
 
     # -- EventSink ---------------------------------------------------------------------------------
 
-    def consume(self, events: list[tuple[RayEvent, Any]], prompt: bool) -> None:
+    def consume(self, events: list[SpanEvent], prompt: bool) -> None:
         now = time.time_ns()
-        records = [
-            log_record_wire(
-                event,
-                context.trace_id.to_bytes(16, "big"),
-                context.span_id.to_bytes(8, "big"),
-                now,
-                flags=int(context.trace_flags),
-                extra_attributes=self._producer,
-            )
-            for event, context in events
-        ]
+        record = self._writer.record
+        records = [record(item, now) for item in events]
         with self._lock:
             self._records.extend(records)
             over = len(self._records) - self.max_queue

@@ -18,15 +18,21 @@ from opentelemetry import trace
 from opentelemetry._logs import Logger, SeverityNumber
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
-from opentelemetry.trace import NonRecordingSpan, SpanContext
+from opentelemetry.trace import NonRecordingSpan
 
 from ray_otel_events.events.builders import EventFactory
 from ray_otel_events.metrics import Counters
 from ray_otel_events.otel import semconv
 from ray_otel_events.otel.log_records import to_log_record
-from ray_otel_events.otel.task_spans import EXECUTE, SUBMIT, TaskSpanEvents, UnmappableSpan, task_role
+from ray_otel_events.otel.task_spans import (
+    EXECUTE,
+    SUBMIT,
+    SpanEvent,
+    TaskSpanEvents,
+    UnmappableSpan,
+    task_role,
+)
 from ray_otel_events.producer.recorder import RayEventRecorder
-from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.tracing.background import BatchingQueue, PromptFlusher
 
 logger = logging.getLogger("ray_otel_events.tracing")
@@ -41,10 +47,11 @@ class EventSink(Protocol):
 
     `prompt` is set when the batch holds the end of a task (or an actor's creation): a sink that
     buffers should pass it on soon rather than at its next tick, because a Ray actor is killed
-    without exit hooks when its job ends.
+    without exit hooks when its job ends. Each `SpanEvent` builds its RayEvent on first use of
+    `.event`; a sink that needs none (the OTLP hook's records) reads its facts.
     """
 
-    def consume(self, events: list[tuple[RayEvent, SpanContext]], prompt: bool) -> None: ...
+    def consume(self, events: list[SpanEvent], prompt: bool) -> None: ...
 
     def flush(self, timeout_s: float) -> bool: ...
 
@@ -61,8 +68,8 @@ class RecorderSink:
             min_interval_s=prompt_interval_s,
         )
 
-    def consume(self, events: list[tuple[RayEvent, SpanContext]], prompt: bool) -> None:
-        self.recorder.add_many(event for event, _ in events)
+    def consume(self, events: list[SpanEvent], prompt: bool) -> None:
+        self.recorder.add_many(item.event for item in events)
         if prompt:
             self.prompt.request()
 
@@ -92,16 +99,16 @@ class EventLogEmitter:
             else PromptFlusher(flush, name="ray_otel_events.prompt_logs", min_interval_s=prompt_interval_s)
         )
 
-    def consume(self, events: list[tuple[RayEvent, SpanContext]], prompt: bool) -> None:
+    def consume(self, events: list[SpanEvent], prompt: bool) -> None:
         now = time.time_ns()
-        for event, span_context in events:
-            fields = to_log_record(event)
+        for item in events:
+            fields = to_log_record(item.event)
             attributes = dict(fields.attributes)
             attributes[semconv.PRODUCER_ATTR] = PRODUCER
             self.logger.emit(
                 timestamp=fields.timestamp_ns,
                 observed_timestamp=now,
-                context=trace.set_span_in_context(NonRecordingSpan(span_context), Context()),
+                context=trace.set_span_in_context(NonRecordingSpan(item.span_context), Context()),
                 severity_number=SeverityNumber(fields.severity_number),
                 severity_text=fields.severity_text or None,
                 body=fields.body,
@@ -166,7 +173,7 @@ class TaskEventSpanProcessor(SpanProcessor):
             self.queue.append((_ENDED, span))
 
     def _handle(self, batch: list[tuple[int, Any]]) -> None:
-        events: list[tuple[RayEvent, SpanContext]] = []
+        events: list[SpanEvent] = []
         mapper = self.mapper
         prompt = False
         mapped: dict[tuple[str, int], int] = {}  # (role, phase): spans, counted once a batch
@@ -181,7 +188,7 @@ class TaskEventSpanProcessor(SpanProcessor):
                 role = task_role(span) or ""
                 prompt = prompt or (role == EXECUTE and phase == _ENDED)
                 mapped[role, phase] = mapped.get((role, phase), 0) + 1
-                events.extend([(item.event, item.span_context) for item in produced])
+                events.extend(produced)
         for (role, phase), spans in mapped.items():
             self.counters.add("mapped_spans", spans, role=role, phase="start" if phase == _STARTED else "end")
         if not events:
