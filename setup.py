@@ -47,6 +47,7 @@ setup(
             "otel._entity_spans",
             "otel._event_head",
             "otel._posted_events",
+            "otel._log_events",
             "otel._span_json",
             "encoding._ray_json_wire",
             "encoding._ray_json_encode",
