@@ -34,6 +34,49 @@ static PyObject *event_schema;   /* ray_json_decode's schema of RayEvent (JSON a
 static PyObject *event_names;    /* event type -> the event name (bytes) its records carry */
 static uint32_t type_field;      /* RayEvent.event_type's number */
 
+/* UTF-8 text, checked a word at a time while it is ASCII (as most of it is). */
+static int text_valid(const uint8_t *s, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t word;
+        memcpy(&word, s + i, 8);
+        if (word & 0x8080808080808080ull) break;
+    }
+    return utf8_valid(s + i, n - i);
+}
+
+/* The schema's dicts looked up by a key's UTF-8 bytes: the field (or enum number) each (dict, key)
+ * found last, so the keys every event repeats make no str. The dicts live as long as the bound
+ * schema (bind() clears this), so the borrowed references stay good. */
+#define CACHE_SIZE 1024
+#define CACHED_KEY 48
+typedef struct {
+    PyObject *table, *value;
+    Py_ssize_t n;
+    uint8_t key[CACHED_KEY];
+} Cached;
+static Cached cache[CACHE_SIZE];
+
+static PyObject *text_of(Reader r) { return PyUnicode_DecodeUTF8((const char *)r.p, r.end - r.p, NULL); }
+
+/* table[key] (a borrowed reference), or NULL: absent, or an error is set. */
+static PyObject *lookup(PyObject *table, Reader key) {
+    Py_ssize_t n = key.end - key.p;
+    uint64_t hash = 1469598103934665603ull ^ (uint64_t)(uintptr_t)table;
+    for (Py_ssize_t i = 0; i < n; i++) hash = (hash ^ key.p[i]) * 1099511628211ull;
+    Cached *c = &cache[(hash ^ hash >> 32) % CACHE_SIZE];
+    if (c->table == table && c->n == n && memcmp(c->key, key.p, (size_t)n) == 0) return c->value;
+    PyObject *text = text_of(key);
+    if (text == NULL) return NULL;
+    PyObject *value = PyDict_GetItemWithError(table, text);
+    Py_DECREF(text);
+    if (value != NULL && n <= CACHED_KEY) {
+        *c = (Cached){table, value, n, {0}};
+        memcpy(c->key, key.p, (size_t)n);
+    }
+    return value;
+}
+
 /* One AnyValue: its only member and that member's bytes or number. */
 typedef struct {
     int kind;
@@ -59,7 +102,7 @@ static int value_of(Reader r, Value *v) {
         if (kind == A_NONE || v->kind != A_NONE) return LEFT;
         *v = (Value){kind, f.payload, f.scalar};
     }
-    if (v->kind == A_STRING && !utf8_valid(v->payload.p, v->payload.end - v->payload.p)) return LEFT;
+    if (v->kind == A_STRING && !text_valid(v->payload.p, v->payload.end - v->payload.p)) return LEFT;
     return v->kind == A_NONE ? LEFT : DONE;
 }
 
@@ -76,7 +119,7 @@ static int key_value(Reader r, Reader *key, Reader *value) {
         seen |= (int)f.number;
         *(f.number == 1 ? key : value) = f.payload;
     }
-    return seen == 3 && utf8_valid(key->p, key->end - key->p) ? DONE : LEFT;
+    return seen == 3 && text_valid(key->p, key->end - key->p) ? DONE : LEFT;
 }
 
 /* The next entry (field 1, length-delimited) of a KeyValueList or ArrayValue; 0 at the end. */
@@ -127,7 +170,7 @@ static int valid_message(Reader r, unsigned strings, unsigned lists, unsigned va
         if (f.wire_type == 0 && bit & varints) continue;
         if (f.wire_type != 2) return LEFT;
         if (bit & strings) {
-            if (!utf8_valid(f.payload.p, f.payload.end - f.payload.p)) return LEFT;
+            if (!text_valid(f.payload.p, f.payload.end - f.payload.p)) return LEFT;
         } else if (!(bit & lists) || valid_key_value(f.payload, 0) != DONE) {
             return LEFT;
         }
@@ -150,8 +193,6 @@ static int fixed_field(Buf *b, uint32_t number, uint64_t bits, int size) {
     b->len = put_fixed_bits(b->data + b->len, bits, size) - b->data;
     return DONE;
 }
-
-static PyObject *text_of(Reader r) { return PyUnicode_DecodeUTF8((const char *)r.p, r.end - r.p, NULL); }
 
 /* An integer within the field's [low, high]: an int value, or a string of ASCII digits with an
  * optional '-' (ray_json_decode._INT_TEXT). */
@@ -196,10 +237,7 @@ static int int_of(const Value *v, PyObject *field, uint64_t *bits) {
 static int enum_of(const Value *v, PyObject *extra, uint64_t *bits) {
     PyObject *number;
     if (v->kind == A_STRING) {
-        PyObject *name = text_of(v->payload);
-        if (name == NULL) return FAILED;
-        number = PyDict_GetItemWithError(PyTuple_GET_ITEM(extra, 0), name);
-        Py_DECREF(name);
+        number = lookup(PyTuple_GET_ITEM(extra, 0), v->payload);
         if (number == NULL) return PyErr_Occurred() ? FAILED : LEFT;
         Py_INCREF(number);
     } else if (v->kind == A_INT) {
@@ -339,10 +377,7 @@ static int message_fields(Buf *b, Reader kvlist, PyObject *schema, int depth) {
         Reader key_text, raw;
         Value v;
         if (n_seen == MAX_KEYS || key_value(entry, &key_text, &raw) != DONE || value_of(raw, &v) != DONE) return LEFT;
-        PyObject *key = text_of(key_text);
-        if (key == NULL) return FAILED;
-        PyObject *field = PyDict_GetItemWithError(schema, key);
-        Py_DECREF(key);
+        PyObject *field = lookup(schema, key_text);
         if (field == NULL) return PyErr_Occurred() ? FAILED : LEFT; /* an unknown field */
         uint32_t number = (uint32_t)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(field, F_NUMBER));
         for (int i = 0; i < n_seen; i++) {
@@ -412,7 +447,7 @@ static int log_record(Reader r, Events *events) {
         case 8 << 3 | 5:  /* flags */
             break;
         case 3 << 3 | 2: /* severity_text */
-            if (!utf8_valid(f.payload.p, n)) return LEFT;
+            if (!text_valid(f.payload.p, n)) return LEFT;
             break;
         case 5 << 3 | 2: /* body */
             if (body.p != NULL) return LEFT;
@@ -428,7 +463,7 @@ static int log_record(Reader r, Events *events) {
             span_n = n;
             break;
         case 12 << 3 | 2: /* event_name */
-            if (!utf8_valid(f.payload.p, n)) return LEFT;
+            if (!text_valid(f.payload.p, n)) return LEFT;
             name = f.payload;
             break;
         default:
@@ -479,7 +514,7 @@ static int logs_of(Reader r, int scope_level, Events *events) {
         } else if (f.number == 2) {
             done = scope_level ? log_record(f.payload, events) : logs_of(f.payload, 1, events);
         } else if (f.number == 3) {
-            done = utf8_valid(f.payload.p, f.payload.end - f.payload.p) ? DONE : LEFT;
+            done = text_valid(f.payload.p, f.payload.end - f.payload.p) ? DONE : LEFT;
         } else {
             done = LEFT;
         }
@@ -531,6 +566,7 @@ static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     unsigned long number = PyLong_AsUnsignedLong(args[1]);
     if (number == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+    memset(cache, 0, sizeof cache);
     Py_XSETREF(event_schema, Py_NewRef(args[0]));
     Py_XSETREF(event_names, Py_NewRef(args[2]));
     type_field = (uint32_t)number;
