@@ -13,8 +13,8 @@
  * rejections and errors. Optional: without a C compiler that path is the only one. */
 
 #define PY_SSIZE_T_CLEAN
-#include "civil_dates.h"
 #include "json_text.h"
+#include "ray_json_values.h"
 
 /* Field kinds and labels: ray_json_decode's K_ and label constants. */
 enum { K_FALLBACK, K_STRING, K_BYTES, K_BOOL, K_INT, K_DOUBLE, K_FLOAT, K_ENUM, K_MESSAGE, K_TIMESTAMP };
@@ -42,7 +42,9 @@ static int text_valid(const uint8_t *s, Py_ssize_t n) {
         memcpy(&word, s + i, 8);
         if (word & 0x8080808080808080ull) break;
     }
-    return utf8_valid(s + i, n - i);
+    uint8_t high = 0;
+    for (Py_ssize_t k = i; k < n; k++) high |= s[k];
+    return high < 0x80 || utf8_valid(s + i, n - i);
 }
 
 /* The schema's dicts looked up by a key's UTF-8 bytes: the field (or enum number) each (dict, key)
@@ -180,22 +182,11 @@ static int valid_message(Reader r, unsigned strings, unsigned lists, unsigned va
 
 /* -- a body to RayEvent wire bytes, by ray_json_decode's schema ------------------------------- */
 
-static int put_key(Buf *b, uint32_t number, int wire_type) {
-    return buf_varint(b, ((uint64_t)number << 3) | (uint64_t)wire_type);
-}
-
 static int varint_field(Buf *b, uint32_t number, uint64_t value) {
-    return put_key(b, number, 0) < 0 || buf_varint(b, value) < 0 ? FAILED : DONE;
+    return buf_varint_field(b, number, value) < 0 ? FAILED : DONE;
 }
 
-static int fixed_field(Buf *b, uint32_t number, uint64_t bits, int size) {
-    if (put_key(b, number, size == 8 ? 1 : 5) < 0 || buf_reserve(b, size) < 0) return FAILED;
-    b->len = put_fixed_bits(b->data + b->len, bits, size) - b->data;
-    return DONE;
-}
-
-/* An integer within the field's [low, high]: an int value, or a string of ASCII digits with an
- * optional '-' (ray_json_decode._INT_TEXT). */
+/* An integer within the field's [low, high]: an int value, or integer text (json_int_text). */
 static int int_of(const Value *v, PyObject *field, uint64_t *bits) {
     int negative = 0;
     uint64_t magnitude = 0;
@@ -203,34 +194,13 @@ static int int_of(const Value *v, PyObject *field, uint64_t *bits) {
         int64_t number = (int64_t)v->scalar;
         negative = number < 0;
         magnitude = negative ? (uint64_t)0 - (uint64_t)number : (uint64_t)number;
-    } else if (v->kind == A_STRING) {
-        const uint8_t *p = v->payload.p, *end = v->payload.end;
-        if (p < end && *p == '-') {
-            negative = 1;
-            p++;
-        }
-        if (p == end) return LEFT;
-        for (; p < end; p++) {
-            if (*p < '0' || *p > '9') return LEFT;
-            uint64_t digit = (uint64_t)(*p - '0');
-            if (magnitude > (UINT64_MAX - digit) / 10) return LEFT;
-            magnitude = magnitude * 10 + digit;
-        }
-        if (magnitude == 0) negative = 0;
-    } else {
+    } else if (v->kind != A_STRING || json_int_text(v->payload.p, v->payload.end - v->payload.p, &negative, &magnitude) < 0) {
         return LEFT;
     }
     long long low = PyLong_AsLongLong(PyTuple_GET_ITEM(field, F_LOW));
     unsigned long long high = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(field, F_HIGH));
     if (PyErr_Occurred()) return FAILED;
-    if (negative) {
-        if (magnitude > (low < 0 ? (uint64_t)0 - (uint64_t)low : 0)) return LEFT;
-        *bits = (uint64_t)0 - magnitude;
-    } else {
-        if (magnitude > high) return LEFT;
-        *bits = magnitude;
-    }
-    return DONE;
+    return int_bits_within(negative, magnitude, low, high, bits) < 0 ? LEFT : DONE;
 }
 
 /* An enum: its name (a string) or a number it has. */
@@ -322,13 +292,13 @@ static int value_field(Buf *b, uint32_t number, PyObject *field, const Value *v,
         }
         if (kind == K_DOUBLE) {
             memcpy(&bits, &d, 8);
-            return fixed_field(b, number, bits, 8);
+            return buf_fixed_field(b, number, bits, 8) < 0 ? FAILED : DONE;
         }
         if (d > 3.4028234663852886e38 || d < -3.4028234663852886e38) return LEFT;
         float f = (float)d;
         uint32_t bits32;
         memcpy(&bits32, &f, 4);
-        return fixed_field(b, number, bits32, 4);
+        return buf_fixed_field(b, number, bits32, 4) < 0 ? FAILED : DONE;
     }
     case K_MESSAGE:
     case K_TIMESTAMP:
