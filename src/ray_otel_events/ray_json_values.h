@@ -113,6 +113,21 @@ static inline int int_bits_within(int negative, uint64_t magnitude, long long lo
     return 0;
 }
 
+/* A double field or (`float32`) a float field of the value `d`: 0, 1 when `d` is past a float's
+ * range (the Python reader decides), -1 on memory. */
+static inline int buf_real_field(Buf *b, uint32_t number, double d, int float32) {
+    if (!float32) {
+        uint64_t bits;
+        memcpy(&bits, &d, 8);
+        return buf_fixed_field(b, number, bits, 8);
+    }
+    if (d > 3.4028234663852886e38 || d < -3.4028234663852886e38) return 1;
+    float f = (float)d;
+    uint32_t bits32;
+    memcpy(&bits32, &f, 4);
+    return buf_fixed_field(b, number, bits32, 4);
+}
+
 /* Python's `//` of int64s. */
 static inline int64_t floor_div(int64_t a, int64_t b) {
     int64_t q = a / b;

@@ -290,15 +290,8 @@ static int value_field(Buf *b, uint32_t number, PyObject *field, const Value *v,
         } else {
             return LEFT;
         }
-        if (kind == K_DOUBLE) {
-            memcpy(&bits, &d, 8);
-            return buf_fixed_field(b, number, bits, 8) < 0 ? FAILED : DONE;
-        }
-        if (d > 3.4028234663852886e38 || d < -3.4028234663852886e38) return LEFT;
-        float f = (float)d;
-        uint32_t bits32;
-        memcpy(&bits32, &f, 4);
-        return buf_fixed_field(b, number, bits32, 4) < 0 ? FAILED : DONE;
+        int written = buf_real_field(b, number, d, kind == K_FLOAT);
+        return written < 0 ? FAILED : written ? LEFT : DONE;
     }
     case K_MESSAGE:
     case K_TIMESTAMP:
