@@ -159,6 +159,18 @@ static inline char *put_base64_decoded(char *o, const char *text, Py_ssize_t n) 
     return o;
 }
 
+/* A bytes field of any number from its standard padded base64 text: 0, 1 when the text is not
+ * that (base64_decoded_size), -1 on memory. */
+static inline int buf_base64_field(Buf *b, uint32_t number, const char *text, Py_ssize_t n) {
+    Py_ssize_t size = base64_decoded_size(text, n);
+    if (size < 0) return 1;
+    if (buf_reserve(b, 20 + size) < 0) return -1;
+    char *p = put_varint(b->data + b->len, ((uint64_t)number << 3) | 2);
+    p = put_varint(p, (uint64_t)size);
+    b->len = put_base64_decoded(p, text, n) - b->data;
+    return 0;
+}
+
 /* -- reading ---------------------------------------------------------------------------------- */
 
 typedef struct {

@@ -113,14 +113,8 @@ static int value_field(Buf *b, uint32_t number, PyObject *field, PyObject *value
     }
     case K_BYTES: { /* base64 text; anything else (a str not in that form) the Python path decides */
         if (!PyUnicode_CheckExact(value) || !PyUnicode_IS_ASCII(value)) return FALLBACK;
-        const char *text = (const char *)PyUnicode_1BYTE_DATA(value);
-        Py_ssize_t n = PyUnicode_GET_LENGTH(value), size = base64_decoded_size(text, n);
-        if (size < 0) return FALLBACK;
-        if (buf_reserve(b, 20 + size) < 0) return FAILED;
-        char *p = put_varint(b->data + b->len, ((uint64_t)number << 3) | 2);
-        p = put_varint(p, (uint64_t)size);
-        b->len = put_base64_decoded(p, text, n) - b->data;
-        return DONE;
+        int written = buf_base64_field(b, number, (const char *)PyUnicode_1BYTE_DATA(value), PyUnicode_GET_LENGTH(value));
+        return written < 0 ? FAILED : written ? FALLBACK : DONE;
     }
     case K_BOOL:
         if (!PyBool_Check(value)) return FALLBACK;

@@ -95,7 +95,7 @@ static int member_kind(const Field *f) {
 static int value_of(Reader r, Value *v) {
     v->kind = A_NONE;
     while (r.p < r.end) {
-        Field f;
+        Field f = {0};
         if (next_field(&r, &f) < 0) {
             PyErr_Clear();
             return LEFT;
@@ -112,7 +112,7 @@ static int value_of(Reader r, Value *v) {
 static int key_value(Reader r, Reader *key, Reader *value) {
     int seen = 0;
     while (r.p < r.end) {
-        Field f;
+        Field f = {0};
         if (next_field(&r, &f) < 0) {
             PyErr_Clear();
             return LEFT;
@@ -127,7 +127,7 @@ static int key_value(Reader r, Reader *key, Reader *value) {
 /* The next entry (field 1, length-delimited) of a KeyValueList or ArrayValue; 0 at the end. */
 static int next_entry(Reader *r, Reader *entry) {
     if (r->p >= r->end) return 0;
-    Field f;
+    Field f = {0};
     if (next_field(r, &f) < 0) {
         PyErr_Clear();
         return LEFT - 1;
@@ -163,7 +163,7 @@ static int valid_key_value(Reader r, int depth) {
  * (`varints`): a Resource or an InstrumentationScope. */
 static int valid_message(Reader r, unsigned strings, unsigned lists, unsigned varints) {
     while (r.p < r.end) {
-        Field f;
+        Field f = {0};
         if (next_field(&r, &f) < 0) {
             PyErr_Clear();
             return LEFT;
@@ -265,15 +265,9 @@ static int value_field(Buf *b, uint32_t number, PyObject *field, const Value *v,
     case K_STRING:
         if (v->kind != A_STRING) return LEFT;
         return buf_field(b, number, text, n) < 0 ? FAILED : DONE;
-    case K_BYTES: { /* base64 text */
-        Py_ssize_t size = v->kind == A_STRING ? base64_decoded_size(text, n) : -1;
-        if (size < 0) return LEFT;
-        if (buf_reserve(b, 20 + size) < 0) return FAILED;
-        char *p = put_varint(b->data + b->len, ((uint64_t)number << 3) | 2);
-        p = put_varint(p, (uint64_t)size);
-        b->len = put_base64_decoded(p, text, n) - b->data;
-        return DONE;
-    }
+    case K_BYTES: /* base64 text */
+        if (v->kind != A_STRING) return LEFT;
+        return (done = buf_base64_field(b, number, text, n)) < 0 ? FAILED : done ? LEFT : DONE;
     case K_BOOL:
         return v->kind == A_BOOL ? varint_field(b, number, v->scalar != 0) : LEFT;
     case K_INT:
@@ -377,7 +371,7 @@ static int message_fields(Buf *b, Reader kvlist, PyObject *schema, int depth) {
 /* The event type an event's wire bytes (top level) give: the last event_type field, or 0. */
 static uint64_t event_type_of(Reader r) {
     uint64_t type = 0;
-    Field f;
+    Field f = {0};
     while (r.p < r.end && next_field(&r, &f) == 0) {
         if (f.number == type_field && f.wire_type == 0) type = f.scalar;
     }
@@ -396,7 +390,7 @@ static int log_record(Reader r, Events *events) {
     Reader name = {NULL, NULL}, body = {NULL, NULL};
     Py_ssize_t trace_n = 0, span_n = 0;
     while (r.p < r.end) {
-        Field f;
+        Field f = {0};
         if (next_field(&r, &f) < 0) {
             PyErr_Clear();
             return LEFT;
@@ -464,7 +458,7 @@ static int log_record(Reader r, Events *events) {
  * scope_logs = 2, schema_url = 3}. */
 static int logs_of(Reader r, int scope_level, Events *events) {
     while (r.p < r.end) {
-        Field f;
+        Field f = {0};
         if (next_field(&r, &f) < 0) {
             PyErr_Clear();
             return LEFT;
@@ -502,7 +496,7 @@ static PyObject *read_request(PyObject *module, PyObject *body) {
     Reader r = bytes_reader(body);
     int taken = DONE;
     while (taken == DONE && r.p < r.end) {
-        Field f;
+        Field f = {0};
         if (next_field(&r, &f) < 0) {
             PyErr_Clear();
             taken = LEFT;
