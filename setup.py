@@ -2,7 +2,8 @@
 their wire bytes (otel/_any_value_wire.c), spans' JSON records written from theirs
 (otel/_span_records.c), OTLP log records and requests written from their parts (otel/_otlp_wire.c), the
 RayEvents converter's core and task spans (otel/_entity_spans.c), a RayEvent's head
-(otel/_event_head.c), a POST's RayEvents read from its JSON text (otel/_posted_events.c), span lines' ISO times (otel/_span_json.c),
+(otel/_event_head.c), a POST's RayEvents read from its JSON text (otel/_posted_events.c), a logs
+request's RayEvents read from its protobuf bytes (otel/_log_events.c), span lines' ISO times (otel/_span_json.c),
 the RayEvent JSON reader (encoding/_ray_json_wire.c) and writer
 (encoding/_ray_json_encode.c), and
 the store's fold (store/_state_fold.c), its row writer (store/_row_writer.c) and its intake from a
@@ -48,6 +49,7 @@ setup(
             "otel._entity_spans",
             "otel._event_head",
             "otel._posted_events",
+            "otel._log_events",
             "otel._span_json",
             "encoding._ray_json_wire",
             "encoding._ray_json_encode",

@@ -390,7 +390,7 @@ def profile_top(what: str, bodies: list[bytes], frames: int = 8) -> list[str]:
     from ray_otel_events.otel.from_ray_events import RayEventsToOtel
     from ray_otel_events.otel.otlp_wire import merge_envelopes
     from ray_otel_events.otel.posted_events import read_posted_events
-    from ray_otel_events.otel.to_ray_events import ray_event_from_log_record
+    from ray_otel_events.otel.to_ray_events import ray_event_from_log_record, ray_event_wires
 
     encoder = RayEventJsonEncoder()
 
@@ -404,15 +404,18 @@ def profile_top(what: str, bodies: list[bytes], frames: int = 8) -> list[str]:
             merge_envelopes([r.item for r in emitted.logs])
 
     def logs_to_ray_json() -> None:
-        for body in bodies:
-            request = ExportLogsServiceRequest.FromString(body)
-            events = [
-                ray_event_from_log_record(record)
-                for rl in request.resource_logs
-                for sl in rl.scope_logs
-                for record in sl.log_records
-            ]
-            encoder.encode(events)
+        for body in bodies:  # as the bridge does: the compiled pass, else the decoded request
+            read = ray_event_wires(body)
+            if read is None:
+                request = ExportLogsServiceRequest.FromString(body)
+                events = [
+                    ray_event_from_log_record(record)
+                    for rl in request.resource_logs
+                    for sl in rl.scope_logs
+                    for record in sl.log_records
+                ]
+                read = [event.SerializeToString() for event in events], []
+            encoder.try_encode_serialized(read[0])  # what the RayEvents queue's publisher does
 
     profiler = cProfile.Profile()
     profiler.runcall(ray_events_to_otlp if what == "ray-events" else logs_to_ray_json)

@@ -86,6 +86,18 @@ static inline int buf_field(Buf *b, uint32_t number, const char *payload, Py_ssi
     return 0;
 }
 
+/* A varint field of any number. */
+static inline int buf_varint_field(Buf *b, uint32_t number, uint64_t value) {
+    return buf_varint(b, (uint64_t)number << 3) < 0 ? -1 : buf_varint(b, value);
+}
+
+/* A fixed64 (`size` 8) or fixed32 (`size` 4) field of any number. */
+static inline int buf_fixed_field(Buf *b, uint32_t number, uint64_t bits, int size) {
+    if (buf_varint(b, ((uint64_t)number << 3) | (size == 8 ? 1 : 5)) < 0 || buf_reserve(b, size) < 0) return -1;
+    b->len = put_fixed_bits(b->data + b->len, bits, size) - b->data;
+    return 0;
+}
+
 /* Base64 (standard alphabet, padded), as protobuf's JSON and OTLP's write bytes. */
 static inline Py_ssize_t base64_size(Py_ssize_t n) { return 4 * ((n + 2) / 3); }
 
@@ -145,6 +157,18 @@ static inline char *put_base64_decoded(char *o, const char *text, Py_ssize_t n) 
         *o++ = (char)(v & 0xff);
     }
     return o;
+}
+
+/* A bytes field of any number from its standard padded base64 text: 0, 1 when the text is not
+ * that (base64_decoded_size), -1 on memory. */
+static inline int buf_base64_field(Buf *b, uint32_t number, const char *text, Py_ssize_t n) {
+    Py_ssize_t size = base64_decoded_size(text, n);
+    if (size < 0) return 1;
+    if (buf_reserve(b, 20 + size) < 0) return -1;
+    char *p = put_varint(b->data + b->len, ((uint64_t)number << 3) | 2);
+    p = put_varint(p, (uint64_t)size);
+    b->len = put_base64_decoded(p, text, n) - b->data;
+    return 0;
 }
 
 /* -- reading ---------------------------------------------------------------------------------- */

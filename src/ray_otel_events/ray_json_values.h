@@ -82,6 +82,52 @@ static inline int digits_int(const unsigned char *s, Py_ssize_t n, int64_t *out)
     return 0;
 }
 
+/* Integer text as the RayEvent JSON reader takes it (ray_json_decode._INT_TEXT: ASCII digits after
+ * an optional '-') as sign and magnitude, -0 as 0: 0, or -1 for any other text or a magnitude past
+ * uint64's. */
+static inline int json_int_text(const uint8_t *s, Py_ssize_t n, int *negative, uint64_t *magnitude) {
+    int minus = n > 0 && s[0] == '-';
+    if (minus == n) return -1;
+    uint64_t m = 0;
+    for (Py_ssize_t i = minus; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        uint64_t digit = (uint64_t)(s[i] - '0');
+        if (m > (UINT64_MAX - digit) / 10) return -1;
+        m = m * 10 + digit;
+    }
+    *negative = minus && m != 0;
+    *magnitude = m;
+    return 0;
+}
+
+/* An integer (sign and magnitude) within a field's [low, high]: 0 and its varint bits, else -1. */
+static inline int int_bits_within(int negative, uint64_t magnitude, long long low, unsigned long long high,
+                                  uint64_t *bits) {
+    if (negative) {
+        if (magnitude > (low < 0 ? (uint64_t)0 - (uint64_t)low : 0)) return -1;
+        *bits = (uint64_t)0 - magnitude;
+    } else {
+        if (magnitude > high) return -1;
+        *bits = magnitude;
+    }
+    return 0;
+}
+
+/* A double field or (`float32`) a float field of the value `d`: 0, 1 when `d` is past a float's
+ * range (the Python reader decides), -1 on memory. */
+static inline int buf_real_field(Buf *b, uint32_t number, double d, int float32) {
+    if (!float32) {
+        uint64_t bits;
+        memcpy(&bits, &d, 8);
+        return buf_fixed_field(b, number, bits, 8);
+    }
+    if (d > 3.4028234663852886e38 || d < -3.4028234663852886e38) return 1;
+    float f = (float)d;
+    uint32_t bits32;
+    memcpy(&bits32, &f, 4);
+    return buf_fixed_field(b, number, bits32, 4);
+}
+
 /* Python's `//` of int64s. */
 static inline int64_t floor_div(int64_t a, int64_t b) {
     int64_t q = a / b;

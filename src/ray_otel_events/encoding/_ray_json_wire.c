@@ -6,8 +6,7 @@
  * without a C compiler the package decodes in Python. */
 
 #define PY_SSIZE_T_CLEAN
-#include "civil_dates.h"
-#include "protobuf_wire.h"
+#include "ray_json_values.h"
 
 /* Field kinds (the _K_ constants of ray_json_decode.py). */
 enum { K_FALLBACK, K_STRING, K_BYTES, K_BOOL, K_INT, K_DOUBLE, K_FLOAT, K_ENUM, K_MESSAGE, K_TIMESTAMP };
@@ -26,8 +25,8 @@ enum { F_NUMBER, F_KIND, F_LABEL, F_LOW, F_HIGH, F_EXTRA, F_ONEOF, F_SIZE };
 /* -- scalars ----------------------------------------------------------------------------------- */
 
 /* A JSON integer: an int, or a string of ASCII digits with an optional '-' (ray_json_decode._INT_TEXT),
- * within [low, high]. As sign and magnitude, so all of int64 and uint64 fit. */
-static int read_int(PyObject *value, PyObject *field, int64_t *out_signed, uint64_t *out_bits) {
+ * within [low, high]: its varint bits. As sign and magnitude, so all of int64 and uint64 fit. */
+static int read_int(PyObject *value, PyObject *field, uint64_t *out_bits) {
     int negative = 0;
     uint64_t magnitude = 0;
     if (PyLong_CheckExact(value)) {
@@ -49,53 +48,21 @@ static int read_int(PyObject *value, PyObject *field, int64_t *out_signed, uint6
             magnitude = (uint64_t)number;
         }
     } else if (PyUnicode_CheckExact(value)) {
-        if (!PyUnicode_IS_ASCII(value)) return FALLBACK;
-        const char *p = (const char *)PyUnicode_DATA(value);
-        Py_ssize_t n = PyUnicode_GET_LENGTH(value), i = 0;
-        if (n > 0 && p[0] == '-') {
-            negative = 1;
-            i = 1;
-        }
-        if (i == n) return FALLBACK;
-        for (; i < n; i++) {
-            if (p[i] < '0' || p[i] > '9') return FALLBACK;
-            uint64_t digit = (uint64_t)(p[i] - '0');
-            if (magnitude > (UINT64_MAX - digit) / 10) return FALLBACK; /* out of any range */
-            magnitude = magnitude * 10 + digit;
-        }
-        if (magnitude == 0) negative = 0;
+        if (!PyUnicode_IS_ASCII(value) ||
+            json_int_text(PyUnicode_1BYTE_DATA(value), PyUnicode_GET_LENGTH(value), &negative, &magnitude) < 0)
+            return FALLBACK;
     } else {
         return FALLBACK;
     }
     long long low = PyLong_AsLongLong(PyTuple_GET_ITEM(field, F_LOW));
     unsigned long long high = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(field, F_HIGH));
     if (PyErr_Occurred()) return FAILED;
-    if (negative) {
-        uint64_t lowest = low < 0 ? (uint64_t)0 - (uint64_t)low : 0;
-        if (magnitude > lowest) return FALLBACK;
-        *out_signed = (int64_t)((uint64_t)0 - magnitude);
-        *out_bits = (uint64_t)*out_signed;
-    } else {
-        if (magnitude > high) return FALLBACK;
-        *out_signed = (int64_t)magnitude;
-        *out_bits = magnitude;
-    }
-    return DONE;
-}
-
-static int put_key(Buf *b, uint32_t number, int wire_type) {
-    return buf_varint(b, ((uint64_t)number << 3) | (uint64_t)wire_type);
+    return int_bits_within(negative, magnitude, low, high, out_bits) < 0 ? FALLBACK : DONE;
 }
 
 /* A varint field (bool, integer, enum, a timestamp's seconds or nanos). */
 static int varint_field(Buf *b, uint32_t number, uint64_t value) {
-    return put_key(b, number, 0) < 0 || buf_varint(b, value) < 0 ? FAILED : DONE;
-}
-
-static int put_fixed(Buf *b, uint32_t number, uint64_t bits, int size) {
-    if (put_key(b, number, size == 8 ? 1 : 5) < 0 || buf_reserve(b, size) < 0) return FAILED;
-    b->len = put_fixed_bits(b->data + b->len, bits, size) - b->data;
-    return DONE;
+    return buf_varint_field(b, number, value) < 0 ? FAILED : DONE;
 }
 
 /* ray_json_decode._TIMESTAMP (YYYY-MM-DDTHH:MM:SS[.f{1,9}]Z) and what datetime accepts of it. */
@@ -146,24 +113,16 @@ static int value_field(Buf *b, uint32_t number, PyObject *field, PyObject *value
     }
     case K_BYTES: { /* base64 text; anything else (a str not in that form) the Python path decides */
         if (!PyUnicode_CheckExact(value) || !PyUnicode_IS_ASCII(value)) return FALLBACK;
-        const char *text = (const char *)PyUnicode_1BYTE_DATA(value);
-        Py_ssize_t n = PyUnicode_GET_LENGTH(value), size = base64_decoded_size(text, n);
-        if (size < 0) return FALLBACK;
-        if (buf_reserve(b, 20 + size) < 0) return FAILED;
-        char *p = put_varint(b->data + b->len, ((uint64_t)number << 3) | 2);
-        p = put_varint(p, (uint64_t)size);
-        b->len = put_base64_decoded(p, text, n) - b->data;
-        return DONE;
+        int written = buf_base64_field(b, number, (const char *)PyUnicode_1BYTE_DATA(value), PyUnicode_GET_LENGTH(value));
+        return written < 0 ? FAILED : written ? FALLBACK : DONE;
     }
     case K_BOOL:
         if (!PyBool_Check(value)) return FALLBACK;
         return varint_field(b, number, value == Py_True);
     case K_INT: {
-        int64_t number_value;
         uint64_t bits;
-        int done = read_int(value, field, &number_value, &bits);
-        if (done != DONE) return done;
-        return varint_field(b, number, bits);
+        int done = read_int(value, field, &bits);
+        return done == DONE ? varint_field(b, number, bits) : done;
     }
     case K_DOUBLE:
     case K_FLOAT: {
@@ -179,16 +138,8 @@ static int value_field(Buf *b, uint32_t number, PyObject *field, PyObject *value
         } else {
             return FALLBACK;
         }
-        uint64_t bits;
-        if (kind == K_DOUBLE) {
-            memcpy(&bits, &d, 8);
-            return put_fixed(b, number, bits, 8);
-        }
-        if (d > 3.4028234663852886e38 || d < -3.4028234663852886e38) return FALLBACK;
-        float f = (float)d;
-        uint32_t bits32;
-        memcpy(&bits32, &f, 4);
-        return put_fixed(b, number, bits32, 4);
+        int written = buf_real_field(b, number, d, kind == K_FLOAT);
+        return written < 0 ? FAILED : written ? FALLBACK : DONE;
     }
     case K_ENUM: {
         PyObject *number_of = NULL;

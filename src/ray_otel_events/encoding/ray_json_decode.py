@@ -420,6 +420,16 @@ if _ray_json_wire is not None and config.compiled_enabled():
     _event_wire = _ray_json_wire.event_wire
 
 
+def reads_compiled() -> bool:
+    """Whether RayEvent JSON objects are read by the compiled fast path (_ray_json_wire.c)."""
+    return _event_wire is not None
+
+
+def event_schema() -> WireSchema:
+    """RayEvent's schema for the compiled readers (JSON and proto names -> field)."""
+    return _EVENT_SCHEMA
+
+
 def event_wires(items: list[Any]) -> list[bytes | None]:
     """For each item, the wire bytes `read_event` would make its event from on the compiled fast
     path (then it reads the item whole), or None where that path does not (not built, not an

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from google.protobuf import json_format
@@ -28,6 +28,8 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
+from ray_otel_events import config
+from ray_otel_events.encoding import ray_json_decode
 from ray_otel_events.encoding.ray_json_decode import decode_event
 from ray_otel_events.events import ids
 from ray_otel_events.events.builders import EventFactory
@@ -75,6 +77,31 @@ def ray_event_from_log_record(record: LogRecord) -> RayEvent:
     if name != expected:
         raise NotARayEventError(f"log record {name!r}: body's eventType means event name {expected!r}")
     return event
+
+
+try:  # built by setup.py where a C compiler is present
+    from ray_otel_events.otel import _log_events
+except ImportError:
+    _log_events = None  # type: ignore[assignment]
+_read_log_events: Callable[[bytes], tuple[list[bytes], list[int]] | None] | None = None
+if _log_events is not None and ray_json_decode.reads_compiled() and config.compiled_enabled():
+    _log_events.bind(
+        ray_json_decode.event_schema(),
+        RayEvent.DESCRIPTOR.fields_by_name["event_type"].number,
+        {number: semconv.event_name_for(event_type_name(number)).encode() for number in REGISTRY},
+    )
+    _read_log_events = _log_events.read
+
+
+def ray_event_wires(body: bytes) -> tuple[list[bytes], list[int]] | None:
+    """The RayEvents (wire bytes, event types) of a protobuf ExportLogsServiceRequest whose every
+    record carries one, read in one compiled pass where built: the events `ray_event_from_log_record`
+    makes of the decoded request's records, in order (their wire bytes in the body's key order, which
+    the RayEvent JSON writer reads alike). None where that pass does not take the request whole (not
+    built, a record that is not such a RayEvent, or anything the reader leaves to protobuf): decode it
+    and read each record with `claims_ray_event` and `ray_event_from_log_record`, which then give
+    the results and every rejection."""
+    return _read_log_events(body) if _read_log_events is not None else None
 
 
 def is_ray_span(attributes: Mapping[str, Any]) -> bool:

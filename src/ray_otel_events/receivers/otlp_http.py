@@ -89,6 +89,12 @@ class OtlpConsumer(abc.ABC):
     async def consume_logs(self, request: ExportLogsServiceRequest) -> ConsumeResult:
         """Raise QueueFullError to have the client retry the whole request later."""
 
+    async def consume_logs_body(self, body: bytes) -> tuple[int, ConsumeResult] | None:
+        """A consumer's fast path: a protobuf logs request taken from its bytes, undecoded, as
+        (its log records, the result); None (the default) has the receiver decode it and call
+        `consume_logs`. Raise QueueFullError as there."""
+        return None
+
 
 class OtlpHttpReceiver:
     """Owns nothing but the protocol: mount `routes()` on an aiohttp application."""
@@ -125,23 +131,33 @@ class OtlpHttpReceiver:
             )
         try:
             body = await read_body(request, self.max_body_bytes, self.decoded_by_server)
-            decoded = _decode(body, kind, signal)
         except BodyError as exc:
             await _discard(request)
             return self._refuse(signal, kind, exc.status, exc.reason)
-        invalid = drop_invalid_ids(decoded)
         try:
-            if isinstance(decoded, ExportTraceServiceRequest):
-                result = await self.consumer.consume_traces(decoded)
+            taken = None
+            if signal == "logs" and kind == PROTOBUF:
+                taken = await self.consumer.consume_logs_body(body)
+            if taken is not None:
+                total, result = taken
+                invalid = InvalidIds()
             else:
-                result = await self.consumer.consume_logs(decoded)
+                decoded = _decode(body, kind, signal)
+                invalid = drop_invalid_ids(decoded)
+                if isinstance(decoded, ExportTraceServiceRequest):
+                    result = await self.consumer.consume_traces(decoded)
+                else:
+                    result = await self.consumer.consume_logs(decoded)
+                total = count_items(decoded)
+        except BodyError as exc:
+            await _discard(request)
+            return self._refuse(signal, kind, exc.status, exc.reason)
         except QueueFullError as exc:
             retry_after = str(max(1, math.ceil(exc.retry_after_s)))
             return self._refuse(signal, kind, 503, exc.reason, {"Retry-After": retry_after})
         except Exception:
             logger.exception("OTLP %s consumer failed", signal)
             return self._refuse(signal, kind, 500, f"internal error while handling {signal}")
-        total = count_items(decoded)
         rejected = invalid.count + result.rejected
         self.counters.add(ACCEPTED_ITEMS, total - result.rejected, signal=signal)
         self.counters.add(REJECTED_ITEMS, rejected, signal=signal)

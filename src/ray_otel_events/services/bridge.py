@@ -61,6 +61,7 @@ from ray_otel_events.otel.to_ray_events import (
     claims_ray_event,
     is_ray_span,
     ray_event_from_log_record,
+    ray_event_wires,
 )
 from ray_otel_events.processors.event_buffer import RECORD_OVERHEAD_BYTES, MultiConsumerEventBuffer
 from ray_otel_events.processors.exposable_filter import ExposableFilter
@@ -399,6 +400,20 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[EventParts]):
             lost = self._admit(events, records)
         return self._result("log", rejected, len(records), dropped, lost)
 
+    async def consume_logs_body(self, body: bytes) -> tuple[int, ConsumeResult] | None:
+        """A request whose every record carries a RayEvent, read whole by the compiled pass, goes
+        to the RayEvents queue as the events' wire bytes (no request, dict or message made); any
+        other request is decoded for `consume_logs`, which then gives the results."""
+        if self.ray_events is None or self.config.mode == "assemble":
+            return None
+        read = ray_event_wires(body)
+        if read is None:
+            return None
+        wires, types = read
+        self.counters.add(RAY_EVENTS_FROM_LOGS, len(wires))
+        self._queue(wires, types, [])
+        return len(wires), self._result("log", [], 0, 0)
+
     def _admit(self, events: list[RayEvent], records: list[bytes]) -> int:
         """Queue everything a request produced, or nothing (QueueFullError) if it does not fit.
         Returns how many RayEvents had nowhere to go (no --export-addr)."""
@@ -406,7 +421,11 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[EventParts]):
         if events and self.ray_events is None:
             lost, events = len(events), []
             self.counters.add(RAY_EVENTS_DROPPED, lost)
-        wires = [event.SerializeToString() for event in events]
+        self._queue([event.SerializeToString() for event in events], [e.event_type for e in events], records)
+        return lost
+
+    def _queue(self, wires: list[bytes], types: list[int], records: list[bytes]) -> None:
+        """RayEvents' wire bytes and plain records into their queues: all, or none (QueueFullError)."""
         if (
             wires
             and self.ray_events is not None
@@ -423,8 +442,7 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[EventParts]):
             if records and self.records is not None:
                 self.records.add_many(records, [RECORD_TYPE] * len(records))
             if wires and self.ray_events is not None:
-                self.ray_events.add_many(wires, [event.event_type for event in events])
-        return lost
+                self.ray_events.add_many(wires, types)
 
     def _transaction(self) -> contextlib.AbstractContextManager[object]:
         """One disk transaction for everything a request or a sweep queues (none in memory mode)."""

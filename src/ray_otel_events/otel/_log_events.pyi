@@ -1,0 +1,6 @@
+"""A logs request's RayEvents read from its protobuf bytes in one pass (_log_events.c)."""
+
+from typing import Any
+
+def bind(schema: dict[str, Any], type_field: int, names: dict[int, bytes], /) -> None: ...
+def read(body: bytes, /) -> tuple[list[bytes], list[int]] | None: ...
