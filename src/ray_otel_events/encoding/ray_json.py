@@ -50,6 +50,7 @@ except ImportError:
     _ray_json_encode = None  # type: ignore[assignment]
 
 __all__ = [
+    "TIMESTAMP_SECONDS_MAX",
     "EncodeFailure",
     "EncodeResult",
     "EventEncodeError",
@@ -102,7 +103,7 @@ class EncodeResult:
 # --- value helpers the generated code calls ----------------------------------------------------
 
 _TIMESTAMP_SECONDS_MIN = -62135596800  # 0001-01-01T00:00:00Z
-_TIMESTAMP_SECONDS_MAX = 253402300799  # 9999-12-31T23:59:59Z
+TIMESTAMP_SECONDS_MAX = 253402300799  # 9999-12-31T23:59:59Z: the last second RFC 3339 writes
 _EPOCH = datetime.datetime(1970, 1, 1)
 _CACHE_MAX = 8192
 # Events of a batch share a few distinct seconds, and ids (node, job, worker, task) repeat across
@@ -113,10 +114,10 @@ _base64_of: dict[bytes, str] = {}
 
 
 def _format_seconds(seconds: int, where: str) -> str:
-    if not _TIMESTAMP_SECONDS_MIN <= seconds <= _TIMESTAMP_SECONDS_MAX:
+    if not _TIMESTAMP_SECONDS_MIN <= seconds <= TIMESTAMP_SECONDS_MAX:
         raise TimestampRangeError(
             f"{where}: Timestamp is not valid: Seconds {seconds} must be in range "
-            f"[{_TIMESTAMP_SECONDS_MIN}, {_TIMESTAMP_SECONDS_MAX}]."
+            f"[{_TIMESTAMP_SECONDS_MIN}, {TIMESTAMP_SECONDS_MAX}]."
         )
     prefix = (_EPOCH + datetime.timedelta(seconds=seconds)).isoformat()
     if len(_seconds_prefix) >= _CACHE_MAX:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
-from ray_otel_events.encoding.ray_json import base64_text, timestamp_text
+from ray_otel_events.encoding.ray_json import TIMESTAMP_SECONDS_MAX, base64_text, timestamp_text
 from ray_otel_events.events.builders import EventFactory
 from ray_otel_events.otel import otlp_wire, semconv
 from ray_otel_events.otel.log_records import RecordShape, Slot, log_record_wire, shape_of
@@ -37,8 +37,7 @@ _PAYLOADS: dict[int, str] = {
 }
 _LIFECYCLE = "taskLifecycleEvent"
 
-_LAST_SECOND = 253402300799  # 9999-12-31T23:59:59Z, the last time RFC 3339 (and protobuf's JSON) can write
-_TIME_LIMIT = (_LAST_SECOND + 1) * 1_000_000_000
+_TIME_LIMIT = (TIMESTAMP_SECONDS_MAX + 1) * 1_000_000_000  # an event at or past it takes log_record_wire
 SHAPES_MAX = 1024  # kinds of event kept; a process traces a handful of functions on one worker
 
 # (shape, its values in slot order, the record's time) of an event written by shape
