@@ -62,6 +62,14 @@ static inline int utf8_sequence(const uint8_t *s, Py_ssize_t n) {
 static inline int utf8_valid(const uint8_t *s, Py_ssize_t n) {
     Py_ssize_t i = 0;
     while (i < n) {
+        if (i + 8 <= n) { /* most text is ASCII: a word at a time while it is */
+            uint64_t word;
+            memcpy(&word, s + i, 8);
+            if (!(word & 0x8080808080808080ull)) {
+                i += 8;
+                continue;
+            }
+        }
         if (s[i] < 0x80) {
             i++;
             continue;

@@ -34,19 +34,6 @@ static PyObject *event_schema;   /* ray_json_decode's schema of RayEvent (JSON a
 static PyObject *event_names;    /* event type -> the event name (bytes) its records carry */
 static uint32_t type_field;      /* RayEvent.event_type's number */
 
-/* UTF-8 text, checked a word at a time while it is ASCII (as most of it is). */
-static int text_valid(const uint8_t *s, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t word;
-        memcpy(&word, s + i, 8);
-        if (word & 0x8080808080808080ull) break;
-    }
-    uint8_t high = 0;
-    for (Py_ssize_t k = i; k < n; k++) high |= s[k];
-    return high < 0x80 || utf8_valid(s + i, n - i);
-}
-
 /* The schema's dicts looked up by a key's UTF-8 bytes: the field (or enum number) each (dict, key)
  * found last, so the keys every event repeats make no str. The dicts live as long as the bound
  * schema (bind() clears this), so the borrowed references stay good. */
@@ -104,7 +91,7 @@ static int value_of(Reader r, Value *v) {
         if (kind == A_NONE || v->kind != A_NONE) return LEFT;
         *v = (Value){kind, f.payload, f.scalar};
     }
-    if (v->kind == A_STRING && !text_valid(v->payload.p, v->payload.end - v->payload.p)) return LEFT;
+    if (v->kind == A_STRING && !utf8_valid(v->payload.p, v->payload.end - v->payload.p)) return LEFT;
     return v->kind == A_NONE ? LEFT : DONE;
 }
 
@@ -121,7 +108,7 @@ static int key_value(Reader r, Reader *key, Reader *value) {
         seen |= (int)f.number;
         *(f.number == 1 ? key : value) = f.payload;
     }
-    return seen == 3 && text_valid(key->p, key->end - key->p) ? DONE : LEFT;
+    return seen == 3 && utf8_valid(key->p, key->end - key->p) ? DONE : LEFT;
 }
 
 /* The next entry (field 1, length-delimited) of a KeyValueList or ArrayValue; 0 at the end. */
@@ -172,7 +159,7 @@ static int valid_message(Reader r, unsigned strings, unsigned lists, unsigned va
         if (f.wire_type == 0 && bit & varints) continue;
         if (f.wire_type != 2) return LEFT;
         if (bit & strings) {
-            if (!text_valid(f.payload.p, f.payload.end - f.payload.p)) return LEFT;
+            if (!utf8_valid(f.payload.p, f.payload.end - f.payload.p)) return LEFT;
         } else if (!(bit & lists) || valid_key_value(f.payload, 0) != DONE) {
             return LEFT;
         }
@@ -404,7 +391,7 @@ static int log_record(Reader r, Events *events) {
         case 8 << 3 | 5:  /* flags */
             break;
         case 3 << 3 | 2: /* severity_text */
-            if (!text_valid(f.payload.p, n)) return LEFT;
+            if (!utf8_valid(f.payload.p, n)) return LEFT;
             break;
         case 5 << 3 | 2: /* body */
             if (body.p != NULL) return LEFT;
@@ -420,7 +407,7 @@ static int log_record(Reader r, Events *events) {
             span_n = n;
             break;
         case 12 << 3 | 2: /* event_name */
-            if (!text_valid(f.payload.p, n)) return LEFT;
+            if (!utf8_valid(f.payload.p, n)) return LEFT;
             name = f.payload;
             break;
         default:
@@ -471,7 +458,7 @@ static int logs_of(Reader r, int scope_level, Events *events) {
         } else if (f.number == 2) {
             done = scope_level ? log_record(f.payload, events) : logs_of(f.payload, 1, events);
         } else if (f.number == 3) {
-            done = text_valid(f.payload.p, f.payload.end - f.payload.p) ? DONE : LEFT;
+            done = utf8_valid(f.payload.p, f.payload.end - f.payload.p) ? DONE : LEFT;
         } else {
             done = LEFT;
         }
