@@ -16,7 +16,7 @@ from ray_otel_events.encoding.process_pool import EncoderProcessPool
 from ray_otel_events.encoding.ray_json import EncodeResult, RayEventJsonEncoder
 from ray_otel_events.exporters.publisher import PreparedBatch, PublisherClient
 from ray_otel_events.exporters.retry import SendError, status_error
-from ray_otel_events.exporters.transport import HttpTransport
+from ray_otel_events.exporters.transport import HttpTransport, WholeBody
 from ray_otel_events.processors.event_buffer import EventBatch
 
 logger = logging.getLogger(__name__)
@@ -74,7 +74,10 @@ class HttpJsonPublisherClient(PublisherClient[bytes]):
             )
         try:
             async with self._session.post(
-                self.url, data=payload, headers=self._headers, allow_redirects=False
+                self.url,
+                data=WholeBody(payload, self._headers["Content-Type"]),
+                headers=self._headers,
+                allow_redirects=False,
             ) as response:
                 body = await response.read()  # read fully so the connection is reused
                 status = response.status
