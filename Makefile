@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py $(wildcard src/ray_otel_events/*.h src/ray_otel_events/*/*.c)
+$(STAMP): pyproject.toml setup.py $(wildcard src/ray_otel_events/native/*.h src/ray_otel_events/native/*.c)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,ray]'

@@ -1,9 +1,9 @@
-"""The compiled helpers against the Python code they copy: the log-record walk (otel/_record_walk.c),
-span lines' ISO times (otel/_span_json.c),
-OTLP values read from wire bytes (otel/_any_value_wire.c), spans' JSON records written from theirs
-(otel/_span_records.c), OTLP records and requests written from their parts (otel/_otlp_wire.c), the
-RayEvent JSON writer (encoding/_ray_json_encode.c) and reader
-(encoding/_ray_json_wire.c) and the store's fold (store/_state_fold.c)."""
+"""The compiled helpers against the Python code they copy: the log-record walk (native/_record_walk.c),
+span lines' ISO times (native/_span_json.c),
+OTLP values read from wire bytes (native/_any_value_wire.c), spans' JSON records written from theirs
+(native/_span_records.c), OTLP records and requests written from their parts (native/_otlp_wire.c), the
+RayEvent JSON writer (native/_ray_json_encode.c) and reader
+(native/_ray_json_wire.c) and the store's fold (native/_state_fold.c)."""
 
 from __future__ import annotations
 
@@ -47,47 +47,47 @@ from tests.test_otlp_wire import _fixture_dicts, values
 from tests.test_ray_json import ray_events
 
 try:
-    from ray_otel_events.otel import _record_walk
+    from ray_otel_events.native import _record_walk
 except ImportError:
     _record_walk = None  # type: ignore[assignment]
 try:
-    from ray_otel_events.encoding import _ray_json_wire
+    from ray_otel_events.native import _ray_json_wire
 except ImportError:
     _ray_json_wire = None  # type: ignore[assignment]
 try:
-    from ray_otel_events.otel import _any_value_wire
+    from ray_otel_events.native import _any_value_wire
 except ImportError:
     _any_value_wire = None  # type: ignore[assignment]
 try:
-    from ray_otel_events.encoding import _ray_json_encode
+    from ray_otel_events.native import _ray_json_encode
 except ImportError:
     _ray_json_encode = None  # type: ignore[assignment]
 try:
-    from ray_otel_events.otel import _span_records
+    from ray_otel_events.native import _span_records
 except ImportError:
     _span_records = None  # type: ignore[assignment]
 try:
-    from ray_otel_events.otel import _otlp_wire
+    from ray_otel_events.native import _otlp_wire
 except ImportError:
     _otlp_wire = None  # type: ignore[assignment]
 try:
-    from ray_otel_events.otel import _entity_spans
+    from ray_otel_events.native import _entity_spans
 except ImportError:
     _entity_spans = None  # type: ignore[assignment]
 try:
-    from ray_otel_events.otel import _event_head
+    from ray_otel_events.native import _event_head
 except ImportError:
     _event_head = None  # type: ignore[assignment]
 try:
-    from ray_otel_events.otel import _span_json
+    from ray_otel_events.native import _span_json
 except ImportError:
     _span_json = None  # type: ignore[assignment]
 try:
-    from ray_otel_events.store import _state_fold
+    from ray_otel_events.native import _state_fold
 except ImportError:
     _state_fold = None  # type: ignore[assignment]
 try:
-    from ray_otel_events.store import _row_writer
+    from ray_otel_events.native import _row_writer
 except ImportError:
     _row_writer = None  # type: ignore[assignment]
 
@@ -130,26 +130,26 @@ def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
         assert span_json.ns_to_iso_str is span_json.python_ns_to_iso_str
         assert state_merge.prepare is state_merge._prepare_python
         return
-    assert _record_walk is not None, "setup.py should have built otel/_record_walk.c"
-    assert _ray_json_wire is not None, "setup.py should have built encoding/_ray_json_wire.c"
+    assert _record_walk is not None, "setup.py should have built native/_record_walk.c"
+    assert _ray_json_wire is not None, "setup.py should have built native/_ray_json_wire.c"
     assert log_records._walk is _record_walk.walk
     assert ray_json_decode._event_wire is _ray_json_wire.event_wire
-    assert _any_value_wire is not None, "setup.py should have built otel/_any_value_wire.c"
+    assert _any_value_wire is not None, "setup.py should have built native/_any_value_wire.c"
     assert plain_records._compiled
-    assert _span_json is not None, "setup.py should have built otel/_span_json.c"
+    assert _span_json is not None, "setup.py should have built native/_span_json.c"
     assert span_json.ns_to_iso_str is _span_json.iso
-    assert _span_records is not None, "setup.py should have built otel/_span_records.c"
+    assert _span_records is not None, "setup.py should have built native/_span_records.c"
     assert plain_records._records_compiled
-    assert _otlp_wire is not None, "setup.py should have built otel/_otlp_wire.c"
+    assert _otlp_wire is not None, "setup.py should have built native/_otlp_wire.c"
     assert otlp_wire._compiled
-    assert _entity_spans is not None, "setup.py should have built otel/_entity_spans.c"
+    assert _entity_spans is not None, "setup.py should have built native/_entity_spans.c"
     assert from_ray_events._read_transitions is _entity_spans.transitions
     assert from_ray_events.RayEventsToOtel().compiled
-    assert _event_head is not None, "setup.py should have built otel/_event_head.c"
+    assert _event_head is not None, "setup.py should have built native/_event_head.c"
     assert event_heads._compiled
-    assert _ray_json_encode is not None, "setup.py should have built encoding/_ray_json_encode.c"
+    assert _ray_json_encode is not None, "setup.py should have built native/_ray_json_encode.c"
     assert ray_json.writes_compiled()
-    assert _state_fold is not None, "setup.py should have built store/_state_fold.c"
+    assert _state_fold is not None, "setup.py should have built native/_state_fold.c"
     assert state_merge.prepare is _state_fold.prepare
     assert state_merge.row_columns is _state_fold.row_columns
     assert row_fold.fold_rows is _state_fold.fold_rows

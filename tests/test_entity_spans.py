@@ -1,4 +1,4 @@
-"""The converter's compiled core (otel/_entity_spans.c) against its Python twin (RayEventsToOtel with
+"""The converter's compiled core (native/_entity_spans.c) against its Python twin (RayEventsToOtel with
 compiled=False), run with the other compiled readers on and off: random interleavings of pieces
 (out of order, duplicated, split over batches, retries, failures, evictions, time limits, flushes,
 restarts' emitted keys) give the same spans, records, held pieces, counters and open bytes."""
@@ -31,7 +31,7 @@ from ray_otel_events.protobuf import common_pb2
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
 try:
-    from ray_otel_events.otel import _entity_spans
+    from ray_otel_events.native import _entity_spans
 except ImportError:
     _entity_spans = None  # type: ignore[assignment]
 

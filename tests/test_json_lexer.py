@@ -1,5 +1,5 @@
 """The JSON lexer the two compiled readers of a POST's text share (json_lexer.h), through each of
-them: the bridge's one pass (otel/_posted_events.c) and serve's intake (store/_post_fold.c). Each
+them: the bridge's one pass (native/_posted_events.c) and serve's intake (native/_post_fold.c). Each
 takes only text orjson reads and reads it alike: any text, valid or not, gives the body to the
 Python path where orjson refuses it, and every item left to Python is orjson's item; every value
 at every depth of an item is checked as orjson checks it."""

@@ -1,4 +1,4 @@
-"""A logs request's RayEvents read in one compiled pass over its protobuf bytes (otel/_log_events.c)
+"""A logs request's RayEvents read in one compiled pass over its protobuf bytes (native/_log_events.c)
 against the Python path it stands in for (ExportLogsServiceRequest.FromString, then
 claims_ray_event and ray_event_from_log_record per record): where the pass answers, the same events,
 event types and RayEvent JSON, on every captured event and on random, mutated and malformed

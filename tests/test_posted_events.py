@@ -1,4 +1,4 @@
-"""A POST's RayEvents read in one compiled pass over its text (otel/_posted_events.c) against the
+"""A POST's RayEvents read in one compiled pass over its text (native/_posted_events.c) against the
 Python path they copy (orjson, the RayEvent reader, upb's serialization, the head and the record
 walk): the same events, heads, wire bytes, log records and errors, on every captured event and on
 random, mutated and malformed bodies; and the bridge's answers with the compiled helpers off."""

@@ -1,4 +1,4 @@
-"""`serve`'s compiled intake (store/_post_fold.c: a POST read and its task rows folded from its text)
+"""`serve`'s compiled intake (native/_post_fold.c: a POST read and its task rows folded from its text)
 against the Python path it stands for (orjson, `prepare`, `ingest_prepared`): the same answers, the
 same counts and the same rows, column for column, on every captured event, mutated events, bodies
 written every way JSON may be written, and text orjson refuses. With the compiled helpers off, the
@@ -31,7 +31,7 @@ from tests.test_compiled_helpers import _mutated
 from tests.test_otlp_wire import _fixture_dicts
 
 try:
-    from ray_otel_events.store import _post_fold
+    from ray_otel_events.native import _post_fold
 except ImportError:
     _post_fold = None  # type: ignore[assignment]
 
@@ -181,7 +181,7 @@ def test_serve_reads_posts_from_their_text_where_the_row_writer_is_built(directo
         if store._writer is None:  # no SQLite headers (or no C compiler): Prepared lists, folded in Python
             assert _post_fold is None or not store.folds_posted
             return
-        assert _post_fold is not None, "setup.py should have built store/_post_fold.c beside the row writer"
+        assert _post_fold is not None, "setup.py should have built native/_post_fold.c beside the row writer"
         assert store.folds_posted and isinstance(read_posted(orjson.dumps(TASK_DICTS))[0], PostedBody)
     finally:
         store.close()

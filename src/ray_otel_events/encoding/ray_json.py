@@ -45,7 +45,7 @@ from ray_otel_events import config
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
 try:  # built by setup.py where a C compiler is present
-    from ray_otel_events.encoding import _ray_json_encode
+    from ray_otel_events.native import _ray_json_encode
 except ImportError:
     _ray_json_encode = None  # type: ignore[assignment]
 

@@ -329,7 +329,7 @@ def _fallback_table(descriptor: Any) -> _Table:
 # It knows each message type's fields from a schema made here from the same descriptors and by the
 # same rules as `_Table`; where `_fill` would fall back, it returns None and `_fill` runs.
 
-# field kinds and labels, as _ray_json_wire.c and otel/_posted_events.c number them
+# field kinds and labels, as _ray_json_wire.c and native/_posted_events.c number them
 K_FALLBACK, K_STRING, K_BYTES, K_BOOL, K_INT = range(5)
 K_DOUBLE, K_FLOAT, K_ENUM, K_MESSAGE, K_TIMESTAMP = range(5, 10)
 SINGULAR, REPEATED, MAP = range(3)
@@ -411,7 +411,7 @@ def wire_schema(descriptor: Any, schemas: dict[str, WireSchema]) -> WireSchema:
 
 
 try:  # built by setup.py where a C compiler is present
-    from ray_otel_events.encoding import _ray_json_wire
+    from ray_otel_events.native import _ray_json_wire
 except ImportError:
     _ray_json_wire = None  # type: ignore[assignment]
 _EVENT_SCHEMA = wire_schema(RayEvent.DESCRIPTOR, {})

@@ -4,7 +4,7 @@ form Ray's tracing uses) already written as LogRecord attribute entries.
 
 Both the log record and the span assembly start from these; read through upb they cost a dozen
 accessor calls and a dict per event, so they are read from the event's wire bytes in C where that is
-built (otel/_event_head.c). The Python reading here is the reference the compiled one is held to.
+built (native/_event_head.c). The Python reading here is the reference the compiled one is held to.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def python_head(event: RayEvent) -> EventHead:
 
 
 try:  # the same read from wire bytes, compiled (setup.py builds it where a C compiler is present)
-    from ray_otel_events.otel import _event_head
+    from ray_otel_events.native import _event_head
 except ImportError:
     _event_head = None  # type: ignore[assignment]
 _compiled = _event_head is not None and config.compiled_enabled()

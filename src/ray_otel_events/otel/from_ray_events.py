@@ -101,7 +101,7 @@ _NORMAL_ACTOR_DEATHS = frozenset(
     }
 )
 try:  # the converter's core compiled (setup.py builds it where a C compiler is present)
-    from ray_otel_events.otel import _entity_spans
+    from ray_otel_events.native import _entity_spans
 except ImportError:
     _entity_spans = None  # type: ignore[assignment]
 # The core needs the compiled head reader's schema too (the pieces it keeps slim are read there).
@@ -383,7 +383,7 @@ class _BoundedSet:
 class RayEventsToOtel:
     """Not thread-safe: one owner (the bridge's event loop) calls add/expire/flush.
 
-    Where the compiled core is built (otel/_entity_spans.c) it keeps the state and does the per-event
+    Where the compiled core is built (native/_entity_spans.c) it keeps the state and does the per-event
     work, this class's Python being its twin: `compiled=False` runs the Python (to compare)."""
 
     def __init__(

@@ -311,7 +311,7 @@ def _list_item(item: Any, plan: _Plan, key: str, index: int, attrs: list[bytes])
 
 
 try:  # the same walk compiled (setup.py builds it where a C compiler is present)
-    from ray_otel_events.otel import _record_walk
+    from ray_otel_events.native import _record_walk
 except ImportError:
     _record_walk = None  # type: ignore[assignment]
 _walk: Callable[[Mapping[str, Any], _Plan, list[bytes]], bytes] = _walk_python

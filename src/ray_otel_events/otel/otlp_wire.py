@@ -16,7 +16,7 @@ from typing import Any
 from ray_otel_events import config
 
 try:  # the same writers compiled (setup.py builds them where a C compiler is present)
-    from ray_otel_events.otel import _otlp_wire
+    from ray_otel_events.native import _otlp_wire
 except ImportError:
     _otlp_wire = None  # type: ignore[assignment]
 _compiled = _otlp_wire is not None and config.compiled_enabled()

@@ -58,12 +58,12 @@ def attributes_to_dict(attributes: Any) -> dict[str, Any]:
 
 
 try:  # built by setup.py where a C compiler is present
-    from ray_otel_events.otel import _any_value_wire
+    from ray_otel_events.native import _any_value_wire
 except ImportError:
     _any_value_wire = None  # type: ignore[assignment]
 _compiled = _any_value_wire is not None and config.compiled_enabled()
 try:
-    from ray_otel_events.otel import _span_records
+    from ray_otel_events.native import _span_records
 except ImportError:
     _span_records = None  # type: ignore[assignment]
 _records_compiled = _span_records is not None and config.compiled_enabled()

@@ -1,5 +1,5 @@
 """A POST of RayEvent JSON read for the converter: per event, what its log record and its span
-need (`EventParts`), in one pass over the POST's text where that is compiled (otel/_posted_events.c).
+need (`EventParts`), in one pass over the POST's text where that is compiled (native/_posted_events.c).
 
 The Python path (`read_posted_events_python`) is the reference, and what reads any body or item
 the compiled pass leaves: orjson parses the body, each object is read into a RayEvent
@@ -114,7 +114,7 @@ def _messages() -> tuple[list[tuple[bool, tuple[Any, ...]]], int]:
 
 
 try:  # built by setup.py where a C compiler is present
-    from ray_otel_events.otel import _posted_events
+    from ray_otel_events.native import _posted_events
 except ImportError:
     _posted_events = None  # type: ignore[assignment]
 _read: Callable[[bytes], tuple[list[Any], bool] | None] | None = None

@@ -38,7 +38,7 @@ from ray_otel_events import config
 from ray_otel_events.otel import semconv
 
 try:  # span lines' ISO times compiled (setup.py builds them where a C compiler is present)
-    from ray_otel_events.otel import _span_json
+    from ray_otel_events.native import _span_json
 except ImportError:
     _span_json = None  # type: ignore[assignment]
 

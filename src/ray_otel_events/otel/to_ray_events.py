@@ -80,7 +80,7 @@ def ray_event_from_log_record(record: LogRecord) -> RayEvent:
 
 
 try:  # built by setup.py where a C compiler is present
-    from ray_otel_events.otel import _log_events
+    from ray_otel_events.native import _log_events
 except ImportError:
     _log_events = None  # type: ignore[assignment]
 _read_log_events: Callable[[bytes], tuple[list[bytes], list[int]] | None] | None = None

@@ -1,6 +1,6 @@
 """A POST of RayEvents as `serve` keeps it between its answer and its fold.
 
-Where the compiled fold is built (store/_post_fold.c, with the row writer), `serve` reads a POST once
+Where the compiled fold is built (native/_post_fold.c, with the row writer), `serve` reads a POST once
 on its event loop, from its text and without the GIL (`scan`), only to answer it: the items
 `prepare` would not take as they are are read with orjson and `prepare` (so the answer names what
 is wrong with an item exactly as before), and what is kept is the body itself (`PostedBody`), which
@@ -19,7 +19,7 @@ from ray_otel_events import config
 from ray_otel_events.store.state_merge import Prepared, prepare
 
 try:  # setup.py builds it where a C compiler and SQLite's headers are present
-    from ray_otel_events.store import _post_fold
+    from ray_otel_events.native import _post_fold
 except ImportError:
     _post_fold = None  # type: ignore[assignment]
 

@@ -134,8 +134,8 @@ def _fold_rows_python(
 FoldRows = Callable[[list[Key], int, Pieces, Rows, float, dict[str, int], Upserts], tuple[int, int]]
 fold_rows: FoldRows = _fold_rows_python
 group_pieces: Callable[[list[Prepared]], tuple[Pieces, int]] = _group_pieces_python
-try:  # the same loop compiled (setup.py builds store/_state_fold.c where a C compiler is present)
-    from ray_otel_events.store import _state_fold
+try:  # the same loop compiled (setup.py builds native/_state_fold.c where a C compiler is present)
+    from ray_otel_events.native import _state_fold
 except ImportError:
     _state_fold = None  # type: ignore[assignment]
 if _state_fold is not None and config.compiled_enabled():

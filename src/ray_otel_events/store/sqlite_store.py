@@ -54,11 +54,11 @@ from ray_otel_events.store.state_merge import (
 )
 
 try:  # the upserts on a thread that needs no GIL (setup.py builds it where SQLite's headers are)
-    from ray_otel_events.store import _row_writer
+    from ray_otel_events.native import _row_writer
 except ImportError:
     _row_writer = None  # type: ignore[assignment]
 try:  # POSTs folded from their text, without the GIL (built beside the row writer)
-    from ray_otel_events.store import _post_fold
+    from ray_otel_events.native import _post_fold
 except ImportError:
     _post_fold = None  # type: ignore[assignment]
 

@@ -558,8 +558,8 @@ row_columns: Callable[[str, Row], tuple[str, tuple[Any, ...]]] = _row_columns_py
 ValueError if a piece put there what the file cannot hold (an object where a name belongs, an
 integer past 64 bits)."""
 
-try:  # a POST's task rows folded from its text (store/_post_fold.c, built beside the row writer)
-    from ray_otel_events.store import _post_fold
+try:  # a POST's task rows folded from its text (native/_post_fold.c, built beside the row writer)
+    from ray_otel_events.native import _post_fold
 except ImportError:
     _post_fold = None  # type: ignore[assignment]
 if _post_fold is not None and config.compiled_enabled():
@@ -569,8 +569,8 @@ if _post_fold is not None and config.compiled_enabled():
         _INDEX_PLAN[TASKS],
     )
 
-try:  # the same steps compiled (setup.py builds store/_state_fold.c where a C compiler is present)
-    from ray_otel_events.store import _state_fold
+try:  # the same steps compiled (setup.py builds native/_state_fold.c where a C compiler is present)
+    from ray_otel_events.native import _state_fold
 except ImportError:
     _state_fold = None  # type: ignore[assignment]
 if _state_fold is not None and config.compiled_enabled():

@@ -1,6 +1,6 @@
 /* Proleptic Gregorian dates and day counts from 1970-01-01 (Howard Hinnant's algorithms), for the
- * compiled modules that read or write times (encoding/_ray_json_wire.c, encoding/_ray_json_encode.c,
- * otel/_span_json.c, otel/_posted_events.c, store/_state_fold.c): any day count, those before 1970 included. */
+ * compiled modules that read or write times (native/_ray_json_wire.c, native/_ray_json_encode.c,
+ * native/_span_json.c, native/_posted_events.c, native/_state_fold.c): any day count, those before 1970 included. */
 
 #ifndef RAY_OTEL_EVENTS_CIVIL_DATES_H
 #define RAY_OTEL_EVENTS_CIVIL_DATES_H

@@ -1,5 +1,5 @@
 /* JSON text read as orjson reads it, for the compiled modules that read a POST's text: the bridge's
- * token stream (otel/_posted_events.c) and serve's tree of nodes (store/_post_fold.c). Each piece
+ * token stream (native/_posted_events.c) and serve's tree of nodes (native/_post_fold.c). Each piece
  * takes the text at `p` (up to `end`) and returns where its token ends, or NULL for text orjson
  * refuses or may read otherwise (the module then leaves it to orjson): whitespace, strings (UTF-8
  * checked, escapes and surrogate pairs; decoded), numbers (the grammar; integers in int64, floats

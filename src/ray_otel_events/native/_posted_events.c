@@ -2,8 +2,8 @@
  * for each item, the event's wire bytes as upb serializes them, the body of its log record (the
  * object as posted, as a KeyValueList) and its flattened `ray.event.*` attributes, and its head
  * (`_event_head.head` of those wire bytes). Without it the bridge parses the body with orjson, reads
- * each object into a RayEvent (encoding/_ray_json_wire.c), serializes it, reads its head and walks
- * the object again for its record (otel/_record_walk.c): four passes and a dict per object.
+ * each object into a RayEvent (native/_ray_json_wire.c), serializes it, reads its head and walks
+ * the object again for its record (native/_record_walk.c): four passes and a dict per object.
  *
  * It takes exactly the items the Python path reads whole (ray_json_decode's rules, keys in their
  * lowerCamelCase JSON names) and writes what that path writes of them; for any other item it gives

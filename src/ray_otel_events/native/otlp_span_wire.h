@@ -1,5 +1,5 @@
 /* An OTLP Span's (trace.v1.Span) own fields read from its wire bytes, shared by the compiled modules
- * that read spans (otel/_any_value_wire.c, otel/_span_records.c): as upb keeps them, a field seen
+ * that read spans (native/_any_value_wire.c, native/_span_records.c): as upb keeps them, a field seen
  * twice is the last. Its attributes (9), events (11) and links (13) are the caller's to walk. */
 
 #ifndef RAY_OTEL_EVENTS_OTLP_SPAN_WIRE_H

@@ -315,7 +315,7 @@ static PyMethodDef writer_methods[] = {
 };
 
 static PyTypeObject WriterType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ray_otel_events.store._row_writer.RowWriter",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ray_otel_events.native._row_writer.RowWriter",
     .tp_basicsize = sizeof(Writer),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "RowWriter(path, sql, setup, columns, error): upserts on a thread and connection of its own.",

@@ -1773,7 +1773,7 @@ static PyGetSetDef core_getset[] = {
 };
 
 static PyTypeObject CoreType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ray_otel_events.otel._entity_spans.Core",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ray_otel_events.native._entity_spans.Core",
     .tp_basicsize = sizeof(Core),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "RayEventsToOtel's state and per-event work, compiled.",

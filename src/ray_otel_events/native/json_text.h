@@ -1,5 +1,5 @@
-/* JSON text as orjson writes it, for the compiled modules that write JSON (otel/_span_records.c,
- * encoding/_ray_json_encode.c): their output must equal orjson.dumps of what the Python twin builds. */
+/* JSON text as orjson writes it, for the compiled modules that write JSON (native/_span_records.c,
+ * native/_ray_json_encode.c): their output must equal orjson.dumps of what the Python twin builds. */
 
 #ifndef RAY_OTEL_EVENTS_JSON_TEXT_H
 #define RAY_OTEL_EVENTS_JSON_TEXT_H

@@ -12,7 +12,7 @@
  * SQLite connection of its own, reads each event's payload as it folds it into its row as
  * state_merge's task folds do, writes the row's JSON as orjson writes the Python row (same keys,
  * same order, same bytes) and its indexed values, and queues the chunk's upserts to the row writer
- * (store/_row_writer.c), all without the GIL.
+ * (native/_row_writer.c), all without the GIL.
  *
  * Only the shapes Ray prints are folded here. A row with any other piece (another event type, an
  * event `scan` left to Python, a value the Python fold decides: an odd id, time or number, a float
@@ -1820,7 +1820,7 @@ static int folder_init(Folder *f, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_ValueError, "Folder(...) once");
         return -1;
     }
-    PyObject *writers = PyImport_ImportModule("ray_otel_events.store._row_writer");
+    PyObject *writers = PyImport_ImportModule("ray_otel_events.native._row_writer");
     PyObject *writer_type = writers == NULL ? NULL : PyObject_GetAttrString(writers, "RowWriter");
     Py_XDECREF(writers);
     int is_writer = writer_type == NULL ? -1 : PyObject_IsInstance(writer, writer_type);
@@ -1878,7 +1878,7 @@ static PyMethodDef folder_methods[] = {
 };
 
 static PyTypeObject FolderType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ray_otel_events.store._post_fold.Folder",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ray_otel_events.native._post_fold.Folder",
     .tp_basicsize = sizeof(Folder),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Folder(path, setup, select, writer, error): POSTs folded into task rows; see the module doc.",

@@ -1,5 +1,5 @@
 /* Rows of SQL values packed in one buffer, as the store hands its upserts to its row writer
- * (store/_row_writer.c writes them; store/_post_fold.c packs them without the GIL): per value a tag
+ * (native/_row_writer.c writes them; native/_post_fold.c packs them without the GIL): per value a tag
  * byte, then an int64 or a double (8 bytes, this machine's order) or a text (a uint32 length, then
  * its UTF-8). The buffer is plain memory (PyMem_Raw*), so it is made and read on any thread. */
 
@@ -99,6 +99,6 @@ static inline const char *packed_read(const char *p, PackedValue *v) {
  * holds a reference to `writer`. 0, or -1 (nothing taken) when the writer is closed. */
 typedef int (*QueuePacked)(PyObject *writer, char *data, size_t size, Py_ssize_t rows);
 #define ROW_WRITER_QUEUE "queue_packed"
-#define ROW_WRITER_CAPSULE "ray_otel_events.store._row_writer." ROW_WRITER_QUEUE
+#define ROW_WRITER_CAPSULE "ray_otel_events.native._row_writer." ROW_WRITER_QUEUE
 
 #endif

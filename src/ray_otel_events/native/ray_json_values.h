@@ -1,5 +1,5 @@
 /* Values as RayEvent JSON holds them, read from their text, for the store's compiled folds
- * (store/_state_fold.c reads them from Python strings, store/_post_fold.c from a POST's text): ids
+ * (native/_state_fold.c reads them from Python strings, native/_post_fold.c from a POST's text): ids
  * in base64 as Ray's hex, Ray's timestamps, integers printed as text. Each reads only the form Ray
  * prints and says so for any other (the Python twin decides those). Need no GIL. */
 

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from ray_otel_events.store._row_writer import RowWriter
+from ray_otel_events.native._row_writer import RowWriter
 
 def scan(body: bytes, /) -> tuple[int, list[tuple[int, int, int]], bytes] | None: ...
 def bind(
