@@ -260,6 +260,18 @@ _POOL_CLASS: type[ProcessPoolExecutor] = (
 )
 
 
+def pool_context(mp_context: BaseContext | None, max_tasks_per_child: int | None) -> BaseContext:
+    """The context ProcessPoolExecutor starts its workers from: the one given, else spawn when
+    `max_tasks_per_child` is set (fork cannot replace workers safely), else the default one. Every
+    multiprocessing object the workers receive must come from it: a lock made by a fork context
+    cannot be pickled to a spawned or forkserver child."""
+    if mp_context is not None:
+        return mp_context
+    if max_tasks_per_child is not None:
+        return multiprocessing.get_context("spawn")
+    return multiprocessing.get_context()
+
+
 class TracedProcessPoolExecutor(Executor):
     """ProcessPoolExecutor + Ray-style PRODUCER/CONSUMER spans and a tracing startup hook."""
 
@@ -278,10 +290,12 @@ class TracedProcessPoolExecutor(Executor):
         if tracing_startup_hook is not None:
             run_hook_once(tracing_startup_hook, raise_errors=True)
         pool_class = _POOL_CLASS if max_tasks_per_child is not None else ProcessPoolExecutor
+        # Given to the pool explicitly, so the queue below and the workers share one context.
+        mp_context = pool_context(mp_context, max_tasks_per_child)
         queue: SimpleQueue[Line | None] | None = None
         self._echo: DriverEcho | None = None
         if log_to_driver:
-            queue = (mp_context or multiprocessing.get_context()).SimpleQueue()
+            queue = mp_context.SimpleQueue()
             self._echo = DriverEcho(queue)
         self._pool = pool_class(
             max_workers,

@@ -3,7 +3,8 @@
     python tracing_pool.py '{"hook": "...", "tasks": 6, "max_workers": 2, ...}'
 
 Keys: hook (startup hook string or null), tasks (square tasks), fail (a failing task), custom (a
-task with user spans), max_tasks_per_child, start_method, map_chunks (square via map(chunksize=2)).
+task with user spans), max_tasks_per_child, start_method, map_chunks (square via map(chunksize=2)),
+chatty (tasks that print and log, each saying how its worker was started).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from ray_otel_events.tracing.install import current_installation
 def main() -> None:
     spec = json.loads(sys.argv[1])
     context = multiprocessing.get_context(spec["start_method"]) if spec.get("start_method") else None
-    summary: dict[str, object] = {"pid": os.getpid()}
+    summary: dict[str, object] = {"pid": os.getpid(), "default_method": multiprocessing.get_start_method()}
+    w.SUBMITTER_PID = os.getpid()
     with TracedProcessPoolExecutor(
         spec.get("max_workers", 2),
         context,
@@ -32,6 +34,9 @@ def main() -> None:
     ) as pool:
         futures = [pool.submit(w.square, i) for i in range(spec.get("tasks", 0))]
         summary["squares"] = [f.result() for f in futures]
+        if spec.get("chatty"):
+            chatty = [pool.submit(w.chatty, n) for n in range(spec["chatty"])]
+            summary["chatty"] = [f.result() for f in chatty]
         if spec.get("map_chunks"):
             summary["mapped"] = list(pool.map(w.square, range(spec["map_chunks"]), chunksize=2))
         if spec.get("fail"):

@@ -30,6 +30,14 @@ def run_pool(
     spec: dict[str, Any], env: dict[str, str], timeout_s: float = 120.0
 ) -> tuple[dict[str, Any], str]:
     """Run tracing_pool.py with a JSON spec; returns (its summary, its stderr)."""
+    summary, _, stderr = run_pool_output(spec, env, timeout_s)
+    return summary, stderr
+
+
+def run_pool_output(
+    spec: dict[str, Any], env: dict[str, str], timeout_s: float = 120.0
+) -> tuple[dict[str, Any], str, str]:
+    """Run tracing_pool.py with a JSON spec; returns (its summary, its stdout, its stderr)."""
     out = subprocess.run(
         [sys.executable, str(HELPERS / "tracing_pool.py"), json.dumps(spec)],
         capture_output=True,
@@ -39,7 +47,7 @@ def run_pool(
     )
     assert out.returncode == 0, f"pool script failed ({out.returncode}): {out.stderr[-4000:]}"
     summary: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return summary, out.stderr
+    return summary, out.stdout, out.stderr
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:

@@ -5,8 +5,10 @@ Importable as a top-level module (tests/helpers is on sys.path of the scripts an
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
+import sys
 import time
 
 from opentelemetry import trace
@@ -42,6 +44,19 @@ def with_custom_spans(x: int) -> dict[str, object]:
             "inner": format(inner.get_span_context().span_id, "016x"),
             "value": x + 1,
         }
+
+
+# Set by a submitting process before it starts its pool: a forked worker inherits the value, a
+# spawned or forkserver one imports this module afresh and sees None.
+SUBMITTER_PID: int | None = None
+
+
+def chatty(n: int) -> dict[str, object]:
+    """Prints to both streams and logs a warning; says how this worker was started."""
+    print(f"hello {n}")
+    print(f"oops {n}", file=sys.stderr)
+    logging.getLogger("chatty").warning("careful %d", n)
+    return {"n": n, "pid": os.getpid(), "ppid": os.getppid(), "inherited": SUBMITTER_PID}
 
 
 def pid_of(_: int = 0) -> int:
