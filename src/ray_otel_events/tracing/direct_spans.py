@@ -31,6 +31,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util import types
 
+from ray_otel_events.otel import semconv
+
 logger = logging.getLogger("ray_otel_events.tracing")
 
 _SDK_READERS = (BatchSpanProcessor, SimpleSpanProcessor)
@@ -60,6 +62,27 @@ def clean_value(value: Any, max_length: int | None) -> Any:
     return _clean_attribute_value(value, max_length)
 
 
+# Spans started in a context whose span is an actor's constructor execution span that has ended.
+CONSTRUCTOR_EXECUTION_SUFFIX = ".__init__" + semconv.EXECUTE_SUFFIX
+
+
+def ended_constructor(span: trace_api.Span) -> bool:
+    """True for an actor's `__init__` execution span, made in this process, that has ended.
+
+    Ray makes it current while the constructor runs, and every asyncio task, thread or callback
+    the constructor starts copies that context and keeps it for the actor's lifetime: Serve's
+    controller starts its control loop, its proxy the HTTP server, that way. Spans started there
+    after the constructor returned (each controller call, each HTTP request) are not part of
+    constructing the actor; as its children they would all land in the trace that created it."""
+    end_time = getattr(span, "end_time", None)  # a local span's; None for remote and non-recording ones
+    return end_time is not None and str(getattr(span, "name", "")).endswith(CONSTRUCTOR_EXECUTION_SUFFIX)
+
+
+def outside_constructor(context: context_api.Context | None) -> context_api.Context:
+    """`context` (the current one if None) without its span: a span started in it is a root."""
+    return trace_api.set_span_in_context(trace_api.INVALID_SPAN, context)
+
+
 def new_span_context(
     tracer: SdkTracer,
     context: context_api.Context | None,
@@ -70,7 +93,10 @@ def new_span_context(
 ) -> tuple[SpanContext | None, SpanContext, SamplingResult]:
     """The SDK's choice of parent, ids, flags and sampling for a span starting in `context`, made
     without creating the span: (valid parent or None, the new span's context, the sampling result)."""
-    parent: SpanContext | None = trace_api.get_current_span(context).get_span_context()
+    current = trace_api.get_current_span(context)
+    if ended_constructor(current):
+        context, current = outside_constructor(context), trace_api.INVALID_SPAN
+    parent: SpanContext | None = current.get_span_context()
     if parent is None or not parent.is_valid:
         parent = None
         trace_id = tracer.id_generator.generate_trace_id()
@@ -379,6 +405,8 @@ class DirectTracer(SdkTracer):
         set_status_on_exception: bool = True,
     ) -> trace_api.Span:
         if not self.direct():
+            if ended_constructor(trace_api.get_current_span(context)):
+                context = outside_constructor(context)
             return super().start_span(
                 name, context, kind, attributes, links, start_time, record_exception, set_status_on_exception
             )

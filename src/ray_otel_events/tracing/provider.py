@@ -15,6 +15,7 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.sampling import Sampler
 from opentelemetry.sdk.util.instrumentation import InstrumentationInfo, InstrumentationScope
 from opentelemetry.util.types import Attributes
 
@@ -82,3 +83,12 @@ class CachingTracerProvider(TracerProvider):
                     sole_processor=self._sole_processor,
                 )
         return tracer
+
+
+def replace_sampler(provider: TracerProvider, sampler: Sampler) -> None:
+    """Make `sampler` decide every span `provider` starts from now on, its existing tracers' too
+    (each SDK tracer keeps the sampler it was made with)."""
+    with provider._tracers_lock:
+        provider.sampler = sampler
+        for tracer in provider._tracers.values():
+            tracer.sampler = sampler
