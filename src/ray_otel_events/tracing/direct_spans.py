@@ -74,8 +74,11 @@ def ended_constructor(span: trace_api.Span) -> bool:
     controller starts its control loop, its proxy the HTTP server, that way. Spans started there
     after the constructor returned (each controller call, each HTTP request) are not part of
     constructing the actor; as its children they would all land in the trace that created it."""
-    end_time = getattr(span, "end_time", None)  # a local span's; None for remote and non-recording ones
-    return end_time is not None and str(getattr(span, "name", "")).endswith(CONSTRUCTOR_EXECUTION_SUFFIX)
+    # A local span's end (ours and the SDK's keep it there; remote and non-recording spans have none),
+    # read without the property: this runs for every span started.
+    if getattr(span, "_end_time", None) is None:
+        return False
+    return str(getattr(span, "name", "")).endswith(CONSTRUCTOR_EXECUTION_SUFFIX)
 
 
 def outside_constructor(context: context_api.Context | None) -> context_api.Context:
