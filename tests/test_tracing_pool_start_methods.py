@@ -5,7 +5,10 @@ records) and the task logs (records tied to the execution span, lines echoed by 
 
 from __future__ import annotations
 
+import multiprocessing
 import re
+import threading
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,7 @@ from helpers.tracing_procs import (
 )
 
 from ray_otel_events.events.builders import TaskStatus
+from ray_otel_events.executor import TracedProcessPoolExecutor
 from ray_otel_events.otel.log_records import from_log_body
 
 TASKS = 4
@@ -105,3 +109,14 @@ def test_spans_events_and_task_logs_under_every_start_method(
         found = re.findall(rf"^\(chatty pid=\d+\) ({word} \d)$", stderr, re.M)
         assert sorted(found) == [f"{word} {n}" for n in range(TASKS)], stderr[-2000:]
     assert "Traceback" not in stderr
+
+
+def test_arguments_the_pool_refuses_raise_as_they_do_there_and_leave_no_thread() -> None:
+    """fork cannot replace workers, so ProcessPoolExecutor refuses it with max_tasks_per_child."""
+    fork = multiprocessing.get_context("fork")
+    with pytest.raises(ValueError) as plain:
+        ProcessPoolExecutor(2, fork, max_tasks_per_child=2)
+    with pytest.raises(ValueError) as traced:
+        TracedProcessPoolExecutor(2, fork, max_tasks_per_child=2)
+    assert str(traced.value) == str(plain.value)
+    assert not [t for t in threading.enumerate() if t.name == "ray-otel-events-task-logs"]

@@ -297,13 +297,18 @@ class TracedProcessPoolExecutor(Executor):
         if log_to_driver:
             queue = mp_context.SimpleQueue()
             self._echo = DriverEcho(queue)
-        self._pool = pool_class(
-            max_workers,
-            mp_context,
-            _init_worker,
-            (tracing_startup_hook, initializer, initargs, queue),
-            max_tasks_per_child=max_tasks_per_child,
-        )
+        try:
+            self._pool = pool_class(
+                max_workers,
+                mp_context,
+                _init_worker,
+                (tracing_startup_hook, initializer, initargs, queue),
+                max_tasks_per_child=max_tasks_per_child,
+            )
+        except BaseException:  # arguments ProcessPoolExecutor refuses: no echo thread left behind
+            if self._echo is not None:
+                self._echo.stop()
+            raise
         self._tracer = trace.get_tracer(semconv.INSTRUMENTATION_SCOPE)
         # Our installation, if any, is in place once the hook has run: the tracer above is its own.
         installation = current_installation()
