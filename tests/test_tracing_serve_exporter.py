@@ -15,6 +15,7 @@ import pytest
 from helpers.tracing_procs import read_lines, script_env
 
 pytest.importorskip("ray.serve")
+EXPORTER = "ray_otel_events.tracing.serve:span_processors"
 
 SCRIPT = """
 import json, sys
@@ -49,10 +50,11 @@ print(json.dumps({
 """
 
 
-def _run(tmp_path: Path, mode: str, ratio: float) -> tuple[dict[str, Any], str]:
+def _run(tmp_path: Path, mode: str, ratio: float, proxy_variable: bool = True) -> tuple[dict[str, Any], str]:
+    extra = {"RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH": EXPORTER} if proxy_variable else {}
     out = subprocess.run(
         [sys.executable, "-c", SCRIPT, mode, str(ratio)],
-        env=script_env(tmp_path),
+        env=script_env(tmp_path, extra),
         capture_output=True,
         text=True,
         timeout=120,
@@ -74,6 +76,7 @@ def test_serve_spans_go_to_the_hooks_provider_once_at_serves_ratio(tmp_path: Pat
         "processors_unchanged": True,  # nothing added: each span exported once
     }
     assert "Overriding of current TracerProvider" not in stderr
+    assert "RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH" not in stderr
     (span,) = [line for path in tmp_path.glob("*.json") for line in read_lines(path)]
     assert span["name"] == "proxy_http_request Ingress GET /"
     assert span["context"]["trace_id"] == "0x0af7651916cd43dd8448eb211c80319c"
@@ -86,3 +89,12 @@ def test_without_our_hook_it_says_so_and_serve_runs_on(tmp_path: Path) -> None:
     assert "no tracing startup hook of ours ran in this process" in stderr
     assert "--tracing-startup-hook=" in stderr
     assert not list(tmp_path.glob("*.json"))
+
+
+def test_it_warns_when_the_proxy_would_not_trace(tmp_path: Path) -> None:
+    """Ray 2.60's proxy reads only the environment: without the variable, requests have no proxy
+    span and the caller's traceparent is ignored; the replicas' exporter says so."""
+    summary, stderr = _run(tmp_path, "hook", 1.0, proxy_variable=False)
+    assert summary["same_provider"] is True
+    assert "RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH is not set to it" in stderr
+    assert "Set both where the cluster starts" in stderr

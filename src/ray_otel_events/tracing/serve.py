@@ -34,6 +34,7 @@ EXPORTER_IMPORT_PATH = "ray_otel_events.tracing.serve:span_processors"
 _SERVE_SETUP = ("ray.serve._private.tracing_utils", "setup_tracing")
 _RATIO_LOCAL = "tracing_sampling_ratio"
 _OVERRIDE_WARNING = "Overriding of current TracerProvider is not allowed"
+_PROXY_VARIABLE = "RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH"
 
 
 def serve_sampling_ratio() -> float | None:
@@ -81,6 +82,15 @@ def span_processors() -> list[SpanProcessor]:
             "ray_otel_events.tracing.setup_local_tmp_tracing:setup_tracing",
         )
         return []
+    if os.environ.get(_PROXY_VARIABLE) != EXPORTER_IMPORT_PATH:
+        logger.warning(
+            "%s: %s is not set to it in this process's environment, so presumably not in the "
+            "proxy's either; Ray 2.60's proxy reads only that variable (and "
+            "RAY_SERVE_TRACING_SAMPLING_RATIO), not the tracing_config, and without it requests "
+            "have no proxy span and ignore the caller's traceparent. Set both where the cluster starts.",
+            EXPORTER_IMPORT_PATH,
+            _PROXY_VARIABLE,
+        )
     ratio = serve_sampling_ratio()
     if ratio is None:
         logger.warning("%s: not called by Serve's setup_tracing; sampler unchanged", EXPORTER_IMPORT_PATH)
