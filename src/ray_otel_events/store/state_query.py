@@ -329,10 +329,23 @@ def summary_response(total: int, result: dict[str, Any]) -> dict[str, Any]:
 def summarize_tasks(store: EventStore) -> dict[str, Any]:
     """Ray's task summary by function name: type and counts per state, under one node key
     (`node_id_to_summary.cluster`), as `ray summary tasks` reads it."""
+    return _task_summary(store.counts(TASKS, "func", "name", "kind", "state"))
+
+
+def summarize_task_rows(rows: list[Row]) -> dict[str, Any]:
+    """The same summary over rows already selected (say, one job's)."""
+    counts: dict[tuple[Any, ...], int] = {}
+    for row in rows:
+        key = (row.get("func_or_class_name"), row.get("name"), row.get("type"), row.get("state"))
+        counts[key] = counts.get(key, 0) + 1
+    return _task_summary([(*key, n) for key, n in counts.items()])
+
+
+def _task_summary(counts: list[tuple[Any, ...]]) -> dict[str, Any]:
     summary: dict[str, dict[str, Any]] = {}
     totals = {"ACTOR_TASK": 0, "ACTOR_CREATION_TASK": 0, "other": 0}
     rows = 0
-    for func, name, kind, state, count in store.counts(TASKS, "func", "name", "kind", "state"):
+    for func, name, kind, state, count in counts:
         key = func or name or ""
         entry = summary.setdefault(key, {"func_or_class_name": key, "type": kind, "state_counts": {}})
         entry["state_counts"][state] = entry["state_counts"].get(state, 0) + count
