@@ -277,6 +277,11 @@ def test_the_ray_dashboard_page_in_chromium(recorded: Recorded) -> None:
     pages = [
         ("jobs", "jobs", ["Fetched jobs", job, "SUCCEEDED"]),
         ("job", f"jobs/{job}", ["Total: 8", "Finished: 5", "Failed: 3", "Task Timeline", "SUCCEEDED"]),
+        (
+            "job-tasks",
+            f"jobs/{job}",
+            ["Broken.__init__", "Counter.add", "Function or class name", "ACTOR_CREATION_TASK"],
+        ),
         ("actors", "actors", ["Counter", "Broken", "DEAD", broken["actorId"]]),
         ("actor", f"actors/{broken['actorId']}", ["Broken", "DEAD", "constructor fails"]),
         ("cluster", "cluster", ["Node summary fetched", node_id[:5], "ALIVE", "1.0 CPU"]),
@@ -289,6 +294,9 @@ def test_the_ray_dashboard_page_in_chromium(recorded: Recorded) -> None:
             browser.get(f"{recorded.ours}/#/{route}")
             if name == "task-stdout":  # the logs pane opens on stderr; a user clicks STDOUT
                 _wait_click(browser, "//button[@role='tab' and normalize-space()='stdout']")
+            if name == "job-tasks":  # the lineage bar and the task table open on a click
+                _wait_click(browser, "//*[normalize-space()='5 / 8']")
+                _wait_click(browser, "//h4[normalize-space()='Task Table']")
             deadline = time.monotonic() + 30
             while not all(t in browser.find_element(By.TAG_NAME, "body").text for t in texts):
                 if time.monotonic() > deadline:
@@ -297,6 +305,9 @@ def test_the_ray_dashboard_page_in_chromium(recorded: Recorded) -> None:
                     missing = [t for t in texts if t not in body]
                     raise AssertionError(f"{route}: {missing} not on the page:\n{body[:2000]}")
                 time.sleep(0.3)
+            if name == "job-tasks":
+                table = browser.find_element(By.XPATH, "//h4[normalize-space()='Task Table']")
+                browser.execute_script("arguments[0].scrollIntoView()", table)
             browser.save_screenshot(str(SCREENSHOTS / f"ray-dashboard-{name}.png"))
             body = browser.find_element(By.TAG_NAME, "body").text
             assert "Request Status: Error" not in body and "Something went wrong" not in body, body[:2000]
