@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -334,6 +335,44 @@ def _wait_click(browser: Any, xpath: str) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.3)
+
+
+def test_bad_requests_get_reasons_and_an_empty_store_renders(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    serve = CliServer("serve", "--store", str(tmp_path / "s.sqlite3"), "--ray-dashboard-port", "0")
+    try:
+        ours = "http://" + serve.read_line(30).split("=", 1)[1]
+        page = requests.get(ours + "/", timeout=30)
+        assert page.status_code == 200 and "<title>Ray Dashboard</title>" in page.text
+        assert _get(ours, "/api/jobs/") == [] and _get(ours, "/logical/actors")["data"]["actors"] == {}
+        assert "(no active nodes)" in _get(ours, "/api/cluster_status?format=1")["data"]["clusterStatus"]
+        assert _get(ours, "/nodes?view=summary")["data"]["summary"] == []
+        bad = {
+            "/nodes?view=bogus": "Unknown view bogus",
+            "/api/v0/logs": "node id and node ip are not provided",
+            "/api/v0/logs/file?task_id=ab&suffix=txt": "suffix must be out or err",
+            "/api/v0/logs/file?suffix=out": "one of task_id, actor_id or filename",
+            "/api/v0/logs/file?task_id=ab&lines=many": "must be integers",
+            "/api/v0/tasks/summarize?summary_by=nope": "func_name or lineage",
+            "/api/v0/tasks/summarize?filter_keys=bogus&filter_predicates=%3D&filter_values=1": "bogus",
+        }
+        for path, reason in bad.items():
+            answer = requests.get(ours + path, timeout=30)
+            assert answer.status_code == 400 and reason in answer.text, (
+                path,
+                answer.status_code,
+                answer.text,
+            )
+        for path in ("/api/jobs/nope", "/api/v0/logs/file?filename=raylet.out&node_id=ab", "/static/../../x"):
+            assert requests.get(ours + path, timeout=30).status_code == 404, path
+        with socket.create_connection((serve.host, int(ours.rsplit(":", 1)[1])), timeout=30) as raw:
+            raw.sendall(
+                b"GET /static/%2e%2e/%2e%2e/__init__.py HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            )
+            assert raw.recv(64).startswith(b"HTTP/1.1 404"), "a file outside the page was served"
+        serve.stop()
+    finally:
+        serve.close()
 
 
 def test_serve_names_the_ray_extra_when_ray_is_missing(tmp_path: Path) -> None:

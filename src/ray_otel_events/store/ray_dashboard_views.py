@@ -132,7 +132,6 @@ class RayDashboardViews:
             (re.compile(r"/api/serve/applications/?"), self.serve_applications),
             (re.compile(r"/api/data/datasets/([^/]*)"), self.datasets),
             (re.compile(r"/api/v0/tasks/timeline"), self.timeline),
-            (re.compile(r"/api/v0/tasks/summarize"), self.summarize_tasks),
             (re.compile(r"/api/v0/logs"), self.list_logs),
             (re.compile(r"/api/v0/logs/(file|stream)"), self.log_file),
         ]
@@ -381,39 +380,6 @@ class RayDashboardViews:
 
     # -- tasks ---------------------------------------------------------------------------------
 
-    def _job_filter(self, params: Params) -> list[tuple[str, str]]:
-        try:
-            query = state_query.parse_query(TASKS, params)
-        except state_query.QueryError as exc:
-            raise ValueError(str(exc)) from None
-        unsupported = [(k, p) for k, p, _ in query.filters if p != "="]
-        if unsupported:
-            raise ValueError(f"only = filters are summarized, got {unsupported}")
-        return [(k, v) for k, _, v in query.filters]
-
-    def summarize_tasks(self, params: Params) -> Answer:
-        """Ray's task summary by function name, or by lineage (the job page's expanded bar), over
-        the tasks the filters select."""
-        try:
-            filters = self._job_filter(params)
-        except ValueError as exc:
-            return 400, state_query.envelope(None, ok=False, message=str(exc))
-        rows = [
-            r for r in self._rows(TASKS, *filters) if r.get("type") != "DRIVER_TASK"
-        ]  # Ray's summary leaves the driver out
-        by = params.get("summary_by", "func_name")
-        if by == "lineage":
-            return 200, state_query.envelope(
-                state_query.summary_response(
-                    len(rows), {"node_id_to_summary": {"cluster": {"summary": lineage(rows)}}}
-                )
-            )
-        if by != "func_name":
-            return 400, state_query.envelope(
-                None, ok=False, message=f"summary_by={by!r}: func_name or lineage"
-            )
-        return 200, state_query.envelope(state_query.summarize_task_rows(rows))
-
     def timeline(self, params: Params) -> Answer:
         """`ray timeline`'s Chrome trace: Ray builds it from profile events; where a task has none
         stored, its attempt's running span stands in as one slice."""
@@ -460,115 +426,41 @@ class RayDashboardViews:
         return found
 
     def log_file(self, params: Params, _media: str) -> Answer:
-        """A task's (or actor's, or a listed worker file's) stored log lines as text, as Ray streams
-        the byte range of the worker's file that the task wrote."""
+        """A task's (or an actor's, or a listed worker file's) stored log lines as text, where Ray
+        streams the part of the worker's file the task wrote. Stored lines carry no attempt
+        number, so a retried task's lines are those of all its attempts."""
         suffix = params.get("suffix", "out")
         if suffix not in _STREAMS:
             return 400, f"suffix must be out or err, got {suffix!r}"
+        try:
+            int(params.get("attempt_number", "0"))
+            limit = int(params.get("lines", "1000"))
+        except ValueError:
+            return 400, "attempt_number and lines must be integers"
+        worker_file = _WORKER_FILE.fullmatch(params.get("filename") or "")
         if params.get("task_id"):
             tasks = [params["task_id"].lower()]
-            attempt = params.get("attempt_number", "0")
+            if not self.views.store.entity_rows(TASKS, tasks[0]):
+                return 404, f"Could not find the task {params['task_id']}"
         elif params.get("actor_id"):
             tasks = [t["task_id"] for t in self._rows(TASKS, ("actor_id", params["actor_id"].lower()))]
-            attempt = None
-        elif params.get("filename") and _WORKER_FILE.fullmatch(params["filename"]):
-            worker, _job, _pid, suffix = _WORKER_FILE.fullmatch(params["filename"]).groups()  # type: ignore[union-attr]
+        elif worker_file:
+            worker, _job, _pid, suffix = worker_file.groups()
             tasks = [t["task_id"] for t in self._rows(TASKS, ("worker_id", worker))]
-            attempt = None
         elif params.get("filename"):
             return 404, f"{params['filename']} is {NOT_RECORDED}; only workers' task output is kept"
         else:
             return 400, "one of task_id, actor_id or filename is required"
-        if params.get("task_id") and not self.views.store.entity_rows(TASKS, tasks[0]):
-            return 404, f"Could not find the task {params['task_id']}"
-        try:
-            wanted_attempt = None if attempt is None else int(attempt)
-            limit = int(params.get("lines", "1000"))
-        except ValueError:
-            return 400, "attempt_number and lines must be integers"
-        lines = []
-        for task_id in dict.fromkeys(tasks):
-            for line in self.views.store.task_logs(task_id):
-                if line.get("stream", "log") not in _STREAMS[suffix]:
-                    continue
-                if wanted_attempt is not None and line.get("attempt", wanted_attempt) != wanted_attempt:
-                    continue
-                lines.append(line)
+        lines = [
+            line
+            for task_id in dict.fromkeys(tasks)
+            for line in self.views.store.task_logs(task_id)
+            if line.get("stream", "log") in _STREAMS[suffix]
+        ]
         lines.sort(key=lambda line: line.get("ts_ns", 0))
         if limit >= 0:
             lines = lines[-limit:] if limit else []
         return 200, "".join(str(line.get("body", "")).rstrip("\n") + "\n" for line in lines)
-
-
-def lineage(rows: list[Row]) -> list[dict[str, Any]]:
-    """Ray's lineage summary: tasks under the task that submitted them, an actor's tasks under the
-    actor, and same-named siblings under one GROUP; each node counts the states below it."""
-    by_id = {r["task_id"]: r for r in rows}
-    children: dict[str | None, list[Row]] = {}
-    for row in rows:
-        parent = row.get("parent_task_id")
-        children.setdefault(parent if parent in by_id else None, []).append(row)
-
-    def task_node(row: Row) -> dict[str, Any]:
-        kids = nodes_of(children.get(row["task_id"], []))
-        return {
-            "name": row.get("name") or row.get("func_or_class_name") or "",
-            "key": row["task_id"],
-            "type": row.get("type", "NORMAL_TASK"),
-            "timestamp": row.get("creation_time_ms") or 0,
-            "state_counts": _merge_counts([{row.get("state", "NIL"): 1}] + [k["state_counts"] for k in kids]),
-            "children": kids,
-            "link": {"type": "task", "id": row["task_id"]},
-        }
-
-    def nodes_of(siblings: list[Row]) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        actors: dict[str, list[dict[str, Any]]] = {}
-        names: dict[str, list[dict[str, Any]]] = {}
-        for row in siblings:
-            node = task_node(row)
-            if row.get("actor_id"):
-                actors.setdefault(row["actor_id"], []).append(node)
-            else:
-                names.setdefault(node["name"], []).append(node)
-        for actor_id, members in actors.items():
-            creation = next((m for m in members if m["type"] == "ACTOR_CREATION_TASK"), members[0])
-            out.append(
-                {
-                    "name": creation["name"].split(".")[0],
-                    "key": f"actor:{actor_id}",
-                    "type": "ACTOR",
-                    "timestamp": min(m["timestamp"] for m in members),
-                    "state_counts": _merge_counts([m["state_counts"] for m in members]),
-                    "children": members,
-                    "link": {"type": "actor", "id": actor_id},
-                }
-            )
-        for name, members in names.items():
-            if len(members) == 1:
-                out.append(members[0])
-                continue
-            out.append(
-                {
-                    "name": name,
-                    "key": name,
-                    "type": "GROUP",
-                    "timestamp": min(m["timestamp"] for m in members),
-                    "state_counts": _merge_counts([m["state_counts"] for m in members]),
-                    "children": members,
-                }
-            )
-        return sorted(out, key=lambda n: n["timestamp"])
-
-    return nodes_of(children.get(None, []))
-
-
-def _merge_counts(counts: list[dict[str, int]]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for one in counts:
-        for state, n in one.items():
-            out[state] = out.get(state, 0) + n
-    return out
 
 
 def ray_chrome_trace(rows: list[Row], node_ips: dict[str, str]) -> list[dict[str, Any]]:
