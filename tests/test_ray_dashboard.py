@@ -271,7 +271,9 @@ def test_the_ray_dashboard_page_in_chromium(recorded: Recorded) -> None:
     browser = webdriver.Chrome(service=Service(driver), options=options)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     tasks = recorded.live["tasks"]["data"]["result"]["result"]
-    boom = next(t["task_id"] for t in tasks if t["name"] == "boom")
+    boom_row = next(t for t in tasks if t["name"] == "boom")
+    boom = boom_row["task_id"]
+    worker_file = f"worker-{boom_row['worker_id']}-{boom_row['job_id']}-{boom_row['worker_pid']}.out"
     broken = next(a for a in recorded.live["actors"]["data"]["actors"].values() if a["className"] == "Broken")
     node_id = recorded.live["nodes"]["data"]["summary"][0]["raylet"]["nodeId"]
     job = recorded.job_id
@@ -289,6 +291,9 @@ def test_the_ray_dashboard_page_in_chromium(recorded: Recorded) -> None:
         ("node", f"cluster/nodes/{node_id}", ["Node details fetched", "ACTOR (2)"]),
         ("task", f"jobs/{job}/tasks/{boom}", ["boom", "FAILED", "ValueError dashboard test failure"]),
         ("task-stdout", f"jobs/{job}/tasks/{boom}", ["boom", "about to fail"]),
+        ("logs", f"logs?nodeId={node_id}", [worker_file]),
+        ("log-file", f"logs/viewer?nodeId={node_id}&fileName={worker_file}", ["about to fail"]),
+        ("overview", "overview", ["Recent jobs", job, "Cluster utilization"]),
     ]
     try:
         for name, route, texts in pages:

@@ -13,6 +13,7 @@ An answer is `(HTTP status, body)`: a str body is plain text, anything else is J
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import time
@@ -408,9 +409,10 @@ class RayDashboardViews:
                     None, ok=False, message=f"Cannot find matching node_id for a given node ip {node_ip}"
                 )
         files: dict[str, list[str]] = {"worker_out": [], "worker_err": []}
+        glob = params.get("glob") or "*"
         for name, streams in self._worker_streams(node_id).items():
             for suffix in ("out", "err"):
-                if set(_STREAMS[suffix]) & streams:
+                if set(_STREAMS[suffix]) & streams and fnmatch.fnmatch(f"{name}.{suffix}", glob):
                     files[f"worker_{suffix}"].append(f"{name}.{suffix}")
         return 200, state_query.envelope(files)
 
