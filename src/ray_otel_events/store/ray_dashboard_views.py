@@ -88,8 +88,8 @@ def google_style(name: str) -> str:
     """A resource name as Ray's node head answers it: `object_store_memory` is
     `objectStoreMemory`, `node:__internal_head__` is `node:InternalHead` (its `rest_response`
     camel-cases every key of the node summary)."""
-    first, *rest = name.split("_")
-    return first + "".join(part.capitalize() for part in rest)
+    first, *tail = name.split("_")
+    return first + "".join(part.capitalize() for part in tail)
 
 
 def format_resources(resources: dict[str, float]) -> list[str]:
@@ -115,6 +115,7 @@ class RayDashboardViews:
             (re.compile(r"/api/version"), self.version),
             (re.compile(r"/api/jobs/?"), self.jobs),
             (re.compile(r"/api/jobs/([^/]+)"), self.job),
+            (re.compile(r"/api/jobs/([^/]+)/logs"), self.job_logs),
             (re.compile(r"/logical/actors"), self.actors),
             (re.compile(r"/logical/actors/([0-9a-fA-F]+)"), self.actor),
             (re.compile(r"/nodes"), self.nodes),
@@ -173,6 +174,16 @@ class RayDashboardViews:
                 return 200, state_query.shape(JOBS, row, detail=True)
         return 404, f"Job {job_or_submission_id} does not exist"
 
+    def job_logs(self, params: Params, job_or_submission_id: str) -> Answer:
+        """`ray job logs`: Ray keeps a submitted job's driver output on the head node, which the
+        event stream does not carry, so it is empty here; a driver's own job has none in Ray."""
+        status, job = self.job(params, job_or_submission_id)
+        if status != 200:
+            return status, job
+        if job.get("type") != "SUBMISSION":
+            return 400, "Can only get logs of submission type jobs"
+        return 200, {"logs": ""}
+
     # -- actors ------------------------------------------------------------------------------
 
     def _workers_by_pid(self) -> dict[tuple[str, int], Row]:
@@ -224,8 +235,10 @@ class RayDashboardViews:
 
     def actors(self, params: Params) -> Answer:
         actors = self._actors()
-        if params.get("ids"):
-            actors = {i: actors.get(i) for i in params["ids"].split(",")}  # type: ignore[misc]
+        if params.get("ids"):  # Ray answers null for an id it does not know
+            return 200, rest(
+                "All actors fetched.", actors={i: actors.get(i) for i in params["ids"].split(",")}
+            )
         return 200, rest("All actors fetched.", actors=actors)
 
     def actor(self, _: Params, actor_id: str) -> Answer:
@@ -270,6 +283,27 @@ class RayDashboardViews:
             "raylet": raylet,
         }
 
+    @staticmethod
+    def _worker(row: Row, node_ip: str) -> dict[str, Any]:
+        """A worker process as the node page lists it: its ids, pid and start from the stream; the
+        live process stats (command line, CPU, memory) are not recorded."""
+        return {
+            "pid": row.get("pid"),
+            "createTime": (row.get("start_time_ms") or row.get("worker_launched_time_ms") or 0) / 1000,
+            "cmdline": [f"ray::{row.get('worker_type', 'WORKER')}"],
+            "cpuPercent": 0,
+            "cpuTimes": {},
+            "memoryInfo": {},
+            "language": "PYTHON",
+            "coreWorkerStats": [
+                {
+                    "workerId": row.get("worker_id"),
+                    "ipAddress": row.get("ip") or node_ip,
+                    "pid": row.get("pid"),
+                }
+            ],
+        }
+
     def nodes(self, params: Params) -> Answer:
         view = params.get("view")
         rows = self._rows(NODES)
@@ -293,7 +327,8 @@ class RayDashboardViews:
             return 200, rest("Node details fetched.", detail={"raylet": {}, "actors": {}, "workers": []})
         info = self._node(rows[0])
         info["actors"] = self._actors(("node_id", node_id.lower()))
-        info["workers"] = []  # per-process stats (cmdline, CPU, memory) are not recorded
+        workers = self._rows(WORKERS, ("node_id", node_id.lower()))
+        info["workers"] = [self._worker(w, info["ip"]) for w in workers]
         return 200, rest("Node details fetched.", detail=info)
 
     def cluster_status(self, _: Params) -> Answer:
