@@ -11,6 +11,8 @@ build/screenshots/ray-dashboard-*.png.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -79,6 +81,13 @@ LIVE_PATHS = {
 # Ray's GCS stamps a job's or actor's start and end in its tables with one clock read and the
 # event it exports with another, a millisecond or a few later: the stream carries the second.
 CLOCK_READS_MS = 100
+# Ray's aggregator keeps profile events to itself unless told (its default list, plus them), and
+# the timeline is built from them.
+EXPOSED = (
+    "TASK_DEFINITION_EVENT,TASK_LIFECYCLE_EVENT,TASK_PROFILE_EVENT,ACTOR_TASK_DEFINITION_EVENT,"
+    "DRIVER_JOB_DEFINITION_EVENT,DRIVER_JOB_LIFECYCLE_EVENT,ACTOR_DEFINITION_EVENT,ACTOR_LIFECYCLE_EVENT,"
+    "NODE_DEFINITION_EVENT,NODE_LIFECYCLE_EVENT,WORKER_DEFINITION_EVENT,WORKER_LIFECYCLE_EVENT"
+)
 TASK_FIELDS = ("task_id", "attempt_number", "name", "state", "type", "func_or_class_name", "error_type")
 # What Ray's own dashboard answers with an error status when that part is absent (no Prometheus,
 # Grafana, Serve, Ray Data or platform events): the browser logs each as a failed load.
@@ -126,7 +135,10 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         line = serve.read_line(30)
         assert line.startswith("listening ray-dashboard=127.0.0.1:"), line
         ours = "http://" + line.split("=", 1)[1]
-        with ray_cluster(f"http://{serve.address}/v1/ray-events", dashboard=True) as cluster:
+        with (
+            _environ(RAY_DASHBOARD_AGGREGATOR_AGENT_EXPOSABLE_EVENT_TYPES=EXPOSED),
+            ray_cluster(f"http://{serve.address}/v1/ray-events", dashboard=True) as cluster,
+        ):
             assert cluster.dashboard is not None
             run = subprocess.run(
                 [sys.executable, "-c", WORKLOAD], env=cluster.env, capture_output=True, text=True, timeout=300
@@ -136,10 +148,16 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
             while not (_settled(cluster.dashboard) and _settled(ours)):
                 assert time.monotonic() < deadline, "the live cluster or our store never settled"
                 time.sleep(2)
+            job_id = _get(cluster.dashboard, LIVE_PATHS["jobs"])[0]["job_id"]
+            timeline = f"/api/v0/tasks/timeline?job_id={job_id}"
+            while (mine := _slices(_get(ours, timeline))) != (
+                theirs := _slices(_get(cluster.dashboard, timeline))
+            ):
+                assert time.monotonic() < deadline, (sorted(mine - theirs)[:6], sorted(theirs - mine)[:6])
+                time.sleep(2)  # (a worker sends its profile events a second or so after its tasks)
             live = {name: _get(cluster.dashboard, path) for name, path in LIVE_PATHS.items()}
-            job_id = live["jobs"][0]["job_id"]
             live["summary"] = _get(cluster.dashboard, _summary_path(job_id))
-            live["timeline"] = _get(cluster.dashboard, f"/api/v0/tasks/timeline?job_id={job_id}")
+            live["timeline"] = _get(cluster.dashboard, timeline)
         # Task log lines reach the store as OTLP log records (here from the OTel SDK's exporter)
         boom = next(r for r in live["tasks"]["data"]["result"]["result"] if r["name"] == "boom")
         _export_log_lines(f"http://{serve.address}/v1/logs", boom["task_id"])
@@ -147,6 +165,29 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         serve.stop()
     finally:
         serve.close()
+
+
+def _slices(trace: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
+    return {
+        (e["args"]["task_id"], e["args"]["attempt_number"], e["cat"], e["name"], e["ts"], e["dur"])
+        for e in trace
+        if e["ph"] == "X"
+    }
+
+
+@contextlib.contextmanager
+def _environ(**values: str) -> Iterator[None]:
+    """Variables `ray start` reads (the cluster helper passes this process's environment on)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _summary_path(job_id: str) -> str:
@@ -203,11 +244,12 @@ def test_our_dashboard_answers_what_the_live_one_did(recorded: Recorded) -> None
     status = _get(ours, "/api/cluster_status?format=1")["data"]["clusterStatus"]
     assert f"node_{node_id}" in status and "1.0 CPU" in status
 
-    # The timeline names the same task attempts; the version and events answer as Ray's
-    def slices(events: list[dict[str, Any]]) -> set[tuple[str, int]]:
-        return {(e["args"]["task_id"], e["args"]["attempt_number"]) for e in events if e["ph"] == "X"}
-
-    assert slices(_get(ours, f"/api/v0/tasks/timeline?job_id={recorded.job_id}")) == slices(live["timeline"])
+    # The timeline: the same profile slices (task, phase, start, length), workers and nodes
+    ours_timeline = _get(ours, f"/api/v0/tasks/timeline?job_id={recorded.job_id}")
+    assert _slices(ours_timeline) == _slices(live["timeline"])
+    assert {"task:execute", "task::ok", "task::boom"} <= {s[2] for s in _slices(ours_timeline)}
+    threads = {e["args"]["name"] for e in ours_timeline if e["name"] == "thread_name"}
+    assert threads == {e["args"]["name"] for e in live["timeline"] if e["name"] == "thread_name"}
     assert _get(ours, "/api/version")["ray_version"] == live["version"]["ray_version"]
     assert _get(ours, "/events") == live["events"]
     for path in ("/api/grafana_health", "/api/prometheus_health"):

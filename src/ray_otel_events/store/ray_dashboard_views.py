@@ -539,7 +539,7 @@ def ray_chrome_trace(rows: list[Row], node_ips: dict[str, str]) -> list[dict[str
                     "pid": pid,
                     "tid": tid,
                     "ts": start * 1e3,
-                    "dur": (end - start) * 1e3,
+                    "dur": end * 1e3 - start * 1e3,
                     "cname": _TRACE_COLOURS.get(category, "generic_work"),
                     "args": {**extra, **ids},
                     "ph": "X",

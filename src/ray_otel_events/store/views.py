@@ -288,8 +288,8 @@ def chrome_trace(rows: list[Row]) -> list[dict[str, Any]]:
                     "name": profile.get("event_name", ""),
                     "pid": pid,
                     "tid": tid,
-                    "ts": profile.get("start_time", 0),
-                    "dur": max(0, profile.get("end_time", 0) - profile.get("start_time", 0)),
+                    "ts": profile.get("start_time", 0) * 1000,
+                    "dur": max(0, profile.get("end_time", 0) - profile.get("start_time", 0)) * 1000,
                     "args": profile.get("extra_data") or {},
                 }
             )
