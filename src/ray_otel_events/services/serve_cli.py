@@ -159,14 +159,16 @@ async def serve(intake: StateIntake, args: argparse.Namespace) -> int:
     if build is not None:
         dashboard = RayDashboard(RayDashboardViews(api.views), api, build)
         runners.append(web.AppRunner(dashboard.app(), access_log=None))
+    started: list[web.AppRunner] = []
     for one, port in zip(runners, (args.port, args.ray_dashboard_port), strict=False):
         await one.setup()
+        started.append(one)
         try:
             await web.TCPSite(one, args.host, port).start()
         except OSError as exc:
             print(f"ray-otel-events serve: cannot listen on {args.host}:{port}: {exc}", file=sys.stderr)
-            for started in runners:
-                await started.cleanup()
+            for ready in reversed(started):
+                await ready.cleanup()
             return 1
     address: Any = runner.addresses[0]
     stop = stop_on_signals()
