@@ -167,8 +167,8 @@ async def serve(intake: StateIntake, args: argparse.Namespace) -> int:
             await web.TCPSite(one, args.host, port).start()
         except OSError as exc:
             print(f"ray-otel-events serve: cannot listen on {args.host}:{port}: {exc}", file=sys.stderr)
-            for ready in reversed(started):
-                await ready.cleanup()
+            for up in reversed(started):
+                await up.cleanup()
             return 1
     address: Any = runner.addresses[0]
     stop = stop_on_signals()
