@@ -285,8 +285,8 @@ class RayDashboardViews:
 
     @staticmethod
     def _worker(row: Row, node_ip: str) -> dict[str, Any]:
-        """A worker process as the node page lists it: its ids, pid and start from the stream; the
-        live process stats (command line, CPU, memory) are not recorded."""
+        """A worker process as the node page lists it: its ids, pid and start from the stream; its
+        live stats (command line, CPU, memory) are not recorded."""
         return {
             "pid": row.get("pid"),
             "createTime": (row.get("start_time_ms") or row.get("worker_launched_time_ms") or 0) / 1000,
@@ -327,8 +327,10 @@ class RayDashboardViews:
             return 200, rest("Node details fetched.", detail={"raylet": {}, "actors": {}, "workers": []})
         info = self._node(rows[0])
         info["actors"] = self._actors(("node_id", node_id.lower()))
+        # Ray's page lists a node's running processes (and marks each ALIVE): the workers the
+        # stream last saw alive, none once their cluster is gone
         workers = self._rows(WORKERS, ("node_id", node_id.lower()))
-        info["workers"] = [self._worker(w, info["ip"]) for w in workers]
+        info["workers"] = [self._worker(w, info["ip"]) for w in workers if w.get("is_alive")]
         return 200, rest("Node details fetched.", detail=info)
 
     def cluster_status(self, _: Params) -> Answer:
