@@ -6,7 +6,9 @@
 Point Ray's aggregator (or ours: `aggregator --export-addr http://HOST:PORT/v1/ray-events`) at it,
 and OTLP exporters (`OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:PORT`) for spans and task logs.
 Stdout carries `listening http=HOST:PORT` once it accepts requests and a summary after
-SIGTERM/SIGINT; GET /healthz, /readyz and /metrics on the same port; the page at /.
+SIGTERM/SIGINT; GET /healthz, /readyz and /metrics on the same port; the page at /. With
+`--ray-dashboard-port`, Ray's own dashboard page (from the installed `ray` package) over the same
+store on a second port, announced by a second line, `listening ray-dashboard=HOST:PORT`.
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ from ray_otel_events.services.lifecycle import (
     settle_heap,
     stop_on_signals,
 )
+from ray_otel_events.services.ray_dashboard import DashboardUnavailable, RayDashboard, dashboard_build
 from ray_otel_events.services.state_api import StateApi
 from ray_otel_events.services.state_intake import StateIntake
 from ray_otel_events.store.intake_spool import IntakeSpool
+from ray_otel_events.store.ray_dashboard_views import RayDashboardViews
 from ray_otel_events.store.sqlite_store import EventStore, StoreError
 from ray_otel_events.store.views import StoreViews
 
@@ -66,12 +70,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=2_000_000,
         help="keep at most this many rows, newest (2,000,000)",
     )
+    parser.add_argument(
+        "--ray-dashboard-port",
+        type=int,
+        default=None,
+        help="also serve Ray's dashboard page (needs the `ray` extra) over the store on this port; "
+        "0 picks a free one (default: off)",
+    )
     add_logging_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be 0..65535, got {args.port}")
+    args.ray_dashboard_build = None
+    if args.ray_dashboard_port is not None:
+        if not 0 <= args.ray_dashboard_port <= 65535:
+            raise ConfigError(f"--ray-dashboard-port must be 0..65535, got {args.ray_dashboard_port}")
+        try:
+            args.ray_dashboard_build = dashboard_build()
+        except DashboardUnavailable as exc:
+            raise ConfigError(f"--ray-dashboard-port: {exc}") from None
     if args.retention_hours <= 0 or args.retention_rows <= 0:
         raise ConfigError("--retention-hours and --retention-rows must be positive")
     configure_logging(args.log_level, args.log_format)
@@ -135,14 +154,22 @@ async def serve(intake: StateIntake, args: argparse.Namespace) -> int:
     app = web.Application(client_max_size=0)
     app.add_routes([*observability_routes(metrics, ready), *intake.routes(), *api.routes()])
     runner = web.AppRunner(app, access_log=None, auto_decompress=False)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, args.host, args.port)
-        await site.start()
-    except OSError as exc:
-        print(f"ray-otel-events serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
-        await runner.cleanup()
-        return 1
+    runners = [runner]
+    build = getattr(args, "ray_dashboard_build", None)
+    if build is not None:
+        dashboard = RayDashboard(RayDashboardViews(api.views), api, build)
+        runners.append(web.AppRunner(dashboard.app(), access_log=None))
+    started: list[web.AppRunner] = []
+    for one, port in zip(runners, (args.port, args.ray_dashboard_port), strict=False):
+        await one.setup()
+        started.append(one)
+        try:
+            await web.TCPSite(one, args.host, port).start()
+        except OSError as exc:
+            print(f"ray-otel-events serve: cannot listen on {args.host}:{port}: {exc}", file=sys.stderr)
+            for up in reversed(started):
+                await up.cleanup()
+            return 1
     address: Any = runner.addresses[0]
     stop = stop_on_signals()
     retention = asyncio.create_task(_retention(store, args))
@@ -155,9 +182,12 @@ async def serve(intake: StateIntake, args: argparse.Namespace) -> int:
     # hand-over costs (measured: 34-36 against 25-29 µs of CPU an event at 50 ms).
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     print(f"listening http={args.host}:{address[1]}", flush=True)
+    if len(runners) > 1:
+        print(f"listening ray-dashboard={args.host}:{runners[1].addresses[0][1]}", flush=True)
     await stop.wait()
     retention.cancel()
-    await runner.cleanup()  # POSTs in progress are answered (and spooled) first
+    for one in reversed(runners):
+        await one.cleanup()  # POSTs in progress are answered (and spooled) first
     await asyncio.to_thread(intake.close)  # then everything answered is folded
     stats = intake.stats()
     print_exit_summary("serve", list(stats.items()), stats, args.log_format)

@@ -39,11 +39,15 @@ class StateApi:
             web.get("/api/{tail:.*}", self.api),
         ]
 
-    async def api(self, request: web.Request) -> web.Response:
+    async def settle(self) -> None:
+        """Wait until what was answered before this read is folded (READ_WAIT_S at most)."""
         if self.settled is not None:
             # a fold far behind (or failing, and logged) does not stop reads
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.settled(), READ_WAIT_S)
+
+    async def api(self, request: web.Request) -> web.Response:
+        await self.settle()
         status, body = await asyncio.to_thread(self.views.answer, request.path, request.query)
         return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
 

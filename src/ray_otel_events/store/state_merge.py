@@ -211,8 +211,9 @@ def _task_profile(row: Row, body: dict[str, Any]) -> None:
         data["events"].append(
             {
                 "event_name": event.get("eventName", ""),
-                "start_time": int(event.get("startTime", 0)) // 1000,  # µs, as Ray's timeline
-                "end_time": int(event.get("endTime", 0)) // 1000,
+                # ms with a fraction, as Ray's state API turns the events' ns (`ray timeline` µs)
+                "start_time": int(event.get("startTime", 0)) / 1e6,
+                "end_time": int(event.get("endTime", 0)) / 1e6,
                 "extra_data": json.loads(event["extraData"]) if event.get("extraData") else {},
             }
         )

@@ -329,10 +329,25 @@ def summary_response(total: int, result: dict[str, Any]) -> dict[str, Any]:
 def summarize_tasks(store: EventStore) -> dict[str, Any]:
     """Ray's task summary by function name: type and counts per state, under one node key
     (`node_id_to_summary.cluster`), as `ray summary tasks` reads it."""
+    return _task_summary(store.counts(TASKS, "func", "name", "kind", "state"))
+
+
+def summarize_task_rows(rows: list[Row]) -> dict[str, Any]:
+    """The same summary over rows already selected (say, one job's)."""
+    counts: dict[tuple[Any, ...], int] = {}
+    for row in rows:
+        key = (row.get("func_or_class_name"), row.get("name"), row.get("type"), row.get("state"))
+        counts[key] = counts.get(key, 0) + 1
+    return _task_summary([(*key, n) for key, n in counts.items()])
+
+
+def _task_summary(counts: list[tuple[Any, ...]]) -> dict[str, Any]:
     summary: dict[str, dict[str, Any]] = {}
     totals = {"ACTOR_TASK": 0, "ACTOR_CREATION_TASK": 0, "other": 0}
     rows = 0
-    for func, name, kind, state, count in store.counts(TASKS, "func", "name", "kind", "state"):
+    for func, name, kind, state, count in counts:
+        if kind == "DRIVER_TASK":  # Ray's summary leaves the driver out, as its lists do
+            continue
         key = func or name or ""
         entry = summary.setdefault(key, {"func_or_class_name": key, "type": kind, "state_counts": {}})
         entry["state_counts"][state] = entry["state_counts"].get(state, 0) + count
@@ -369,3 +384,74 @@ def summarize_actors(store: EventStore) -> dict[str, Any]:
             }
         },
     )
+
+
+def lineage(rows: list[Row]) -> list[dict[str, Any]]:
+    """Ray's lineage summary: tasks under the task that submitted them, an actor's tasks under the
+    actor, and same-named siblings under one GROUP; each node counts the states below it."""
+    by_id = {r["task_id"]: r for r in rows}
+    children: dict[str | None, list[Row]] = {}
+    for row in rows:
+        parent = row.get("parent_task_id")
+        children.setdefault(parent if parent in by_id else None, []).append(row)
+
+    def task_node(row: Row) -> dict[str, Any]:
+        kids = nodes_of(children.get(row["task_id"], []))
+        return {
+            "name": row.get("name") or row.get("func_or_class_name") or "",
+            "key": row["task_id"],
+            "type": row.get("type", "NORMAL_TASK"),
+            "timestamp": row.get("creation_time_ms") or 0,
+            "state_counts": _merge_counts([{row.get("state", "NIL"): 1}] + [k["state_counts"] for k in kids]),
+            "children": kids,
+            "link": {"type": "task", "id": row["task_id"]},
+        }
+
+    def nodes_of(siblings: list[Row]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        actors: dict[str, list[dict[str, Any]]] = {}
+        names: dict[str, list[dict[str, Any]]] = {}
+        for row in siblings:
+            node = task_node(row)
+            if row.get("actor_id"):
+                actors.setdefault(row["actor_id"], []).append(node)
+            else:
+                names.setdefault(node["name"], []).append(node)
+        for actor_id, members in actors.items():
+            creation = next((m for m in members if m["type"] == "ACTOR_CREATION_TASK"), members[0])
+            out.append(
+                {
+                    "name": creation["name"].split(".")[0],
+                    "key": f"actor:{actor_id}",
+                    "type": "ACTOR",
+                    "timestamp": min(m["timestamp"] for m in members),
+                    "state_counts": _merge_counts([m["state_counts"] for m in members]),
+                    "children": members,
+                    "link": {"type": "actor", "id": actor_id},
+                }
+            )
+        for name, members in names.items():
+            if len(members) == 1:
+                out.append(members[0])
+                continue
+            out.append(
+                {
+                    "name": name,
+                    "key": name,
+                    "type": "GROUP",
+                    "timestamp": min(m["timestamp"] for m in members),
+                    "state_counts": _merge_counts([m["state_counts"] for m in members]),
+                    "children": members,
+                }
+            )
+        return sorted(out, key=lambda n: n["timestamp"])
+
+    return nodes_of(children.get(None, []))
+
+
+def _merge_counts(counts: list[dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for one in counts:
+        for state, n in one.items():
+            out[state] = out.get(state, 0) + n
+    return out

@@ -130,10 +130,24 @@ class StoreViews:
         selection = state_query.select(self.store, query)
         return 200, state_query.envelope(state_query.list_response(query, selection))
 
-    def summarize(self, _: Params, resource: str) -> Answer:
-        if resource == TASKS:
+    def summarize(self, params: Params, resource: str) -> Answer:
+        if resource != TASKS:
+            return 200, state_query.envelope(state_query.summarize_actors(self.store))
+        by = params.get("summary_by", "func_name")
+        try:
+            query = state_query.parse_query(TASKS, params)
+            if by not in ("func_name", "lineage"):
+                raise state_query.QueryError(f"summary_by={by!r}: func_name or lineage")
+        except state_query.QueryError as exc:
+            return 400, state_query.envelope(None, ok=False, message=str(exc))
+        if not query.filters and by == "func_name":  # counted in SQL, whatever the store holds
             return 200, state_query.envelope(state_query.summarize_tasks(self.store))
-        return 200, state_query.envelope(state_query.summarize_actors(self.store))
+        query.limit = 10**9
+        rows = state_query.select(self.store, query, order="start", descending=False).rows
+        if by == "func_name":
+            return 200, state_query.envelope(state_query.summarize_task_rows(rows))
+        nested = {"node_id_to_summary": {"cluster": {"summary": state_query.lineage(rows)}}}
+        return 200, state_query.envelope(state_query.summary_response(len(rows), nested))
 
     # -- the page's API ------------------------------------------------------------------------
 
@@ -274,8 +288,8 @@ def chrome_trace(rows: list[Row]) -> list[dict[str, Any]]:
                     "name": profile.get("event_name", ""),
                     "pid": pid,
                     "tid": tid,
-                    "ts": profile.get("start_time", 0),
-                    "dur": max(0, profile.get("end_time", 0) - profile.get("start_time", 0)),
+                    "ts": profile.get("start_time", 0) * 1000,
+                    "dur": max(0, profile.get("end_time", 0) - profile.get("start_time", 0)) * 1000,
                     "args": profile.get("extra_data") or {},
                 }
             )

@@ -1,0 +1,100 @@
+"""Ray's own dashboard page, served from the user's `ray` package, answering from the store.
+
+`serve --ray-dashboard-port PORT` adds a second HTTP site to `serve`: `/` and its files come from
+the installed package's `ray/dashboard/client/build` (found at run time, never copied here), and
+every request the page makes is answered by RayDashboardViews, or, for the state API
+(`/api/v0/tasks`, `/api/v0/actors`, ...), by the same StateApi as `serve`'s own port. Ray's CLI
+pointed at this port (`ray job list`, `ray logs task`, `ray list tasks`) gets the same answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from pathlib import Path
+
+import orjson
+from aiohttp import web
+
+from ray_otel_events.services.state_api import StateApi
+from ray_otel_events.store.ray_dashboard_views import RayDashboardViews
+
+BUILD = Path("dashboard") / "client" / "build"
+_TYPES = {
+    ".html": "text/html",
+    ".js": "text/javascript",
+    ".css": "text/css",
+    ".svg": "image/svg+xml",
+    ".ico": "image/x-icon",
+    ".png": "image/png",
+    ".json": "application/json",
+    ".map": "application/json",
+    ".woff": "font/woff",
+    ".woff2": "font/woff2",
+    ".ttf": "font/ttf",
+    ".txt": "text/plain",
+}
+
+
+class DashboardUnavailable(RuntimeError):
+    """The `ray` package (and so its dashboard page) is not installed."""
+
+
+def dashboard_build() -> Path:
+    """The installed `ray` package's built dashboard page."""
+    spec = importlib.util.find_spec("ray")
+    origin = spec.origin if spec is not None else None
+    build = Path(origin).parent / BUILD if origin else None
+    if build is None or not (build / "index.html").is_file():
+        raise DashboardUnavailable(
+            "Ray's dashboard page comes from the `ray` package, which is not installed here: "
+            "pip install 'ray-otel-events[ray]'"
+        )
+    return build
+
+
+class RayDashboard:
+    """aiohttp routes for Ray's page and its requests."""
+
+    def __init__(self, answers: RayDashboardViews, state_api: StateApi, build: Path) -> None:
+        self.answers = answers
+        self.state_api = state_api
+        self.build = build.resolve()
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.add_routes(
+            [
+                web.get("/", self.index),
+                web.get("/{tail:(api|logical|nodes|events|timezone|usage_stats_enabled).*}", self.read),
+                web.get("/{path:.+}", self.file),
+            ]
+        )
+        return app
+
+    async def read(self, request: web.Request) -> web.StreamResponse:
+        """Ours where RayDashboardViews knows the path; the state API's otherwise."""
+        await self.state_api.settle()
+        found = await asyncio.to_thread(self.answers.answer, request.path, request.query)
+        if found is None:
+            return await self.state_api.api(request)
+        status, body = found
+        if isinstance(body, str):
+            headers = (
+                {"Content-Disposition": 'attachment; filename="file.txt"'}
+                if "/logs/" in request.path
+                else None
+            )
+            return web.Response(text=body, status=status, content_type="text/plain", headers=headers)
+        return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+
+    async def index(self, _: web.Request) -> web.Response:
+        return web.Response(body=(self.build / "index.html").read_bytes(), content_type="text/html")
+
+    async def file(self, request: web.Request) -> web.Response:
+        """A file of the built page; nothing outside it."""
+        wanted = (self.build / request.match_info["path"]).resolve()
+        if not wanted.is_relative_to(self.build) or not wanted.is_file():
+            return web.Response(status=404, text=f"no such file {request.match_info['path']}")
+        kind = _TYPES.get(wanted.suffix, "application/octet-stream")
+        return web.Response(body=wanted.read_bytes(), content_type=kind)

@@ -1,0 +1,558 @@
+"""What Ray's own dashboard page asks, answered from the store, in Ray 2.60's shapes.
+
+The page (shipped in the `ray` package) polls Ray's dashboard modules: jobs (`/api/jobs/`), the
+node head (`/nodes`, `/logical/actors`), events, the autoscaler's text status, the state API's logs
+and timeline, and metrics health checks. Each answer here restates the shape Ray's module returns
+(read from the installed package), filled from stored rows: what the event stream said about jobs,
+actors, nodes, workers and tasks, and the task log lines kept beside them. What the stream never
+carries (a node's live CPU and memory, Grafana, Serve, Ray Data) is answered as Ray answers when
+that part is absent, so the page shows it empty rather than broken.
+
+An answer is `(HTTP status, body)`: a str body is plain text, anything else is JSON.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ray_otel_events.store import state_query
+from ray_otel_events.store.state_merge import ACTORS, JOBS, NODES, TASKS, WORKERS, Row
+from ray_otel_events.store.views import RAY_VERSION, Answer, Params, StoreViews
+
+ALL = 10**9  # "every row": the dashboard's lists have no paging of their own
+NIL_ID = "ffffffffffffffffffffffffffffffffffffffffffffffffffffffff"
+# Ray's Chrome-trace colours by profile event (ray/_private/profiling.py); any other is generic_work.
+_TRACE_COLOURS = {
+    "worker_idle": "cq_build_abandoned",
+    "task": "rail_response",
+    "task:deserialize_arguments": "rail_load",
+    "task:execute": "rail_animation",
+    "task:store_outputs": "rail_idle",
+    "wait_for_function": "detailed_memory_dump",
+    "ray.get": "good",
+    "ray.put": "terrible",
+    "ray.wait": "vsync_highlight_color",
+    "submit_task": "background_memory_dump",
+    "fetch_and_run_function": "detailed_memory_dump",
+    "register_remote_function": "detailed_memory_dump",
+}
+_PROFILING_DEFAULTS = {
+    "native": False,
+    "subprocesses": False,
+    "idle": False,
+    "leaks": False,
+    "tracePythonAllocators": False,
+    "cpuDuration": 5,
+    "memoryDuration": 10,
+    "maxDuration": 60,
+    "cpuFormat": "flamegraph",
+    "memoryFormat": "flamegraph",
+    "pyspyNativeSupported": False,
+}
+# Ray's task-log suffixes: logging goes to a worker's stderr, as Ray's default handler writes it.
+_STREAMS = {"out": ("stdout",), "err": ("stderr", "log")}
+_WORKER_FILE = re.compile(r"worker-([0-9a-f]+)-([0-9a-f]+)-(\d+)\.(out|err)")
+NOT_RECORDED = "not recorded in the event store: this dashboard is served from stored events"
+
+
+def rest(message: str, ok: bool = True, **data: Any) -> dict[str, Any]:
+    """Ray's `rest_response` body: `{"result", "msg", "data"}`."""
+    return {"result": ok, "msg": message, "data": data}
+
+
+def _first_ms(row: Row, state: str) -> int | None:
+    times = [e["created_ms"] for e in row.get("events") or [] if e.get("state") == state]
+    return times[0] if times else None
+
+
+def exit_detail(death_cause: dict[str, Any] | None) -> str:
+    """The message Ray's node head shows for a dead actor, from its death cause."""
+    cause = death_cause or {}
+    for context, key in (
+        ("actorDiedErrorContext", "errorMessage"),
+        ("runtimeEnvFailedContext", "errorMessage"),
+        ("actorUnschedulableContext", "errorMessage"),
+        ("creationTaskFailureContext", "formattedExceptionString"),
+    ):
+        if context in cause:
+            return str(cause[context].get(key, "-"))
+    return "-"
+
+
+def google_style(name: str) -> str:
+    """A resource name as Ray's node head answers it: `object_store_memory` is
+    `objectStoreMemory`, `node:__internal_head__` is `node:InternalHead` (its `rest_response`
+    camel-cases every key of the node summary)."""
+    first, *tail = name.split("_")
+    return first + "".join(part.capitalize() for part in tail)
+
+
+def format_resources(resources: dict[str, float]) -> list[str]:
+    """`0.0/1.0 CPU`, `0B/15.86GiB memory` lines, as Ray's autoscaler status prints totals (usage is
+    not in the event stream, so 0: what a finished cluster shows)."""
+    lines = []
+    for name, total in sorted(resources.items()):
+        if name.startswith("node:"):
+            continue
+        if name in ("memory", "object_store_memory"):
+            lines.append(f"0B/{total / 2**30:.2f}GiB {name}")
+        else:
+            lines.append(f"0.0/{total} {name}")
+    return lines
+
+
+class RayDashboardViews:
+    """The answers over a StoreViews (see the module doc)."""
+
+    def __init__(self, views: StoreViews) -> None:
+        self.views = views
+        self._routes: list[tuple[re.Pattern[str], Callable[..., Answer]]] = [
+            (re.compile(r"/api/version"), self.version),
+            (re.compile(r"/api/jobs/?"), self.jobs),
+            (re.compile(r"/api/jobs/([^/]+)"), self.job),
+            (re.compile(r"/api/jobs/([^/]+)/logs"), self.job_logs),
+            (re.compile(r"/logical/actors"), self.actors),
+            (re.compile(r"/logical/actors/([0-9a-fA-F]+)"), self.actor),
+            (re.compile(r"/nodes"), self.nodes),
+            (re.compile(r"/nodes/([0-9a-fA-F]+)"), self.node),
+            (re.compile(r"/events"), self.events),
+            (re.compile(r"/api/cluster_status"), self.cluster_status),
+            (re.compile(r"/api/grafana_health"), self.grafana_health),
+            (re.compile(r"/api/prometheus_health"), self.prometheus_health),
+            (re.compile(r"/timezone"), self.timezone),
+            (re.compile(r"/usage_stats_enabled"), self.usage_stats),
+            (re.compile(r"/api/authentication_mode"), self.authentication_mode),
+            (re.compile(r"/api/profiling_enabled"), self.profiling_enabled),
+            (re.compile(r"/api/v0/cluster_metadata"), self.cluster_metadata),
+            (re.compile(r"/api/v0/runtime_env_redaction"), self.runtime_env_redaction),
+            (re.compile(r"/api/v0/platform_events"), self.not_found),
+            (re.compile(r"/api/serve/applications/?"), self.serve_applications),
+            (re.compile(r"/api/data/datasets/([^/]*)"), self.datasets),
+            (re.compile(r"/api/v0/tasks/timeline"), self.timeline),
+            (re.compile(r"/api/v0/logs"), self.list_logs),
+            (re.compile(r"/api/v0/logs/(file|stream)"), self.log_file),
+        ]
+
+    def answer(self, path: str, params: Params) -> Answer | None:
+        """The answer for a path this module knows; None for any other (the state API's)."""
+        for pattern, view in self._routes:
+            match = pattern.fullmatch(path)
+            if match:
+                return view(params, *match.groups())
+        return None
+
+    def _rows(self, resource: str, *filters: tuple[str, str]) -> list[Row]:
+        query = state_query.ListQuery(resource, ALL, True, False, [(k, "=", v) for k, v in filters])
+        return state_query.select(self.views.store, query, order="start", descending=False).rows
+
+    def session_name(self) -> str:
+        sessions = self.views.store.sessions()
+        return sessions[-1] if sessions else self.views.session_name
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    def version(self, _: Params) -> Answer:
+        return 200, {
+            "version": "4",
+            "ray_version": RAY_VERSION,
+            "ray_commit": "ray-otel-events",
+            "session_name": self.session_name(),
+        }
+
+    def jobs(self, _: Params) -> Answer:
+        """JobDetails of every job, as `/api/jobs/` lists them (and `ray job list` reads them)."""
+        return 200, [state_query.shape(JOBS, row, detail=True) for row in self._rows(JOBS)]
+
+    def job(self, _: Params, job_or_submission_id: str) -> Answer:
+        for row in self._rows(JOBS):
+            if job_or_submission_id in (row.get("submission_id"), row.get("job_id")):
+                return 200, state_query.shape(JOBS, row, detail=True)
+        return 404, f"Job {job_or_submission_id} does not exist"
+
+    def job_logs(self, params: Params, job_or_submission_id: str) -> Answer:
+        """`ray job logs`: Ray keeps a submitted job's driver output on the head node, which the
+        event stream does not carry, so it is empty here; a driver's own job has none in Ray."""
+        status, job = self.job(params, job_or_submission_id)
+        if status != 200:
+            return status, job
+        if job.get("type") != "SUBMISSION":
+            return 400, "Can only get logs of submission type jobs"
+        return 200, {"logs": ""}
+
+    # -- actors ------------------------------------------------------------------------------
+
+    def _workers_by_pid(self) -> dict[tuple[str, int], Row]:
+        return {(w.get("node_id") or "", w.get("pid") or 0): w for w in self._rows(WORKERS)}
+
+    def _actor(self, row: Row, workers: dict[tuple[str, int], Row], nodes: dict[str, Row]) -> dict[str, Any]:
+        """The node head's actor dict (its `_actor_table_data_to_dict` plus DataOrganizer's extras)."""
+        node_id = row.get("node_id") or ""
+        pid = row.get("pid")
+        worker = workers.get((node_id, pid or 0), {})
+        start = _first_ms(row, "ALIVE") or 0
+        # the first death: a dead actor's record is written again when its job ends
+        end = (_first_ms(row, "DEAD") or 0) if row.get("state") == "DEAD" else 0
+        events = row.get("events") or []
+        return {
+            "actorId": row.get("actor_id"),
+            "jobId": row.get("job_id"),
+            "placementGroupId": row.get("placement_group_id"),
+            "address": {
+                "nodeId": node_id,
+                "ipAddress": (nodes.get(node_id) or {}).get("node_ip", ""),
+                "port": 0,
+                "workerId": worker.get("worker_id", ""),
+            },
+            "className": row.get("class_name", ""),
+            "actorClass": row.get("class_name", ""),
+            "state": row.get("state", "DEPENDENCIES_UNREADY"),
+            "numRestarts": str(row.get("num_restarts", 0)),
+            "name": row.get("name", ""),
+            "timestamp": float(events[-1]["created_ms"] if events else 0),
+            "pid": pid,
+            "startTime": start,
+            "endTime": end,
+            "reprName": row.get("repr_name") or "",
+            "labelSelector": row.get("label_selector") or {},
+            "exitDetail": exit_detail(row.get("death_cause")),
+            "requiredResources": row.get("required_resources") or {},
+            "callSite": row.get("call_site"),
+            "gpus": [],
+            "tpus": [],
+            "processStats": None,
+            "mem": [],
+        }
+
+    def _actors(self, *filters: tuple[str, str]) -> dict[str, dict[str, Any]]:
+        workers = self._workers_by_pid()
+        nodes = {n["node_id"]: n for n in self._rows(NODES)}
+        return {row["actor_id"]: self._actor(row, workers, nodes) for row in self._rows(ACTORS, *filters)}
+
+    def actors(self, params: Params) -> Answer:
+        actors = self._actors()
+        if params.get("ids"):  # Ray answers null for an id it does not know
+            return 200, rest(
+                "All actors fetched.", actors={i: actors.get(i) for i in params["ids"].split(",")}
+            )
+        return 200, rest("All actors fetched.", actors=actors)
+
+    def actor(self, _: Params, actor_id: str) -> Answer:
+        found = self._actors(("actor_id", actor_id.lower()))
+        return 200, rest("Actor details fetched.", detail=found.get(actor_id.lower()))
+
+    # -- nodes -------------------------------------------------------------------------------
+
+    def _node(self, row: Row) -> dict[str, Any]:
+        """The node head's node info: GcsNodeInfo under `raylet`; the physical stats (CPU, memory,
+        disks) the reporter agent polls are not in the event stream, so they are left out or 0."""
+        node_id = row.get("node_id", "")
+        resources = row.get("resources_total") or {}
+        ip = row.get("node_ip", "")
+        state = row.get("state", "ALIVE")
+        raylet = {
+            "nodeId": node_id,
+            "nodeManagerAddress": ip,
+            "nodeManagerHostname": row.get("node_name", ip),
+            "nodeName": row.get("node_name", ip),
+            "isHeadNode": bool(row.get("is_head_node")),
+            "state": state,
+            "stateMessage": row.get("state_message"),
+            "resourcesTotal": {google_style(k): v for k, v in resources.items()},
+            "labels": row.get("labels") or {},
+            "startTimeMs": str(row.get("start_time_ms") or 0),
+            "endTimeMs": str(row.get("end_time_ms") or 0),
+            "objectStoreUsedMemory": 0,
+            "objectStoreAvailableMemory": int(resources.get("object_store_memory", 0)),
+            "coreWorkersStats": [],
+        }
+        return {
+            "hostname": row.get("node_name", ip),
+            "ip": ip,
+            "cpu": 0,
+            "cpus": [int(resources.get("CPU", 0))] * 2,
+            "networkSpeed": [0, 0],
+            "loadAvg": [[0, 0, 0], [0, 0, 0]],
+            "bootTime": (row.get("start_time_ms") or 0) / 1000,
+            "gpus": [],
+            "tpus": [],
+            "raylet": raylet,
+        }
+
+    @staticmethod
+    def _worker(row: Row, node_ip: str) -> dict[str, Any]:
+        """A worker process as the node page lists it: its ids, pid and start from the stream; its
+        live stats (command line, CPU, memory) are not recorded."""
+        return {
+            "pid": row.get("pid"),
+            "createTime": (row.get("start_time_ms") or row.get("worker_launched_time_ms") or 0) / 1000,
+            "cmdline": [f"ray::{row.get('worker_type', 'WORKER')}"],
+            "cpuPercent": 0,
+            "cpuTimes": {},
+            "memoryInfo": {},
+            "language": "PYTHON",
+            "coreWorkerStats": [
+                {
+                    "workerId": row.get("worker_id"),
+                    "ipAddress": row.get("ip") or node_ip,
+                    "pid": row.get("pid"),
+                }
+            ],
+        }
+
+    def nodes(self, params: Params) -> Answer:
+        view = params.get("view")
+        rows = self._rows(NODES)
+        if view == "summary":
+            return 200, rest(
+                "Node summary fetched.",
+                summary=[self._node(row) for row in rows],
+                nodeLogicalResources={
+                    row["node_id"]: "\n".join(format_resources(row.get("resources_total") or {}))
+                    for row in rows
+                },
+            )
+        if (view or "").lower() == "hostnamelist":
+            alive = sorted({row.get("node_name", "") for row in rows if row.get("state") == "ALIVE"})
+            return 200, rest("Node hostname list fetched.", hostNameList=alive)
+        return 400, rest(f"Unknown view {view}", ok=False)
+
+    def node(self, _: Params, node_id: str) -> Answer:
+        rows = self._rows(NODES, ("node_id", node_id.lower()))
+        if not rows:
+            return 200, rest("Node details fetched.", detail={"raylet": {}, "actors": {}, "workers": []})
+        info = self._node(rows[0])
+        info["actors"] = self._actors(("node_id", node_id.lower()))
+        # Ray's page lists a node's running processes (and marks each ALIVE): the workers the
+        # stream last saw alive, none once their cluster is gone
+        workers = self._rows(WORKERS, ("node_id", node_id.lower()))
+        info["workers"] = [self._worker(w, info["ip"]) for w in workers if w.get("is_alive")]
+        return 200, rest("Node details fetched.", detail=info)
+
+    def cluster_status(self, _: Params) -> Answer:
+        """The autoscaler's text status (`ray status`), from the stored nodes."""
+        rows = self._rows(NODES)
+        alive = [r for r in rows if r.get("state") == "ALIVE"]
+        dead = [r for r in rows if r.get("state") == "DEAD"]
+        totals: dict[str, float] = {}
+        for row in alive or rows:
+            for name, value in (row.get("resources_total") or {}).items():
+                totals[name] = totals.get(name, 0) + value
+        bar = "-" * 63
+        lines = [
+            f"======== Autoscaler status: from the store, session {self.session_name()} ========",
+            "Node status",
+            bar,
+            "Active:",
+            *([f" 1 node_{r['node_id']}" for r in alive] or [" (no active nodes)"]),
+            "Pending:",
+            " (no pending nodes)",
+            "Recent failures:",
+            *([f" node_{r['node_id']}: DEAD" for r in dead] or [" (no failures)"]),
+            "",
+            "Resources",
+            bar,
+            "Total Usage:",
+            *[f" {line}" for line in format_resources(totals)],
+            "",
+            "From request_resources:",
+            " (none)",
+            "Pending Demands:",
+            " (no resource demands)",
+        ]
+        return 200, rest("Got formatted cluster status.", clusterStatus="\n".join(lines))
+
+    # -- what the store has nothing to say about ----------------------------------------------
+
+    def events(self, params: Params) -> Answer:
+        """Ray's event head serves events from its log files, which the event stream does not carry."""
+        job_id = params.get("job_id")
+        if job_id is None:
+            return 200, rest("All events fetched.", events={})
+        return 200, rest("Job events fetched.", jobId=job_id, events=[])
+
+    def grafana_health(self, _: Params) -> Answer:
+        return 500, rest("Grafana healthcheck failed", ok=False, exception=f"Grafana is {NOT_RECORDED}")
+
+    def prometheus_health(self, _: Params) -> Answer:
+        return 500, rest("prometheus healthcheck failed.", ok=False, reason=f"Prometheus is {NOT_RECORDED}")
+
+    def timezone(self, _: Params) -> Answer:
+        """This machine's zone, as Ray's head answers with its own."""
+        offset = time.strftime("%z")
+        zone = os.environ.get("TZ") or "UTC"
+        if not os.environ.get("TZ") and os.path.islink("/etc/localtime"):
+            zone = os.readlink("/etc/localtime").split("zoneinfo/", 1)[-1]
+        return 200, {"offset": f"{offset[:3]}:{offset[3:]}", "value": zone}
+
+    def usage_stats(self, _: Params) -> Answer:
+        return 200, rest(
+            "Fetched usage stats enabled", usageStatsEnabled=False, usageStatsPromptEnabled=False
+        )
+
+    def authentication_mode(self, _: Params) -> Answer:
+        return 200, {"authentication_mode": "disabled"}
+
+    def profiling_enabled(self, _: Params) -> Answer:
+        """Profiling attaches to live processes: never, for stored ones."""
+        return 200, rest("", profilingEnabled=False, profilingDefaults=_PROFILING_DEFAULTS)
+
+    def cluster_metadata(self, _: Params) -> Answer:
+        return 200, rest("", rayVersion=RAY_VERSION, pythonVersion="", rayInitCluster=False)
+
+    def runtime_env_redaction(self, _: Params) -> Answer:
+        return 200, rest("", redactionEnabled=True)
+
+    def not_found(self, _: Params) -> Answer:
+        return 404, "404: Not Found"
+
+    def serve_applications(self, _: Params) -> Answer:
+        return 501, f"Ray Serve is {NOT_RECORDED}."
+
+    def datasets(self, _: Params, job_id: str) -> Answer:
+        return 503, f"Ray Data is {NOT_RECORDED}."
+
+    # -- tasks ---------------------------------------------------------------------------------
+
+    def timeline(self, params: Params) -> Answer:
+        """`ray timeline`'s Chrome trace: Ray builds it from profile events; where a task has none
+        stored, its attempt's running span stands in as one slice."""
+        filters = [("job_id", params["job_id"])] if params.get("job_id") else []
+        rows = [r for r in self._rows(TASKS, *filters) if r.get("type") != "DRIVER_TASK"]
+        return 200, ray_chrome_trace(rows, self._node_ips())
+
+    def _node_ips(self) -> dict[str, str]:
+        return {r["node_id"]: r.get("node_ip", "") for r in self._rows(NODES)}
+
+    # -- logs ----------------------------------------------------------------------------------
+
+    def list_logs(self, params: Params) -> Answer:
+        """A node's log files: one `worker-<id>-<job>-<pid>.out/.err` per worker with stored lines."""
+        node_id, node_ip = params.get("node_id"), params.get("node_ip")
+        if not node_id and not node_ip:
+            return 400, state_query.envelope(
+                None,
+                ok=False,
+                message="Both node id and node ip are not provided. Please provide at least one of them.",
+            )
+        if not node_id:
+            node_id = next((n for n, ip in self._node_ips().items() if ip == node_ip), None)
+            if node_id is None:
+                return 404, state_query.envelope(
+                    None, ok=False, message=f"Cannot find matching node_id for a given node ip {node_ip}"
+                )
+        files: dict[str, list[str]] = {"worker_out": [], "worker_err": []}
+        glob = params.get("glob") or "*"
+        for name, streams in self._worker_streams(node_id).items():
+            for suffix in ("out", "err"):
+                if set(_STREAMS[suffix]) & streams and fnmatch.fnmatch(f"{name}.{suffix}", glob):
+                    files[f"worker_{suffix}"].append(f"{name}.{suffix}")
+        return 200, state_query.envelope(files)
+
+    def _worker_streams(self, node_id: str) -> dict[str, set[str]]:
+        """`worker-<id>-<job>-<pid>` of the node's workers, with the streams their lines came on."""
+        found: dict[str, set[str]] = {}
+        for task in self._rows(TASKS, ("node_id", node_id.lower())):
+            lines = self.views.store.task_logs(task["task_id"])
+            if not lines or not task.get("worker_id"):
+                continue
+            name = f"worker-{task['worker_id']}-{task.get('job_id', 'ffffffff')}-{task.get('worker_pid', 0)}"
+            found.setdefault(name, set()).update(line.get("stream", "log") for line in lines)
+        return found
+
+    def log_file(self, params: Params, _media: str) -> Answer:
+        """A task's (or an actor's, or a listed worker file's) stored log lines as text, where Ray
+        streams the part of the worker's file the task wrote. Stored lines carry no attempt
+        number, so a retried task's lines are those of all its attempts."""
+        suffix = params.get("suffix", "out")
+        if suffix not in _STREAMS:
+            return 400, f"suffix must be out or err, got {suffix!r}"
+        try:
+            int(params.get("attempt_number", "0"))
+            limit = int(params.get("lines", "1000"))
+        except ValueError:
+            return 400, "attempt_number and lines must be integers"
+        worker_file = _WORKER_FILE.fullmatch(params.get("filename") or "")
+        if params.get("task_id"):
+            tasks = [params["task_id"].lower()]
+            if not self.views.store.entity_rows(TASKS, tasks[0]):
+                return 404, f"Could not find the task {params['task_id']}"
+        elif params.get("actor_id"):
+            tasks = [t["task_id"] for t in self._rows(TASKS, ("actor_id", params["actor_id"].lower()))]
+        elif worker_file:
+            worker, _job, _pid, suffix = worker_file.groups()
+            tasks = [t["task_id"] for t in self._rows(TASKS, ("worker_id", worker))]
+        elif params.get("filename"):
+            return 404, f"{params['filename']} is {NOT_RECORDED}; only workers' task output is kept"
+        else:
+            return 400, "one of task_id, actor_id or filename is required"
+        lines = [
+            line
+            for task_id in dict.fromkeys(tasks)
+            for line in self.views.store.task_logs(task_id)
+            if line.get("stream", "log") in _STREAMS[suffix]
+        ]
+        lines.sort(key=lambda line: line.get("ts_ns", 0))
+        if limit >= 0:
+            lines = lines[-limit:] if limit else []
+        return 200, "".join(str(line.get("body", "")).rstrip("\n") + "\n" for line in lines)
+
+
+def ray_chrome_trace(rows: list[Row], node_ips: dict[str, str]) -> list[dict[str, Any]]:
+    """Ray's `chrome_tracing_dump` shape: a process per node IP, a thread per worker, `X` slices
+    whose args carry the task's ids; metadata events last."""
+    events: list[dict[str, Any]] = []
+    nodes: dict[str, int] = {}
+    workers: dict[tuple[int, str], int] = {}
+    for row in rows:
+        ids = {
+            "task_id": row.get("task_id"),
+            "job_id": row.get("job_id"),
+            "attempt_number": row.get("attempt_number", 0),
+            "func_or_class_name": row.get("func_or_class_name"),
+            "actor_id": row.get("actor_id"),
+        }
+        profiling = row.get("profiling_data") or {}
+        slices: list[tuple[str, str, float, float, dict[str, Any]]] = []
+        for event in profiling.get("events") or []:
+            extra = dict(event.get("extra_data") or {})
+            name = str(extra.get("name", event.get("event_name", "")))
+            slices.append((event.get("event_name", ""), name, event["start_time"], event["end_time"], extra))
+        if not slices and row.get("start_time_ms") is not None:
+            end = row.get("end_time_ms") or row["start_time_ms"]
+            name = row.get("func_or_class_name") or row.get("name") or "task"
+            slices.append((f"task::{name}", name, row["start_time_ms"], end, {"name": name}))
+        if not slices:
+            continue
+        ip = profiling.get("node_ip_address") or node_ips.get(row.get("node_id") or "", "") or "unknown"
+        kind = profiling.get("component_type", "worker")
+        component = f"{kind}:{profiling.get('component_id') or row.get('worker_id') or NIL_ID}"
+        pid = nodes.setdefault(ip, len(nodes))
+        tid = workers.setdefault((pid, component), len(workers))
+        for category, name, start, end, extra in slices:
+            events.append(
+                {
+                    "cat": category,
+                    "name": name,
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": start * 1e3,
+                    "dur": end * 1e3 - start * 1e3,
+                    "cname": _TRACE_COLOURS.get(category, "generic_work"),
+                    "args": {**extra, **ids},
+                    "ph": "X",
+                }
+            )
+    events += [
+        {"name": "process_name", "ph": "M", "pid": i, "args": {"name": f"Node {ip}"}}
+        for ip, i in nodes.items()
+    ]
+    events += [
+        {"name": "thread_name", "ph": "M", "tid": i, "pid": pid, "args": {"name": component}}
+        for (pid, component), i in workers.items()
+    ]
+    return events
