@@ -98,7 +98,9 @@ def test_serve_takes_rays_header_fallback_header_and_cookie(servers: list[CliSer
     assert requests.get(tasks, headers={"X-Ray-Authorization": right}, timeout=10).status_code == 200
     assert requests.get(base + "/metrics", headers={"Authorization": right}, timeout=10).status_code == 200
     # The browser's way: ask the mode, trade the token for Ray's HttpOnly cookie, then send only that.
-    assert requests.get(base + "/api/authentication_mode", timeout=10).json() == {"authentication_mode": "token"}
+    assert requests.get(base + "/api/authentication_mode", timeout=10).json() == {
+        "authentication_mode": "token"
+    }
     browser = requests.Session()
     refused = browser.post(base + "/api/authenticate", headers=wrong, timeout=10)
     assert refused.status_code == 403 and "ray-authentication-token" not in browser.cookies
@@ -125,10 +127,15 @@ def test_serve_with_our_token_too_guards_posts_with_ours(servers: list[CliServer
     base = f"http://{serve.address}"
     post = base + "/v1/ray-events"
     assert requests.post(post, json=[], timeout=10).status_code == 401
-    assert requests.post(post, json=[], headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10).status_code == 403
+    assert (
+        requests.post(post, json=[], headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10).status_code
+        == 403
+    )
     assert requests.post(post, json=[], headers={"Authorization": "Bearer our-own-token"}, timeout=10).ok
     for token in (TOKEN, "our-own-token"):  # reads take either
-        assert requests.get(base + "/api/v0/tasks", headers={"Authorization": f"Bearer {token}"}, timeout=10).ok
+        assert requests.get(
+            base + "/api/v0/tasks", headers={"Authorization": f"Bearer {token}"}, timeout=10
+        ).ok
 
 
 def test_serve_without_a_token_says_so_and_readyz_needs_none_either(
@@ -141,7 +148,9 @@ def test_serve_without_a_token_says_so_and_readyz_needs_none_either(
     assert requests.get(base + "/api/v0/tasks", timeout=10).status_code == 200
 
 
-def test_aggregator_takes_the_token_as_rays_grpc_client_sends_it(servers: list[CliServer], tmp_path: Path) -> None:
+def test_aggregator_takes_the_token_as_rays_grpc_client_sends_it(
+    servers: list[CliServer], tmp_path: Path
+) -> None:
     """Ray's own client-side code (its token loader and auth interceptor, its generated stub) in a
     process configured as a Ray worker is: our aggregator under RAY_AUTH_MODE=token accepts it, and
     refuses the same call with another token."""
@@ -154,7 +163,8 @@ from ray._private.authentication.grpc_authentication_client_interceptor import (
 )
 from ray.core.generated import events_event_aggregator_service_pb2 as svc
 from ray.core.generated import events_event_aggregator_service_pb2_grpc as svc_grpc
-channel = grpc.intercept_channel(grpc.insecure_channel(sys.argv[1]), SyncAuthenticationMetadataClientInterceptor())
+interceptor = SyncAuthenticationMetadataClientInterceptor()
+channel = grpc.intercept_channel(grpc.insecure_channel(sys.argv[1]), interceptor)
 try:
     svc_grpc.EventAggregatorServiceStub(channel).AddEvents(svc.AddEventsRequest(), timeout=10)
     print("OK")
@@ -165,7 +175,9 @@ except grpc.RpcError as exc:
     for name, token in (("right", TOKEN), ("wrong", "another-token")):
         (tmp_path / name).mkdir(exist_ok=True)
         env = {**os.environ, **_ray_token_env(tmp_path / name, token)}
-        run = subprocess.run([sys.executable, "-c", script, agg.address], env=env, capture_output=True, text=True)
+        run = subprocess.run(
+            [sys.executable, "-c", script, agg.address], env=env, capture_output=True, text=True
+        )
         assert run.returncode == 0, run.stderr
         outcomes[name] = run.stdout.strip()
     assert outcomes == {"right": "OK", "wrong": "UNAUTHENTICATED"}
@@ -178,7 +190,9 @@ def _task_definitions(count: int, name: str) -> list[RayEvent]:
     """Fixture task definitions, each a task of its own (the recorder would merge one task's)."""
     from google.protobuf import json_format
 
-    template = next(i for i in json.loads(Path(FIXTURE).read_text()) if i["eventType"] == "TASK_DEFINITION_EVENT")
+    template = next(
+        i for i in json.loads(Path(FIXTURE).read_text()) if i["eventType"] == "TASK_DEFINITION_EVENT"
+    )
     events = []
     for i in range(count):
         event = RayEvent()
@@ -274,7 +288,9 @@ def test_token_cluster_recorder_aggregator_serve_and_ray_list(
 
 
 @pytest.mark.ray
-def test_auth_off_cluster_takes_our_recorder_without_a_token(servers: list[CliServer], tmp_path: Path) -> None:
+def test_auth_off_cluster_takes_our_recorder_without_a_token(
+    servers: list[CliServer], tmp_path: Path
+) -> None:
     pytest.importorskip("ray")
     from helpers.ray_cluster import ray_cluster
 

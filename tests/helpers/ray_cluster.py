@@ -94,7 +94,10 @@ def ray_cluster(
         )
         assert started.returncode == 0, started.stdout + started.stderr
         yield RayCluster(
-            env, f"http://127.0.0.1:{dashboard_port}" if dashboard else None, f"127.0.0.1:{agent_port}", temp_dir
+            env,
+            f"http://127.0.0.1:{dashboard_port}" if dashboard else None,
+            f"127.0.0.1:{agent_port}",
+            temp_dir,
         )
     finally:
         stop_cluster(temp_dir)

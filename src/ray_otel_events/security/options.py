@@ -18,7 +18,6 @@ from ray_otel_events.config import (
 from ray_otel_events.security.auth import BearerToken
 from ray_otel_events.security.tls import TlsFiles
 
-
 logger = logging.getLogger(__name__)
 
 
