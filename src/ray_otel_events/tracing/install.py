@@ -143,8 +143,9 @@ def install_tracing(
             if not isinstance(_logs.get_logger_provider(), LoggerProvider):
                 _logs.set_logger_provider(logger_provider)
             install_log_handler()
-            if config.task_output:
-                capture_ray_worker_output()
+            keeper = capture_ray_worker_output() if config.task_output else None
+            if keeper is not None:
+                tracer_provider.add_span_processor(keeper)
         if event_logs and event_log_sink is not None:
             sinks.append(event_log_sink)
         elif event_logs and logger_provider is not None:

@@ -30,12 +30,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from multiprocessing.queues import SimpleQueue
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from opentelemetry import _logs, context
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
 from opentelemetry.sdk._logs import LoggingHandler
+from opentelemetry.sdk.trace import Span, SpanProcessor
 
 from ray_otel_events.otel import semconv
 
@@ -76,6 +77,7 @@ TaskAttributes = Callable[[], "dict[str, Any] | None"]
 _task_attributes: TaskAttributes = lambda: None  # noqa: E731
 # Ray's own markers for its log monitor (`ray_constants.LOG_PREFIX_*`): not the task's output.
 _RAY_MARKERS = (":task_name:", ":actor_name:", ":job_id:")
+_echoing = threading.local()  # .on: this thread is echoing a logging record to stderr
 _LAST_RESORT_FORMAT = logging.Formatter()  # the message, and its traceback if any, as Python prints it
 
 
@@ -115,7 +117,11 @@ class TaskLogHandler(LoggingHandler):
             if _active is not None:  # inside a captured task: the line goes with the task's output
                 _active.line("stderr", _LAST_RESORT_FORMAT.format(record), otel=False)
             else:
-                last.handle(record)
+                _echoing.on = True  # already a record: a tee on stderr must not make it a second
+                try:
+                    last.handle(record)
+                finally:
+                    _echoing.on = False
 
 
 def install_log_handler() -> None:
@@ -170,7 +176,7 @@ class _TeeStream:
 
     def write(self, text: str) -> int:
         written: int = self._original.write(text)
-        if text and isinstance(text, str) and not _exporting():
+        if text and isinstance(text, str) and not _exporting() and not getattr(_echoing, "on", False):
             self._collect(text)
         return written
 
@@ -205,20 +211,31 @@ class _TeeStream:
         )
 
 
-def capture_ray_worker_output() -> bool:
+class TeeBeforeTasks(SpanProcessor):
+    """Ray's worker replaces sys.stdout and sys.stderr after the hook ran (default_worker.py opens
+    them again, unbuffered): each span start puts the tee back in front if it is gone, one type
+    check a span."""
+
+    def on_start(self, span: Span, parent_context: context.Context | None = None) -> None:
+        if type(sys.stdout) is not _TeeStream:
+            sys.stdout = _TeeStream("stdout", sys.stdout, _task_attributes)
+        if type(sys.stderr) is not _TeeStream:
+            sys.stderr = _TeeStream("stderr", sys.stderr, _task_attributes)
+
+
+def capture_ray_worker_output() -> SpanProcessor | None:
     """In a Ray worker process (not a driver): tasks' prints and `logging` become log records with
-    the task's ids (see the module doc). True when installed (now or before)."""
+    the task's ids (see the module doc). Returns the span processor that keeps the streams teed,
+    None outside a Ray worker."""
     global _task_attributes
     ray_worker = sys.modules.get("ray._private.worker")
     worker = getattr(ray_worker, "global_worker", None)
     if ray_worker is None or worker is None or getattr(worker, "mode", None) != ray_worker.WORKER_MODE:
-        return False
-    if isinstance(sys.stdout, _TeeStream):
-        return True
+        return None
     _task_attributes = RayTaskIds(worker)
-    sys.stdout = _TeeStream("stdout", sys.stdout, _task_attributes)
-    sys.stderr = _TeeStream("stderr", sys.stderr, _task_attributes)
-    return True
+    keeper = TeeBeforeTasks()
+    keeper.on_start(cast(Span, None))  # now too: a line written before the first span is kept
+    return keeper
 
 
 class _LineWriter(io.TextIOBase):
