@@ -219,10 +219,10 @@ class StoreViews:
     def logs(self, params: Params, task_id: str) -> Answer:
         """A task's lines whether or not its events were stored (`ray-otel-events logs`)."""
         attempt = _int_param(params, "attempt", -1, -1, 10**6)
-        return 200, {
-            "task_id": task_id.lower(),
-            "logs": self.task_log_lines(task_id, None if attempt < 0 else attempt),
-        }
+        lines = self.task_log_lines(task_id, None if attempt < 0 else attempt)
+        if not lines and not self.store.entity_rows(TASKS, task_id):
+            raise BadRequest(f"no task {task_id} (neither its events nor log lines are stored)", status=404)
+        return 200, {"task_id": task_id.lower(), "logs": lines}
 
     def timeline(self, params: Params) -> Answer:
         """Chrome/Perfetto trace events, as `ray timeline` writes them: a process per node, a

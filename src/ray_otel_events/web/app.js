@@ -34,6 +34,7 @@ async function getJson(path) {
     $("#sign-in").hidden = false;
     throw new Error(response.status === 401 ? "this store needs a token" : "the token was refused");
   }
+  $("#sign-in").hidden = true;  // (a request sent before signing in may have shown it since)
   const body = await response.json();
   if (!response.ok) throw new Error(body.error || `${path}: HTTP ${response.status}`);
   return body;
@@ -43,12 +44,12 @@ async function signIn(event) {
   event.preventDefault();
   const token = $("#sign-in-token").value.trim();
   const response = await fetch("/api/authenticate", { method: "POST", headers: { Authorization: `Bearer ${token}` } });
+  $("#sign-in-token").value = "";
   if (!response.ok) {
     showError(new Error(response.status === 403 ? "the token was refused" : "no token given"));
     return;
   }
   $("#sign-in").hidden = true;
-  $("#sign-in-token").value = "";
   state.generation = null;
   await refresh();
 }
