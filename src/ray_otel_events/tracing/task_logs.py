@@ -176,7 +176,12 @@ class _TeeStream:
 
     def write(self, text: str) -> int:
         written: int = self._original.write(text)
-        if text and isinstance(text, str) and not _exporting() and not getattr(_echoing, "on", False):
+        # Ray writes a marker line to both streams before every task: the common case, kept first.
+        if not text or (
+            not self._pending and text.startswith(_RAY_MARKERS) and text.find("\n") == len(text) - 1
+        ):
+            return written
+        if isinstance(text, str) and not _exporting() and not getattr(_echoing, "on", False):
             self._collect(text)
         return written
 
@@ -186,8 +191,6 @@ class _TeeStream:
 
     def _collect(self, text: str) -> None:
         with self._lock:
-            if not self._pending and text.startswith(_RAY_MARKERS) and text.find("\n") == len(text) - 1:
-                return  # Ray's marker, a whole line: no need to ask which task runs
             task = self._attributes()
             if self._pending and task != self._pending_task:  # a partial line of another task
                 self._emit(self._pending, self._pending_task)
