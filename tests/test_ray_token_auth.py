@@ -183,6 +183,28 @@ except grpc.RpcError as exc:
     assert outcomes == {"right": "OK", "wrong": "UNAUTHENTICATED"}
 
 
+def test_refused_recorder_keeps_its_bound_and_says_what_it_drops(
+    servers: list[CliServer], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Our aggregator under RAY_AUTH_MODE=token refuses a wrong token; the recorder's bound of 10
+    then drops the oldest of 25 events, counted and said in one line, and keeps the newest 10."""
+    agg = start(servers, "aggregator", "--grpc-port", "0", env=_ray_token_env(tmp_path))
+    exporter = GrpcAggregatorExporter(agg.address, timeout_s=5, security=ClientSecurityConfig("wrong"))
+    recorder = RayEventRecorder(exporter, config=RecorderConfig(max_queued_events=10, report_interval_ms=50))
+    with caplog.at_level(logging.WARNING, logger="ray_otel_events.producer.recorder"):
+        recorder.add_many(_task_definitions(5, "first"))
+        assert recorder.flush(timeout_s=0.5) is False
+        recorder.add_many(_task_definitions(20, "then"))
+        assert recorder.flush(timeout_s=0.5) is False
+    stats = recorder.stats()
+    assert stats["pending"] == 10 and stats["dropped"] == 15 and stats["refused_rpcs"] >= 2, stats
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2, said
+    assert "UNAUTHENTICATED" in said[0] and "5 events kept" in said[0]
+    assert "buffer full" in said[1] and "refuses" in said[1]
+    exporter.close()
+
+
 # -- a live Ray cluster with token auth on -------------------------------------------------------------
 
 

@@ -132,3 +132,57 @@ def test_worker_prints_and_logging_are_stored_with_rays_ids(servers: list[CliSer
         if line["body"] == "actor constructed"
     ]
     assert creation and creation[0]["actor_id"] == ids["actor_id"], creation
+
+
+LOCAL_WORKLOAD = """
+import json, sys, time
+import ray
+ray.init()
+
+@ray.remote
+def chatty():
+    print("local hook line")
+    return ray.get_runtime_context().get_task_id()
+
+task_id = ray.get(chatty.remote())
+time.sleep(0.5)
+print(json.dumps({"task_id": task_id}))
+"""
+
+
+def test_local_hook_writes_worker_output_beside_the_spans(tmp_path: Path) -> None:
+    """The local hook: the same records, as JSON lines in `<spans dir>/<pid>.logs.jsonl`."""
+    from helpers.ray_cluster import ray_cluster
+
+    spans_dir = tmp_path / "spans"
+    local_hook = "ray_otel_events.tracing.setup_local_tmp_tracing:setup_tracing"
+    env = {"RAY_OTEL_EVENTS_SPANS_DIR": str(spans_dir)}
+    with ray_cluster("http://127.0.0.1:9/unused", tracing_hook=local_hook, extra_env=env) as cluster:
+        run = subprocess.run(
+            [sys.executable, "-c", LOCAL_WORKLOAD],
+            env=cluster.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        task_id = json.loads(run.stdout.strip().splitlines()[-1])["task_id"]
+
+        def found() -> dict[str, Any] | None:
+            for path in spans_dir.glob("*.logs.jsonl"):
+                for text in path.read_text().splitlines():
+                    record = json.loads(text)
+                    if record.get("body") == "local hook line":
+                        return record
+            return None
+
+        deadline = time.monotonic() + 30
+        record = found()
+        while record is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            record = found()
+    assert record is not None, list(spans_dir.iterdir())
+    attributes = record["attributes"]
+    assert attributes["ray.task_id"] == task_id and attributes["ray.task_attempt"] == 0, record
+    assert attributes["log.iostream"] == "stdout" and "ray.job_id" in attributes
+    assert record["trace_id"] not in ("", "0x" + "0" * 32) and record["span_id"] not in ("", "0x" + "0" * 16)

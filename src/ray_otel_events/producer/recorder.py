@@ -235,7 +235,7 @@ class RayEventRecorder:
                 self.counters.add("failed_rpcs", 1, error=type(exc).__name__)
                 refused = refusal_code(exc)
                 if refused:
-                    self._say_refused(refused, exc, len(batch))
+                    self._say_refused(refused, exc, sum(item.raw_count for item in batch))
                 self._requeue(batch)
                 return
             if self._refused:
