@@ -76,9 +76,82 @@ AUTH_TOKEN_FILE = "RAY_OTEL_EVENTS_AUTH_TOKEN_FILE"  # a file holding it (wins o
 TLS_CA_FILE = "RAY_OTEL_EVENTS_TLS_CA_FILE"  # CA that verifies the aggregator's certificate (producers)
 
 
+# Ray's own token authentication (on by default since Ray 2.60 once a token exists). The token is
+# looked for where Ray's AuthenticationTokenLoader looks, in its order: the variable, the file the
+# path variable names (an error when unreadable or empty, as in Ray), then ~/.ray/auth_token.
+RAY_AUTH_MODE = "RAY_AUTH_MODE"  # "token" or "disabled" (any case); unset: token if one exists
+RAY_AUTH_TOKEN = "RAY_AUTH_TOKEN"
+RAY_AUTH_TOKEN_PATH = "RAY_AUTH_TOKEN_PATH"
+RAY_DEFAULT_TOKEN_FILE = os.path.join(".ray", "auth_token")  # under the home directory
+
+
+def _home(env: Environ) -> str:
+    return env.get("HOME") or os.path.expanduser("~")
+
+
+def ray_auth_token(env: Environ | None = None) -> str:
+    """The cluster token Ray's clients would send, or "" when there is none to be found."""
+    env = os.environ if env is None else env
+    token = env.get(RAY_AUTH_TOKEN, "").strip()
+    if token:
+        return token
+    path = env.get(RAY_AUTH_TOKEN_PATH, "").strip()
+    if path:
+        try:
+            with open(path) as handle:
+                token = handle.read().strip()
+        except OSError as exc:
+            raise ConfigError(f"{RAY_AUTH_TOKEN_PATH}={path!r}: {exc.strerror or exc}") from None
+        _require(bool(token), f"{RAY_AUTH_TOKEN_PATH}={path!r}: the file is empty")
+        return token
+    try:
+        with open(os.path.join(_home(env), RAY_DEFAULT_TOKEN_FILE)) as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def ray_auth_mode(env: Environ | None = None) -> str:
+    """ "token", "disabled", or "" (unset: Ray then uses a token when it finds one)."""
+    env = os.environ if env is None else env
+    raw = env.get(RAY_AUTH_MODE)
+    if raw is None:
+        return ""
+    mode = raw.strip().lower()
+    _require(mode in ("token", "disabled"), f"{RAY_AUTH_MODE}={raw!r}: expected token or disabled")
+    return mode
+
+
+def ray_client_token(env: Environ | None = None) -> str:
+    """What a client of a Ray cluster sends: Ray's token unless RAY_AUTH_MODE=disabled. With the
+    mode unset a token found is sent anyway, as `ray start` turns token mode on when one exists (a
+    server without auth ignores it)."""
+    env = os.environ if env is None else env
+    mode = ray_auth_mode(env)
+    if mode == "disabled":
+        return ""
+    token = ray_auth_token(env)
+    if mode == "token" and not token:
+        raise ConfigError(
+            f"{RAY_AUTH_MODE}=token but no token in {RAY_AUTH_TOKEN}, {RAY_AUTH_TOKEN_PATH} or "
+            f"~/{RAY_DEFAULT_TOKEN_FILE}"
+        )
+    return token
+
+
+def ray_server_token(env: Environ | None = None) -> str:
+    """The token a server requires in Ray's name: only with RAY_AUTH_MODE=token (a server does not
+    turn auth on by itself because some file exists in the home directory)."""
+    env = os.environ if env is None else env
+    return ray_client_token(env) if ray_auth_mode(env) == "token" else ""
+
+
 @dataclass(frozen=True)
 class ClientSecurityConfig:
-    """What a producer presents to a secured aggregator: the token, and the CA to verify it by."""
+    """What a producer presents to a secured aggregator: the token, and the CA to verify it by.
+
+    Our token variables win; else Ray's token (see `ray_client_token`), so a recorder in a Ray
+    process reaches Ray's token-protected aggregator as Ray's core workers do."""
 
     token: str = ""
     tls_ca_file: str = ""  # set: connect with TLS, verifying the server against this CA
@@ -94,6 +167,8 @@ class ClientSecurityConfig:
                     token = handle.read().strip()
             except OSError as exc:
                 raise ConfigError(f"{AUTH_TOKEN_FILE}={token_file!r}: {exc}") from None
+        if not token:
+            token = ray_client_token(env)
         return cls(token=token, tls_ca_file=env.get(TLS_CA_FILE, "").strip())
 
 
@@ -339,6 +414,7 @@ class AggregatorConfig:
 SPANS_DIR = "RAY_OTEL_EVENTS_SPANS_DIR"
 EVENT_LOGS = "RAY_OTEL_EVENTS_EVENT_LOGS"
 SYNC_TASK_EVENTS = "RAY_OTEL_EVENTS_SYNC_TASK_EVENTS"
+TASK_OUTPUT = "RAY_OTEL_EVENTS_TASK_OUTPUT"  # 0: a Ray worker's prints are not made log records
 # Standard OTel names; the SDK exporters read the rest (endpoint, headers, timeout, compression).
 OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
 OTLP_TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
@@ -377,6 +453,8 @@ class TracingConfig:
     event_logs: bool | None = None
     # Export a task's events before it returns (a round trip per task); see TaskEventSpanProcessor.
     sync_task_events: bool = False
+    # In a Ray worker, each line a task writes to stdout/stderr also as a log record with its ids.
+    task_output: bool = True
 
     @classmethod
     def from_env(cls, env: Environ | None = None) -> TracingConfig:
@@ -394,6 +472,7 @@ class TracingConfig:
             node_id=node,
             event_logs=env_bool(env, EVENT_LOGS, False) if env.get(EVENT_LOGS, "").strip() else None,
             sync_task_events=env_bool(env, SYNC_TASK_EVENTS, cls.sync_task_events),
+            task_output=env_bool(env, TASK_OUTPUT, cls.task_output),
         )
         cfg.validate()
         return cfg

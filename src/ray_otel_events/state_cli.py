@@ -8,7 +8,8 @@
 
 With `--address http://HOST:PORT` they ask a running `serve`; without, they read the store file
 itself (`--store`, default the one `serve` uses), so they work with no server, after the cluster
-is gone. Either way the answers are the same (`StoreViews`).
+is gone. Either way the answers are the same (`StoreViews`). A `serve` that wants a token gets
+the one the producers send (ours, else Ray's: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 import requests
 from multidict import MultiDict
 
-from ray_otel_events.config import ConfigError
+from ray_otel_events.config import ClientSecurityConfig, ConfigError
 from ray_otel_events.services.serve_cli import default_store_path
 from ray_otel_events.store.sqlite_store import EventStore, StoreError
 from ray_otel_events.store.state_merge import ID_COLUMN
@@ -72,6 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--job-id", help="only this job's tasks")
     elif command == "logs":
         parser.add_argument("task_id")
+        parser.add_argument("--attempt", type=int, help="only this attempt's lines (default: every attempt)")
         parser.add_argument("--format", choices=("text", "json"), default="text")
 
 
@@ -79,14 +81,18 @@ class _Source:
     def __init__(self, args: argparse.Namespace) -> None:
         self.address: str | None = args.address
         self.views: StoreViews | None = None
+        self.headers: dict[str, str] = {}
         if self.address is None:
             path = args.store or default_store_path()
             try:
                 self.views = StoreViews(EventStore(path, read_only=True))
             except (StoreError, sqlite3.Error) as exc:
                 raise Unanswered(f"cannot read the store {path}: {exc}") from None
-        elif not self.address.startswith(("http://", "https://")):
-            self.address = "http://" + self.address
+        else:
+            if not self.address.startswith(("http://", "https://")):
+                self.address = "http://" + self.address
+            token = ClientSecurityConfig.from_env().token
+            self.headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     def get(self, path: str, params: list[tuple[str, str]] | None = None) -> tuple[int, Any]:
         if self.views is not None:
@@ -95,9 +101,14 @@ class _Source:
             except sqlite3.Error as exc:
                 raise Unanswered(f"cannot read the store: {exc}") from None
         try:
-            response = requests.get(f"{self.address}{path}", params=params, timeout=60)
+            response = requests.get(f"{self.address}{path}", params=params, headers=self.headers, timeout=60)
         except requests.RequestException as exc:
             raise Unanswered(f"cannot reach {self.address}: {exc}") from None
+        if response.status_code in (401, 403):
+            raise Unanswered(
+                f"{self.address} refused the request ({response.status_code}): set the token in "
+                "RAY_OTEL_EVENTS_AUTH_TOKEN(_FILE), or Ray's RAY_AUTH_TOKEN(_PATH)"
+            )
         try:
             return response.status_code, response.json()
         except ValueError:
@@ -225,7 +236,8 @@ def _clock(ts_ns: int) -> str:
 
 
 def _logs(source: _Source, args: argparse.Namespace) -> int:
-    lines = _ui_result(*source.get(f"/api/ui/tasks/{args.task_id}"))["logs"]
+    params = [("attempt", str(args.attempt))] if args.attempt is not None else []
+    lines = _ui_result(*source.get(f"/api/ui/tasks/{args.task_id}/logs", params))["logs"]
     if args.format == "json":
         print(json.dumps(lines, indent=2))
         return 0
@@ -234,7 +246,8 @@ def _logs(source: _Source, args: argparse.Namespace) -> int:
     for line in lines:
         stream = sys.stderr if line.get("stream") == "stderr" else sys.stdout
         pid = f" pid={line['pid']}" if line.get("pid") else ""
-        who = f"({line.get('function') or line.get('severity') or 'log'}{pid})"
+        attempt = f" attempt={line['attempt']}" if line.get("attempt") is not None else ""
+        who = f"({line.get('function') or line.get('severity') or 'log'}{pid}{attempt})"
         print(f"{_clock(line['ts_ns'])} {who} {line['body']}", file=stream)
     return 0
 

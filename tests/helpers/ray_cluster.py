@@ -1,5 +1,8 @@
 """A real Ray 2.60 head node for a test: its own ports and temp dir, its aggregator exporting to a
-URL of ours; only its own processes are stopped (by pid, found through /proc)."""
+URL of ours; only its own processes are stopped (by pid, found through /proc).
+
+Token authentication is off unless `token` is given: then RAY_AUTH_MODE=token with the token in a
+file of the cluster's temp dir (RAY_AUTH_TOKEN_PATH), never the user's ~/.ray."""
 
 from __future__ import annotations
 
@@ -28,22 +31,38 @@ def ray_bin() -> str:
 class RayCluster:
     env: dict[str, str]  # RAY_ADDRESS and the event variables: run drivers with it
     dashboard: str | None  # http://127.0.0.1:PORT when started with the dashboard
+    agent_grpc: str  # 127.0.0.1:PORT of Ray's aggregator (the dashboard agent's gRPC server)
+    temp_dir: str
 
 
 @contextlib.contextmanager
-def ray_cluster(export_url: str, *, dashboard: bool = False) -> Iterator[RayCluster]:
+def ray_cluster(
+    export_url: str,
+    *,
+    dashboard: bool = False,
+    token: str | None = None,
+    tracing_hook: str | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[RayCluster]:
     if not Path("/proc/self/cmdline").exists():
         pytest.skip("finds the cluster's processes through /proc")
     temp_dir = tempfile.mkdtemp(prefix="rb", dir="/tmp")  # short: Ray puts unix sockets in it
     port = free_port()
+    agent_port = free_port()
+    auth: dict[str, str] = {"RAY_AUTH_MODE": "disabled"}
+    if token is not None:
+        token_file = Path(temp_dir) / "auth_token"
+        token_file.write_text(token)
+        auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file)}
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")},
         "RAY_USAGE_STATS_ENABLED": "0",
-        "RAY_AUTH_MODE": "disabled",
+        **auth,
         "RAY_enable_ray_event": "1",
         "RAY_enable_core_worker_ray_event_to_aggregator": "1",
         "RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR": export_url,
         "RAY_ADDRESS": f"127.0.0.1:{port}",
+        **(extra_env or {}),
     }
     dashboard_port = free_port()
     dashboard_args = (
@@ -63,6 +82,8 @@ def ray_cluster(export_url: str, *, dashboard: bool = False) -> Iterator[RayClus
                 f"--ray-client-server-port={free_port()}",
                 *dashboard_args,
                 "--dashboard-agent-listen-port=0",
+                f"--dashboard-agent-grpc-port={agent_port}",
+                *([f"--tracing-startup-hook={tracing_hook}"] if tracing_hook else []),
                 f"--temp-dir={temp_dir}",
                 "--disable-usage-stats",
             ],
@@ -72,7 +93,12 @@ def ray_cluster(export_url: str, *, dashboard: bool = False) -> Iterator[RayClus
             timeout=180,
         )
         assert started.returncode == 0, started.stdout + started.stderr
-        yield RayCluster(env, f"http://127.0.0.1:{dashboard_port}" if dashboard else None)
+        yield RayCluster(
+            env,
+            f"http://127.0.0.1:{dashboard_port}" if dashboard else None,
+            f"127.0.0.1:{agent_port}",
+            temp_dir,
+        )
     finally:
         stop_cluster(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)

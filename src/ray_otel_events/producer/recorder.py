@@ -4,20 +4,31 @@ It behaves like Ray's C++ recorder (bounded buffer dropping the oldest, a period
 groups by (entity id, event type), merges, keeps first-occurrence order, stamps `node_id`, gives each
 exported event a fresh 28-byte `event_id`, and at most one RPC in flight), and fixes its known loss:
 a failed RPC puts its events back, still bounded and counted, with their event ids kept so a
-receiver can de-duplicate a re-send; `stop()` flushes within a bounded time.
+receiver can de-duplicate a re-send; `stop()` flushes within a bounded time. A call the aggregator
+refuses (a missing or wrong token, e.g. Ray 2.60's default token auth) is said at once, in one log
+line naming the cause and the variables that carry the token, counted in `refused_rpcs`, and its
+events kept like any failure's; the line comes again only after a call got through. Events the
+bound pushes out while refused are counted and logged once too, never dropped silently.
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
+import logging
 import os
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from ray_otel_events.config import RecorderConfig
+from ray_otel_events.config import (
+    AUTH_TOKEN,
+    AUTH_TOKEN_FILE,
+    RAY_AUTH_TOKEN,
+    RAY_AUTH_TOKEN_PATH,
+    RecorderConfig,
+)
 from ray_otel_events.events import ids
 from ray_otel_events.events.registry import entity_key, event_type_name, merge_into
 from ray_otel_events.metrics import Counters
@@ -25,7 +36,23 @@ from ray_otel_events.producer.aggregator_client import GrpcAggregatorExporter, R
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.protobuf.events_event_aggregator_service_pb2 import AddEventsRequest
 
+logger = logging.getLogger(__name__)
+
 _SOURCE_NAMES: dict[int, str] = {number: name for name, number in RayEvent.SourceType.items()}
+# gRPC codes that mean "not you", not "not now": retrying will not help until the token changes.
+REFUSED_CODES = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED"})
+
+
+def refusal_code(exc: BaseException) -> str:
+    """The gRPC status name when `exc` is the aggregator refusing the caller, else ""."""
+    code = getattr(exc, "code", None)
+    if not callable(code):
+        return ""
+    try:
+        name = getattr(code(), "name", "")
+    except Exception:
+        return ""
+    return name if name in REFUSED_CODES else ""
 
 
 def _source_name(event: RayEvent) -> str:
@@ -64,6 +91,8 @@ class RayEventRecorder:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopped = False
+        self._refused = False  # the last call was refused (and said so); cleared by a success
+        self._said_dropped = False
         os.register_at_fork(after_in_child=self._after_fork_in_child)
 
     @classmethod
@@ -102,6 +131,14 @@ class RayEventRecorder:
             else:
                 self._buffered_raw -= 1
                 self._count_drop(victim, 1, reason="buffer_full")
+            if not self._said_dropped:
+                self._said_dropped = True
+                logger.warning(
+                    "ray event recorder: buffer full (%d events%s): dropping the oldest, counted in "
+                    "'dropped' (reason buffer_full)",
+                    self.config.max_queued_events,
+                    ", the aggregator refuses this process's calls" if self._refused else "",
+                )
 
     def _count_drop(self, event: RayEvent, raw_count: int, reason: str) -> None:
         self.counters.add(
@@ -196,14 +233,43 @@ class RayEventRecorder:
                 self.exporter.export(request)
             except Exception as exc:  # any transport failure: keep the events, count the failure
                 self.counters.add("failed_rpcs", 1, error=type(exc).__name__)
+                refused = refusal_code(exc)
+                if refused:
+                    self._say_refused(refused, exc, sum(item.raw_count for item in batch))
                 self._requeue(batch)
                 return
+            if self._refused:
+                self._refused = False
+                logger.warning("ray event recorder: the aggregator accepts this process's calls again")
             for item in batch:
                 name = event_type_name(item.event.event_type)
                 self.counters.add("sent", 1, event_type=name)
                 self.counters.add("sent_raw", item.raw_count, event_type=name)
         finally:
             self._export_lock.release()
+
+    def _say_refused(self, code: str, exc: BaseException, events: int) -> None:
+        """Count every refusal; log the first of a run of them, naming the cause."""
+        self.counters.add("refused_rpcs", 1, code=code)
+        if self._refused:
+            return
+        self._refused = True
+        details = getattr(exc, "details", None)
+        detail = details() if callable(details) else str(exc)
+        logger.error(
+            "ray event recorder: the aggregator at %s refused the call (%s: %s); %d events kept, "
+            "retried every report interval within the bound of %d. A token is sent from %s or %s, "
+            "else Ray's (%s, %s, ~/.ray/auth_token): check it matches the cluster's",
+            getattr(self.exporter, "address", "?"),
+            code,
+            detail,
+            events,
+            self.config.max_queued_events,
+            AUTH_TOKEN_FILE,
+            AUTH_TOKEN,
+            RAY_AUTH_TOKEN,
+            RAY_AUTH_TOKEN_PATH,
+        )
 
     def _group_and_seal(self, entries: list[_Entry]) -> list[_Sealed]:
         """Merge raw events by (entity id, type) in first-occurrence order; sealed ones pass as is."""
@@ -260,6 +326,7 @@ class RayEventRecorder:
             "dropped": c.get("dropped"),
             "dropped_by_source": c.by_label("dropped", "source"),
             "failed_rpcs": c.get("failed_rpcs"),
+            "refused_rpcs": c.get("refused_rpcs"),
             "requeued": c.get("requeued"),
             "pending": self.pending(),
             "recorded_by_type": c.by_label("recorded", "event_type"),

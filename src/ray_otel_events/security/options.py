@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ray_otel_events.config import AUTH_TOKEN, AUTH_TOKEN_FILE, ConfigError
+from ray_otel_events.config import (
+    AUTH_TOKEN,
+    AUTH_TOKEN_FILE,
+    RAY_AUTH_MODE,
+    ConfigError,
+    ray_server_token,
+)
 from ray_otel_events.security.auth import BearerToken
 from ray_otel_events.security.tls import TlsFiles
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -29,8 +38,9 @@ def add_security_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tls-client-ca", help="PEM CA bundle; clients must present a certificate it signed")
     group.add_argument(
         "--auth-token-file",
-        help=f"file holding the bearer token every request must carry, except GET /healthz "
-        f"(env {AUTH_TOKEN_FILE}, or the token itself in {AUTH_TOKEN})",
+        help=f"file holding the bearer token every request must carry, except GET /healthz and /readyz "
+        f"(env {AUTH_TOKEN_FILE}, or the token itself in {AUTH_TOKEN}); with {RAY_AUTH_MODE}=token, "
+        "Ray's cluster token is accepted too",
     )
 
 
@@ -55,5 +65,13 @@ def security_from_args(args: argparse.Namespace) -> ServerSecurity:
     tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca or "") if args.tls_cert else None
     if tls is not None:
         tls.ssl_context()  # fail at start, with the file named, not at the first connection
-    token = _token(args)
-    return ServerSecurity(tls, BearerToken(token) if token else None)
+    ours, ray = _token(args), ray_server_token()
+    if not (ours or ray):
+        return ServerSecurity(tls, None)
+    if not ours:
+        logger.warning(
+            "%s=token: Ray's token is required on reads and gRPC; HTTP POSTs of events need none, as "
+            "Ray's aggregator sends none with its export (--auth-token-file guards them too)",
+            RAY_AUTH_MODE,
+        )
+    return ServerSecurity(tls, BearerToken(ours, ray, post_tokens=[ours] if ours else []))

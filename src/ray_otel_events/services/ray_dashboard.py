@@ -10,12 +10,14 @@ pointed at this port (`ray job list`, `ray logs task`, `ray list tasks`) gets th
 from __future__ import annotations
 
 import asyncio
+import copy
 import importlib.util
 from pathlib import Path
 
 import orjson
 from aiohttp import web
 
+from ray_otel_events.security.auth import BearerToken, no_authentication_routes
 from ray_otel_events.services.state_api import StateApi
 from ray_otel_events.store.ray_dashboard_views import RayDashboardViews
 
@@ -61,8 +63,17 @@ class RayDashboard:
         self.state_api = state_api
         self.build = build.resolve()
 
-    def app(self) -> web.Application:
-        app = web.Application()
+    def app(self, token: BearerToken | None = None) -> web.Application:
+        """With a token, every request but the page's own files carries it, as on Ray's dashboard;
+        Ray's `/api/authentication_mode` tells the page whether to ask for one."""
+        if token is None:
+            app = web.Application()
+            app.add_routes(no_authentication_routes())
+        else:
+            shell = [f"/{p.name}" for p in self.build.iterdir() if p.is_file()]
+            opened = copy.copy(token).open_pages(["/", *shell], ("/static/", "/speedscope-"))
+            app = web.Application(middlewares=[opened.http_middleware()])
+            app.add_routes(token.http_routes())
         app.add_routes(
             [
                 web.get("/", self.index),

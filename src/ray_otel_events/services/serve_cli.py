@@ -8,7 +8,9 @@ and OTLP exporters (`OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:PORT`) for spans an
 Stdout carries `listening http=HOST:PORT` once it accepts requests and a summary after
 SIGTERM/SIGINT; GET /healthz, /readyz and /metrics on the same port; the page at /. With
 `--ray-dashboard-port`, Ray's own dashboard page (from the installed `ray` package) over the same
-store on a second port, announced by a second line, `listening ray-dashboard=HOST:PORT`.
+store on a second port, announced by a second line, `listening ray-dashboard=HOST:PORT`. With a
+token (ours, or Ray's under RAY_AUTH_MODE=token) every request on either port but the probes and
+the pages' shells must carry it as Ray's CLI, aggregator and browser send it (security/auth.py).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from aiohttp import web
 from ray_otel_events.config import ConfigError
 from ray_otel_events.observability.http_endpoints import Readiness, observability_routes
 from ray_otel_events.observability.metrics_registry import ServerMetrics
+from ray_otel_events.security.auth import no_authentication_routes
+from ray_otel_events.security.options import ServerSecurity, add_security_arguments, security_from_args
 from ray_otel_events.services.lifecycle import (
     add_logging_arguments,
     configure_logging,
@@ -77,6 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also serve Ray's dashboard page (needs the `ray` extra) over the store on this port; "
         "0 picks a free one (default: off)",
     )
+    add_security_arguments(parser)
     add_logging_arguments(parser)
 
 
@@ -94,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     if args.retention_hours <= 0 or args.retention_rows <= 0:
         raise ConfigError("--retention-hours and --retention-rows must be positive")
     configure_logging(args.log_level, args.log_format)
+    security = security_from_args(args)
     path = args.store or default_store_path()
     try:
         store = EventStore(path)
@@ -108,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     intake = StateIntake(store, spool)
     try:
-        return asyncio.run(serve(intake, args))
+        return asyncio.run(serve(intake, args, security))
     finally:
         intake.close()  # (when serve() did not get to it)
         spool.close()
@@ -128,7 +134,7 @@ async def _retention(store: EventStore, args: argparse.Namespace) -> None:
         await asyncio.sleep(RETENTION_INTERVAL_S)
 
 
-async def serve(intake: StateIntake, args: argparse.Namespace) -> int:
+async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerSecurity) -> int:
     store = intake.store
     api = StateApi(StoreViews(store), intake.settled)
     metrics = ServerMetrics("serve")
@@ -151,20 +157,26 @@ async def serve(intake: StateIntake, args: argparse.Namespace) -> int:
     )
     metrics.add_total("serve_log_lines", "task log lines stored", lambda: {(): intake.log_lines})
     ready = lambda: Readiness().add("store_open", True, str(store.path))  # noqa: E731
-    app = web.Application(client_max_size=0)
+    token = security.token
+    app = web.Application(
+        client_max_size=0,
+        middlewares=[token.open_pages(["/"], ("/static/", "/task/")).http_middleware()] if token else [],
+    )
+    app.add_routes(token.http_routes() if token else no_authentication_routes())
     app.add_routes([*observability_routes(metrics, ready), *intake.routes(), *api.routes()])
     runner = web.AppRunner(app, access_log=None, auto_decompress=False)
     runners = [runner]
     build = getattr(args, "ray_dashboard_build", None)
     if build is not None:
         dashboard = RayDashboard(RayDashboardViews(api.views), api, build)
-        runners.append(web.AppRunner(dashboard.app(), access_log=None))
+        runners.append(web.AppRunner(dashboard.app(token), access_log=None))
+    tls = security.tls
     started: list[web.AppRunner] = []
     for one, port in zip(runners, (args.port, args.ray_dashboard_port), strict=False):
         await one.setup()
         started.append(one)
         try:
-            await web.TCPSite(one, args.host, port).start()
+            await web.TCPSite(one, args.host, port, ssl_context=tls.ssl_context() if tls else None).start()
         except OSError as exc:
             print(f"ray-otel-events serve: cannot listen on {args.host}:{port}: {exc}", file=sys.stderr)
             for up in reversed(started):

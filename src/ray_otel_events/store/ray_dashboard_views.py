@@ -126,7 +126,6 @@ class RayDashboardViews:
             (re.compile(r"/api/prometheus_health"), self.prometheus_health),
             (re.compile(r"/timezone"), self.timezone),
             (re.compile(r"/usage_stats_enabled"), self.usage_stats),
-            (re.compile(r"/api/authentication_mode"), self.authentication_mode),
             (re.compile(r"/api/profiling_enabled"), self.profiling_enabled),
             (re.compile(r"/api/v0/cluster_metadata"), self.cluster_metadata),
             (re.compile(r"/api/v0/runtime_env_redaction"), self.runtime_env_redaction),
@@ -393,9 +392,6 @@ class RayDashboardViews:
         return 200, rest(
             "Fetched usage stats enabled", usageStatsEnabled=False, usageStatsPromptEnabled=False
         )
-
-    def authentication_mode(self, _: Params) -> Answer:
-        return 200, {"authentication_mode": "disabled"}
 
     def profiling_enabled(self, _: Params) -> Answer:
         """Profiling attaches to live processes: never, for stored ones."""

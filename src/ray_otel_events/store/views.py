@@ -97,6 +97,7 @@ class StoreViews:
             (re.compile(r"/api/ui/overview"), self.overview),
             (re.compile(r"/api/ui/tasks"), self.tasks),
             (re.compile(r"/api/ui/tasks/([0-9a-fA-F]+)"), self.task),
+            (re.compile(r"/api/ui/tasks/([0-9a-fA-F]+)/logs"), self.logs),
             (re.compile(r"/api/ui/timeline"), self.timeline),
             (re.compile(r"/api/ui/traces"), self.traces),
             (re.compile(r"/api/ui/traces/([0-9a-fA-F]{32})"), self.trace),
@@ -219,6 +220,23 @@ class StoreViews:
             "spans": spans,
             "trace_id": spans[0]["trace_id"] if spans else None,
         }
+
+    def task_log_lines(self, task_id: str, attempt: int | None = None) -> list[dict[str, Any]]:
+        """A task's stored output in time order (each line: ts_ns, stream, severity, body, pid,
+        task_id, attempt, actor_id, job_id, trace_id, span_id), one attempt's when given. Lines
+        without an attempt (written outside Ray's workers) belong to every attempt."""
+        lines = self.store.task_logs(task_id)
+        if attempt is None:
+            return lines
+        return [line for line in lines if line.get("attempt") in (None, attempt)]
+
+    def logs(self, params: Params, task_id: str) -> Answer:
+        """A task's lines whether or not its events were stored (`ray-otel-events logs`)."""
+        attempt = _int_param(params, "attempt", -1, -1, 10**6)
+        lines = self.task_log_lines(task_id, None if attempt < 0 else attempt)
+        if not lines and not self.store.entity_rows(TASKS, task_id):
+            raise BadRequest(f"no task {task_id} (neither its events nor log lines are stored)", status=404)
+        return 200, {"task_id": task_id.lower(), "logs": lines}
 
     def timeline(self, params: Params) -> Answer:
         """Chrome/Perfetto trace events, as `ray timeline` writes them: a process per node, a

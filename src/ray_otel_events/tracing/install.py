@@ -5,7 +5,8 @@ it the span processors (where spans go) and log record processors (where task lo
 records when `event_logs`, go); it adds the task-event processor in front (spans -> RayEvents ->
 recorder and log records), sets the global providers (and, in place of the SDK's default
 propagator, the same W3C one with its common case written out: tracing/propagation.py), puts an
-OTel handler on the root logger (so `logging` in a task carries its span's context), and makes sure
+OTel handler on the root logger (so `logging` in a task carries its span's context), in a Ray
+worker makes each line its tasks print a log record too (tracing/task_logs.py), and makes sure
 everything is flushed when the process ends, including a multiprocessing child ending with
 `os._exit` (atexit does not run there; multiprocessing's own finalizers do).
 
@@ -43,7 +44,7 @@ from ray_otel_events.tracing.task_events import (
     RecorderSink,
     TaskEventSpanProcessor,
 )
-from ray_otel_events.tracing.task_logs import install_log_handler
+from ray_otel_events.tracing.task_logs import capture_ray_worker_output, install_log_handler
 
 logger = logging.getLogger("ray_otel_events.tracing")
 
@@ -142,6 +143,9 @@ def install_tracing(
             if not isinstance(_logs.get_logger_provider(), LoggerProvider):
                 _logs.set_logger_provider(logger_provider)
             install_log_handler()
+            keeper = capture_ray_worker_output() if config.task_output else None
+            if keeper is not None:
+                tracer_provider.add_span_processor(keeper)
         if event_logs and event_log_sink is not None:
             sinks.append(event_log_sink)
         elif event_logs and logger_provider is not None:

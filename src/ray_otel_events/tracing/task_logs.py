@@ -12,6 +12,11 @@ plain Python would write it.
 `install_log_handler` is the hooks' part for real Ray: a TaskLogHandler (an OTel LoggingHandler)
 on the root logger, so `logging` inside a task gets the current (execution) span's trace context
 there too, while records nothing else handles still reach stderr as Python's last resort would.
+In a Ray worker, `capture_ray_worker_output` also puts a `_TeeStream` in front of sys.stdout and
+sys.stderr: every write still goes to the stream Ray reads (its worker log files, the driver's
+echo), and each whole line written while a task runs becomes a log record too. Both stamp what
+Ray's worker says of the running task (task id, attempt, actor id, job id) and the pid, read only
+when a line is written: a task that prints nothing costs nothing more.
 """
 
 from __future__ import annotations
@@ -23,14 +28,15 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.queues import SimpleQueue
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from opentelemetry import _logs, context
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
 from opentelemetry.sdk._logs import LoggingHandler
+from opentelemetry.sdk.trace import Span, SpanProcessor
 
 from ray_otel_events.otel import semconv
 
@@ -66,6 +72,12 @@ def _own(record: logging.LogRecord) -> bool:
 
 
 _active: TaskOutput | None = None  # the capture of the task running in this process, if any
+# What Ray's worker says of the task running on this thread, or None between tasks (and outside Ray).
+TaskAttributes = Callable[[], "dict[str, Any] | None"]
+_task_attributes: TaskAttributes = lambda: None  # noqa: E731
+# Ray's own markers for its log monitor (`ray_constants.LOG_PREFIX_*`): not the task's output.
+_RAY_MARKERS = (":task_name:", ":actor_name:", ":job_id:")
+_echoing = threading.local()  # .on: this thread is echoing a logging record to stderr
 _LAST_RESORT_FORMAT = logging.Formatter()  # the message, and its traceback if any, as Python prints it
 
 
@@ -89,6 +101,14 @@ class TaskLogHandler(LoggingHandler):
     log while exporting). Being a handler on root must not silence Python's last resort: a
     WARNING+ record no other handler takes is still written to stderr, as it was without us."""
 
+    @staticmethod
+    def _get_attributes(record: logging.LogRecord) -> Any:
+        attributes = dict(LoggingHandler._get_attributes(record) or {})
+        task = _task_attributes()
+        if task:
+            attributes.update(task)
+        return attributes
+
     def emit(self, record: logging.LogRecord) -> None:
         if not _own(record) and not _exporting():
             super().emit(record)
@@ -97,7 +117,11 @@ class TaskLogHandler(LoggingHandler):
             if _active is not None:  # inside a captured task: the line goes with the task's output
                 _active.line("stderr", _LAST_RESORT_FORMAT.format(record), otel=False)
             else:
-                last.handle(record)
+                _echoing.on = True  # already a record: a tee on stderr must not make it a second
+                try:
+                    last.handle(record)
+                finally:
+                    _echoing.on = False
 
 
 def install_log_handler() -> None:
@@ -105,6 +129,116 @@ def install_log_handler() -> None:
     root = logging.getLogger()
     if not any(isinstance(h, TaskLogHandler) for h in root.handlers):
         root.addHandler(TaskLogHandler())
+
+
+class RayTaskIds:
+    """The running task's ids as Ray's worker holds them (its core worker's current task)."""
+
+    def __init__(self, worker: Any) -> None:
+        self._worker = worker
+
+    def __call__(self) -> dict[str, Any] | None:
+        core = getattr(self._worker, "core_worker", None)
+        if core is None:
+            return None
+        task = core.get_current_task_id()
+        if task.is_nil():
+            return None
+        found: dict[str, Any] = {
+            semconv.RAY_TASK_ID: task.hex(),
+            semconv.RAY_TASK_ATTEMPT: core.get_current_task_attempt_number(),
+            semconv.RAY_JOB_ID: core.get_current_job_id().hex(),
+            semconv.PROCESS_PID: os.getpid(),
+            semconv.CODE_FUNCTION: core.get_current_task_name() or "",
+        }
+        actor = self._worker.actor_id
+        if not actor.is_nil():
+            found[semconv.RAY_ACTOR_ID] = actor.hex()
+        return found
+
+
+class _TeeStream:
+    """sys.stdout or sys.stderr of a Ray worker (see the module doc). Anything else a caller asks of
+    the stream (fileno, buffer, encoding, isatty...) is the original's."""
+
+    def __init__(self, stream: str, original: Any, attributes: TaskAttributes) -> None:
+        self._stream = stream
+        self._original = original
+        self._attributes = attributes
+        self._logger = _logs.get_logger(SCOPE)
+        self._severity = _SEVERITY[stream]
+        self._pending = ""
+        self._pending_task: dict[str, Any] | None = None
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._original, name)
+
+    def write(self, text: str) -> int:
+        written: int = self._original.write(text)
+        # Ray writes a marker line to both streams before every task: the common case, kept first.
+        if not text or (
+            not self._pending and text.startswith(_RAY_MARKERS) and text.find("\n") == len(text) - 1
+        ):
+            return written
+        if isinstance(text, str) and not _exporting() and not getattr(_echoing, "on", False):
+            self._collect(text)
+        return written
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def _collect(self, text: str) -> None:
+        with self._lock:
+            task = self._attributes()
+            if self._pending and task != self._pending_task:  # a partial line of another task
+                self._emit(self._pending, self._pending_task)
+                self._pending = ""
+            lines = (self._pending + text).split("\n")
+            self._pending = lines.pop()
+            self._pending_task = task
+            for line in lines:
+                self._emit(line, task)
+
+    def _emit(self, line: str, task: dict[str, Any] | None) -> None:
+        if task is None or line.startswith(_RAY_MARKERS):
+            return
+        number, level = self._severity
+        self._logger.emit(
+            timestamp=time.time_ns(),
+            severity_number=number,
+            severity_text=level,
+            body=line,
+            attributes={**task, semconv.LOG_IOSTREAM: self._stream},
+        )
+
+
+class TeeBeforeTasks(SpanProcessor):
+    """Ray's worker replaces sys.stdout and sys.stderr after the hook ran (default_worker.py opens
+    them again, unbuffered): each span start puts the tee back in front if it is gone, one type
+    check a span."""
+
+    def on_start(self, span: Span, parent_context: context.Context | None = None) -> None:
+        if type(sys.stdout) is not _TeeStream:
+            sys.stdout = _TeeStream("stdout", sys.stdout, _task_attributes)
+        if type(sys.stderr) is not _TeeStream:
+            sys.stderr = _TeeStream("stderr", sys.stderr, _task_attributes)
+
+
+def capture_ray_worker_output() -> SpanProcessor | None:
+    """In a Ray worker process (not a driver): tasks' prints and `logging` become log records with
+    the task's ids (see the module doc). Returns the span processor that keeps the streams teed,
+    None outside a Ray worker."""
+    global _task_attributes
+    ray_worker = sys.modules.get("ray._private.worker")
+    worker = getattr(ray_worker, "global_worker", None)
+    if ray_worker is None or worker is None or getattr(worker, "mode", None) != ray_worker.WORKER_MODE:
+        return None
+    _task_attributes = RayTaskIds(worker)
+    keeper = TeeBeforeTasks()
+    keeper.on_start(cast(Span, None))  # now too: a line written before the first span is kept
+    return keeper
 
 
 class _LineWriter(io.TextIOBase):

@@ -29,9 +29,29 @@ function el(tag, attrs, ...children) {
 
 async function getJson(path) {
   const response = await fetch(path, { headers: { Accept: "application/json" } });
+  if (response.status === 401 || response.status === 403) {
+    // serve wants a token: Ray's dashboard way, traded once for an HttpOnly cookie.
+    $("#sign-in").hidden = false;
+    throw new Error(response.status === 401 ? "this store needs a token" : "the token was refused");
+  }
+  $("#sign-in").hidden = true;  // (a request sent before signing in may have shown it since)
   const body = await response.json();
   if (!response.ok) throw new Error(body.error || `${path}: HTTP ${response.status}`);
   return body;
+}
+
+async function signIn(event) {
+  event.preventDefault();
+  const token = $("#sign-in-token").value.trim();
+  const response = await fetch("/api/authenticate", { method: "POST", headers: { Authorization: `Bearer ${token}` } });
+  $("#sign-in-token").value = "";
+  if (!response.ok) {
+    showError(new Error(response.status === 403 ? "the token was refused" : "no token given"));
+    return;
+  }
+  $("#sign-in").hidden = true;
+  state.generation = null;
+  await refresh();
 }
 
 function short(id, n = 8) {
@@ -55,8 +75,21 @@ function badge(value) {
   return el("span", { class: `state state-${String(value || "NIL").toLowerCase()}`, text: value || "NIL" });
 }
 
-function taskLink(taskId, attempt) {
-  return el("a", { href: `/task/${taskId}`, class: "task-link", "data-task-id": taskId, text: short(taskId, 16) },
+// An actor's creation task and a driver's task have no unique part of their own (all f): their
+// id is the actor id (or, for a driver, the job id) after it, so that is what tells them apart.
+const NIL_UNIQUE = /^(?:ff)+/;
+
+function taskLabel(taskId, type) {
+  const id = String(taskId || "");
+  if (!id.startsWith("ffffffffffffffff")) return short(id, 16);
+  const rest = id.replace(NIL_UNIQUE, "");
+  if (type === "DRIVER_TASK") return `driver ${rest.slice(-8)}`;
+  if (type === "ACTOR_CREATION_TASK") return `actor ${short(rest, 16)}`;
+  return `…${short(rest, 16)}`;
+}
+
+function taskLink(taskId, attempt, type) {
+  return el("a", { href: `/task/${taskId}`, class: "task-link", "data-task-id": taskId, title: taskId, text: taskLabel(taskId, type) },
     attempt ? el("small", { text: ` #${attempt}` }) : null);
 }
 
@@ -92,7 +125,7 @@ async function loadTasks() {
   const page = await getJson(`/api/ui/tasks?${params}`);
   $("#tasks-count").textContent = `${page.rows.length} shown, ${page.matched} matching, ${page.total} stored`;
   $("#tasks-table tbody").replaceChildren(...page.rows.map((t) => el("tr", { "data-task-id": t.task_id, "data-state": t.state },
-    el("td", {}, taskLink(t.task_id, t.attempt_number)),
+    el("td", {}, taskLink(t.task_id, t.attempt_number, t.type)),
     el("td", { class: "num", text: String(t.attempt_number) }),
     el("td", { text: t.func_or_class_name || t.name || "" }),
     el("td", {}, badge(t.state)),
@@ -311,6 +344,7 @@ $("#filter-q").addEventListener("input", () => {
 $("#filter-state").addEventListener("change", () => loadTasks().catch(showError));
 $("#filter-job").addEventListener("change", () => loadTasks().catch(showError));
 $("#task-filters").addEventListener("submit", (event) => event.preventDefault());
+$("#sign-in").addEventListener("submit", (event) => signIn(event).catch(showError));
 $("#more-tasks").addEventListener("click", () => {
   state.limit += 100;
   loadTasks().catch(showError);
