@@ -333,3 +333,35 @@ def test_auth_off_cluster_takes_our_recorder_without_a_token(
             return sum(n.startswith("auth_off_") for n in names) == 20
 
         _wait(arrived, 60, "20 events at the sink")
+
+
+def test_rays_dashboard_port_takes_the_same_token(servers: list[CliServer], tmp_path: Path) -> None:
+    """Ray's page over the store under RAY_AUTH_MODE=token: its files load (so it can ask for the
+    token), the mode says token, and every answer from the store needs the header or the cookie."""
+    pytest.importorskip("ray")
+    serve = start(
+        servers,
+        "serve",
+        "--store",
+        str(tmp_path / "s.sqlite3"),
+        "--ray-dashboard-port",
+        "0",
+        env=_ray_token_env(tmp_path),
+    )
+    base = "http://" + serve.read_line(30).split("=", 1)[1]
+    assert requests.get(base + "/", timeout=10).status_code == 200
+    assert requests.get(base + "/favicon.ico", timeout=10).status_code == 200
+    assert requests.get(base + "/api/authentication_mode", timeout=10).json() == {
+        "authentication_mode": "token"
+    }
+    for path in ("/api/jobs/", "/logical/actors", "/nodes?view=summary", "/api/v0/tasks"):
+        assert requests.get(base + path, timeout=10).status_code == 401, path
+        wrong = requests.get(base + path, headers={"Authorization": "Bearer nope"}, timeout=10)
+        assert wrong.status_code == 403, path
+        right = requests.get(base + path, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+        assert right.status_code == 200, (path, right.text)
+    browser = requests.Session()
+    granted = browser.post(
+        base + "/api/authenticate", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10
+    )
+    assert granted.status_code == 200 and browser.get(base + "/api/jobs/", timeout=10).json() == []
