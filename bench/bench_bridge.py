@@ -42,6 +42,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from ray_otel_events.config import PURE_PYTHON
 from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
+from ray_otel_events.encoding.ray_json_posts import parse_event
 from ray_otel_events.events import ids
 from ray_otel_events.events.builders import EventFactory, TaskStatus, python_function
 from ray_otel_events.otel.from_ray_events import RayEventsToOtel
@@ -49,7 +50,6 @@ from ray_otel_events.otel.log_records import to_log_record
 from ray_otel_events.otel.plain_records import key_values, python_to_any_value
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.receivers.otlp_http import ConsumeResult, OtlpConsumer, OtlpHttpReceiver
-from ray_otel_events.receivers.ray_events_http import parse_event
 
 TARGET_SPANS_PER_S = 50_000  # issue 9: keep >= 50,000
 TARGET_OPEN_ATTEMPT_BYTES = 1024  # issue 9: <= 1 KiB per open task attempt

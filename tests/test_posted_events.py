@@ -16,11 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
+from ray_otel_events.encoding.ray_json_posts import NotAnArrayError
 from ray_otel_events.otel import posted_events
 from ray_otel_events.otel.log_records import parts_log_record
 from ray_otel_events.otel.posted_events import EventParts, read_posted_events, read_posted_events_python
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
-from ray_otel_events.receivers.http_body import BodyError
 from tests.helpers.pure_python import run_pure_python
 from tests.test_compiled_helpers import _ODD_VALUES, _mutated
 from tests.test_otlp_wire import _fixture_dicts
@@ -37,8 +37,8 @@ def _record(parts: EventParts) -> bytes:
 def _outcome(body: bytes, read: Any) -> Any:
     try:
         parts, errors = read(body)
-    except BodyError as exc:
-        return ("refused", exc.status, exc.reason)
+    except NotAnArrayError as exc:
+        return ("refused", str(exc))
     return [(p.head, p.wire, _record(p)) for p in parts], errors
 
 
