@@ -152,7 +152,7 @@ async def serve(intake: StateIntake, args: argparse.Namespace) -> int:
     settle_heap()
     # The event loop (parsing POSTs) and the fold thread both run Python for long stretches: at
     # the default 5 ms they hand the GIL back and forth hundreds of times a second, and each
-    # hand-over costs (measured: 34-36 against 25-29 µs of CPU an event at 50 ms).
+    # hand-over costs CPU (bench/HISTORY.md, "Figures once quoted in the code").
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     print(f"listening http={args.host}:{address[1]}", flush=True)
     await stop.wait()

@@ -67,8 +67,7 @@ _IN_CHUNK = 500  # ids per `IN (...)` query
 _WAL_KEPT_BYTES = 64 * 1024 * 1024  # a checkpointed WAL larger than this is truncated
 # SQLite clamps this to its build's limit (2 GiB by default). Each commit of the row writer's
 # connection empties the page cache of the store's own, which then reads back rows by key before a
-# fold: through a map those pages cost no read() and copy (measured: 40-44 against 46-50k events/s
-# through `serve`, four pairs).
+# fold: through a map those pages cost no read() and copy.
 _MMAP_BYTES = 2 * 1024**3
 # Every writing connection's settings: no fsync per commit (WAL), 64 MiB of pages (the indexes stay
 # in memory), the file mapped, checkpoints left to the checkpointer.
