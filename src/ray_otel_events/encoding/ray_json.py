@@ -2,8 +2,9 @@
 
 Ray converts every event with ``json.loads(MessageToJson(e, always_print_fields_with_no_presence=True,
 preserving_proto_field_name=P))`` and ``json.dumps`` the list; that is the aggregator's main CPU
-cost. We produce the same JSON value with the same key order much faster (bench/RESULTS.md): for each message descriptor (and naming flag) we generate, once, a Python function
-specialised to its fields and cache it. The proto files stay the only schema: a new field or message
+cost. We produce the same JSON value with the same key order much faster (bench/RESULTS.md): for
+each message descriptor (and naming flag) we generate, once, a Python function specialised to its
+fields and cache it. The proto files stay the only schema: a new field or message
 needs no change here.
 
 Where it is built (setup.py), `_ray_json_encode.c` writes the JSON of wire-format events straight

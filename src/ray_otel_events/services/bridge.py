@@ -45,7 +45,6 @@ from ray_otel_events.exporters.transport import HttpTransport
 from ray_otel_events.metrics import Counters
 from ray_otel_events.observability.http_endpoints import Readiness, in_flight_middleware, observability_routes
 from ray_otel_events.observability.metrics_registry import ServerMetrics
-from ray_otel_events.services.pipeline_metrics import register_buffers, register_publishers
 from ray_otel_events.otel.from_ray_events import Emitted, RayEventsToOtel, entity_key_from_bytes
 from ray_otel_events.otel.plain_records import (
     RecordContext,
@@ -71,6 +70,7 @@ from ray_otel_events.receivers.otlp_grpc import OtlpGrpcReceiver
 from ray_otel_events.receivers.otlp_http import ConsumeResult, OtlpConsumer, OtlpHttpReceiver, QueueFullError
 from ray_otel_events.receivers.ray_events_http import RayEventsConsumer, RayEventsHttpReceiver
 from ray_otel_events.security.auth import BearerToken
+from ray_otel_events.services.pipeline_metrics import register_buffers, register_publishers
 
 logger = logging.getLogger(__name__)
 
