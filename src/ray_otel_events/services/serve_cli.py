@@ -36,6 +36,7 @@ from ray_otel_events.services.state_api import StateApi
 from ray_otel_events.services.state_intake import StateIntake
 from ray_otel_events.store.intake_spool import IntakeSpool
 from ray_otel_events.store.sqlite_store import EventStore, StoreError
+from ray_otel_events.store.store_lock import StoreLock, StoreLockedError
 from ray_otel_events.store.views import StoreViews
 
 logger = logging.getLogger(__name__)
@@ -76,6 +77,21 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--retention-hours and --retention-rows must be positive")
     configure_logging(args.log_level, args.log_format)
     path = args.store or default_store_path()
+    try:
+        lock = StoreLock(path)  # one writer a store: a second `serve` would race the first's folds
+    except StoreLockedError as exc:
+        print(f"ray-otel-events serve: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"ray-otel-events serve: cannot lock the store {path}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        return _run_locked(path, args)
+    finally:
+        lock.release()
+
+
+def _run_locked(path: Path, args: argparse.Namespace) -> int:
     try:
         store = EventStore(path)
     except (OSError, sqlite3.Error, StoreError) as exc:
@@ -131,7 +147,17 @@ async def serve(intake: StateIntake, args: argparse.Namespace) -> int:
         lambda: {(): intake.fold.pending_events},
     )
     metrics.add_total("serve_log_lines", "task log lines stored", lambda: {(): intake.log_lines})
-    ready = lambda: Readiness().add("store_open", True, str(store.path))  # noqa: E731
+    metrics.add_gauge(
+        "serve_store_writer",
+        "1 for the code that writes the store's rows (compiled or python) and why not the compiled one",
+        lambda: {(store.writer, store.writer_reason or ""): 1.0},
+        ("writer", "reason"),
+    )
+    writer = store.writer + (f": {store.writer_reason}" if store.writer_reason else "")
+
+    def ready() -> Readiness:
+        return Readiness().add("store_open", True, str(store.path)).add("store_writer", True, writer)
+
     app = web.Application(client_max_size=0)
     app.add_routes([*observability_routes(metrics, ready), *intake.routes(), *api.routes()])
     runner = web.AppRunner(app, access_log=None, auto_decompress=False)
