@@ -21,12 +21,13 @@ from ray_otel_events.otel import posted_events
 from ray_otel_events.otel.log_records import parts_log_record
 from ray_otel_events.otel.posted_events import EventParts, read_posted_events, read_posted_events_python
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+from tests.helpers.pure_python import needs_compiled as needs_compiled_twin
 from tests.helpers.pure_python import run_pure_python
 from tests.test_compiled_helpers import _ODD_VALUES, _mutated
 from tests.test_otlp_wire import _fixture_dicts
 from tests.test_ray_json import ray_events
 
-needs_compiled = pytest.mark.skipif(posted_events._read is None, reason="the compiled pass is not built")
+needs_compiled = needs_compiled_twin(posted_events._read is not None, "native/_posted_events.c")
 
 
 def _record(parts: EventParts) -> bytes:

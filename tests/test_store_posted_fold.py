@@ -25,7 +25,7 @@ from ray_otel_events.services.state_intake import read_posted
 from ray_otel_events.store.posted_body import Accepted, PostedBody
 from ray_otel_events.store.sqlite_store import EventStore, IngestResult
 from ray_otel_events.store.state_merge import Prepared, prepare
-from tests.helpers.pure_python import run_pure_python
+from tests.helpers.pure_python import needs_compiled, run_pure_python
 from tests.test_compiled_helpers import _mutated
 from tests.test_otlp_wire import _fixture_dicts
 
@@ -34,9 +34,7 @@ try:
 except ImportError:
     _post_fold = None  # type: ignore[assignment]
 
-needs_post_fold = pytest.mark.skipif(
-    _post_fold is None, reason="built without a C compiler or SQLite's headers"
-)
+needs_post_fold = needs_compiled(_post_fold is not None, "serve's compiled intake (native/_post_fold.c)")
 
 DICTS = _fixture_dicts()
 TASK_DICTS = [
