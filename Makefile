@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench proto lint venv clean browser
+.PHONY: demo test test-pure bench proto lint venv clean browser
 
 venv: $(STAMP)
 
@@ -19,6 +19,11 @@ demo: $(STAMP)
 
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
+
+# The same suite with the compiled helpers off: every Python twin runs where its C copy did (CI runs
+# both; a test of a compiled module itself is skipped, saying so).
+test-pure: $(STAMP) browser
+	RAY_OTEL_EVENTS_PURE_PYTHON=1 $(BIN)/python -m pytest -q
 
 # The page's tests need a real Chromium: installed with apt when missing.
 browser:

@@ -1,6 +1,6 @@
 """Send N real-shaped RayEvents over gRPC AddEvents and time their delivery to a counting sink.
 
-Ported from the team's shared yardstick (shared/bench/aggload.py, written for measuring Ray 2.60's
+Ported from the team's yardstick (`aggload.py`, written for measuring Ray 2.60's
 aggregator); changes: templates come from this repository's fixture file, Ray's generated classes
 are used when `ray` is importable and this package's otherwise (`--impl`), and `--no-wait` only
 sends (for memory measurements with no sink).

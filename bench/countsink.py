@@ -1,6 +1,6 @@
 """A minimal HTTP sink that counts occurrences of a token in POST bodies (the bench's receiving end).
 
-Ported from the team's shared yardstick (shared/bench/countsink.py, written for measuring Ray 2.60's
+Ported from the team's yardstick (`countsink.py`, written for measuring Ray 2.60's
 aggregator); changes: port 0 is allowed and a `listening http=127.0.0.1:PORT` line is printed when
 ready, so a benchmark can start it without guessing a free port.
 

@@ -42,6 +42,7 @@ from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.protobuf.events_task_lifecycle_event_pb2 import TaskLifecycleEvent
 from ray_otel_events.store import row_fold, sqlite_store, state_merge
 from ray_otel_events.store.sqlite_store import EventStore
+from tests.helpers.pure_python import needs_compiled as needs_compiled_twins
 from tests.helpers.pure_python import run_pure_python
 from tests.test_otlp_wire import _fixture_dicts, values
 from tests.test_ray_json import ray_events
@@ -91,9 +92,9 @@ try:
 except ImportError:
     _row_writer = None  # type: ignore[assignment]
 
-needs_compiled = pytest.mark.skipif(
-    any(
-        m is None
+needs_compiled = needs_compiled_twins(
+    all(
+        m is not None
         for m in (
             _record_walk,
             _ray_json_wire,
@@ -107,9 +108,9 @@ needs_compiled = pytest.mark.skipif(
             _state_fold,
         )
     ),
-    reason="built without a C compiler",
+    "the compiled helpers",
 )
-needs_row_writer = pytest.mark.skipif(_row_writer is None, reason="built without SQLite's headers")
+needs_row_writer = needs_compiled_twins(_row_writer is not None, "the row writer (SQLite's headers)")
 
 
 def _compiler() -> str | None:
@@ -117,6 +118,7 @@ def _compiler() -> str | None:
     return shutil.which(command[0]) if command else None
 
 
+@needs_compiled_twins(True, "which twin runs where a C compiler is present")
 def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
     if _compiler() is None:
         assert log_records._walk is log_records._walk_python

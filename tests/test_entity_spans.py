@@ -10,7 +10,6 @@ import hashlib
 from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,13 +28,14 @@ from ray_otel_events.otel.from_ray_events import Emitted, RayEventsToOtel
 from ray_otel_events.otel.posted_events import EventParts, event_parts, read_posted_events
 from ray_otel_events.protobuf import common_pb2
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+from tests.helpers.pure_python import needs_compiled
 
 try:
     from ray_otel_events.native import _entity_spans
 except ImportError:
     _entity_spans = None  # type: ignore[assignment]
 
-needs_core = pytest.mark.skipif(not from_ray_events._compiled, reason="built without a C compiler")
+needs_core = needs_compiled(from_ray_events._compiled, "the compiled converter core")
 
 SESSION = "session_é_2026"
 JOB = ids.job_id(1)

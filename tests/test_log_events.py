@@ -28,12 +28,13 @@ from ray_otel_events.otel.to_ray_events import (
     ray_event_wires,
 )
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+from tests.helpers.pure_python import needs_compiled as needs_compiled_twin
 from tests.helpers.pure_python import run_pure_python
 from tests.test_compiled_helpers import _ODD_VALUES, _mutated
 from tests.test_otlp_wire import _fixture_dicts
 from tests.test_ray_json import ray_events
 
-needs_compiled = pytest.mark.skipif(to_ray_events._read_log_events is None, reason="the pass is not built")
+needs_compiled = needs_compiled_twin(to_ray_events._read_log_events is not None, "native/_log_events.c")
 ENCODER = RayEventJsonEncoder()
 
 

@@ -16,6 +16,12 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span
 
+from ray_otel_events.encoding.ray_json_posts import (
+    PostedEvent,
+    parse_each,
+    parse_posted_event,
+    parse_posted_events,
+)
 from ray_otel_events.exporters.otlp import OtlpItemEncoder
 from ray_otel_events.otel import otlp_wire
 from ray_otel_events.otel.log_records import log_record_wire, to_log_record
@@ -27,12 +33,6 @@ from ray_otel_events.otel.plain_records import (
 )
 from ray_otel_events.otel.to_ray_events import ray_event_from_log_record
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
-from ray_otel_events.receivers.ray_events_http import (
-    PostedEvent,
-    parse_each,
-    parse_posted_event,
-    parse_posted_events,
-)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

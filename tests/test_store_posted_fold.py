@@ -20,13 +20,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from ray_otel_events.receivers.http_body import BodyError
-from ray_otel_events.receivers.ray_events_http import read_posted_array
+from ray_otel_events.encoding.ray_json_posts import NotAnArrayError, read_posted_array
 from ray_otel_events.services.state_intake import read_posted
 from ray_otel_events.store.posted_body import Accepted, PostedBody
 from ray_otel_events.store.sqlite_store import EventStore, IngestResult
 from ray_otel_events.store.state_merge import Prepared, prepare
-from tests.helpers.pure_python import run_pure_python
+from tests.helpers.pure_python import needs_compiled, run_pure_python
 from tests.test_compiled_helpers import _mutated
 from tests.test_otlp_wire import _fixture_dicts
 
@@ -35,9 +34,7 @@ try:
 except ImportError:
     _post_fold = None  # type: ignore[assignment]
 
-needs_post_fold = pytest.mark.skipif(
-    _post_fold is None, reason="built without a C compiler or SQLite's headers"
-)
+needs_post_fold = needs_compiled(_post_fold is not None, "serve's compiled intake (native/_post_fold.c)")
 
 DICTS = _fixture_dicts()
 TASK_DICTS = [
@@ -87,16 +84,16 @@ def _read_python(body: bytes) -> tuple[list[Prepared], list[str]] | str:
     """The branch point's reading: orjson, then `prepare` for each item."""
     try:
         _, events, errors = read_posted_array(body, prepare)
-    except BodyError as exc:
-        return f"{exc.status}: {exc.reason}"
+    except NotAnArrayError as exc:
+        return f"refused: {exc}"
     return events, errors
 
 
 def _read_compiled(body: bytes) -> tuple[Accepted, list[str]] | str:
     try:
         return read_posted(body)
-    except BodyError as exc:
-        return f"{exc.status}: {exc.reason}"
+    except NotAnArrayError as exc:
+        return f"refused: {exc}"
 
 
 def _outcome(ingest: Callable[..., IngestResult], *args: Any, now: float) -> Any:
@@ -276,7 +273,7 @@ def test_the_intake_keeps_a_posts_text_and_prepares_only_the_odd_items() -> None
     assert accepted.odd == {3: None, 4: None, 5: prepare(events[5])}  # sessionName null: Python's "None"
     assert accepted.prepared() == [prepare(e) for e in [*events[:3], events[5]]]
     assert read_posted(b"[1, {}]")[1] == ["[0]: an event without eventId", "[1]: an event without eventId"]
-    with pytest.raises(BodyError, match="not valid JSON"):
+    with pytest.raises(NotAnArrayError, match="not valid JSON"):
         read_posted(b'[{"a": 1}')
 
 
@@ -335,7 +332,7 @@ def test_with_the_compiled_helpers_off_serve_stores_the_same_rows(directory: Pat
         for body in batch:
             try:
                 posts.append(read_posted(body)[0])
-            except BodyError:
+            except NotAnArrayError:
                 continue
         compiled.ingest_posted(posts, now=1000.0 + number)
     rows = json.loads(json.dumps(_rows(compiled)))

@@ -26,7 +26,7 @@ from ray_otel_events.otel.task_spans import (
     build_event,
 )
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
-from tests.helpers.pure_python import run_pure_python
+from tests.helpers.pure_python import needs_compiled, run_pure_python
 from tests.test_tracing_task_events import FIXTURES, readable
 
 PRODUCER = otlp_wire.attributes({semconv.PRODUCER_ATTR: "test"}, otlp_wire.LOG_RECORD_ATTRIBUTES)
@@ -256,6 +256,7 @@ def test_records_of_rays_captured_spans_are_the_events_records() -> None:
     assert records > 20
 
 
+@needs_compiled(True, "the comparison with this process's compiled walk")
 def test_records_by_shape_without_the_compiled_helpers() -> None:
     """The same tests in an interpreter whose compiled helpers are off."""
     code = (

@@ -36,7 +36,7 @@ from ray_otel_events.otel.span_json import (
     python_span_to_json_line,
     span_to_json_line,
 )
-from tests.helpers.pure_python import run_pure_python
+from tests.helpers.pure_python import needs_compiled, run_pure_python
 
 
 def test_span_lines_equal_the_sdks() -> None:
@@ -317,6 +317,7 @@ def test_what_the_compiled_line_leaves_to_python_is_written_the_same() -> None:
     ).to_json(indent=None)
 
 
+@needs_compiled(True, "the comparison with this process's compiled line")
 def test_the_line_is_written_the_same_with_the_compiled_helpers_off() -> None:
     code = (
         "from opentelemetry.sdk.trace import ReadableSpan, Event\n"

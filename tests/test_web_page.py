@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import requests
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -39,7 +40,10 @@ ACTOR_CALLS = 10
 def _wait(condition: Callable[[], Any], timeout_s: float = 15.0, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout_s
     while True:
-        value = condition()
+        try:
+            value = condition()
+        except StaleElementReferenceException:  # the page redrew what was found: look again
+            value = None
         if value:
             return value
         if time.monotonic() > deadline:
@@ -180,7 +184,10 @@ def test_the_page_shows_the_demo_and_follows_the_store(demo: str, browser: WebDr
 
     browser.find_element(By.ID, "back").click()
     _wait(lambda: len(_rows(browser)) == TASKS + ACTOR_CALLS, what="back to the table")
-    job_hex = browser.find_element(By.CSS_SELECTOR, "#jobs-table tbody tr").get_attribute("data-job-id")
+    job_hex = _wait(
+        lambda: browser.find_element(By.CSS_SELECTOR, "#jobs-table tbody tr").get_attribute("data-job-id"),
+        what="a job's id",
+    )
     late = os.urandom(8).hex() + "ff" * 12 + job_hex
     posted = requests.post(f"{demo}/v1/ray-events", json=_late_task_events(late, job_hex), timeout=10)
     assert posted.status_code == 200, posted.text

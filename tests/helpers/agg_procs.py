@@ -18,15 +18,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ray_otel_events import config
+
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 60.0
 
 # Variables that would change the aggregator's behaviour if inherited from the developer's shell.
 _SCRUB_PREFIXES = ("RAY_DASHBOARD_AGGREGATOR_AGENT_", "RAY_OTEL_EVENTS_", "RAY_events_export_addr")
+# Kept: the run's choice of compiled helpers or their Python twins (`make test-pure` sets it), so the
+# servers a test starts run the same half of each twin as the test process.
+_KEPT = frozenset({config.PURE_PYTHON})
 
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUB_PREFIXES)}
+    env = {k: v for k, v in os.environ.items() if k in _KEPT or not k.startswith(_SCRUB_PREFIXES)}
     env.update(extra or {})
     return env
 

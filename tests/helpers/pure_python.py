@@ -1,9 +1,13 @@
-"""Python code run in a fresh interpreter with the compiled helpers turned off."""
+"""The compiled helpers turned off: Python code run that way, and tests that need them skipped."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+
+import pytest
+
+from ray_otel_events import config
 
 
 def run_pure_python(code: str) -> str:
@@ -11,9 +15,25 @@ def run_pure_python(code: str) -> str:
     environment, so nothing else of this process leaks in)."""
     out = subprocess.run(
         [sys.executable, "-c", code],
-        env={"RAY_OTEL_EVENTS_PURE_PYTHON": "1", "PATH": ""},
+        env={"RAY_OTEL_EVENTS_PURE_PYTHON": "1", "PATH": "", **_import_path()},
         capture_output=True,
         text=True,
         check=True,
     )
     return out.stdout.strip()
+
+
+def _import_path() -> dict[str, str]:
+    """PYTHONPATH as this process has it: the interpreter then imports the same package."""
+    import os
+
+    return {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
+
+
+def needs_compiled(built: object, what: str) -> pytest.MarkDecorator:
+    """Skip a test that checks the compiled half of a twin: when the run turned the compiled helpers
+    off (RAY_OTEL_EVENTS_PURE_PYTHON=1, the suite's second pass in CI, where the Python half runs
+    everywhere instead), or when `built` (the module, or the twin's flag) says the build has none."""
+    if not config.compiled_enabled():
+        return pytest.mark.skip(reason=f"{what}: {config.PURE_PYTHON}=1 runs the Python twins")
+    return pytest.mark.skipif(not built, reason=f"{what} is not built (no C compiler or headers)")

@@ -262,7 +262,7 @@ class SqliteEventQueue:
 
 # A batch's rows in one statement: SQLite reads each row's offset, length and type from a JSON array
 # of packed integers and cuts its wire from one blob of them all. Python's sqlite3 binds each row
-# of an executemany on its own; this is about 1.5 µs an event less (3.7 -> 2.2).
+# of an executemany on its own, which costs more an event (bench/HISTORY.md).
 _INSERT_PACKED = (
     "INSERT INTO {table} (seq, type, key, wire) SELECT ?1 + key, value & 255, x'',"
     " substr(?2, (value >> 32) + 1, (value >> 8) & 16777215) FROM json_each(?3)"

@@ -2,9 +2,9 @@
 the durable queues').
 
 SQLite's own checkpoint runs inside the commit that crosses `wal_autocheckpoint`, so every few
-batches one request waits for pages to be copied and the file synced: measured, that was a third
-of the store's ingest time, and 3-4 µs an event of the durable queue's, nearly all of it waiting on
-the disk rather than using a CPU. Here the writer turns that off and this thread checkpoints on its
+batches one request waits for pages to be copied and the file synced, a large share of the store's
+ingest time and of the durable queue's (bench/HISTORY.md), nearly all of it waiting on the disk
+rather than using a CPU. Here the writer turns that off and this thread checkpoints on its
 own connection a moment after writes (PASSIVE: it never blocks the writer or readers). Waiting a
 moment means a page rewritten by many batches is copied once.
 """

@@ -1,15 +1,15 @@
 """RayEvent -> the JSON Ray's aggregator posts, without json_format's per-field reflection.
 
 Ray converts every event with ``json.loads(MessageToJson(e, always_print_fields_with_no_presence=True,
-preserving_proto_field_name=P))`` and ``json.dumps`` the list; that costs ~90 us per event and is the
-aggregator's main CPU cost. We produce the same JSON value with the same key order an order of
-magnitude faster: for each message descriptor (and naming flag) we generate, once, a Python function
-specialised to its fields and cache it. The proto files stay the only schema: a new field or message
+preserving_proto_field_name=P))`` and ``json.dumps`` the list; that is the aggregator's main CPU
+cost. We produce the same JSON value with the same key order much faster (bench/RESULTS.md): for
+each message descriptor (and naming flag) we generate, once, a Python function specialised to its
+fields and cache it. The proto files stay the only schema: a new field or message
 needs no change here.
 
 Where it is built (setup.py), `_ray_json_encode.c` writes the JSON of wire-format events straight
 from their bytes, following a schema made from the same descriptors (`_encode_schema`): the same
-bytes as the generated functions' dicts through orjson, about 5x faster; an event holding anything it
+bytes as the generated functions' dicts through orjson, faster still; an event holding anything it
 does not reproduce exactly (a map of more than one entry, a float field...) goes through the
 generated function.
 
@@ -547,8 +547,8 @@ if _compiled_encoder:
 
 
 def writes_compiled() -> bool:
-    """Whether wire-format events are written by the compiled writer (about 2.5 µs an event, against
-    about 14 through the generated encoder)."""
+    """Whether wire-format events are written by the compiled writer (faster than the generated
+    encoder)."""
     return _compiled_encoder
 
 
@@ -587,7 +587,7 @@ class RayEventJsonEncoder:
     def event_dict(self, event: RayEvent) -> dict[str, Any]:
         """``to_dict(event)`` for a RayEvent, read back from the compiled writer's JSON of its wire
         bytes where that is built (the same text, so the same dict, key order and types included,
-        in 3.3 µs against 5 for a task's lifecycle event); an event it does not write, through
+        sooner); an event it does not write, through
         ``to_dict``, which raises as it does."""
         if self._wire_schema is not None:
             (written,) = _ray_json_encode.encode_each([event.SerializeToString()], self._wire_schema)

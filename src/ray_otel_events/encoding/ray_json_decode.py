@@ -1,4 +1,4 @@
-"""RayEvent JSON (what Ray's aggregator posts) -> RayEvent, several times faster than json_format.
+"""RayEvent JSON (what Ray's aggregator posts) -> RayEvent, faster than json_format.
 
 `json_format.ParseDict` spends most of its time on per-field checks and `strptime` for every
 timestamp; a RayEvent from a Ray cluster has up to a dozen timestamps. This decoder walks the

@@ -15,7 +15,7 @@ from typing import Any
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
 # The enums' numbers as plain attributes: a generated enum wrapper resolves every name in Python's
-# __getattr__ (~1 µs an access), and these are read several times per event on hot paths.
+# __getattr__ on every access, and these are read several times per event on hot paths.
 ET: Any = SimpleNamespace(**dict(RayEvent.EventType.items()))
 ST: Any = SimpleNamespace(**dict(RayEvent.SourceType.items()))
 

@@ -2,11 +2,11 @@
  * rows (`Folder.fold`) from its text, building no Python object per event and holding no GIL.
  *
  * Before, the event loop parsed each POST into Python objects (orjson.loads, `prepare`) and the
- * fold thread merged those into row dicts and dumped them again, both under one GIL: about 15 µs an
- * event between them, so the parse, the fold and the client took turns on two cores. Here `scan`
- * reads the body's text with the GIL released and says which items it cannot read as `prepare`
- * would (their place in the text: store/posted_body.py reads those with orjson and `prepare`, so
- * the answer's rejections are the Python ones), and an index of the others (kind, key, where the
+ * fold thread merged those into row dicts and dumped them again, both under one GIL, so the parse,
+ * the fold and the client took turns on two cores. Here `scan` reads the body's text with the GIL
+ * released and says which items it cannot read as `prepare` would (their place in the text:
+ * store/posted_body.py reads those with orjson and `prepare`, so the answer's rejections are the
+ * Python ones), and an index of the others (kind, key, where the
  * payload is); the body and that index are what the fold thread keeps. `Folder.fold` groups a
  * batch of POSTs' events by row from their indexes, reads a chunk's stored rows at once on a
  * SQLite connection of its own, reads each event's payload as it folds it into its row as
@@ -33,6 +33,7 @@
 #include "json_lexer.h"
 #include "packed_rows.h"
 #include "ray_json_values.h"
+#include "sqlite_library.h"
 
 /* -- JSON text as a tree of nodes ------------------------------------------------------------ */
 
@@ -2009,6 +2010,7 @@ static PyMethodDef methods[] = {
      " `prepare` must read in Python, and what the fold reads of each item; None for a body Python reads"
      " whole."},
     {"bind", bind, METH_VARARGS, "bind(routes, plan): see the C source."},
+    SQLITE_LIBRARY_METHOD,
     {NULL, NULL, 0, NULL},
 };
 

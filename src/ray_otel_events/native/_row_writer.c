@@ -14,6 +14,7 @@
 #include <sqlite3.h>
 
 #include "packed_rows.h"
+#include "sqlite_library.h"
 
 typedef struct Chunk {
     char *data; /* `rows` rows of packed values */
@@ -325,7 +326,9 @@ static PyTypeObject WriterType = {
     .tp_methods = writer_methods,
 };
 
-static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_row_writer", NULL, -1, NULL};
+static PyMethodDef methods[] = {SQLITE_LIBRARY_METHOD, {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_row_writer", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__row_writer(void) {
     if (PyType_Ready(&WriterType) < 0) return NULL;

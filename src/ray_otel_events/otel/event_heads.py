@@ -240,7 +240,59 @@ def wire_head(wire: bytes, event: RayEvent | None = None) -> EventHead:
         head: EventHead | None = _event_head.head(wire)
         if head is not None:
             return head
-    return python_head(event if event is not None else RayEvent.FromString(wire))
+    if event is not None:
+        return python_head(event)
+    head = python_head(RayEvent.FromString(wire))
+    # The payload as `wire` holds it, as the compiled reader takes it: upb writes a map parsed
+    # from bytes in an order of its own, so serializing the parsed payload may reorder its entries.
+    spec = _SPECS.get(head.event_type)
+    if spec is not None:
+        payload = _field_bytes(wire, RayEvent.DESCRIPTOR.fields_by_name[spec.payload].number)
+        if payload is not None:
+            head = head._replace(payload=payload)
+    return head
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if at >= len(data) or shift > 63:
+            raise ValueError("a truncated varint")
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        at += 1
+        if byte < 0x80:
+            return value, at
+        shift += 7
+
+
+def _field_bytes(wire: bytes, number: int) -> bytes | None:
+    """The contents of the length-delimited field `number` of a message's wire bytes, where it
+    appears exactly once (else None: upb merges repeated occurrences)."""
+    found: bytes | None = None
+    at = 0
+    try:
+        while at < len(wire):
+            tag, at = _varint(wire, at)
+            kind = tag & 7
+            if kind == 0:
+                _, at = _varint(wire, at)
+            elif kind == 1:
+                at += 8
+            elif kind == 5:
+                at += 4
+            elif kind == 2:
+                size, at = _varint(wire, at)
+                if tag >> 3 == number:
+                    if found is not None:
+                        return None
+                    found = wire[at : at + size]
+                at += size
+            else:
+                return None
+    except ValueError:
+        return None
+    return found if at == len(wire) else None
 
 
 # -- a payload kept slim ------------------------------------------------------------------------

@@ -80,7 +80,7 @@ EVICTED = "evicted_open_entities"
 _TASK_TERMINAL = frozenset({TaskStatus.FINISHED, TaskStatus.FAILED})
 _ACTOR_TERMINAL = frozenset({ActorState.DEAD})
 _JOB_TERMINAL = frozenset({JobState.FINISHED})
-# Plain ints: the generated enum wrappers resolve each name in Python (~1 µs an access).
+# Plain ints: the generated enum wrappers resolve each name in Python, on every access.
 _DRIVER_TASK = int(TaskType.DRIVER_TASK)
 _ACTOR_CREATION_TASK = int(TaskType.ACTOR_CREATION_TASK)
 _FAILED = int(TaskStatus.FAILED)

@@ -1,12 +1,12 @@
 """Ended spans as an OTLP `ExportTraceServiceRequest`, written straight to protobuf bytes.
 
 The SDK's OTLP exporter builds a protobuf object for every span, attribute, value and event
-(`encode_spans`) and then serializes them: about 100 µs of CPU a span, on the exporter thread of
-every traced process, where it competes with the tasks for the GIL (issue 9: the OTLP hook's cost
-is the exporter side). Here the same message is written from the spans' fields with the writers
-of `otlp_wire` (compiled where built): the fields `encode_spans` sets, in field-number order, so
-the bytes are those of `encode_spans(spans).SerializeToString()` (tests compare them over random
-spans), with the resource's and scope's bytes kept per object.
+(`encode_spans`) and then serializes them, on the exporter thread of every traced process, where
+it competes with the tasks for the GIL: most of the OTLP hook's cost is there. Here the same
+message is written from the spans' fields with the writers of `otlp_wire` (compiled where built):
+the fields `encode_spans` sets, in field-number order, so the bytes are those of
+`encode_spans(spans).SerializeToString()` (tests compare them over random spans), with the
+resource's and scope's bytes kept per object.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """OTLP log records written straight to protobuf bytes, without building messages in Python.
 
 Building a LogRecord whose body and attributes hold a whole RayEvent through the generated classes
-costs one Python-to-upb call per nested field (~300 µs an event, issue 9). The wire format of the
+costs one Python-to-upb call per nested field. The wire format of the
 few OTLP messages involved is small and stable, so this module writes it directly from plain
 Python values: the same fields and values `plain_records.python_to_any_value` would set, decoded
 by any OTLP receiver to the same message. Keys seen before are encoded once (a bounded cache).
@@ -352,7 +352,7 @@ def logs_request(resource: bytes, scope: bytes, records: list[bytes]) -> bytes:
 # -- one request from many one-item envelopes ------------------------------------------------------
 #
 # Queues hold each span or record as its own ResourceSpans/ResourceLogs (a self-contained item).
-# Parsing every item back into messages to regroup a batch cost ~35 µs an item; the two envelopes
+# Parsing every item back into messages to regroup a batch costs a Python call per field; the two envelopes
 # share one shape (1 resource, 2 scope entries, 3 schema_url; in a scope entry 1 scope, 2 items,
 # 3 schema_url), so the batch is regrouped on the wire, copying the items' bytes as they are.
 

@@ -3,7 +3,7 @@ need (`EventParts`), in one pass over the POST's text where that is compiled (na
 
 The Python path (`read_posted_events_python`) is the reference, and what reads any body or item
 the compiled pass leaves: orjson parses the body, each object is read into a RayEvent
-(`receivers.ray_events_http.parse_posted_item`), serialized, its head read, and its record's body
+(`encoding.ray_json_posts.parse_posted_item`), serialized, its head read, and its record's body
 later walked from the object as posted (`log_records.parts_log_record`). The compiled pass writes
 the same bytes for the items it takes (every key a field's lowerCamelCase name, every value one the
 Python path reads whole); any other item (proto names, unknown fields, duplicate keys, odd values)
@@ -22,6 +22,7 @@ from google.protobuf.descriptor import FieldDescriptor
 
 from ray_otel_events import config
 from ray_otel_events.encoding import ray_json_decode
+from ray_otel_events.encoding.ray_json_posts import parse_posted_events, parse_posted_item, read_posted_items
 from ray_otel_events.otel.event_heads import EventHead, compiled_head, wire_head
 from ray_otel_events.otel.log_records import record_entries
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
@@ -50,10 +51,8 @@ def wire_parts(wire: bytes) -> EventParts:
 
 
 def read_posted_events_python(body: bytes) -> tuple[list[EventParts], list[str]]:
-    """The reference: orjson and the Python reader, item by item. BodyError (400) when the body
-    is not a JSON array."""
-    from ray_otel_events.receivers.ray_events_http import parse_posted_events, read_posted_items
-
+    """The reference: orjson and the Python reader, item by item. NotAnArrayError (400) when the
+    body is not a JSON array."""
     _, posted, errors = read_posted_items(body, parse_posted_events)
     return [event_parts(p.event, p.json) for p in posted], errors
 
@@ -131,7 +130,7 @@ if _posted_events is not None and config.compiled_enabled() and compiled_head is
 
 def read_posted_events(body: bytes) -> tuple[list[EventParts], list[str]]:
     """A POSTed body's events and an error naming each item that is not one (as the Python path
-    answers), read in one compiled pass where built. BodyError (400) when the body is not a JSON
+    answers), read in one compiled pass where built. NotAnArrayError (400) when the body is not a JSON
     array."""
     read = _read(body) if _read is not None else None
     if read is None:
@@ -139,8 +138,6 @@ def read_posted_events(body: bytes) -> tuple[list[EventParts], list[str]]:
     items, whole = read
     if whole:  # every item read by the compiled pass
         return items, []
-    from ray_otel_events.receivers.ray_events_http import parse_posted_item
-
     parts: list[EventParts] = []
     errors: list[str] = []
     for index, item in enumerate(items):

@@ -225,7 +225,7 @@ _functions: dict[tuple[str, str, str], common_pb2.FunctionDescriptor] = {}
 
 def _function(module: str, function: str, class_name: str = "") -> common_pb2.FunctionDescriptor:
     """`python_function(...)`, one message per name kept (bounded) and only ever copied from: a
-    process submits a handful of functions many times, and a descriptor costs 1.3 us to build."""
+    process submits a handful of functions many times, and a descriptor is slow to build."""
     key = (module, function, class_name)
     descriptor = _functions.get(key)
     if descriptor is None:

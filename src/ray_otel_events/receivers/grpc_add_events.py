@@ -4,7 +4,7 @@ Events are never turned into full Python messages here. The request is read thro
 "view" messages (add_events_views.proto) wire-compatible with AddEventsRequest: one sees each event as opaque
 bytes (so the buffer keeps the producer's exact bytes, unknown fields included), the other sees
 only each event's `event_type` number. Both parses run in C (upb); per event the receiver does no
-Python work beyond list building, about 0.3 us.
+Python work beyond list building.
 
 Replies are Ray's: an empty AddEventsReply on success. Unlike Ray, a malformed request gets
 INVALID_ARGUMENT and a request arriving during shutdown gets UNAVAILABLE, so the producer knows

@@ -21,16 +21,14 @@ import abc
 import asyncio
 import logging
 import math
-from collections.abc import Callable, Sized
-from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+from collections.abc import Sized
+from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
 from aiohttp import web
-from google.protobuf import json_format
 
-from ray_otel_events.encoding.ray_json_decode import event_wires, read_event
+from ray_otel_events.encoding.ray_json_posts import NotAnArrayError, parse_each, read_posted_items
 from ray_otel_events.metrics import Counters
-from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.receivers.http_body import BodyError, media_type, read_body
 from ray_otel_events.receivers.otlp_http import QueueFullError
 
@@ -64,103 +62,13 @@ class RayEventsConsumer(abc.ABC, Generic[EventT]):
     def read_ray_events(self, body: bytes) -> tuple[list[EventT], list[str]]:
         """A POSTed body's events and an error for each item that is not one (`read_posted_items`
         with `parse_ray_events`; a consumer may read the text itself, to the same answers).
-        BodyError (400) when the body is not a JSON array."""
+        NotAnArrayError (answered 400) when the body is not a JSON array."""
         return read_posted_items(body, self.parse_ray_events)[1:]
 
     @abc.abstractmethod
     async def consume_ray_events(self, events: list[EventT], body: bytes) -> None:
         """Take the events (returning means accepted), or raise QueueFullError. `body` is the
         POST's JSON text (decompressed), for a consumer that keeps what came as it came."""
-
-
-def parse_event(item: Any) -> RayEvent:
-    """One RayEvent from its JSON object; ValueError names the problem."""
-    return parse_posted_event(item).event
-
-
-class PostedEvent(NamedTuple):
-    """A RayEvent and the JSON object it was read from, when that object holds the event and
-    nothing else (`read_event`): a consumer that needs the event's JSON takes it as it is."""
-
-    event: RayEvent
-    json: dict[str, Any] | None
-
-
-def parse_posted_event(item: Any) -> PostedEvent:
-    """`parse_event`, keeping the object when it stands for the event."""
-    if not isinstance(item, dict):
-        raise ValueError(f"expected a RayEvent object, got {type(item).__name__}")
-    try:
-        event, whole = read_event(item, ignore_unknown_fields=True)
-    except json_format.ParseError as exc:
-        raise ValueError(str(exc)) from None
-    if event.event_type == RayEvent.EVENT_TYPE_UNSPECIFIED:
-        # ignore_unknown_fields also passes unknown enum names; an event without a type is useless.
-        given = item.get("eventType", item.get("event_type"))
-        raise ValueError(f"eventType {given!r} is missing or unknown")
-    return PostedEvent(event, item if whole else None)
-
-
-def parse_posted_events(items: list[Any]) -> tuple[list[PostedEvent], list[str]]:
-    """`parse_each(items, parse_posted_event)`, the compiled reader run over all items in one loop
-    (`event_wires`); the items it does not read whole go through `parse_posted_event`."""
-    posted: list[PostedEvent] = []
-    errors: list[str] = []
-    for index, (item, wire) in enumerate(zip(items, event_wires(items), strict=True)):
-        try:
-            posted.append(_posted(item, wire))
-        except ValueError as exc:
-            errors.append(f"[{index}]: {exc}")
-    return posted, errors
-
-
-def parse_posted_item(item: Any) -> PostedEvent:
-    """One item of `parse_posted_events` on its own."""
-    return _posted(item, event_wires([item])[0])
-
-
-def _posted(item: Any, wire: bytes | None) -> PostedEvent:
-    if wire is not None:
-        event = RayEvent.FromString(wire)
-        if event.event_type:  # else: parse_posted_event names the missing type
-            return PostedEvent(event, item)
-    return parse_posted_event(item)
-
-
-def parse_each(items: list[Any], parse: Callable[[Any], EventT]) -> tuple[list[EventT], list[str]]:
-    """The events `parse` reads from items, and an error naming each item it cannot read."""
-    events: list[EventT] = []
-    errors: list[str] = []
-    for index, item in enumerate(items):
-        try:
-            events.append(parse(item))
-        except ValueError as exc:
-            errors.append(f"[{index}]: {exc}")
-    return events, errors
-
-
-def read_posted_items(
-    body: bytes, parse_all: Callable[[list[Any]], tuple[list[EventT], list[str]]]
-) -> tuple[list[Any], list[EventT], list[str]]:
-    """A POSTed body as this receiver reads it: the JSON array, the events `parse_all` reads from
-    its items, and an error naming each item it cannot read. BodyError (400) when the body is not
-    a JSON array."""
-    try:
-        value = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BodyError(400, f"body is not valid JSON: {exc}") from None
-    if not isinstance(value, list):
-        raise BodyError(400, f"body must be a JSON array of RayEvents, got a JSON {type(value).__name__}")
-    events, errors = parse_all(value)
-    return value, events, errors
-
-
-def read_posted_array(
-    body: bytes, parse: Callable[[Any], EventT]
-) -> tuple[list[Any], list[EventT], list[str]]:
-    """`read_posted_items` reading one item at a time with `parse` (the store reads its spooled
-    bodies again the same way)."""
-    return read_posted_items(body, lambda items: parse_each(items, parse))
 
 
 def _release(*_objects: object) -> None:
@@ -208,6 +116,8 @@ class RayEventsHttpReceiver(Generic[BatchT]):
             events, errors = self.consumer.read_ray_events(body)
         except BodyError as exc:
             return self._refuse(exc.status, exc.reason)
+        except NotAnArrayError as exc:
+            return self._refuse(400, str(exc))
         if events:
             try:
                 await self.consumer.consume_ray_events(events, body)

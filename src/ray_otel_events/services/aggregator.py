@@ -53,12 +53,12 @@ from ray_otel_events.metrics import Counters
 from ray_otel_events.observability.admin_server import AdminHttpServer
 from ray_otel_events.observability.http_endpoints import Readiness, observability_routes
 from ray_otel_events.observability.metrics_registry import ServerMetrics
-from ray_otel_events.observability.service_metrics import register_buffers, register_publishers
 from ray_otel_events.processors.event_buffer import EVICTED, MultiConsumerEventBuffer
 from ray_otel_events.processors.exposable_filter import ExposableFilter
 from ray_otel_events.receivers import grpc_add_events as rx
 from ray_otel_events.receivers.grpc_server import GrpcServer
 from ray_otel_events.security.options import ServerSecurity
+from ray_otel_events.services.pipeline_metrics import register_buffers, register_publishers
 
 HealthServicer = health_aio.HealthServicer
 

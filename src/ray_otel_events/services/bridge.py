@@ -36,6 +36,7 @@ from ray_otel_events.config import BridgeConfig, OtlpSignalConfig
 from ray_otel_events.durable.durable_buffer import DurableBuffer
 from ray_otel_events.durable.sqlite_queue import QueueDatabase, SqliteEventQueue
 from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
+from ray_otel_events.encoding.ray_json_posts import parse_posted_item
 from ray_otel_events.exporters.http_json import HttpJsonPublisherClient
 from ray_otel_events.exporters.json_records import JsonRecordsPublisherClient
 from ray_otel_events.exporters.otlp import OtlpHttpPublisherClient, OtlpItemEncoder
@@ -44,7 +45,6 @@ from ray_otel_events.exporters.transport import HttpTransport
 from ray_otel_events.metrics import Counters
 from ray_otel_events.observability.http_endpoints import Readiness, in_flight_middleware, observability_routes
 from ray_otel_events.observability.metrics_registry import ServerMetrics
-from ray_otel_events.observability.service_metrics import register_buffers, register_publishers
 from ray_otel_events.otel.from_ray_events import Emitted, RayEventsToOtel, entity_key_from_bytes
 from ray_otel_events.otel.plain_records import (
     RecordContext,
@@ -68,12 +68,9 @@ from ray_otel_events.processors.exposable_filter import ExposableFilter
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.receivers.otlp_grpc import OtlpGrpcReceiver
 from ray_otel_events.receivers.otlp_http import ConsumeResult, OtlpConsumer, OtlpHttpReceiver, QueueFullError
-from ray_otel_events.receivers.ray_events_http import (
-    RayEventsConsumer,
-    RayEventsHttpReceiver,
-    parse_posted_item,
-)
+from ray_otel_events.receivers.ray_events_http import RayEventsConsumer, RayEventsHttpReceiver
 from ray_otel_events.security.auth import BearerToken
+from ray_otel_events.services.pipeline_metrics import register_buffers, register_publishers
 
 logger = logging.getLogger(__name__)
 

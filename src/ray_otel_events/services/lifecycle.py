@@ -68,17 +68,16 @@ def configure_logging(level_name: str, log_format: str = "text") -> None:
 # parses into some 20,000 dicts and lists that live until they are stored, so with the default a
 # POST set off dozens of collections and, every few POSTs, a full one over all the server holds.
 # Since `serve` answers once spooled, the events waiting for their fold (up to a few POSTs' worth)
-# are young when a collection comes, and each collection walks them all: at 50,000 that was about
-# 6 % of `serve`'s CPU (perf); at 1,000,000 a collection comes about once a second under load, and
+# are young when a collection comes, and each collection walks them all, a share of `serve`'s CPU
+# worth saving (bench/HISTORY.md); at 1,000,000 a collection comes about once a second under load, and
 # cyclic garbage waits at most that long.
 GC_YOUNG_THRESHOLD = 1_000_000
 
 
 def settle_heap() -> None:
     """Once a server whose POSTs parse into Python objects is up (`serve`, the bridge): what it has
-    built is kept out of collections (`gc.freeze`) and young collections are rarer. Measured: in
-    `serve` (60,000 events in POSTs of 1,000) 0.30 s in collections, 5 µs an event, became none;
-    the bridge's RayEvents took 135 instead of 145 µs of CPU each (four alternating pairs)."""
+    built is kept out of collections (`gc.freeze`) and young collections are rarer, which saves
+    `serve` and the bridge CPU on every event (bench/HISTORY.md)."""
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)

@@ -44,6 +44,7 @@ from ray_otel_events.services.state_intake import StateIntake
 from ray_otel_events.store.intake_spool import IntakeSpool
 from ray_otel_events.store.ray_dashboard_views import RayDashboardViews
 from ray_otel_events.store.sqlite_store import EventStore, StoreError
+from ray_otel_events.store.store_lock import StoreLock, StoreLockedError
 from ray_otel_events.store.views import StoreViews
 
 logger = logging.getLogger(__name__)
@@ -102,6 +103,21 @@ def run(args: argparse.Namespace) -> int:
     security = security_from_args(args)
     path = args.store or default_store_path()
     try:
+        lock = StoreLock(path)  # one writer a store: a second `serve` would race the first's folds
+    except StoreLockedError as exc:
+        print(f"ray-otel-events serve: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"ray-otel-events serve: cannot lock the store {path}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        return _run_locked(path, args, security)
+    finally:
+        lock.release()
+
+
+def _run_locked(path: Path, args: argparse.Namespace, security: ServerSecurity) -> int:
+    try:
         store = EventStore(path)
     except (OSError, sqlite3.Error, StoreError) as exc:
         print(f"ray-otel-events serve: cannot open the store {path}: {exc}", file=sys.stderr)
@@ -156,7 +172,17 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
         lambda: {(): intake.fold.pending_events},
     )
     metrics.add_total("serve_log_lines", "task log lines stored", lambda: {(): intake.log_lines})
-    ready = lambda: Readiness().add("store_open", True, str(store.path))  # noqa: E731
+    metrics.add_gauge(
+        "serve_store_writer",
+        "1 for the code that writes the store's rows (compiled or python) and why not the compiled one",
+        lambda: {(store.writer, store.writer_reason or ""): 1.0},
+        ("writer", "reason"),
+    )
+    writer = store.writer + (f": {store.writer_reason}" if store.writer_reason else "")
+
+    def ready() -> Readiness:
+        return Readiness().add("store_open", True, str(store.path)).add("store_writer", True, writer)
+
     token = security.token
     app = web.Application(
         client_max_size=0,
@@ -191,7 +217,7 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
     settle_heap()
     # The event loop (parsing POSTs) and the fold thread both run Python for long stretches: at
     # the default 5 ms they hand the GIL back and forth hundreds of times a second, and each
-    # hand-over costs (measured: 34-36 against 25-29 µs of CPU an event at 50 ms).
+    # hand-over costs CPU (bench/HISTORY.md, "Figures once quoted in the code").
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     print(f"listening http={args.host}:{address[1]}", flush=True)
     if len(runners) > 1:

@@ -25,14 +25,13 @@ from aiohttp import web
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from ray_otel_events.receivers.http_body import BodyError
+from ray_otel_events.encoding.ray_json_posts import NotAnArrayError, read_posted_array
 from ray_otel_events.receivers.otlp_http import ConsumeResult, OtlpConsumer, OtlpHttpReceiver
 from ray_otel_events.receivers.ray_events_http import (
     REFUSED_REQUESTS,
     REJECTED_EVENTS,
     REQUESTS,
     RayEventsHttpReceiver,
-    read_posted_array,
 )
 from ray_otel_events.store import otlp_records
 from ray_otel_events.store.background_fold import BackgroundFold
@@ -124,7 +123,7 @@ class StateIntake(OtlpConsumer):
 
 def read_posted(body: bytes) -> tuple[Accepted, list[str]]:
     """A POSTed body's accepted events and an error naming each item that cannot be read, as
-    `read_posted_array(body, prepare)` reads them; BodyError (400) when it is not a JSON array.
+    `read_posted_array(body, prepare)` reads them; NotAnArrayError (400) when it is not a JSON array.
     Where the compiled fold is built, the events are kept as the body (`PostedBody`): only the
     items its reader leaves to Python are read here, with orjson and `prepare`."""
     scanned = scan(body)
@@ -148,5 +147,5 @@ def spooled_events(body: bytes) -> Accepted:
     """The events a spooled POST was answered for, read again as the POST read them."""
     try:
         return read_posted(body)[0]
-    except BodyError:  # never spooled: a POST that is not a JSON array is refused first
+    except NotAnArrayError:  # never spooled: a POST that is not a JSON array is refused first
         return []

@@ -22,10 +22,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,12 @@ from ray_otel_events.store.row_fold import (
     group_pieces,
     upsert_values,
 )
+from ray_otel_events.store.sqlite_library import (
+    SqliteLibrary,
+    compiled_library,
+    compiled_writer_refusal,
+    python_library,
+)
 from ray_otel_events.store.state_merge import (
     INDEXED_COLUMNS,
     Key,
@@ -62,13 +69,23 @@ try:  # POSTs folded from their text, without the GIL (built beside the row writ
 except ImportError:
     _post_fold = None  # type: ignore[assignment]
 
+logger = logging.getLogger(__name__)
+
+# The SQLite each compiled module that opens the store calls, and Python's: the compiled writer
+# runs only when they are one library (store/sqlite_library.py).
+PYTHON_SQLITE = python_library()
+COMPILED_SQLITE = {
+    name: compiled_library(module)
+    for name, module in (("_row_writer", _row_writer), ("_post_fold", _post_fold))
+    if module is not None
+}
+
 SCHEMA_VERSION = 3
 _IN_CHUNK = 500  # ids per `IN (...)` query
 _WAL_KEPT_BYTES = 64 * 1024 * 1024  # a checkpointed WAL larger than this is truncated
 # SQLite clamps this to its build's limit (2 GiB by default). Each commit of the row writer's
 # connection empties the page cache of the store's own, which then reads back rows by key before a
-# fold: through a map those pages cost no read() and copy (measured: 40-44 against 46-50k events/s
-# through `serve`, four pairs).
+# fold: through a map those pages cost no read() and copy.
 _MMAP_BYTES = 2 * 1024**3
 # Every writing connection's settings: no fsync per commit (WAL), 64 MiB of pages (the indexes stay
 # in memory), the file mapped, checkpoints left to the checkpointer.
@@ -229,10 +246,28 @@ def _where(resource: str, filters: Sequence[ColumnFilter], search: str = "") -> 
     return " AND ".join(where), params
 
 
+def _python_writer_reason(compiled_sqlite: Mapping[str, SqliteLibrary]) -> str | None:
+    """Why the store writes its rows in Python rather than with the compiled writer; None: it may not."""
+    if _row_writer is None:
+        return "the compiled row writer is not built (no C compiler or SQLite headers at install)"
+    if not config.compiled_enabled():
+        return f"{config.PURE_PYTHON}=1"
+    refusal = compiled_writer_refusal(PYTHON_SQLITE, compiled_sqlite)
+    return f"not the SQLite library Python's sqlite3 uses: {refusal}" if refusal else None
+
+
 class EventStore:
     """State rows, history, spans and task logs in one SQLite file; see the module doc."""
 
-    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        read_only: bool = False,
+        compiled_sqlite: Mapping[str, SqliteLibrary] = COMPILED_SQLITE,
+    ) -> None:
+        """`compiled_sqlite`: the SQLite each compiled module calls (by default as they report it
+        at import); the compiled writer runs only where that is Python's (`writer`, `writer_reason`)."""
         self.path = Path(path)
         if read_only:
             if not self.path.exists():
@@ -261,11 +296,15 @@ class EventStore:
         self._checkpointer: WalCheckpointer | None = None
         self._writer: _row_writer.RowWriter | None = None
         self._post_folder: _post_fold.Folder | None = None
+        self.writer = "python"  # which code writes the rows: "compiled" or "python"
+        self.writer_reason: str | None = "opened read-only"  # why not the compiled writer
         if not read_only:
             self._db.executescript(_SCHEMA)
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._checkpointer = WalCheckpointer(self.path, name="store-checkpoint")
-            if _row_writer is not None and config.compiled_enabled():
+            self.writer_reason = _python_writer_reason(compiled_sqlite)
+            if self.writer_reason is None:
+                self.writer = "compiled"
                 self._writer = _row_writer.RowWriter(
                     str(self.path), _UPSERT, _WRITER_PRAGMAS, _UPSERT_VALUES, sqlite3.DatabaseError
                 )
@@ -273,6 +312,9 @@ class EventStore:
                     self._post_folder = _post_fold.Folder(
                         str(self.path), _READER_PRAGMAS, _SELECT_CHUNK, self._writer, sqlite3.DatabaseError
                     )
+                logger.info("store %s: rows written by the compiled writer", self.path)
+            else:
+                logger.warning("store %s: rows written in Python: %s", self.path, self.writer_reason)
 
     def close(self) -> None:
         if self._writer is not None:

@@ -1,6 +1,6 @@
 """Spans without the SDK's per-span machinery, for providers whose processors are all known to us.
 
-An SDK span costs about 40 µs to start and end: bounded attribute and event containers that clean
+An SDK span is costly to start and end: bounded attribute and event containers that clean
 every value, a lock per call, metrics hooks, and a ReadableSpan copy made at the end for the
 processors. A traced task makes two of them (submit and execute), and Ray's wrappers make them for
 every submission. When every processor on the provider is one that only reads spans through the

@@ -1,8 +1,8 @@
 """The OTLP hook's event records, written by our encoder and posted as OTLP/HTTP protobuf.
 
-Through the SDK, one event record cost ~400 µs of CPU: the logger builds an SDK record holding
-the event as nested dicts, and the exporter turns every key of the body and of the flattened
-attributes into a protobuf object (issue 9: a third of the traced pool's CPU). The records are
+Through the SDK, an event record is costly: the logger builds an SDK record holding the event as
+nested dicts, and the exporter turns every key of the body and of the flattened attributes into a
+protobuf object, a large share of a traced pool's CPU. The records are
 ours and nothing but an exporter reads them, so this sink writes each one straight to wire bytes
 (the bridge's record, `otel/log_records.log_record_wire`, written from the task's facts without
 building the event: `otel/task_records.py`) and posts batches itself, with the settings the SDK

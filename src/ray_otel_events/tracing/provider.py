@@ -2,7 +2,7 @@
 
 Ray's tracing helper calls `trace.get_tracer(__name__)` on every task submission and every
 execution. The SDK (1.45) answers from its cache, but only after building two scope objects and
-resetting a warnings filter, about 7 µs each time; here a tracer asked for by name alone (no
+resetting a warnings filter, each time; here a tracer asked for by name alone (no
 version, schema or attributes, which is how Ray asks) comes from a dict. Those tracers make
 `DirectSpan`s (tracing/direct_spans.py) while every processor added to the provider only reads
 ended spans, and SDK spans as soon as one that may not is added.

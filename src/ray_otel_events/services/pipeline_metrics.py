@@ -1,4 +1,5 @@
-"""Wire the pieces every server shares (publishers, buffers) into a server's metrics."""
+"""A server wires the pieces every server shares (publishers, buffers) into its metrics: here,
+above both, so the metrics registry needs to know neither."""
 
 from __future__ import annotations
 
