@@ -374,8 +374,8 @@ def test_transitions_read_from_wire_bytes_are_what_upb_gives(
             transition = message.state_transitions.add(state=state % 5 if not task else state)
             transition.timestamp.seconds, transition.timestamp.nanos = seconds, nanos
         wire += message.SerializeToString()
-    read = _entity_spans.transitions(wire, 3 if task else 2)
-    python = _transitions_python(wire, "task" if task else "job")
+    read = _entity_spans.transitions(wire, "task" if task else "actor")
+    python = _transitions_python(wire, "task" if task else "job")  # "job": actors' spans read upb's
     assert (None if read is None else [(ns, state) for ns, state, _ in read]) == python
 
 
@@ -470,7 +470,8 @@ def _parts_both_ways(
         python = from_ray_events._task_parts_python(definition, actor_task, lifecycle)
     except Exception:  # upb refuses the bytes: the compiled reader must hand over too
         python = None
-    return (None if read is None else from_ray_events._TaskParts._make(read)), python
+    assert read is None or type(read) is from_ray_events._TaskParts
+    return read, python
 
 
 @needs_compiled
