@@ -17,7 +17,7 @@ import binascii
 import datetime
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
@@ -367,7 +367,7 @@ _WIRE_NUMBERS = {
     "SINGULAR": SINGULAR,
     "REPEATED": REPEATED,
     "MAP": MAP,
-    "F_SIZE": len(WireField.__args__),
+    "F_SIZE": len(get_args(WireField)),
 }
 
 
