@@ -7,10 +7,13 @@ the first part."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import re
 import types
+import typing
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,3 +89,35 @@ def test_every_field_the_core_reads_is_in_the_descriptors() -> None:
     numbers = {name: POOL.FindFieldByName(name).number for name in names}
     assert numbers["ray.rpc.events.TaskLifecycleEvent.state_transitions"] == 3
     assert numbers["ray.rpc.events.ActorTaskDefinitionEvent.actor_func"] == 4
+
+
+def test_the_core_refuses_a_binding_that_does_not_name_what_it_reads() -> None:
+    """A field of Ray's it reads without a number, or a task's part the named tuple lacks, fails
+    bind() with the name; the good binding then binds again and reads by name."""
+    module = _built("_entity_spans")
+    from ray_otel_events.otel import from_ray_events
+
+    if not from_ray_events._compiled:
+        pytest.skip("the compiled core is off")
+    good = from_ray_events._CORE_BINDING
+    missing = "ray.rpc.RayErrorInfo.error_type"
+    renamed = [("kind" if f == "task_type" else f, Any) for f in from_ray_events._TaskParts._fields]
+    other_parts = typing.NamedTuple("other_parts", renamed)  # type: ignore[misc]
+    try:
+        fields = {k: v for k, v in good.ray_fields.items() if k != missing}
+        with pytest.raises(ValueError, match=re.escape(missing)):
+            module.bind(dataclasses.replace(good, ray_fields=fields))
+        with pytest.raises(ValueError, match="task_type"):
+            module.bind(dataclasses.replace(good, task_parts_type=other_parts))
+        with pytest.raises(AttributeError, match="span_keys"):
+            module.bind(
+                types.SimpleNamespace(**{k: getattr(good, k) for k in good.__slots__ if k != "span_keys"})
+            )
+        with pytest.raises(TypeError, match="after bind"):
+            module.task_parts(None, False, b"")
+    finally:
+        module.bind(good)
+    definition = from_ray_events.TaskDefinitionEvent(task_name="t", task_type=1).SerializeToString()
+    parts = module.task_parts(definition, False, b"")
+    assert isinstance(parts, from_ray_events._TaskParts)
+    assert (parts.name, parts.task_type, parts.error_type) == ("t", 1, None)

@@ -1288,40 +1288,39 @@ def _field_numbers(full_names: Iterable[str]) -> dict[str, int]:
 if _compiled:
     if len(set(_TASK_SPAN_KEYS)) != len(_TASK_SPAN_KEYS):  # the core writes each once, in order
         raise RuntimeError("the task span's attribute names must differ")
-    _entity_spans.bind(
-        _CoreBinding(
-            kinds=(TASK, ACTOR, JOB, PROFILE),
-            entity_overhead=ENTITY_OVERHEAD_BYTES,
-            lifecycle_types=(
-                int(_LIFECYCLE_TYPES[TASK]),
-                int(_LIFECYCLE_TYPES[ACTOR]),
-                int(_LIFECYCLE_TYPES[JOB]),
-            ),
-            terminal_states=tuple(
-                tuple(int(state) for state in _TERMINAL_STATES[kind]) for kind in (TASK, ACTOR, JOB)
-            ),
-            running_states=tuple(int(state) for state in _TASK_RUNNING),
-            definition_keepers={int(event_type): keep for event_type, keep in _DEFINITION_KEEPERS.items()},
-            task_definition_type=int(RayEvent.TASK_DEFINITION_EVENT),
-            driver_task=_DRIVER_TASK,
-            actor_creation_task=_ACTOR_CREATION_TASK,
-            failed_state=_FAILED,
-            span_keys=_TASK_SPAN_KEYS,
-            producer=PRODUCER,
-            task_type_names=_enum_names_of(TaskType),
-            state_names=_enum_names_of(common_pb2.TaskStatus),
-            error_type_names=_enum_names_of(common_pb2.ErrorType),
-            state_event=functools.partial(_state_event_parts, _task_state_name),
-            transitions_of=_core_transitions,
-            states_of=_piece_states,
-            task_parts_of=_task_parts_python,
-            task_failure=_task_failure,
-            other_span=_core_other_span,
-            record_fields=record_fields,
-            parts_log_record=parts_log_record,
-            span_type=EmittedSpan,
-            log_type=EmittedLog,
-            task_parts_type=_TaskParts,
-            ray_fields=_field_numbers(_entity_spans.RAY_FIELDS),
-        )
+    _CORE_BINDING = _CoreBinding(
+        kinds=(TASK, ACTOR, JOB, PROFILE),
+        entity_overhead=ENTITY_OVERHEAD_BYTES,
+        lifecycle_types=(
+            int(_LIFECYCLE_TYPES[TASK]),
+            int(_LIFECYCLE_TYPES[ACTOR]),
+            int(_LIFECYCLE_TYPES[JOB]),
+        ),
+        terminal_states=tuple(
+            tuple(int(state) for state in _TERMINAL_STATES[kind]) for kind in (TASK, ACTOR, JOB)
+        ),
+        running_states=tuple(int(state) for state in _TASK_RUNNING),
+        definition_keepers={int(event_type): keep for event_type, keep in _DEFINITION_KEEPERS.items()},
+        task_definition_type=int(RayEvent.TASK_DEFINITION_EVENT),
+        driver_task=_DRIVER_TASK,
+        actor_creation_task=_ACTOR_CREATION_TASK,
+        failed_state=_FAILED,
+        span_keys=_TASK_SPAN_KEYS,
+        producer=PRODUCER,
+        task_type_names=_enum_names_of(TaskType),
+        state_names=_enum_names_of(common_pb2.TaskStatus),
+        error_type_names=_enum_names_of(common_pb2.ErrorType),
+        state_event=functools.partial(_state_event_parts, _task_state_name),
+        transitions_of=_core_transitions,
+        states_of=_piece_states,
+        task_parts_of=_task_parts_python,
+        task_failure=_task_failure,
+        other_span=_core_other_span,
+        record_fields=record_fields,
+        parts_log_record=parts_log_record,
+        span_type=EmittedSpan,
+        log_type=EmittedLog,
+        task_parts_type=_TaskParts,
+        ray_fields=_field_numbers(_entity_spans.RAY_FIELDS),
     )
+    _entity_spans.bind(_CORE_BINDING)
