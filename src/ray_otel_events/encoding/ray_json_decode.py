@@ -17,7 +17,7 @@ import binascii
 import datetime
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
@@ -329,7 +329,8 @@ def _fallback_table(descriptor: Any) -> _Table:
 # It knows each message type's fields from a schema made here from the same descriptors and by the
 # same rules as `_Table`; where `_fill` would fall back, it returns None and `_fill` runs.
 
-# field kinds and labels, as _ray_json_wire.c and native/_posted_events.c number them
+# Field kinds and labels, as native/wire_schema.h numbers them for the compiled readers
+# (check_wire_kinds holds each to these).
 K_FALLBACK, K_STRING, K_BYTES, K_BOOL, K_INT = range(5)
 K_DOUBLE, K_FLOAT, K_ENUM, K_MESSAGE, K_TIMESTAMP = range(5, 10)
 SINGULAR, REPEATED, MAP = range(3)
@@ -352,6 +353,31 @@ _VARINT_INTS = (
 
 WireField = tuple[int, int, int, int, int, Any, Any]  # (number, kind, label, low, high, extra, oneof)
 WireSchema = dict[str, WireField]
+_WIRE_NUMBERS = {
+    "K_FALLBACK": K_FALLBACK,
+    "K_STRING": K_STRING,
+    "K_BYTES": K_BYTES,
+    "K_BOOL": K_BOOL,
+    "K_INT": K_INT,
+    "K_DOUBLE": K_DOUBLE,
+    "K_FLOAT": K_FLOAT,
+    "K_ENUM": K_ENUM,
+    "K_MESSAGE": K_MESSAGE,
+    "K_TIMESTAMP": K_TIMESTAMP,
+    "SINGULAR": SINGULAR,
+    "REPEATED": REPEATED,
+    "MAP": MAP,
+    "F_SIZE": len(get_args(WireField)),
+}
+
+
+def check_wire_kinds(module: Any) -> None:
+    """Refuse a compiled reader whose kinds, labels or field size (native/wire_schema.h, which it
+    exports) are not these: it was built from other sources, and would misread every schema."""
+    found = {name: getattr(module, name, None) for name in _WIRE_NUMBERS}
+    if found != _WIRE_NUMBERS:
+        wrong = sorted(name for name in _WIRE_NUMBERS if found[name] != _WIRE_NUMBERS[name])
+        raise ImportError(f"{module.__name__} numbers the wire schema otherwise: {', '.join(wrong)}")
 
 
 def _scalar_kind(field: Any) -> tuple[int, int, int, Any]:
@@ -417,6 +443,7 @@ except ImportError:
 _EVENT_SCHEMA = wire_schema(RayEvent.DESCRIPTOR, {})
 _event_wire: Callable[[Any, WireSchema], bytes | None] | None = None
 if _ray_json_wire is not None and config.compiled_enabled():
+    check_wire_kinds(_ray_json_wire)
     _event_wire = _ray_json_wire.event_wire
 
 

@@ -20,10 +20,7 @@
 #include "json_lexer.h"
 #include "otlp_wire.h"
 #include "protobuf_wire.h"
-
-/* Field kinds and labels: the _K_ constants and labels of ray_json_decode.py. */
-enum { K_FALLBACK, K_STRING, K_BYTES, K_BOOL, K_INT, K_DOUBLE, K_FLOAT, K_ENUM, K_MESSAGE, K_TIMESTAMP };
-enum { SINGULAR, REPEATED, MAP };
+#include "wire_schema.h"
 
 /* What a reading step returns. */
 #define DONE 1
@@ -1103,4 +1100,4 @@ static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "_posted_events", NULL, -1, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__posted_events(void) { return PyModule_Create(&module_def); }
+PyMODINIT_FUNC PyInit__posted_events(void) { return export_wire_kinds(PyModule_Create(&module_def)); }

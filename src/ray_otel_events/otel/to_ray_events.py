@@ -85,6 +85,7 @@ except ImportError:
     _log_events = None  # type: ignore[assignment]
 _read_log_events: Callable[[bytes], tuple[list[bytes], list[int]] | None] | None = None
 if _log_events is not None and ray_json_decode.reads_compiled() and config.compiled_enabled():
+    ray_json_decode.check_wire_kinds(_log_events)
     _log_events.bind(
         ray_json_decode.event_schema(),
         RayEvent.DESCRIPTOR.fields_by_name["event_type"].number,
