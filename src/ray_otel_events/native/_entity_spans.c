@@ -151,7 +151,7 @@ static int function_name(Reader r, Buf *out) {
         for (Reader m = f.payload; m.p < m.end;) {
             Field g;
             if (next_field(&m, &g) < 0) return -1;
-            if (g.number >= 1 && (int)g.number <= count && take_text(&g, &parts[g.number - 1])) return 1;
+            if (g.number >= 1 && g.number <= (uint32_t)count && take_text(&g, &parts[g.number - 1])) return 1;
         }
         out->len = 0;
         for (int i = 0; i < count; i++) {

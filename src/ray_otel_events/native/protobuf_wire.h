@@ -207,7 +207,8 @@ static inline int read_varint(Reader *r, uint64_t *out) {
     return malformed();
 }
 
-/* One field: its number, wire type, and (length-delimited) payload or (varint, fixed) value. */
+/* One field: its number, wire type, and (length-delimited) payload, (group) body between its start
+ * and end tags, or (varint, fixed) value. */
 typedef struct {
     uint32_t number;
     int wire_type;
@@ -215,11 +216,32 @@ typedef struct {
     uint64_t scalar;
 } Field;
 
-static inline int next_field(Reader *r, Field *f) {
-    uint64_t key;
-    if (read_varint(r, &key) < 0) return -1;
-    f->number = (uint32_t)(key >> 3);
-    f->wire_type = (int)(key & 7);
+/* How deep groups may nest, counted from the bytes a reader is handed: upb's default depth limit. */
+#define WIRE_GROUP_DEPTH_MAX 100
+
+/* A key as upb reads one: a varint of at most 5 bytes and 32 bits, so field numbers up to 2^29-1. */
+static inline int read_key(Reader *r, uint32_t *number, int *wire_type) {
+    uint64_t key = 0;
+    for (int i = 0; i < 5; i++) {
+        if (r->p >= r->end) return malformed();
+        uint8_t byte = *r->p++;
+        key |= (uint64_t)(byte & 0x7f) << (7 * i);
+        if (byte < 0x80) {
+            if (key > UINT32_MAX) return malformed();
+            *number = (uint32_t)(key >> 3);
+            *wire_type = (int)(key & 7);
+            return 0;
+        }
+    }
+    return malformed();
+}
+
+static inline int skip_group(Reader *r, uint32_t number, int depth, const uint8_t **end_tag);
+
+/* The value of a field whose key `f` holds: a group is skipped whole (its body in `payload`), as
+ * upb keeps it among the unknown fields; an end tag with no group open, wire types 6 and 7 are
+ * malformed. `depth`: the groups open around it. */
+static inline int read_value(Reader *r, Field *f, int depth) {
     switch (f->wire_type) {
     case 0:
         return read_varint(r, &f->scalar);
@@ -242,9 +264,38 @@ static inline int next_field(Reader *r, Field *f) {
         r->p += n;
         return 0;
     }
-    default: /* groups: OTLP has none */
+    case 3: {
+        const uint8_t *body = r->p, *end_tag;
+        if (skip_group(r, f->number, depth + 1, &end_tag) < 0) return -1;
+        f->payload.p = body;
+        f->payload.end = end_tag;
+        return 0;
+    }
+    default:
         return malformed();
     }
+}
+
+/* The fields of a group up to its end tag, which must carry the group's number (`end_tag`: where
+ * that tag starts). upb skips them without looking at their numbers, so field number 0 passes. */
+static inline int skip_group(Reader *r, uint32_t number, int depth, const uint8_t **end_tag) {
+    if (depth > WIRE_GROUP_DEPTH_MAX) return malformed();
+    for (;;) {
+        const uint8_t *at = r->p;
+        Field g;
+        if (read_key(r, &g.number, &g.wire_type) < 0) return -1;
+        if (g.wire_type == 4) {
+            *end_tag = at;
+            return g.number == number ? 0 : malformed();
+        }
+        if (read_value(r, &g, depth) < 0) return -1;
+    }
+}
+
+/* The next field as upb reads it: field number 0 is malformed too. */
+static inline int next_field(Reader *r, Field *f) {
+    if (read_key(r, &f->number, &f->wire_type) < 0) return -1;
+    return f->number == 0 ? malformed() : read_value(r, f, 0);
 }
 
 /* A google.protobuf.Timestamp{seconds = 1, nanos = 2} merged into (seconds, nanos), as protobuf
