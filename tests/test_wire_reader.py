@@ -109,6 +109,20 @@ def test_a_span_with_unknown_groups_reads_as_python_reads_it() -> None:
 
 
 @compiled
+def test_text_that_is_not_utf8_raises_a_decode_error_not_a_system_error() -> None:
+    # trace_state (3), name (5) and the status message both not UTF-8: only the first failure is raised
+    wire = field(3, b"\xff") + field(5, b"\xfe") + field(15, field(2, b"\xfd"))
+    with pytest.raises(UnicodeDecodeError):
+        _any_value_wire.span_parts(wire)
+    event = field(11, field(2, b"\xff"))
+    with pytest.raises(UnicodeDecodeError):
+        _any_value_wire.span_parts(event)
+    link = field(13, field(3, b"\xff"))
+    with pytest.raises(UnicodeDecodeError):
+        _any_value_wire.span_parts(link)
+
+
+@compiled
 def test_a_field_number_past_2_to_the_31_in_a_function_descriptor_is_left_to_upb() -> None:
     """It once passed a signed bounds check and wrote outside a three-item array: run apart, so
     a crash fails the test instead of the run."""

@@ -257,12 +257,12 @@ static PyObject *task_parts(PyObject *module, PyObject *const *args, Py_ssize_t 
     int read = read_task_parts(has_definition ? bytes_reader(args[0]) : NO_READER, has_definition, actor_task,
                                bytes_reader(args[2]), &t);
     PyObject *out = read == LEAVE ? Py_NewRef(Py_None) : NULL;
-    if (read == 0)
+    PyObject *error_type = read != 0 ? NULL : t.has_error ? PyLong_FromLong((long)t.error_type) : Py_NewRef(Py_None);
+    if (error_type != NULL) /* reader_* make nothing once one failed */
         out = Py_BuildValue("(iNNNNNNNNiNNN)", (int)t.task_type, reader_text(t.name), reader_text(t.function),
                             reader_bytes(t.job), reader_bytes(t.parent), reader_bytes(t.group), reader_bytes(t.actor),
                             reader_bytes(t.node), reader_bytes(t.worker), (int)t.worker_pid, reader_bytes(t.lifecycle_job),
-                            t.has_error ? PyLong_FromLong((long)t.error_type) : Py_NewRef(Py_None),
-                            reader_text(t.error_message));
+                            error_type, reader_text(t.error_message));
     PyMem_Free(t.function_buf.data);
     return out;
 }

@@ -183,10 +183,17 @@ static inline Reader bytes_reader(PyObject *bytes) {
     return (Reader){p, p + PyBytes_GET_SIZE(bytes)};
 }
 
-/* A bytes object, or a str (UTF-8, strictly: NULL with the error otherwise), of what `r` holds. */
-static inline PyObject *reader_bytes(Reader r) { return PyBytes_FromStringAndSize((const char *)r.p, r.end - r.p); }
+/* A bytes object, or a str (UTF-8, strictly: NULL with the error otherwise), of what `r` holds.
+ * NULL without a call when an error is already pending: several are made as the arguments of one
+ * Py_BuildValue("N...") (which returns NULL for a NULL one), and none may call the C API after
+ * another failed. */
+static inline PyObject *reader_bytes(Reader r) {
+    return PyErr_Occurred() ? NULL : PyBytes_FromStringAndSize((const char *)r.p, r.end - r.p);
+}
 
-static inline PyObject *reader_text(Reader r) { return PyUnicode_DecodeUTF8((const char *)r.p, r.end - r.p, NULL); }
+static inline PyObject *reader_text(Reader r) {
+    return PyErr_Occurred() ? NULL : PyUnicode_DecodeUTF8((const char *)r.p, r.end - r.p, NULL);
+}
 
 static inline int malformed(void) {
     PyErr_SetString(PyExc_ValueError, "malformed protobuf wire bytes");
