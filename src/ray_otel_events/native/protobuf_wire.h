@@ -29,8 +29,10 @@ static inline char *put_varint(char *p, uint64_t v) {
     return p;
 }
 
+/* Every copy of a possibly empty buffer checks its length first: an empty Buf's data is NULL, and
+ * memcpy from NULL is undefined even for 0 bytes. */
 static inline char *put(char *p, const char *data, Py_ssize_t n) {
-    memcpy(p, data, (size_t)n);
+    if (n > 0) memcpy(p, data, (size_t)n);
     return p + n;
 }
 
@@ -63,7 +65,7 @@ static inline int buf_reserve(Buf *b, Py_ssize_t extra) {
 static inline int buf_bytes(Buf *b, PyObject *bytes) {
     Py_ssize_t n = PyBytes_GET_SIZE(bytes);
     if (buf_reserve(b, n) < 0) return -1;
-    memcpy(b->data + b->len, PyBytes_AS_STRING(bytes), (size_t)n);
+    if (n > 0) memcpy(b->data + b->len, PyBytes_AS_STRING(bytes), (size_t)n);
     b->len += n;
     return 0;
 }
