@@ -484,6 +484,11 @@ def test_hostile_grpc_calls_get_a_status_not_a_crash(stacks: dict[str, Stack], m
         "add events": add_events.SerializeToString(),
         "add events with a group": add_events.SerializeToString() + group(77),
     }
+    too_big = field(1, b"\0" * LIMIT)
+    with grpc.insecure_channel(stack.bridge.addresses["grpc"]) as channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            channel.unary_unary(targets[0][1])(too_big, timeout=30)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]
     for target, method in targets:
         with grpc.insecure_channel(target) as channel:
             call = channel.unary_unary(method)
