@@ -5,6 +5,7 @@ leave an exception half-raised on bytes that reach them without upb."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -154,3 +155,32 @@ def test_queued_envelopes_with_keys_upb_refuses_are_refused() -> None:
     ):
         with pytest.raises(ValueError):
             otlp_wire.merge_envelopes([bad])
+
+
+def _pieces(wire: bytes) -> bytes:
+    """Forwarded pieces (posted_events.encode_pieces' form) of one event: its wire bytes, no body,
+    no attributes."""
+    return len(wire).to_bytes(4, "big") + wire + b"\xff\xff\xff\xff" + bytes(4)
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["compiled", "python"])
+def test_forwarded_pieces_with_wire_upb_refuses_are_a_value_error(pure: bool) -> None:
+    """What a bridge worker takes from another answers 400 for bytes that are not a RayEvent."""
+    script = textwrap.dedent(
+        """
+        from ray_otel_events.otel import posted_events
+        from tests.test_wire_reader import REFUSED, _pieces, field
+        print(posted_events._read_pieces is None)
+        for tail in [*REFUSED.values(), field(1, b"x")[:-1]]:
+            try:
+                posted_events.decode_pieces(_pieces(field(1, b"AAAA") + tail))
+            except ValueError as exc:
+                print("ValueError" if "not a RayEvent" in str(exc) or "truncated" in str(exc) else exc)
+        """
+    )
+    env = {**os.environ, "RAY_OTEL_EVENTS_PURE_PYTHON": "1" if pure else "0"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.split()
+    assert lines[0] == str(pure or _any_value_wire is None)
+    assert lines[1:] == ["ValueError"] * (len(REFUSED) + 1)
