@@ -245,12 +245,48 @@ static inline int read_key(Reader *r, uint32_t *number, int *wire_type) {
     return malformed();
 }
 
-static inline int skip_group(Reader *r, uint32_t number, int depth, const uint8_t **end_tag);
+/* The fields of a group up to its end tag, which must carry the group's number (`end_tag`: where
+ * that tag starts); `depth`: the groups open, this one included. upb skips them without looking
+ * at their numbers, so field number 0 passes. Out of line: groups are rare, and the fields that
+ * are not stay a loop without calls. */
+static __attribute__((noinline)) int skip_group(Reader *r, uint32_t number, int depth, const uint8_t **end_tag) {
+    if (depth > WIRE_GROUP_DEPTH_MAX) return malformed();
+    for (;;) {
+        const uint8_t *at = r->p, *inner_end;
+        uint32_t inner;
+        int wire_type;
+        uint64_t n;
+        if (read_key(r, &inner, &wire_type) < 0) return -1;
+        switch (wire_type) {
+        case 0:
+            if (read_varint(r, &n) < 0) return -1;
+            break;
+        case 1:
+        case 5:
+            if (r->end - r->p < (wire_type == 1 ? 8 : 4)) return malformed();
+            r->p += wire_type == 1 ? 8 : 4;
+            break;
+        case 2:
+            if (read_varint(r, &n) < 0) return -1;
+            if ((uint64_t)(r->end - r->p) < n) return malformed();
+            r->p += n;
+            break;
+        case 3:
+            if (skip_group(r, inner, depth + 1, &inner_end) < 0) return -1;
+            break;
+        case 4:
+            *end_tag = at;
+            return inner == number ? 0 : malformed();
+        default:
+            return malformed();
+        }
+    }
+}
 
 /* The value of a field whose key `f` holds: a group is skipped whole (its body in `payload`), as
  * upb keeps it among the unknown fields; an end tag with no group open, wire types 6 and 7 are
- * malformed. `depth`: the groups open around it. */
-static inline int read_value(Reader *r, Field *f, int depth) {
+ * malformed. */
+static inline int read_value(Reader *r, Field *f) {
     switch (f->wire_type) {
     case 0:
         return read_varint(r, &f->scalar);
@@ -275,7 +311,7 @@ static inline int read_value(Reader *r, Field *f, int depth) {
     }
     case 3: {
         const uint8_t *body = r->p, *end_tag;
-        if (skip_group(r, f->number, depth + 1, &end_tag) < 0) return -1;
+        if (skip_group(r, f->number, 1, &end_tag) < 0) return -1;
         f->payload.p = body;
         f->payload.end = end_tag;
         return 0;
@@ -285,26 +321,10 @@ static inline int read_value(Reader *r, Field *f, int depth) {
     }
 }
 
-/* The fields of a group up to its end tag, which must carry the group's number (`end_tag`: where
- * that tag starts). upb skips them without looking at their numbers, so field number 0 passes. */
-static inline int skip_group(Reader *r, uint32_t number, int depth, const uint8_t **end_tag) {
-    if (depth > WIRE_GROUP_DEPTH_MAX) return malformed();
-    for (;;) {
-        const uint8_t *at = r->p;
-        Field g;
-        if (read_key(r, &g.number, &g.wire_type) < 0) return -1;
-        if (g.wire_type == 4) {
-            *end_tag = at;
-            return g.number == number ? 0 : malformed();
-        }
-        if (read_value(r, &g, depth) < 0) return -1;
-    }
-}
-
 /* The next field as upb reads it: field number 0 is malformed too. */
 static inline int next_field(Reader *r, Field *f) {
     if (read_key(r, &f->number, &f->wire_type) < 0) return -1;
-    return f->number == 0 ? malformed() : read_value(r, f, 0);
+    return f->number == 0 ? malformed() : read_value(r, f);
 }
 
 /* A google.protobuf.Timestamp{seconds = 1, nanos = 2} merged into (seconds, nanos), as protobuf
