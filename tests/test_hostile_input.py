@@ -6,6 +6,7 @@ both answer, they answer alike."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gzip
 import json
@@ -27,7 +28,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from ray_otel_events.otel import otlp_json
+from ray_otel_events.otel import otlp_json, semconv
+from ray_otel_events.otel.plain_records import python_to_any_value
 from ray_otel_events.protobuf.events_event_aggregator_service_pb2 import AddEventsRequest
 from tests.test_wire_reader import field, group, key, nested_groups, varint
 
@@ -208,6 +210,26 @@ ODD_VALUES: list[Any] = [
 ]
 
 
+def _wrong_type_logs() -> dict[str, bytes]:
+    """`_wrong_types`' events as OTLP log records carrying RayEvents (as the OTLP bridge writes
+    them), one logs request per event type; values past int64 left out (an AnyValue cannot hold
+    them)."""
+    bodies: dict[str, bytes] = {}
+    for kind, body in _wrong_types().items():
+        request = ExportLogsServiceRequest()
+        scope = request.resource_logs.add().scope_logs.add()
+        for item in json.loads(body):
+            name = item.get("eventType")
+            record = scope.log_records.add(
+                time_unix_nano=1,
+                event_name=semconv.event_name_for(name) if isinstance(name, str) else "ray.x",
+            )
+            with contextlib.suppress(ValueError, TypeError):
+                python_to_any_value(item, record.body)
+        bodies[kind] = request.SerializeToString()
+    return bodies
+
+
 def _wrong_types() -> dict[str, bytes]:
     """Per event type, one array holding a captured event of that type once for each key path (top
     level and one down) and odd value: that key set to that value. Items are answered one by one,
@@ -341,6 +363,8 @@ def _http_cases() -> list[tuple[str, str, str, bytes, dict[str, str]]]:
                 cases.append((f"{server} {path} {name}", server, path, body, headers))
         for kind, body in _wrong_types().items():
             cases.append((f"{server} wrong types in {kind}", server, "/v1/ray-events", body, JSON))
+        for kind, body in _wrong_type_logs().items():
+            cases.append((f"{server} wrong types in {kind} logs", server, "/v1/logs", body, PROTOBUF))
     cases.append(("sink empty", "sink", "/", b"", JSON))
     cases.append(("sink not JSON", "sink", "/x", b"[{", JSON))
     cases.append(("sink nested", "sink", "/x", _deep_json(10_000), JSON))
