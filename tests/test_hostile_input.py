@@ -11,6 +11,7 @@ import copy
 import gzip
 import json
 import socket
+import sqlite3
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from ray_otel_events.durable.sqlite_queue import FILE_NAME as QUEUE_FILE
+from ray_otel_events.durable.sqlite_queue import QueueDatabase, SqliteEventQueue
 from ray_otel_events.otel import otlp_json, semconv
 from ray_otel_events.otel.plain_records import python_to_any_value
 from ray_otel_events.protobuf.events_event_aggregator_service_pb2 import AddEventsRequest
@@ -611,3 +614,29 @@ def test_limits_answer_alike_on_both_paths(
         answers[mode] = (response.status_code, _reason(response) if response.status_code >= 400 else "")
     assert answers["compiled"] == answers["python"], answers
     assert answers["compiled"][0] == status and reason in answers["compiled"][1], answers
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_damaged_stored_piece_is_dropped_and_the_bridge_starts(tmp_path: Path, mode: str) -> None:
+    """Rows of the durable queue reach the converter without upb on the compiled path: one whose
+    bytes upb refuses (a field number past 2^29-1) is deleted with a warning, and the rest resume."""
+    queue_dir = tmp_path / "queue"
+    with ServerGroup(tmp_path) as group:
+        sink, _ = group.sink("events")
+        args = ("--export-addr", url(sink), "--spans-export-addr", url(sink), "--queue-dir", str(queue_dir))
+        group.bridge(*args, env=MODES[mode]).stop()
+        database = sqlite3.connect(queue_dir / QUEUE_FILE)
+        tables = [row[0] for row in database.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        database.close()
+        queue = QueueDatabase(queue_dir, tables)
+        SqliteEventQueue(queue, "pending", 1 << 20).append(
+            [field(1, b"AAAA") + key(1 << 29, 0) + b"\x01"], [7], [b"entity"]
+        )
+        queue.close()
+        bridge = group.bridge(*args, env=MODES[mode])
+        assert bridge.proc.poll() is None
+        assert "stored pieces are not RayEvents; deleted" in bridge.stderr()
+        bridge.stop()
+        queue = QueueDatabase(queue_dir, tables)
+        assert SqliteEventQueue(queue, "pending", 1 << 20).read_all().wires == []
+        queue.close()
