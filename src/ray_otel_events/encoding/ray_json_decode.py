@@ -484,6 +484,17 @@ def read_event(obj: Any, ignore_unknown_fields: bool = False) -> tuple[RayEvent,
         _fill(event, obj)
     except (_Fallback, ValueError, TypeError, OverflowError):
         event = RayEvent()
-        json_format.ParseDict(obj, event, ignore_unknown_fields=ignore_unknown_fields)
+        parse_dict(obj, event, ignore_unknown_fields)
         return event, False
     return event, True
+
+
+def parse_dict(obj: Any, event: RayEvent, ignore_unknown_fields: bool = False) -> None:
+    """json_format.ParseDict, whose errors on hostile values are not all ParseError: a value
+    nested a thousand deep overflows its stack, a timestamp's fraction like "4E999" its floats."""
+    try:
+        json_format.ParseDict(obj, event, ignore_unknown_fields=ignore_unknown_fields)
+    except RecursionError:
+        raise json_format.ParseError("a value is nested too deep") from None
+    except OverflowError as exc:
+        raise json_format.ParseError(f"a number is out of range: {exc}") from None

@@ -346,21 +346,24 @@ static PyObject *task_parts(PyObject *module, PyObject *const *args, Py_ssize_t 
                                bytes_reader(args[2]), &t);
     PyObject *out = read == LEAVE ? Py_NewRef(Py_None) : NULL;
     if (read == 0) {
-        PyObject *parts[N_PARTS] = {
-            [P_TASK_TYPE] = PyLong_FromLong((long)t.task_type),
-            [P_NAME] = reader_text(t.name),
-            [P_FUNCTION] = reader_text(t.function),
-            [P_JOB_ID] = reader_bytes(t.job),
-            [P_PARENT_TASK_ID] = reader_bytes(t.parent),
-            [P_PLACEMENT_GROUP_ID] = reader_bytes(t.group),
-            [P_ACTOR_ID] = reader_bytes(t.actor),
-            [P_NODE_ID] = reader_bytes(t.node),
-            [P_WORKER_ID] = reader_bytes(t.worker),
-            [P_WORKER_PID] = PyLong_FromLong((long)t.worker_pid),
-            [P_LIFECYCLE_JOB_ID] = reader_bytes(t.lifecycle_job),
-            [P_ERROR_TYPE] = t.has_error ? PyLong_FromLong((long)t.error_type) : Py_NewRef(Py_None),
-            [P_ERROR_MESSAGE] = reader_text(t.error_message),
-        }, *items[N_PARTS];
+        /* One call at a time, in order: none may call the C API after another failed (the reader_*
+         * return NULL at once then, and new_tuple drops what was made). */
+        PyObject *parts[N_PARTS], *items[N_PARTS];
+        parts[P_TASK_TYPE] = PyLong_FromLong((long)t.task_type);
+        parts[P_WORKER_PID] = PyErr_Occurred() ? NULL : PyLong_FromLong((long)t.worker_pid);
+        parts[P_ERROR_TYPE] = PyErr_Occurred() ? NULL
+                              : t.has_error    ? PyLong_FromLong((long)t.error_type)
+                                               : Py_NewRef(Py_None);
+        parts[P_NAME] = reader_text(t.name);
+        parts[P_FUNCTION] = reader_text(t.function);
+        parts[P_JOB_ID] = reader_bytes(t.job);
+        parts[P_PARENT_TASK_ID] = reader_bytes(t.parent);
+        parts[P_PLACEMENT_GROUP_ID] = reader_bytes(t.group);
+        parts[P_ACTOR_ID] = reader_bytes(t.actor);
+        parts[P_NODE_ID] = reader_bytes(t.node);
+        parts[P_WORKER_ID] = reader_bytes(t.worker);
+        parts[P_LIFECYCLE_JOB_ID] = reader_bytes(t.lifecycle_job);
+        parts[P_ERROR_MESSAGE] = reader_text(t.error_message);
         for (int i = 0; i < N_PARTS; i++) items[task_part_at[i]] = parts[i];
         out = new_tuple(task_parts_type, N_PARTS, items);
     }

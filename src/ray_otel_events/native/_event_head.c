@@ -291,7 +291,7 @@ static PyObject *head(PyObject *module, PyObject *arg) {
         reader_bytes(payload),
         attributes,
     };
-    PyObject *out = ((PyTypeObject *)head_type)->tp_alloc((PyTypeObject *)head_type, 11);
+    PyObject *out = PyErr_Occurred() ? NULL : ((PyTypeObject *)head_type)->tp_alloc((PyTypeObject *)head_type, 11);
     for (int i = 0; i < 11; i++) {
         if (items[i] == NULL || out == NULL) {
             for (int j = 0; j < 11; j++) Py_XDECREF(items[j]);

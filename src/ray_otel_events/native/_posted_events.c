@@ -472,7 +472,8 @@ static int emit_message(Buf *out, uint32_t number, Level *lv) {
         p = put_varint(p, ((uint64_t)number << 3) | 2);
         p = put_varint(p, (uint64_t)total);
     }
-    for (int i = 0; i < lv->n_segs; i++) p = put(p, lv->wire.data + segs[i].start, segs[i].end - segs[i].start);
+    for (int i = 0; i < lv->n_segs; i++)
+        if (segs[i].end > segs[i].start) p = put(p, lv->wire.data + segs[i].start, segs[i].end - segs[i].start);
     out->len = p - out->data;
     return DONE;
 }
@@ -908,7 +909,7 @@ static PyObject *pieces(PyObject *module, PyObject *const *args, Py_ssize_t narg
             PyObject *field = records || f == 0 ? PyTuple_GET_ITEM(PyList_GET_ITEM(events, i), at[f]) : NULL;
             uint32_t n = field ? (uint32_t)PyBytes_GET_SIZE(field) : f == 1 ? NO_BODY : 0;
             for (int k = 0; k < 4; k++) *p++ = (char)(n >> (24 - 8 * k));
-            if (field) memcpy(p, PyBytes_AS_STRING(field), n);
+            if (field && n) memcpy(p, PyBytes_AS_STRING(field), n);
             p += field ? n : 0;
         }
     return out;

@@ -36,7 +36,7 @@ static inline int raw_reserve(RawBuf *b, size_t extra) {
 }
 
 static inline void raw_put(RawBuf *b, const void *s, size_t n) {
-    if (raw_reserve(b, n) < 0) return;
+    if (raw_reserve(b, n) < 0 || n == 0) return;
     memcpy(b->data + b->len, s, n);
     b->len += n;
 }

@@ -29,8 +29,10 @@ static inline char *put_varint(char *p, uint64_t v) {
     return p;
 }
 
+/* Every copy of a possibly empty buffer checks its length first: an empty Buf's data is NULL, and
+ * memcpy from NULL is undefined even for 0 bytes. */
 static inline char *put(char *p, const char *data, Py_ssize_t n) {
-    memcpy(p, data, (size_t)n);
+    if (n > 0) memcpy(p, data, (size_t)n);
     return p + n;
 }
 
@@ -63,7 +65,7 @@ static inline int buf_reserve(Buf *b, Py_ssize_t extra) {
 static inline int buf_bytes(Buf *b, PyObject *bytes) {
     Py_ssize_t n = PyBytes_GET_SIZE(bytes);
     if (buf_reserve(b, n) < 0) return -1;
-    memcpy(b->data + b->len, PyBytes_AS_STRING(bytes), (size_t)n);
+    if (n > 0) memcpy(b->data + b->len, PyBytes_AS_STRING(bytes), (size_t)n);
     b->len += n;
     return 0;
 }
@@ -183,10 +185,17 @@ static inline Reader bytes_reader(PyObject *bytes) {
     return (Reader){p, p + PyBytes_GET_SIZE(bytes)};
 }
 
-/* A bytes object, or a str (UTF-8, strictly: NULL with the error otherwise), of what `r` holds. */
-static inline PyObject *reader_bytes(Reader r) { return PyBytes_FromStringAndSize((const char *)r.p, r.end - r.p); }
+/* A bytes object, or a str (UTF-8, strictly: NULL with the error otherwise), of what `r` holds.
+ * NULL without a call when an error is already pending: several are made as the arguments of one
+ * Py_BuildValue("N...") (which returns NULL for a NULL one), and none may call the C API after
+ * another failed. */
+static inline PyObject *reader_bytes(Reader r) {
+    return PyErr_Occurred() ? NULL : PyBytes_FromStringAndSize((const char *)r.p, r.end - r.p);
+}
 
-static inline PyObject *reader_text(Reader r) { return PyUnicode_DecodeUTF8((const char *)r.p, r.end - r.p, NULL); }
+static inline PyObject *reader_text(Reader r) {
+    return PyErr_Occurred() ? NULL : PyUnicode_DecodeUTF8((const char *)r.p, r.end - r.p, NULL);
+}
 
 static inline int malformed(void) {
     PyErr_SetString(PyExc_ValueError, "malformed protobuf wire bytes");
@@ -207,7 +216,8 @@ static inline int read_varint(Reader *r, uint64_t *out) {
     return malformed();
 }
 
-/* One field: its number, wire type, and (length-delimited) payload or (varint, fixed) value. */
+/* One field: its number, wire type, and (length-delimited) payload, (group) body between its start
+ * and end tags, or (varint, fixed) value. */
 typedef struct {
     uint32_t number;
     int wire_type;
@@ -215,11 +225,68 @@ typedef struct {
     uint64_t scalar;
 } Field;
 
-static inline int next_field(Reader *r, Field *f) {
-    uint64_t key;
-    if (read_varint(r, &key) < 0) return -1;
-    f->number = (uint32_t)(key >> 3);
-    f->wire_type = (int)(key & 7);
+/* How deep groups may nest, counted from the bytes a reader is handed: upb's default depth limit. */
+#define WIRE_GROUP_DEPTH_MAX 100
+
+/* A key as upb reads one: a varint of at most 5 bytes and 32 bits, so field numbers up to 2^29-1. */
+static inline int read_key(Reader *r, uint32_t *number, int *wire_type) {
+    uint64_t key = 0;
+    for (int i = 0; i < 5; i++) {
+        if (r->p >= r->end) return malformed();
+        uint8_t byte = *r->p++;
+        key |= (uint64_t)(byte & 0x7f) << (7 * i);
+        if (byte < 0x80) {
+            if (key > UINT32_MAX) return malformed();
+            *number = (uint32_t)(key >> 3);
+            *wire_type = (int)(key & 7);
+            return 0;
+        }
+    }
+    return malformed();
+}
+
+/* The fields of a group up to its end tag, which must carry the group's number (`end_tag`: where
+ * that tag starts); `depth`: the groups open, this one included. upb skips them without looking
+ * at their numbers, so field number 0 passes. Out of line: groups are rare, and the fields that
+ * are not stay a loop without calls. */
+static __attribute__((noinline)) int skip_group(Reader *r, uint32_t number, int depth, const uint8_t **end_tag) {
+    if (depth > WIRE_GROUP_DEPTH_MAX) return malformed();
+    for (;;) {
+        const uint8_t *at = r->p, *inner_end;
+        uint32_t inner;
+        int wire_type;
+        uint64_t n;
+        if (read_key(r, &inner, &wire_type) < 0) return -1;
+        switch (wire_type) {
+        case 0:
+            if (read_varint(r, &n) < 0) return -1;
+            break;
+        case 1:
+        case 5:
+            if (r->end - r->p < (wire_type == 1 ? 8 : 4)) return malformed();
+            r->p += wire_type == 1 ? 8 : 4;
+            break;
+        case 2:
+            if (read_varint(r, &n) < 0) return -1;
+            if ((uint64_t)(r->end - r->p) < n) return malformed();
+            r->p += n;
+            break;
+        case 3:
+            if (skip_group(r, inner, depth + 1, &inner_end) < 0) return -1;
+            break;
+        case 4:
+            *end_tag = at;
+            return inner == number ? 0 : malformed();
+        default:
+            return malformed();
+        }
+    }
+}
+
+/* The value of a field whose key `f` holds: a group is skipped whole (its body in `payload`), as
+ * upb keeps it among the unknown fields; an end tag with no group open, wire types 6 and 7 are
+ * malformed. */
+static inline int read_value(Reader *r, Field *f) {
     switch (f->wire_type) {
     case 0:
         return read_varint(r, &f->scalar);
@@ -242,9 +309,22 @@ static inline int next_field(Reader *r, Field *f) {
         r->p += n;
         return 0;
     }
-    default: /* groups: OTLP has none */
+    case 3: {
+        const uint8_t *body = r->p, *end_tag;
+        if (skip_group(r, f->number, 1, &end_tag) < 0) return -1;
+        f->payload.p = body;
+        f->payload.end = end_tag;
+        return 0;
+    }
+    default:
         return malformed();
     }
+}
+
+/* The next field as upb reads it: field number 0 is malformed too. */
+static inline int next_field(Reader *r, Field *f) {
+    if (read_key(r, &f->number, &f->wire_type) < 0) return -1;
+    return f->number == 0 ? malformed() : read_value(r, f);
 }
 
 /* A google.protobuf.Timestamp{seconds = 1, nanos = 2} merged into (seconds, nanos), as protobuf

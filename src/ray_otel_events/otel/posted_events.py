@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 import orjson
 from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import DecodeError
 
 from ray_otel_events import config
 from ray_otel_events.encoding import ray_json_decode
@@ -188,7 +189,15 @@ def encode_pieces(events: list[EventParts], records: bool = True) -> bytes:
 
 
 def decode_pieces(data: bytes) -> list[EventParts]:
-    """The events `encode_pieces` wrote; ValueError when the data is cut short."""
+    """The events `encode_pieces` wrote; ValueError when the data is cut short or an event's wire
+    bytes are not a RayEvent (upb's DecodeError, which is not a ValueError)."""
+    try:
+        return _decode_pieces(data)
+    except DecodeError as exc:
+        raise ValueError(f"a piece is not a RayEvent: {exc}") from None
+
+
+def _decode_pieces(data: bytes) -> list[EventParts]:
     if _read_pieces is not None:
         items, whole = _read_pieces(data)
         if whole:

@@ -14,6 +14,7 @@ import binascii
 import datetime
 import functools
 import json
+import reprlib
 from collections.abc import Callable
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -436,12 +437,22 @@ def _prepare_python(event: Any) -> Prepared:
     try:
         piece = piece_of(event)
     except FOLD_ERRORS as exc:
-        raise ValueError(f"{event.get('eventType')}: {exc}") from None
+        raise ValueError(f"{_shown(event.get('eventType'))}: {exc}") from None
     if piece is None:
         return Prepared(event_id, None, None)
-    return Prepared(
-        event_id, (piece.resource, piece.entity_id, piece.attempt, str(event.get("sessionName", ""))), piece
-    )
+    session = event.get("sessionName", "")
+    if not isinstance(session, str):
+        try:
+            session = str(session)
+        except RecursionError:
+            raise ValueError("sessionName: nested too deep to be a session name") from None
+    return Prepared(event_id, (piece.resource, piece.entity_id, piece.attempt, session), piece)
+
+
+def _shown(value: Any) -> str:
+    """A posted value in an error message: a string as it is, anything else cut short (a list
+    nested a thousand deep would overflow the stack as a whole repr)."""
+    return value if isinstance(value, str) else reprlib.repr(value)
 
 
 def apply(row: Row, piece: Piece) -> None:
