@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import requests
 from helpers.agg_procs import CliServer, clean_env
+from helpers.otlp_logs import STDERR_LINE, STDOUT_LINE, export_log_lines
 from helpers.ray_cluster import ray_bin, ray_cluster
 
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "build" / "screenshots"
@@ -160,7 +161,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
             live["timeline"] = _get(cluster.dashboard, timeline)
         # Task log lines reach the store as OTLP log records (here from the OTel SDK's exporter)
         boom = next(r for r in live["tasks"]["data"]["result"]["result"] if r["name"] == "boom")
-        _export_log_lines(f"http://{serve.address}/v1/logs", boom["task_id"])
+        export_log_lines(f"http://{serve.address}/v1/logs", boom["task_id"])
         yield Recorded(live, ours, serve, job_id)
         serve.stop()
     finally:
@@ -280,26 +281,10 @@ def test_ray_job_cli_and_task_logs_over_our_dashboard(recorded: Recorded) -> Non
     out = requests.get(recorded.ours + path + "&suffix=out", timeout=30)
     err = requests.get(recorded.ours + path + "&suffix=err", timeout=30)
     assert out.status_code == err.status_code == 200
-    assert out.text == "about to fail\n"
-    assert err.text == "Traceback: ValueError dashboard test failure\n"
+    assert out.text == STDOUT_LINE + "\n"
+    assert err.text == STDERR_LINE + "\n"
     missing = requests.get(recorded.ours + "/api/v0/logs/file?task_id=00ff&suffix=out", timeout=30)
     assert missing.status_code == 404 and "00ff" in missing.text
-
-
-def _export_log_lines(endpoint: str, task_id: str) -> None:
-    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
-    from opentelemetry.sdk._logs import LoggerProvider
-    from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
-
-    provider = LoggerProvider()
-    provider.add_log_record_processor(SimpleLogRecordProcessor(OTLPLogExporter(endpoint=endpoint)))
-    logger = provider.get_logger("ray_otel_events.task_logs")
-    for stream, text in (
-        ("stdout", "about to fail"),
-        ("stderr", "Traceback: ValueError dashboard test failure"),
-    ):
-        logger.emit(body=text, attributes={"ray.task_id": task_id, "log.iostream": stream})
-    provider.shutdown()
 
 
 def test_the_ray_dashboard_page_in_chromium(recorded: Recorded) -> None:
@@ -344,9 +329,9 @@ def test_the_ray_dashboard_page_in_chromium(recorded: Recorded) -> None:
         ("cluster", "cluster", ["Node summary fetched", node_id[:5], "ALIVE", "1.0 CPU"]),
         ("node", f"cluster/nodes/{node_id}", ["Node details fetched", "ACTOR (2)", f"WORKER ({alive})"]),
         ("task", f"jobs/{job}/tasks/{boom}", ["boom", "FAILED", "ValueError dashboard test failure"]),
-        ("task-stdout", f"jobs/{job}/tasks/{boom}", ["boom", "about to fail"]),
+        ("task-stdout", f"jobs/{job}/tasks/{boom}", ["boom", STDOUT_LINE]),
         ("logs", f"logs?nodeId={node_id}", [worker_file]),
-        ("log-file", f"logs/viewer?nodeId={node_id}&fileName={worker_file}", ["about to fail"]),
+        ("log-file", f"logs/viewer?nodeId={node_id}&fileName={worker_file}", [STDOUT_LINE]),
         ("overview", "overview", ["Recent jobs", job, "Cluster utilization"]),
     ]
     try:
