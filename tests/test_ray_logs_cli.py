@@ -47,6 +47,12 @@ def _definition(event_type: str, name: str) -> dict[str, Any]:
 TASK = _hex(_definition("TASK_DEFINITION_EVENT", "child")["taskId"])
 ACTOR_TASK = _definition("ACTOR_TASK_DEFINITION_EVENT", "inc")
 ACTOR = _hex(ACTOR_TASK["actorId"])
+LIFECYCLES = [e["taskLifecycleEvent"] for e in EVENTS if e["eventType"] == "TASK_LIFECYCLE_EVENT"]
+ON_WORKER = _hex(next(t["taskId"] for t in LIFECYCLES if t.get("workerId")))  # a task on a known worker
+BY_PID = next(t for t in LIFECYCLES if t.get("workerPid"))  # a task known by its worker's pid only
+NODE_IP = next(
+    e["nodeDefinitionEvent"]["nodeIpAddress"] for e in EVENTS if e["eventType"] == "NODE_DEFINITION_EVENT"
+)
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -82,7 +88,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     try:
         base = f"http://{serve.address}"
         assert requests.post(f"{base}/v1/ray-events", json=EVENTS, timeout=30).status_code == 200
-        for task in (TASK, _hex(ACTOR_TASK["taskId"])):
+        for task in (TASK, _hex(ACTOR_TASK["taskId"]), ON_WORKER, _hex(BY_PID["taskId"])):
             export_log_lines(f"{base}/v1/logs", task)
         tasks = requests.get(f"{base}/api/v0/tasks?limit=100", timeout=30).json()["data"]["result"]["result"]
         assert TASK in {t["task_id"] for t in tasks}
@@ -110,6 +116,29 @@ def test_ray_logs_task_and_actor_from_the_store(store: Path) -> None:
         assert "ray_otel_events" not in missing.stderr
         serve.stop()
         assert "Traceback" not in serve.stderr()
+    finally:
+        serve.close()
+
+
+def test_ray_logs_worker_files_and_pids_from_the_store(store: Path) -> None:
+    """`ray logs cluster` lists the workers' files the store can rebuild; `ray logs FILE` and
+    `ray logs worker --pid` print them (the node named, as Ray needs for files and pids)."""
+    serve, _, gcs = _serve(store)
+    try:
+        listed = _ray("logs", "cluster", "--node-ip", NODE_IP, "--address", gcs)
+        assert listed.returncode == 0, listed.stdout + listed.stderr
+        files = [w.strip("- ") for w in listed.stdout.split() if w.startswith("worker-")]
+        out_file = next(f for f in files if f.endswith(".out"))
+        assert out_file.replace(".out", ".err") in files, listed.stdout
+        shown = _ray("logs", out_file, "--node-ip", NODE_IP, "--address", gcs)
+        assert shown.returncode == 0 and shown.stdout.rstrip().endswith(STDOUT_LINE), (
+            shown.stdout + shown.stderr
+        )
+        pid = str(BY_PID["workerPid"])
+        by_pid = _ray("logs", "worker", "--pid", pid, "--err", "--node-ip", NODE_IP, "--address", gcs)
+        assert by_pid.returncode == 0, by_pid.stdout + by_pid.stderr
+        assert by_pid.stdout.rstrip().endswith(STDERR_LINE), by_pid.stdout
+        serve.stop()
     finally:
         serve.close()
 

@@ -66,7 +66,7 @@ def load_ray_gcs_protocol() -> RayGcsProtocol:
         messages=gcs_service_pb2,
         dashboard_key=key.encode() if isinstance(key, str) else bytes(key),
         dashboard_namespace=bytes(ray_constants.KV_NAMESPACE_DASHBOARD),
-        node_ip=str(services.get_node_ip_address()),
+        node_ip=str(services.get_node_ip_address()),  # type: ignore[no-untyped-call]
     )
 
 
@@ -89,7 +89,9 @@ def is_wildcard(host: str) -> bool:
 class RayGcsFacade(grpc.GenericRpcHandler):  # type: ignore[misc]
     """GetClusterId and InternalKVGet of the dashboard's address; UNIMPLEMENTED for the rest."""
 
-    def __init__(self, protocol: RayGcsProtocol, dashboard_address: str, cluster_id: bytes | None = None) -> None:
+    def __init__(
+        self, protocol: RayGcsProtocol, dashboard_address: str, cluster_id: bytes | None = None
+    ) -> None:
         self.protocol = protocol
         self.dashboard_address = dashboard_address.encode()
         self.cluster_id = cluster_id or os.urandom(CLUSTER_ID_BYTES)
@@ -99,7 +101,9 @@ class RayGcsFacade(grpc.GenericRpcHandler):  # type: ignore[misc]
                 self.get_cluster_id, pb.GetClusterIdRequest.FromString, pb.GetClusterIdReply.SerializeToString
             ),
             "/ray.rpc.InternalKVGcsService/InternalKVGet": grpc.unary_unary_rpc_method_handler(
-                self.internal_kv_get, pb.InternalKVGetRequest.FromString, pb.InternalKVGetReply.SerializeToString
+                self.internal_kv_get,
+                pb.InternalKVGetRequest.FromString,
+                pb.InternalKVGetReply.SerializeToString,
             ),
         }
         self._unimplemented = grpc.unary_unary_rpc_method_handler(self.unimplemented)
@@ -116,7 +120,10 @@ class RayGcsFacade(grpc.GenericRpcHandler):  # type: ignore[misc]
 
     async def internal_kv_get(self, request: Any, _context: Any) -> Any:
         pb = self.protocol.messages
-        if request.namespace == self.protocol.dashboard_namespace and request.key == self.protocol.dashboard_key:
+        if (
+            request.namespace == self.protocol.dashboard_namespace
+            and request.key == self.protocol.dashboard_key
+        ):
             return pb.InternalKVGetReply(value=self.dashboard_address)
         status = pb.GcsStatus(code=NOT_FOUND, message=f"{request.key!r}: {NOT_A_CLUSTER}")
         return pb.InternalKVGetReply(status=status)
