@@ -461,9 +461,9 @@ class RayDashboardViews:
         return found
 
     def log_file(self, params: Params, _media: str) -> Answer:
-        """A task's (or an actor's, or a listed worker file's) stored log lines as text, where Ray
-        streams the part of the worker's file the task wrote. Stored lines carry no attempt
-        number, so a retried task's lines are those of all its attempts."""
+        """A task's (or an actor's, a worker pid's on a node, a listed worker file's) stored log
+        lines as text, where Ray streams the part of the worker's file the task wrote. Stored lines
+        carry no attempt number, so a retried task's lines are those of all its attempts."""
         suffix = params.get("suffix", "out")
         if suffix not in _STREAMS:
             return 400, f"suffix must be out or err, got {suffix!r}"
@@ -479,13 +479,24 @@ class RayDashboardViews:
                 return 404, f"Could not find the task {params['task_id']}"
         elif params.get("actor_id"):
             tasks = [t["task_id"] for t in self._rows(TASKS, ("actor_id", params["actor_id"].lower()))]
+        elif params.get("pid"):
+            if not params["pid"].isdigit():
+                return 400, f"pid must be an integer, got {params['pid']!r}"
+            node = (params.get("node_id") or "").lower() or next(
+                (n for n, ip in self._node_ips().items() if ip == params.get("node_ip")), ""
+            )
+            tasks = [  # a pid is a worker's on one node (a task with no node stored could be any)
+                t["task_id"]
+                for t in self._rows(TASKS, ("worker_pid", params["pid"]))
+                if not node or t.get("node_id") in (None, "", node)
+            ]
         elif worker_file:
             worker, _job, _pid, suffix = worker_file.groups()
             tasks = [t["task_id"] for t in self._rows(TASKS, ("worker_id", worker))]
         elif params.get("filename"):
             return 404, f"{params['filename']} is {NOT_RECORDED}; only workers' task output is kept"
         else:
-            return 400, "one of task_id, actor_id or filename is required"
+            return 400, "one of task_id, actor_id, pid or filename is required"
         lines = [
             line
             for task_id in dict.fromkeys(tasks)
