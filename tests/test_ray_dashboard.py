@@ -262,7 +262,11 @@ def test_our_dashboard_answers_what_the_live_one_did(recorded: Recorded) -> None
 
 
 def test_ray_job_cli_and_task_logs_over_our_dashboard(recorded: Recorded) -> None:
-    env = {k: v for k, v in clean_env({"RAY_AUTH_MODE": "disabled"}).items() if k != "RAY_ADDRESS"}
+    loopback = {
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    }  # see test_ray_logs_cli
+    env = {k: v for k, v in clean_env(loopback).items() if k != "RAY_ADDRESS"}
 
     def ray(*args: str) -> str:
         out = subprocess.run([ray_bin(), *args], env=env, capture_output=True, text=True, timeout=120)

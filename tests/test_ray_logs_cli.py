@@ -56,7 +56,8 @@ NODE_IP = next(
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = clean_env({"RAY_AUTH_MODE": "disabled", **extra})
+    # Ray's CLI keeps the loopback --address (serve binds nothing else) only with this variable.
+    env = clean_env({"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", **extra})
     env.pop("RAY_ADDRESS", None)  # the address comes from --address only
     return env
 

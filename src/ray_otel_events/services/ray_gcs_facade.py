@@ -8,11 +8,10 @@ the CLI at `serve`'s Ray dashboard port; every other GCS method is UNIMPLEMENTED
 KV key is not found: this is a history store, not a live cluster.
 
 Ray's CLI never dials a loopback address as given: it swaps `127.0.0.1` and `localhost` for the
-machine's own address (as it finds it), which Ray's real GCS, listening on every interface,
-answers. So when `--host` is a loopback address the facade also listens on that one address,
-same port: it reveals no more than a random cluster id and where the (loopback) dashboard is, and
-takes the same token as the rest of `serve`. Message classes come from the user's installed `ray`
-package, imported only when the option is given.
+machine's own address unless RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 is in its environment. The facade
+binds `--ray-gcs-host` (`--host` by default, so loopback): widening it is the user's choice, as for
+every server here. It takes the same token as the rest of `serve`. Message classes come from the
+user's installed `ray` package, imported only when the option is given.
 """
 
 from __future__ import annotations
@@ -49,7 +48,7 @@ class RayGcsProtocol:
     messages: ModuleType
     dashboard_key: bytes
     dashboard_namespace: bytes
-    node_ip: str  # the address Ray's CLI dials when given a loopback one
+    node_ip: str  # the machine's address, as Ray's CLI finds it: where a wildcard bind is reached
 
 
 def load_ray_gcs_protocol() -> RayGcsProtocol:
@@ -68,15 +67,6 @@ def load_ray_gcs_protocol() -> RayGcsProtocol:
         dashboard_namespace=bytes(ray_constants.KV_NAMESPACE_DASHBOARD),
         node_ip=str(services.get_node_ip_address()),  # type: ignore[no-untyped-call]
     )
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def is_wildcard(host: str) -> bool:
@@ -136,13 +126,6 @@ def dashboard_address(host: str, dashboard_port: int, protocol: RayGcsProtocol) 
     """Where the CLI should fetch logs: `serve`'s Ray dashboard port on the host it binds (the
     machine's address when that is every interface)."""
     return f"{protocol.node_ip if is_wildcard(host) else host}:{dashboard_port}"
-
-
-def listen_hosts(host: str, protocol: RayGcsProtocol) -> list[str]:
-    """`host`, and the address Ray's CLI dials instead when `host` is loopback (see module doc)."""
-    if is_loopback(host) and protocol.node_ip and not is_loopback(protocol.node_ip):
-        return [host, protocol.node_ip]
-    return [host]
 
 
 def _bracket(host: str) -> str:

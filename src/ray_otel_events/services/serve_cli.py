@@ -46,7 +46,6 @@ from ray_otel_events.services.ray_gcs_facade import (
     GcsProtocolUnavailable,
     RayGcsFacade,
     dashboard_address,
-    listen_hosts,
     load_ray_gcs_protocol,
     start_gcs_server,
 )
@@ -100,6 +99,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="also answer the GCS calls Ray's `ray logs --address HOST:PORT` makes to find the dashboard "
         "port (needs --ray-dashboard-port); 0 picks a free one (default: off)",
+    )
+    parser.add_argument(
+        "--ray-gcs-host",
+        default=None,
+        help="the address --ray-gcs-port binds (default: --host). Ray's CLI dials the machine's own "
+        "address when given a loopback one, unless RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 is set for it",
     )
     add_security_arguments(parser)
     add_logging_arguments(parser)
@@ -244,10 +249,11 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
     protocol = getattr(args, "ray_gcs_protocol", None)
     if protocol is not None:
         ray_dashboard = dashboard_address(args.host, runners[1].addresses[0][1], protocol)
+        gcs_host = args.ray_gcs_host or args.host
         try:
             gcs, gcs_port = await start_gcs_server(
                 RayGcsFacade(protocol, ray_dashboard),
-                listen_hosts(args.host, protocol),
+                [gcs_host],
                 args.ray_gcs_port,
                 credentials=tls.grpc_credentials() if tls else None,
                 interceptors=[token.grpc_interceptor()] if token else [],
