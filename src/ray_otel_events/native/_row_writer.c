@@ -325,7 +325,9 @@ static PyTypeObject WriterType = {
     .tp_methods = writer_methods,
 };
 
-static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_row_writer", NULL, -1, NULL};
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_row_writer", NULL, -1, NULL, NULL, NULL, NULL, NULL,
+};
 
 PyMODINIT_FUNC PyInit__row_writer(void) {
     if (PyType_Ready(&WriterType) < 0) return NULL;
