@@ -46,13 +46,16 @@ def guarded(check: Check, known: Sequence[Known]) -> Check:
 
 
 def main(check: Check, seeds: Callable[[], Iterable[bytes]], known: Sequence[Known] = ()) -> None:
-    """`harness.py --seeds DIR` writes the seeds; otherwise the arguments are libFuzzer's: corpus
-    directories to fuzz from, or files to run once each (the regressions). `known`: the defects
-    whose inputs are skipped until they are fixed."""
-    if len(sys.argv) == 3 and sys.argv[1] == "--seeds":
-        print(write_seeds(seeds(), Path(sys.argv[2])))
-        return
+    """The arguments are libFuzzer's (corpus directories to fuzz from, whose inputs run first, or
+    files to run once each), and `--seeds=DIR`: write the seeds into DIR first. `known`: the
+    defects whose inputs are skipped until they are fixed."""
+    argv = []
+    for arg in sys.argv:
+        if arg.startswith("--seeds="):
+            print(f"seeds: {write_seeds(seeds(), Path(arg.removeprefix('--seeds=')))}", flush=True)
+        else:
+            argv.append(arg)
     import atheris
 
-    atheris.Setup(sys.argv, guarded(check, known))
+    atheris.Setup(argv, guarded(check, known))
     atheris.Fuzz()

@@ -1,12 +1,15 @@
 """`make sanitize`: the compiled helpers' tests (each compares a compiled module with its Python
-twin) run against the sanitized build, ASan and UBSan stopping at the first report.
+twin) run against the sanitized build, ASan and UBSan stopping at the first report; one pytest
+process a module, SANITIZE_JOBS (default: the cores) at a time.
 
 Usage: python fuzz/sanitize.py [pytest arguments]"""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from environment import ROOT, SANITIZED, clang_runtime, sanitized_env
 
@@ -32,11 +35,26 @@ CHECK = (
 )
 
 
+def _run(test: str, env: dict[str, str], extra: list[str]) -> tuple[str, int, str]:
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test, *extra]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    return test, done.returncode, done.stdout + done.stderr
+
+
 def main() -> int:
     env = sanitized_env(clang_runtime())
     subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, env=env, check=True)
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS, *sys.argv[1:]]
-    return subprocess.run(command, cwd=ROOT, env=env).returncode
+    jobs = int(os.environ.get("SANITIZE_JOBS", "0")) or os.cpu_count() or 1
+    print(f"{len(TESTS)} test modules against the sanitized build, {jobs} at a time", flush=True)
+    failed = 0
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for test, code, output in pool.map(lambda t: _run(t, env, sys.argv[1:]), TESTS):
+            lines = output.strip().splitlines()
+            print(f"{test}: {lines[-1] if lines else f'exit {code}'}", flush=True)
+            if code:
+                failed += 1
+                print(output, file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
