@@ -11,7 +11,7 @@ from typing import Any
 import engine
 import seeds
 from google.protobuf.message import DecodeError
-from known import FIELD_NUMBERS, SLIM_KEEPS, KeptWhatUpbDrops, ReadWhatUpbRefuses
+from known import FIELD_NUMBERS, HEAD_PAYLOAD_UNREAD, SLIM_KEEPS, KeptWhatUpbDrops, ReadWhatUpbRefuses
 
 from ray_otel_events.native import _event_head
 from ray_otel_events.otel import event_heads, from_ray_events
@@ -88,4 +88,4 @@ def _seeds() -> list[bytes]:
 
 
 if __name__ == "__main__":
-    engine.main(check, _seeds, [FIELD_NUMBERS, SLIM_KEEPS])
+    engine.main(check, _seeds, [FIELD_NUMBERS, HEAD_PAYLOAD_UNREAD, SLIM_KEEPS])

@@ -101,6 +101,12 @@ FIELD_NUMBERS = Known(
     " readers read bytes upb refuses",
     lambda data, exc: isinstance(exc, ReadWhatUpbRefuses) and holds(exc.wire, _refused_number),
 )
+HEAD_PAYLOAD_UNREAD = Known(
+    "the head reader (_event_head.c head) reads a payload's fields only as deep as the head needs:"
+    " an event whose payload upb refuses (a group left open inside a transition) gets a head, where"
+    " the Python path refuses the event",
+    lambda data, exc: isinstance(exc, ReadWhatUpbRefuses) and holds(exc.wire, _group),
+)
 SLIM_KEEPS = Known(
     "the definition filter (_event_head.c slim) keeps fields upb drops when it copies the kept"
     " fields: one written with its default value (an empty string, a zero) or one of another wire"
