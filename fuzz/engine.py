@@ -31,16 +31,23 @@ def guarded(check: Check, known: Sequence[Known]) -> Check:
     stderr the first time (the run's summary lists them)."""
     skipped: set[str] = set()
 
+    def skip(defect: str) -> None:
+        if defect not in skipped:
+            skipped.add(defect)
+            print(f"KNOWN DEFECT (input skipped): {defect}", file=sys.stderr, flush=True)
+
     def run(data: bytes) -> None:
+        crash = next((k.defect for k in known if k.crashes is not None and k.crashes(data)), None)
+        if crash is not None:
+            skip(crash)
+            return
         try:
             check(data)
         except Exception as exc:
             defect = next((k.defect for k in known if k.shows(data, exc)), None)
             if defect is None:
                 raise
-            if defect not in skipped:
-                skipped.add(defect)
-                print(f"KNOWN DEFECT (input skipped): {defect}", file=sys.stderr, flush=True)
+            skip(defect)
 
     return run
 

@@ -13,7 +13,7 @@ import engine
 import orjson
 import seeds
 from google.protobuf.message import DecodeError
-from known import FIELD_NUMBERS, ReadWhatUpbRefuses
+from known import FIELD_NUMBERS, STACK_WRITE, ReadWhatUpbRefuses
 
 from ray_otel_events.native import _entity_spans
 from ray_otel_events.otel import from_ray_events, posted_events
@@ -112,4 +112,4 @@ def _seeds() -> list[bytes]:
 
 
 if __name__ == "__main__":
-    engine.main(check, _seeds, [FIELD_NUMBERS])
+    engine.main(check, _seeds, [STACK_WRITE, FIELD_NUMBERS])

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 class Known:
     defect: str
     shows: Callable[[bytes, BaseException], bool]  # (the harness's input, what it raised)
+    # For a defect that kills the process (a sanitizer report): the inputs to skip before the run.
+    crashes: Callable[[bytes], bool] | None = None
 
 
 def _varint(data: bytes, at: int) -> tuple[int, int] | None:
@@ -106,6 +108,33 @@ HEAD_PAYLOAD_UNREAD = Known(
     " an event whose payload upb refuses (a group left open inside a transition) gets a head, where"
     " the Python path refuses the event",
     lambda data, exc: isinstance(exc, ReadWhatUpbRefuses) and holds(exc.wire, _group),
+)
+
+
+def _forwarded_wires(data: bytes) -> list[bytes]:
+    """The RayEvent wire bytes in entity_spans' input (its layout: mode byte, flags byte, payload),
+    read by the Python readers only."""
+    mode, body = data[0] % 3 if data else -1, data[2:]
+    if mode == 1:  # TASK_PARTS: two bytes of cut, the definition, the lifecycle
+        return [body[2:]]
+    if mode == 2:  # PIECES
+        from ray_otel_events.otel import posted_events
+
+        saved, posted_events._read_pieces = posted_events._read_pieces, None
+        try:
+            return [parts.wire for parts in posted_events.decode_pieces(body)]
+        except Exception:
+            return []
+        finally:
+            posted_events._read_pieces = saved
+    return [body]
+
+
+STACK_WRITE = Known(
+    "_entity_spans.c function_name indexes a 3-entry stack array with a field number of 2^31 or"
+    " more (a sign conversion): a write out of bounds (UBSan stops it)",
+    lambda data, exc: False,
+    lambda data: any(holds(wire, lambda n, w: n >= 1 << 31) for wire in _forwarded_wires(data)),
 )
 SLIM_KEEPS = Known(
     "the definition filter (_event_head.c slim) keeps fields upb drops when it copies the kept"
