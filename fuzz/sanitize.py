@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from environment import ROOT, SANITIZED, clang_runtime, sanitized_env
 
@@ -48,7 +48,9 @@ def main() -> int:
     print(f"{len(TESTS)} test modules against the sanitized build, {jobs} at a time", flush=True)
     failed = 0
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        for test, code, output in pool.map(lambda t: _run(t, env, sys.argv[1:]), TESTS):
+        runs = [pool.submit(_run, test, env, sys.argv[1:]) for test in TESTS]
+        for done in as_completed(runs):
+            test, code, output = done.result()
             lines = output.strip().splitlines()
             print(f"{test}: {lines[-1] if lines else f'exit {code}'}", flush=True)
             if code:
