@@ -11,7 +11,15 @@ from typing import Any
 import engine
 import seeds
 from google.protobuf.message import DecodeError
-from known import FIELD_NUMBERS, HEAD_PAYLOAD_UNREAD, SLIM_KEEPS, KeptWhatUpbDrops, ReadWhatUpbRefuses
+from known import (
+    FIELD_NUMBERS,
+    GROUPS,
+    HEAD_PAYLOAD_UNREAD,
+    SLIM_KEEPS,
+    KeptWhatUpbDrops,
+    ReadWhatUpbRefuses,
+    RefusedWhatUpbReads,
+)
 
 from ray_otel_events.native import _event_head
 from ray_otel_events.otel import event_heads, from_ray_events
@@ -74,6 +82,8 @@ def check(data: bytes) -> None:
             continue  # the filter reads less than upb: it may keep what upb refuses
         if compiled[0] == "kept" and _without_unknown(cls, compiled[1]) == _without_unknown(cls, python[1]):
             raise KeptWhatUpbDrops(f"{compiled[1].hex()} != {python[1].hex()}")
+        if compiled[0] == "refused":
+            raise RefusedWhatUpbReads(wire.hex())
         raise AssertionError(f"{compiled} != {python}")
 
 
@@ -88,4 +98,4 @@ def _seeds() -> list[bytes]:
 
 
 if __name__ == "__main__":
-    engine.main(check, _seeds, [FIELD_NUMBERS, HEAD_PAYLOAD_UNREAD, SLIM_KEEPS])
+    engine.main(check, _seeds, [GROUPS, FIELD_NUMBERS, HEAD_PAYLOAD_UNREAD, SLIM_KEEPS])

@@ -90,14 +90,18 @@ class ReadWhatUpbRefuses(AssertionError):
         self.wire = wire
 
 
+class RefusedWhatUpbReads(AssertionError):
+    """A compiled reader refused bytes upb reads."""
+
+
 class KeptWhatUpbDrops(AssertionError):
     """The compiled answer is the Python one plus fields upb drops when it copies a message."""
 
 
 GROUPS = Known(
-    "the compiled OTLP readers raise on an unknown field encoded as a group (wire types 3/4), which"
-    " upb keeps: a valid request answered 500",
-    lambda data, exc: isinstance(exc, ValueError) and holds(data[1:], _group),
+    "the compiled readers (next_field, protobuf_wire.h) refuse an unknown field encoded as a group"
+    " (wire types 3/4), which upb keeps: a valid OTLP request answered 500, a definition refused",
+    lambda data, exc: isinstance(exc, (ValueError, RefusedWhatUpbReads)) and holds(data[1:], _group),
 )
 FIELD_NUMBERS = Known(
     "next_field (protobuf_wire.h) takes field numbers upb refuses (0, above 2^29-1): the compiled"
