@@ -108,11 +108,64 @@ FIELD_NUMBERS = Known(
     " readers read bytes upb refuses",
     lambda data, exc: isinstance(exc, ReadWhatUpbRefuses) and holds(exc.wire, _refused_number),
 )
+
+
+def _field_spans(wire: bytes) -> Iterator[tuple[int, int, int, int]]:
+    """(number, wire type, start, end) of each top-level field of `wire`, as far as it reads."""
+    at = 0
+    while at < len(wire):
+        key = _varint(wire, at)
+        if key is None:
+            return
+        number, wire_type, end = key[0] >> 3, key[0] & 7, key[1]
+        if wire_type == 0:
+            read = _varint(wire, end)
+            if read is None:
+                return
+            end = read[1]
+        elif wire_type in (1, 5):
+            end += 8 if wire_type == 1 else 4
+        elif wire_type == 2:
+            read = _varint(wire, end)
+            if read is None:
+                return
+            end = read[1] + read[0]
+        else:
+            return
+        if end > len(wire):
+            return
+        yield number, wire_type, at, end
+        at = end
+
+
+def _payload_refused(wire: bytes) -> bool:
+    """Whether upb reads the RayEvent `wire` once its payloads are taken out (so what it refuses
+    is inside a payload)."""
+    from google.protobuf.message import DecodeError
+
+    from ray_otel_events.otel import event_heads
+    from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+
+    by_name = RayEvent.DESCRIPTOR.fields_by_name
+    payloads = {by_name[spec.payload].number for spec in event_heads._SPECS.values()}
+    spans = list(_field_spans(wire))
+    if not spans or spans[-1][3] != len(wire):
+        return False  # the envelope itself does not read
+    envelope = b"".join(
+        wire[a:b] for number, wire_type, a, b in spans if not (wire_type == 2 and number in payloads)
+    )
+    try:
+        RayEvent.FromString(envelope)
+    except DecodeError:
+        return False
+    return len(envelope) < len(wire)
+
+
 HEAD_PAYLOAD_UNREAD = Known(
     "the head reader (_event_head.c head) reads a payload's fields only as deep as the head needs:"
-    " an event whose payload upb refuses (a group left open inside a transition) gets a head, where"
-    " the Python path refuses the event",
-    lambda data, exc: isinstance(exc, ReadWhatUpbRefuses) and holds(exc.wire, _group),
+    " an event whose payload upb refuses (a group left open or a value cut short inside a"
+    " transition) gets a head, where the Python path refuses the event",
+    lambda data, exc: isinstance(exc, ReadWhatUpbRefuses) and _payload_refused(exc.wire),
 )
 
 
