@@ -36,7 +36,9 @@ CHECK = (
 
 
 def _run(test: str, env: dict[str, str], extra: list[str]) -> tuple[str, int, str]:
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test, *extra]
+    # --capture=sys: a sanitizer writes its report to file descriptor 2 and stops the process, and
+    # pytest's default capture of that descriptor would lose it.
+    command = [sys.executable, "-m", "pytest", "-q", "--capture=sys", "-p", "no:cacheprovider", test, *extra]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     return test, done.returncode, done.stdout + done.stderr
 
