@@ -138,34 +138,18 @@ def _field_spans(wire: bytes) -> Iterator[tuple[int, int, int, int]]:
         at = end
 
 
-def _payload_refused(wire: bytes) -> bool:
-    """Whether upb reads the RayEvent `wire` once its payloads are taken out (so what it refuses
-    is inside a payload)."""
-    from google.protobuf.message import DecodeError
-
-    from ray_otel_events.otel import event_heads
-    from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
-
-    by_name = RayEvent.DESCRIPTOR.fields_by_name
-    payloads = {by_name[spec.payload].number for spec in event_heads._SPECS.values()}
+def _envelope_reads(wire: bytes) -> bool:
+    """Whether every top-level field of `wire` reads (what upb refuses is then inside one: in a
+    payload, or text that is not UTF-8)."""
     spans = list(_field_spans(wire))
-    if not spans or spans[-1][3] != len(wire):
-        return False  # the envelope itself does not read
-    envelope = b"".join(
-        wire[a:b] for number, wire_type, a, b in spans if not (wire_type == 2 and number in payloads)
-    )
-    try:
-        RayEvent.FromString(envelope)
-    except DecodeError:
-        return False
-    return len(envelope) < len(wire)
+    return bool(spans) and spans[-1][3] == len(wire)
 
 
 HEAD_PAYLOAD_UNREAD = Known(
-    "the head reader (_event_head.c head) reads a payload's fields only as deep as the head needs:"
-    " an event whose payload upb refuses (a group left open or a value cut short inside a"
-    " transition) gets a head, where the Python path refuses the event",
-    lambda data, exc: isinstance(exc, ReadWhatUpbRefuses) and _payload_refused(exc.wire),
+    "the head reader (_event_head.c head) checks only what the head needs: an event upb refuses"
+    " for what lies inside a field (a group left open or a value cut short inside a transition, text"
+    " that is not UTF-8 in a field it skips) gets a head, where the Python path refuses the event",
+    lambda data, exc: isinstance(exc, ReadWhatUpbRefuses) and _envelope_reads(exc.wire),
 )
 
 
