@@ -103,6 +103,11 @@ GROUPS = Known(
     " (wire types 3/4), which upb keeps: a valid OTLP request answered 500, a definition refused",
     lambda data, exc: isinstance(exc, (ValueError, RefusedWhatUpbReads)) and holds(data[1:], _group),
 )
+SYSTEM_ERROR = Known(
+    '_any_value_wire.c builds results with Py_BuildValue("N...") after a failed UTF-8 decode left an'
+    " exception set: SystemError where a ValueError (the bytes refused) is meant",
+    lambda data, exc: isinstance(exc, SystemError),
+)
 FIELD_NUMBERS = Known(
     "next_field (protobuf_wire.h) takes field numbers upb refuses (0, above 2^29-1): the compiled"
     " readers read bytes upb refuses",
