@@ -449,7 +449,7 @@ static void sha256_final(Sha256 *s, uint8_t out[32]) {
     uint64_t bits = s->length * 8;
     uint8_t pad[72] = {0x80};
     size_t pad_n = (s->used < 56 ? 56 : 120) - s->used;
-    for (int i = 0; i < 8; i++) pad[pad_n + i] = (uint8_t)(bits >> (56 - 8 * i));
+    for (size_t i = 0; i < 8; i++) pad[pad_n + i] = (uint8_t)(bits >> (56 - 8 * i));
     sha256_update(s, pad, pad_n + 8);
     for (int i = 0; i < 8; i++)
         for (int j = 0; j < 4; j++) out[4 * i + j] = (uint8_t)(s->h[i] >> (24 - 8 * j));
@@ -497,7 +497,7 @@ static int id_of(int what, PyObject *session, Reader ident, int64_t attempt, uin
     if (what != ID_TASK) attempt = 0;
     Py_hash_t session_hash = PyObject_Hash(session);
     if (session_hash == -1) return -1;
-    uint64_t h = hash_bytes(ident.p, n) ^ (uint64_t)session_hash * 0x9E3779B97F4A7C15ull ^ (uint64_t)attempt * 31 ^
+    uint64_t h = hash_bytes(ident.p, n) ^ (uint64_t)session_hash * UINT64_C(0x9E3779B97F4A7C15) ^ (uint64_t)attempt * 31 ^
                  (uint64_t)what;
     IdEntry *entry = n <= ID_CACHED_MAX ? &id_cache[(h ^ h >> 29) & (ID_CACHE - 1)] : NULL;
     if (entry && entry->what == what && entry->n == n && entry->attempt == attempt &&

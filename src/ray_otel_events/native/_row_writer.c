@@ -328,7 +328,9 @@ static PyTypeObject WriterType = {
 
 static PyMethodDef methods[] = {SQLITE_LIBRARY_METHOD, {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_row_writer", NULL, -1, methods};
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_row_writer", NULL, -1, methods, NULL, NULL, NULL, NULL,
+};
 
 PyMODINIT_FUNC PyInit__row_writer(void) {
     if (PyType_Ready(&WriterType) < 0) return NULL;

@@ -81,7 +81,7 @@ typedef struct {
 } PackedValue;
 
 static inline const char *packed_read(const char *p, PackedValue *v) {
-    v->tag = *p++;
+    *v = (PackedValue){.tag = *p++}; /* what its tag does not set is empty, never left unset */
     switch (v->tag) {
     case PACKED_INT: memcpy(&v->i, p, 8); return p + 8;
     case PACKED_FLOAT: memcpy(&v->d, p, 8); return p + 8;

@@ -123,20 +123,21 @@ static inline char *put_base64(char *o, const uint8_t *data, Py_ssize_t n) {
     return o;
 }
 
+static const unsigned char base64_digits_plus_one[256] = {
+    ['A'] = 1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26,
+    ['a'] = 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52,
+    ['0'] = 53, 54, 55, 56, 57, 58, 59, 60, 61, 62,
+    ['+'] = 63,
+    ['/'] = 64,
+};
+
+/* A base64 digit's value, -1 for any other byte (the table holds value + 1 so that every byte it
+ * does not name is 0 without initialising an entry twice). */
+static inline int base64_digit(unsigned char c) { return (int)base64_digits_plus_one[c] - 1; }
+
 /* The size of what `text` decodes to, if it is standard padded base64 (groups of four, '=' only in
  * the last: what `base64.b64decode(..., validate=True)` takes and ray_json_decode's pattern allows;
  * the unused bits of a last partial group may be anything, as there), else -1. */
-static const signed char base64_digits[256] = {
-    [0 ... 255] = -1,
-    ['A'] = 0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,
-    ['a'] = 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51,
-    ['0'] = 52, 53, 54, 55, 56, 57, 58, 59, 60, 61,
-    ['+'] = 62,
-    ['/'] = 63,
-};
-
-static inline signed char base64_digit(unsigned char c) { return base64_digits[c]; }
-
 static inline Py_ssize_t base64_decoded_size(const char *text, Py_ssize_t n) {
     if (n % 4) return -1;
     Py_ssize_t padding = n && text[n - 1] == '=' ? (text[n - 2] == '=' ? 2 : 1) : 0;
@@ -287,6 +288,8 @@ static __attribute__((noinline)) int skip_group(Reader *r, uint32_t number, int 
  * upb keeps it among the unknown fields; an end tag with no group open, wire types 6 and 7 are
  * malformed. */
 static inline int read_value(Reader *r, Field *f) {
+    f->scalar = 0; /* the part its wire type does not set is empty, never left unset */
+    f->payload = (Reader){r->p, r->p};
     switch (f->wire_type) {
     case 0:
         return read_varint(r, &f->scalar);
