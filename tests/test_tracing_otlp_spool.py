@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from helpers.agg_procs import free_port
-from helpers.otlp_receiver import OtlpReceiver
+from helpers.otlp_counting_receiver import OtlpReceiver
 from helpers.ray_cluster import stop_cluster
 from helpers.tracing_procs import HELPERS, OTLP_HOOK, run_pool, script_env
 
