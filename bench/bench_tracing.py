@@ -325,7 +325,9 @@ def main() -> int:
     global OTLP_SINK, OTLP_GRPC_SINK
     with tempfile.TemporaryDirectory(prefix="bench-otlp-sink-") as sink_dir:
         sink = CountSink(Path(sink_dir))
-        grpc_sink = subprocess.Popen([sys.executable, str(HERE / "otlp_grpc_sink.py")], stdout=subprocess.PIPE, text=True)
+        grpc_sink = subprocess.Popen(
+            [sys.executable, str(HERE / "otlp_grpc_sink.py")], stdout=subprocess.PIPE, text=True
+        )
         OTLP_SINK = sink.address
         try:
             OTLP_GRPC_SINK = read_ready_line(grpc_sink)
@@ -354,13 +356,15 @@ def _selected(labels: dict[str, str], only: str | None, always: tuple[str, ...])
     return {mode: label for mode, label in labels.items() if mode in wanted}
 
 
-def report(command: str, n: int, ray_n: int, rounds: int, *, with_ray: bool, only: str | None = None) -> list[str]:
+def report(
+    command: str, n: int, ray_n: int, rounds: int, *, with_ray: bool, only: str | None = None
+) -> list[str]:
     pool_labels = _selected(
         {
             "plain": "ProcessPoolExecutor",
             "traced-nohook": "TracedProcessPoolExecutor, no hook",
             "traced-ours": "TracedProcessPoolExecutor + our local hook",
-            "traced-otlp": "TracedProcessPoolExecutor + our OTLP hook, http/protobuf (spans and event records)",
+            "traced-otlp": "TracedProcessPoolExecutor + our OTLP hook, http/protobuf (spans, event records)",
             "traced-otlp-grpc": "TracedProcessPoolExecutor + our OTLP hook, grpc (spans and event records)",
             "traced-ray-style": "TracedProcessPoolExecutor + Ray's bundled hook (copy)",
         },
@@ -420,8 +424,10 @@ def report(command: str, n: int, ray_n: int, rounds: int, *, with_ray: bool, onl
                 "none": "Ray, no hook",
                 "tracing-on": "Ray, a hook that installs nothing (Ray's wrappers, no-op spans)",
                 "sdk-only": "Ray, a hook with an SDK provider and no processor",
-                "sdk-docs": "Ray + the OTel docs' setup (BatchSpanProcessor + OTLPSpanExporter), http/protobuf, spans only",
-                "sdk-docs-grpc": "Ray + the OTel docs' setup, grpc, spans only",
+                "sdk-docs": (
+                    "Ray + the OTel docs' setup (BatchSpanProcessor + OTLPSpanExporter), http/protobuf"
+                ),
+                "sdk-docs-grpc": "Ray + the OTel docs' setup, grpc",
                 "ray-bundled": "Ray + Ray's bundled hook (copy)",
                 "ours": "Ray + our local hook",
                 "ours-otlp": "Ray + our OTLP hook, http/protobuf (spans and event records)",
@@ -441,20 +447,30 @@ def report(command: str, n: int, ray_n: int, rounds: int, *, with_ray: bool, onl
         def ratio(mode: str, to: str = "tracing-on", key: str = "tasks_per_s") -> float:
             return ray_results[mode][key] / ray_results[to][key]
 
-        notes = [f"Once any hook is set, Ray's own tracing wrappers cost {over('tracing-on', 'none'):.1f} µs per submission."]
+        notes = [
+            f"Once any hook is set, Ray's own tracing wrappers cost {over('tracing-on', 'none'):.1f} µs"
+            " per submission."
+        ]
         if "sdk-only" in ray_results:
-            notes.append(f"Recording the span with the SDK costs {over('sdk-only', 'tracing-on'):.1f} µs more.")
+            notes.append(
+                f"Recording the span with the SDK costs {over('sdk-only', 'tracing-on'):.1f} µs more."
+            )
         if "ours" in ray_results:
             notes.append(
-                f"Against a hook that installs nothing, our local hook runs at {verdict(ratio('ours'), RAY_TARGET)}"
+                "Against a hook that installs nothing, our local hook runs at"
+                f" {verdict(ratio('ours'), RAY_TARGET)}"
                 f" ({added('ours'):+.1f} µs of CPU per task in all)."
             )
-        for mode, docs, protocol in (("ours-otlp", "sdk-docs", "http/protobuf"), ("ours-otlp-grpc", "sdk-docs-grpc", "grpc")):
+        for mode, docs, protocol in (
+            ("ours-otlp", "sdk-docs", "http/protobuf"),
+            ("ours-otlp-grpc", "sdk-docs-grpc", "grpc"),
+        ):
             if mode not in ray_results:
                 continue
             text = (
-                f"Our OTLP hook over {protocol}: {verdict(ratio(mode), RAY_TARGET)} of the do-nothing hook end to"
-                f" end ({ratio(mode, key='delivered_per_s'):.2f} until delivered; {added(mode):+.1f} µs of CPU"
+                f"Our OTLP hook over {protocol}: {verdict(ratio(mode), RAY_TARGET)} of the do-nothing hook"
+                f" end to end ({ratio(mode, key='delivered_per_s'):.2f} until delivered;"
+                f" {added(mode):+.1f} µs of CPU"
                 " per task in all, its forwarder included)"
             )
             if docs in ray_results:

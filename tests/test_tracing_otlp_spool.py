@@ -163,13 +163,17 @@ def test_shutdown_at_once_delivers_every_span_and_record(spool_root: Path, proto
         per_span = _records_per_span(receiver)
         assert sum(per_span[i] for i in noop_ids) == 2 * n  # RUNNING and FINISHED, each task
         stats = json.loads((_folder(spool_root) / STATS_FILE).read_text())["counters"]
-        assert "dropped_spans" not in stats and "dropped_records" not in stats and "dropped_lines" not in stats
+        assert (
+            "dropped_spans" not in stats and "dropped_records" not in stats and "dropped_lines" not in stats
+        )
     finally:
         receiver.stop()
 
 
 @pytest.mark.ray
-def test_ending_the_cluster_under_a_running_job_loses_no_finished_task(spool_root: Path, tmp_path: Path) -> None:
+def test_ending_the_cluster_under_a_running_job_loses_no_finished_task(
+    spool_root: Path, tmp_path: Path
+) -> None:
     receiver = OtlpReceiver()
     temp_dir = tempfile.mkdtemp(prefix="rs", dir="/tmp")
     port = free_port()
@@ -198,7 +202,11 @@ def test_ending_the_cluster_under_a_running_job_loses_no_finished_task(spool_roo
         )
         assert started.returncode == 0, started.stdout + started.stderr
         driver = subprocess.Popen(
-            [sys.executable, DRIVER, "stream"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            [sys.executable, DRIVER, "stream"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
         )
         assert driver.stdout is not None
         done = 0
@@ -272,7 +280,9 @@ def test_pool_workers_ending_with_os_exit_and_an_endpoint_up_later(spool_root: P
     forwarder still retries: everything arrives, once."""
     receiver = OtlpReceiver(up=False)
     try:
-        summary, stderr = run_pool({"hook": OTLP_HOOK, "tasks": 20, "max_workers": 2}, _env(receiver, spool_root))
+        summary, stderr = run_pool(
+            {"hook": OTLP_HOOK, "tasks": 20, "max_workers": 2}, _env(receiver, spool_root)
+        )
         assert summary["squares"] == [i * i for i in range(20)]
         assert "Traceback" not in stderr, stderr
         time.sleep(0.5)

@@ -488,10 +488,8 @@ def otlp_export_config(signal: str, env: Environ | None = None) -> OtlpSignalCon
     as_http = otlp_signal_config(signal, env={**env, _signal_var(OTLP_PROTOCOL, signal): "http/protobuf"})
     specific = _signal_var(OTEL_ENDPOINT, signal)
     endpoint = (env.get(specific, "") or env.get(OTEL_ENDPOINT, "")).strip() or "http://localhost:4317"
-    _require(
-        endpoint.startswith(("http://", "https://")),
-        f"{specific if env.get(specific, '').strip() else OTEL_ENDPOINT}={endpoint!r}: expected an http:// or https:// URL",
-    )
+    source = specific if env.get(specific, "").strip() else OTEL_ENDPOINT
+    _require(endpoint.startswith(("http://", "https://")), f"{source}={endpoint!r}: expected a URL")
     return dataclasses.replace(as_http, endpoint=endpoint, protocol="grpc")
 
 

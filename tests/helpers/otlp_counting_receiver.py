@@ -41,7 +41,9 @@ class OtlpReceiver:
 
     def _add_logs(self, request: Any) -> None:
         with self.lock:
-            self.records.extend(r for rl in request.resource_logs for sl in rl.scope_logs for r in sl.log_records)
+            self.records.extend(
+                r for rl in request.resource_logs for sl in rl.scope_logs for r in sl.log_records
+            )
 
     def start(self) -> None:
         if self.protocol == "grpc":

@@ -1,9 +1,9 @@
 """A Ray driver for the OTLP hook's delivery tests; prints JSON lines.
 
-    python otlp_spool_driver.py burst HOOK TEMP_DIR N   # own cluster: N no-op tasks, tasks on
-        # max_calls=1 workers, an actor killed after its calls, then ray.shutdown() at once
-    python otlp_spool_driver.py stream                  # the `ray start` cluster RAY_ADDRESS names:
-        # no-op tasks in rounds of 20 until the cluster goes away, printing each round's total
+python otlp_spool_driver.py burst HOOK TEMP_DIR N   # own cluster: N no-op tasks, tasks on
+    # max_calls=1 workers, an actor killed after its calls, then ray.shutdown() at once
+python otlp_spool_driver.py stream                  # the `ray start` cluster RAY_ADDRESS names:
+    # no-op tasks in rounds of 20 until the cluster goes away, printing each round's total
 """
 
 from __future__ import annotations

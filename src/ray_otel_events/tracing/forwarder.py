@@ -186,8 +186,11 @@ def span_from_line(record: list[Any], writer: _Writer, mark: bool) -> ReadableSp
         attributes,
         [Event(e_name, e_attributes, e_time) for e_name, e_time, e_attributes in events],
         [
-            Link(SpanContext(int(l_trace, 16), l_span, True, TraceFlags(l_flags), _trace_state(l_state)), l_attrs)
-            for l_trace, l_span, l_flags, l_state, l_attrs in links
+            Link(
+                SpanContext(int(l_trace, 16), l_span, l_remote, TraceFlags(l_flags), _trace_state(l_state)),
+                l_attrs,
+            )
+            for l_trace, l_span, l_flags, l_state, l_attrs, l_remote in links
         ],
         SpanKind(kind),
         None,
@@ -303,9 +306,8 @@ class Forwarder:
                 TaskSpanEvents(self.factory()),
             )
             offset = newline + 1
-            with contextlib.suppress(OSError, ValueError):
-                with open(path + ACK_SUFFIX, "rb") as ack:
-                    offset = max(offset, int(ack.read() or 0))
+            with contextlib.suppress(OSError, ValueError), open(path + ACK_SUFFIX, "rb") as ack:
+                offset = max(offset, int(ack.read() or 0))
         except (OSError, ValueError) as exc:
             os.close(fd)
             if self._unlocked(path):  # complete and unreadable: nothing will ever come of it
@@ -384,7 +386,9 @@ class Forwarder:
             now = time.time_ns()
             record_of = self.records.record
             wire = [record_of(item, now) for item in events]
-            pending.append(("logs", otlp_wire.logs_request(writer.resource_wire, self.scope_wire, wire), len(wire)))
+            pending.append(
+                ("logs", otlp_wire.logs_request(writer.resource_wire, self.scope_wire, wire), len(wire))
+            )
         state.pending = pending
         if not pending:
             self._ack(state, state.offset + len(data))
@@ -418,7 +422,9 @@ class Forwarder:
         self._failures += 1
         if self.failing_since is None:
             self.failing_since = time.monotonic()
-            logger.warning("ray_otel_events forwarder: %s not delivered, kept in the spool: %s", signal_name, exc)
+            logger.warning(
+                "ray_otel_events forwarder: %s not delivered, kept in the spool: %s", signal_name, exc
+            )
 
     def backoff_s(self) -> float:
         return min(MAX_BACKOFF_S, 0.1 * 2 ** min(self._failures, 8)) if self._failures else 0.0
@@ -534,7 +540,10 @@ def _hold_lock(folder: str) -> int | None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or not os.path.isdir(args[0]):
-        print("usage: python -m ray_otel_events.tracing.forwarder SPOOL_FOLDER (an existing folder)", file=sys.stderr)
+        print(
+            "usage: python -m ray_otel_events.tracing.forwarder SPOOL_FOLDER (an existing folder)",
+            file=sys.stderr,
+        )
         return 2
     folder = args[0]
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s pid=%(process)d %(message)s")
@@ -563,7 +572,9 @@ def main(argv: list[str] | None = None) -> int:
         forwarder.write_stats()
     left = sum(1 for name in os.listdir(folder) if name.endswith(SPOOL_SUFFIX))
     logger.warning(
-        "ray_otel_events forwarder: exiting; %s; %d spool file(s) left", orjson.dumps(counters.snapshot()).decode(), left
+        "ray_otel_events forwarder: exiting; %s; %d spool file(s) left",
+        orjson.dumps(counters.snapshot()).decode(),
+        left,
     )
     return 0
 

@@ -52,7 +52,9 @@ class OtlpGrpcSender:
         url = urlparse(config.endpoint)
         self.target = url.netloc or url.path
         self.metadata = tuple((key.lower(), value) for key, value in config.headers)
-        compression = grpc.Compression.Gzip if config.compression == "gzip" else grpc.Compression.NoCompression
+        compression = (
+            grpc.Compression.Gzip if config.compression == "gzip" else grpc.Compression.NoCompression
+        )
         if _insecure(signal, url.scheme):
             channel = grpc.insecure_channel(self.target, compression=compression)
         else:

@@ -28,16 +28,15 @@ import subprocess
 import sys
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanKind
 
-from ray_otel_events.config import SpoolConfig
 from ray_otel_events.otel import semconv
 from ray_otel_events.tracing.background import BatchingQueue
 from ray_otel_events.tracing.direct_spans import DirectSpan
@@ -73,10 +72,14 @@ def span_line(span: ReadableSpan, kind: str) -> bytes:
     """One spool line: `[kind, name, trace id (hex), span id, flags, trace state, parent span id (0:
     none), parent is remote, span kind, start ns, end ns, status code, status description,
     attributes, events [[name, ns, attributes]], links [[trace id, span id, flags, trace state,
-    attributes]], scope name, scope version, scope schema url, dropped attributes, dropped events,
+    attributes, is remote]], scope name, scope version, scope schema url, dropped attributes, dropped events,
     dropped links]`. `kind` STARTED writes what is known at the start (no end, status or events)."""
+    attributes: Mapping[str, Any]
+    events: Sequence[Event]
     if type(span) is DirectSpan:
-        name, context, span_kind, parent, start, end, status, attributes, events, links, _ = span.line_fields()
+        name, context, span_kind, parent, start, end, status, attributes, events, links, _ = (
+            span.line_fields()
+        )
     else:
         name, context, span_kind, parent = span.name, span.context, span.kind, span.parent
         start, end, status = span.start_time, span.end_time, span.status
@@ -108,6 +111,7 @@ def span_line(span: ReadableSpan, kind: str) -> bytes:
                     int(link.context.trace_flags),
                     link.context.trace_state.to_header() if link.context.trace_state else "",
                     link.attributes or {},
+                    link.context.is_remote,
                 ]
                 for link in links
             ],
