@@ -546,6 +546,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     folder = args[0]
+    os.chdir(folder)  # pin no other folder (a Ray worker's working directory may go away)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s pid=%(process)d %(message)s")
     lock = _hold_lock(folder)
     if lock is None:
