@@ -56,6 +56,7 @@ from ray_otel_events.tracing.spool import (
     PENDING_SUFFIX,
     SPOOL_SUFFIX,
     STARTED,
+    STARTED_REF,
     STATS_FILE,
 )
 from ray_otel_events.tracing.task_events import PRODUCER
@@ -122,6 +123,7 @@ class _Writer:
     resource_wire: bytes
     mapper: TaskSpanEvents
     scopes: dict[tuple[str, str, str], InstrumentationScope] = field(default_factory=dict)
+    started_refs: set[int] = field(default_factory=set)  # starts whose end line is still to come
 
     def scope(self, name: str, version: str, schema_url: str) -> InstrumentationScope:
         key = (name, version, schema_url)
@@ -152,7 +154,8 @@ def span_from_line(record: list[Any], writer: _Writer, mark: bool) -> ReadableSp
     (
         _,
         name,
-        trace_hex,
+        trace_high,
+        trace_low,
         span_id,
         flags,
         trace_state,
@@ -173,7 +176,7 @@ def span_from_line(record: list[Any], writer: _Writer, mark: bool) -> ReadableSp
         dropped_events,
         dropped_links,
     ) = record
-    trace_id = int(trace_hex, 16)
+    trace_id = trace_high << 64 | trace_low
     context = SpanContext(trace_id, span_id, False, TraceFlags(flags), _trace_state(trace_state))
     parent = SpanContext(trace_id, parent_id, bool(parent_remote)) if parent_id else None
     if mark and name.endswith((semconv.EXECUTE_SUFFIX, semconv.SUBMIT_SUFFIX)):
@@ -355,19 +358,29 @@ class Forwarder:
             except ValueError as exc:
                 self.counters.add("dropped_lines", 1, reason="unreadable")
                 self._report("unreadable", f"{state.path}: a line that is not JSON: {exc!r}")
-        # An execution span's start line is mostly followed by its end line in the same chunk: the
-        # RUNNING record is made from the ended span (same ids, attributes and start), read once.
-        ends = {record[3]: record for record in records if record and record[0] == ENDED}
+        # An execution span's start is mostly a reference to its end line in the same write: the
+        # RUNNING record is made from the ended span there. A reference whose end is in a later
+        # chunk is kept for it.
+        ends = {record[4]: record for record in records if record and record[0] == ENDED}
         made: dict[int, ReadableSpan] = {}
         for record in records:
+            start_first = False
             try:
                 kind = record[0]
-                span = made.pop(record[3], None) if kind == ENDED else None
-                if span is None:
-                    later = ends.get(record[3]) if kind == STARTED else None
-                    span = span_from_line(later or record, writer, self.event_logs)
-                    if later is not None:
-                        made[record[3]] = span
+                if kind == STARTED_REF:
+                    later = ends.get(record[1])
+                    if later is None:
+                        writer.started_refs.add(record[1])
+                        continue
+                    span = made[record[1]] = span_from_line(later, writer, self.event_logs)
+                    kind = STARTED
+                elif kind == ENDED:
+                    known = made.pop(record[4], None)
+                    span = known if known is not None else span_from_line(record, writer, self.event_logs)
+                    start_first = record[4] in writer.started_refs
+                    writer.started_refs.discard(record[4])
+                else:
+                    span = span_from_line(record, writer, self.event_logs)
             except (ValueError, TypeError, KeyError, IndexError) as exc:
                 self.counters.add("dropped_lines", 1, reason="unreadable")
                 self._report("unreadable", f"{state.path}: a line that is not a span: {exc!r}")
@@ -376,6 +389,8 @@ class Forwarder:
                 spans.append(span)
             if self.event_logs:
                 try:
+                    if kind == ENDED and start_first:
+                        events.extend(mapper.started(span))
                     events.extend(mapper.started(span) if kind == STARTED else mapper.ended(span))
                 except UnmappableSpan:
                     self.counters.add("unmapped_spans", 1)

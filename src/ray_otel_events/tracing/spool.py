@@ -39,7 +39,7 @@ from opentelemetry.trace import SpanKind
 
 from ray_otel_events.otel import semconv
 from ray_otel_events.tracing.background import BatchingQueue
-from ray_otel_events.tracing.direct_spans import DirectSpan
+from ray_otel_events.tracing.direct_spans import UNSET_STATUS, DirectSpan
 
 logger = logging.getLogger("ray_otel_events.tracing")
 
@@ -52,6 +52,9 @@ ACK_SUFFIX = ".ack"  # beside a spool file: how far the endpoint has acknowledge
 ROTATE_BYTES = 8 * 1024 * 1024
 FORWARDER_CHECK_S = 5.0  # how often a writing process makes sure a forwarder runs
 STARTED, ENDED = "S", "E"
+# A start whose span ends in the same write: `["s", span id]`, and the forwarder reads the span from
+# its end line (mostly a task's whole life fits in one write, so its fields are written once).
+STARTED_REF = "s"
 
 
 def spool_folder(root: str, key: Mapping[str, str]) -> str:
@@ -68,42 +71,70 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+_KINDS = {kind: kind.value for kind in SpanKind}
+_SCOPES: dict[int, tuple[Any, str, str, str]] = {}  # id(scope) -> (scope, name, version, schema url)
+_MASK64 = (1 << 64) - 1
+
+
+def _scope_fields(scope: Any) -> tuple[str, str, str]:
+    """(name, version, schema url) of an instrumentation scope, kept per scope object."""
+    known = _SCOPES.get(id(scope))
+    if known is not None and known[0] is scope:
+        return known[1], known[2], known[3]
+    fields = ("", "", "") if scope is None else (scope.name, scope.version or "", scope.schema_url or "")
+    if len(_SCOPES) >= 256:  # a few per process: a bound for safety only
+        _SCOPES.clear()
+    _SCOPES[id(scope)] = (scope, *fields)
+    return fields
+
+
 def span_line(span: ReadableSpan, kind: str) -> bytes:
-    """One spool line: `[kind, name, trace id (hex), span id, flags, trace state, parent span id (0:
-    none), parent is remote, span kind, start ns, end ns, status code, status description,
-    attributes, events [[name, ns, attributes]], links [[trace id, span id, flags, trace state,
-    attributes, is remote]], scope name, scope version, scope schema url, dropped attributes, dropped events,
-    dropped links]`. `kind` STARTED writes what is known at the start (no end, status or events)."""
+    """One spool line: `[kind, name, trace id (high 64 bits), trace id (low 64 bits), span id, flags,
+    trace state, parent span id (0: none), parent is remote, span kind, start ns, end ns, status
+    code, status description, attributes, events [[name, ns, attributes]], links [[trace id (hex),
+    span id, flags, trace state, attributes, is remote]], scope name, scope version, scope schema
+    url, dropped attributes, dropped events, dropped links]`. `kind` STARTED writes what is known at
+    the start (no end, status or events). Written on the task's thread for an execution span, so
+    a DirectSpan's fields are read directly rather than through the ReadableSpan properties."""
     attributes: Mapping[str, Any]
     events: Sequence[Event]
     if type(span) is DirectSpan:
         name, context, span_kind, parent, start, end, status, attributes, events, links, _ = (
             span.line_fields()
         )
+        dropped = (span._dropped_attributes, span._dropped_events, 0)
     else:
         name, context, span_kind, parent = span.name, span.context, span.kind, span.parent
         start, end, status = span.start_time, span.end_time, span.status
         attributes, events, links = span.attributes or {}, span.events, span.links
+        dropped = (span.dropped_attributes, span.dropped_events, span.dropped_links)
     assert context is not None
-    scope = span.instrumentation_scope
+    scope_name, scope_version, scope_schema = _scope_fields(span.instrumentation_scope)
+    trace_id = context.trace_id
+    trace_state = context.trace_state
     started = kind == STARTED
+    if started or status is UNSET_STATUS:
+        code, description = 0, ""
+    else:
+        code, description = status.status_code.value, status.description or ""
     return orjson.dumps(
         [
             kind,
             name,
-            f"{context.trace_id:032x}",
+            trace_id >> 64,
+            trace_id & _MASK64,
             context.span_id,
             int(context.trace_flags),
-            context.trace_state.to_header() if context.trace_state else "",
+            trace_state.to_header() if trace_state else "",
             parent.span_id if parent is not None else 0,
-            bool(parent is not None and parent.is_remote),
-            span_kind.value,
+            parent is not None and parent.is_remote,
+            _KINDS[span_kind],
             start,
             None if started else end,
-            0 if started else status.status_code.value,
-            "" if started else status.description or "",
+            code,
+            description,
             attributes,
-            [] if started else [[e.name, e.timestamp, e.attributes or {}] for e in events],
+            [[e.name, e.timestamp, e.attributes or {}] for e in events] if events and not started else [],
             [
                 [
                     f"{link.context.trace_id:032x}",
@@ -114,13 +145,15 @@ def span_line(span: ReadableSpan, kind: str) -> bytes:
                     link.context.is_remote,
                 ]
                 for link in links
-            ],
-            scope.name if scope is not None else "",
-            (scope.version or "") if scope is not None else "",
-            (scope.schema_url or "") if scope is not None else "",
-            span.dropped_attributes,
-            0 if started else span.dropped_events,
-            span.dropped_links,
+            ]
+            if links
+            else [],
+            scope_name,
+            scope_version,
+            scope_schema,
+            dropped[0],
+            0 if started else dropped[1],
+            dropped[2],
         ],
         default=_plain,
         option=orjson.OPT_APPEND_NEWLINE,
@@ -313,9 +346,13 @@ class SpoolSpanProcessor(SpanProcessor):
 
     def _write_batch(self, items: list[tuple[str, ReadableSpan]]) -> None:
         lines = []
+        ending = {id(span) for kind, span in items if kind is ENDED} if len(items) > 1 else ()
         for kind, span in items:
             try:
-                lines.append(span_line(span, kind))
+                if kind is STARTED and id(span) in ending:
+                    lines.append(b'["s",%d]\n' % span.context.span_id)
+                else:
+                    lines.append(span_line(span, kind))
             except Exception as exc:  # one bad span must not cost the batch
                 self.writer.failed += 1
                 self.writer._report(f"cannot write span {span.name!r}: {exc!r}")
