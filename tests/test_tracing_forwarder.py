@@ -61,8 +61,7 @@ def test_a_spooled_span_is_sent_as_the_span_itself() -> None:
 
 def _write_files(folder: Path, files: int, spans_each: int) -> None:
     for _ in range(files):
-        writer = SpoolWriter(str(folder), header_line(RESOURCE))
-        writer._checked = float("inf")  # no forwarder process in this test
+        writer = SpoolWriter(str(folder), header_line(RESOURCE), start_forwarder=False)
         lines = b"".join(span_line(s, ENDED) for s in _spans(spans_each // 2))
         assert writer.write(lines, spans_each)
         writer.close()  # complete: its lock is let go
@@ -109,8 +108,7 @@ def test_a_refused_request_is_dropped_counted_and_reported(tmp_path: Path, caplo
 
 def test_a_live_file_is_sent_as_it_grows_and_kept_until_complete(tmp_path: Path) -> None:
     folder = tmp_path / "spool" / "dest"
-    writer = SpoolWriter(str(folder), header_line(RESOURCE))
-    writer._checked = float("inf")
+    writer = SpoolWriter(str(folder), header_line(RESOURCE), start_forwarder=False)
     spans = _spans(3)
     receiver = RecordingReceiver()
     with serve_receiver(receiver) as endpoint:

@@ -244,7 +244,9 @@ class Forwarder:
         by_writer: dict[str, list[str]] = {}
         for name in sorted(names):
             by_writer.setdefault(name.rsplit(".", 2)[0], []).append(name)
-        live = 0
+        self.live_writers = sum(
+            1 for names in by_writer.values() if not self._unlocked(os.path.join(self.folder, names[-1]))
+        )
         for writer_names in by_writer.values():
             for name in writer_names:
                 state = self._open(os.path.join(self.folder, name))
@@ -253,15 +255,12 @@ class Forwarder:
                 try:
                     done, sent = self._forward(state)
                 except SendError:
-                    self.live_writers = max(live, self.live_writers)
                     return moved
                 moved = moved or sent
                 if not done:
-                    live += 1
                     break  # its later files wait for this one
                 self._delete(state)
                 moved = True
-        self.live_writers = live
         return moved
 
     def _scan(self) -> list[str]:
@@ -278,7 +277,10 @@ class Forwarder:
 
     @staticmethod
     def _unlocked(path: str) -> bool:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return True
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
@@ -504,6 +506,9 @@ class Forwarder:
         idle_since: float | None = None
         snapshot: object = None
         while not stop.is_set():
+            if not os.path.isdir(self.folder):
+                logger.warning("ray_otel_events forwarder: %s is gone; exiting", self.folder)
+                return
             try:
                 moved = self.pass_once()
             except Exception:
@@ -539,14 +544,18 @@ class Forwarder:
                 stop.wait(ACTIVE_POLL_S if self.live_writers else IDLE_POLL_S)
 
 
-def _hold_lock(folder: str) -> int | None:
-    """This process becomes the folder's forwarder, or None if another already is."""
-    fd = os.open(os.path.join(folder, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
+def _hold_lock(folder: str, locked_fd: int | None) -> int | None:
+    """This process becomes the folder's forwarder (with the lock its starter took, or taken
+    here), or None if another already is."""
+    fd = locked_fd
+    if fd is None:
+        fd = os.open(os.path.join(folder, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+    os.set_inheritable(fd, False)
     os.ftruncate(fd, 0)
     os.write(fd, str(os.getpid()).encode())
     return fd
@@ -554,16 +563,21 @@ def _hold_lock(folder: str) -> int | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    locked_fd = None
+    if len(args) == 3 and args[1] == "--lock-fd" and args[2].isdigit():
+        locked_fd = int(args[2])
+        args = args[:1]
     if len(args) != 1 or not os.path.isdir(args[0]):
         print(
-            "usage: python -m ray_otel_events.tracing.forwarder SPOOL_FOLDER (an existing folder)",
+            "usage: python -m ray_otel_events.tracing.forwarder SPOOL_FOLDER [--lock-fd FD]"
+            " (an existing folder)",
             file=sys.stderr,
         )
         return 2
     folder = args[0]
     os.chdir(folder)  # pin no other folder (a Ray worker's working directory may go away)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s pid=%(process)d %(message)s")
-    lock = _hold_lock(folder)
+    lock = _hold_lock(folder, locked_fd)
     if lock is None:
         return 0  # another forwarder has it
     spool = SpoolConfig.from_env()

@@ -170,11 +170,21 @@ def header_line(resource: Resource) -> bytes:
 
 # -- the forwarder: one per folder -------------------------------------------------------------
 
+# Takes the folder's lock before the forwarder starts (its imports take a while, and every process
+# starting meanwhile would start one more), then forks into init's care and execs the forwarder,
+# which inherits the locked descriptor.
 _BOOTSTRAP = (
-    "import os, sys\n"
+    "import fcntl, os, sys\n"
+    "fd = os.open(os.path.join(sys.argv[1], sys.argv[2]), os.O_RDWR | os.O_CREAT, 0o600)\n"
+    "try:\n"
+    "    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+    "except BlockingIOError:\n"
+    "    os._exit(0)\n"
     "if os.fork():\n"
     "    os._exit(0)\n"
-    "os.execv(sys.executable, [sys.executable, '-m', 'ray_otel_events.tracing.forwarder', sys.argv[1]])\n"
+    "os.set_inheritable(fd, True)\n"
+    "os.execv(sys.executable, [sys.executable, '-m', 'ray_otel_events.tracing.forwarder', sys.argv[1],"
+    " '--lock-fd', str(fd)])\n"
 )
 
 
@@ -203,7 +213,7 @@ def ensure_forwarder(folder: str) -> bool:
         return False
     with open(os.path.join(folder, LOG_FILE), "ab") as log:
         starter = subprocess.Popen(
-            [sys.executable, "-S", "-c", _BOOTSTRAP, folder],
+            [sys.executable, "-S", "-c", _BOOTSTRAP, folder, LOCK_FILE],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=log,
@@ -228,8 +238,11 @@ class SpoolWriter:
     `rotate_bytes`, and a check that the forwarder runs at the first write and every
     `FORWARDER_CHECK_S` after. Failures are reported once per process and counted in `failed`."""
 
-    def __init__(self, folder: str, header: bytes, *, rotate_bytes: int = ROTATE_BYTES) -> None:
+    def __init__(
+        self, folder: str, header: bytes, *, rotate_bytes: int = ROTATE_BYTES, start_forwarder: bool = True
+    ) -> None:
         self.folder = folder
+        self.start_forwarder = start_forwarder
         self.header = header
         self.rotate_bytes = rotate_bytes
         self.written = 0
@@ -267,7 +280,7 @@ class SpoolWriter:
         if self._file_bytes >= self.rotate_bytes:
             self.close()
         now = time.monotonic()
-        if now - self._checked >= FORWARDER_CHECK_S:
+        if self.start_forwarder and now - self._checked >= FORWARDER_CHECK_S:
             self._checked = now
             self._ensure_forwarder()
         return True
