@@ -35,7 +35,7 @@ import orjson
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanContext, SpanKind
 
 from ray_otel_events.otel import semconv
 from ray_otel_events.tracing.background import BatchingQueue
@@ -55,6 +55,7 @@ STARTED, ENDED = "S", "E"
 # A start whose span ends in the same write: `["s", span id]`, and the forwarder reads the span from
 # its end line (mostly a task's whole life fits in one write, so its fields are written once).
 STARTED_REF = "s"
+LINE = "line"  # a queue item that is a ready line
 
 
 def spool_folder(root: str, key: Mapping[str, str]) -> str:
@@ -154,6 +155,51 @@ def span_line(span: ReadableSpan, kind: str) -> bytes:
             dropped[0],
             0 if started else dropped[1],
             dropped[2],
+        ],
+        default=_plain,
+        option=orjson.OPT_APPEND_NEWLINE,
+    )
+
+
+def submission_line(
+    name: str,
+    context: SpanContext,
+    parent: SpanContext | None,
+    start_ns: int,
+    end_ns: int,
+    attributes: Mapping[str, Any] | None,
+    scope: Any,
+) -> bytes:
+    """`span_line` of an ended PRODUCER span with these fields, UNSET status and no events or links
+    (a deferred submission span), written from the fields without making the span."""
+    trace_id = context.trace_id
+    trace_state = context.trace_state
+    scope_name, scope_version, scope_schema = _scope_fields(scope)
+    return orjson.dumps(
+        [
+            ENDED,
+            name,
+            trace_id >> 64,
+            trace_id & _MASK64,
+            context.span_id,
+            int(context.trace_flags),
+            trace_state.to_header() if trace_state else "",
+            parent.span_id if parent is not None else 0,
+            parent is not None and parent.is_remote,
+            _KINDS[SpanKind.PRODUCER],
+            start_ns,
+            end_ns,
+            0,
+            "",
+            attributes or {},
+            [],
+            [],
+            scope_name,
+            scope_version,
+            scope_schema,
+            0,
+            0,
+            0,
         ],
         default=_plain,
         option=orjson.OPT_APPEND_NEWLINE,
@@ -335,7 +381,7 @@ class SpoolSpanProcessor(SpanProcessor):
     def __init__(self, folder: str, resource: Resource, *, linger_s: float = 0.05) -> None:
         self.folder = folder
         self.writer = SpoolWriter(folder, header_line(resource))
-        self.queue: BatchingQueue[tuple[str, ReadableSpan]] = BatchingQueue(
+        self.queue: BatchingQueue[tuple[str, Any]] = BatchingQueue(
             self._write_batch, name="ray_otel_events.spool", linger_s=linger_s
         )
 
@@ -357,12 +403,32 @@ class SpoolSpanProcessor(SpanProcessor):
             else:
                 self.queue.append((ENDED, span))
 
-    def _write_batch(self, items: list[tuple[str, ReadableSpan]]) -> None:
+    def submission_line(
+        self,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        start_ns: int,
+        end_ns: int,
+        attributes: Mapping[str, Any] | None,
+        tracer: Any,
+    ) -> bytes:
+        """A deferred submission span's line, made without the span (tracing/deferred_spans.py)."""
+        return submission_line(name, context, parent, start_ns, end_ns, attributes, tracer.scope)
+
+    def write_lines(self, lines: list[bytes]) -> None:
+        """Lines made elsewhere, written now on the calling thread (already a background one)
+        after what is queued."""
+        self.queue.handle_now(*[(LINE, line) for line in lines])
+
+    def _write_batch(self, items: list[tuple[str, Any]]) -> None:
         lines = []
         ending = {id(span) for kind, span in items if kind is ENDED} if len(items) > 1 else ()
         for kind, span in items:
             try:
-                if kind is STARTED and id(span) in ending:
+                if kind is LINE:
+                    lines.append(span)
+                elif kind is STARTED and id(span) in ending:
                     lines.append(b'["s",%d]\n' % span.context.span_id)
                 else:
                     lines.append(span_line(span, kind))
