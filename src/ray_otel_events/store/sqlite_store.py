@@ -158,6 +158,8 @@ _SESSIONS_FROM_ROWS = (
     " SELECT session, MIN(updated), MAX(updated) FROM state_rows GROUP BY session"
 )
 SESSION_COUNTED = ("jobs", "tasks", "actors", "nodes")
+WINDOW_SLACK_S = 60.0  # spans and log lines may arrive this long before or after a session's events
+Window = tuple[float, float]  # received between, epoch seconds
 
 ORDERS = {
     "updated": "updated",
@@ -713,8 +715,26 @@ class EventStore:
             for name, first, last in reversed(self._session_times())
         ]
 
-    def spans_of_task(self, task_id: str) -> list[dict[str, Any]]:
-        found = self._query("SELECT data FROM spans WHERE task_id = ? ORDER BY start_ns", (task_id.lower(),))
+    def session_window(self, name: str | None) -> Window | None:
+        """When spans and log lines of session `name` were received, as near as the store knows
+        (they carry no session): from its first event stored to its last, with WINDOW_SLACK_S either
+        side. None when the store holds one session or none (nothing to tell apart)."""
+        times = self._session_times()
+        if len(times) < 2:
+            return None
+        for session, first, last in times:
+            if session == name:
+                return (first - WINDOW_SLACK_S, last + WINDOW_SLACK_S)
+        return None
+
+    def spans_of_task(self, task_id: str, received: Window | None = None) -> list[dict[str, Any]]:
+        """A task's spans (received within `received`, when given)."""
+        sql = "SELECT data FROM spans WHERE task_id = ?"
+        params: list[Any] = [task_id.lower()]
+        if received is not None:
+            sql += " AND received BETWEEN ? AND ?"
+            params += received
+        found = self._query(sql + " ORDER BY start_ns", params)
         return [orjson.loads(r[0]) for r in found]
 
     def trace(self, trace_id: str) -> list[dict[str, Any]]:
@@ -723,23 +743,32 @@ class EventStore:
         )
         return [orjson.loads(r[0]) for r in found]
 
-    def task_logs(self, task_id: str) -> list[dict[str, Any]]:
-        """A task's lines: those naming it, and those written inside one of its spans."""
+    def task_logs(self, task_id: str, received: Window | None = None) -> list[dict[str, Any]]:
+        """A task's lines: those naming it, and those written inside one of its spans (received
+        within `received`, when given)."""
         task = task_id.lower()
-        found = self._query(
-            "SELECT data FROM log_lines WHERE task_id = ? OR (task_id IS NULL AND span_id IN"
-            " (SELECT span_id FROM spans WHERE task_id = ?)) ORDER BY ts_ns",
-            (task, task),
+        sql = (
+            "SELECT data FROM log_lines WHERE (task_id = ? OR (task_id IS NULL AND span_id IN"
+            " (SELECT span_id FROM spans WHERE task_id = ?)))"
         )
+        params: list[Any] = [task, task]
+        if received is not None:
+            sql += " AND received BETWEEN ? AND ?"
+            params += received
+        found = self._query(sql + " ORDER BY ts_ns", params)
         return [orjson.loads(r[0]) for r in found]
 
-    def recent_traces(self, limit: int = 20) -> list[dict[str, Any]]:
-        """The newest traces: id, root span name, start, end and span count."""
+    def recent_traces(self, limit: int = 20, received: Window | None = None) -> list[dict[str, Any]]:
+        """The newest traces (of spans received within `received`, when given): id, root span
+        name, start, end and span count."""
+        within, params = (
+            ("", [limit]) if received is None else (" WHERE received BETWEEN ? AND ?", [*received, limit])
+        )
         found = self._query(
             "SELECT trace_id, MIN(start_ns), MAX(end_ns), COUNT(*),"
             " (SELECT name FROM spans r WHERE r.trace_id = s.trace_id ORDER BY start_ns LIMIT 1)"
-            " FROM spans s GROUP BY trace_id ORDER BY MIN(start_ns) DESC LIMIT ?",
-            (limit,),
+            f" FROM spans s{within} GROUP BY trace_id ORDER BY MIN(start_ns) DESC LIMIT ?",
+            params,
         )
         return [
             {"trace_id": t, "start_ns": start, "end_ns": end, "spans": n, "root": root}

@@ -175,6 +175,10 @@ class StoreViews:
             found.append({**shaped, **{k: v for k, v in extra.items() if k not in shaped}})
         return 200, {"session": session, "rows": found}
 
+    def _shared(self, task_id: str) -> bool:
+        """Whether more than one session has a task with this id."""
+        return len({session for _, session, _ in self.store.entity_rows(TASKS, task_id)}) > 1
+
     # -- the page's API ------------------------------------------------------------------------
 
     def generation(self, _: Params, session: str | None) -> Answer:
@@ -235,7 +239,10 @@ class StoreViews:
         if not rows:
             raise BadRequest(f"no task {task_id}", status=404)
         rows.sort(key=lambda item: item[0])
-        spans = self.store.spans_of_task(task_id)
+        # Spans and lines carry no session: a task id another session has too (a driver's) is told
+        # apart by when they arrived.
+        window = self.store.session_window(session) if self._shared(task_id) else None
+        spans = self.store.spans_of_task(task_id, window)
         attempts = []
         for attempt, row_session, row in rows:
             shaped = state_query.shape(TASKS, row, detail=True)
@@ -247,7 +254,7 @@ class StoreViews:
             "session": session,
             "attempts": attempts,
             "transitions": _transitions(rows),
-            "logs": self.store.task_logs(task_id),
+            "logs": self.store.task_logs(task_id, window),
             "spans": spans,
             "trace_id": spans[0]["trace_id"] if spans else None,
         }
@@ -262,7 +269,8 @@ class StoreViews:
         return 200, chrome_trace(rows)
 
     def traces(self, params: Params, session: str | None) -> Answer:
-        return 200, {"traces": self.store.recent_traces(_int_param(params, "limit", 20, 1, MAX_PAGE))}
+        limit = _int_param(params, "limit", 20, 1, MAX_PAGE)
+        return 200, {"traces": self.store.recent_traces(limit, self.store.session_window(session))}
 
     def trace(self, _: Params, session: str | None, trace_id: str) -> Answer:
         spans = self.store.trace(trace_id)
