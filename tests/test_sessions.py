@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -28,7 +29,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 from test_web_page import SCREENSHOTS, _console_errors, _wait, browser  # noqa: F401 (a fixture)
 
-from ray_otel_events.store.sqlite_store import EventStore
+from ray_otel_events.store.sqlite_store import EventStore, StoreError
 from ray_otel_events.store.views import StoreViews
 
 EVENTS: list[dict[str, Any]] = json.loads(Path(FIXTURE).read_text())
@@ -272,7 +273,34 @@ def test_retention_drops_whole_sessions_oldest_first(tmp_path: Path) -> None:
     store.prune(max_age_s=None, max_rows=None, max_bytes=store.used_bytes() - 1, now=4100.0)
     assert store.raw_size()["blocks"] == 0 and store.sessions() == ["session_d"]
     assert store.size()["state_rows"] <= kept_rows
+    # its rows can no longer be rebuilt from raw events: a rebuild says so instead of losing them
+    with pytest.raises(StoreError, match="retention dropped raw events"):
+        store.rebuild()
+    assert store.size()["state_rows"] > 0
     store.close()
+
+
+def test_a_store_from_before_raw_events_opens_and_refuses_a_rebuild(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    store = EventStore(path)
+    store.ingest(EVENTS, now=1000.0)
+    store.close()
+    with sqlite3.connect(path) as db:  # as the previous version left it
+        db.executescript("DROP TABLE sessions; DROP TABLE raw_events; DROP TABLE store_notes;")
+    reader = EventStore(path, read_only=True)
+    assert reader.sessions() == [FIRST]
+    status, got = StoreViews(reader).answer(f"/api/ui/get/tasks/{FLAKY}", MultiDict())
+    assert status == 200 and got["rows"][0]["name"] == "flaky"
+    reader.close()
+    store = EventStore(path)
+    assert [s["name"] for s in store.session_list()] == [FIRST]
+    with pytest.raises(StoreError, match="before raw events were kept"):
+        store.rebuild()
+    store.close()
+    refused = _cli("store", "rebuild", "--store", str(path))
+    assert refused.returncode == 1 and "--force" in refused.stderr
+    forced = _cli("store", "rebuild", "--store", str(path), "--force")
+    assert forced.returncode == 0 and "rebuilt" in forced.stdout and " 0 state rows" in forced.stdout
 
 
 def _answers(store: str, session: str) -> dict[str, Any]:

@@ -27,6 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     rebuild.add_argument(
         "--store", type=Path, default=None, help=f"SQLite file (default {default_store_path()})"
     )
+    rebuild.add_argument(
+        "--force", action="store_true", help="rebuild even when some rows have no raw events (they are lost)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,8 +45,11 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         raw = store.raw_size()
-        result = store.rebuild()
+        result = store.rebuild(force=args.force)
         rows = store.size()["state_rows"]
+    except StoreError as exc:
+        print(f"ray-otel-events store rebuild: {exc}; --force rebuilds without them", file=sys.stderr)
+        return 1
     except sqlite3.Error as exc:
         print(f"ray-otel-events store rebuild: {exc} (run it again to finish)", file=sys.stderr)
         return 1

@@ -147,7 +147,10 @@ CREATE TABLE IF NOT EXISTS raw_events (
     data BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS raw_by_session ON raw_events(session, received);
+CREATE TABLE IF NOT EXISTS store_notes (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 """
+# Why `rebuild` would lose rows: some were folded from events whose text is not kept.
+_RAW_INCOMPLETE = "raw_incomplete"
 _SEEN = (
     "INSERT INTO sessions(name, first_seen, last_seen) VALUES (?, ?, ?)"
     " ON CONFLICT(name) DO UPDATE SET last_seen = max(last_seen, excluded.last_seen)"
@@ -299,6 +302,7 @@ class EventStore:
             self._db.executescript(_SCHEMA)
             if not had_sessions and "state_rows" in known:
                 self._db.execute(_SESSIONS_FROM_ROWS)
+                self._note_raw_incomplete("rows were stored before raw events were kept")
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._checkpointer = WalCheckpointer(self.path, name="store-checkpoint")
             if _row_writer is not None and config.compiled_enabled():
@@ -823,18 +827,30 @@ class EventStore:
         if not found:
             return {}
         updated, ids = found[0]
-        return raw_events.new_fields(self.raw_texts(session, ids.split(), updated))
+        try:
+            return raw_events.new_fields(self.raw_texts(session, ids.split(), updated))
+        except sqlite3.OperationalError:  # a store written before raw events were kept, read-only
+            return {}
 
     def raw_size(self) -> dict[str, int]:
         """Raw event blocks kept and their compressed bytes."""
         blocks, size = self._query("SELECT COUNT(*), COALESCE(SUM(length(data)), 0) FROM raw_events")[0]
         return {"blocks": int(blocks), "bytes": int(size)}
 
-    def rebuild(self) -> IngestResult:
+    def _note_raw_incomplete(self, reason: str) -> None:
+        self._db.execute(
+            "INSERT OR IGNORE INTO store_notes(key, value) VALUES (?, ?)", (_RAW_INCOMPLETE, reason)
+        )
+
+    def rebuild(self, *, force: bool = False) -> IngestResult:
         """Fold the state rows again from the raw events alone, in the order they were stored and
         with the times they were received: the rows this version folds from what was accepted
         (after an upgrade). The rows are dropped first; raw events, spans and log lines are kept.
-        Stopped part way, running it again finishes it."""
+        Stopped part way, running it again finishes it. Refused (StoreError) when some rows have no
+        raw events (`force` rebuilds anyway, without them)."""
+        noted = self._query("SELECT value FROM store_notes WHERE key = ?", (_RAW_INCOMPLETE,))
+        if noted and not force:
+            raise StoreError(f"some rows have no raw events to rebuild them from: {noted[0][0]}")
         with self._transaction() as db:
             db.execute("DELETE FROM state_rows")
         total = IngestResult()
@@ -908,6 +924,7 @@ class EventStore:
                 with self._transaction() as db:
                     blocks = db.execute("SELECT COUNT(*) FROM raw_events").fetchone()[0]
                     if blocks:
+                        self._note_raw_incomplete("retention dropped raw events of rows it kept")
                         db.execute(
                             "DELETE FROM raw_events WHERE rowid IN"
                             " (SELECT rowid FROM raw_events ORDER BY received LIMIT ?)",
