@@ -1,6 +1,6 @@
 """The compiled helpers (src/ray_otel_events/native/, see docs/native.md), each optional: where no C
 compiler is present the build goes on without them and the package runs their Python twins (the
-same results). The store's row writer and intake also need SQLite's headers. Everything else is in
+same results). The store's row writer and intake also need SQLite's headers, its raw events' compression zlib's. Everything else is in
 pyproject.toml."""
 
 import glob
@@ -42,4 +42,5 @@ setup(
         )
     ]
     + [_optional(m, ("sqlite3",)) for m in ("_row_writer", "_post_fold")]  # where SQLite's headers are
+    + [_optional("_raw_deflate", ("z",))]  # where zlib's headers are
 )

@@ -17,18 +17,23 @@ import sqlite3
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import requests
 from helpers.agg_procs import FIXTURE, CliServer, start
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from multidict import MultiDict
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 from test_web_page import SCREENSHOTS, _console_errors, _wait, browser  # noqa: F401 (a fixture)
 
+from ray_otel_events.store import raw_events
 from ray_otel_events.store.sqlite_store import EventStore, StoreError
 from ray_otel_events.store.views import StoreViews
 
@@ -397,3 +402,22 @@ def test_the_page_picks_a_session(two_sessions: CliServer, browser: WebDriver) -
     picker.select_by_value("")  # back to the newest: the cookie goes
     _wait(lambda: _of_second(shown_names() - {""}), what="the newest session again")
     assert browser.get_cookie("ray_otel_events_session") is None
+
+
+@pytest.mark.skipif(raw_events._raw_deflate is None, reason="the compiled compression is not built here")
+@given(
+    st.lists(
+        st.one_of(
+            st.lists(
+                st.one_of(st.integers(-(2**63), 2**63 - 1), st.text(), st.dictionaries(st.text(), st.text()))
+            ).map(orjson.dumps),
+            st.sampled_from([b"[]", b" [ \n ] ", b"[1]\n", b"\t[ 2 , 3 ]  "]),
+        ),
+        max_size=6,
+    )
+)
+@settings(max_examples=200, deadline=None)
+def test_the_compiled_compression_matches_its_twin(bodies: list[bytes]) -> None:
+    compiled = raw_events.compress(bodies)
+    assert compiled == raw_events.compress_python(bodies)  # the same zlib, the same stream
+    assert orjson.loads(zlib.decompress(compiled)) == [item for body in bodies for item in orjson.loads(body)]
