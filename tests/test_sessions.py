@@ -32,7 +32,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 from test_web_page import SCREENSHOTS, _console_errors, _wait, browser  # noqa: F401 (a fixture)
 
-from ray_otel_events.store import raw_events
+from ray_otel_events.store import raw_events, sqlite_store
 from ray_otel_events.store.sqlite_store import EventStore, StoreError
 from ray_otel_events.store.views import StoreViews
 
@@ -253,7 +253,8 @@ def _padded(events: list[dict[str, Any]], session: str, prefix: str) -> list[dic
     return out
 
 
-def test_retention_drops_whole_sessions_oldest_first(tmp_path: Path) -> None:
+def test_retention_drops_whole_sessions_oldest_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sqlite_store, "DROP_CHUNK", 3)  # a session's rows go in several transactions
     store = EventStore(tmp_path / "r.sqlite3")
     names = ["session_a", "session_b", "session_c", "session_d"]
     for i, name in enumerate(names):

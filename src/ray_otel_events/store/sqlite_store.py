@@ -161,6 +161,7 @@ _SESSIONS_FROM_ROWS = (
     " SELECT session, MIN(updated), MAX(updated) FROM state_rows GROUP BY session"
 )
 SESSION_COUNTED = ("jobs", "tasks", "actors", "nodes")
+DROP_CHUNK = 20_000  # rows deleted per transaction when a session is dropped
 WINDOW_SLACK_S = 60.0  # spans and log lines may arrive this long before or after a session's events
 Window = tuple[float, float]  # received between, epoch seconds
 
@@ -878,12 +879,24 @@ class EventStore:
         return int((pages - free) * size)
 
     def drop_session(self, name: str) -> int:
-        """Delete a session's rows, raw events and record; returns its rows deleted."""
+        """Delete a session's rows, raw events and record; returns its rows deleted. The rows go
+        DROP_CHUNK at a time, a transaction each, so folds and reads go on in between; the record
+        goes last (while it is there, the session's reads keep filtering by it)."""
+        deleted = 0
+        while True:
+            with self._transaction() as db:
+                gone = db.execute(
+                    "DELETE FROM state_rows WHERE rowid IN"
+                    " (SELECT rowid FROM state_rows WHERE session = ? LIMIT ?)",
+                    (name, DROP_CHUNK),
+                ).rowcount
+            deleted += gone
+            if gone < DROP_CHUNK:
+                break
         with self._transaction() as db:
-            deleted = db.execute("DELETE FROM state_rows WHERE session = ?", (name,)).rowcount
             db.execute("DELETE FROM raw_events WHERE session = ?", (name,))
             db.execute("DELETE FROM sessions WHERE name = ?", (name,))
-        return int(deleted)
+        return deleted
 
     def _rows(self) -> int:
         return int(self._query("SELECT COUNT(*) FROM state_rows")[0][0])
