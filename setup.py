@@ -1,6 +1,7 @@
 """The compiled helpers (src/ray_otel_events/native/, see docs/native.md), each optional: where no C
 compiler is present the build goes on without them and the package runs their Python twins (the
-same results). The store's row writer and intake also need SQLite's headers, its raw events' compression zlib's. Everything else is in
+same results). The store's row writer and intake also need SQLite's headers, the row writer and the raw events'
+compression zlib's. Everything else is in
 pyproject.toml."""
 
 import glob
@@ -41,6 +42,6 @@ setup(
             "_state_fold",
         )
     ]
-    + [_optional(m, ("sqlite3",)) for m in ("_row_writer", "_post_fold")]  # where SQLite's headers are
+    + [_optional("_row_writer", ("sqlite3", "z")), _optional("_post_fold", ("sqlite3",))]  # SQLite's, zlib's
     + [_optional("_raw_deflate", ("z",))]  # where zlib's headers are
 )

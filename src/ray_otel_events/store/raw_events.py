@@ -69,7 +69,7 @@ def compress(bodies: Sequence[bytes]) -> bytes:
     (it gives up the GIL once, where Python's zlib takes it back for every output block, each time
     waiting on serve's event loop), else `compress_python`."""
     if _raw_deflate is not None and config.compiled_enabled():
-        return _raw_deflate.compress(bodies if isinstance(bodies, list) else list(bodies), LEVEL)
+        return _raw_deflate.compress(bodies if isinstance(bodies, list) else list(bodies))
     return compress_python(bodies)
 
 

@@ -155,6 +155,7 @@ _SEEN = (
     "INSERT INTO sessions(name, first_seen, last_seen) VALUES (?, ?, ?)"
     " ON CONFLICT(name) DO UPDATE SET last_seen = max(last_seen, excluded.last_seen)"
 )
+_KEEP_RAW = "INSERT INTO raw_events(session, received, data) VALUES (?, ?, ?)"
 # A store written before sessions and raw events were kept: its sessions from its rows.
 _SESSIONS_FROM_ROWS = (
     "INSERT OR IGNORE INTO sessions(name, first_seen, last_seen)"
@@ -310,6 +311,7 @@ class EventStore:
                 self._writer = _row_writer.RowWriter(
                     str(self.path), _UPSERT, _WRITER_PRAGMAS, _UPSERT_VALUES, sqlite3.DatabaseError
                 )
+                self._writer.prepare_keep(_KEEP_RAW, _SEEN)
                 if _post_fold is not None:
                     self._post_folder = _post_fold.Folder(
                         str(self.path), _READER_PRAGMAS, _SELECT_CHUNK, self._writer, sqlite3.DatabaseError
@@ -342,26 +344,31 @@ class EventStore:
                 prepared.append(prepare(event))
             except ValueError as exc:
                 invalid.append(str(exc))
-        result = self.ingest_prepared(prepared, now=received)
+        groups = raw_events.group_events(events)
+        texts = {session: [orjson.dumps(items)] for session, items in groups.items()}
+        result = self._ingest_prepared(prepared, received, texts)
         result.invalid = invalid + [refusal.reason for refusal in result.refused]
-        if events:
-            groups = raw_events.group_events(events)
-            self._keep_raw({session: [orjson.dumps(items)] for session, items in groups.items()}, received)
         return result
 
     def ingest_prepared(self, events: Iterable[Prepared], *, now: float | None = None) -> IngestResult:
         """`ingest` for events already read by `prepare` (the HTTP intake reads each as it parses).
         Their sessions are recorded; their text is not kept (there is none here)."""
+        return self._ingest_prepared(events, time.time() if now is None else now, {})
+
+    def _ingest_prepared(
+        self, events: Iterable[Prepared], received: float, texts: dict[str, list[bytes]]
+    ) -> IngestResult:
         result = IngestResult()
-        received = time.time() if now is None else now
         listed = events if isinstance(events, list) else list(events)
         pieces, result.ignored = group_pieces(listed)
-        if pieces:
-            with self._row_writes() as write:
-                self._fold(pieces, received, result, write)
-            sessions = {key[3] for key in pieces}
+        if pieces or texts:
+            with self._row_writes(texts, received) as write:
+                if pieces:
+                    self._fold(pieces, received, result, write)
+        unkept = {key[3] for key in pieces} - texts.keys()
+        if unkept:
             with self._transaction() as db:
-                db.executemany(_SEEN, [(name, received, received) for name in sessions])
+                db.executemany(_SEEN, [(name, received, received) for name in unkept])
         return result
 
     def ingest_posted(
@@ -370,36 +377,21 @@ class EventStore:
         """`ingest_prepared` of several POSTs' accepted events, in order, in one transaction. Those
         kept as their text (PostedBody) are folded from it by the compiled fold, all but the rows
         it hands back, which are folded here as `ingest_prepared` folds them: the same rows.
-        `bodies` (the POSTs' texts, in order) are kept as raw events, per session."""
+        `bodies` (the POSTs' texts, in order) are kept as raw events, per session, in the same
+        transaction."""
         received = time.time() if now is None else now
-        # compressed before the fold takes the store's lock (zlib releases the GIL meanwhile)
-        kept = self._compressed(bodies, received) if bodies else []
-        result = self._ingest_posted(posts, received)
-        if kept:
-            with self._transaction() as db:
-                db.executemany("INSERT INTO raw_events(session, received, data) VALUES (?, ?, ?)", kept)
-                db.executemany(_SEEN, [(session, received, received) for session, _, _ in kept])
-        return result
+        texts = raw_events.merge_bodies(raw_events.by_session(body) for body in bodies or ())
+        return self._ingest_posted(posts, received, texts)
 
-    def _compressed(self, bodies: Sequence[bytes], received: float) -> list[tuple[str, float, bytes]]:
-        """(session, received, blob) of each session in POSTs' texts."""
-        texts = raw_events.merge_bodies(raw_events.by_session(body) for body in bodies)
-        return [(session, received, raw_events.compress(parts)) for session, parts in texts.items()]
-
-    def _keep_raw(self, texts: dict[str, list[bytes]], received: float) -> None:
-        kept = [(session, received, raw_events.compress(parts)) for session, parts in texts.items()]
-        with self._transaction() as db:
-            db.executemany("INSERT INTO raw_events(session, received, data) VALUES (?, ?, ?)", kept)
-            db.executemany(_SEEN, [(session, received, received) for session in texts])
-
-    def _ingest_posted(self, posts: list[Accepted], received: float) -> IngestResult:
+    def _ingest_posted(
+        self, posts: list[Accepted], received: float, texts: dict[str, list[bytes]]
+    ) -> IngestResult:
         folder = self._post_folder
         if folder is None or not any(isinstance(post, PostedBody) for post in posts):
-            return self.ingest_prepared(
-                [event for post in posts for event in accepted_events(post)], now=received
-            )
+            events = [event for post in posts for event in accepted_events(post)]
+            return self._ingest_prepared(events, received, texts)
         result = IngestResult()
-        with self._row_writes() as write:
+        with self._row_writes(texts, received) as write:
             result.by_type, result.duplicates, result.ignored, leftovers = folder.fold(posts, received)
             if leftovers:
                 pieces: Pieces = {}
@@ -501,17 +493,27 @@ class EventStore:
                 raise
 
     @contextlib.contextmanager
-    def _row_writes(self) -> Iterator[Callable[[list[tuple[Any, ...]]], Any]]:
+    def _row_writes(
+        self, texts: dict[str, list[bytes]], received: float
+    ) -> Iterator[Callable[[list[tuple[Any, ...]]], Any]]:
         """One transaction of state-row upserts, yielding what writes a chunk of them: the row
-        writer's `add` where it is built, else `executemany` on the store's connection."""
+        writer's `add` where it is built, else `executemany` on the store's connection. `texts`
+        (POST bodies by session) are kept as raw events in the same transaction: compressed on the
+        row writer's thread where it is built (the caller neither compresses nor gives up the GIL
+        for it), else here."""
         writer = self._writer
         if writer is None:
             with self._transaction() as db:
                 yield functools.partial(db.executemany, _UPSERT)
+                kept = [(session, received, raw_events.compress(parts)) for session, parts in texts.items()]
+                db.executemany(_KEEP_RAW, kept)
+                db.executemany(_SEEN, [(session, received, received) for session in texts])
             return
         with self._committing():
             try:
                 yield writer.add
+                for session, parts in texts.items():
+                    writer.keep(session, received, parts)
             except BaseException:
                 writer.rollback()
                 raise
@@ -860,7 +862,7 @@ class EventStore:
             rows = self._query("SELECT data FROM raw_events WHERE rowid = ?", (rowid,))
             text = raw_events.decompress(rows[0][0])
             posted, invalid = _posted(text)
-            result = self._ingest_posted([posted], received)
+            result = self._ingest_posted([posted], received, {})
             total.duplicates += result.duplicates
             total.ignored += result.ignored
             total.invalid += invalid + [refusal.reason for refusal in result.refused]
