@@ -1,6 +1,7 @@
 """The compiled helpers (src/ray_otel_events/native/, see docs/native.md), each optional: where no C
 compiler is present the build goes on without them and the package runs their Python twins (the
-same results). The store's row writer and intake also need SQLite's headers. Everything else is in
+same results). The store's row writer and intake also need SQLite's headers, the row writer and the raw events'
+compression zlib's. Everything else is in
 pyproject.toml."""
 
 import glob
@@ -43,8 +44,10 @@ NATIVE_MODULES = (
     "_state_fold",
 )
 SQLITE_MODULES = ("_row_writer", "_post_fold")  # built only where SQLite's headers are
+ZLIB_MODULES = ("_raw_deflate",)  # built only where zlib's headers are (the row writer needs both)
+_LIBRARIES = {"_row_writer": ("sqlite3", "z"), "_post_fold": ("sqlite3",), "_raw_deflate": ("z",)}
 
 
 setup(
-    ext_modules=[_optional(m) for m in NATIVE_MODULES] + [_optional(m, ("sqlite3",)) for m in SQLITE_MODULES]
+    ext_modules=[_optional(m, _LIBRARIES.get(m, ())) for m in (*NATIVE_MODULES, *SQLITE_MODULES, *ZLIB_MODULES)]
 )

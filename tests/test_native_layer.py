@@ -25,15 +25,15 @@ NATIVE = ROOT / "src" / "ray_otel_events" / "native"
 
 
 def _setup_modules() -> set[str]:
-    """NATIVE_MODULES and SQLITE_MODULES, read from setup.py's text (running it would build)."""
+    """NATIVE_MODULES, SQLITE_MODULES and ZLIB_MODULES, read from setup.py's text (running it would build)."""
     tree = ast.parse((ROOT / "setup.py").read_text())
     found: dict[str, tuple[str, ...]] = {}
     for node in tree.body:
         target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
-        if isinstance(target, ast.Name) and target.id in ("NATIVE_MODULES", "SQLITE_MODULES"):
+        if isinstance(target, ast.Name) and target.id in ("NATIVE_MODULES", "SQLITE_MODULES", "ZLIB_MODULES"):
             found[target.id] = ast.literal_eval(node.value)  # type: ignore[attr-defined]
-    assert set(found) == {"NATIVE_MODULES", "SQLITE_MODULES"}
-    modules = [*found["NATIVE_MODULES"], *found["SQLITE_MODULES"]]
+    assert set(found) == {"NATIVE_MODULES", "SQLITE_MODULES", "ZLIB_MODULES"}
+    modules = [*found["NATIVE_MODULES"], *found["SQLITE_MODULES"], *found["ZLIB_MODULES"]]
     assert len(modules) == len(set(modules)), "a module listed twice in setup.py"
     return set(modules)
 

@@ -78,13 +78,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--store", type=Path, default=None, help=f"SQLite file (default {default_store_path()})"
     )
     parser.add_argument(
-        "--retention-hours", type=float, default=24.0 * 7, help="drop rows not updated for this long (168)"
+        "--retention-hours",
+        type=float,
+        default=24.0 * 7,
+        help="drop a session whose last event is older than this (168)",
     )
     parser.add_argument(
         "--retention-rows",
         type=int,
         default=2_000_000,
-        help="keep at most this many rows, newest (2,000,000)",
+        help="over this many state rows, drop the oldest sessions first (2,000,000)",
+    )
+    parser.add_argument(
+        "--retention-mb",
+        type=float,
+        default=20_000.0,
+        help="over this many MB of the store file in use, drop the oldest sessions first (20,000)",
     )
     parser.add_argument(
         "--ray-dashboard-port",
@@ -134,8 +143,8 @@ def run(args: argparse.Namespace) -> int:
             args.ray_gcs_protocol = load_ray_gcs_protocol()
         except GcsProtocolUnavailable as exc:
             raise ConfigError(f"--ray-gcs-port: {exc}") from None
-    if args.retention_hours <= 0 or args.retention_rows <= 0:
-        raise ConfigError("--retention-hours and --retention-rows must be positive")
+    if args.retention_hours <= 0 or args.retention_rows <= 0 or args.retention_mb <= 0:
+        raise ConfigError("--retention-hours, --retention-rows and --retention-mb must be positive")
     configure_logging(args.log_level, args.log_format)
     security = security_from_args(args)
     path = args.store or default_store_path()
@@ -182,7 +191,10 @@ def spool_path(store: Path) -> Path:
 async def _retention(store: EventStore, args: argparse.Namespace) -> None:
     while True:
         await asyncio.to_thread(
-            store.prune, max_age_s=args.retention_hours * 3600, max_rows=args.retention_rows
+            store.prune,
+            max_age_s=args.retention_hours * 3600,
+            max_rows=args.retention_rows,
+            max_bytes=int(args.retention_mb * 1e6),
         )
         await asyncio.sleep(RETENTION_INTERVAL_S)
 
