@@ -41,7 +41,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.internal import type_checkers
 from google.protobuf.message import DecodeError, Message
 
-from ray_otel_events import config
+from ray_otel_events import native
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
 try:  # built by setup.py where a C compiler is present
@@ -541,7 +541,7 @@ def _event_wire_schema(preserve: bool) -> list[Any]:
     return _encode_schema(RayEvent.DESCRIPTOR, preserve, {})
 
 
-_compiled_encoder = _ray_json_encode is not None and config.compiled_enabled()
+_compiled_encoder = _ray_json_encode is not None and native.ENABLED
 if _compiled_encoder:
     _ray_json_encode.bind(orjson.dumps)
 

@@ -22,7 +22,7 @@ from typing import Any, get_args
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 
-from ray_otel_events import config
+from ray_otel_events import native
 from ray_otel_events.encoding.proto_scalars import INT_RANGES
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
@@ -442,7 +442,7 @@ except ImportError:
     _ray_json_wire = None  # type: ignore[assignment]
 _EVENT_SCHEMA = wire_schema(RayEvent.DESCRIPTOR, {})
 _event_wire: Callable[[Any, WireSchema], bytes | None] | None = None
-if _ray_json_wire is not None and config.compiled_enabled():
+if _ray_json_wire is not None and native.ENABLED:
     check_wire_kinds(_ray_json_wire)
     _event_wire = _ray_json_wire.event_wire
 

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from google.protobuf.descriptor import FieldDescriptor
 
-from ray_otel_events import config
+from ray_otel_events import native
 from ray_otel_events.events import ids
 from ray_otel_events.events.registry import REGISTRY, event_type_name
 from ray_otel_events.otel import otlp_wire, semconv
@@ -177,7 +177,7 @@ try:  # the same read from wire bytes, compiled (setup.py builds it where a C co
     from ray_otel_events.native import _event_head
 except ImportError:
     _event_head = None  # type: ignore[assignment]
-_compiled = _event_head is not None and config.compiled_enabled()
+_compiled = _event_head is not None and native.ENABLED
 
 
 def _bind() -> None:

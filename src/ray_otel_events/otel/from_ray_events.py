@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from ray_otel_events import config
+from ray_otel_events import native
 from ray_otel_events.events import ids
 from ray_otel_events.events.builders import ActorState, JobState, TaskStatus, TaskType
 from ray_otel_events.events.registry import event_type_name
@@ -106,7 +106,7 @@ try:  # the converter's core compiled (setup.py builds it where a C compiler is 
 except ImportError:
     _entity_spans = None  # type: ignore[assignment]
 # The core needs the compiled head reader's schema too (the pieces it keeps slim are read there).
-_compiled = _entity_spans is not None and config.compiled_enabled() and compiled_head is not None
+_compiled = _entity_spans is not None and native.ENABLED and compiled_head is not None
 _read_transitions = _entity_spans.transitions if _compiled else None
 _SPAN_KIND_INTERNAL = 1
 _STATUS_ERROR = 2

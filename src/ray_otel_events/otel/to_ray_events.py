@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
-from ray_otel_events import config
+from ray_otel_events import native
 from ray_otel_events.encoding import ray_json_decode
 from ray_otel_events.encoding.ray_json_decode import decode_event
 from ray_otel_events.events import ids
@@ -84,7 +84,7 @@ try:  # built by setup.py where a C compiler is present
 except ImportError:
     _log_events = None  # type: ignore[assignment]
 _read_log_events: Callable[[bytes], tuple[list[bytes], list[int]] | None] | None = None
-if _log_events is not None and ray_json_decode.reads_compiled() and config.compiled_enabled():
+if _log_events is not None and ray_json_decode.reads_compiled() and native.ENABLED:
     ray_json_decode.check_wire_kinds(_log_events)
     _log_events.bind(
         ray_json_decode.event_schema(),
