@@ -17,6 +17,7 @@ import binascii
 import datetime
 import re
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, get_args
 
 from google.protobuf import json_format
@@ -353,7 +354,7 @@ _VARINT_INTS = (
 
 WireField = tuple[int, int, int, int, int, Any, Any]  # (number, kind, label, low, high, extra, oneof)
 WireSchema = dict[str, WireField]
-_WIRE_NUMBERS = {
+WIRE_KINDS = {
     "K_FALLBACK": K_FALLBACK,
     "K_STRING": K_STRING,
     "K_BYTES": K_BYTES,
@@ -371,13 +372,10 @@ _WIRE_NUMBERS = {
 }
 
 
-def check_wire_kinds(module: Any) -> None:
+def check_wire_kinds(module: ModuleType) -> None:
     """Refuse a compiled reader whose kinds, labels or field size (native/wire_schema.h, which it
     exports) are not these: it was built from other sources, and would misread every schema."""
-    found = {name: getattr(module, name, None) for name in _WIRE_NUMBERS}
-    if found != _WIRE_NUMBERS:
-        wrong = sorted(name for name in _WIRE_NUMBERS if found[name] != _WIRE_NUMBERS[name])
-        raise ImportError(f"{module.__name__} numbers the wire schema otherwise: {', '.join(wrong)}")
+    native.check_numbers(module, WIRE_KINDS)
 
 
 def _scalar_kind(field: Any) -> tuple[int, int, int, Any]:

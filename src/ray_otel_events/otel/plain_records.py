@@ -61,7 +61,15 @@ try:  # built by setup.py where a C compiler is present
     from ray_otel_events.native import _any_value_wire
 except ImportError:
     _any_value_wire = None  # type: ignore[assignment]
+# AnyValue's members by field number, as native/any_value.h names them (A_STRING...): the two
+# modules that read AnyValues export theirs, checked against these at import.
+ANY_VALUE_MEMBERS = {
+    f"A_{name.upper()}": AnyValue.DESCRIPTOR.fields_by_name[f"{name}_value"].number
+    for name in ("string", "bool", "int", "double", "array", "kvlist", "bytes")
+}
 _compiled = _any_value_wire is not None and native.ENABLED
+if _compiled:
+    native.check_numbers(_any_value_wire, ANY_VALUE_MEMBERS)
 try:
     from ray_otel_events.native import _span_records
 except ImportError:
