@@ -21,7 +21,7 @@ import pytest
 from ray_otel_events import native
 from ray_otel_events.encoding import ray_json, ray_json_decode
 from ray_otel_events.otel import plain_records
-from ray_otel_events.protobuf._pool import POOL
+from ray_otel_events.protobuf._pool import field_numbers
 
 ROOT = Path(__file__).resolve().parent.parent
 NATIVE = ROOT / "src" / "ray_otel_events" / "native"
@@ -116,7 +116,7 @@ def test_every_field_the_core_reads_is_in_the_descriptors() -> None:
     module = _built("_entity_spans")
     names = module.RAY_FIELDS
     assert len(names) == len(set(names)) > 0
-    numbers = {name: POOL.FindFieldByName(name).number for name in names}
+    numbers = field_numbers(names)
     assert numbers["ray.rpc.events.TaskLifecycleEvent.state_transitions"] == 3
     assert numbers["ray.rpc.events.ActorTaskDefinitionEvent.actor_func"] == 4
 
@@ -152,3 +152,31 @@ def test_the_core_refuses_a_binding_that_does_not_name_what_it_reads() -> None:
     assert isinstance(parts, from_ray_events._TaskParts)
     assert (parts.name, parts.task_type, parts.error_type) == ("t", 1, None)
 
+
+def test_the_head_reader_refuses_a_binding_without_its_fields() -> None:
+    """The head reader names the envelope's fields and the FunctionDescriptor's: a field without a
+    number, or an envelope number past its table, fails bind() with the name and leaves it
+    unbound (head() and slim() refuse); the good binding then reads again."""
+    module = _built("_event_head")
+    from ray_otel_events.otel import event_heads
+
+    if not event_heads._compiled:
+        pytest.skip("the compiled head reader is off")
+    numbers = field_numbers(module.RAY_FIELDS)
+    assert numbers["ray.rpc.events.RayEvent.node_id"] == 18
+    assert numbers["ray.rpc.PythonFunctionDescriptor.function_hash"] == 4
+    keys = (b"s", b"n", b"a", b"u")
+    missing = "ray.rpc.events.RayEvent.session_name"
+    try:
+        with pytest.raises(ValueError, match=re.escape(missing)):
+            module.bind({}, keys, event_heads.EventHead, {k: v for k, v in numbers.items() if k != missing})
+        with pytest.raises(TypeError, match="after bind"):
+            module.head(b"")
+        with pytest.raises(TypeError, match="after bind"):
+            module.slim(b"", 0, b"")
+        with pytest.raises(ValueError, match="node_id"):
+            module.bind({}, keys, event_heads.EventHead, {**numbers, "ray.rpc.events.RayEvent.node_id": 64})
+    finally:
+        event_heads._bind()
+    event = event_heads.RayEvent(event_id=b"e", event_type=1, session_name="s", node_id=b"n")
+    assert module.head(event.SerializeToString()) == event_heads.python_head(event)

@@ -9,6 +9,21 @@
 #define PY_SSIZE_T_CLEAN
 #include "otlp_wire.h"
 
+/* The fields of Ray's messages read here (ray_fields.h: numbered from the descriptors at bind):
+ * the envelope's, and in a definition's FunctionDescriptor what slim() drops. */
+#define RAY_FIELD_NAMES(X)                                                                        \
+    X(EVENT_ID, "ray.rpc.events.RayEvent.event_id")                                                \
+    X(EVENT_TYPE, "ray.rpc.events.RayEvent.event_type")                                            \
+    X(TIMESTAMP, "ray.rpc.events.RayEvent.timestamp")                                              \
+    X(SEVERITY, "ray.rpc.events.RayEvent.severity")                                                \
+    X(SESSION, "ray.rpc.events.RayEvent.session_name")                                             \
+    X(NODE, "ray.rpc.events.RayEvent.node_id")                                                     \
+    X(PYTHON_FUNCTION, "ray.rpc.FunctionDescriptor.python_function_descriptor")                    \
+    X(PYTHON_HASH, "ray.rpc.PythonFunctionDescriptor.function_hash")                               \
+    X(JAVA_FUNCTION, "ray.rpc.FunctionDescriptor.java_function_descriptor")                        \
+    X(JAVA_SIGNATURE, "ray.rpc.JavaFunctionDescriptor.signature")
+#include "ray_fields.h"
+
 #define MAX_TYPES 64
 #define MAX_FIELD 64 /* payload fields read: numbers below this */
 #define MAX_IDS 8
@@ -29,7 +44,9 @@ typedef struct {
 } TypeSpec;
 
 static TypeSpec specs[MAX_TYPES];
-static int8_t is_payload[MAX_FIELD]; /* RayEvent's field numbers that are some type's payload */
+/* What head() reads of each of RayEvent's field numbers below MAX_FIELD (0: nothing). */
+enum { R_SKIP, R_ID, R_TYPE, R_TIME, R_SEVERITY, R_SESSION, R_NODE, R_PAYLOAD };
+static int8_t field_role[MAX_FIELD];
 static PyObject *head_type;                                         /* EventHead, a tuple subclass */
 static PyObject *session_key, *node_key, *attempt_key, *submission_key; /* encoded KeyValue.key fields */
 
@@ -54,18 +71,37 @@ static void clear_specs(void) {
         for (int i = 0; i < s->n_ids; i++) Py_CLEAR(s->id_keys[i]);
         memset(s, 0, sizeof(*s));
     }
-    memset(is_payload, 0, sizeof(is_payload));
+    memset(field_role, 0, sizeof(field_role));
 }
 
-/* bind(specs, keys, head_type): specs maps an event type to (payload field, kind, job_of_id,
- * id_is_job, id field, attempt field, job field, attribute attempt field, submission field,
- * ((id field, key field), ...), event type entry); keys is the key fields of the session, node,
- * attempt and submission attributes. */
+/* The envelope's fields (RAY(...), bound) as head() reads them: each a number below MAX_FIELD that
+ * no payload has. */
+static int bind_envelope(void) {
+    static const struct {
+        int field, role;
+    } envelope[] = {{RF_EVENT_ID, R_ID},   {RF_EVENT_TYPE, R_TYPE}, {RF_TIMESTAMP, R_TIME},
+                    {RF_SEVERITY, R_SEVERITY}, {RF_SESSION, R_SESSION}, {RF_NODE, R_NODE}};
+    for (size_t i = 0; i < sizeof(envelope) / sizeof(envelope[0]); i++) {
+        uint32_t number = ray_field[envelope[i].field];
+        if (number >= MAX_FIELD || field_role[number] != R_SKIP) {
+            PyErr_Format(PyExc_ValueError, "%s: a number below 64 of its own", ray_field_names[envelope[i].field]);
+            return -1;
+        }
+        field_role[number] = (int8_t)envelope[i].role;
+    }
+    return 0;
+}
+
+/* bind(specs, keys, head_type, ray_fields): specs maps an event type to (payload field, kind,
+ * job_of_id, id_is_job, id field, attempt field, job field, attribute attempt field, submission
+ * field, ((id field, key field), ...), event type entry); keys is the key fields of the session,
+ * node, attempt and submission attributes; ray_fields numbers RAY_FIELDS. */
 static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 3 || !PyDict_Check(args[0]) || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != 4 ||
+    if (nargs != 4 || !PyDict_Check(args[0]) || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != 4 ||
         !PyType_Check(args[2]) || !PyType_IsSubtype((PyTypeObject *)args[2], &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "bind(specs: dict, keys: tuple of 4 bytes, head_type: a tuple subclass)");
+        PyErr_SetString(PyExc_TypeError,
+                        "bind(specs: dict, keys: tuple of 4 bytes, head_type: a tuple subclass, ray_fields: dict)");
         return NULL;
     }
     for (int i = 0; i < 4; i++)
@@ -74,6 +110,8 @@ static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
     clear_specs();
+    Py_CLEAR(head_type);
+    if (bind_ray_fields(args[3]) < 0 || bind_envelope() < 0) goto fail;
     PyObject *type, *spec;
     Py_ssize_t pos = 0;
     while (PyDict_Next(args[0], &pos, &type, &spec)) {
@@ -118,7 +156,11 @@ static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         s->kind = Py_NewRef(kind);
         s->type_entry = Py_NewRef(entry);
         s->known = 1;
-        is_payload[s->payload] = 1;
+        if (field_role[s->payload] != R_SKIP && field_role[s->payload] != R_PAYLOAD) {
+            PyErr_SetString(PyExc_ValueError, "a payload's field number is the envelope's");
+            goto fail;
+        }
+        field_role[s->payload] = R_PAYLOAD;
     }
     Py_XSETREF(session_key, Py_NewRef(PyTuple_GET_ITEM(args[1], 0)));
     Py_XSETREF(node_key, Py_NewRef(PyTuple_GET_ITEM(args[1], 1)));
@@ -218,19 +260,18 @@ static PyObject *head(PyObject *module, PyObject *arg) {
         Field f;
         if (next_field(&r, &f) < 0) goto other;
         if (f.number >= MAX_FIELD) continue;
-        int read = f.number == 1 || f.number == 3 || f.number == 4 || f.number == 5 || f.number == 7 ||
-                   f.number == 18 || is_payload[f.number];
-        if (!read) continue; /* source type, message, unknown fields */
-        if (f.wire_type != (f.number == 3 || f.number == 5 ? 0 : 2)) goto other; /* type, severity: varints */
-        switch (f.number) {
-        case 1: event_id = f.payload; break;
-        case 3: event_type = f.scalar; break;
-        case 4:
+        int role = field_role[f.number];
+        if (role == R_SKIP) continue; /* source type, message, unknown fields */
+        if (f.wire_type != (role == R_TYPE || role == R_SEVERITY ? 0 : 2)) goto other; /* varints */
+        switch (role) {
+        case R_ID: event_id = f.payload; break;
+        case R_TYPE: event_type = f.scalar; break;
+        case R_TIME:
             if (read_timestamp(f.payload, &seconds, &nanos) != 0) goto other;
             break;
-        case 5: severity = f.scalar; break;
-        case 7: session = f.payload; break;
-        case 18: node = f.payload; break;
+        case R_SEVERITY: severity = f.scalar; break;
+        case R_SESSION: session = f.payload; break;
+        case R_NODE: node = f.payload; break;
         default:
             payloads[f.number] = f.payload;
             payload_count[f.number]++;
@@ -328,8 +369,9 @@ static int copy_without(Buf *b, Reader r, uint32_t drop) {
  * functools.partial binds the rest (event_heads.field_keeper). */
 static PyObject *slim(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyLong_Check(args[1]) || !PyBytes_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "slim(keep: bytes, func_field: int, wire: bytes)");
+    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyLong_Check(args[1]) || !PyBytes_Check(args[2]) ||
+        head_type == NULL) {
+        PyErr_SetString(PyExc_TypeError, "slim(keep: bytes, func_field: int, wire: bytes), after bind()");
         return NULL;
     }
     long func_field = PyLong_AsLong(args[1]);
@@ -348,7 +390,10 @@ static PyObject *slim(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 const uint8_t *at = d.p;
                 Field g;
                 if (next_field(&d, &g) < 0) goto fail;
-                uint32_t drop = g.wire_type != 2 ? 0 : g.number == 2 ? 4 : g.number == 1 ? 3 : 0;
+                uint32_t drop = g.wire_type != 2                    ? 0
+                                : g.number == RAY(PYTHON_FUNCTION) ? RAY(PYTHON_HASH)
+                                : g.number == RAY(JAVA_FUNCTION)   ? RAY(JAVA_SIGNATURE)
+                                                                   : 0;
                 if (drop == 0) {
                     if (buf_reserve(&func, d.p - at) < 0) goto fail;
                     memcpy(func.data + func.len, at, (size_t)(d.p - at));
@@ -378,7 +423,7 @@ fail:
 }
 
 static PyMethodDef methods[] = {
-    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(specs, keys, head_type): the schema read."},
+    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(specs, keys, head_type, ray_fields): the schema read."},
     {"head", (PyCFunction)head, METH_O, "head(wire) -> EventHead or None."},
     {"slim", (PyCFunction)(void (*)(void))slim, METH_FASTCALL, "slim(keep, func_field, wire) -> bytes."},
     {NULL, NULL, 0, NULL},
@@ -388,4 +433,8 @@ static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "_event_head", NULL, -1, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__event_head(void) { return PyModule_Create(&module_def); }
+PyMODINIT_FUNC PyInit__event_head(void) {
+    PyObject *module = PyModule_Create(&module_def);
+    if (module != NULL && export_ray_fields(module) < 0) Py_CLEAR(module);
+    return module;
+}

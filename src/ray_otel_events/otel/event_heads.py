@@ -20,6 +20,7 @@ from ray_otel_events import native
 from ray_otel_events.events import ids
 from ray_otel_events.events.registry import REGISTRY, event_type_name
 from ray_otel_events.otel import otlp_wire, semconv
+from ray_otel_events.protobuf._pool import field_numbers
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
 AttributeValue = str | bool | int | float | list[str] | list[bool] | list[int] | list[float]
@@ -214,7 +215,7 @@ def _bind() -> None:
             semconv.RAY_SUBMISSION_ID,
         )
     )
-    _event_head.bind(specs, keys, EventHead)
+    _event_head.bind(specs, keys, EventHead, field_numbers(_event_head.RAY_FIELDS))
 
 
 if _compiled:

@@ -59,7 +59,7 @@ from ray_otel_events.otel.event_heads import (
 from ray_otel_events.otel.log_records import parts_log_record, record_fields
 from ray_otel_events.otel.posted_events import EventParts, event_parts
 from ray_otel_events.protobuf import common_pb2
-from ray_otel_events.protobuf._pool import POOL
+from ray_otel_events.protobuf._pool import field_numbers
 from ray_otel_events.protobuf.events_actor_definition_event_pb2 import ActorDefinitionEvent
 from ray_otel_events.protobuf.events_actor_lifecycle_event_pb2 import ActorLifecycleEvent
 from ray_otel_events.protobuf.events_actor_task_definition_event_pb2 import ActorTaskDefinitionEvent
@@ -1280,11 +1280,6 @@ class _CoreBinding:
     ray_fields: dict[str, int]  # full name -> number, of each field the core reads (RAY_FIELDS)
 
 
-def _field_numbers(full_names: Iterable[str]) -> dict[str, int]:
-    """Each field's number, from the descriptors of our generated protobuf modules."""
-    return {name: POOL.FindFieldByName(name).number for name in full_names}
-
-
 if _compiled:
     if len(set(_TASK_SPAN_KEYS)) != len(_TASK_SPAN_KEYS):  # the core writes each once, in order
         raise RuntimeError("the task span's attribute names must differ")
@@ -1321,6 +1316,6 @@ if _compiled:
         span_type=EmittedSpan,
         log_type=EmittedLog,
         task_parts_type=_TaskParts,
-        ray_fields=_field_numbers(_entity_spans.RAY_FIELDS),
+        ray_fields=field_numbers(_entity_spans.RAY_FIELDS),
     )
     _entity_spans.bind(_CORE_BINDING)
