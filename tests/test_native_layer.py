@@ -155,8 +155,8 @@ def test_the_core_refuses_a_binding_that_does_not_name_what_it_reads() -> None:
 
 def test_the_head_reader_refuses_a_binding_without_its_fields() -> None:
     """The head reader names the envelope's fields and the FunctionDescriptor's: a field without a
-    number, or an envelope number past its table, fails bind() with the name and leaves it
-    unbound (head() and slim() refuse); the good binding then reads again."""
+    number, or an envelope number past its table, fails bind_fields() with the name and leaves it
+    unbound (head() refuses); the good binding then reads again."""
     module = _built("_event_head")
     from ray_otel_events.otel import event_heads
 
@@ -165,17 +165,14 @@ def test_the_head_reader_refuses_a_binding_without_its_fields() -> None:
     numbers = field_numbers(module.RAY_FIELDS)
     assert numbers["ray.rpc.events.RayEvent.node_id"] == 18
     assert numbers["ray.rpc.PythonFunctionDescriptor.function_hash"] == 4
-    keys = (b"s", b"n", b"a", b"u")
     missing = "ray.rpc.events.RayEvent.session_name"
     try:
         with pytest.raises(ValueError, match=re.escape(missing)):
-            module.bind({}, keys, event_heads.EventHead, {k: v for k, v in numbers.items() if k != missing})
+            module.bind_fields({k: v for k, v in numbers.items() if k != missing})
         with pytest.raises(TypeError, match="after bind"):
             module.head(b"")
-        with pytest.raises(TypeError, match="after bind"):
-            module.slim(b"", 0, b"")
         with pytest.raises(ValueError, match="node_id"):
-            module.bind({}, keys, event_heads.EventHead, {**numbers, "ray.rpc.events.RayEvent.node_id": 64})
+            module.bind_fields({**numbers, "ray.rpc.events.RayEvent.node_id": 64})
     finally:
         event_heads._bind()
     event = event_heads.RayEvent(event_id=b"e", event_type=1, session_name="s", node_id=b"n")

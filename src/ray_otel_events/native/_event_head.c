@@ -9,8 +9,12 @@
 #define PY_SSIZE_T_CLEAN
 #include "otlp_wire.h"
 
-/* The fields of Ray's messages read here (ray_fields.h: numbered from the descriptors at bind):
- * the envelope's, and in a definition's FunctionDescriptor what slim() drops. */
+#define MAX_TYPES 64
+#define MAX_FIELD 64 /* payload fields read: numbers below this */
+#define MAX_IDS 8
+
+/* The fields of Ray's messages read here (ray_fields.h: numbered from the descriptors by
+ * bind_fields): the envelope's, and in a definition's FunctionDescriptor what slim() drops. */
 #define RAY_FIELD_NAMES(X)                                                                        \
     X(EVENT_ID, "ray.rpc.events.RayEvent.event_id")                                                \
     X(EVENT_TYPE, "ray.rpc.events.RayEvent.event_type")                                            \
@@ -24,9 +28,43 @@
     X(JAVA_SIGNATURE, "ray.rpc.JavaFunctionDescriptor.signature")
 #include "ray_fields.h"
 
-#define MAX_TYPES 64
-#define MAX_FIELD 64 /* payload fields read: numbers below this */
-#define MAX_IDS 8
+/* What head() reads of each of the envelope's field numbers (R_SKIP: nothing; payloads are
+ * is_payload's), set by bind_fields. */
+enum { R_SKIP, R_ID, R_TYPE, R_TIME, R_SEVERITY, R_SESSION, R_NODE, R_PAYLOAD };
+static int8_t envelope_role[MAX_FIELD];
+static int fields_bound;
+
+/* bind_fields(ray_fields): RAY_FIELDS numbered ({full name: number}); the envelope's numbers
+ * must be below MAX_FIELD. On error nothing is bound, and head() refuses. */
+static PyObject *bind_fields(PyObject *module, PyObject *numbers) {
+    (void)module;
+    static const struct {
+        int field, role;
+    } envelope[] = {{RF_EVENT_ID, R_ID},       {RF_EVENT_TYPE, R_TYPE}, {RF_TIMESTAMP, R_TIME},
+                    {RF_SEVERITY, R_SEVERITY}, {RF_SESSION, R_SESSION}, {RF_NODE, R_NODE}};
+    fields_bound = 0;
+    memset(envelope_role, 0, sizeof(envelope_role));
+    if (bind_ray_fields(numbers) < 0) return NULL;
+    for (size_t i = 0; i < sizeof(envelope) / sizeof(envelope[0]); i++) {
+        uint32_t number = ray_field[envelope[i].field];
+        if (number >= MAX_FIELD || envelope_role[number] != R_SKIP) {
+            memset(envelope_role, 0, sizeof(envelope_role));
+            return PyErr_Format(PyExc_ValueError, "%s: a number below 64 of its own",
+                                ray_field_names[envelope[i].field]);
+        }
+        envelope_role[number] = (int8_t)envelope[i].role;
+    }
+    fields_bound = 1;
+    Py_RETURN_NONE;
+}
+
+/* The field of a FunctionDescriptor's oneof member `member` that slim() leaves out (0: none): the
+ * Python function's hash, the Java one's signature. */
+static uint32_t dropped_field(uint32_t member) {
+    return member == RAY(PYTHON_FUNCTION) ? RAY(PYTHON_HASH)
+           : member == RAY(JAVA_FUNCTION) ? RAY(JAVA_SIGNATURE)
+                                          : 0;
+}
 
 typedef struct {
     int known;
@@ -44,9 +82,7 @@ typedef struct {
 } TypeSpec;
 
 static TypeSpec specs[MAX_TYPES];
-/* What head() reads of each of RayEvent's field numbers below MAX_FIELD (0: nothing). */
-enum { R_SKIP, R_ID, R_TYPE, R_TIME, R_SEVERITY, R_SESSION, R_NODE, R_PAYLOAD };
-static int8_t field_role[MAX_FIELD];
+static int8_t is_payload[MAX_FIELD]; /* RayEvent's field numbers that are some type's payload */
 static PyObject *head_type;                                         /* EventHead, a tuple subclass */
 static PyObject *session_key, *node_key, *attempt_key, *submission_key; /* encoded KeyValue.key fields */
 
@@ -71,37 +107,18 @@ static void clear_specs(void) {
         for (int i = 0; i < s->n_ids; i++) Py_CLEAR(s->id_keys[i]);
         memset(s, 0, sizeof(*s));
     }
-    memset(field_role, 0, sizeof(field_role));
+    memset(is_payload, 0, sizeof(is_payload));
 }
 
-/* The envelope's fields (RAY(...), bound) as head() reads them: each a number below MAX_FIELD that
- * no payload has. */
-static int bind_envelope(void) {
-    static const struct {
-        int field, role;
-    } envelope[] = {{RF_EVENT_ID, R_ID},   {RF_EVENT_TYPE, R_TYPE}, {RF_TIMESTAMP, R_TIME},
-                    {RF_SEVERITY, R_SEVERITY}, {RF_SESSION, R_SESSION}, {RF_NODE, R_NODE}};
-    for (size_t i = 0; i < sizeof(envelope) / sizeof(envelope[0]); i++) {
-        uint32_t number = ray_field[envelope[i].field];
-        if (number >= MAX_FIELD || field_role[number] != R_SKIP) {
-            PyErr_Format(PyExc_ValueError, "%s: a number below 64 of its own", ray_field_names[envelope[i].field]);
-            return -1;
-        }
-        field_role[number] = (int8_t)envelope[i].role;
-    }
-    return 0;
-}
-
-/* bind(specs, keys, head_type, ray_fields): specs maps an event type to (payload field, kind,
- * job_of_id, id_is_job, id field, attempt field, job field, attribute attempt field, submission
- * field, ((id field, key field), ...), event type entry); keys is the key fields of the session,
- * node, attempt and submission attributes; ray_fields numbers RAY_FIELDS. */
+/* bind(specs, keys, head_type): specs maps an event type to (payload field, kind, job_of_id,
+ * id_is_job, id field, attempt field, job field, attribute attempt field, submission field,
+ * ((id field, key field), ...), event type entry); keys is the key fields of the session, node,
+ * attempt and submission attributes. */
 static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 4 || !PyDict_Check(args[0]) || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != 4 ||
+    if (nargs != 3 || !PyDict_Check(args[0]) || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != 4 ||
         !PyType_Check(args[2]) || !PyType_IsSubtype((PyTypeObject *)args[2], &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError,
-                        "bind(specs: dict, keys: tuple of 4 bytes, head_type: a tuple subclass, ray_fields: dict)");
+        PyErr_SetString(PyExc_TypeError, "bind(specs: dict, keys: tuple of 4 bytes, head_type: a tuple subclass)");
         return NULL;
     }
     for (int i = 0; i < 4; i++)
@@ -110,8 +127,6 @@ static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
     clear_specs();
-    Py_CLEAR(head_type);
-    if (bind_ray_fields(args[3]) < 0 || bind_envelope() < 0) goto fail;
     PyObject *type, *spec;
     Py_ssize_t pos = 0;
     while (PyDict_Next(args[0], &pos, &type, &spec)) {
@@ -156,11 +171,7 @@ static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         s->kind = Py_NewRef(kind);
         s->type_entry = Py_NewRef(entry);
         s->known = 1;
-        if (field_role[s->payload] != R_SKIP && field_role[s->payload] != R_PAYLOAD) {
-            PyErr_SetString(PyExc_ValueError, "a payload's field number is the envelope's");
-            goto fail;
-        }
-        field_role[s->payload] = R_PAYLOAD;
+        is_payload[s->payload] = 1;
     }
     Py_XSETREF(session_key, Py_NewRef(PyTuple_GET_ITEM(args[1], 0)));
     Py_XSETREF(node_key, Py_NewRef(PyTuple_GET_ITEM(args[1], 1)));
@@ -245,8 +256,8 @@ static int varint_field(const Fields *fields, uint32_t number, uint64_t *out) {
  * attempt, job, payload, attributes), or None (Python reads it). */
 static PyObject *head(PyObject *module, PyObject *arg) {
     (void)module;
-    if (!PyBytes_Check(arg) || head_type == NULL) {
-        PyErr_SetString(PyExc_TypeError, "head(wire: bytes), after bind()");
+    if (!PyBytes_Check(arg) || head_type == NULL || !fields_bound) {
+        PyErr_SetString(PyExc_TypeError, "head(wire: bytes), after bind_fields() and bind()");
         return NULL;
     }
     Reader r = bytes_reader(arg);
@@ -260,7 +271,7 @@ static PyObject *head(PyObject *module, PyObject *arg) {
         Field f;
         if (next_field(&r, &f) < 0) goto other;
         if (f.number >= MAX_FIELD) continue;
-        int role = field_role[f.number];
+        int role = envelope_role[f.number] ? envelope_role[f.number] : is_payload[f.number] ? R_PAYLOAD : R_SKIP;
         if (role == R_SKIP) continue; /* source type, message, unknown fields */
         if (f.wire_type != (role == R_TYPE || role == R_SEVERITY ? 0 : 2)) goto other; /* varints */
         switch (role) {
@@ -369,9 +380,8 @@ static int copy_without(Buf *b, Reader r, uint32_t drop) {
  * functools.partial binds the rest (event_heads.field_keeper). */
 static PyObject *slim(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyLong_Check(args[1]) || !PyBytes_Check(args[2]) ||
-        head_type == NULL) {
-        PyErr_SetString(PyExc_TypeError, "slim(keep: bytes, func_field: int, wire: bytes), after bind()");
+    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyLong_Check(args[1]) || !PyBytes_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "slim(keep: bytes, func_field: int, wire: bytes)");
         return NULL;
     }
     long func_field = PyLong_AsLong(args[1]);
@@ -390,10 +400,7 @@ static PyObject *slim(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 const uint8_t *at = d.p;
                 Field g;
                 if (next_field(&d, &g) < 0) goto fail;
-                uint32_t drop = g.wire_type != 2                    ? 0
-                                : g.number == RAY(PYTHON_FUNCTION) ? RAY(PYTHON_HASH)
-                                : g.number == RAY(JAVA_FUNCTION)   ? RAY(JAVA_SIGNATURE)
-                                                                   : 0;
+                uint32_t drop = g.wire_type != 2 ? 0 : dropped_field(g.number);
                 if (drop == 0) {
                     if (buf_reserve(&func, d.p - at) < 0) goto fail;
                     memcpy(func.data + func.len, at, (size_t)(d.p - at));
@@ -423,8 +430,9 @@ fail:
 }
 
 static PyMethodDef methods[] = {
-    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(specs, keys, head_type, ray_fields): the schema read."},
+    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(specs, keys, head_type): the schema read."},
     {"head", (PyCFunction)head, METH_O, "head(wire) -> EventHead or None."},
+    {"bind_fields", bind_fields, METH_O, "bind_fields(ray_fields): RAY_FIELDS numbered."},
     {"slim", (PyCFunction)(void (*)(void))slim, METH_FASTCALL, "slim(keep, func_field, wire) -> bytes."},
     {NULL, NULL, 0, NULL},
 };

@@ -183,6 +183,7 @@ _compiled = _event_head is not None and native.ENABLED
 
 def _bind() -> None:
     """Tells the compiled reader the schema: field numbers, kinds and encoded attribute keys."""
+    _event_head.bind_fields(field_numbers(_event_head.RAY_FIELDS))
     specs = {}
     for event_type, spec in _SPECS.items():
         names = _payload_descriptor(spec.payload).fields_by_name
@@ -215,7 +216,7 @@ def _bind() -> None:
             semconv.RAY_SUBMISSION_ID,
         )
     )
-    _event_head.bind(specs, keys, EventHead, field_numbers(_event_head.RAY_FIELDS))
+    _event_head.bind(specs, keys, EventHead)
 
 
 if _compiled:
