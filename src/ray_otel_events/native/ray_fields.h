@@ -1,7 +1,8 @@
 /* The fields of Ray's messages a module reads, by full name, numbered from the protobuf descriptors
  * when its twin binds it: nothing of Ray's schema typed in C. A module defines RAY_FIELD_NAMES(X),
  * one X(ID, "full.name") a field, then includes this header; its PyInit exports the names
- * (export_ray_fields: RAY_FIELDS), its bind() passes {full name: number} (the twin makes it with
+ * (export_ray_fields: RAY_FIELDS), its binding function (`_entity_spans.bind`,
+ * `_event_head.bind_fields`) passes {full name: number} (the twin makes it with
  * protobuf._pool.field_numbers) to bind_ray_fields, and RAY(ID) is then that field's number. */
 #ifndef RAY_OTEL_EVENTS_RAY_FIELDS_H
 #define RAY_OTEL_EVENTS_RAY_FIELDS_H
