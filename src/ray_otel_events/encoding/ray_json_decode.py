@@ -17,12 +17,13 @@ import binascii
 import datetime
 import re
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, get_args
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 
-from ray_otel_events import config
+from ray_otel_events import native
 from ray_otel_events.encoding.proto_scalars import INT_RANGES
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
@@ -353,7 +354,7 @@ _VARINT_INTS = (
 
 WireField = tuple[int, int, int, int, int, Any, Any]  # (number, kind, label, low, high, extra, oneof)
 WireSchema = dict[str, WireField]
-_WIRE_NUMBERS = {
+WIRE_KINDS = {
     "K_FALLBACK": K_FALLBACK,
     "K_STRING": K_STRING,
     "K_BYTES": K_BYTES,
@@ -371,13 +372,10 @@ _WIRE_NUMBERS = {
 }
 
 
-def check_wire_kinds(module: Any) -> None:
+def check_wire_kinds(module: ModuleType) -> None:
     """Refuse a compiled reader whose kinds, labels or field size (native/wire_schema.h, which it
     exports) are not these: it was built from other sources, and would misread every schema."""
-    found = {name: getattr(module, name, None) for name in _WIRE_NUMBERS}
-    if found != _WIRE_NUMBERS:
-        wrong = sorted(name for name in _WIRE_NUMBERS if found[name] != _WIRE_NUMBERS[name])
-        raise ImportError(f"{module.__name__} numbers the wire schema otherwise: {', '.join(wrong)}")
+    native.check_numbers(module, WIRE_KINDS)
 
 
 def _scalar_kind(field: Any) -> tuple[int, int, int, Any]:
@@ -442,7 +440,7 @@ except ImportError:
     _ray_json_wire = None  # type: ignore[assignment]
 _EVENT_SCHEMA = wire_schema(RayEvent.DESCRIPTOR, {})
 _event_wire: Callable[[Any, WireSchema], bytes | None] | None = None
-if _ray_json_wire is not None and config.compiled_enabled():
+if _ray_json_wire is not None and native.ENABLED:
     check_wire_kinds(_ray_json_wire)
     _event_wire = _ray_json_wire.event_wire
 

@@ -30,8 +30,8 @@ enum { K_NONE, K_TASK, K_ACTOR, K_JOB, K_PROFILE, K_OTHER };
 
 /* -- Ray's fields ------------------------------------------------------------------------------- */
 
-/* The fields of Ray's messages read here, by full name. Their numbers come from the protobuf
- * descriptors: the module exports the names (RAY_FIELDS) and bind() takes {name: number}. */
+/* The fields of Ray's messages read here, by full name (ray_fields.h: their numbers come from the
+ * protobuf descriptors; the module exports the names, RAY_FIELDS, and bind() takes {name: number}). */
 #define RAY_FIELD_NAMES(X)                                                                        \
     X(TASK_TRANSITIONS, "ray.rpc.events.TaskLifecycleEvent.state_transitions")                     \
     X(TASK_TRANSITION_STATE, "ray.rpc.events.TaskLifecycleEvent.StateTransition.state")            \
@@ -71,12 +71,7 @@ enum { K_NONE, K_TASK, K_ACTOR, K_JOB, K_PROFILE, K_OTHER };
     X(CPP_FUNCTION, "ray.rpc.FunctionDescriptor.cpp_function_descriptor")                          \
     X(CPP_NAME, "ray.rpc.CppFunctionDescriptor.function_name")
 
-#define RAY_FIELD_ENUM(id, name) RF_##id,
-#define RAY_FIELD_NAME(id, name) name,
-enum { RAY_FIELD_NAMES(RAY_FIELD_ENUM) N_RAY_FIELDS };
-static const char *const ray_field_names[N_RAY_FIELDS] = {RAY_FIELD_NAMES(RAY_FIELD_NAME)};
-static uint32_t ray_field[N_RAY_FIELDS]; /* numbers, by RF_*; set by bind() */
-#define RAY(id) ray_field[RF_##id]
+#include "ray_fields.h"
 
 /* Each span kind's lifecycle: its state_transitions field and its StateTransition's state and
  * timestamp (RF_* by K_*). */
@@ -1996,25 +1991,6 @@ static void unbind(void) {
 enum { BINDING_NAMES(BINDING_ENUM) N_BINDING };
 static const char *const binding_names[N_BINDING] = {BINDING_NAMES(BINDING_NAME)};
 
-/* Each name of RAY_FIELDS numbered by `numbers` ({full name: number}), each number one upb reads. */
-static int bind_ray_fields(PyObject *numbers) {
-    if (!PyDict_Check(numbers)) {
-        PyErr_SetString(PyExc_TypeError, "ray_fields is a dict {full name: number}");
-        return -1;
-    }
-    for (int i = 0; i < N_RAY_FIELDS; i++) {
-        PyObject *number = PyDict_GetItemString(numbers, ray_field_names[i]);
-        long n = number != NULL && PyLong_Check(number) ? PyLong_AsLong(number) : -1;
-        if (n < 1 || n > 536870911) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError, "ray_fields: no field number for %s", ray_field_names[i]);
-            return -1;
-        }
-        ray_field[i] = (uint32_t)n;
-    }
-    return 0;
-}
-
 /* Each of _TaskParts' fields (`type._fields`) matched to a part here, by name. */
 static int bind_task_parts(PyObject *type) {
     PyObject *names = NULL;
@@ -2140,23 +2116,6 @@ fail:
     for (int i = 0; i < N_BINDING; i++) Py_XDECREF(a[i]);
     unbind();
     return NULL;
-}
-
-/* RAY_FIELDS: the full names of the fields of Ray's messages read here (bind() takes their numbers). */
-static int export_ray_fields(PyObject *module) {
-    PyObject *names = PyTuple_New(N_RAY_FIELDS);
-    if (names == NULL) return -1;
-    for (int i = 0; i < N_RAY_FIELDS; i++) {
-        PyObject *name = PyUnicode_FromString(ray_field_names[i]);
-        if (name == NULL) {
-            Py_DECREF(names);
-            return -1;
-        }
-        PyTuple_SET_ITEM(names, i, name);
-    }
-    int added = PyModule_AddObjectRef(module, "RAY_FIELDS", names);
-    Py_DECREF(names);
-    return added;
 }
 
 static PyMethodDef methods[] = {

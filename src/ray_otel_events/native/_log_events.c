@@ -15,10 +15,8 @@
 #define PY_SSIZE_T_CLEAN
 #include "json_text.h"
 #include "ray_json_values.h"
+#include "any_value.h"
 #include "wire_schema.h"
-
-/* AnyValue members, by field number. */
-enum { A_NONE, A_STRING, A_BOOL, A_INT, A_DOUBLE, A_ARRAY, A_KVLIST, A_BYTES };
 
 #define LEFT 0 /* the Python path reads this */
 #define DONE 1
@@ -525,4 +523,6 @@ static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "_log_events", NULL, -1, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__log_events(void) { return export_wire_kinds(PyModule_Create(&module_def)); }
+PyMODINIT_FUNC PyInit__log_events(void) {
+    return export_any_value_members(export_wire_kinds(PyModule_Create(&module_def)));
+}

@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from ray_otel_events import config
+from ray_otel_events import native
 from ray_otel_events.events import ids
 from ray_otel_events.events.builders import ActorState, JobState, TaskStatus, TaskType
 from ray_otel_events.events.registry import event_type_name
@@ -59,7 +59,7 @@ from ray_otel_events.otel.event_heads import (
 from ray_otel_events.otel.log_records import parts_log_record, record_fields
 from ray_otel_events.otel.posted_events import EventParts, event_parts
 from ray_otel_events.protobuf import common_pb2
-from ray_otel_events.protobuf._pool import POOL
+from ray_otel_events.protobuf._pool import field_numbers
 from ray_otel_events.protobuf.events_actor_definition_event_pb2 import ActorDefinitionEvent
 from ray_otel_events.protobuf.events_actor_lifecycle_event_pb2 import ActorLifecycleEvent
 from ray_otel_events.protobuf.events_actor_task_definition_event_pb2 import ActorTaskDefinitionEvent
@@ -106,7 +106,7 @@ try:  # the converter's core compiled (setup.py builds it where a C compiler is 
 except ImportError:
     _entity_spans = None  # type: ignore[assignment]
 # The core needs the compiled head reader's schema too (the pieces it keeps slim are read there).
-_compiled = _entity_spans is not None and config.compiled_enabled() and compiled_head is not None
+_compiled = _entity_spans is not None and native.ENABLED and compiled_head is not None
 _read_transitions = _entity_spans.transitions if _compiled else None
 _SPAN_KIND_INTERNAL = 1
 _STATUS_ERROR = 2
@@ -1280,11 +1280,6 @@ class _CoreBinding:
     ray_fields: dict[str, int]  # full name -> number, of each field the core reads (RAY_FIELDS)
 
 
-def _field_numbers(full_names: Iterable[str]) -> dict[str, int]:
-    """Each field's number, from the descriptors of our generated protobuf modules."""
-    return {name: POOL.FindFieldByName(name).number for name in full_names}
-
-
 if _compiled:
     if len(set(_TASK_SPAN_KEYS)) != len(_TASK_SPAN_KEYS):  # the core writes each once, in order
         raise RuntimeError("the task span's attribute names must differ")
@@ -1321,6 +1316,6 @@ if _compiled:
         span_type=EmittedSpan,
         log_type=EmittedLog,
         task_parts_type=_TaskParts,
-        ray_fields=_field_numbers(_entity_spans.RAY_FIELDS),
+        ray_fields=field_numbers(_entity_spans.RAY_FIELDS),
     )
     _entity_spans.bind(_CORE_BINDING)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ray_otel_events import config
+from ray_otel_events import native
 from ray_otel_events.encoding import ray_json_decode
 from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
 from ray_otel_events.events.registry import event_type_name
@@ -314,7 +314,7 @@ try:  # the same walk compiled (setup.py builds it where a C compiler is present
 except ImportError:
     _record_walk = None  # type: ignore[assignment]
 _walk: Callable[[Mapping[str, Any], _Plan, list[bytes]], bytes] = _walk_python
-if _record_walk is not None and config.compiled_enabled():
+if _record_walk is not None and native.ENABLED:
     _record_walk.bind(_other_entry, _list_item, _walk_python, Mapping, _LEAF_VALUES_MAX)
     _walk = _record_walk.walk
 

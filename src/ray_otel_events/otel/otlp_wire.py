@@ -13,13 +13,13 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ray_otel_events import config
+from ray_otel_events import native
 
 try:  # the same writers compiled (setup.py builds them where a C compiler is present)
     from ray_otel_events.native import _otlp_wire
 except ImportError:
     _otlp_wire = None  # type: ignore[assignment]
-_compiled = _otlp_wire is not None and config.compiled_enabled()
+_compiled = _otlp_wire is not None and native.ENABLED
 
 _pack_double = struct.Struct("<d").pack
 _pack_fixed64 = struct.Struct("<Q").pack

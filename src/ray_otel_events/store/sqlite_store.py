@@ -34,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from ray_otel_events import config
+from ray_otel_events import config, native
 from ray_otel_events.durable.wal_checkpointer import WalCheckpointer
 from ray_otel_events.store import raw_events
 from ray_otel_events.store.posted_body import Accepted, PostedBody, accepted_events, item_prepared, scan
@@ -286,7 +286,7 @@ def _python_writer_reason(compiled_sqlite: Mapping[str, SqliteLibrary]) -> str |
     """Why the store writes its rows in Python rather than with the compiled writer; None: it may not."""
     if _row_writer is None:
         return "the compiled row writer is not built (no C compiler or SQLite headers at install)"
-    if not config.compiled_enabled():
+    if not native.ENABLED:
         return f"{config.PURE_PYTHON}=1"
     refusal = compiled_writer_refusal(PYTHON_SQLITE, compiled_sqlite)
     return f"not the SQLite library Python's sqlite3 uses: {refusal}" if refusal else None

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from ray_otel_events import config
+from ray_otel_events import native
 
 Row = dict[str, Any]
 
@@ -574,7 +574,7 @@ try:  # a POST's task rows folded from its text (native/_post_fold.c, built besi
     from ray_otel_events.native import _post_fold
 except ImportError:
     _post_fold = None  # type: ignore[assignment]
-if _post_fold is not None and config.compiled_enabled():
+if _post_fold is not None and native.ENABLED:
     _TEXT_FOLDS: dict[Fold, int] = {_task_definition: 1, _task_lifecycle: 2}  # 0: folded in Python
     _post_fold.bind(
         {event_type: (*route[:4], _TEXT_FOLDS.get(route[4], 0)) for event_type, route in _ROUTES.items()},
@@ -585,7 +585,7 @@ try:  # the same steps compiled (setup.py builds native/_state_fold.c where a C 
     from ray_otel_events.native import _state_fold
 except ImportError:
     _state_fold = None  # type: ignore[assignment]
-if _state_fold is not None and config.compiled_enabled():
+if _state_fold is not None and native.ENABLED:
     _COMPILED_FOLDS: dict[Fold, Fold] = {
         _task_definition: _state_fold.task_definition,
         _task_lifecycle: _state_fold.task_lifecycle,
