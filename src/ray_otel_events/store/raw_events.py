@@ -18,13 +18,14 @@ from typing import Any
 
 import orjson
 
-from ray_otel_events import config
+from ray_otel_events import native
 from ray_otel_events.protobuf import events_base_event_pb2
 
 try:  # setup.py builds it where zlib's headers are
     from ray_otel_events.native import _raw_deflate
 except ImportError:
     _raw_deflate = None  # type: ignore[assignment]
+_compiled = _raw_deflate is not None and native.ENABLED
 
 LEVEL = 1
 WBITS = -15  # raw deflate: no header and no Adler-32 (an eighth of the work at level 1)
@@ -68,7 +69,7 @@ def compress(bodies: Sequence[bytes]) -> bytes:
     """JSON arrays' texts as one compressed JSON array of all their items: compiled where built
     (it gives up the GIL once, where Python's zlib takes it back for every output block, each time
     waiting on serve's event loop), else `compress_python`."""
-    if _raw_deflate is not None and config.compiled_enabled():
+    if _compiled:
         return _raw_deflate.compress(bodies if isinstance(bodies, list) else list(bodies))
     return compress_python(bodies)
 
