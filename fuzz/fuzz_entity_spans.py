@@ -13,7 +13,6 @@ import engine
 import orjson
 import seeds
 from google.protobuf.message import DecodeError
-from known import FIELD_NUMBERS, STACK_WRITE, ReadWhatUpbRefuses
 
 from ray_otel_events.native import _entity_spans
 from ray_otel_events.otel import from_ray_events, posted_events
@@ -66,7 +65,7 @@ def check(data: bytes) -> None:
             python = _transitions_python(body, kind)
         except DecodeError:
             if read is not None:
-                raise ReadWhatUpbRefuses(body) from None
+                raise engine.ReadWhatUpbRefuses(body) from None
             return
         assert (None if read is None else [(ns, state) for ns, state, _ in read]) == python
     elif mode == TASK_PARTS:
@@ -74,12 +73,12 @@ def check(data: bytes) -> None:
         definition = None if flags & 2 else body[2:cut]
         compiled, python = _parts_both_ways(definition, DEFINITIONS[flags % 2], body[cut:])
         if compiled is not None and python is None:
-            raise ReadWhatUpbRefuses((definition or b"") + body[cut:])
+            raise engine.ReadWhatUpbRefuses((definition or b"") + body[cut:])
         assert compiled is None or compiled == python
     else:
         compiled, python = _decoded(body, True), _decoded(body, False)
         if compiled[0] == "read" and python[0] == "refused":
-            raise ReadWhatUpbRefuses(b"".join(parts.wire for parts in compiled[1]))
+            raise engine.ReadWhatUpbRefuses(b"".join(parts.wire for parts in compiled[1]))
         assert compiled == python
         if compiled[0] == "read":
             logs, assemble = bool(flags & 1), not flags & 2
@@ -112,4 +111,4 @@ def _seeds() -> list[bytes]:
 
 
 if __name__ == "__main__":
-    engine.main(check, _seeds, [STACK_WRITE, FIELD_NUMBERS])
+    engine.main(check, _seeds)

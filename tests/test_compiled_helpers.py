@@ -29,12 +29,15 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans, Span
 
 from ray_otel_events.encoding import ray_json, ray_json_decode
+from google.protobuf.message import DecodeError
+
 from ray_otel_events.otel import (
     event_heads,
     from_ray_events,
     log_records,
     otlp_wire,
     plain_records,
+    posted_events,
     span_json,
 )
 from ray_otel_events.protobuf.events_actor_lifecycle_event_pb2 import ActorLifecycleEvent
@@ -444,6 +447,77 @@ def test_odd_event_heads_are_left_to_python() -> None:
     unknown = RayEvent(event_type=63)
     for odd in (twice, wrong_type, wire[:-1], late.SerializeToString(), unknown.SerializeToString()):
         assert _event_head.head(odd) is None
+
+
+# RayEvents upb refuses for something inside a field the head does not read.
+REFUSED_INSIDE = {
+    "text not UTF-8 in a field the head skips": bytes.fromhex("18063a01733201b86a030a016a"),
+    "a group left open inside a transition": bytes.fromhex("18063a01736a080a016a120312010b"),
+    "a value cut short inside a transition": bytes.fromhex("18063a012d6a080a016a120312012d"),
+}
+
+
+@needs_compiled
+@pytest.mark.parametrize("wire", REFUSED_INSIDE.values(), ids=REFUSED_INSIDE.keys())
+def test_bytes_that_did_not_come_through_upb_are_refused_as_upb_refuses_them(wire: bytes) -> None:
+    """Forwarded pieces and queued rows reach the head reader without upb: they are refused as the
+    Python path refuses them, not given a head."""
+    assert _event_head is not None
+    with pytest.raises(DecodeError):
+        RayEvent.FromString(wire)
+    assert _event_head.checked_head(wire) is None
+    with pytest.raises(DecodeError):
+        posted_events.wire_parts(wire)
+    piece = len(wire).to_bytes(4, "big") + wire + b"\xff\xff\xff\xff" + b"\x00\x00\x00\x00"
+    with pytest.raises(ValueError, match="not a RayEvent"):
+        posted_events.decode_pieces(piece)
+
+
+@needs_compiled
+def test_checked_heads_are_the_heads_of_what_upb_reads() -> None:
+    """Every real event, and ones with UTF-8 text, packed values and unknown fields: the same head
+    either way (the check hands nothing back that upb reads)."""
+    assert _event_head is not None
+    events = [ray_json_decode.decode_event(obj) for obj in _fixture_dicts()]
+    for event in events:
+        wire = event.SerializeToString()
+        assert _event_head.checked_head(wire) == _event_head.head(wire) is not None
+    event = events[0]
+    event.message = "é 日本 \U0001f600"
+    wire = event.SerializeToString() + b"\xf8\x07\x01" + b"\xfa\x07\x02\xff\xfe"  # unknown 127
+    assert _event_head.checked_head(wire) == _event_head.head(wire) is not None
+
+
+# Definitions (field 3: task_type, 5: task_func, 6: task_name) upb copies otherwise than as written.
+ODD_DEFINITIONS = {
+    "an empty string": bytes.fromhex("3200"),
+    "an enum of 0": bytes.fromhex("1800") + bytes.fromhex("320161"),
+    "an enum past int32": bytes.fromhex("18ffffffff0f"),
+    "a kept number of another wire type": bytes.fromhex("2803") + bytes.fromhex("3501020304"),
+    "a field given twice": bytes.fromhex("320161320162"),
+    "fields out of order": bytes.fromhex("3201611801"),
+    "a length longer than it needs": bytes.fromhex("328100") + b"a",
+    "a key longer than it needs": bytes.fromhex("b2000161"),
+    "a function's unknown field": bytes.fromhex("2a0812030a0161f80101"),
+    "a function's names out of order": bytes.fromhex("2a0812061a01620a0161"),
+    "a function's member twice": bytes.fromhex("2a0a12030a016112030a0162"),
+    "a function's hash and more": bytes.fromhex("2a0e120c0a01611a016222016832016a"),
+}
+
+
+@needs_compiled
+@pytest.mark.parametrize("wire", ODD_DEFINITIONS.values(), ids=ODD_DEFINITIONS.keys())
+def test_odd_definitions_are_kept_slim_as_python_keeps_them(wire: bytes) -> None:
+    """Fields written with their default value or another wire type are left out as upb leaves
+    them; what upb would write otherwise is handed to Python: the same bytes either way."""
+    cls = from_ray_events.TaskDefinitionEvent
+    fields = from_ray_events._TASK_SPAN_FIELDS[cls]
+    compiled = event_heads.kept_fields(wire, cls, fields)
+    saved, event_heads._compiled = event_heads._compiled, False
+    try:
+        assert compiled == event_heads.kept_fields(wire, cls, fields)
+    finally:
+        event_heads._compiled = saved
 
 
 @needs_compiled
