@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 import pytest
+from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -29,8 +30,6 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans, Span
 
 from ray_otel_events.encoding import ray_json, ray_json_decode
-from google.protobuf.message import DecodeError
-
 from ray_otel_events.otel import (
     event_heads,
     from_ray_events,

@@ -217,6 +217,7 @@ def _bind() -> None:
     _event_head.bind(specs, keys, EventHead, _checks())
 
 
+_F = FieldDescriptor
 _CHECK_KINDS = {
     **dict.fromkeys(
         (
