@@ -44,6 +44,7 @@ from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.protobuf.events_task_lifecycle_event_pb2 import TaskLifecycleEvent
 from ray_otel_events.store import row_fold, sqlite_store, state_merge
 from ray_otel_events.store.sqlite_store import EventStore
+from tests.helpers.examples import examples
 from tests.helpers.pure_python import needs_compiled as needs_compiled_twins
 from tests.helpers.pure_python import run_pure_python
 from tests.test_otlp_wire import _fixture_dicts, values
@@ -229,7 +230,7 @@ _values = st.recursive(
 
 
 @needs_compiled
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(st.dictionaries(st.sampled_from(_NAMES) | st.text(max_size=4), _values, max_size=5))
 def test_any_json_shape_walks_to_the_same_bytes_or_the_same_error(obj: dict[str, Any]) -> None:
     """Schema fields and unknown keys, maps, nested lists, floats, None, ints past 64 bits."""
@@ -278,7 +279,7 @@ _u64 = st.integers(min_value=0, max_value=2**64 - 1)
 
 
 @needs_compiled
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     st.tuples(
         _u64,
@@ -319,7 +320,7 @@ _plain = (
 
 
 @needs_compiled
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     st.dictionaries(
         st.text(max_size=8), _plain | st.lists(st.text(max_size=3), max_size=2) | st.binary(max_size=3)
@@ -366,7 +367,7 @@ def _transitions_python(wire: bytes, kind: str) -> Any:
 
 @needs_compiled
 @needs_bound_core
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(st.lists(st.lists(_transition, max_size=6), min_size=1, max_size=3), st.booleans())
 def test_transitions_read_from_wire_bytes_are_what_upb_gives(
     pieces: list[list[tuple[int, int, int]]], task: bool
@@ -414,7 +415,7 @@ def test_every_real_event_head_is_read_as_upb_reads_it() -> None:
 
 
 @needs_compiled
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(ray_events())
 def test_random_event_heads_are_read_as_upb_reads_them(event: RayEvent) -> None:
     """Every payload type with random fields, ids of any length, negative attempts, unknown enum
@@ -520,7 +521,7 @@ def test_odd_definitions_are_kept_slim_as_python_keeps_them(wire: bytes) -> None
 
 
 @needs_compiled
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(ray_events())
 def test_definitions_are_kept_slim_as_python_keeps_them(event: RayEvent) -> None:
     """What an open task keeps of its definition: the same bytes either way."""
@@ -555,7 +556,7 @@ def _parts_both_ways(
 
 @needs_compiled
 @needs_bound_core
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(ray_events(), ray_events(), st.booleans())
 def test_a_tasks_parts_are_read_as_upb_reads_them(first: RayEvent, second: RayEvent, actor: bool) -> None:
     """A definition (either kind, kept slim or whole) and two lifecycle pieces merged, random fields:
@@ -593,7 +594,7 @@ def _envelope(resource: bytes, scope: bytes, item: bytes) -> bytes:
 
 
 @needs_compiled
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     st.lists(
         st.tuples(
@@ -656,7 +657,7 @@ def test_every_real_event_is_written_as_the_generated_encoder_writes_it() -> Non
 
 
 @needs_compiled
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(ray_events())
 def test_random_events_are_written_as_the_generated_encoder_writes_them(event: RayEvent) -> None:
     """Every payload type, oneofs, optional fields, unknown enum numbers, non-finite doubles, every
@@ -748,7 +749,7 @@ _base64_texts = st.binary(max_size=40).map(lambda b: base64.b64encode(b).decode(
 
 
 @needs_compiled
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(_base64_texts, _base64_texts)
 def test_base64_ids_are_decoded_as_python_decodes_them(event_id: str, task_id: str) -> None:
     """Canonical base64, unused bits set, wrong padding or length, other alphabets, non-ASCII."""
@@ -817,7 +818,7 @@ def test_mutated_events_read_the_same_or_are_handed_to_python_by_both() -> None:
 
 
 @needs_compiled
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     st.integers(min_value=0, max_value=10_000),
     st.integers(min_value=0, max_value=13),
@@ -842,7 +843,7 @@ _UNKNOWN_FIELD = b"\x78\x05"  # field 15, a varint: neither AnyValue nor KeyValu
 
 
 @needs_compiled
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(values, values)
 def test_values_read_from_wire_bytes_are_what_upb_gives(first: Any, second: Any) -> None:
     """One value, and two serialized back to back (protobuf merges them: the last scalar, messages
@@ -857,7 +858,7 @@ def test_values_read_from_wire_bytes_are_what_upb_gives(first: Any, second: Any)
 
 
 @needs_compiled
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(st.lists(st.tuples(st.sampled_from(["a", "b", "é", ""]), values), max_size=6))
 def test_attributes_read_from_wire_bytes_are_what_upb_gives(pairs: list[tuple[str, Any]]) -> None:
     """Repeated keys (the last wins), unset values, events' and the span's own lists apart."""
@@ -886,7 +887,7 @@ _attribute_lists = st.lists(st.tuples(st.sampled_from(["a", "b", "é", ""]), val
 
 
 @needs_compiled
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(
     st.binary(max_size=16),
     st.text(max_size=5),
@@ -1126,7 +1127,7 @@ def test_mutated_events_fold_the_same_or_are_handed_to_python() -> None:
 
 
 @needs_compiled
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.binary(max_size=40) | st.text(alphabet="AQZaz09+/=_- ", max_size=12))
 def test_ids_decode_as_python_does(raw: bytes | str) -> None:
     assert _state_fold is not None
@@ -1139,7 +1140,7 @@ def test_ids_decode_as_python_does(raw: bytes | str) -> None:
 
 
 @needs_compiled
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     st.integers(min_value=0, max_value=9999),
     st.integers(min_value=0, max_value=13),
@@ -1304,7 +1305,7 @@ _NS_PER_S = 10**9
 
 
 @needs_compiled
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=examples(3000), deadline=None)
 @given(
     st.one_of(
         st.integers(min_value=0, max_value=2**62),
@@ -1324,7 +1325,7 @@ def test_span_line_iso_times_are_the_python_ones(ns: int) -> None:
 
 
 @needs_compiled
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(ray_events())
 def test_event_dicts_read_back_from_the_compiled_writer_are_to_dicts(event: RayEvent) -> None:
     """Same keys in the same order, same values of the same types (orjson tells 1 from True)."""

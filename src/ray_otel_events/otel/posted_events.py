@@ -120,7 +120,12 @@ except ImportError:
 _read: Callable[[bytes], tuple[list[Any], bool] | None] | None = None
 _pieces: Callable[[list[EventParts], bool], bytes | None] | None = None
 _read_pieces: Callable[[bytes], tuple[list[Any], bool]] | None = None
-if _posted_events is not None and config.compiled_enabled() and compiled_head is not None and checked_head is not None:
+if (
+    _posted_events is not None
+    and config.compiled_enabled()
+    and compiled_head is not None
+    and checked_head is not None
+):
     ray_json_decode.check_wire_kinds(_posted_events)
     _posted_events.bind(
         *_messages(),
