@@ -486,6 +486,22 @@ def test_checked_heads_are_the_heads_of_what_upb_reads() -> None:
     event.message = "é 日本 \U0001f600"
     wire = event.SerializeToString() + b"\xf8\x07\x01" + b"\xfa\x07\x02\xff\xfe"  # unknown 127
     assert _event_head.checked_head(wire) == _event_head.head(wire) is not None
+    message = RayEvent.DESCRIPTOR.fields_by_name["message"].number
+    for text in (
+        b"\xc0\x80",
+        b"\xed\xa0\x80",
+        b"\xf4\x90\x80\x80",
+        b"\xe6\x97",
+        b"\xef\xbf\xbf",
+        b"\xf4\x8f\xbf\xbf",
+    ):
+        odd = event.SerializeToString() + bytes([message << 3 | 2, len(text)]) + text
+        try:
+            RayEvent.FromString(odd)
+        except DecodeError:
+            assert _event_head.checked_head(odd) is None, text
+        else:
+            assert _event_head.checked_head(odd) == _event_head.head(odd) is not None, text
 
 
 # Definitions (field 3: task_type, 5: task_func, 6: task_name) upb copies otherwise than as written.

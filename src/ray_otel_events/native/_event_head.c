@@ -221,6 +221,11 @@ enum { CHECK_UNKNOWN, CHECK_VARINT, CHECK_FIXED64, CHECK_FIXED32, CHECK_STRING, 
 static int utf8(Reader r) {
     const uint8_t *p = r.p, *end = r.end;
     while (p < end) {
+        uint64_t eight;
+        if (end - p >= 8 && (memcpy(&eight, p, 8), (eight & 0x8080808080808080u) == 0)) {
+            p += 8; /* ASCII, eight bytes at a time */
+            continue;
+        }
         uint8_t c = *p;
         if (c < 0x80) {
             p++;
