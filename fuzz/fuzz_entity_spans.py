@@ -24,7 +24,7 @@ from tests.test_entity_spans import _Clock, _Counter, _seen
 assert from_ray_events._compiled and posted_events._read_pieces is not None, "nothing would be compared"
 
 TRANSITIONS, TASK_PARTS, PIECES = range(3)
-KINDS = ((3, "task"), (2, "job"))  # the state transitions' field number in each lifecycle payload
+KINDS = ("task", "actor")  # the lifecycle payload the bytes are read as
 DEFINITIONS = (from_ray_events.TaskDefinitionEvent, from_ray_events.ActorTaskDefinitionEvent)
 
 
@@ -59,8 +59,8 @@ def check(data: bytes) -> None:
         return
     mode, flags, body = data[0] % 3, data[1], data[2:]
     if mode == TRANSITIONS:
-        number, kind = KINDS[flags % 2]
-        read = _entity_spans.transitions(body, number)
+        kind = KINDS[flags % 2]
+        read = _entity_spans.transitions(body, kind)
         try:
             python = _transitions_python(body, kind)
         except DecodeError:
@@ -91,9 +91,9 @@ def _seeds() -> list[bytes]:
     out = []
     events = seeds.events()
     for event in events:
-        for name, (number, _) in (("task_lifecycle_event", KINDS[0]), ("actor_lifecycle_event", KINDS[1])):
+        for flag, name in enumerate(("task_lifecycle_event", "actor_lifecycle_event")):
             if event.HasField(name):
-                out.append(bytes([TRANSITIONS, number == 2]) + getattr(event, name).SerializeToString())
+                out.append(bytes([TRANSITIONS, flag]) + getattr(event, name).SerializeToString())
     definitions = [
         e.task_definition_event.SerializeToString() for e in events if e.HasField("task_definition_event")
     ]
