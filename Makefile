@@ -38,7 +38,7 @@ SANITIZED := build/sanitized/.built
 PACKAGE_FILES := $(shell find src/ray_otel_events -name '*.py' -o -name '*.pyi' -o -name '*.c' -o -name '*.h')
 
 $(SANITIZED): $(STAMP) setup.py fuzz/build_sanitized.py scripts/ensure_clang.sh $(PACKAGE_FILES)
-	sh scripts/ensure_clang.sh
+	sh scripts/ensure_clang.sh $(BIN)/python
 	$(BIN)/python fuzz/build_sanitized.py
 	touch $@
 

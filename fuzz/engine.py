@@ -9,12 +9,22 @@ and the engine records the input as a finding. A sanitizer report stops the proc
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from known import Known
-
 Check = Callable[[bytes], None]
+
+
+class ReadWhatUpbRefuses(AssertionError):
+    """A compiled reader answered where upb refuses the bytes `wire`."""
+
+    def __init__(self, wire: bytes) -> None:
+        super().__init__(f"the compiled reader read bytes upb refuses: {wire.hex()}")
+        self.wire = wire
+
+
+class RefusedWhatUpbReads(AssertionError):
+    """A compiled reader refused bytes upb reads."""
 
 
 def write_seeds(seeds: Iterable[bytes], directory: Path) -> int:
@@ -26,36 +36,9 @@ def write_seeds(seeds: Iterable[bytes], directory: Path) -> int:
     return len(unique)
 
 
-def guarded(check: Check, known: Sequence[Known]) -> Check:
-    """`check`, skipping the inputs that show a known defect (known.py), each defect named on
-    stderr the first time (the run's summary lists them)."""
-    skipped: set[str] = set()
-
-    def skip(defect: str) -> None:
-        if defect not in skipped:
-            skipped.add(defect)
-            print(f"KNOWN DEFECT (input skipped): {defect}", file=sys.stderr, flush=True)
-
-    def run(data: bytes) -> None:
-        crash = next((k.defect for k in known if k.crashes is not None and k.crashes(data)), None)
-        if crash is not None:
-            skip(crash)
-            return
-        try:
-            check(data)
-        except Exception as exc:
-            defect = next((k.defect for k in known if k.shows(data, exc)), None)
-            if defect is None:
-                raise
-            skip(defect)
-
-    return run
-
-
-def main(check: Check, seeds: Callable[[], Iterable[bytes]], known: Sequence[Known] = ()) -> None:
+def main(check: Check, seeds: Callable[[], Iterable[bytes]]) -> None:
     """The arguments are libFuzzer's (corpus directories to fuzz from, whose inputs run first, or
-    files to run once each), and `--seeds=DIR`: write the seeds into DIR first. `known`: the
-    defects whose inputs are skipped until they are fixed."""
+    files to run once each), and `--seeds=DIR`: write the seeds into DIR first."""
     argv = []
     for arg in sys.argv:
         if arg.startswith("--seeds="):
@@ -64,5 +47,5 @@ def main(check: Check, seeds: Callable[[], Iterable[bytes]], known: Sequence[Kno
             argv.append(arg)
     import atheris
 
-    atheris.Setup(argv, guarded(check, known))
+    atheris.Setup(argv, check)
     atheris.Fuzz()

@@ -13,7 +13,6 @@ import engine
 import orjson
 import seeds
 from google.protobuf.message import DecodeError, Message
-from known import GROUPS, SYSTEM_ERROR
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
@@ -102,4 +101,4 @@ def _seeds() -> list[bytes]:
 
 
 if __name__ == "__main__":
-    engine.main(check, _seeds, [GROUPS, SYSTEM_ERROR])
+    engine.main(check, _seeds)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import engine
 import seeds
-from known import EMPTY_OBJECT_NULL
 
 from ray_otel_events.otel.posted_events import read_posted_events, read_posted_events_python
 from tests.test_posted_events import _outcome
@@ -17,4 +16,4 @@ def check(data: bytes) -> None:
 
 
 if __name__ == "__main__":
-    engine.main(check, seeds.posted_bodies, [EMPTY_OBJECT_NULL])
+    engine.main(check, seeds.posted_bodies)

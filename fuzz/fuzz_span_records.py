@@ -12,7 +12,6 @@ import engine
 import orjson
 import seeds
 from google.protobuf.message import DecodeError
-from known import GROUPS
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from ray_otel_events.native import _span_records
@@ -64,4 +63,4 @@ def _seeds() -> list[bytes]:
 
 
 if __name__ == "__main__":
-    engine.main(check, _seeds, [GROUPS])
+    engine.main(check, _seeds)

@@ -35,7 +35,6 @@ class Result:
     executions: int = 0
     seconds: float = 0.0
     finding: str = ""  # what went wrong, "" when nothing did
-    known: tuple[str, ...] = ()  # the known defects (known.py) whose inputs were skipped
 
 
 def harnesses() -> list[str]:
@@ -73,11 +72,6 @@ def _report(text: str) -> str:
     return _tail(text)
 
 
-def _known(text: str) -> tuple[str, ...]:
-    marker = "KNOWN DEFECT (input skipped): "
-    return tuple(sorted({line.split(marker, 1)[1] for line in text.splitlines() if marker in line}))
-
-
 def fuzz_one(name: str, seconds: int, env: dict[str, str]) -> Result:
     """One process: the seeds written, the corpus (seeds and what earlier runs added) and the saved
     regressions run first, then fuzzing until `seconds` have passed."""
@@ -111,7 +105,6 @@ def fuzz_one(name: str, seconds: int, env: dict[str, str]) -> Result:
     result.seeds = int(seeded.group(1)) if seeded else 0
     executed = re.search(r"stat::number_of_executed_units: (\d+)", run.stderr)
     result.executions = int(executed.group(1)) if executed else 0
-    result.known = _known(run.stderr)
     if run.returncode:
         result.finding = f"exit {run.returncode} (log: {log}, input in {findings}):\n" + _report(
             run.stdout + run.stderr
@@ -143,9 +136,6 @@ def main() -> int:
                 flush=True,
             )
             results.append(result)
-    for result in results:
-        for defect in result.known:
-            print(f"{result.name}: skipped inputs of a known defect: {defect}")
     found = [r for r in results if r.finding]
     for result in found:
         print(f"\n== {result.name}: {result.finding}", file=sys.stderr)

@@ -1,9 +1,13 @@
 #!/bin/sh
 # The sanitized builds (`make sanitize`, `make fuzz`) compile the C with clang, AddressSanitizer and
-# UBSan, and need SQLite's headers for the store's modules: install them with apt when missing.
-# Fails (it never skips) when they cannot be installed.
+# UBSan, and need SQLite's headers for the store's modules and Python's own (a distribution's
+# Python ships them apart): install them with apt when missing. Fails (it never skips) when they
+# cannot be installed. Usage: sh scripts/ensure_clang.sh [the python the modules are built for]
 set -e
+python=${1:-python3}
 missing=""
+include=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+[ -f "$include/Python.h" ] || missing="$missing python-dev"
 command -v clang >/dev/null 2>&1 || missing="$missing clang"
 if command -v clang >/dev/null 2>&1; then
     # the runtime the sanitized modules need; `clang -print-file-name` echoes the bare name when absent
@@ -29,6 +33,7 @@ for name in $missing; do
         major=$(clang -dumpversion | cut -d. -f1)
         packages="$packages libclang-rt-$major-dev"
         ;;
+    python-dev) packages="$packages python$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')-dev" ;;
     *) packages="$packages $name" ;;
     esac
 done

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -11,7 +12,11 @@ from hypothesis import settings
 # No per-example deadline: speed is measured in bench/, and on a loaded machine hypothesis's default
 # 200 ms deadline fails a correct example (a timing assertion in all but name).
 settings.register_profile("no-deadline", deadline=None)
-settings.load_profile("no-deadline")
+# `make sanitize` (fuzz/sanitize.py) sets HYPOTHESIS_PROFILE=sanitized: an example costs tens of
+# times more under ASan and UBSan, so every property test runs a tenth of its examples
+# (helpers.examples scales the counts the tests set), and the fuzzing covers the rest.
+settings.register_profile("sanitized", deadline=None, max_examples=10)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "no-deadline"))
 
 
 @pytest.fixture

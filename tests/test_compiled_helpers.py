@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 import pytest
+from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -35,6 +36,7 @@ from ray_otel_events.otel import (
     log_records,
     otlp_wire,
     plain_records,
+    posted_events,
     span_json,
 )
 from ray_otel_events.protobuf.events_actor_lifecycle_event_pb2 import ActorLifecycleEvent
@@ -42,6 +44,7 @@ from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.protobuf.events_task_lifecycle_event_pb2 import TaskLifecycleEvent
 from ray_otel_events.store import row_fold, sqlite_store, state_merge
 from ray_otel_events.store.sqlite_store import EventStore
+from tests.helpers.examples import examples
 from tests.helpers.pure_python import needs_compiled as needs_compiled_twins
 from tests.helpers.pure_python import run_pure_python
 from tests.test_otlp_wire import _fixture_dicts, values
@@ -227,7 +230,7 @@ _values = st.recursive(
 
 
 @needs_compiled
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(st.dictionaries(st.sampled_from(_NAMES) | st.text(max_size=4), _values, max_size=5))
 def test_any_json_shape_walks_to_the_same_bytes_or_the_same_error(obj: dict[str, Any]) -> None:
     """Schema fields and unknown keys, maps, nested lists, floats, None, ints past 64 bits."""
@@ -276,7 +279,7 @@ _u64 = st.integers(min_value=0, max_value=2**64 - 1)
 
 
 @needs_compiled
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     st.tuples(
         _u64,
@@ -317,7 +320,7 @@ _plain = (
 
 
 @needs_compiled
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     st.dictionaries(
         st.text(max_size=8), _plain | st.lists(st.text(max_size=3), max_size=2) | st.binary(max_size=3)
@@ -364,7 +367,7 @@ def _transitions_python(wire: bytes, kind: str) -> Any:
 
 @needs_compiled
 @needs_bound_core
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(st.lists(st.lists(_transition, max_size=6), min_size=1, max_size=3), st.booleans())
 def test_transitions_read_from_wire_bytes_are_what_upb_gives(
     pieces: list[list[tuple[int, int, int]]], task: bool
@@ -412,7 +415,7 @@ def test_every_real_event_head_is_read_as_upb_reads_it() -> None:
 
 
 @needs_compiled
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(ray_events())
 def test_random_event_heads_are_read_as_upb_reads_them(event: RayEvent) -> None:
     """Every payload type with random fields, ids of any length, negative attempts, unknown enum
@@ -446,8 +449,95 @@ def test_odd_event_heads_are_left_to_python() -> None:
         assert _event_head.head(odd) is None
 
 
+# RayEvents upb refuses for something inside a field the head does not read.
+REFUSED_INSIDE = {
+    "text not UTF-8 in a field the head skips": bytes.fromhex("18063a01733201b86a030a016a"),
+    "a group left open inside a transition": bytes.fromhex("18063a01736a080a016a120312010b"),
+    "a value cut short inside a transition": bytes.fromhex("18063a012d6a080a016a120312012d"),
+}
+
+
 @needs_compiled
-@settings(max_examples=300, deadline=None)
+@pytest.mark.parametrize("wire", REFUSED_INSIDE.values(), ids=REFUSED_INSIDE.keys())
+def test_bytes_that_did_not_come_through_upb_are_refused_as_upb_refuses_them(wire: bytes) -> None:
+    """Forwarded pieces and queued rows reach the head reader without upb: they are refused as the
+    Python path refuses them, not given a head."""
+    assert _event_head is not None
+    with pytest.raises(DecodeError):
+        RayEvent.FromString(wire)
+    assert _event_head.checked_head(wire) is None
+    with pytest.raises(DecodeError):
+        posted_events.wire_parts(wire)
+    piece = len(wire).to_bytes(4, "big") + wire + b"\xff\xff\xff\xff" + b"\x00\x00\x00\x00"
+    with pytest.raises(ValueError, match="not a RayEvent"):
+        posted_events.decode_pieces(piece)
+
+
+@needs_compiled
+def test_checked_heads_are_the_heads_of_what_upb_reads() -> None:
+    """Every real event, and ones with UTF-8 text, packed values and unknown fields: the same head
+    either way (the check hands nothing back that upb reads)."""
+    assert _event_head is not None
+    events = [ray_json_decode.decode_event(obj) for obj in _fixture_dicts()]
+    for event in events:
+        wire = event.SerializeToString()
+        assert _event_head.checked_head(wire) == _event_head.head(wire) is not None
+    event = events[0]
+    event.message = "é 日本 \U0001f600"
+    wire = event.SerializeToString() + b"\xf8\x07\x01" + b"\xfa\x07\x02\xff\xfe"  # unknown 127
+    assert _event_head.checked_head(wire) == _event_head.head(wire) is not None
+    message = RayEvent.DESCRIPTOR.fields_by_name["message"].number
+    for text in (
+        b"\xc0\x80",
+        b"\xed\xa0\x80",
+        b"\xf4\x90\x80\x80",
+        b"\xe6\x97",
+        b"\xef\xbf\xbf",
+        b"\xf4\x8f\xbf\xbf",
+    ):
+        odd = event.SerializeToString() + bytes([message << 3 | 2, len(text)]) + text
+        try:
+            RayEvent.FromString(odd)
+        except DecodeError:
+            assert _event_head.checked_head(odd) is None, text
+        else:
+            assert _event_head.checked_head(odd) == _event_head.head(odd) is not None, text
+
+
+# Definitions (field 3: task_type, 5: task_func, 6: task_name) upb copies otherwise than as written.
+ODD_DEFINITIONS = {
+    "an empty string": bytes.fromhex("3200"),
+    "an enum of 0": bytes.fromhex("1800") + bytes.fromhex("320161"),
+    "an enum past int32": bytes.fromhex("18ffffffff0f"),
+    "a kept number of another wire type": bytes.fromhex("2803") + bytes.fromhex("3501020304"),
+    "a field given twice": bytes.fromhex("320161320162"),
+    "fields out of order": bytes.fromhex("3201611801"),
+    "a length longer than it needs": bytes.fromhex("328100") + b"a",
+    "a key longer than it needs": bytes.fromhex("b2000161"),
+    "a function's unknown field": bytes.fromhex("2a0812030a0161f80101"),
+    "a function's names out of order": bytes.fromhex("2a0812061a01620a0161"),
+    "a function's member twice": bytes.fromhex("2a0a12030a016112030a0162"),
+    "a function's hash and more": bytes.fromhex("2a0e120c0a01611a016222016832016a"),
+}
+
+
+@needs_compiled
+@pytest.mark.parametrize("wire", ODD_DEFINITIONS.values(), ids=ODD_DEFINITIONS.keys())
+def test_odd_definitions_are_kept_slim_as_python_keeps_them(wire: bytes) -> None:
+    """Fields written with their default value or another wire type are left out as upb leaves
+    them; what upb would write otherwise is handed to Python: the same bytes either way."""
+    cls = from_ray_events.TaskDefinitionEvent
+    fields = from_ray_events._TASK_SPAN_FIELDS[cls]
+    compiled = event_heads.kept_fields(wire, cls, fields)
+    saved, event_heads._compiled = event_heads._compiled, False
+    try:
+        assert compiled == event_heads.kept_fields(wire, cls, fields)
+    finally:
+        event_heads._compiled = saved
+
+
+@needs_compiled
+@settings(max_examples=examples(300), deadline=None)
 @given(ray_events())
 def test_definitions_are_kept_slim_as_python_keeps_them(event: RayEvent) -> None:
     """What an open task keeps of its definition: the same bytes either way."""
@@ -482,7 +572,7 @@ def _parts_both_ways(
 
 @needs_compiled
 @needs_bound_core
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(ray_events(), ray_events(), st.booleans())
 def test_a_tasks_parts_are_read_as_upb_reads_them(first: RayEvent, second: RayEvent, actor: bool) -> None:
     """A definition (either kind, kept slim or whole) and two lifecycle pieces merged, random fields:
@@ -520,7 +610,7 @@ def _envelope(resource: bytes, scope: bytes, item: bytes) -> bytes:
 
 
 @needs_compiled
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     st.lists(
         st.tuples(
@@ -583,7 +673,7 @@ def test_every_real_event_is_written_as_the_generated_encoder_writes_it() -> Non
 
 
 @needs_compiled
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(ray_events())
 def test_random_events_are_written_as_the_generated_encoder_writes_them(event: RayEvent) -> None:
     """Every payload type, oneofs, optional fields, unknown enum numbers, non-finite doubles, every
@@ -675,7 +765,7 @@ _base64_texts = st.binary(max_size=40).map(lambda b: base64.b64encode(b).decode(
 
 
 @needs_compiled
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(_base64_texts, _base64_texts)
 def test_base64_ids_are_decoded_as_python_decodes_them(event_id: str, task_id: str) -> None:
     """Canonical base64, unused bits set, wrong padding or length, other alphabets, non-ASCII."""
@@ -744,7 +834,7 @@ def test_mutated_events_read_the_same_or_are_handed_to_python_by_both() -> None:
 
 
 @needs_compiled
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     st.integers(min_value=0, max_value=10_000),
     st.integers(min_value=0, max_value=13),
@@ -769,7 +859,7 @@ _UNKNOWN_FIELD = b"\x78\x05"  # field 15, a varint: neither AnyValue nor KeyValu
 
 
 @needs_compiled
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(values, values)
 def test_values_read_from_wire_bytes_are_what_upb_gives(first: Any, second: Any) -> None:
     """One value, and two serialized back to back (protobuf merges them: the last scalar, messages
@@ -784,7 +874,7 @@ def test_values_read_from_wire_bytes_are_what_upb_gives(first: Any, second: Any)
 
 
 @needs_compiled
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(st.lists(st.tuples(st.sampled_from(["a", "b", "é", ""]), values), max_size=6))
 def test_attributes_read_from_wire_bytes_are_what_upb_gives(pairs: list[tuple[str, Any]]) -> None:
     """Repeated keys (the last wins), unset values, events' and the span's own lists apart."""
@@ -813,7 +903,7 @@ _attribute_lists = st.lists(st.tuples(st.sampled_from(["a", "b", "é", ""]), val
 
 
 @needs_compiled
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(
     st.binary(max_size=16),
     st.text(max_size=5),
@@ -1053,7 +1143,7 @@ def test_mutated_events_fold_the_same_or_are_handed_to_python() -> None:
 
 
 @needs_compiled
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.binary(max_size=40) | st.text(alphabet="AQZaz09+/=_- ", max_size=12))
 def test_ids_decode_as_python_does(raw: bytes | str) -> None:
     assert _state_fold is not None
@@ -1066,7 +1156,7 @@ def test_ids_decode_as_python_does(raw: bytes | str) -> None:
 
 
 @needs_compiled
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     st.integers(min_value=0, max_value=9999),
     st.integers(min_value=0, max_value=13),
@@ -1231,7 +1321,7 @@ _NS_PER_S = 10**9
 
 
 @needs_compiled
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=examples(3000), deadline=None)
 @given(
     st.one_of(
         st.integers(min_value=0, max_value=2**62),
@@ -1251,7 +1341,7 @@ def test_span_line_iso_times_are_the_python_ones(ns: int) -> None:
 
 
 @needs_compiled
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(ray_events())
 def test_event_dicts_read_back_from_the_compiled_writer_are_to_dicts(event: RayEvent) -> None:
     """Same keys in the same order, same values of the same types (orjson tells 1 from True)."""

@@ -28,6 +28,7 @@ from ray_otel_events.otel.from_ray_events import Emitted, RayEventsToOtel
 from ray_otel_events.otel.posted_events import EventParts, event_parts, read_posted_events
 from ray_otel_events.protobuf import common_pb2
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+from tests.helpers.examples import examples
 from tests.helpers.pure_python import needs_compiled
 
 try:
@@ -261,7 +262,7 @@ _bounds = st.fixed_dictionaries(
 
 
 @needs_core
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(_bounds, _ops)
 def test_the_core_does_what_the_python_does(bounds: dict[str, Any], ops: list[tuple[Any, ...]]) -> None:
     compiled = _run(bounds, ops, compiled=True)
@@ -296,7 +297,7 @@ def test_every_piece_in_every_order_gives_the_same_output() -> None:
 
 
 @needs_core
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.sampled_from([1, 2, 3, 4]),
     st.text(max_size=12),
@@ -320,7 +321,7 @@ def test_span_ids_are_the_python_digests(what: int, session: str, ident: bytes, 
 
 
 @needs_core
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.integers(0, len(POOL) - 1), max_size=20), st.integers(1, 5))
 def test_events_are_routed_to_their_owner_as_the_python_routes_them(picked: list[int], workers: int) -> None:
     """Each event with the worker owning its trace (an event of no span: its event id), in order."""

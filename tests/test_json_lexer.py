@@ -19,6 +19,7 @@ from ray_otel_events.otel import posted_events
 from ray_otel_events.otel.posted_events import read_posted_events, read_posted_events_python
 from ray_otel_events.store import posted_body
 from tests import test_posted_events, test_store_posted_fold
+from tests.helpers.examples import examples
 
 SCALARS = [
     "0", "-0", "1", "-12", "1.0", "1.50", "0.5", "-0.0", "0.0001", "0.00001", "1e5", "1E+5", "2.5e-3",
@@ -105,7 +106,7 @@ READERS = [
 
 
 @pytest.mark.parametrize("reader", READERS)
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.lists(_json_text(), max_size=5), SPACE, st.sampled_from(["", "", " ", "x", ",", "]"]))
 def test_a_reader_takes_only_text_orjson_reads_and_reads_it_alike(
     reader: Reader, items: list[str], space: str, tail: str

@@ -28,6 +28,7 @@ from ray_otel_events.otel.to_ray_events import (
     ray_event_wires,
 )
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+from tests.helpers.examples import examples
 from tests.helpers.pure_python import needs_compiled as needs_compiled_twin
 from tests.helpers.pure_python import run_pure_python
 from tests.test_compiled_helpers import _ODD_VALUES, _mutated
@@ -96,7 +97,7 @@ def test_every_captured_event_is_read_as_the_python_path_reads_it() -> None:
 
 
 @needs_compiled
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(ray_events(), min_size=1, max_size=4))
 def test_random_events_are_read_as_the_python_path_reads_them(events: list[RayEvent]) -> None:
     _checked(_of_events(events))
@@ -128,7 +129,7 @@ def _paths_to_bytes(body: dict[str, Any], rnd: random.Random) -> list[tuple[dict
 
 
 @needs_compiled
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.sampled_from(_ODD_VALUES) | st.floats(allow_nan=False), st.integers(0, 5))
 def test_odd_values_in_every_place_read_the_same(value: Any, where: int) -> None:
     definition = next(d for d in _fixture_dicts() if "taskDefinitionEvent" in d)

@@ -21,6 +21,7 @@ from ray_otel_events.otel import event_heads, posted_events
 from ray_otel_events.otel.log_records import parts_log_record
 from ray_otel_events.otel.posted_events import EventParts, read_posted_events, read_posted_events_python
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+from tests.helpers.examples import examples
 from tests.helpers.pure_python import needs_compiled as needs_compiled_twin
 from tests.helpers.pure_python import run_pure_python
 from tests.test_compiled_helpers import _ODD_VALUES, _mutated
@@ -65,7 +66,7 @@ def test_every_captured_event_is_read_as_the_python_path_reads_it() -> None:
 
 
 @needs_compiled
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(ray_events(), min_size=1, max_size=4))
 def test_random_events_are_read_as_the_python_path_reads_them(events: list[RayEvent]) -> None:
     """What an aggregator posts of random events (every type, odd values, maps, lists)."""
@@ -155,7 +156,7 @@ def test_odd_bodies_get_the_python_paths_answer(body: bytes) -> None:
 
 
 @needs_compiled
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.sampled_from(_ODD_VALUES) | st.floats(allow_nan=False, allow_infinity=False), st.integers(0, 5))
 def test_odd_values_in_every_place_read_the_same(value: Any, where: int) -> None:
     definition = copy.deepcopy(next(d for d in _fixture_dicts() if "taskDefinitionEvent" in d))
@@ -214,7 +215,7 @@ def test_forwarded_pieces_carry_what_the_owner_writes_the_record_from() -> None:
         ]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(ray_events(), st.integers(0, 200))
 def test_a_cut_piece_is_refused_by_both(event: RayEvent, cut: int) -> None:
     events, _ = read_posted_events(RayEventJsonEncoder().encode([event]))

@@ -35,6 +35,7 @@ from ray_otel_events.protobuf.events_placement_group_lifecycle_event_pb2 import 
 )
 from ray_otel_events.protobuf.events_task_definition_event_pb2 import TaskDefinitionEvent
 from ray_otel_events.protobuf.events_task_lifecycle_event_pb2 import TaskLifecycleEvent
+from tests.helpers.examples import examples
 
 T = FieldDescriptor
 TS_MIN, TS_MAX = -62135596800, 253402300799
@@ -181,7 +182,7 @@ def ray_events(draw: st.DrawFn) -> RayEvent:
 
 # --- 1. property: ours == json_format, for our classes -------------------------------------------
 
-_PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_PROPERTY = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @_PROPERTY
@@ -272,7 +273,9 @@ def ray_json(compat: Any, message: Message, preserve: bool) -> Any:
 
 
 @pytest.mark.ray
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(event=ray_events())
 def test_random_events_match_rays_own_conversion(ray_modules: tuple[Any, Any, Any], event: RayEvent) -> None:
     ray_event_pb2, _, compat = ray_modules
@@ -592,7 +595,9 @@ def kinds_pool(tmp_path_factory: pytest.TempPathFactory) -> descriptor_pool.Desc
     return pool
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
 def test_every_field_kind_matches_json_format(
     kinds_pool: descriptor_pool.DescriptorPool, data: st.DataObject

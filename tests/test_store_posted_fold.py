@@ -25,6 +25,7 @@ from ray_otel_events.services.state_intake import read_posted
 from ray_otel_events.store.posted_body import Accepted, PostedBody
 from ray_otel_events.store.sqlite_store import EventStore, IngestResult
 from ray_otel_events.store.state_merge import Prepared, prepare
+from tests.helpers.examples import examples
 from tests.helpers.pure_python import needs_compiled, run_pure_python
 from tests.test_compiled_helpers import _mutated
 from tests.test_otlp_wire import _fixture_dicts
@@ -223,7 +224,7 @@ def test_a_batch_of_many_attempts_folds_in_chunks_as_python_does(directory: Path
 
 
 @needs_post_fold
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(min_value=0, max_value=2**32), st.sampled_from(range(len(WRITERS))))
 def test_mutated_events_are_answered_and_folded_as_python_does(seed: int, writer: int) -> None:
     """Odd values anywhere in Ray's events (ids, times, numbers, types, shapes), keys renamed or
@@ -240,7 +241,7 @@ def test_mutated_events_are_answered_and_folded_as_python_does(seed: int, writer
 
 
 @needs_post_fold
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.one_of(
         st.floats(allow_nan=False, allow_infinity=False),

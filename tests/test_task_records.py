@@ -26,6 +26,7 @@ from ray_otel_events.otel.task_spans import (
     build_event,
 )
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+from tests.helpers.examples import examples
 from tests.helpers.pure_python import needs_compiled, run_pure_python
 from tests.test_tracing_task_events import FIXTURES, readable
 
@@ -154,7 +155,7 @@ def _expected(
     return _outcome(write)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     st.data(), st.lists(definition_kinds() | transition_kinds(), min_size=1, max_size=4), st.integers(1, 3)
 )

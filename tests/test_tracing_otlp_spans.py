@@ -32,6 +32,7 @@ from ray_otel_events.tracing.otlp import (
 from ray_otel_events.tracing.otlp_http import DROPPED
 from ray_otel_events.tracing.otlp_spans import EXPORTED, OtlpHttpSpanExporter
 from ray_otel_events.tracing.provider import CachingTracerProvider
+from tests.helpers.examples import examples
 from tests.helpers.otlp_receiver import RecordingReceiver, serve_receiver
 
 
@@ -113,7 +114,7 @@ def _plain_span(kind: SpanKind, attributes: dict[str, Any], *, child: bool) -> d
 
 @pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("direct", [True, False])
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(plans=span_plans)
 def test_requests_are_the_sdk_encoders_bytes(
     direct: bool, compiled: bool, plans: list[dict[str, Any]]

@@ -20,6 +20,7 @@ from ray_otel_events.tracing.propagation import (
     extract_from,
     install_w3c_propagator,
 )
+from tests.helpers.examples import examples
 
 TRACE_ID = 0xCECD7403D5AACD5CD39DA423C2FBDE3B
 SPAN_ID = 0x74949627EB922871
@@ -151,7 +152,7 @@ def _same_context(ours: context.Context, theirs: context.Context) -> None:
     assert set(ours) == set(theirs)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(
     _carriers | st.dictionaries(st.sampled_from(["traceparent", "x"]), st.text(max_size=5), max_size=2),
     _base_contexts,
@@ -172,7 +173,7 @@ _span_contexts = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_span_contexts, st.sampled_from([{}, {"tenant": "a b"}, {"k": "1", "j": "x=y"}]), st.booleans())
 def test_w3c_propagator_injects_what_the_sdks_default_injects(
     span_context: SpanContext, entries: dict[str, str], current: bool

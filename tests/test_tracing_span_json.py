@@ -36,6 +36,7 @@ from ray_otel_events.otel.span_json import (
     python_span_to_json_line,
     span_to_json_line,
 )
+from tests.helpers.examples import examples
 from tests.helpers.pure_python import needs_compiled, run_pure_python
 
 
@@ -110,7 +111,7 @@ _times = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     name=st.text(),
     kind=st.sampled_from(list(SpanKind)),
@@ -189,7 +190,7 @@ _plain_attributes = (
 )
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(_ascii_attributes | _plain_attributes)
 def test_attribute_json_equals_json_dumps(attributes: dict[str, object]) -> None:
     expected = json.dumps(attributes) if attributes else "{}"
@@ -197,7 +198,7 @@ def test_attribute_json_equals_json_dumps(attributes: dict[str, object]) -> None
     assert _attrs(MappingProxyType(attributes)) == expected  # how a span hands its attributes out
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.dictionaries(_ascii_text | _separator_text, _ascii_text | _separator_text, max_size=3))
 def test_small_attribute_json_equals_json_dumps(attributes: dict[str, object]) -> None:
     assert _attrs(attributes) == (json.dumps(attributes) if attributes else "{}")
@@ -213,7 +214,7 @@ def test_cached_attribute_json_is_never_given_to_equal_numbers() -> None:
     assert _attrs(with_task) == _attrs(with_task) == json.dumps(with_task)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(
     _ascii_attributes | _plain_attributes,
     _ascii_text | _separator_text | st.integers(),
@@ -269,7 +270,7 @@ def _odd_span(
     return span
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(
     name=_odd_text,
     attributes=st.dictionaries(_odd_text, _odd_values, max_size=6),

@@ -85,6 +85,9 @@ static TypeSpec specs[MAX_TYPES];
 static int8_t is_payload[MAX_FIELD]; /* RayEvent's field numbers that are some type's payload */
 static PyObject *head_type;                                         /* EventHead, a tuple subclass */
 static PyObject *session_key, *node_key, *attempt_key, *submission_key; /* encoded KeyValue.key fields */
+/* Per message (RayEvent first), per field number, two bytes (little-endian): the field's kind
+ * (CHECK_*), 8 where it is repeated, and 16 times its message's index in `checks`. */
+static PyObject *checks;
 
 /* -- binding ------------------------------------------------------------------------------------ */
 
@@ -110,17 +113,25 @@ static void clear_specs(void) {
     memset(is_payload, 0, sizeof(is_payload));
 }
 
-/* bind(specs, keys, head_type): specs maps an event type to (payload field, kind, job_of_id,
+/* bind(specs, keys, head_type, checks): specs maps an event type to (payload field, kind, job_of_id,
  * id_is_job, id field, attempt field, job field, attribute attempt field, submission field,
  * ((id field, key field), ...), event type entry); keys is the key fields of the session, node,
- * attempt and submission attributes. */
+ * attempt and submission attributes. checks is
+ * what checked_head reads (see `checks` above). */
 static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 3 || !PyDict_Check(args[0]) || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != 4 ||
-        !PyType_Check(args[2]) || !PyType_IsSubtype((PyTypeObject *)args[2], &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "bind(specs: dict, keys: tuple of 4 bytes, head_type: a tuple subclass)");
+    if (nargs != 4 || !PyDict_Check(args[0]) || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != 4 ||
+        !PyType_Check(args[2]) || !PyType_IsSubtype((PyTypeObject *)args[2], &PyTuple_Type) ||
+        !PyTuple_Check(args[3]) || PyTuple_GET_SIZE(args[3]) == 0) {
+        PyErr_SetString(PyExc_TypeError,
+                        "bind(specs: dict, keys: tuple of 4 bytes, head_type: a tuple subclass, checks: tuple of bytes)");
         return NULL;
     }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[3]); i++)
+        if (!PyBytes_Check(PyTuple_GET_ITEM(args[3], i)) || PyBytes_GET_SIZE(PyTuple_GET_ITEM(args[3], i)) % 2) {
+            PyErr_SetString(PyExc_TypeError, "checks: a tuple of bytes, two a field number");
+            return NULL;
+        }
     for (int i = 0; i < 4; i++)
         if (!PyBytes_Check(PyTuple_GET_ITEM(args[1], i))) {
             PyErr_SetString(PyExc_TypeError, "keys must be bytes");
@@ -178,6 +189,7 @@ static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_XSETREF(attempt_key, Py_NewRef(PyTuple_GET_ITEM(args[1], 2)));
     Py_XSETREF(submission_key, Py_NewRef(PyTuple_GET_ITEM(args[1], 3)));
     Py_XSETREF(head_type, Py_NewRef(args[2]));
+    Py_XSETREF(checks, Py_NewRef(args[3]));
     Py_RETURN_NONE;
 fail:
     clear_specs();
@@ -250,6 +262,107 @@ static int varint_field(const Fields *fields, uint32_t number, uint64_t *out) {
     if (fields->wire_type[number] != 0) return 1;
     *out = fields->scalar[number];
     return 0;
+}
+
+/* -- bytes that did not come through upb -------------------------------------------------------- */
+
+enum { CHECK_UNKNOWN, CHECK_VARINT, CHECK_FIXED64, CHECK_FIXED32, CHECK_STRING, CHECK_BYTES, CHECK_MESSAGE };
+#define CHECK_DEPTH 32 /* deeper messages are left to upb (its limit is 100, groups counted) */
+
+/* Whether `r` holds UTF-8 as upb takes it (no overlong forms, surrogates or code points past
+ * U+10FFFF). */
+static int utf8(Reader r) {
+    const uint8_t *p = r.p, *end = r.end;
+    while (p < end) {
+        uint64_t eight;
+        if (end - p >= 8 && (memcpy(&eight, p, 8), (eight & 0x8080808080808080u) == 0)) {
+            p += 8; /* ASCII, eight bytes at a time */
+            continue;
+        }
+        uint8_t c = *p;
+        if (c < 0x80) {
+            p++;
+            continue;
+        }
+        Py_ssize_t left = end - p;
+        if (c >= 0xC2 && c <= 0xDF) {
+            if (left < 2 || (p[1] & 0xC0) != 0x80) return 0;
+            p += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            uint8_t lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+            if (left < 3 || p[1] < lo || p[1] > hi || (p[2] & 0xC0) != 0x80) return 0;
+            p += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            uint8_t lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+            if (left < 4 || p[1] < lo || p[1] > hi || (p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80) return 0;
+            p += 4;
+        } else {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* 1 where upb reads `r` as message `msg` of `checks` in full: every field's key and value, strings
+ * UTF-8, packed values whole, messages nested inside read the same way. 0 where it refuses them,
+ * or might (a group, whose depth upb counts with the messages', or a nesting past CHECK_DEPTH):
+ * upb then decides. */
+static int reads_whole(Reader r, Py_ssize_t msg, int depth) {
+    if (depth > CHECK_DEPTH || msg >= PyTuple_GET_SIZE(checks)) return 0;
+    PyObject *table = PyTuple_GET_ITEM(checks, msg);
+    const uint8_t *entries = (const uint8_t *)PyBytes_AS_STRING(table);
+    uint32_t count = (uint32_t)(PyBytes_GET_SIZE(table) / 2);
+    while (r.p < r.end) {
+        Field f;
+        if (next_field(&r, &f) < 0 || f.wire_type == 3) {
+            PyErr_Clear();
+            return 0;
+        }
+        if (f.number >= count || f.wire_type != 2) continue; /* an unknown field, or a scalar value */
+        unsigned entry = (unsigned)entries[2 * f.number] | (unsigned)entries[2 * f.number + 1] << 8;
+        unsigned kind = entry & 7, repeated = entry & 8;
+        Py_ssize_t n = f.payload.end - f.payload.p;
+        switch (kind) {
+        case CHECK_VARINT:
+            for (Reader packed = f.payload; repeated && packed.p < packed.end;) {
+                uint64_t v;
+                if (read_varint(&packed, &v) < 0) {
+                    PyErr_Clear();
+                    return 0;
+                }
+            }
+            break;
+        case CHECK_FIXED64:
+            if (repeated && n % 8) return 0;
+            break;
+        case CHECK_FIXED32:
+            if (repeated && n % 4) return 0;
+            break;
+        case CHECK_STRING:
+            if (!utf8(f.payload)) return 0;
+            break;
+        case CHECK_MESSAGE:
+            if (!reads_whole(f.payload, (Py_ssize_t)(entry >> 4), depth + 1)) return 0;
+            break;
+        default:
+            break;
+        }
+    }
+    return 1;
+}
+
+static PyObject *head(PyObject *module, PyObject *arg);
+
+/* checked_head(wire): head(wire) for wire bytes that did not come through upb (forwarded between
+ * bridge workers, a durable queue's rows), None (Python reads them, through upb) where upb might
+ * refuse them: head reads only what it needs. */
+static PyObject *checked_head(PyObject *module, PyObject *arg) {
+    if (!PyBytes_Check(arg) || checks == NULL) {
+        PyErr_SetString(PyExc_TypeError, "checked_head(wire: bytes), after bind()");
+        return NULL;
+    }
+    if (!reads_whole(bytes_reader(arg), 0, 0)) Py_RETURN_NONE;
+    return head(module, arg);
 }
 
 /* head(wire) -> EventHead(event_id, event_type, session, time_ns, severity, kind, entity_id,
@@ -360,12 +473,30 @@ other:
 
 /* -- a definition kept slim --------------------------------------------------------------------- */
 
-/* Copies the fields of `r` except field `drop` (0: none). */
-static int copy_without(Buf *b, Reader r, uint32_t drop) {
+/* Whether field `f`, read from `start` to `end`, is written as upb writes it: key, length and value
+ * each in their fewest bytes. */
+static int minimal(const Field *f, const uint8_t *start, const uint8_t *end) {
+    Py_ssize_t size = varint_size((uint64_t)f->number << 3 | (uint64_t)f->wire_type);
+    if (f->wire_type == 0) size += varint_size(f->scalar);
+    else size += varint_size((uint64_t)(f->payload.end - f->payload.p)) + (f->payload.end - f->payload.p);
+    return end - start == size;
+}
+
+/* A FunctionDescriptor's oneof member `r` (number `member`) without field `drop`, into `b`, as upb
+ * writes it; 1 where it is not written so (fields out of order, given twice, empty, of another wire
+ * type, unknown, longer than they need): Python copies it. Every field of the three members is a
+ * string: the Python one's 1 to 4 (4 the hash), the Java and C++ ones' 1 to 3 (Java's 3 the
+ * signature). */
+static int copy_member(Buf *b, Reader r, uint32_t member, uint32_t drop) {
+    uint32_t last = 0, top = member == 2 ? 4 : 3;
     while (r.p < r.end) {
         const uint8_t *start = r.p;
         Field f;
         if (next_field(&r, &f) < 0) return -1;
+        if (f.number <= last || f.number > top || f.wire_type != 2 || f.payload.p == f.payload.end ||
+            !minimal(&f, start, r.p))
+            return 1;
+        last = f.number;
         if (f.number == drop) continue;
         if (buf_reserve(b, r.p - start) < 0) return -1;
         memcpy(b->data + b->len, start, (size_t)(r.p - start));
@@ -374,47 +505,63 @@ static int copy_without(Buf *b, Reader r, uint32_t drop) {
     return 0;
 }
 
-/* slim(keep, func_field, wire) -> the fields of a definition payload whose number n has keep[n]
- * nonzero, its FunctionDescriptor (func_field) without the Python function's hash or the Java
- * one's signature: what event_heads.kept_fields keeps, as upb writes it. The wire bytes last, so
- * functools.partial binds the rest (event_heads.field_keeper). */
+/* The FunctionDescriptor `r` without the Python function's hash or the Java one's signature, into
+ * `func`; 1 where upb would write it otherwise (see copy_member; its oneof given twice). */
+static int copy_function(Buf *func, Reader r) {
+    func->len = 0;
+    int members = 0;
+    while (r.p < r.end) {
+        const uint8_t *start = r.p;
+        Field g;
+        if (next_field(&r, &g) < 0) return -1;
+        if (++members > 1 || g.number > 3 || g.wire_type != 2 || !minimal(&g, start, r.p)) return 1;
+        Buf inner = {NULL, 0, 0};
+        int done = copy_member(&inner, g.payload, g.number, dropped_field(g.number));
+        if (done == 0) done = buf_field(func, g.number, inner.data ? inner.data : "", inner.len);
+        PyMem_Free(inner.data);
+        if (done != 0) return done;
+    }
+    return 0;
+}
+
+/* slim(keep, func_field, fallback, wire) -> the fields of a definition payload whose number n has
+ * keep[n] nonzero (keep[n] is the field's wire type + 1), its FunctionDescriptor (func_field)
+ * without the Python function's hash or the Java one's signature: what event_heads.kept_fields
+ * keeps, as upb writes it. Fields upb would not copy are left out as it leaves them: a field
+ * written with its default value (implicit presence), a kept number of another wire type (an
+ * unknown field to upb). What upb would write otherwise (kept fields out of order or given twice,
+ * values written longer than they need, an enum past int32) goes to fallback(wire), the Python
+ * twin. The wire bytes last, so functools.partial binds the rest (event_heads.field_keeper). */
 static PyObject *slim(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyLong_Check(args[1]) || !PyBytes_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "slim(keep: bytes, func_field: int, wire: bytes)");
+    if (nargs != 4 || !PyBytes_Check(args[0]) || !PyLong_Check(args[1]) || !PyCallable_Check(args[2]) ||
+        !PyBytes_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "slim(keep: bytes, func_field: int, fallback: callable, wire: bytes)");
         return NULL;
     }
     long func_field = PyLong_AsLong(args[1]);
     const uint8_t *keep = (const uint8_t *)PyBytes_AS_STRING(args[0]);
     Py_ssize_t keep_n = PyBytes_GET_SIZE(args[0]);
-    Reader r = bytes_reader(args[2]);
+    Reader r = bytes_reader(args[3]);
     Buf b = {NULL, 0, 0}, func = {NULL, 0, 0};
+    uint32_t last = 0;
+    int odd = 0;
     while (r.p < r.end) {
         const uint8_t *start = r.p;
         Field f;
         if (next_field(&r, &f) < 0) goto fail;
-        if (f.number >= (uint32_t)keep_n || !keep[f.number]) continue;
-        if ((long)f.number == func_field && f.wire_type == 2) {
-            func.len = 0;
-            for (Reader d = f.payload; d.p < d.end;) { /* FunctionDescriptor's oneof */
-                const uint8_t *at = d.p;
-                Field g;
-                if (next_field(&d, &g) < 0) goto fail;
-                uint32_t drop = g.wire_type != 2 ? 0 : dropped_field(g.number);
-                if (drop == 0) {
-                    if (buf_reserve(&func, d.p - at) < 0) goto fail;
-                    memcpy(func.data + func.len, at, (size_t)(d.p - at));
-                    func.len += d.p - at;
-                    continue;
-                }
-                Buf inner = {NULL, 0, 0};
-                int bad = copy_without(&inner, g.payload, drop) < 0 || buf_field(&func, g.number, inner.data ? inner.data : "", inner.len) < 0;
-                PyMem_Free(inner.data);
-                if (bad) goto fail;
-            }
+        if (f.number >= (uint32_t)keep_n || f.wire_type != keep[f.number] - 1) continue;
+        if (f.number <= last || !minimal(&f, start, r.p)) goto odd;
+        last = f.number;
+        if ((long)f.number == func_field) {
+            odd = copy_function(&func, f.payload);
+            if (odd < 0) goto fail;
+            if (odd) goto odd;
             if (buf_field(&b, f.number, func.data ? func.data : "", func.len) < 0) goto fail;
             continue;
         }
+        if (f.wire_type == 0 ? f.scalar >= (1u << 31) : 0) goto odd; /* upb reads an int32 enum */
+        if (f.wire_type == 0 ? f.scalar == 0 : f.payload.p == f.payload.end) continue; /* the default */
         if (buf_reserve(&b, r.p - start) < 0) goto fail;
         memcpy(b.data + b.len, start, (size_t)(r.p - start));
         b.len += r.p - start;
@@ -423,6 +570,10 @@ static PyObject *slim(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyMem_Free(b.data);
     PyMem_Free(func.data);
     return out;
+odd:
+    PyMem_Free(b.data);
+    PyMem_Free(func.data);
+    return PyObject_CallOneArg(args[2], args[3]);
 fail:
     PyMem_Free(b.data);
     PyMem_Free(func.data);
@@ -430,10 +581,11 @@ fail:
 }
 
 static PyMethodDef methods[] = {
-    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(specs, keys, head_type): the schema read."},
+    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(specs, keys, head_type, checks): the schema read."},
     {"head", (PyCFunction)head, METH_O, "head(wire) -> EventHead or None."},
     {"bind_fields", bind_fields, METH_O, "bind_fields(ray_fields): RAY_FIELDS numbered."},
-    {"slim", (PyCFunction)(void (*)(void))slim, METH_FASTCALL, "slim(keep, func_field, wire) -> bytes."},
+    {"checked_head", (PyCFunction)checked_head, METH_O, "checked_head(wire) -> EventHead or None."},
+    {"slim", (PyCFunction)(void (*)(void))slim, METH_FASTCALL, "slim(keep, func_field, fallback, wire) -> bytes."},
     {NULL, NULL, 0, NULL},
 };
 

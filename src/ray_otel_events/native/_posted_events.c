@@ -66,6 +66,7 @@ static int n_msgs, root_msg;
 static uint32_t type_field; /* the root's field an item must hold (not zero) to be read here */
 static PyObject *bound; /* what the schema's names point into (kept alive) */
 static PyObject *head_fn;    /* _event_head.head */
+static PyObject *pieces_head_fn; /* _event_head.checked_head: pieces did not come through upb */
 static PyObject *parts_type; /* posted_events.EventParts, a tuple subclass */
 
 /* -- the input ------------------------------------------------------------------------------ */
@@ -919,7 +920,7 @@ static PyObject *pieces(PyObject *module, PyObject *const *args, Py_ssize_t narg
  * Python reads it; `whole` False then). ValueError when the data is cut short. */
 static PyObject *read_pieces(PyObject *module, PyObject *data) {
     (void)module;
-    if (!PyBytes_Check(data) || head_fn == NULL || parts_type == NULL) {
+    if (!PyBytes_Check(data) || pieces_head_fn == NULL || parts_type == NULL) {
         PyErr_SetString(PyExc_TypeError, "read_pieces(data: bytes), after bind()");
         return NULL;
     }
@@ -949,7 +950,7 @@ static PyObject *read_pieces(PyObject *module, PyObject *data) {
             failed = fields[f + 1] == NULL ? 2 : 0;
         }
         if (!failed) {
-            fields[0] = PyObject_CallOneArg(head_fn, fields[1]);
+            fields[0] = PyObject_CallOneArg(pieces_head_fn, fields[1]);
             failed = fields[0] == NULL ? 2 : 0;
         }
         PyObject *parts = failed ? NULL : ((PyTypeObject *)parts_type)->tp_alloc((PyTypeObject *)parts_type, 5);
@@ -992,16 +993,16 @@ static int bytes_of(PyObject *obj, const char **s, Py_ssize_t *n) {
     return 0;
 }
 
-/* bind(messages, root, type field, head, parts type): messages is a list of (readable, fields), fields a tuple of
+/* bind(messages, root, type field, head, pieces head, parts type): messages is a list of (readable, fields), fields a tuple of
  * (json name, proto name, number, kind, label, low, high, enum ((name, number), ...) or None,
  * message index or -1, oneof (0: none), has presence), all names bytes. */
 static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 5 || !PyList_Check(args[0]) || !PyLong_Check(args[1]) || !PyLong_Check(args[2]) ||
-        !PyCallable_Check(args[3]) || !PyType_Check(args[4]) ||
-        !PyType_IsSubtype((PyTypeObject *)args[4], &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError,
-                        "bind(messages: list, root: int, type_field: int, head: callable, parts: a tuple subclass)");
+    if (nargs != 6 || !PyList_Check(args[0]) || !PyLong_Check(args[1]) || !PyLong_Check(args[2]) ||
+        !PyCallable_Check(args[3]) || !PyCallable_Check(args[4]) || !PyType_Check(args[5]) ||
+        !PyType_IsSubtype((PyTypeObject *)args[5], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "bind(messages: list, root: int, type_field: int, head: callable,"
+                                         " pieces_head: callable, parts: a tuple subclass)");
         return NULL;
     }
     clear_schema();
@@ -1079,7 +1080,8 @@ static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (PyErr_Occurred()) goto fail;
     bound = Py_NewRef(messages);
     Py_XSETREF(head_fn, Py_NewRef(args[3]));
-    Py_XSETREF(parts_type, Py_NewRef(args[4]));
+    Py_XSETREF(pieces_head_fn, Py_NewRef(args[4]));
+    Py_XSETREF(parts_type, Py_NewRef(args[5]));
     Py_RETURN_NONE;
 fail:
     clear_schema();
@@ -1087,7 +1089,7 @@ fail:
 }
 
 static PyMethodDef methods[] = {
-    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(messages, root, type_field, head, parts): the schema read."},
+    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(messages, root, type_field, head, pieces_head, parts): the schema read."},
     {"pieces", (PyCFunction)(void (*)(void))pieces, METH_FASTCALL,
      "pieces(events, records) -> the events for their owner, or None."},
     {"read_pieces", (PyCFunction)read_pieces, METH_O, "read_pieces(data) -> (items, whole)."},

@@ -8,6 +8,7 @@ def bind(
     root: int,
     type_field: int,
     head: Callable[[bytes], Any],
+    pieces_head: Callable[[bytes], Any],
     parts_type: type,
     /,
 ) -> None: ...

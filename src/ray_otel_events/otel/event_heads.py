@@ -216,13 +216,66 @@ def _bind() -> None:
             semconv.RAY_SUBMISSION_ID,
         )
     )
-    _event_head.bind(specs, keys, EventHead)
+    _event_head.bind(specs, keys, EventHead, _checks())
+
+
+_F = FieldDescriptor
+_CHECK_KINDS = {
+    **dict.fromkeys(
+        (
+            FieldDescriptor.TYPE_INT32,
+            FieldDescriptor.TYPE_INT64,
+            FieldDescriptor.TYPE_UINT32,
+            FieldDescriptor.TYPE_UINT64,
+            FieldDescriptor.TYPE_SINT32,
+            FieldDescriptor.TYPE_SINT64,
+            FieldDescriptor.TYPE_BOOL,
+            FieldDescriptor.TYPE_ENUM,
+        ),
+        1,
+    ),
+    **dict.fromkeys(
+        (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64), 2
+    ),
+    **dict.fromkeys(
+        (FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_FIXED32, FieldDescriptor.TYPE_SFIXED32), 3
+    ),
+    FieldDescriptor.TYPE_STRING: 4,
+    FieldDescriptor.TYPE_BYTES: 5,
+    FieldDescriptor.TYPE_MESSAGE: 6,
+}
+
+
+def _checks() -> tuple[bytes, ...]:
+    """What `checked_head` reads of wire bytes that did not come through upb: per message (RayEvent
+    first, then every message it holds), per field number, its kind (`_CHECK_KINDS`; every string's
+    UTF-8 is checked: where upb would not check it, upb reads the event), 8 where repeated, 16
+    times its message's index."""
+    order = [RayEvent.DESCRIPTOR]
+    index = {RayEvent.DESCRIPTOR.full_name: 0}
+    tables: list[bytes] = []
+    while len(tables) < len(order):
+        message = order[len(tables)]
+        entries = [0] * (max((f.number for f in message.fields), default=0) + 1)
+        for f in message.fields:
+            kind = _CHECK_KINDS.get(f.type, 0)
+            sub = 0
+            if f.message_type is not None:
+                if f.message_type.full_name not in index:
+                    index[f.message_type.full_name] = len(order)
+                    order.append(f.message_type)
+                sub = index[f.message_type.full_name]
+            entries[f.number] = kind | (8 if f.is_repeated else 0) | sub << 4
+        tables.append(b"".join(e.to_bytes(2, "little") for e in entries))
+    return tuple(tables)
 
 
 if _compiled:
     _bind()
 # The compiled reader (None where not built or turned off): `wire_head` without the upb fallback.
 compiled_head: Callable[[bytes], EventHead | None] | None = _event_head.head if _compiled else None
+# The same for wire bytes that did not come through upb: None also where upb might refuse them.
+checked_head: Callable[[bytes], EventHead | None] | None = _event_head.checked_head if _compiled else None
 
 
 def read_head(event: RayEvent) -> EventHead:
@@ -236,10 +289,11 @@ def read_head(event: RayEvent) -> EventHead:
 
 
 def wire_head(wire: bytes, event: RayEvent | None = None) -> EventHead:
-    """`read_head` of the event whose wire bytes (as upb serializes it) are `wire`; `event`: that
-    event, when the caller has it parsed."""
+    """`read_head` of the event whose wire bytes are `wire`; `event`: that event, when the caller
+    has it parsed (the bytes are then upb's). Bytes that did not come through upb (forwarded,
+    queued) are refused as upb refuses them (DecodeError)."""
     if _compiled:
-        head: EventHead | None = _event_head.head(wire)
+        head: EventHead | None = (_event_head.head if event is not None else _event_head.checked_head)(wire)
         if head is not None:
             return head
     if event is not None:
@@ -304,19 +358,32 @@ _keep_plans: dict[tuple[Any, tuple[str, ...]], tuple[bytes, int] | None] = {}
 
 
 def _keep_plan(message_class: Any, names: tuple[str, ...]) -> tuple[bytes, int] | None:
-    """(a mask of the kept field numbers, the FunctionDescriptor's number) for the compiled filter;
-    None where it does not apply (more than one FunctionDescriptor, a number past its mask)."""
+    """(the kept field numbers' wire types + 1 by number, the FunctionDescriptor's number) for the
+    compiled filter; None where it does not apply (more than one FunctionDescriptor, a number past
+    its mask, a field that is not an enum, a string, bytes or a message, or that is repeated or has
+    explicit presence)."""
     key = (message_class, names)
     if key not in _keep_plans:
         fields = [message_class.DESCRIPTOR.fields_by_name[name] for name in names]
         functions = [
             f.number for f in fields if f.message_type and f.message_type.full_name == _FUNCTION_DESCRIPTOR
         ]
+        wire_types = {
+            FieldDescriptor.TYPE_ENUM: 0,
+            FieldDescriptor.TYPE_STRING: 2,
+            FieldDescriptor.TYPE_BYTES: 2,
+            FieldDescriptor.TYPE_MESSAGE: 2,
+        }
         plan = None
-        if len(functions) <= 1 and all(f.number < 64 for f in fields):
+        if (
+            len(functions) <= 1
+            and all(f.number < 64 and f.type in wire_types and not f.is_repeated for f in fields)
+            and all(f.message_type is not None or not f.has_presence for f in fields)
+            and all(f.message_type is None or f.number in functions for f in fields)
+        ):
             mask = bytearray(64)
             for f in fields:
-                mask[f.number] = 1
+                mask[f.number] = wire_types[f.type] + 1
             plan = (bytes(mask), functions[0] if functions else 0)
         _keep_plans[key] = plan
     return _keep_plans[key]
@@ -333,9 +400,10 @@ def field_keeper(message_class: Any, names: tuple[str, ...]) -> Callable[[bytes]
     """`kept_fields` of one message class and field names, as a callable of the wire bytes: the
     compiled filter itself where built, with no Python frame around it."""
     plan = _keep_plan(message_class, names) if _compiled else None
+    python = functools.partial(_kept_fields_python, message_class, names)
     if plan is not None:
-        return functools.partial(_event_head.slim, *plan)
-    return functools.partial(_kept_fields_python, message_class, names)
+        return functools.partial(_event_head.slim, *plan, python)
+    return python
 
 
 def _kept_fields_python(message_class: Any, names: tuple[str, ...], wire: bytes) -> bytes:

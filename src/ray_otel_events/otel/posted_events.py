@@ -24,7 +24,7 @@ from google.protobuf.message import DecodeError
 from ray_otel_events import native
 from ray_otel_events.encoding import ray_json_decode
 from ray_otel_events.encoding.ray_json_posts import parse_posted_events, parse_posted_item, read_posted_items
-from ray_otel_events.otel.event_heads import EventHead, compiled_head, wire_head
+from ray_otel_events.otel.event_heads import EventHead, checked_head, compiled_head, wire_head
 from ray_otel_events.otel.log_records import record_entries
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
@@ -120,10 +120,14 @@ except ImportError:
 _read: Callable[[bytes], tuple[list[Any], bool] | None] | None = None
 _pieces: Callable[[list[EventParts], bool], bytes | None] | None = None
 _read_pieces: Callable[[bytes], tuple[list[Any], bool]] | None = None
-if _posted_events is not None and native.ENABLED and compiled_head is not None:
+if _posted_events is not None and native.ENABLED and compiled_head is not None and checked_head is not None:
     ray_json_decode.check_wire_kinds(_posted_events)
     _posted_events.bind(
-        *_messages(), RayEvent.DESCRIPTOR.fields_by_name["event_type"].number, compiled_head, EventParts
+        *_messages(),
+        RayEvent.DESCRIPTOR.fields_by_name["event_type"].number,
+        compiled_head,
+        checked_head,
+        EventParts,
     )
     _read = _posted_events.read
     _pieces = _posted_events.pieces
