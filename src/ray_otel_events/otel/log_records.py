@@ -8,7 +8,9 @@ hex form Ray's tracing uses, so records join with spans.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import secrets
+import struct
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -424,6 +426,20 @@ def _filled(obj: Any, tree: _SlotTree, values: Sequence[Any]) -> Any:
     return out
 
 
+# A record's bytes cut where its values go: (the literal pieces, the index of each value between
+# them; after the slots' values come the time, trace id, span id and observed time).
+_Template = tuple[list[bytes], list[int]]
+TEMPLATES_MAX = 64  # per shape: value lengths vary a little (times drop trailing zeros)
+_STAND_IN_MIN = 8  # a shorter stand-in could occur in the record by chance
+_STAND_IN_LETTERS = "ghijklmnopqrstuvwxyzGHIJKLMNOPQRSTUVWXYZ"
+_pack_fixed64 = struct.Struct("<Q").pack
+
+
+def _stand_in(length: int) -> str:
+    """Random text of `length` bytes (letters no id, time or name of ours is made of)."""
+    return "".join([secrets.choice(_STAND_IN_LETTERS) for _ in range(length)])
+
+
 class RecordShape:
     """The records of events equal to `event` but for the values at `slots` (paths into its JSON
     object) and at `attribute_slots` (entity attributes, by name), each naming the index of its
@@ -434,7 +450,7 @@ class RecordShape:
     field's default moves to the end of its object): the caller makes a shape per such case. Make
     one with `shape_of`, which checks it on the event it was made from."""
 
-    __slots__ = ("_entity", "_fields", "_object", "_tree")
+    __slots__ = ("_entity", "_fields", "_object", "_templates", "_tree")
 
     def __init__(
         self, event: RayEvent, slots: Mapping[Slot, int], attribute_slots: Mapping[str, int]
@@ -451,6 +467,9 @@ class RecordShape:
             else:
                 entity.append((otlp_wire.key_field(key), index))
         self._entity = entity
+        # (value lengths, fixed fields' presence, flags, extra attributes) -> its template, or
+        # None where one cannot be made
+        self._templates: dict[Hashable, _Template | None] = {}
 
     def record(
         self,
@@ -463,7 +482,151 @@ class RecordShape:
         extra_attributes: bytes = b"",
     ) -> bytes:
         """The record of the event holding `values` at the slots; `time_unix_nano`: its timestamp
-        as OTLP carries it (`otlp_wire.time_or_unknown`)."""
+        as OTLP carries it (`otlp_wire.time_or_unknown`).
+
+        Values that are all text are put into a template of the record's bytes made for their
+        lengths (`_template`): where a value's length does not move any other byte, the record is
+        the template with each value's bytes in its place, and no walk is needed."""
+        encoded = []
+        for value in values:
+            if type(value) is not str:
+                break
+            encoded.append(value.encode())
+        else:
+            key = (
+                tuple([len(part) for part in encoded]),
+                time_unix_nano != 0,
+                observed_time_unix_nano != 0,
+                len(trace_id),
+                len(span_id),
+                flags,
+                extra_attributes,
+            )
+            try:
+                template = self._templates[key]
+            except KeyError:
+                template = self._template(
+                    key,
+                    values,
+                    time_unix_nano,
+                    trace_id,
+                    span_id,
+                    observed_time_unix_nano,
+                    flags,
+                    extra_attributes,
+                )
+            if template is not None:
+                pieces, order = template
+                encoded += (
+                    _pack_fixed64(time_unix_nano),
+                    trace_id,
+                    span_id,
+                    _pack_fixed64(observed_time_unix_nano),
+                )
+                out = [pieces[0]]
+                for at, index in enumerate(order, 1):
+                    out += (encoded[index], pieces[at])
+                return b"".join(out)
+        return self._walked(
+            values, time_unix_nano, trace_id, span_id, observed_time_unix_nano, flags, extra_attributes
+        )
+
+    def _template(
+        self,
+        key: Hashable,
+        values: Sequence[Any],
+        time_unix_nano: int,
+        trace_id: bytes,
+        span_id: bytes,
+        observed_time_unix_nano: int,
+        flags: int,
+        extra_attributes: bytes,
+    ) -> _Template | None:
+        """The record written with a random stand-in of the same length for each value, id and
+        time, cut wherever each stand-in stands (None if one is not found); kept only if it writes
+        this record as the walk does."""
+        template: _Template | None = None
+        if len(self._templates) < TEMPLATES_MAX:
+            stand_ins = [_stand_in(len(value.encode())) for value in values]
+            times = [secrets.randbits(63) | 1 for _ in range(2)]
+            fixed = [
+                _stand_in(len(trace_id)).encode(),
+                _stand_in(len(span_id)).encode(),
+            ]
+            made = self._walked(
+                stand_ins,
+                times[0] if time_unix_nano else 0,
+                fixed[0],
+                fixed[1],
+                times[1] if observed_time_unix_nano else 0,
+                flags,
+                extra_attributes,
+            )
+            marks = [part.encode() for part in stand_ins]
+            marks += (
+                _pack_fixed64(times[0]) if time_unix_nano else b"",
+                fixed[0],
+                fixed[1],
+                _pack_fixed64(times[1]) if observed_time_unix_nano else b"",
+            )
+            found: list[tuple[int, int]] = []
+            for index, mark in enumerate(marks):
+                if not mark:
+                    continue
+                at = made.find(mark)
+                if len(mark) < _STAND_IN_MIN or at < 0:
+                    found = []
+                    break
+                while at >= 0:  # a body value is in the body and in its flattened attribute
+                    found.append((at, index))
+                    at = made.find(mark, at + len(mark))
+            if found:
+                found.sort()
+                pieces, order, end = [], [], 0
+                for at, index in found:
+                    if at < end:  # stand-ins that overlap: cannot be
+                        break
+                    pieces.append(made[end:at])
+                    order.append(index)
+                    end = at + len(marks[index])
+                else:
+                    pieces.append(made[end:])
+                    template = (pieces, order)
+                    real = [part.encode() for part in values]
+                    real += (
+                        _pack_fixed64(time_unix_nano),
+                        trace_id,
+                        span_id,
+                        _pack_fixed64(observed_time_unix_nano),
+                    )
+                    out = [pieces[0]]
+                    for at, index in enumerate(order, 1):
+                        out += (real[index], pieces[at])
+                    walked = self._walked(
+                        values,
+                        time_unix_nano,
+                        trace_id,
+                        span_id,
+                        observed_time_unix_nano,
+                        flags,
+                        extra_attributes,
+                    )
+                    if b"".join(out) != walked:
+                        template = None
+        self._templates[key] = template
+        return template
+
+    def _walked(
+        self,
+        values: Sequence[Any],
+        time_unix_nano: int,
+        trace_id: bytes,
+        span_id: bytes,
+        observed_time_unix_nano: int,
+        flags: int,
+        extra_attributes: bytes,
+    ) -> bytes:
+        """The record walked from the shape's JSON object with `values` in it."""
         attrs: list[bytes] = []
         body = _walk(_filled(self._object, self._tree, values), _ROOT, attrs)
         for part in self._entity:

@@ -45,7 +45,7 @@ from ray_otel_events.events.builders import EventFactory
 from ray_otel_events.exporters.retry import SendError, is_retryable
 from ray_otel_events.metrics import Counters
 from ray_otel_events.otel import otlp_wire, semconv
-from ray_otel_events.otel.otlp_span_encoder import spans_request
+from ray_otel_events.otel.otlp_span_encoder import plain_span_wire, resource_spans, span_field, span_wire
 from ray_otel_events.otel.task_records import TaskEventRecords
 from ray_otel_events.otel.task_spans import SpanEvent, TaskSpanEvents, UnmappableSpan
 from ray_otel_events.tracing.otlp_http import OtlpHttpPoster
@@ -205,6 +205,47 @@ def span_from_line(record: list[Any], writer: _Writer, mark: bool) -> ReadableSp
     )
 
 
+_TASK_SUFFIXES = (semconv.EXECUTE_SUFFIX, semconv.SUBMIT_SUFFIX)
+
+
+def _plain_line(record: list[Any]) -> bool:
+    """A line `plain_span_wire` writes: no trace state, events or links, UNSET or OK status, and
+    fields of the types `span_from_line` would take (anything else goes through the span)."""
+    return (
+        not record[6]
+        and not record[15]
+        and not record[16]
+        and record[12] in (0, 1)
+        and type(record[9]) is int
+        and 0 <= record[9] <= 4
+        and type(record[14]) is dict
+    )
+
+
+def _plain_span_wire(record: list[Any], writer: _Writer, mark: bool) -> tuple[bytes, InstrumentationScope]:
+    """`span_wire(span_from_line(record, writer, mark))` of a plain line (`_plain_line`), and
+    its scope, without making the span."""
+    name, attributes = record[1], record[14]
+    if mark and name.endswith(_TASK_SUFFIXES):
+        attributes[semconv.PRODUCER_ATTR] = PRODUCER
+    wire = plain_span_wire(
+        record[2].to_bytes(8, "big") + record[3].to_bytes(8, "big"),
+        record[4].to_bytes(8, "big"),
+        record[7],
+        bool(record[8]),
+        name,
+        record[9],
+        record[10],
+        record[11],
+        attributes,
+        record[20],
+        record[21],
+        record[22],
+        record[12] == 1,
+    )
+    return wire, writer.scope(record[17], record[18], record[19])
+
+
 class Forwarder:
     """Sends one spool folder (see the module doc); `pass_once` is one sweep over its files."""
 
@@ -217,8 +258,10 @@ class Forwarder:
         event_logs: bool = True,
         factory: Callable[[], EventFactory] | None = None,
         counters: Counters | None = None,
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.folder = folder
+        self.clock = clock  # the records' observed time
         self.spool = spool
         self.senders = senders
         self.event_logs = event_logs
@@ -351,7 +394,9 @@ class Forwarder:
     def _make_requests(self, state: _File, data: bytes) -> None:
         writer = state.writer
         mapper = writer.mapper
-        spans: list[ReadableSpan] = []
+        event_logs = self.event_logs
+        by_scope: dict[InstrumentationScope | None, list[bytes]] = {}
+        span_count = 0
         events: list[SpanEvent] = []
         records: list[list[Any]] = []
         for line in data.splitlines():
@@ -367,6 +412,7 @@ class Forwarder:
         made: dict[int, ReadableSpan] = {}
         for record in records:
             start_first = False
+            span: ReadableSpan | None = None
             try:
                 kind = record[0]
                 if kind == STARTED_REF:
@@ -374,22 +420,39 @@ class Forwarder:
                     if later is None:
                         writer.started_refs.add(record[1])
                         continue
-                    span = made[record[1]] = span_from_line(later, writer, self.event_logs)
+                    span = made[record[1]] = span_from_line(later, writer, event_logs)
                     kind = STARTED
                 elif kind == ENDED:
                     known = made.pop(record[4], None)
-                    span = known if known is not None else span_from_line(record, writer, self.event_logs)
+                    mapped = event_logs and record[1].endswith(_TASK_SUFFIXES)
+                    plain = _plain_line(record)
+                    if known is not None:
+                        span = known
+                    elif mapped or not plain:
+                        span = span_from_line(record, writer, event_logs)
+                    # the span as the endpoint gets it, from its line where the line is plain
+                    if plain:
+                        wire, scope = _plain_span_wire(record, writer, event_logs)
+                    else:
+                        assert span is not None
+                        wire, scope = span_wire(span), span.instrumentation_scope or None
                     start_first = record[4] in writer.started_refs
                     writer.started_refs.discard(record[4])
+                    if not mapped:
+                        span = None
                 else:
-                    span = span_from_line(record, writer, self.event_logs)
-            except (ValueError, TypeError, KeyError, IndexError) as exc:
+                    span = span_from_line(record, writer, event_logs)
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as exc:
                 self.counters.add("dropped_lines", 1, reason="unreadable")
                 self._report("unreadable", f"{state.path}: a line that is not a span: {exc!r}")
                 continue
             if kind == ENDED:
-                spans.append(span)
-            if self.event_logs:
+                encoded = by_scope.get(scope)
+                if encoded is None:
+                    encoded = by_scope[scope] = []
+                encoded.append(span_field(wire))
+                span_count += 1
+            if event_logs and span is not None:
                 try:
                     if kind == ENDED and start_first:
                         events.extend(mapper.started(span))
@@ -397,10 +460,10 @@ class Forwarder:
                 except UnmappableSpan:
                     self.counters.add("unmapped_spans", 1)
         pending: list[tuple[str, bytes, int]] = []
-        if spans:
-            pending.append(("traces", spans_request(spans), len(spans)))
+        if span_count:
+            pending.append(("traces", resource_spans(writer.resource, by_scope), span_count))
         if events:
-            now = time.time_ns()
+            now = self.clock()
             record_of = self.records.record
             wire = [record_of(item, now) for item in events]
             pending.append(
