@@ -8,6 +8,7 @@ hex form Ray's tracing uses, so records join with spans.
 
 from __future__ import annotations
 
+import operator
 import secrets
 import struct
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
@@ -426,9 +427,9 @@ def _filled(obj: Any, tree: _SlotTree, values: Sequence[Any]) -> Any:
     return out
 
 
-# A record's bytes cut where its values go: (the literal pieces, the index of each value between
-# them; after the slots' values come the time, trace id, span id and observed time).
-_Template = tuple[list[bytes], list[int]]
+# A record's bytes as a %-format of its values' bytes, and what picks them, in their order there,
+# from [the slots' values..., time, trace id, span id, observed time].
+_Template = tuple[bytes, Callable[[list[bytes]], tuple[bytes, ...]]]
 TEMPLATES_MAX = 64  # per shape: value lengths vary a little (times drop trailing zeros)
 _STAND_IN_MIN = 8  # a shorter stand-in could occur in the record by chance
 _STAND_IN_LETTERS = "ghijklmnopqrstuvwxyzGHIJKLMNOPQRSTUVWXYZ"
@@ -438,6 +439,28 @@ _pack_fixed64 = struct.Struct("<Q").pack
 def _stand_in(length: int) -> str:
     """Random text of `length` bytes (letters no id, time or name of ours is made of)."""
     return "".join([secrets.choice(_STAND_IN_LETTERS) for _ in range(length)])
+
+
+def _filled_template(
+    template: _Template,
+    values: list[bytes],
+    time_unix_nano: int,
+    trace_id: bytes,
+    span_id: bytes,
+    observed_time_unix_nano: int,
+) -> bytes:
+    """The record a template writes with these values (UTF-8), times and ids."""
+    text, pick = template
+    values += (_pack_fixed64(time_unix_nano), trace_id, span_id, _pack_fixed64(observed_time_unix_nano))
+    return text % pick(values)
+
+
+def _template_of(pieces: list[bytes], order: list[int]) -> _Template:
+    text = b"%b".join([piece.replace(b"%", b"%%") for piece in pieces])
+    if len(order) == 1:
+        only = order[0]
+        return text, lambda values: (values[only],)
+    return text, operator.itemgetter(*order)
 
 
 class RecordShape:
@@ -487,14 +510,13 @@ class RecordShape:
         Values that are all text are put into a template of the record's bytes made for their
         lengths (`_template`): where a value's length does not move any other byte, the record is
         the template with each value's bytes in its place, and no walk is needed."""
-        encoded = []
-        for value in values:
-            if type(value) is not str:
-                break
-            encoded.append(value.encode())
+        try:
+            encoded = [value.encode() for value in values]
+        except (AttributeError, UnicodeEncodeError):  # not all text: walked
+            pass
         else:
             key = (
-                tuple([len(part) for part in encoded]),
+                tuple(map(len, encoded)),
                 time_unix_nano != 0,
                 observed_time_unix_nano != 0,
                 len(trace_id),
@@ -516,17 +538,9 @@ class RecordShape:
                     extra_attributes,
                 )
             if template is not None:
-                pieces, order = template
-                encoded += (
-                    _pack_fixed64(time_unix_nano),
-                    trace_id,
-                    span_id,
-                    _pack_fixed64(observed_time_unix_nano),
+                return _filled_template(
+                    template, encoded, time_unix_nano, trace_id, span_id, observed_time_unix_nano
                 )
-                out = [pieces[0]]
-                for at, index in enumerate(order, 1):
-                    out += (encoded[index], pieces[at])
-                return b"".join(out)
         return self._walked(
             values, time_unix_nano, trace_id, span_id, observed_time_unix_nano, flags, extra_attributes
         )
@@ -545,74 +559,57 @@ class RecordShape:
         """The record written with a random stand-in of the same length for each value, id and
         time, cut wherever each stand-in stands (None if one is not found); kept only if it writes
         this record as the walk does."""
-        template: _Template | None = None
-        if len(self._templates) < TEMPLATES_MAX:
-            stand_ins = [_stand_in(len(value.encode())) for value in values]
-            times = [secrets.randbits(63) | 1 for _ in range(2)]
-            fixed = [
-                _stand_in(len(trace_id)).encode(),
-                _stand_in(len(span_id)).encode(),
-            ]
-            made = self._walked(
-                stand_ins,
-                times[0] if time_unix_nano else 0,
-                fixed[0],
-                fixed[1],
-                times[1] if observed_time_unix_nano else 0,
-                flags,
-                extra_attributes,
-            )
-            marks = [part.encode() for part in stand_ins]
-            marks += (
-                _pack_fixed64(times[0]) if time_unix_nano else b"",
-                fixed[0],
-                fixed[1],
-                _pack_fixed64(times[1]) if observed_time_unix_nano else b"",
-            )
-            found: list[tuple[int, int]] = []
-            for index, mark in enumerate(marks):
-                if not mark:
-                    continue
-                at = made.find(mark)
-                if len(mark) < _STAND_IN_MIN or at < 0:
-                    found = []
-                    break
-                while at >= 0:  # a body value is in the body and in its flattened attribute
-                    found.append((at, index))
-                    at = made.find(mark, at + len(mark))
-            if found:
-                found.sort()
-                pieces, order, end = [], [], 0
-                for at, index in found:
-                    if at < end:  # stand-ins that overlap: cannot be
-                        break
-                    pieces.append(made[end:at])
-                    order.append(index)
-                    end = at + len(marks[index])
-                else:
-                    pieces.append(made[end:])
-                    template = (pieces, order)
-                    real = [part.encode() for part in values]
-                    real += (
-                        _pack_fixed64(time_unix_nano),
-                        trace_id,
-                        span_id,
-                        _pack_fixed64(observed_time_unix_nano),
-                    )
-                    out = [pieces[0]]
-                    for at, index in enumerate(order, 1):
-                        out += (real[index], pieces[at])
-                    walked = self._walked(
-                        values,
-                        time_unix_nano,
-                        trace_id,
-                        span_id,
-                        observed_time_unix_nano,
-                        flags,
-                        extra_attributes,
-                    )
-                    if b"".join(out) != walked:
-                        template = None
+        if len(self._templates) >= TEMPLATES_MAX:
+            return None  # lengths past the bound are walked
+        stand_ins = [_stand_in(len(value.encode())) for value in values]
+        times = [secrets.randbits(63) | 1, secrets.randbits(63) | 1]
+        ids = [_stand_in(len(trace_id)).encode(), _stand_in(len(span_id)).encode()]
+        made = self._walked(
+            stand_ins,
+            times[0] if time_unix_nano else 0,
+            ids[0],
+            ids[1],
+            times[1] if observed_time_unix_nano else 0,
+            flags,
+            extra_attributes,
+        )
+        marks = [part.encode() for part in stand_ins]
+        marks += (_pack_fixed64(times[0]) if time_unix_nano else b"", ids[0], ids[1])
+        marks.append(_pack_fixed64(times[1]) if observed_time_unix_nano else b"")
+        found: list[tuple[int, int]] = []
+        for index, mark in enumerate(marks):
+            if not mark:
+                continue
+            at = made.find(mark)
+            if len(mark) < _STAND_IN_MIN or at < 0:
+                return self._keep(key, None)
+            while at >= 0:  # a body value is in the body and in its flattened attribute
+                found.append((at, index))
+                at = made.find(mark, at + len(mark))
+        found.sort()
+        pieces, order, end = [], [], 0
+        for at, index in found:
+            if at < end:  # stand-ins that overlap
+                return self._keep(key, None)
+            pieces.append(made[end:at])
+            order.append(index)
+            end = at + len(marks[index])
+        pieces.append(made[end:])
+        template = _template_of(pieces, order)
+        filled = _filled_template(
+            template,
+            [value.encode() for value in values],
+            time_unix_nano,
+            trace_id,
+            span_id,
+            observed_time_unix_nano,
+        )
+        walked = self._walked(
+            values, time_unix_nano, trace_id, span_id, observed_time_unix_nano, flags, extra_attributes
+        )
+        return self._keep(key, template if filled == walked else None)
+
+    def _keep(self, key: Hashable, template: _Template | None) -> _Template | None:
         self._templates[key] = template
         return template
 

@@ -179,18 +179,21 @@ def spans_request(spans: Sequence[ReadableSpan]) -> bytes:
 
 def resource_spans(resource: Resource, by_scope: dict[InstrumentationScope | None, list[bytes]]) -> bytes:
     """One ResourceSpans entry of a request: the resource's spans, already written as
-    `ScopeSpans.spans` entries (`span_field`), grouped by scope in the order given."""
-    scope_spans = b"".join(
-        [
-            _field(
-                b"\x12",
-                _scope_head(scope) + b"".join(encoded) + _text(b"\x1a", scope.schema_url if scope else None),
-            )
-            for scope, encoded in by_scope.items()
-        ]
-    )
-    body = _resource_head(resource) + scope_spans + _text(b"\x1a", resource.schema_url)
-    return _field(b"\x0a", body)
+    `ScopeSpans.spans` entries (`span_field`), grouped by scope in the order given; framed where
+    the parts are, so that the entry is copied once, by one join."""
+    parts = [b"", _resource_head(resource)]
+    size = len(parts[1])
+    for scope, encoded in by_scope.items():
+        head = _scope_head(scope)
+        tail = _text(b"\x1a", scope.schema_url if scope else None)
+        entry = len(head) + sum(map(len, encoded)) + len(tail)
+        frame = b"\x12" + _varint(entry)
+        parts += (frame, head, *encoded, tail)
+        size += len(frame) + entry
+    tail = _text(b"\x1a", resource.schema_url)
+    parts.append(tail)
+    parts[0] = b"\x0a" + _varint(size + len(tail))
+    return b"".join(parts)
 
 
 def span_field(span_bytes: bytes) -> bytes:

@@ -75,14 +75,25 @@ def derive_task_id(trace_id: int, submit_span_id: int, actor_part: bytes) -> byt
     return unique + actor_part
 
 
+_hex_bytes_of: dict[str, bytes] = {}  # a process's node, worker and job ids recur in every span
+
+
 def hex_or_empty(value: Any) -> bytes:
     """An id attribute's bytes: b"" when it is missing, not a string or not hex."""
-    if not isinstance(value, str):
+    if type(value) is str:
+        known = _hex_bytes_of.get(value)
+        if known is not None:
+            return known
+    elif not isinstance(value, str):
         return b""
     try:
-        return bytes.fromhex(value)
+        raw = bytes.fromhex(value)
     except ValueError:
         return b""
+    if len(_hex_bytes_of) >= 1024:
+        _hex_bytes_of.clear()
+    _hex_bytes_of[value] = raw
+    return raw
 
 
 def _hex_bytes(attrs: Mapping[str, Any], key: str, size: int) -> bytes | None:

@@ -149,6 +149,10 @@ def _trace_state(header: str) -> TraceState | None:
     return TraceState.from_header([header]) if header else None
 
 
+_SPAN_KINDS = {kind.value: kind for kind in SpanKind}
+_UNSET = Status(StatusCode.UNSET)
+
+
 def span_from_line(record: list[Any], writer: _Writer, mark: bool) -> ReadableSpan:
     """The span a spool line (`spool.span_line`) was written from."""
     (
@@ -187,17 +191,19 @@ def span_from_line(record: list[Any], writer: _Writer, mark: bool) -> ReadableSp
         parent,
         writer.resource,
         attributes,
-        [Event(e_name, e_attributes, e_time) for e_name, e_time, e_attributes in events],
+        [Event(e_name, e_attributes, e_time) for e_name, e_time, e_attributes in events] if events else (),
         [
             Link(
                 SpanContext(int(l_trace, 16), l_span, l_remote, TraceFlags(l_flags), _trace_state(l_state)),
                 l_attrs,
             )
             for l_trace, l_span, l_flags, l_state, l_attrs, l_remote in links
-        ],
-        SpanKind(kind),
+        ]
+        if links
+        else (),
+        _SPAN_KINDS.get(kind) or SpanKind(kind),
         None,
-        Status(StatusCode(code), description or None) if code else Status(StatusCode.UNSET),
+        Status(StatusCode(code), description or None) if code else _UNSET,
         start,
         end,
         writer.scope(scope_name, scope_version, scope_schema),
