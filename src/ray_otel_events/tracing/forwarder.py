@@ -401,7 +401,7 @@ class Forwarder:
         writer = state.writer
         mapper = writer.mapper
         event_logs = self.event_logs
-        by_scope: dict[InstrumentationScope | None, list[bytes]] = {}
+        by_scope: dict[int, tuple[InstrumentationScope | None, list[bytes]]] = {}
         span_count = 0
         events: list[SpanEvent] = []
         records: list[list[Any]] = []
@@ -453,10 +453,11 @@ class Forwarder:
                 self._report("unreadable", f"{state.path}: a line that is not a span: {exc!r}")
                 continue
             if kind == ENDED:
-                encoded = by_scope.get(scope)
-                if encoded is None:
-                    encoded = by_scope[scope] = []
-                encoded.append(span_field(wire))
+                # by object: a writer's scopes are one object per (name, version, schema url)
+                group = by_scope.get(id(scope))
+                if group is None:
+                    group = by_scope[id(scope)] = (scope, [])
+                group[1].append(span_field(wire))
                 span_count += 1
             if event_logs and span is not None:
                 try:
@@ -467,7 +468,8 @@ class Forwarder:
                     self.counters.add("unmapped_spans", 1)
         pending: list[tuple[str, bytes, int]] = []
         if span_count:
-            pending.append(("traces", resource_spans(writer.resource, by_scope), span_count))
+            groups = dict(by_scope.values())
+            pending.append(("traces", resource_spans(writer.resource, groups), span_count))
         if events:
             now = self.clock()
             record_of = self.records.record
