@@ -2,10 +2,11 @@
 
     python -m ray_otel_events.tracing.forwarder FOLDER     (started by tracing/spool.py, detached)
 
-It reads each writer's spool file from where the endpoint last acknowledged it, turns the lines
-back into spans, maps task spans to their RayEvents in each writer's order (`TaskSpanEvents`, one
-per writer, as the writer's own processor would), writes the spans and the event log records with
-our encoders (`otlp_span_encoder`, `task_records`), and sends both over http/protobuf or grpc as
+It reads each writer's spool file from where the endpoint last acknowledged it, maps task spans
+(read back from their lines) to their RayEvents in each writer's order (`TaskSpanEvents`, one per
+writer, as the writer's own processor would), writes the spans and the event log records with our
+encoders (`otlp_span_encoder`, most lines straight from their fields without a span;
+`task_records`), and sends both over http/protobuf or grpc as
 OTEL_EXPORTER_OTLP_PROTOCOL says. A chunk counts as sent once both requests were answered with
 success; only then is its end written to `<file>.ack`, and a file is deleted once it is complete
 (its writer let go of its lock) and acknowledged to its end. Retryable failures keep everything
@@ -419,6 +420,7 @@ class Forwarder:
         for record in records:
             start_first = False
             span: ReadableSpan | None = None
+            scope: InstrumentationScope | None = None
             try:
                 kind = record[0]
                 if kind == STARTED_REF:
@@ -473,10 +475,9 @@ class Forwarder:
         if events:
             now = self.clock()
             record_of = self.records.record
-            wire = [record_of(item, now) for item in events]
-            pending.append(
-                ("logs", otlp_wire.logs_request(writer.resource_wire, self.scope_wire, wire), len(wire))
-            )
+            log_records = [record_of(item, now) for item in events]
+            body = otlp_wire.logs_request(writer.resource_wire, self.scope_wire, log_records)
+            pending.append(("logs", body, len(log_records)))
         state.pending = pending
         if not pending:
             self._ack(state, state.offset + len(data))
