@@ -9,7 +9,7 @@ hex form Ray's tracing uses, so records join with spans.
 from __future__ import annotations
 
 import operator
-import secrets
+import random
 import struct
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -436,9 +436,12 @@ _STAND_IN_LETTERS = "ghijklmnopqrstuvwxyzGHIJKLMNOPQRSTUVWXYZ"
 _pack_fixed64 = struct.Struct("<Q").pack
 
 
+_random = random.Random()  # stand-ins need to be unlikely in a record, not secret
+
+
 def _stand_in(length: int) -> str:
-    """Random text of `length` bytes (letters no id, time or name of ours is made of)."""
-    return "".join([secrets.choice(_STAND_IN_LETTERS) for _ in range(length)])
+    """Random text of `length` bytes (letters no id or time of ours is made of)."""
+    return "".join(_random.choices(_STAND_IN_LETTERS, k=length))
 
 
 def _filled_template(
@@ -562,7 +565,7 @@ class RecordShape:
         if len(self._templates) >= TEMPLATES_MAX:
             return None  # lengths past the bound are walked
         stand_ins = [_stand_in(len(value.encode())) for value in values]
-        times = [secrets.randbits(63) | 1, secrets.randbits(63) | 1]
+        times = [_random.getrandbits(63) | 1, _random.getrandbits(63) | 1]
         ids = [_stand_in(len(trace_id)).encode(), _stand_in(len(span_id)).encode()]
         made = self._walked(
             stand_ins,
