@@ -10,19 +10,35 @@ from pathlib import Path
 import orjson
 from helpers.agg_procs import free_port
 from helpers.otlp_receiver import RecordingReceiver, serve_receiver
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceState
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+    set_span_in_context,
+)
 
 from ray_otel_events.config import OtlpSignalConfig, SpoolConfig
+from ray_otel_events.events.builders import EventFactory
 from ray_otel_events.metrics import Counters
+from ray_otel_events.otel import otlp_wire, semconv
+from ray_otel_events.otel.log_records import log_record_wire
 from ray_otel_events.otel.otlp_span_encoder import spans_request
+from ray_otel_events.otel.task_spans import TaskSpanEvents
 from ray_otel_events.tracing.forwarder import Forwarder, Sender, _Writer, span_from_line
 from ray_otel_events.tracing.otlp_http import OtlpHttpPoster
-from ray_otel_events.tracing.spool import ENDED, SpoolWriter, header_line, span_line
+from ray_otel_events.tracing.spool import ENDED, STARTED_REF, SpoolWriter, header_line, span_line
+from ray_otel_events.tracing.task_events import PRODUCER
 
 RESOURCE = Resource({"service.name": "spool-test", "n": 3})
 
@@ -135,3 +151,106 @@ def test_forwarder_command_line_refuses_a_missing_folder(tmp_path: Path) -> None
     )
     assert out.returncode == 2
     assert "usage" in out.stderr and "Traceback" not in out.stderr
+
+
+def _task_spans() -> tuple[list[tuple[str, ReadableSpan]], list[ReadableSpan]]:
+    """Spans of the kinds the forwarder meets, in the order a traced process writes them:
+    (ENDED or STARTED_REF, span) with every task span marked as the hook marks it, and the spans
+    in their state at start (the RUNNING records are made from the start)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=RESOURCE)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    ray_tracer = provider.get_tracer("ray.util.tracing.tracing_helper")
+    other = provider.get_tracer("spool.test", "1.2", schema_url="https://example.com/s")
+    job = {"ray.job_id": "01000000", "ray.pid": "42", "ray.node_id": "ab" * 28, "ray.worker_id": "cd" * 28}
+    mark = {semconv.PRODUCER_ATTR: PRODUCER}
+    actor = {"ray.remote": "actor", "ray.actor_id": "12" * 16, "ray.actor_class": "m.Counter"}
+    kinds: list[tuple[str, dict[str, object], bool]] = [
+        ("m.f", {"ray.remote": "function", "ray.function": "m.f"}, False),
+        ("m.f", {"ray.remote": "function", "ray.function": "m.f"}, True),  # fails
+        ("Counter.__init__", {**actor, "ray.actor_method": "__init__"}, False),
+        ("Counter.add", {**actor, "ray.actor_method": "add"}, False),
+        ("Counter.add", {**actor, "ray.actor_method": "add"}, True),
+    ]
+    order: list[tuple[str, ReadableSpan]] = []
+    for i, (name, attrs, fails) in enumerate(kinds * 3):
+        with ray_tracer.start_as_current_span(
+            f"{name} ray.remote", kind=SpanKind.PRODUCER, attributes={**job, **attrs, **mark}
+        ) as submit:
+            pass
+        remote = NonRecordingSpan(
+            SpanContext(submit.context.trace_id, submit.context.span_id, True, TraceFlags(1))
+        )
+        executing = {**job, **attrs, "ray.task_id": f"{i:048x}", **mark}
+        with ray_tracer.start_as_current_span(
+            f"{name} ray.remote_worker",
+            context=set_span_in_context(remote),
+            kind=SpanKind.CONSUMER,
+            attributes=executing,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as execute:
+            with other.start_as_current_span("inner", links=[Link(submit.context, {"why": "test"})]) as inner:
+                inner.add_event("step", {"k": i})
+                inner.set_status(Status(StatusCode.OK))
+            if fails:
+                execute.record_exception(RuntimeError(f"task {i} broke"))
+                execute.set_status(Status(StatusCode.ERROR, "broke"))
+            elif i % 2:
+                execute.set_status(Status(StatusCode.OK))
+        ended = {s.context.span_id: s for s in exporter.get_finished_spans()}
+        order += [
+            (ENDED, ended[submit.context.span_id]),
+            (STARTED_REF, ended[execute.context.span_id]),
+            (ENDED, ended[inner.context.span_id]),
+            (ENDED, ended[execute.context.span_id]),
+        ]
+    return order, [span for kind, span in order if kind == ENDED]
+
+
+def test_the_forwarder_sends_what_the_spans_themselves_encode_to(tmp_path: Path) -> None:
+    """Spans and event records sent from a spool are byte for byte the SDK spans' request and
+    the records of the RayEvents the same spans map to (`log_record_wire`, event by event)."""
+    order, ended = _task_spans()
+    folder = tmp_path / "spool" / "dest"
+    writer = SpoolWriter(str(folder), header_line(RESOURCE), start_forwarder=False)
+    lines = [
+        span_line(span, ENDED) if kind == ENDED else orjson.dumps([STARTED_REF, span.context.span_id]) + b"\n"
+        for kind, span in order
+    ]
+    assert writer.write(b"".join(lines), len(lines))
+    writer.close()
+    receiver = RecordingReceiver()
+    with serve_receiver(receiver) as endpoint:
+        forwarder = _forwarder(folder, endpoint)
+        forwarder.clock = lambda: 1_700_000_000_123_456_789
+        assert forwarder.pass_once()
+    assert forwarder.counters.get("unmapped_spans") == 0
+    (_, traces), (_, logs) = receiver.requests
+    assert traces == spans_request(ended)
+
+    mapper = TaskSpanEvents(EventFactory())
+    events = []
+    for kind, span in order:
+        events += mapper.started(span) if kind == STARTED_REF else mapper.ended(span)
+    extra = otlp_wire.attributes({semconv.PRODUCER_ATTR: PRODUCER}, otlp_wire.LOG_RECORD_ATTRIBUTES)
+    records = []
+    for item in events:
+        context = item.span_context
+        records.append(
+            log_record_wire(
+                item.event,
+                context.trace_id.to_bytes(16, "big"),
+                context.span_id.to_bytes(8, "big"),
+                1_700_000_000_123_456_789,
+                flags=int(context.trace_flags),
+                extra_attributes=extra,
+            )
+        )
+    assert len(records) == 5 * 3 * 4 + 3 * 3  # four per task, three more per actor creation
+    scope = otlp_wire.string_field(b"\x0a", semconv.INSTRUMENTATION_SCOPE)
+    assert logs == otlp_wire.logs_request(
+        otlp_wire.attributes(dict(RESOURCE.attributes), b"\x0a"), scope, records
+    )
+    sent = ExportLogsServiceRequest.FromString(logs)
+    assert any("task 4 broke" in str(r.body) for r in sent.resource_logs[0].scope_logs[0].log_records)

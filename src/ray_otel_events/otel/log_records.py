@@ -8,7 +8,10 @@ hex form Ray's tracing uses, so records join with spans.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import operator
+import random
+import struct
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -424,6 +427,45 @@ def _filled(obj: Any, tree: _SlotTree, values: Sequence[Any]) -> Any:
     return out
 
 
+# A record's bytes as a %-format of its values' bytes, and what picks them, in their order there,
+# from [the slots' values..., time, trace id, span id, observed time].
+_Template = tuple[bytes, Callable[[list[bytes]], tuple[bytes, ...]]]
+TEMPLATES_MAX = 64  # per shape: value lengths vary a little (times drop trailing zeros)
+_STAND_IN_MIN = 8  # a shorter stand-in could occur in the record by chance
+_STAND_IN_LETTERS = "ghijklmnopqrstuvwxyzGHIJKLMNOPQRSTUVWXYZ"
+_pack_fixed64 = struct.Struct("<Q").pack
+
+
+_random = random.Random()  # stand-ins need to be unlikely in a record, not secret
+
+
+def _stand_in(length: int) -> str:
+    """Random text of `length` bytes (letters no id or time of ours is made of)."""
+    return "".join(_random.choices(_STAND_IN_LETTERS, k=length))
+
+
+def _filled_template(
+    template: _Template,
+    values: list[bytes],
+    time_unix_nano: int,
+    trace_id: bytes,
+    span_id: bytes,
+    observed_time_unix_nano: int,
+) -> bytes:
+    """The record a template writes with these values (UTF-8), times and ids."""
+    text, pick = template
+    values += (_pack_fixed64(time_unix_nano), trace_id, span_id, _pack_fixed64(observed_time_unix_nano))
+    return text % pick(values)
+
+
+def _template_of(pieces: list[bytes], order: list[int]) -> _Template:
+    text = b"%b".join([piece.replace(b"%", b"%%") for piece in pieces])
+    if len(order) == 1:
+        only = order[0]
+        return text, lambda values: (values[only],)
+    return text, operator.itemgetter(*order)
+
+
 class RecordShape:
     """The records of events equal to `event` but for the values at `slots` (paths into its JSON
     object) and at `attribute_slots` (entity attributes, by name), each naming the index of its
@@ -434,7 +476,7 @@ class RecordShape:
     field's default moves to the end of its object): the caller makes a shape per such case. Make
     one with `shape_of`, which checks it on the event it was made from."""
 
-    __slots__ = ("_entity", "_fields", "_object", "_tree")
+    __slots__ = ("_entity", "_fields", "_object", "_templates", "_tree")
 
     def __init__(
         self, event: RayEvent, slots: Mapping[Slot, int], attribute_slots: Mapping[str, int]
@@ -451,6 +493,9 @@ class RecordShape:
             else:
                 entity.append((otlp_wire.key_field(key), index))
         self._entity = entity
+        # (value lengths, fixed fields' presence, flags, extra attributes) -> its template, or
+        # None where one cannot be made
+        self._templates: dict[Hashable, _Template | None] = {}
 
     def record(
         self,
@@ -463,7 +508,125 @@ class RecordShape:
         extra_attributes: bytes = b"",
     ) -> bytes:
         """The record of the event holding `values` at the slots; `time_unix_nano`: its timestamp
-        as OTLP carries it (`otlp_wire.time_or_unknown`)."""
+        as OTLP carries it (`otlp_wire.time_or_unknown`).
+
+        Values that are all text are put into a template of the record's bytes made for their
+        lengths (`_template`): where a value's length does not move any other byte, the record is
+        the template with each value's bytes in its place, and no walk is needed."""
+        try:
+            encoded = [value.encode() for value in values]
+        except (AttributeError, UnicodeEncodeError):  # not all text: walked
+            pass
+        else:
+            key = (
+                tuple(map(len, encoded)),
+                time_unix_nano != 0,
+                observed_time_unix_nano != 0,
+                len(trace_id),
+                len(span_id),
+                flags,
+                extra_attributes,
+            )
+            try:
+                template = self._templates[key]
+            except KeyError:
+                template = self._template(
+                    key,
+                    values,
+                    time_unix_nano,
+                    trace_id,
+                    span_id,
+                    observed_time_unix_nano,
+                    flags,
+                    extra_attributes,
+                )
+            if template is not None:
+                return _filled_template(
+                    template, encoded, time_unix_nano, trace_id, span_id, observed_time_unix_nano
+                )
+        return self._walked(
+            values, time_unix_nano, trace_id, span_id, observed_time_unix_nano, flags, extra_attributes
+        )
+
+    def _template(
+        self,
+        key: Hashable,
+        values: Sequence[Any],
+        time_unix_nano: int,
+        trace_id: bytes,
+        span_id: bytes,
+        observed_time_unix_nano: int,
+        flags: int,
+        extra_attributes: bytes,
+    ) -> _Template | None:
+        """The record written with a random stand-in of the same length for each value, id and
+        time, cut wherever each stand-in stands (None if one is not found); kept only if it writes
+        this record as the walk does."""
+        if len(self._templates) >= TEMPLATES_MAX:
+            return None  # lengths past the bound are walked
+        stand_ins = [_stand_in(len(value.encode())) for value in values]
+        times = [_random.getrandbits(63) | 1, _random.getrandbits(63) | 1]
+        ids = [_stand_in(len(trace_id)).encode(), _stand_in(len(span_id)).encode()]
+        made = self._walked(
+            stand_ins,
+            times[0] if time_unix_nano else 0,
+            ids[0],
+            ids[1],
+            times[1] if observed_time_unix_nano else 0,
+            flags,
+            extra_attributes,
+        )
+        marks = [part.encode() for part in stand_ins]
+        marks += (_pack_fixed64(times[0]) if time_unix_nano else b"", ids[0], ids[1])
+        marks.append(_pack_fixed64(times[1]) if observed_time_unix_nano else b"")
+        found: list[tuple[int, int]] = []
+        for index, mark in enumerate(marks):
+            if not mark:
+                continue
+            at = made.find(mark)
+            if len(mark) < _STAND_IN_MIN or at < 0:
+                return self._keep(key, None)
+            while at >= 0:  # a body value is in the body and in its flattened attribute
+                found.append((at, index))
+                at = made.find(mark, at + len(mark))
+        found.sort()
+        pieces, order, end = [], [], 0
+        for at, index in found:
+            if at < end:  # stand-ins that overlap
+                return self._keep(key, None)
+            pieces.append(made[end:at])
+            order.append(index)
+            end = at + len(marks[index])
+        pieces.append(made[end:])
+        template = _template_of(pieces, order)
+        filled = _filled_template(
+            template,
+            [value.encode() for value in values],
+            time_unix_nano,
+            trace_id,
+            span_id,
+            observed_time_unix_nano,
+        )
+        walked = self._walked(
+            values, time_unix_nano, trace_id, span_id, observed_time_unix_nano, flags, extra_attributes
+        )
+        return self._keep(key, template if filled == walked else None)
+
+    def _keep(self, key: Hashable, template: _Template | None) -> _Template | None:
+        self._templates[key] = template
+        return template
+
+    def _walked(
+        self,
+        values: Sequence[Any],
+        time_unix_nano: int,
+        trace_id: bytes,
+        span_id: bytes,
+        observed_time_unix_nano: int,
+        flags: int,
+        extra_attributes: bytes,
+    ) -> bytes:
+        """The record walked from the shape's JSON object with `values` in it."""
         attrs: list[bytes] = []
         body = _walk(_filled(self._object, self._tree, values), _ROOT, attrs)
         for part in self._entity:

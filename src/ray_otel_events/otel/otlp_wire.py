@@ -336,17 +336,39 @@ def string_field(tag: bytes, value: str) -> bytes:
 bytes_field = _length_delimited  # a bytes or message field of any message (`tag`, length, payload)
 
 
+def _framed(tag: bytes, size: int) -> bytes:
+    """A length-delimited field's tag and length, for a payload of `size` bytes written after it."""
+    return tag + (_SMALL_VARINTS[size] if size < 16384 else _varint_slow(size))
+
+
+def _resource_logs_parts(resource: bytes, scope: bytes, records: list[bytes]) -> tuple[list[bytes], int]:
+    """The parts of a serialized ResourceLogs (see `resource_logs`), and their length: framed
+    where they are, so that the request is copied once, by one join."""
+    parts = [b"", b"\x0a", b"", resource, b"", b"\x0a", b"", scope]
+    small = _SMALL_VARINTS
+    for r in records:
+        size = len(r)
+        parts += (b"\x12" + small[size] if size < 16384 else _framed(b"\x12", size), r)
+    parts[6] = varint(len(scope))
+    scope_logs = 1 + len(parts[6]) + len(scope) + sum(map(len, parts[8:]))
+    parts[2] = varint(len(resource))
+    parts[4] = _framed(b"\x12", scope_logs)
+    size = 1 + len(parts[2]) + len(resource) + len(parts[4]) + scope_logs
+    return parts, size
+
+
 def resource_logs(resource: bytes, scope: bytes, records: list[bytes]) -> bytes:
     """A serialized ResourceLogs{resource, scope_logs: [ScopeLogs{scope, log_records}]} from the
     serialized Resource, InstrumentationScope and LogRecords; given Spans, the ResourceSpans
     (the same field numbers and types)."""
-    scope_logs = _length_delimited(b"\x0a", scope) + b"".join(_length_delimited(b"\x12", r) for r in records)
-    return _length_delimited(b"\x0a", resource) + _length_delimited(b"\x12", scope_logs)
+    return b"".join(_resource_logs_parts(resource, scope, records)[0])
 
 
 def logs_request(resource: bytes, scope: bytes, records: list[bytes]) -> bytes:
     """A serialized ExportLogsServiceRequest holding one ResourceLogs."""
-    return _length_delimited(b"\x0a", resource_logs(resource, scope, records))
+    parts, size = _resource_logs_parts(resource, scope, records)
+    parts[0] = _framed(b"\x0a", size)
+    return b"".join(parts)
 
 
 # -- one request from many one-item envelopes ------------------------------------------------------

@@ -75,14 +75,25 @@ def derive_task_id(trace_id: int, submit_span_id: int, actor_part: bytes) -> byt
     return unique + actor_part
 
 
+_hex_bytes_of: dict[str, bytes] = {}  # a process's node, worker and job ids recur in every span
+
+
 def hex_or_empty(value: Any) -> bytes:
     """An id attribute's bytes: b"" when it is missing, not a string or not hex."""
-    if not isinstance(value, str):
+    if type(value) is str:
+        known = _hex_bytes_of.get(value)
+        if known is not None:
+            return known
+    elif not isinstance(value, str):
         return b""
     try:
-        return bytes.fromhex(value)
+        raw = bytes.fromhex(value)
     except ValueError:
         return b""
+    if len(_hex_bytes_of) >= 1024:
+        _hex_bytes_of.clear()
+    _hex_bytes_of[value] = raw
+    return raw
 
 
 def _hex_bytes(attrs: Mapping[str, Any], key: str, size: int) -> bytes | None:
@@ -115,6 +126,18 @@ def _append_transition(lifecycle: Any, state: int, timestamp_ns: int) -> None:
     """A second transition known at the same moment (a span's end): one event, as the recorder's
     merge of two single-transition events would make it."""
     lifecycle.state_transitions.add(state=state).timestamp.FromNanoseconds(timestamp_ns)
+
+
+# Enum values read once: a protobuf enum's attribute is a slow lookup, and every task reads several.
+_TASK_DEFINITION_EVENT = RayEvent.TASK_DEFINITION_EVENT
+_ACTOR_TASK_DEFINITION_EVENT = RayEvent.ACTOR_TASK_DEFINITION_EVENT
+_ACTOR_CREATION_TASK = TaskType.ACTOR_CREATION_TASK
+_NORMAL_TASK = TaskType.NORMAL_TASK
+_PENDING_ARGS_AVAIL = TaskStatus.PENDING_ARGS_AVAIL
+_SUBMITTED_TO_WORKER = TaskStatus.SUBMITTED_TO_WORKER
+_RUNNING = TaskStatus.RUNNING
+_FAILED = TaskStatus.FAILED
+_FINISHED = TaskStatus.FINISHED
 
 
 class TaskDefinition(NamedTuple):
@@ -199,7 +222,7 @@ def build_event(factory: EventFactory, facts: TaskFacts) -> RayEvent:
         return event
     assert type(facts) is TaskDefinition
     function = _function(facts.module, facts.function, facts.class_name)
-    if facts.event_type == RayEvent.ACTOR_TASK_DEFINITION_EVENT:
+    if facts.event_type == _ACTOR_TASK_DEFINITION_EVENT:
         return factory.actor_task_definition(
             task_id=facts.task_id,
             job_id=facts.job,
@@ -264,7 +287,7 @@ class TaskSpanEvents:
         ray_task = _opt_hex(attrs, semconv.RAY_TASK_ID)
         if ray_task:
             self._open_by_ray_id[ray_task] = task_id
-        return [self._lifecycle(span, task_id, job, TaskStatus.RUNNING, span.start_time, attrs)]
+        return [self._lifecycle(span, task_id, job, _RUNNING, span.start_time, attrs)]
 
     def ended(self, span: ReadableSpan) -> list[SpanEvent]:
         role = task_role(span)
@@ -333,7 +356,7 @@ class TaskSpanEvents:
                 self._facts(
                     ctx,
                     TaskDefinition(
-                        RayEvent.TASK_DEFINITION_EVENT if creation else RayEvent.ACTOR_TASK_DEFINITION_EVENT,
+                        _TASK_DEFINITION_EVENT if creation else _ACTOR_TASK_DEFINITION_EVENT,
                         task_id,
                         job,
                         b"" if creation else actor,
@@ -341,7 +364,7 @@ class TaskSpanEvents:
                         "",
                         method,
                         class_name,
-                        TaskType.ACTOR_CREATION_TASK if creation else TaskType.NORMAL_TASK,
+                        _ACTOR_CREATION_TASK if creation else _NORMAL_TASK,
                         parent_task,
                         start,
                     ),
@@ -364,7 +387,7 @@ class TaskSpanEvents:
             qualified = str(attrs.get(semconv.RAY_FUNCTION, ""))
             module, _, func = qualified.rpartition(".")
             definition_facts = TaskDefinition(
-                RayEvent.TASK_DEFINITION_EVENT,
+                _TASK_DEFINITION_EVENT,
                 task_id,
                 job,
                 b"",
@@ -372,12 +395,12 @@ class TaskSpanEvents:
                 module,
                 func,
                 "",
-                TaskType.NORMAL_TASK,
+                _NORMAL_TASK,
                 parent_task,
                 start,
             )
             out.append(self._facts(ctx, definition_facts))
-        submitted = ((TaskStatus.PENDING_ARGS_AVAIL, start), (TaskStatus.SUBMITTED_TO_WORKER, end))
+        submitted = ((_PENDING_ARGS_AVAIL, start), (_SUBMITTED_TO_WORKER, end))
         out.append(self._facts(ctx, TaskTransitions(task_id, job, submitted, b"", b"", 0, None)))
         return out
 
@@ -421,7 +444,7 @@ class TaskSpanEvents:
         end = span.end_time or 0
         failed = span.status.status_code is StatusCode.ERROR
         message = _error_message(span) if failed else ""
-        state = TaskStatus.FAILED if failed else TaskStatus.FINISHED
+        state = _FAILED if failed else _FINISHED
         out = [self._lifecycle(span, task_id, job, state, end, attrs, message if failed else None)]
         if attrs.get(semconv.RAY_REMOTE) == ACTOR and attrs.get(semconv.RAY_ACTOR_METHOD) == INIT:
             actor = self._actor(attrs)

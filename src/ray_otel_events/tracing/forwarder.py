@@ -2,10 +2,11 @@
 
     python -m ray_otel_events.tracing.forwarder FOLDER     (started by tracing/spool.py, detached)
 
-It reads each writer's spool file from where the endpoint last acknowledged it, turns the lines
-back into spans, maps task spans to their RayEvents in each writer's order (`TaskSpanEvents`, one
-per writer, as the writer's own processor would), writes the spans and the event log records with
-our encoders (`otlp_span_encoder`, `task_records`), and sends both over http/protobuf or grpc as
+It reads each writer's spool file from where the endpoint last acknowledged it, maps task spans
+(read back from their lines) to their RayEvents in each writer's order (`TaskSpanEvents`, one per
+writer, as the writer's own processor would), writes the spans and the event log records with our
+encoders (`otlp_span_encoder`, most lines straight from their fields without a span;
+`task_records`), and sends both over http/protobuf or grpc as
 OTEL_EXPORTER_OTLP_PROTOCOL says. A chunk counts as sent once both requests were answered with
 success; only then is its end written to `<file>.ack`, and a file is deleted once it is complete
 (its writer let go of its lock) and acknowledged to its end. Retryable failures keep everything
@@ -45,7 +46,7 @@ from ray_otel_events.events.builders import EventFactory
 from ray_otel_events.exporters.retry import SendError, is_retryable
 from ray_otel_events.metrics import Counters
 from ray_otel_events.otel import otlp_wire, semconv
-from ray_otel_events.otel.otlp_span_encoder import spans_request
+from ray_otel_events.otel.otlp_span_encoder import plain_span_wire, resource_spans, span_field, span_wire
 from ray_otel_events.otel.task_records import TaskEventRecords
 from ray_otel_events.otel.task_spans import SpanEvent, TaskSpanEvents, UnmappableSpan
 from ray_otel_events.tracing.otlp_http import OtlpHttpPoster
@@ -149,6 +150,10 @@ def _trace_state(header: str) -> TraceState | None:
     return TraceState.from_header([header]) if header else None
 
 
+_SPAN_KINDS = {kind.value: kind for kind in SpanKind}
+_UNSET = Status(StatusCode.UNSET)
+
+
 def span_from_line(record: list[Any], writer: _Writer, mark: bool) -> ReadableSpan:
     """The span a spool line (`spool.span_line`) was written from."""
     (
@@ -187,22 +192,65 @@ def span_from_line(record: list[Any], writer: _Writer, mark: bool) -> ReadableSp
         parent,
         writer.resource,
         attributes,
-        [Event(e_name, e_attributes, e_time) for e_name, e_time, e_attributes in events],
+        [Event(e_name, e_attributes, e_time) for e_name, e_time, e_attributes in events] if events else (),
         [
             Link(
                 SpanContext(int(l_trace, 16), l_span, l_remote, TraceFlags(l_flags), _trace_state(l_state)),
                 l_attrs,
             )
             for l_trace, l_span, l_flags, l_state, l_attrs, l_remote in links
-        ],
-        SpanKind(kind),
+        ]
+        if links
+        else (),
+        _SPAN_KINDS.get(kind) or SpanKind(kind),
         None,
-        Status(StatusCode(code), description or None) if code else Status(StatusCode.UNSET),
+        Status(StatusCode(code), description or None) if code else _UNSET,
         start,
         end,
         writer.scope(scope_name, scope_version, scope_schema),
         dropped=(dropped_attributes, dropped_events, dropped_links),
     )
+
+
+_TASK_SUFFIXES = (semconv.EXECUTE_SUFFIX, semconv.SUBMIT_SUFFIX)
+
+
+def _plain_line(record: list[Any]) -> bool:
+    """A line `plain_span_wire` writes: no trace state, events or links, UNSET or OK status, and
+    fields of the types `span_from_line` would take (anything else goes through the span)."""
+    return (
+        not record[6]
+        and not record[15]
+        and not record[16]
+        and record[12] in (0, 1)
+        and type(record[9]) is int
+        and 0 <= record[9] <= 4
+        and type(record[14]) is dict
+    )
+
+
+def _plain_span_wire(record: list[Any], writer: _Writer, mark: bool) -> tuple[bytes, InstrumentationScope]:
+    """`span_wire(span_from_line(record, writer, mark))` of a plain line (`_plain_line`), and
+    its scope, without making the span."""
+    name, attributes = record[1], record[14]
+    if mark and name.endswith(_TASK_SUFFIXES):
+        attributes[semconv.PRODUCER_ATTR] = PRODUCER
+    wire = plain_span_wire(
+        record[2].to_bytes(8, "big") + record[3].to_bytes(8, "big"),
+        record[4].to_bytes(8, "big"),
+        record[7],
+        bool(record[8]),
+        name,
+        record[9],
+        record[10],
+        record[11],
+        attributes,
+        record[20],
+        record[21],
+        record[22],
+        record[12] == 1,
+    )
+    return wire, writer.scope(record[17], record[18], record[19])
 
 
 class Forwarder:
@@ -217,8 +265,10 @@ class Forwarder:
         event_logs: bool = True,
         factory: Callable[[], EventFactory] | None = None,
         counters: Counters | None = None,
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.folder = folder
+        self.clock = clock  # the records' observed time
         self.spool = spool
         self.senders = senders
         self.event_logs = event_logs
@@ -351,7 +401,9 @@ class Forwarder:
     def _make_requests(self, state: _File, data: bytes) -> None:
         writer = state.writer
         mapper = writer.mapper
-        spans: list[ReadableSpan] = []
+        event_logs = self.event_logs
+        by_scope: dict[int, tuple[InstrumentationScope | None, list[bytes]]] = {}
+        span_count = 0
         events: list[SpanEvent] = []
         records: list[list[Any]] = []
         for line in data.splitlines():
@@ -367,6 +419,8 @@ class Forwarder:
         made: dict[int, ReadableSpan] = {}
         for record in records:
             start_first = False
+            span: ReadableSpan | None = None
+            scope: InstrumentationScope | None = None
             try:
                 kind = record[0]
                 if kind == STARTED_REF:
@@ -374,22 +428,40 @@ class Forwarder:
                     if later is None:
                         writer.started_refs.add(record[1])
                         continue
-                    span = made[record[1]] = span_from_line(later, writer, self.event_logs)
+                    span = made[record[1]] = span_from_line(later, writer, event_logs)
                     kind = STARTED
                 elif kind == ENDED:
                     known = made.pop(record[4], None)
-                    span = known if known is not None else span_from_line(record, writer, self.event_logs)
+                    mapped = event_logs and record[1].endswith(_TASK_SUFFIXES)
+                    plain = _plain_line(record)
+                    if known is not None:
+                        span = known
+                    elif mapped or not plain:
+                        span = span_from_line(record, writer, event_logs)
+                    # the span as the endpoint gets it, from its line where the line is plain
+                    if plain:
+                        wire, scope = _plain_span_wire(record, writer, event_logs)
+                    else:
+                        assert span is not None
+                        wire, scope = span_wire(span), span.instrumentation_scope or None
                     start_first = record[4] in writer.started_refs
                     writer.started_refs.discard(record[4])
+                    if not mapped:
+                        span = None
                 else:
-                    span = span_from_line(record, writer, self.event_logs)
-            except (ValueError, TypeError, KeyError, IndexError) as exc:
+                    span = span_from_line(record, writer, event_logs)
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as exc:
                 self.counters.add("dropped_lines", 1, reason="unreadable")
                 self._report("unreadable", f"{state.path}: a line that is not a span: {exc!r}")
                 continue
             if kind == ENDED:
-                spans.append(span)
-            if self.event_logs:
+                # by object: a writer's scopes are one object per (name, version, schema url)
+                group = by_scope.get(id(scope))
+                if group is None:
+                    group = by_scope[id(scope)] = (scope, [])
+                group[1].append(span_field(wire))
+                span_count += 1
+            if event_logs and span is not None:
                 try:
                     if kind == ENDED and start_first:
                         events.extend(mapper.started(span))
@@ -397,15 +469,15 @@ class Forwarder:
                 except UnmappableSpan:
                     self.counters.add("unmapped_spans", 1)
         pending: list[tuple[str, bytes, int]] = []
-        if spans:
-            pending.append(("traces", spans_request(spans), len(spans)))
+        if span_count:
+            groups = dict(by_scope.values())
+            pending.append(("traces", resource_spans(writer.resource, groups), span_count))
         if events:
-            now = time.time_ns()
+            now = self.clock()
             record_of = self.records.record
-            wire = [record_of(item, now) for item in events]
-            pending.append(
-                ("logs", otlp_wire.logs_request(writer.resource_wire, self.scope_wire, wire), len(wire))
-            )
+            log_records = [record_of(item, now) for item in events]
+            body = otlp_wire.logs_request(writer.resource_wire, self.scope_wire, log_records)
+            pending.append(("logs", body, len(log_records)))
         state.pending = pending
         if not pending:
             self._ack(state, state.offset + len(data))
