@@ -74,6 +74,9 @@ def compress(bodies: Sequence[bytes]) -> bytes:
     return compress_python(bodies)
 
 
+_ITEM = re.compile(rb"[^ \t\n\r]")  # JSON's white space is these four, and only these
+
+
 def compress_python(bodies: Sequence[bytes]) -> bytes:
     """The compiled `compress`'s twin. The items are fed to zlib in place (a body is most of a
     megabyte: each copy would cost page faults)."""
@@ -81,9 +84,10 @@ def compress_python(bodies: Sequence[bytes]) -> bytes:
     out = [packer.compress(b"[")]
     first = True
     for body in bodies:
-        start, end = body.find(b"[") + 1, body.rfind(b"]")
-        if end - start < 64 and not body[start:end].strip():  # an empty array
-            continue
+        start, end = body.find(b"["), body.rfind(b"]")
+        if start < 0 or end <= start or _ITEM.search(body, start + 1, end) is None:
+            continue  # not an array's text, or an empty one (what raw_deflate.h's raw_inner skips)
+        start += 1
         if not first:
             out.append(packer.compress(b","))
         out.append(packer.compress(memoryview(body)[start:end]))
