@@ -28,7 +28,8 @@ from multidict import MultiDict
 
 from ray_otel_events.config import ClientSecurityConfig, ConfigError
 from ray_otel_events.services.serve_cli import default_store_path
-from ray_otel_events.store.sqlite_store import EventStore, StoreError
+from ray_otel_events.store.backend import open_store
+from ray_otel_events.store.sqlite_store import StoreError
 from ray_otel_events.store.state_merge import ID_COLUMN
 from ray_otel_events.store.state_query import BASE_COLUMNS, RESOURCES
 from ray_otel_events.store.views import StoreViews
@@ -47,7 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get(ADDRESS_ENV),
         help=f"a running serve, http://HOST:PORT (env {ADDRESS_ENV})",
     )
-    source.add_argument("--store", type=Path, help=f"read this store file (default {default_store_path()})")
+    source.add_argument(
+        "--store",
+        help=f"read this store: a SQLite file (default {default_store_path()}) or postgresql://USER@HOST:PORT/DB",
+    )
     command = parser.prog.rsplit(" ", 1)[-1]
     if command == "list":
         parser.add_argument("resource", choices=RESOURCES)
@@ -85,7 +89,7 @@ class _Source:
         if self.address is None:
             path = args.store or default_store_path()
             try:
-                self.views = StoreViews(EventStore(path, read_only=True))
+                self.views = StoreViews(open_store(path, read_only=True))
             except (StoreError, sqlite3.Error) as exc:
                 raise Unanswered(f"cannot read the store {path}: {exc}") from None
         else:
@@ -98,7 +102,7 @@ class _Source:
         if self.views is not None:
             try:
                 return self.views.answer(path, MultiDict(params or []))
-            except sqlite3.Error as exc:
+            except (StoreError, sqlite3.Error) as exc:
                 raise Unanswered(f"cannot read the store: {exc}") from None
         try:
             response = requests.get(f"{self.address}{path}", params=params, headers=self.headers, timeout=60)

@@ -37,7 +37,8 @@ from ray_otel_events.store import otlp_records
 from ray_otel_events.store.background_fold import BackgroundFold
 from ray_otel_events.store.intake_spool import IntakeSpool
 from ray_otel_events.store.posted_body import Accepted, PostedBody, scan
-from ray_otel_events.store.sqlite_store import EventStore, IngestResult
+from ray_otel_events.store.backend import Store
+from ray_otel_events.store.sqlite_store import IngestResult
 from ray_otel_events.store.state_merge import Prepared, prepare
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -46,7 +47,7 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 class StateIntake(OtlpConsumer):
     """Routes for the intake, and counts of what they stored."""
 
-    def __init__(self, store: EventStore, spool: IntakeSpool) -> None:
+    def __init__(self, store: Store, spool: IntakeSpool) -> None:
         self.store = store
         self.events_by_type: Counter[str] = Counter()  # new events, duplicates not counted
         self.duplicates = 0

@@ -1,0 +1,579 @@
+"""The event store on PostgreSQL: the same rows, answers and retention as sqlite_store.EventStore,
+in a database several `serve` processes share.
+
+Why its own module: the SQLite store folds with compiled code that calls SQLite itself; here the
+fold runs in Python (`row_fold`, as under RAY_OTEL_EVENTS_PURE_PYTHON) and the rows are written
+with `INSERT ... ON CONFLICT DO UPDATE` in one transaction per batch. Two processes may fold pieces
+of one row at once: each transaction first takes PostgreSQL's transaction-scoped advisory locks on
+its rows' buckets (in one order, so two never wait on each other), then reads, folds and writes
+them, so the second reads what the first committed. A row keeps the ids of the events folded into
+it, so an event id is skipped whichever process folded it before. `generation` is a sequence moved
+after each commit, so a page served by one process sees another's writes.
+
+The schema is created and migrated on open by numbered steps recorded in `schema_migrations`,
+under a lock, so processes starting together apply each step once. Text columns are `citext`
+(compared ignoring case, ordered bytewise once lowered), as SQLite's `COLLATE NOCASE` does.
+
+A connection lost (server restarted, network) raises StoreUnavailable; the next call connects
+again, so `serve` comes back by itself when the server does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import orjson
+import psycopg
+
+from ray_otel_events.store.backend import StoreUnavailable
+from ray_otel_events.store.posted_body import Accepted, accepted_events
+from ray_otel_events.store.row_fold import (
+    Pieces,
+    StoredRow,
+    count_folded,
+    fold_row,
+    fold_rows,
+    group_pieces,
+    upsert_values,
+)
+from ray_otel_events.store.sqlite_store import (
+    ORDERS,
+    ColumnFilter,
+    IngestResult,
+    Selection,
+    StoreError,
+)
+from ray_otel_events.store.state_merge import INDEXED_COLUMNS, Key, Prepared, Row, prepare
+
+_LOCK_SPACE = 0x52_4F_45_53  # the first key of every advisory lock this store takes
+_MIGRATION_LOCK = -1  # its second key while migrating; row buckets are 0.._BUCKETS-1
+# Rows hash to this many advisory locks: a batch takes at most this many, whatever its size
+# (PostgreSQL's shared lock table holds about 64 per connection).
+_BUCKETS = 1024
+_FOLD_CHUNK = 500  # rows read, folded and written together
+_CONNECT_TIMEOUT_S = 5
+_TEXT_COLUMNS = ("state", "job", "name", "func", "node", "worker", "kind", "error")
+_COLUMN_DEFS = ", ".join(
+    f'{c} citext COLLATE "C"' if c in _TEXT_COLUMNS else f"{c} bigint" for c in INDEXED_COLUMNS
+)
+
+# Numbered steps, applied in order and recorded in schema_migrations; never edit a released one:
+# append the next.
+MIGRATIONS: tuple[tuple[int, str], ...] = (
+    (
+        1,
+        f"""
+CREATE EXTENSION IF NOT EXISTS citext;
+CREATE TABLE state_rows (
+    resource text NOT NULL,
+    entity_id citext COLLATE "C" NOT NULL,
+    attempt integer NOT NULL,
+    session text NOT NULL,
+    updated double precision NOT NULL,
+    data text NOT NULL,
+    event_ids text NOT NULL,
+    {_COLUMN_DEFS},
+    PRIMARY KEY (resource, entity_id, attempt, session)
+);
+CREATE INDEX rows_by_update ON state_rows(resource, updated);
+CREATE INDEX rows_by_state ON state_rows(resource, state, updated);
+CREATE INDEX rows_by_job ON state_rows(resource, job, updated);
+CREATE INDEX rows_by_func ON state_rows(resource, func, updated);
+CREATE INDEX rows_by_node ON state_rows(resource, node, updated);
+CREATE INDEX rows_by_name ON state_rows(resource, name, updated);
+CREATE INDEX rows_by_kind ON state_rows(resource, kind);
+CREATE TABLE spans (
+    trace_id text NOT NULL,
+    span_id text NOT NULL,
+    parent_span_id text NOT NULL,
+    task_id text,
+    name text NOT NULL,
+    start_ns bigint NOT NULL,
+    end_ns bigint NOT NULL,
+    received double precision NOT NULL,
+    data text NOT NULL,
+    PRIMARY KEY (trace_id, span_id)
+);
+CREATE INDEX spans_by_task ON spans(task_id);
+CREATE INDEX spans_by_span ON spans(span_id);
+CREATE INDEX spans_by_time ON spans(received);
+CREATE TABLE log_lines (
+    id bigserial PRIMARY KEY,
+    ts_ns bigint NOT NULL,
+    trace_id text NOT NULL,
+    span_id text NOT NULL,
+    task_id text,
+    received double precision NOT NULL,
+    data text NOT NULL
+);
+CREATE INDEX lines_by_task ON log_lines(task_id, ts_ns);
+CREATE INDEX lines_by_span ON log_lines(span_id);
+CREATE INDEX lines_by_time ON log_lines(received);
+CREATE SEQUENCE store_generation;
+""",
+    ),
+)
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+_KEY_COLUMNS = "resource, entity_id, attempt, session"
+_UPSERT = (
+    f"INSERT INTO state_rows({_KEY_COLUMNS}, updated, data, event_ids, {', '.join(INDEXED_COLUMNS)})"
+    f" VALUES ({', '.join(['%s'] * (7 + len(INDEXED_COLUMNS)))})"
+    f" ON CONFLICT ({_KEY_COLUMNS}) DO UPDATE SET updated=excluded.updated, data=excluded.data,"
+    " event_ids=excluded.event_ids, " + ", ".join(f"{c}=excluded.{c}" for c in INDEXED_COLUMNS)
+)
+
+
+def _condition(f: ColumnFilter) -> tuple[str, list[Any]]:
+    """SQL for a filter, as sqlite_store's (equality is `=`, so indexes serve it)."""
+    if f.column not in (*INDEXED_COLUMNS, "entity_id", "attempt", "session"):
+        raise ValueError(f"{f.column!r} is not an indexed column")
+    params: list[Any]
+    if f.column in ("attempt", "start_ms", "end_ms"):
+        try:
+            sql, params = f"{f.column} = %s", [int(f.value)]
+        except ValueError:
+            sql, params = "false", []
+    else:
+        sql, params = f"{f.column} = %s", [f.value]
+        if _null_like(f.value):
+            sql = f"({sql} OR {f.column} IS NULL OR {f.column} = '')"
+    return (sql, params) if f.equal else (f"NOT COALESCE(({sql}), false)", params)
+
+
+def _null_like(value: str) -> bool:
+    return value.lower() in ("", "none", "null")
+
+
+def _where(resource: str, filters: Sequence[ColumnFilter], search: str = "") -> tuple[str, list[Any]]:
+    where, params = ["resource = %s"], [resource]
+    for f in filters:
+        sql, values = _condition(f)
+        where.append(sql)
+        params += values
+    if search:
+        pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        # ILIKE: spans' and logs' text columns are plain text; the citext ones ignore case anyway.
+        where.append(
+            "(" + " OR ".join(f"{c} ILIKE %s ESCAPE '\\'" for c in ("entity_id", "name", "func", "error")) + ")"
+        )
+        params += [pattern] * 4
+    return " AND ".join(where), params
+
+
+def _bucket(key: Key) -> int:
+    """The advisory lock a row's folds take (its entity id ignoring case, as the key compares)."""
+    resource, entity_id, attempt, session = key
+    text = f"{resource}\0{entity_id.lower()}\0{attempt}\0{session}".encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") % _BUCKETS
+
+
+class PostgresStore:
+    """State rows, history, spans and task logs in a PostgreSQL database; see the module doc."""
+
+    writer = "python"
+    writer_reason: str | None = "PostgreSQL: the compiled row writer writes SQLite only"
+
+    def __init__(self, url: str, *, read_only: bool = False) -> None:
+        self.url = url
+        self.read_only = read_only
+        self._write_lock = threading.Lock()
+        self._read_lock = threading.Lock()
+        self._writer: psycopg.Connection[Any] | None = None
+        self._reader: psycopg.Connection[Any] | None = None
+        self._totals: dict[str, tuple[int, int]] = {}
+        with self._reading() as db:
+            if read_only:
+                self._check_version(db)
+            else:
+                self._migrate(db)
+
+    # -- connections ---------------------------------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        try:
+            return psycopg.connect(self.url, autocommit=True, connect_timeout=_CONNECT_TIMEOUT_S)
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(f"cannot reach PostgreSQL at {self._where()}: {_first_line(exc)}") from None
+
+    def _where(self) -> str:
+        """The URL without its password, for messages."""
+        info = psycopg.conninfo.conninfo_to_dict(self.url)
+        return f"{info.get('host', '')}:{info.get('port', 5432)}/{info.get('dbname', '')}"
+
+    @contextlib.contextmanager
+    def _using(self, lock: threading.Lock, which: str) -> Iterator[psycopg.Connection[Any]]:
+        """The connection `which` under its lock, connected if need be; a lost one is dropped (the
+        next call connects again) and reported as StoreUnavailable."""
+        with lock:
+            db = getattr(self, which)
+            if db is None or db.closed:
+                db = self._connect()
+                setattr(self, which, db)
+            try:
+                yield db
+            except psycopg.OperationalError as exc:
+                with contextlib.suppress(Exception):
+                    db.close()
+                setattr(self, which, None)
+                raise StoreUnavailable(f"lost PostgreSQL at {self._where()}: {_first_line(exc)}") from None
+
+    def _reading(self) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]:
+        return self._using(self._read_lock, "_reader")
+
+    def _writing(self) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]:
+        if self.read_only:
+            raise StoreError("the store was opened read-only")
+        return self._using(self._write_lock, "_writer")
+
+    def close(self) -> None:
+        for lock, which in ((self._write_lock, "_writer"), (self._read_lock, "_reader")):
+            with lock:
+                db = getattr(self, which)
+                if db is not None:
+                    with contextlib.suppress(psycopg.Error):
+                        db.close()
+                setattr(self, which, None)
+
+    # -- schema --------------------------------------------------------------------------------
+
+    def _applied(self, db: psycopg.Connection[Any]) -> int:
+        exists = db.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()
+        if not exists or not exists[0]:
+            return 0
+        row = db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()
+        return int(row[0]) if row else 0
+
+    def _check_version(self, db: psycopg.Connection[Any]) -> None:
+        version = self._applied(db)
+        if version == 0:
+            raise StoreError(f"no store in the database at {self._where()} (no `serve` has written it)")
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"the database has schema {version}, newer than this version's {SCHEMA_VERSION}")
+
+    def _migrate(self, db: psycopg.Connection[Any]) -> None:
+        """Applies the steps the database lacks, each in its transaction, under a lock."""
+        with db.transaction():
+            db.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_SPACE, _MIGRATION_LOCK))
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations"
+                " (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            version = self._applied(db)
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"the database has schema {version}, newer than this version's {SCHEMA_VERSION}"
+                )
+            for number, sql in MIGRATIONS:
+                if number > version:
+                    with db.transaction():
+                        db.execute(sql)
+                        db.execute("INSERT INTO schema_migrations(version) VALUES (%s)", (number,))
+
+    # -- writing -------------------------------------------------------------------------------
+
+    @property
+    def generation(self) -> int:
+        """The sequence every writer moves after its commit (see the module doc)."""
+        found = self._query("SELECT last_value + (CASE WHEN is_called THEN 1 ELSE 0 END) FROM store_generation")
+        return int(found[0][0])
+
+    def _committed(self, db: psycopg.Connection[Any]) -> None:
+        db.execute("SELECT nextval('store_generation')")
+
+    def ingest(self, events: Iterable[Any], *, now: float | None = None) -> IngestResult:
+        """As EventStore.ingest: events that cannot be read are listed in `invalid`."""
+        prepared: list[Prepared] = []
+        invalid: list[str] = []
+        for event in events:
+            try:
+                prepared.append(prepare(event))
+            except ValueError as exc:
+                invalid.append(str(exc))
+        result = self.ingest_prepared(prepared, now=now)
+        result.invalid = invalid + [refusal.reason for refusal in result.refused]
+        return result
+
+    def ingest_posted(self, posts: list[Accepted], *, now: float | None = None) -> IngestResult:
+        """Several POSTs' events, in order, in one transaction (read in Python here)."""
+        return self.ingest_prepared([event for post in posts for event in accepted_events(post)], now=now)
+
+    def ingest_prepared(self, events: Iterable[Prepared], *, now: float | None = None) -> IngestResult:
+        """Folds a batch in one transaction, its rows locked against other processes' folds."""
+        result = IngestResult()
+        received = time.time() if now is None else now
+        pieces, result.ignored = group_pieces(events if isinstance(events, list) else list(events))
+        if not pieces:
+            return result
+        buckets = sorted({_bucket(key) for key in pieces})
+        with self._writing() as db:
+            with db.transaction():
+                db.execute(
+                    "SELECT pg_advisory_xact_lock(%s, b) FROM unnest(%s::integer[]) AS b",
+                    (_LOCK_SPACE, buckets),
+                )
+                self._fold(db, pieces, received, result)
+            self._committed(db)
+        return result
+
+    def _fold(self, db: psycopg.Connection[Any], pieces: Pieces, received: float, result: IngestResult) -> None:
+        """As EventStore._fold: each row's pieces folded into what is stored, a chunk at a time;
+        a row whose fold fails is folded again piece by piece, leaving out (naming) the bad ones."""
+        keys = list(pieces)
+        for start in range(0, len(keys), _FOLD_CHUNK):
+            chunk = keys[start : start + _FOLD_CHUNK]
+            rows = self._rows_for(db, set(chunk))
+            changed: list[tuple[Any, ...]] = []
+            done = 0
+            while done < len(chunk):
+                done, duplicates = fold_rows(chunk, done, pieces, rows, received, result.by_type, changed)
+                result.duplicates += duplicates
+                if done == len(chunk):
+                    break
+                key = chunk[done]
+                rows[key] = self._rows_for(db, {key})[key]
+                columns, duplicates, folded = fold_row(key[0], rows[key], pieces[key], result.refused)
+                result.duplicates += duplicates
+                count_folded(result.by_type, folded)
+                if columns is not None:
+                    changed.append(upsert_values(key, received, rows[key], columns))
+                done += 1
+            if changed:
+                with db.cursor() as cursor:
+                    cursor.executemany(_UPSERT, changed)
+
+    def _rows_for(self, db: psycopg.Connection[Any], keys: set[Key]) -> dict[Key, StoredRow]:
+        """The stored rows for these keys (by entity id), empty for new ones."""
+        by_resource: dict[str, set[str]] = {}
+        for resource, entity_id, _, _ in keys:
+            by_resource.setdefault(resource, set()).add(entity_id)
+        lowered = {(r, e.lower(), a, s): (r, e, a, s) for r, e, a, s in keys}
+        found: dict[Key, StoredRow] = {}
+        for resource, entity_ids in by_resource.items():
+            for entity_id, attempt, session, data, ids in db.execute(
+                "SELECT entity_id::text, attempt, session, data, event_ids FROM state_rows"
+                " WHERE resource = %s AND entity_id = ANY(%s::citext[])",
+                (resource, list(entity_ids)),
+            ):
+                key = lowered.get((resource, entity_id.lower(), attempt, session))
+                if key is not None:
+                    found[key] = StoredRow(orjson.loads(data), ids.split())
+        for key in keys - found.keys():
+            found[key] = StoredRow({}, [])
+        return found
+
+    def _write_many(self, sql: str, rows: list[tuple[Any, ...]]) -> int:
+        if rows:
+            with self._writing() as db:
+                with db.transaction(), db.cursor() as cursor:
+                    cursor.executemany(sql, rows)
+                self._committed(db)
+        return len(rows)
+
+    def add_spans(self, spans: Sequence[dict[str, Any]], *, now: float | None = None) -> int:
+        """As EventStore.add_spans: a span sent twice is stored once (the later copy)."""
+        received = time.time() if now is None else now
+        columns = ("parent_span_id", "task_id", "name", "start_ns", "end_ns", "received", "data")
+        return self._write_many(
+            "INSERT INTO spans(trace_id, span_id, parent_span_id, task_id, name, start_ns, end_ns,"
+            " received, data) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (trace_id, span_id) DO UPDATE SET "
+            + ", ".join(f"{c}=excluded.{c}" for c in columns),
+            [
+                (
+                    s["trace_id"],
+                    s["span_id"],
+                    s.get("parent_span_id", ""),
+                    s.get("task_id") or None,
+                    s["name"],
+                    s["start_ns"],
+                    s["end_ns"],
+                    received,
+                    orjson.dumps(s).decode(),
+                )
+                for s in spans
+            ],
+        )
+
+    def add_log_lines(self, lines: Sequence[dict[str, Any]], *, now: float | None = None) -> int:
+        """As EventStore.add_log_lines."""
+        received = time.time() if now is None else now
+        return self._write_many(
+            "INSERT INTO log_lines(ts_ns, trace_id, span_id, task_id, received, data)"
+            " VALUES (%s, %s, %s, %s, %s, %s)",
+            [
+                (
+                    line["ts_ns"],
+                    line.get("trace_id", ""),
+                    line.get("span_id", ""),
+                    line.get("task_id") or None,
+                    received,
+                    orjson.dumps(line).decode(),
+                )
+                for line in lines
+            ],
+        )
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self._reading() as db:
+            return db.execute(sql, params).fetchall()
+
+    def select(
+        self,
+        resource: str,
+        filters: Sequence[ColumnFilter] = (),
+        *,
+        keep: Callable[[Row], bool] | None = None,
+        search: str = "",
+        order: str = "updated",
+        descending: bool = True,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> Selection:
+        """As EventStore.select."""
+        if order not in ORDERS:
+            raise ValueError(f"cannot sort by {order!r}; one of {', '.join(ORDERS)}")
+        clause, params = _where(resource, filters, search)
+        direction = "DESC" if descending else "ASC"
+        column = ORDERS[order]
+        ordering = (
+            f"updated {direction}"
+            if order == "updated"
+            else f"{column} IS NULL, {column} {direction}, updated DESC"
+        )
+        query = f"SELECT data FROM state_rows WHERE {clause} ORDER BY {ordering}"
+        total = self.total(resource)
+        if keep is None:
+            matched = self._matched(resource, filters, search)
+            found = self._query(query + " LIMIT %s OFFSET %s", [*params, limit, offset])
+            return Selection(total, matched, [orjson.loads(r[0]) for r in found])
+        rows: list[Row] = []
+        matched = 0
+        for (data,) in self._query(query, params):
+            row = orjson.loads(data)
+            if keep(row):
+                if offset <= matched < offset + limit:
+                    rows.append(row)
+                matched += 1
+        return Selection(total, matched, rows)
+
+    def total(self, resource: str) -> int:
+        """Rows of a resource, counted once per generation."""
+        generation = self.generation
+        cached = self._totals.get(resource)
+        if cached is None or cached[0] != generation:
+            cached = self._totals[resource] = (generation, self._count(resource, ()))
+        return cached[1]
+
+    def _count(self, resource: str, filters: Sequence[ColumnFilter], search: str = "") -> int:
+        clause, params = _where(resource, filters, search)
+        return int(self._query(f"SELECT COUNT(*) FROM state_rows WHERE {clause}", params)[0][0])
+
+    def _matched(self, resource: str, filters: Sequence[ColumnFilter], search: str) -> int:
+        """As EventStore._matched: one `!=` counted as all minus the equal ones."""
+        negative = [f for f in filters if not f.equal]
+        if len(negative) != 1 or search or _null_like(negative[0].value):
+            return self._count(resource, filters, search)
+        others = [f for f in filters if f.equal]
+        base = self._count(resource, others) if others else self.total(resource)
+        return base - self._count(resource, [*others, dataclasses.replace(negative[0], equal=True)])
+
+    def counts(self, resource: str, *columns: str) -> list[tuple[Any, ...]]:
+        """(values of `columns`..., count) of the resource's rows, grouped by those columns."""
+        for column in columns:
+            if column not in INDEXED_COLUMNS:
+                raise ValueError(f"{column!r} is not an indexed column")
+        names = ", ".join(columns)
+        selected = ", ".join(f"{c}::text" if c in _TEXT_COLUMNS else c for c in columns)
+        found = self._query(
+            f"SELECT {selected}, COUNT(*) FROM state_rows WHERE resource = %s GROUP BY {names}", (resource,)
+        )
+        return [tuple(r) for r in found]
+
+    def entity_rows(self, resource: str, entity_id: str) -> list[tuple[int, str, Row]]:
+        """(attempt, session, row) of every row of one entity, whatever its session or attempt."""
+        found = self._query(
+            "SELECT attempt, session, data FROM state_rows WHERE resource = %s AND entity_id = %s::citext",
+            (resource, entity_id.lower()),
+        )
+        return [(attempt, session, orjson.loads(data)) for attempt, session, data in found]
+
+    def sessions(self) -> list[str]:
+        found = self._query('SELECT DISTINCT session COLLATE "C" FROM state_rows ORDER BY 1')
+        return [r[0] for r in found]
+
+    def spans_of_task(self, task_id: str) -> list[dict[str, Any]]:
+        found = self._query("SELECT data FROM spans WHERE task_id = %s ORDER BY start_ns", (task_id.lower(),))
+        return [orjson.loads(r[0]) for r in found]
+
+    def trace(self, trace_id: str) -> list[dict[str, Any]]:
+        found = self._query(
+            "SELECT data FROM spans WHERE trace_id = %s ORDER BY start_ns", (trace_id.lower(),)
+        )
+        return [orjson.loads(r[0]) for r in found]
+
+    def task_logs(self, task_id: str) -> list[dict[str, Any]]:
+        """A task's lines: those naming it, and those written inside one of its spans."""
+        task = task_id.lower()
+        found = self._query(
+            "SELECT data FROM log_lines WHERE task_id = %s OR (task_id IS NULL AND span_id IN"
+            " (SELECT span_id FROM spans WHERE task_id = %s)) ORDER BY ts_ns, id",
+            (task, task),
+        )
+        return [orjson.loads(r[0]) for r in found]
+
+    def recent_traces(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The newest traces: id, root span name, start, end and span count."""
+        found = self._query(
+            "SELECT trace_id, MIN(start_ns), MAX(end_ns), COUNT(*),"
+            " (SELECT name FROM spans r WHERE r.trace_id = s.trace_id ORDER BY start_ns LIMIT 1)"
+            " FROM spans s GROUP BY trace_id ORDER BY MIN(start_ns) DESC LIMIT %s",
+            (limit,),
+        )
+        return [
+            {"trace_id": t, "start_ns": start, "end_ns": end, "spans": n, "root": root}
+            for t, start, end, n, root in found
+        ]
+
+    def size(self) -> dict[str, int]:
+        """Rows per table and the database's bytes."""
+        out = {
+            table: int(self._query(f"SELECT COUNT(*) FROM {table}")[0][0])
+            for table in ("state_rows", "spans", "log_lines")
+        }
+        out["bytes"] = int(self._query("SELECT pg_database_size(current_database())")[0][0])
+        return out
+
+    # -- retention -----------------------------------------------------------------------------
+
+    def prune(self, *, max_age_s: float | None, max_rows: int | None, now: float | None = None) -> int:
+        """As EventStore.prune: rows older than `max_age_s`, then the oldest beyond `max_rows`."""
+        current = time.time() if now is None else now
+        deleted = 0
+        with self._writing() as db:
+            with db.transaction():
+                if max_age_s is not None:
+                    cutoff = current - max_age_s
+                    deleted += db.execute("DELETE FROM state_rows WHERE updated < %s", (cutoff,)).rowcount
+                    for table in ("spans", "log_lines"):
+                        db.execute(f"DELETE FROM {table} WHERE received < %s", (cutoff,))
+                if max_rows is not None:
+                    deleted += db.execute(
+                        "DELETE FROM state_rows WHERE ctid IN"
+                        " (SELECT ctid FROM state_rows ORDER BY updated DESC OFFSET %s)",
+                        (max_rows,),
+                    ).rowcount
+            self._committed(db)
+        return deleted
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
