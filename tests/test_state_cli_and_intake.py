@@ -20,6 +20,7 @@ import pytest
 import requests
 from google.protobuf import json_format
 from helpers.agg_procs import FIXTURE, CliServer, start
+from helpers.postgres import serve_store_args
 from multidict import MultiDict
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
@@ -47,12 +48,6 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def serve_store(location: str | Path, tmp_path: Path) -> list[str]:
-    """`serve`'s arguments for a store on either backend (a database's spool in the test's folder)."""
-    spool = ["--spool", str(tmp_path / "spool")] if isinstance(location, str) else []
-    return ["--store", str(location), *spool]
-
-
 @pytest.fixture
 def store_file(store_location: str | Path) -> str | Path:
     """The fixture's events in a store, on each backend."""
@@ -65,7 +60,7 @@ def store_file(store_location: str | Path) -> str | Path:
 def test_commands_answer_alike_from_the_file_and_the_server(
     servers: list[CliServer], store_file: str | Path, tmp_path: Path
 ) -> None:
-    server = start(servers, "serve", *serve_store(store_file, tmp_path))
+    server = start(servers, "serve", *serve_store_args(store_file, tmp_path))
     by_file = ["--store", str(store_file)]
     by_server = ["--address", f"http://{server.address}"]
     listed = [_cli("list", "tasks", *source, "--format", "json") for source in (by_file, by_server)]
@@ -147,7 +142,7 @@ def test_sql_filters_agree_with_rays_rule_on_every_row(store_file: str | Path) -
 def test_otlp_from_the_sdk_exporters_becomes_state_spans_and_task_logs(
     servers: list[CliServer], tmp_path: Path, store_location: str | Path
 ) -> None:
-    server = start(servers, "serve", *serve_store(store_location, tmp_path))
+    server = start(servers, "serve", *serve_store_args(store_location, tmp_path))
     base = f"http://{server.address}"
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{base}/v1/traces")))

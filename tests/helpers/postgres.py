@@ -156,3 +156,9 @@ class PostgresServer:
         with contextlib.suppress(PostgresUnavailable):
             self.stop_server("immediate")
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def serve_store_args(location: str | Path, folder: Path) -> list[str]:
+    """`serve`'s arguments for a store on either backend: a database's spool goes in `folder`."""
+    spool = ["--spool", str(folder / "spool")] if isinstance(location, str) else []
+    return ["--store", str(location), *spool]
