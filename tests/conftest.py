@@ -47,7 +47,9 @@ def store_location(request: pytest.FixtureRequest, tmp_path: Path) -> str | Path
 
 
 @pytest.fixture
-def new_store_location(store_location: str | Path, request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], str | Path]:
+def new_store_location(
+    store_location: str | Path, request: pytest.FixtureRequest, tmp_path: Path
+) -> Callable[[str], str | Path]:
     """Further stores on the backend of `store_location` (a reference to compare with, say)."""
 
     def make(name: str) -> str | Path:

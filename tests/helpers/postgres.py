@@ -38,7 +38,9 @@ def server_bin() -> Path:
     initdb = shutil.which("initdb")
     if initdb:
         return Path(initdb).parent
-    raise PostgresUnavailable("no PostgreSQL server installed: `make test` installs it (scripts/ensure_postgres.sh)")
+    raise PostgresUnavailable(
+        "no PostgreSQL server installed: `make test` installs it (scripts/ensure_postgres.sh)"
+    )
 
 
 def _free_port() -> int:

@@ -42,8 +42,6 @@ from ray_otel_events.services.lifecycle import (
 from ray_otel_events.services.ray_dashboard import DashboardUnavailable, RayDashboard, dashboard_build
 from ray_otel_events.services.state_api import StateApi
 from ray_otel_events.services.state_intake import StateIntake
-from ray_otel_events.store.intake_spool import IntakeSpool
-from ray_otel_events.store.ray_dashboard_views import RayDashboardViews
 from ray_otel_events.store.backend import (
     Store,
     StoreUnavailable,
@@ -52,6 +50,8 @@ from ray_otel_events.store.backend import (
     is_url,
     open_store,
 )
+from ray_otel_events.store.intake_spool import IntakeSpool
+from ray_otel_events.store.ray_dashboard_views import RayDashboardViews
 from ray_otel_events.store.sqlite_store import StoreError
 from ray_otel_events.store.store_lock import StoreLock, StoreLockedError
 from ray_otel_events.store.views import StoreViews
@@ -145,7 +145,9 @@ def run(args: argparse.Namespace) -> int:
         lock.release()
 
 
-def _run_locked(location: str | Path, spool_dir: Path, args: argparse.Namespace, security: ServerSecurity) -> int:
+def _run_locked(
+    location: str | Path, spool_dir: Path, args: argparse.Namespace, security: ServerSecurity
+) -> int:
     try:
         store = open_store(location)
     except (StoreUnavailable, UnsupportedStoreError) as exc:

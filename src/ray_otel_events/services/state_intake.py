@@ -34,10 +34,10 @@ from ray_otel_events.receivers.ray_events_http import (
     RayEventsHttpReceiver,
 )
 from ray_otel_events.store import otlp_records
+from ray_otel_events.store.backend import Store
 from ray_otel_events.store.background_fold import BackgroundFold
 from ray_otel_events.store.intake_spool import IntakeSpool
 from ray_otel_events.store.posted_body import Accepted, PostedBody, scan
-from ray_otel_events.store.backend import Store
 from ray_otel_events.store.sqlite_store import IngestResult
 from ray_otel_events.store.state_merge import Prepared, prepare
 

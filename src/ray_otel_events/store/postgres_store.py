@@ -161,7 +161,9 @@ def _where(resource: str, filters: Sequence[ColumnFilter], search: str = "") -> 
         pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         # ILIKE: spans' and logs' text columns are plain text; the citext ones ignore case anyway.
         where.append(
-            "(" + " OR ".join(f"{c} ILIKE %s ESCAPE '\\'" for c in ("entity_id", "name", "func", "error")) + ")"
+            "("
+            + " OR ".join(f"{c} ILIKE %s ESCAPE '\\'" for c in ("entity_id", "name", "func", "error"))
+            + ")"
         )
         params += [pattern] * 4
     return " AND ".join(where), params
@@ -200,7 +202,9 @@ class PostgresStore:
         try:
             return psycopg.connect(self.url, autocommit=True, connect_timeout=_CONNECT_TIMEOUT_S)
         except psycopg.OperationalError as exc:
-            raise StoreUnavailable(f"cannot reach PostgreSQL at {self._where()}: {_first_line(exc)}") from None
+            raise StoreUnavailable(
+                f"cannot reach PostgreSQL at {self._where()}: {_first_line(exc)}"
+            ) from None
 
     def _where(self) -> str:
         """The URL without its password, for messages."""
@@ -281,7 +285,9 @@ class PostgresStore:
     @property
     def generation(self) -> int:
         """The sequence every writer moves after its commit (see the module doc)."""
-        found = self._query("SELECT last_value + (CASE WHEN is_called THEN 1 ELSE 0 END) FROM store_generation")
+        found = self._query(
+            "SELECT last_value + (CASE WHEN is_called THEN 1 ELSE 0 END) FROM store_generation"
+        )
         return int(found[0][0])
 
     def _committed(self, db: psycopg.Connection[Any]) -> None:
@@ -322,7 +328,9 @@ class PostgresStore:
             self._committed(db)
         return result
 
-    def _fold(self, db: psycopg.Connection[Any], pieces: Pieces, received: float, result: IngestResult) -> None:
+    def _fold(
+        self, db: psycopg.Connection[Any], pieces: Pieces, received: float, result: IngestResult
+    ) -> None:
         """As EventStore._fold: each row's pieces folded into what is stored, a chunk at a time;
         a row whose fold fails is folded again piece by piece, leaving out (naming) the bad ones."""
         keys = list(pieces)
