@@ -26,8 +26,9 @@ from typing import Any
 import requests
 from multidict import MultiDict
 
+from ray_otel_events import config
 from ray_otel_events.config import ClientSecurityConfig, ConfigError
-from ray_otel_events.services.serve_cli import default_store_path
+from ray_otel_events.services.serve_cli import chosen_store, default_store_path
 from ray_otel_events.store.backend import open_store
 from ray_otel_events.store.sqlite_store import StoreError
 from ray_otel_events.store.state_merge import ID_COLUMN
@@ -50,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     source.add_argument(
         "--store",
-        help=f"read this store: a SQLite file (default {default_store_path()}) or postgresql://USER@HOST:PORT/DB",
+        help="read this store: a SQLite file or postgresql://USER@HOST:PORT/DB"
+        f" (default ${config.STORE}, else {default_store_path()})",
     )
     command = parser.prog.rsplit(" ", 1)[-1]
     if command == "list":
@@ -87,7 +89,7 @@ class _Source:
         self.views: StoreViews | None = None
         self.headers: dict[str, str] = {}
         if self.address is None:
-            path = args.store or default_store_path()
+            path = chosen_store(args.store)
             try:
                 self.views = StoreViews(open_store(path, read_only=True))
             except (StoreError, sqlite3.Error) as exc:

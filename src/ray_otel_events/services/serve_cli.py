@@ -27,6 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ray_otel_events import config
 from ray_otel_events.config import ConfigError
 from ray_otel_events.observability.http_endpoints import Readiness, observability_routes
 from ray_otel_events.observability.metrics_registry import ServerMetrics
@@ -42,6 +43,7 @@ from ray_otel_events.services.lifecycle import (
 from ray_otel_events.services.ray_dashboard import DashboardUnavailable, RayDashboard, dashboard_build
 from ray_otel_events.services.state_api import StateApi
 from ray_otel_events.services.state_intake import StateIntake
+from ray_otel_events.services.store_watch import StoreWatch
 from ray_otel_events.store.backend import (
     Store,
     StoreUnavailable,
@@ -68,6 +70,11 @@ def default_store_path() -> Path:
     return Path(base) / "ray-otel-events" / "events.sqlite3"
 
 
+def chosen_store(argument: str | None) -> str | Path:
+    """`--store`, else RAY_OTEL_EVENTS_STORE, else the default file."""
+    return argument or config.store_location() or default_store_path()
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = "Prints 'listening http=HOST:PORT' when ready; GET /healthz and /readyz on the same port."
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -75,7 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--store",
         default=None,
-        help=f"SQLite file (default {default_store_path()}) or postgresql://USER@HOST:PORT/DB",
+        help="SQLite file or postgresql://USER@HOST:PORT/DB"
+        f" (default ${config.STORE}, else {default_store_path()})",
     )
     parser.add_argument(
         "--spool",
@@ -119,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--retention-hours and --retention-rows must be positive")
     configure_logging(args.log_level, args.log_format)
     security = security_from_args(args)
-    location: str | Path = args.store or default_store_path()
+    location = chosen_store(args.store)
     try:
         check_location(location)
     except UnsupportedStoreError as exc:
@@ -162,7 +170,7 @@ def _run_locked(
         print(f"ray-otel-events serve: cannot open the intake spool: {exc}", file=sys.stderr)
         store.close()
         return 1
-    intake = StateIntake(store, spool)
+    intake = StateIntake(store, spool, StoreWatch(store))
     args.store_name = store_name(location)
     try:
         return asyncio.run(serve(intake, args, security))
@@ -211,7 +219,8 @@ async def _retention(store: Store, args: argparse.Namespace) -> None:
 
 async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerSecurity) -> int:
     store = intake.store
-    api = StateApi(StoreViews(store), intake.settled)
+    watch = intake.watch or StoreWatch(store)
+    api = StateApi(StoreViews(store), intake.settled, watch)
     metrics = ServerMetrics("serve")
     metrics.add_total(
         "serve_events_stored",
@@ -230,6 +239,9 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
         "events answered 200 and not yet folded",
         lambda: {(): intake.fold.pending_events},
     )
+    metrics.add_total(
+        "serve_store_losses", "times the store's database became unreachable", lambda: {(): watch.losses}
+    )
     metrics.add_total("serve_log_lines", "task log lines stored", lambda: {(): intake.log_lines})
     metrics.add_gauge(
         "serve_store_writer",
@@ -241,7 +253,9 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
 
     def ready() -> Readiness:
         name = getattr(args, "store_name", "")
-        return Readiness().add("store_open", True, name).add("store_writer", True, writer)
+        reachable = (watch.unavailable is None, watch.unavailable or name)
+        ready = Readiness().add("store_open", True, name).add("store_reachable", *reachable)
+        return ready.add("store_writer", True, writer)
 
     token = security.token
     app = web.Application(
@@ -271,6 +285,7 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
     address: Any = runner.addresses[0]
     stop = stop_on_signals()
     retention = asyncio.create_task(_retention(store, args))
+    watching = asyncio.create_task(watch.run())
     again = intake.start()
     if again:
         logger.info("folding %d events accepted before the last stop", again)
@@ -284,6 +299,7 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
         print(f"listening ray-dashboard={args.host}:{runners[1].addresses[0][1]}", flush=True)
     await stop.wait()
     retention.cancel()
+    watching.cancel()
     for one in reversed(runners):
         await one.cleanup()  # POSTs in progress are answered (and spooled) first
     await asyncio.to_thread(intake.close)  # then everything answered is folded

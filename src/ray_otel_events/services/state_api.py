@@ -17,6 +17,8 @@ from importlib import resources
 import orjson
 from aiohttp import web
 
+from ray_otel_events.services.store_watch import RETRY_AFTER_S, StoreWatch
+from ray_otel_events.store.sqlite_store import StoreError
 from ray_otel_events.store.views import StoreViews
 
 _WEB = resources.files("ray_otel_events") / "web"
@@ -27,9 +29,15 @@ _TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".
 class StateApi:
     """aiohttp routes over StoreViews."""
 
-    def __init__(self, views: StoreViews, settled: Callable[[], Awaitable[None]] | None = None) -> None:
+    def __init__(
+        self,
+        views: StoreViews,
+        settled: Callable[[], Awaitable[None]] | None = None,
+        watch: StoreWatch | None = None,
+    ) -> None:
         self.views = views
         self.settled = settled
+        self.watch = watch  # while its store is unreachable, reads answer 503 at once
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -47,9 +55,22 @@ class StateApi:
                 await asyncio.wait_for(self.settled(), READ_WAIT_S)
 
     async def api(self, request: web.Request) -> web.Response:
-        await self.settle()
-        status, body = await asyncio.to_thread(self.views.answer, request.path, request.query)
-        return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+        reason = self.watch.unavailable if self.watch is not None else None
+        if reason is None:
+            await self.settle()
+            try:
+                status, body = await asyncio.to_thread(self.views.answer, request.path, request.query)
+                return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+            except StoreError as exc:  # the database went away during the read
+                reason = str(exc)
+                if self.watch is not None:
+                    self.watch.failed(reason)
+        return web.Response(
+            body=orjson.dumps({"result": False, "msg": f"the store is unavailable: {reason}", "data": {}}),
+            status=503,
+            content_type="application/json",
+            headers={"Retry-After": str(int(RETRY_AFTER_S))},
+        )
 
     async def page(self, _: web.Request) -> web.Response:
         return web.Response(body=(_WEB / "index.html").read_bytes(), content_type="text/html")
