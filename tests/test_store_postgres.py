@@ -6,6 +6,7 @@ back while `serve` runs. The answers on both backends are compared in the store'
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import subprocess
@@ -24,6 +25,8 @@ from helpers.postgres import PostgresServer, serve_store_args
 from ray_otel_events.store.backend import open_store
 from ray_otel_events.store.postgres_store import SCHEMA_VERSION, PostgresStore
 from ray_otel_events.store.sqlite_store import EventStore, StoreError
+from tests.test_compiled_helpers import _mutated
+from tests.test_otlp_wire import _fixture_dicts
 
 EVENTS: list[dict[str, Any]] = [item.get("event", item) for item in json.loads(Path(FIXTURE).read_text())]
 RESOURCES = ("tasks", "actors", "jobs", "nodes", "workers")
@@ -136,6 +139,31 @@ def test_concurrent_writers_fold_every_piece_once(postgres_server: PostgresServe
     assert _all_rows(writers[0]) == _all_rows(reference)
     for store in [*writers, reference]:
         store.close()
+
+
+def test_every_captured_and_mutated_event_folds_as_on_sqlite(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """Every event of the captures, shuffled into batches with copies, and events with odd values
+    anywhere (ids, times, numbers, NULs, lone surrogates, shapes): the same answer per batch
+    (stored, duplicates, refused) and the same rows as on SQLite."""
+    dicts = _fixture_dicts()
+    rnd = random.Random(5)
+    events: list[Any] = dicts + dicts[:60]
+    keys = ["taskId", "timestamp", "state", "jobId", "eventId", "sessionName", "x"]
+    events += [_mutated(rnd, rnd.choice(dicts), 3, keys) for _ in range(300)]
+    events += [dict(rnd.choice(dicts), sessionName="nul\x00 session", eventId=f"nul-{i}") for i in range(5)]
+    rnd.shuffle(events)
+    postgres = PostgresStore(postgres_server.new_database("corpus"))
+    sqlite = EventStore(tmp_path / "corpus.sqlite3")
+    for start in range(0, len(events), 37):
+        batch = events[start : start + 37]
+        answers = [store.ingest(copy.deepcopy(batch)) for store in (postgres, sqlite)]
+        assert answers[0] == answers[1], start
+    assert _all_rows(postgres) == _all_rows(sqlite)
+    assert postgres.sessions() == sqlite.sessions() and "nul\x00 session" in sqlite.sessions()
+    postgres.close()
+    sqlite.close()
 
 
 def _post(server: CliServer, events: list[Any]) -> requests.Response:

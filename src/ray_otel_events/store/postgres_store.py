@@ -73,7 +73,7 @@ CREATE EXTENSION IF NOT EXISTS citext;
 CREATE TABLE state_rows (
     resource text NOT NULL,
     entity_id citext COLLATE "C" NOT NULL,
-    attempt integer NOT NULL,
+    attempt bigint NOT NULL,
     session text NOT NULL,
     updated double precision NOT NULL,
     data text NOT NULL,
@@ -130,6 +130,37 @@ _UPSERT = (
 )
 
 
+# PostgreSQL's text cannot hold NUL, which SQLite's can: a string holding one (or the escape
+# character itself) is stored with NUL as ESC "0" and ESC as ESC ESC, and read back, so equality and
+# every answer stay as on SQLite. (The rows' JSON never holds one: orjson writes it as \\u0000.)
+_ESC = "\ue000"
+
+
+def _enc(value: Any) -> Any:
+    if isinstance(value, str) and ("\x00" in value or _ESC in value):
+        return value.replace(_ESC, _ESC + _ESC).replace("\x00", _ESC + "0")
+    return value
+
+
+def _dec(value: Any) -> Any:
+    if not isinstance(value, str) or _ESC not in value:
+        return value
+    out, escaped = [], False
+    for char in value:
+        if escaped:
+            out.append("\x00" if char == "0" else char)
+            escaped = False
+        elif char == _ESC:
+            escaped = True
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def _encoded(rows: Iterable[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    return [tuple(_enc(v) for v in row) for row in rows]
+
+
 def _condition(f: ColumnFilter) -> tuple[str, list[Any]]:
     """SQL for a filter, as sqlite_store's (equality is `=`, so indexes serve it)."""
     if f.column not in (*INDEXED_COLUMNS, "entity_id", "attempt", "session"):
@@ -141,7 +172,7 @@ def _condition(f: ColumnFilter) -> tuple[str, list[Any]]:
         except ValueError:
             sql, params = "false", []
     else:
-        sql, params = f"{f.column} = %s", [f.value]
+        sql, params = f"{f.column} = %s", [_enc(f.value)]
         if _null_like(f.value):
             sql = f"({sql} OR {f.column} IS NULL OR {f.column} = '')"
     return (sql, params) if f.equal else (f"NOT COALESCE(({sql}), false)", params)
@@ -158,7 +189,7 @@ def _where(resource: str, filters: Sequence[ColumnFilter], search: str = "") -> 
         where.append(sql)
         params += values
     if search:
-        pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        pattern = "%" + _enc(search).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         # ILIKE: spans' and logs' text columns are plain text; the citext ones ignore case anyway.
         where.append(
             "("
@@ -354,7 +385,7 @@ class PostgresStore:
                 done += 1
             if changed:
                 with db.cursor() as cursor:
-                    cursor.executemany(_UPSERT, changed)
+                    cursor.executemany(_UPSERT, _encoded(changed))
 
     def _rows_for(self, db: psycopg.Connection[Any], keys: set[Key]) -> dict[Key, StoredRow]:
         """The stored rows for these keys (by entity id), empty for new ones."""
@@ -367,11 +398,11 @@ class PostgresStore:
             for entity_id, attempt, session, data, ids in db.execute(
                 "SELECT entity_id::text, attempt, session, data, event_ids FROM state_rows"
                 " WHERE resource = %s AND entity_id = ANY(%s::citext[])",
-                (resource, list(entity_ids)),
+                (resource, [_enc(e) for e in entity_ids]),
             ):
-                key = lowered.get((resource, entity_id.lower(), attempt, session))
+                key = lowered.get((resource, _dec(entity_id).lower(), attempt, _dec(session)))
                 if key is not None:
-                    found[key] = StoredRow(orjson.loads(data), ids.split())
+                    found[key] = StoredRow(orjson.loads(data), _dec(ids).split())
         for key in keys - found.keys():
             found[key] = StoredRow({}, [])
         return found
@@ -380,7 +411,7 @@ class PostgresStore:
         if rows:
             with self._writing() as db:
                 with db.transaction(), db.cursor() as cursor:
-                    cursor.executemany(sql, rows)
+                    cursor.executemany(sql, _encoded(rows))
                 self._committed(db)
         return len(rows)
 
@@ -504,33 +535,35 @@ class PostgresStore:
         found = self._query(
             f"SELECT {selected}, COUNT(*) FROM state_rows WHERE resource = %s GROUP BY {names}", (resource,)
         )
-        return [tuple(r) for r in found]
+        return [tuple(_dec(v) for v in r) for r in found]
 
     def entity_rows(self, resource: str, entity_id: str) -> list[tuple[int, str, Row]]:
         """(attempt, session, row) of every row of one entity, whatever its session or attempt."""
         found = self._query(
             "SELECT attempt, session, data FROM state_rows WHERE resource = %s AND entity_id = %s::citext",
-            (resource, entity_id.lower()),
+            (resource, _enc(entity_id.lower())),
         )
-        return [(attempt, session, orjson.loads(data)) for attempt, session, data in found]
+        return [(attempt, _dec(session), orjson.loads(data)) for attempt, session, data in found]
 
     def sessions(self) -> list[str]:
         found = self._query('SELECT DISTINCT session COLLATE "C" FROM state_rows ORDER BY 1')
-        return [r[0] for r in found]
+        return [_dec(r[0]) for r in found]
 
     def spans_of_task(self, task_id: str) -> list[dict[str, Any]]:
-        found = self._query("SELECT data FROM spans WHERE task_id = %s ORDER BY start_ns", (task_id.lower(),))
+        found = self._query(
+            "SELECT data FROM spans WHERE task_id = %s ORDER BY start_ns", (_enc(task_id.lower()),)
+        )
         return [orjson.loads(r[0]) for r in found]
 
     def trace(self, trace_id: str) -> list[dict[str, Any]]:
         found = self._query(
-            "SELECT data FROM spans WHERE trace_id = %s ORDER BY start_ns", (trace_id.lower(),)
+            "SELECT data FROM spans WHERE trace_id = %s ORDER BY start_ns", (_enc(trace_id.lower()),)
         )
         return [orjson.loads(r[0]) for r in found]
 
     def task_logs(self, task_id: str) -> list[dict[str, Any]]:
         """A task's lines: those naming it, and those written inside one of its spans."""
-        task = task_id.lower()
+        task = _enc(task_id.lower())
         found = self._query(
             "SELECT data FROM log_lines WHERE task_id = %s OR (task_id IS NULL AND span_id IN"
             " (SELECT span_id FROM spans WHERE task_id = %s)) ORDER BY ts_ns, id",
@@ -547,7 +580,7 @@ class PostgresStore:
             (limit,),
         )
         return [
-            {"trace_id": t, "start_ns": start, "end_ns": end, "spans": n, "root": root}
+            {"trace_id": _dec(t), "start_ns": start, "end_ns": end, "spans": n, "root": _dec(root)}
             for t, start, end, n, root in found
         ]
 
