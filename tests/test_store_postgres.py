@@ -107,8 +107,8 @@ def test_concurrent_writers_fold_every_piece_once(postgres_server: PostgresServe
     writers = [PostgresStore(url) for _ in range(4)]
     rng = random.Random(7)
     plans: list[list[list[dict[str, Any]]]] = [[] for _ in writers]
-    for copy in (events, events):
-        shuffled = copy[:]
+    for sending in (events, events):
+        shuffled = sending[:]
         rng.shuffle(shuffled)
         for i in range(0, len(shuffled), 3):
             plans[rng.randrange(len(writers))].append(shuffled[i : i + 3])
@@ -156,10 +156,10 @@ def test_every_captured_and_mutated_event_folds_as_on_sqlite(
     rnd.shuffle(events)
     postgres = PostgresStore(postgres_server.new_database("corpus"))
     sqlite = EventStore(tmp_path / "corpus.sqlite3")
-    for start in range(0, len(events), 37):
-        batch = events[start : start + 37]
+    for first in range(0, len(events), 37):
+        batch = events[first : first + 37]
         answers = [store.ingest(copy.deepcopy(batch)) for store in (postgres, sqlite)]
-        assert answers[0] == answers[1], start
+        assert answers[0] == answers[1], first
     assert _all_rows(postgres) == _all_rows(sqlite)
     assert postgres.sessions() == sqlite.sessions() and "nul\x00 session" in sqlite.sessions()
     postgres.close()
