@@ -183,8 +183,8 @@ def test_two_serve_processes_share_one_database(
     servers: list[CliServer], postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
     """Intake at either `serve`, reads from either: a task's pieces POSTed to both, newest first,
-    fold to what one `serve` on SQLite makes of them in order, and a batch retried at the other
-    process is skipped there."""
+    fold to what one `serve` on SQLite makes of them in order, a batch retried at the other
+    process is skipped there, and a page served by one sees the other's writes."""
     url = postgres_server.new_database("two_serves")
     first = start(servers, "serve", *serve_store_args(url, tmp_path / "a"))
     second = start(servers, "serve", *serve_store_args(url, tmp_path / "b"))
@@ -197,8 +197,15 @@ def test_two_serve_processes_share_one_database(
     expected = _tasks(reference)
     assert expected and _tasks(first) == expected
     assert _tasks(second) == expected  # (a read waits for its own process's fold only)
+    # The page's live updates: a write through one process moves the generation the other serves.
+    before = _get(second, "/api/ui/generation").json()["generation"]
+    assert _post(first, _session_copy(EVENTS, 1)).status_code == 200
+    _wait_for(lambda: _get(second, "/api/ui/generation").json()["generation"] > before)
+    overview = _get(second, "/api/ui/overview").json()
+    assert overview["generation"] > before
+    assert len(_tasks(second)) == 2 * len(expected)
     stats = [server.stop() for server in (first, second)]
-    assert sum(s["events_stored"] for s in stats) == len(EVENTS)
+    assert sum(s["events_stored"] for s in stats) == 2 * len(EVENTS)
     assert sum(s["duplicates"] for s in stats) == 7
 
 
