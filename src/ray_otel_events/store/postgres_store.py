@@ -253,7 +253,7 @@ class PostgresStore:
                 setattr(self, which, db)
             try:
                 yield db
-            except psycopg.OperationalError as exc:
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 with contextlib.suppress(Exception):
                     db.close()
                 setattr(self, which, None)
