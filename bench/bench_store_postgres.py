@@ -108,9 +108,12 @@ def list_latency_postgres(server: PostgresServer, attempts: int) -> dict[str, An
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--attempts", type=int, default=50_000, help="attempts POSTed per ingest row")
-    parser.add_argument("--listed", type=int, default=1_000_000, help="attempts stored for list tasks")
+    parser.add_argument("--quick", action="store_true", help="small sanity run (5,000 and 20,000 attempts)")
+    parser.add_argument("--attempts", type=int, default=None, help="attempts POSTed per ingest row (50,000)")
+    parser.add_argument("--listed", type=int, default=None, help="attempts stored for list tasks (1,000,000)")
     args = parser.parse_args()
+    args.attempts = args.attempts or (5_000 if args.quick else 50_000)
+    args.listed = args.listed or (20_000 if args.quick else 1_000_000)
     server = PostgresServer()
     try:
         with tempfile.TemporaryDirectory(prefix="pgbench-") as name:
