@@ -245,15 +245,19 @@ class PostgresStore:
     @contextlib.contextmanager
     def _using(self, lock: threading.Lock, which: str) -> Iterator[psycopg.Connection[Any]]:
         """The connection `which` under its lock, connected if need be; a lost one is dropped (the
-        next call connects again) and reported as StoreUnavailable."""
+        next call connects again) and reported as StoreUnavailable. A transaction the server rolled
+        back on a live connection (a deadlock with another writer's retention, say) is a StoreError:
+        the fold tries its batch again."""
         with lock:
             db = getattr(self, which)
-            if db is None or db.closed:
+            if db is None or db.closed or db.broken:
                 db = self._connect()
                 setattr(self, which, db)
             try:
                 yield db
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                if not (db.closed or db.broken):
+                    raise StoreError(f"PostgreSQL refused the transaction: {_first_line(exc)}") from None
                 with contextlib.suppress(Exception):
                     db.close()
                 setattr(self, which, None)
