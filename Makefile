@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-pure bench proto lint venv clean browser database
+.PHONY: demo test test-pure bench proto lint venv clean browser database sanitize fuzz
 
 venv: $(STAMP)
 
@@ -33,6 +33,25 @@ browser:
 database:
 	sh scripts/ensure_postgres.sh
 
+# The compiled helpers under AddressSanitizer and UBSan, with -Werror, in build/sanitized/ (never the
+# modules the suite above imports); clang and its sanitizer runtime are installed with apt when
+# missing. `make sanitize` runs the compiled helpers' tests against it; `make fuzz` runs every
+# harness in fuzz/ for FUZZ_SECONDS each (docs/fuzzing.md). Both fail on any report.
+FUZZ_SECONDS ?= 60
+SANITIZED := build/sanitized/.built
+PACKAGE_FILES := $(shell find src/ray_otel_events -name '*.py' -o -name '*.pyi' -o -name '*.c' -o -name '*.h')
+
+$(SANITIZED): $(STAMP) setup.py fuzz/build_sanitized.py scripts/ensure_clang.sh $(PACKAGE_FILES)
+	sh scripts/ensure_clang.sh
+	$(BIN)/python fuzz/build_sanitized.py
+	touch $@
+
+sanitize: $(SANITIZED)
+	$(BIN)/python fuzz/sanitize.py
+
+fuzz: $(SANITIZED)
+	$(BIN)/python fuzz/run.py --seconds $(FUZZ_SECONDS)
+
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
 
@@ -40,8 +59,8 @@ proto: $(STAMP)
 	$(BIN)/python scripts/gen_proto.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench scripts
-	$(BIN)/ruff format --check src tests bench scripts
+	$(BIN)/ruff check src tests bench scripts fuzz
+	$(BIN)/ruff format --check src tests bench scripts fuzz
 	$(BIN)/mypy
 
 clean:

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import requests
 from helpers.agg_procs import CliServer, clean_env
+from helpers.otlp_logs import STDERR_LINE, STDOUT_LINE, export_log_lines
 from helpers.ray_cluster import ray_bin, ray_cluster
 
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "build" / "screenshots"
@@ -98,6 +99,7 @@ ABSENT = ("grafana_health", "prometheus_health", "serve/applications", "data/dat
 class Recorded:
     live: dict[str, Any]  # the live dashboard's answers
     ours: str  # http://HOST:PORT of our dashboard port
+    gcs: str  # HOST:PORT of our GCS facade, for `ray logs --address`
     serve: CliServer
     job_id: str
 
@@ -130,11 +132,13 @@ def _settled(base: str) -> bool:
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
     pytest.importorskip("ray")
     store = tmp_path_factory.mktemp("store") / "events.sqlite3"
-    serve = CliServer("serve", "--store", str(store), "--ray-dashboard-port", "0")
+    serve = CliServer("serve", "--store", str(store), "--ray-dashboard-port", "0", "--ray-gcs-port", "0")
     try:
         line = serve.read_line(30)
         assert line.startswith("listening ray-dashboard=127.0.0.1:"), line
         ours = "http://" + line.split("=", 1)[1]
+        gcs = serve.read_line(30)
+        assert gcs.startswith("listening ray-gcs=127.0.0.1:"), gcs
         with (
             _environ(RAY_DASHBOARD_AGGREGATOR_AGENT_EXPOSABLE_EVENT_TYPES=EXPOSED),
             ray_cluster(f"http://{serve.address}/v1/ray-events", dashboard=True) as cluster,
@@ -160,8 +164,8 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
             live["timeline"] = _get(cluster.dashboard, timeline)
         # Task log lines reach the store as OTLP log records (here from the OTel SDK's exporter)
         boom = next(r for r in live["tasks"]["data"]["result"]["result"] if r["name"] == "boom")
-        _export_log_lines(f"http://{serve.address}/v1/logs", boom["task_id"])
-        yield Recorded(live, ours, serve, job_id)
+        export_log_lines(f"http://{serve.address}/v1/logs", boom["task_id"])
+        yield Recorded(live, ours, gcs.split("=", 1)[1], serve, job_id)
         serve.stop()
     finally:
         serve.close()
@@ -258,7 +262,11 @@ def test_our_dashboard_answers_what_the_live_one_did(recorded: Recorded) -> None
 
 
 def test_ray_job_cli_and_task_logs_over_our_dashboard(recorded: Recorded) -> None:
-    env = {k: v for k, v in clean_env({"RAY_AUTH_MODE": "disabled"}).items() if k != "RAY_ADDRESS"}
+    loopback = {
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    }  # see test_ray_logs_cli
+    env = {k: v for k, v in clean_env(loopback).items() if k != "RAY_ADDRESS"}
 
     def ray(*args: str) -> str:
         out = subprocess.run([ray_bin(), *args], env=env, capture_output=True, text=True, timeout=120)
@@ -271,35 +279,21 @@ def test_ray_job_cli_and_task_logs_over_our_dashboard(recorded: Recorded) -> Non
         "job", "status", recorded.job_id, "--address", recorded.ours
     )
 
-    # The request `ray.util.state.get_log` makes (`ray logs` itself needs a GCS address): the
-    # task's stored lines, as Ray returns the task's slice of its worker's file.
+    # The request `ray.util.state.get_log` makes: the task's stored lines, as Ray returns the
+    # task's slice of its worker's file; `ray logs` itself finds this port through our GCS facade.
     boom = next(
         r["task_id"] for r in recorded.live["tasks"]["data"]["result"]["result"] if r["name"] == "boom"
     )
+    logs = ray("logs", "task", "--id", boom, "--address", recorded.gcs)
+    assert f"\n{STDOUT_LINE}\n" in logs and STDERR_LINE not in logs, logs
     path = f"/api/v0/logs/file?task_id={boom}&attempt_number=0&lines=-1"
     out = requests.get(recorded.ours + path + "&suffix=out", timeout=30)
     err = requests.get(recorded.ours + path + "&suffix=err", timeout=30)
     assert out.status_code == err.status_code == 200
-    assert out.text == "about to fail\n"
-    assert err.text == "Traceback: ValueError dashboard test failure\n"
+    assert out.text == STDOUT_LINE + "\n"
+    assert err.text == STDERR_LINE + "\n"
     missing = requests.get(recorded.ours + "/api/v0/logs/file?task_id=00ff&suffix=out", timeout=30)
     assert missing.status_code == 404 and "00ff" in missing.text
-
-
-def _export_log_lines(endpoint: str, task_id: str) -> None:
-    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
-    from opentelemetry.sdk._logs import LoggerProvider
-    from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
-
-    provider = LoggerProvider()
-    provider.add_log_record_processor(SimpleLogRecordProcessor(OTLPLogExporter(endpoint=endpoint)))
-    logger = provider.get_logger("ray_otel_events.task_logs")
-    for stream, text in (
-        ("stdout", "about to fail"),
-        ("stderr", "Traceback: ValueError dashboard test failure"),
-    ):
-        logger.emit(body=text, attributes={"ray.task_id": task_id, "log.iostream": stream})
-    provider.shutdown()
 
 
 def test_the_ray_dashboard_page_in_chromium(recorded: Recorded) -> None:
@@ -344,9 +338,9 @@ def test_the_ray_dashboard_page_in_chromium(recorded: Recorded) -> None:
         ("cluster", "cluster", ["Node summary fetched", node_id[:5], "ALIVE", "1.0 CPU"]),
         ("node", f"cluster/nodes/{node_id}", ["Node details fetched", "ACTOR (2)", f"WORKER ({alive})"]),
         ("task", f"jobs/{job}/tasks/{boom}", ["boom", "FAILED", "ValueError dashboard test failure"]),
-        ("task-stdout", f"jobs/{job}/tasks/{boom}", ["boom", "about to fail"]),
+        ("task-stdout", f"jobs/{job}/tasks/{boom}", ["boom", STDOUT_LINE]),
         ("logs", f"logs?nodeId={node_id}", [worker_file]),
-        ("log-file", f"logs/viewer?nodeId={node_id}&fileName={worker_file}", ["about to fail"]),
+        ("log-file", f"logs/viewer?nodeId={node_id}&fileName={worker_file}", [STDOUT_LINE]),
         ("overview", "overview", ["Recent jobs", job, "Cluster utilization"]),
     ]
     try:
@@ -410,7 +404,7 @@ def test_bad_requests_get_reasons_and_an_empty_store_renders(tmp_path: Path) -> 
             "/nodes?view=bogus": "Unknown view bogus",
             "/api/v0/logs": "node id and node ip are not provided",
             "/api/v0/logs/file?task_id=ab&suffix=txt": "suffix must be out or err",
-            "/api/v0/logs/file?suffix=out": "one of task_id, actor_id or filename",
+            "/api/v0/logs/file?suffix=out": "one of task_id, actor_id, pid or filename",
             "/api/v0/logs/file?task_id=ab&lines=many": "must be integers",
             "/api/v0/tasks/summarize?summary_by=nope": "func_name or lineage",
             "/api/v0/tasks/summarize?filter_keys=bogus&filter_predicates=%3D&filter_values=1": "bogus",

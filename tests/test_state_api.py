@@ -185,7 +185,9 @@ def test_bad_queries_and_posts_get_clear_errors(filled: CliServer) -> None:
     metrics = _settled_metrics(filled)
     assert "serve_rejected_events_total 8.0" in metrics and _stored(metrics) == stored + 2
     assert "YmFkLXNoYXBlLTQ=" in filled.stderr() and "name is a dict" in filled.stderr()
-    limited = requests.get(f"{base}/api/v0/tasks", params={"limit": "2"}, timeout=10).json()["data"]["result"]
+    # (the newest session is now session_shapes: the capture's is asked for by name)
+    only_two = {"limit": "2", "session": EVENTS[0]["sessionName"]}
+    limited = requests.get(f"{base}/api/v0/tasks", params=only_two, timeout=10).json()["data"]["result"]
     assert (
         len(limited["result"]) == 2
         and limited["total"] > 2

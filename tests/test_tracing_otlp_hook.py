@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,6 +17,8 @@ from helpers.tracing_procs import OTLP_HOOK, run_pool, script_env
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+from ray_otel_events.tracing.spool import forwarder_pid
 
 
 class Received:
@@ -175,12 +178,21 @@ def test_otlp_hook_exports_spans_and_event_records(
             "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
             "OTEL_SERVICE_NAME": "pool-under-test",
             "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=test",
+            "RAY_OTEL_EVENTS_SPOOL_DIR": str(tmp_path / "spool"),
+            "RAY_OTEL_EVENTS_FORWARDER_IDLE_SECONDS": "0.5",
         },
     )
-    # Batches flush at process exit (pool workers end with os._exit), not on the 5 s schedule.
+    # The processes hand their spans to the spool; its forwarder sends them, after they are gone.
     summary, stderr = run_pool({"hook": OTLP_HOOK, "tasks": 4, "max_workers": 2}, env)
     assert summary["squares"] == [0, 1, 4, 9]
+    deadline = time.monotonic() + 30
+    while len(received.records()) < 32 and time.monotonic() < deadline:  # 8 tasks, 4 records each
+        time.sleep(0.05)
     _check(received, summary)
+    folder = next((tmp_path / "spool").iterdir())
+    while forwarder_pid(str(folder)) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert forwarder_pid(str(folder)) is None, "the forwarder exits once everything is sent"
     assert "Traceback" not in stderr, stderr
     if protocol == "http/protobuf":
         assert set(received.paths) == {"/v1/traces", "/v1/logs"}

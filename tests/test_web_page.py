@@ -106,11 +106,11 @@ def _console_errors(browser: WebDriver) -> list[str]:
     return [entry["message"] for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
 
 
-def _late_task_events(task_hex: str, job_hex: str) -> list[dict[str, Any]]:
+def _late_task_events(task_hex: str, job_hex: str, session: str) -> list[dict[str, Any]]:
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     task = base64.b64encode(bytes.fromhex(task_hex)).decode()
     job = base64.b64encode(bytes.fromhex(job_hex)).decode()
-    common = {"sourceType": "CORE_WORKER", "timestamp": now, "severity": "INFO", "sessionName": "late"}
+    common = {"sourceType": "CORE_WORKER", "timestamp": now, "severity": "INFO", "sessionName": session}
     return [
         {
             **common,
@@ -189,7 +189,10 @@ def test_the_page_shows_the_demo_and_follows_the_store(demo: str, browser: WebDr
         what="a job's id",
     )
     late = os.urandom(8).hex() + "ff" * 12 + job_hex
-    posted = requests.post(f"{demo}/v1/ray-events", json=_late_task_events(late, job_hex), timeout=10)
+    session = requests.get(f"{demo}/api/sessions", timeout=10).json()["current"]  # the demo's
+    posted = requests.post(
+        f"{demo}/v1/ray-events", json=_late_task_events(late, job_hex, session), timeout=10
+    )
     assert posted.status_code == 200, posted.text
     _wait(
         lambda: browser.find_elements(By.CSS_SELECTOR, f"#tasks-table tbody tr[data-task-id='{late}']"),

@@ -31,6 +31,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "summary": ("ray_otel_events.state_cli", "stored tasks or actors counted by name and state"),
     "timeline": ("ray_otel_events.state_cli", "write stored task attempts as a Chrome/Perfetto trace"),
     "logs": ("ray_otel_events.state_cli", "print a stored task's log lines"),
+    "sessions": ("ray_otel_events.state_cli", "list the stored sessions (clusters' runs), newest first"),
+    "store": ("ray_otel_events.store_cli", "maintain a store file (rebuild its rows from its raw events)"),
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -516,6 +517,61 @@ BRIDGE_TERMINAL_GRACE_S = _BRIDGE + "TERMINAL_GRACE_SECONDS"
 BRIDGE_DEDUP_WINDOW = _BRIDGE + "DEDUP_WINDOW"
 BRIDGE_MAX_OPEN_BYTES = _BRIDGE + "MAX_OPEN_BYTES"
 BRIDGE_WORKERS = _BRIDGE + "WORKERS"
+# The OTLP hook's spool: span lines written by every traced process, sent by one forwarder per node.
+SPOOL_DIR = "RAY_OTEL_EVENTS_SPOOL_DIR"
+SPOOL_MAX_BYTES = "RAY_OTEL_EVENTS_SPOOL_MAX_BYTES"
+FORWARDER_IDLE_S = "RAY_OTEL_EVENTS_FORWARDER_IDLE_SECONDS"
+FORWARDER_RETRY_S = "RAY_OTEL_EVENTS_FORWARDER_RETRY_SECONDS"
+FORWARDER_NICE = "RAY_OTEL_EVENTS_FORWARDER_NICE"
+
+
+def default_spool_root() -> str:
+    """Per user, outside any Ray session folder: what a job could not deliver is sent at the next start."""
+    return os.path.join(tempfile.gettempdir(), f"ray_otel_events-{os.getuid()}", "spool")
+
+
+@dataclass(frozen=True)
+class SpoolConfig:
+    """Where the OTLP hook's processes hand their spans over, and how the forwarder treats them."""
+
+    root: str = ""  # empty: default_spool_root()
+    max_bytes: int = 256 * 1024 * 1024  # past this the oldest finished files are dropped and counted
+    idle_s: float = 2.0  # the forwarder exits this long after its last writer ended and all is sent
+    retry_s: float = 300.0  # ...or after failing this long with no writer left (the spool waits)
+    nice: int = 10  # the forwarder yields the cores to the job it follows
+
+    @classmethod
+    def from_env(cls, env: Environ | None = None) -> SpoolConfig:
+        env = os.environ if env is None else env
+        cfg = cls(
+            root=env.get(SPOOL_DIR, "").strip() or default_spool_root(),
+            max_bytes=env_int(env, SPOOL_MAX_BYTES, cls.max_bytes),
+            idle_s=env_float(env, FORWARDER_IDLE_S, cls.idle_s),
+            retry_s=env_float(env, FORWARDER_RETRY_S, cls.retry_s),
+            nice=env_int(env, FORWARDER_NICE, cls.nice),
+        )
+        _require(cfg.max_bytes > 0, f"{SPOOL_MAX_BYTES} must be > 0, got {cfg.max_bytes}")
+        _require(cfg.idle_s >= 0 and cfg.retry_s >= 0, "forwarder idle and retry seconds must be >= 0")
+        _require(0 <= cfg.nice <= 19, f"{FORWARDER_NICE} must be 0..19, got {cfg.nice}")
+        return cfg
+
+
+def otlp_export_config(signal: str, env: Environ | None = None) -> OtlpSignalConfig:
+    """The OTLP hook's settings for `signal` in either of its protocols: over http/protobuf those of
+    `otlp_signal_config`; over grpc the endpoint is used as given (default http://localhost:4317),
+    as the SDK's gRPC exporters use it, with the same headers, compression, timeout and certificate."""
+    env = os.environ if env is None else env
+    protocol = otlp_protocol(env, _signal_var(OTLP_PROTOCOL, signal))
+    if protocol != "grpc":
+        return otlp_signal_config(signal, env={**env, _signal_var(OTLP_PROTOCOL, signal): protocol})
+    as_http = otlp_signal_config(signal, env={**env, _signal_var(OTLP_PROTOCOL, signal): "http/protobuf"})
+    specific = _signal_var(OTEL_ENDPOINT, signal)
+    endpoint = (env.get(specific, "") or env.get(OTEL_ENDPOINT, "")).strip() or "http://localhost:4317"
+    source = specific if env.get(specific, "").strip() else OTEL_ENDPOINT
+    _require(endpoint.startswith(("http://", "https://")), f"{source}={endpoint!r}: expected a URL")
+    return dataclasses.replace(as_http, endpoint=endpoint, protocol="grpc")
+
+
 BRIDGE_MODES = ("full", "convert", "assemble")
 
 OTEL_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"

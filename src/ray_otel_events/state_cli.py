@@ -1,15 +1,17 @@
-"""`ray-otel-events list|get|summary|timeline|logs`: the store's state from the terminal.
+"""`ray-otel-events list|get|summary|timeline|logs|sessions`: the store's state from the terminal.
 
     ray-otel-events list tasks --filter state=FAILED --format table
     ray-otel-events get tasks TASK_ID
     ray-otel-events summary tasks
     ray-otel-events timeline --out timeline.json     (open in https://ui.perfetto.dev)
     ray-otel-events logs TASK_ID
+    ray-otel-events sessions                        (then --session NAME on any of the above)
 
 With `--address http://HOST:PORT` they ask a running `serve`; without, they read the store file
 itself (`--store`, default the one `serve` uses), so they work with no server, after the cluster
-is gone. Either way the answers are the same (`StoreViews`). A `serve` that wants a token gets
-the one the producers send (ours, else Ray's: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token).
+is gone. Either way the answers are the same (`StoreViews`), about one session: the newest, or
+the one `--session` names. A `serve` that wants a token gets the one the producers send (ours,
+else Ray's: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token).
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from ray_otel_events.config import ClientSecurityConfig, ConfigError
 from ray_otel_events.services.serve_cli import chosen_store, default_store_path
 from ray_otel_events.store.backend import open_store
 from ray_otel_events.store.sqlite_store import StoreError
-from ray_otel_events.store.state_merge import ID_COLUMN
 from ray_otel_events.store.state_query import BASE_COLUMNS, RESOURCES
 from ray_otel_events.store.views import StoreViews
 
@@ -55,6 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f" (default ${config.STORE}, else {default_store_path()})",
     )
     command = parser.prog.rsplit(" ", 1)[-1]
+    if command != "sessions":
+        parser.add_argument("--session", help="this session (`ray-otel-events sessions`), not the newest")
     if command == "list":
         parser.add_argument("resource", choices=RESOURCES)
         parser.add_argument(
@@ -81,11 +84,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("task_id")
         parser.add_argument("--attempt", type=int, help="only this attempt's lines (default: every attempt)")
         parser.add_argument("--format", choices=("text", "json"), default="text")
+    elif command == "sessions":
+        parser.add_argument("--format", choices=("table", "json"), default="table")
 
 
 class _Source:
     def __init__(self, args: argparse.Namespace) -> None:
         self.address: str | None = args.address
+        self.session: str | None = getattr(args, "session", None)
         self.views: StoreViews | None = None
         self.headers: dict[str, str] = {}
         if self.address is None:
@@ -103,9 +109,11 @@ class _Source:
     def get(self, path: str, params: list[tuple[str, str]] | None = None) -> tuple[int, Any]:
         if self.views is not None:
             try:
-                return self.views.answer(path, MultiDict(params or []))
+                return self.views.answer(path, MultiDict(params or []), self.session)
             except (StoreError, sqlite3.Error) as exc:
                 raise Unanswered(f"cannot read the store: {exc}") from None
+        if self.session:
+            params = [*(params or []), ("session", self.session)]
         try:
             response = requests.get(f"{self.address}{path}", params=params, headers=self.headers, timeout=60)
         except requests.RequestException as exc:
@@ -181,12 +189,8 @@ def _list(source: _Source, args: argparse.Namespace) -> int:
 
 
 def _get(source: _Source, args: argparse.Namespace) -> int:
-    key = ID_COLUMN[args.resource]
-    params = [("detail", "true"), ("limit", "1000"), *_filters([f"{key}={args.id}"])]
-    rows = _ray_result(*source.get(f"/api/v0/{args.resource}", params))["result"]
-    if not rows:
-        raise Unanswered(f"no {args.resource[:-1].replace('_', ' ')} with {key} {args.id}")
-    rows.sort(key=lambda row: row.get("attempt_number", 0))  # a task's attempts in order
+    # every detail column, and the fields a later Ray added to its events (read from the raw events)
+    rows = _ui_result(*source.get(f"/api/ui/get/{args.resource}/{args.id}"))["rows"]
     if args.format == "json":
         print(json.dumps(rows if len(rows) > 1 else rows[0], indent=2))
     else:
@@ -258,7 +262,38 @@ def _logs(source: _Source, args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"list": _list, "get": _get, "summary": _summary, "timeline": _timeline, "logs": _logs}
+def _sessions(source: _Source, args: argparse.Namespace) -> int:
+    body = _ui_result(*source.get("/api/sessions"))
+    if args.format == "json":
+        print(json.dumps(body["sessions"], indent=2))
+        return 0
+    rows = [
+        {
+            **entry,
+            "first_seen": _when(entry["first_seen"]),
+            "last_seen": _when(entry["last_seen"]),
+            "name": entry["name"] + (" (newest)" if i == 0 else ""),
+        }
+        for i, entry in enumerate(body["sessions"])
+    ]
+    print(f"{len(rows)} sessions stored, newest first")
+    if rows:
+        print(_table(rows, ["name", "first_seen", "last_seen", "jobs", "tasks", "actors", "nodes"]))
+    return 0
+
+
+def _when(epoch_s: float) -> str:
+    return datetime.datetime.fromtimestamp(epoch_s).strftime("%Y-%m-%d %H:%M:%S")
+
+
+_COMMANDS = {
+    "list": _list,
+    "get": _get,
+    "summary": _summary,
+    "timeline": _timeline,
+    "logs": _logs,
+    "sessions": _sessions,
+}
 
 
 def run(args: argparse.Namespace) -> int:

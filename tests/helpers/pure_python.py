@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ray_otel_events import config
+from ray_otel_events import config, native
 
 
 def run_pure_python(code: str) -> str:
@@ -34,6 +34,6 @@ def needs_compiled(built: object, what: str) -> pytest.MarkDecorator:
     """Skip a test that checks the compiled half of a twin: when the run turned the compiled helpers
     off (RAY_OTEL_EVENTS_PURE_PYTHON=1, the suite's second pass in CI, where the Python half runs
     everywhere instead), or when `built` (the module, or the twin's flag) says the build has none."""
-    if not config.compiled_enabled():
+    if not native.ENABLED:
         return pytest.mark.skip(reason=f"{what}: {config.PURE_PYTHON}=1 runs the Python twins")
     return pytest.mark.skipif(not built, reason=f"{what} is not built (no C compiler or headers)")

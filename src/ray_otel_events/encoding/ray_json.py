@@ -41,7 +41,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.internal import type_checkers
 from google.protobuf.message import DecodeError, Message
 
-from ray_otel_events import config
+from ray_otel_events import native
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
 try:  # built by setup.py where a C compiler is present
@@ -456,6 +456,31 @@ _E_FALLBACK, _E_INT32, _E_UINT32, _E_SINT32, _E_FIXED32, _E_SFIXED32 = range(6)
 _E_INT64, _E_UINT64, _E_SINT64, _E_FIXED64, _E_SFIXED64 = range(6, 11)
 _E_BOOL, _E_STRING, _E_BYTES, _E_ENUM, _E_DOUBLE, _E_MESSAGE, _E_TIMESTAMP = range(11, 18)
 _L_IMPLICIT, _L_PRESENCE, _L_REPEATED, _L_MAP = range(4)
+# The same numbers as native/_ray_json_encode.c's E_ and L_ kinds (it exports them; checked at bind).
+ENCODE_KINDS = {
+    "E_FALLBACK": _E_FALLBACK,
+    "E_INT32": _E_INT32,
+    "E_UINT32": _E_UINT32,
+    "E_SINT32": _E_SINT32,
+    "E_FIXED32": _E_FIXED32,
+    "E_SFIXED32": _E_SFIXED32,
+    "E_INT64": _E_INT64,
+    "E_UINT64": _E_UINT64,
+    "E_SINT64": _E_SINT64,
+    "E_FIXED64": _E_FIXED64,
+    "E_SFIXED64": _E_SFIXED64,
+    "E_BOOL": _E_BOOL,
+    "E_STRING": _E_STRING,
+    "E_BYTES": _E_BYTES,
+    "E_ENUM": _E_ENUM,
+    "E_DOUBLE": _E_DOUBLE,
+    "E_MESSAGE": _E_MESSAGE,
+    "E_TIMESTAMP": _E_TIMESTAMP,
+    "L_IMPLICIT": _L_IMPLICIT,
+    "L_PRESENCE": _L_PRESENCE,
+    "L_REPEATED": _L_REPEATED,
+    "L_MAP": _L_MAP,
+}
 _E_SCALARS = {
     _T.TYPE_INT32: _E_INT32,
     _T.TYPE_UINT32: _E_UINT32,
@@ -541,8 +566,9 @@ def _event_wire_schema(preserve: bool) -> list[Any]:
     return _encode_schema(RayEvent.DESCRIPTOR, preserve, {})
 
 
-_compiled_encoder = _ray_json_encode is not None and config.compiled_enabled()
+_compiled_encoder = _ray_json_encode is not None and native.ENABLED
 if _compiled_encoder:
+    native.check_numbers(_ray_json_encode, ENCODE_KINDS)
     _ray_json_encode.bind(orjson.dumps)
 
 

@@ -17,12 +17,13 @@ import binascii
 import datetime
 import re
 from collections.abc import Callable
-from typing import Any
+from types import ModuleType
+from typing import Any, get_args
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 
-from ray_otel_events import config
+from ray_otel_events import native
 from ray_otel_events.encoding.proto_scalars import INT_RANGES
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
@@ -329,7 +330,8 @@ def _fallback_table(descriptor: Any) -> _Table:
 # It knows each message type's fields from a schema made here from the same descriptors and by the
 # same rules as `_Table`; where `_fill` would fall back, it returns None and `_fill` runs.
 
-# field kinds and labels, as _ray_json_wire.c and native/_posted_events.c number them
+# Field kinds and labels, as native/wire_schema.h numbers them for the compiled readers
+# (check_wire_kinds holds each to these).
 K_FALLBACK, K_STRING, K_BYTES, K_BOOL, K_INT = range(5)
 K_DOUBLE, K_FLOAT, K_ENUM, K_MESSAGE, K_TIMESTAMP = range(5, 10)
 SINGULAR, REPEATED, MAP = range(3)
@@ -352,6 +354,28 @@ _VARINT_INTS = (
 
 WireField = tuple[int, int, int, int, int, Any, Any]  # (number, kind, label, low, high, extra, oneof)
 WireSchema = dict[str, WireField]
+WIRE_KINDS = {
+    "K_FALLBACK": K_FALLBACK,
+    "K_STRING": K_STRING,
+    "K_BYTES": K_BYTES,
+    "K_BOOL": K_BOOL,
+    "K_INT": K_INT,
+    "K_DOUBLE": K_DOUBLE,
+    "K_FLOAT": K_FLOAT,
+    "K_ENUM": K_ENUM,
+    "K_MESSAGE": K_MESSAGE,
+    "K_TIMESTAMP": K_TIMESTAMP,
+    "SINGULAR": SINGULAR,
+    "REPEATED": REPEATED,
+    "MAP": MAP,
+    "F_SIZE": len(get_args(WireField)),
+}
+
+
+def check_wire_kinds(module: ModuleType) -> None:
+    """Refuse a compiled reader whose kinds, labels or field size (native/wire_schema.h, which it
+    exports) are not these: it was built from other sources, and would misread every schema."""
+    native.check_numbers(module, WIRE_KINDS)
 
 
 def _scalar_kind(field: Any) -> tuple[int, int, int, Any]:
@@ -416,7 +440,8 @@ except ImportError:
     _ray_json_wire = None  # type: ignore[assignment]
 _EVENT_SCHEMA = wire_schema(RayEvent.DESCRIPTOR, {})
 _event_wire: Callable[[Any, WireSchema], bytes | None] | None = None
-if _ray_json_wire is not None and config.compiled_enabled():
+if _ray_json_wire is not None and native.ENABLED:
+    check_wire_kinds(_ray_json_wire)
     _event_wire = _ray_json_wire.event_wire
 
 
@@ -457,6 +482,17 @@ def read_event(obj: Any, ignore_unknown_fields: bool = False) -> tuple[RayEvent,
         _fill(event, obj)
     except (_Fallback, ValueError, TypeError, OverflowError):
         event = RayEvent()
-        json_format.ParseDict(obj, event, ignore_unknown_fields=ignore_unknown_fields)
+        parse_dict(obj, event, ignore_unknown_fields)
         return event, False
     return event, True
+
+
+def parse_dict(obj: Any, event: RayEvent, ignore_unknown_fields: bool = False) -> None:
+    """json_format.ParseDict, whose errors on hostile values are not all ParseError: a value
+    nested a thousand deep overflows its stack, a timestamp's fraction like "4E999" its floats."""
+    try:
+        json_format.ParseDict(obj, event, ignore_unknown_fields=ignore_unknown_fields)
+    except RecursionError:
+        raise json_format.ParseError("a value is nested too deep") from None
+    except OverflowError as exc:
+        raise json_format.ParseError(f"a number is out of range: {exc}") from None

@@ -6,9 +6,8 @@
  * first forgotten). Optional: without a C compiler plain_records reads through upb. */
 
 #define PY_SSIZE_T_CLEAN
+#include "any_value.h"
 #include "otlp_span_wire.h"
-
-enum { NONE, STRING, BOOL, INT, DOUBLE, ARRAY, KVLIST, BYTES };
 
 /* One AnyValue being read: the oneof member seen last and its Python value (a new reference). */
 typedef struct {
@@ -37,7 +36,7 @@ static int read_array(PyObject *list, Reader r) {
         Field f;
         if (next_field(&r, &f) < 0) return -1;
         if (f.number != 1 || f.wire_type != 2) continue;
-        Any item = {NONE, NULL};
+        Any item = {A_NONE, NULL};
         int failed = read_any(&item, f.payload);
         if (!failed) failed = PyList_Append(list, item.value != NULL ? item.value : Py_None);
         Py_XDECREF(item.value);
@@ -56,32 +55,32 @@ static int read_any(Any *any, Reader r) {
             break;
         }
         PyObject *value = NULL;
-        int kind = NONE;
-        if (f.number == 1 && f.wire_type == 2) {
+        int kind = A_NONE;
+        if (f.number == A_STRING && f.wire_type == 2) {
             value = PyUnicode_DecodeUTF8((const char *)f.payload.p, f.payload.end - f.payload.p, "strict");
-            kind = STRING;
-        } else if (f.number == 2 && f.wire_type == 0) {
+            kind = A_STRING;
+        } else if (f.number == A_BOOL && f.wire_type == 0) {
             value = Py_NewRef(f.scalar ? Py_True : Py_False);
-            kind = BOOL;
-        } else if (f.number == 3 && f.wire_type == 0) {
+            kind = A_BOOL;
+        } else if (f.number == A_INT && f.wire_type == 0) {
             value = PyLong_FromLongLong((long long)f.scalar);
-            kind = INT;
-        } else if (f.number == 4 && f.wire_type == 1) {
+            kind = A_INT;
+        } else if (f.number == A_DOUBLE && f.wire_type == 1) {
             double d;
             memcpy(&d, &f.scalar, 8);
             value = PyFloat_FromDouble(d);
-            kind = DOUBLE;
-        } else if (f.number == 5 && f.wire_type == 2) {
-            if (any->kind != ARRAY && (value = PyList_New(0)) != NULL) set_any(any, ARRAY, value);
-            if (any->kind != ARRAY || read_array(any->value, f.payload) < 0) failed = -1;
+            kind = A_DOUBLE;
+        } else if (f.number == A_ARRAY && f.wire_type == 2) {
+            if (any->kind != A_ARRAY && (value = PyList_New(0)) != NULL) set_any(any, A_ARRAY, value);
+            if (any->kind != A_ARRAY || read_array(any->value, f.payload) < 0) failed = -1;
             continue;
-        } else if (f.number == 6 && f.wire_type == 2) {
-            if (any->kind != KVLIST && (value = PyDict_New()) != NULL) set_any(any, KVLIST, value);
-            if (any->kind != KVLIST || read_key_values(any->value, f.payload, 1) < 0) failed = -1;
+        } else if (f.number == A_KVLIST && f.wire_type == 2) {
+            if (any->kind != A_KVLIST && (value = PyDict_New()) != NULL) set_any(any, A_KVLIST, value);
+            if (any->kind != A_KVLIST || read_key_values(any->value, f.payload, 1) < 0) failed = -1;
             continue;
-        } else if (f.number == 7 && f.wire_type == 2) {
+        } else if (f.number == A_BYTES && f.wire_type == 2) {
             value = base64_text(f.payload.p, f.payload.end - f.payload.p);
-            kind = BYTES;
+            kind = A_BYTES;
         } else {
             continue; /* an unknown field */
         }
@@ -98,15 +97,15 @@ static int read_any(Any *any, Reader r) {
 /* One KeyValue into `out`: its key (the last seen) -> its value (merged), None when unset. */
 static int read_key_value(PyObject *out, Reader r) {
     Reader key = {(const uint8_t *)"", (const uint8_t *)""};
-    Any value = {NONE, NULL};
+    Any value = {A_NONE, NULL};
     int failed = 0;
     while (!failed && r.p < r.end) {
         Field f;
         if (next_field(&r, &f) < 0) {
             failed = -1;
-        } else if (f.number == 1 && f.wire_type == 2) {
+        } else if (f.number == A_STRING && f.wire_type == 2) {
             key = f.payload;
-        } else if (f.number == 2 && f.wire_type == 2) {
+        } else if (f.number == A_BOOL && f.wire_type == 2) {
             failed = read_any(&value, f.payload);
         }
     }
@@ -158,9 +157,9 @@ static PyObject *event_or_link(Reader r, int link) {
             if (f.number == 3) c = f.payload;
             if (f.number == 4 && read_key_value(attributes, f.payload) < 0) goto fail;
         } else if (!link) {
-            if (f.number == 1 && f.wire_type == 1) time = f.scalar;
-            if (f.number == 2 && f.wire_type == 2) b = f.payload;
-            if (f.number == 3 && f.wire_type == 2 && read_key_value(attributes, f.payload) < 0) goto fail;
+            if (f.number == A_STRING && f.wire_type == 1) time = f.scalar;
+            if (f.number == A_BOOL && f.wire_type == 2) b = f.payload;
+            if (f.number == A_INT && f.wire_type == 2 && read_key_value(attributes, f.payload) < 0) goto fail;
         }
     }
     PyObject *out = link ? Py_BuildValue("(NNNO)", reader_bytes(a), reader_bytes(b), reader_text(c), attributes)
@@ -214,7 +213,7 @@ static PyObject *any_value(PyObject *module, PyObject *data) {
     (void)module;
     Reader r;
     if (reader_of(data, &r) < 0) return NULL;
-    Any any = {NONE, NULL};
+    Any any = {A_NONE, NULL};
     if (read_any(&any, r) < 0) {
         Py_XDECREF(any.value);
         return NULL;
@@ -248,4 +247,4 @@ static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "_any_value_wire", NULL, -1, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__any_value_wire(void) { return PyModule_Create(&module_def); }
+PyMODINIT_FUNC PyInit__any_value_wire(void) { return export_any_value_members(PyModule_Create(&module_def)); }

@@ -25,6 +25,62 @@ static Reader span_of_bytes(const void *p, Py_ssize_t n) {
     return n ? (Reader){(const uint8_t *)p, (const uint8_t *)p + n} : NO_READER;
 }
 
+enum { K_NONE, K_TASK, K_ACTOR, K_JOB, K_PROFILE, K_OTHER };
+#define SPAN_KINDS 4 /* K_TASK .. K_JOB index the per-kind settings below */
+
+/* -- Ray's fields ------------------------------------------------------------------------------- */
+
+/* The fields of Ray's messages read here, by full name (ray_fields.h: their numbers come from the
+ * protobuf descriptors; the module exports the names, RAY_FIELDS, and bind() takes {name: number}). */
+#define RAY_FIELD_NAMES(X)                                                                        \
+    X(TASK_TRANSITIONS, "ray.rpc.events.TaskLifecycleEvent.state_transitions")                     \
+    X(TASK_TRANSITION_STATE, "ray.rpc.events.TaskLifecycleEvent.StateTransition.state")            \
+    X(TASK_TRANSITION_TIME, "ray.rpc.events.TaskLifecycleEvent.StateTransition.timestamp")         \
+    X(ACTOR_TRANSITIONS, "ray.rpc.events.ActorLifecycleEvent.state_transitions")                   \
+    X(ACTOR_TRANSITION_STATE, "ray.rpc.events.ActorLifecycleEvent.StateTransition.state")          \
+    X(ACTOR_TRANSITION_TIME, "ray.rpc.events.ActorLifecycleEvent.StateTransition.timestamp")       \
+    X(JOB_TRANSITIONS, "ray.rpc.events.DriverJobLifecycleEvent.state_transitions")                 \
+    X(JOB_TRANSITION_STATE, "ray.rpc.events.DriverJobLifecycleEvent.StateTransition.state")        \
+    X(JOB_TRANSITION_TIME, "ray.rpc.events.DriverJobLifecycleEvent.StateTransition.timestamp")     \
+    X(TASK_TYPE, "ray.rpc.events.TaskDefinitionEvent.task_type")                                   \
+    X(TASK_FUNC, "ray.rpc.events.TaskDefinitionEvent.task_func")                                   \
+    X(TASK_NAME, "ray.rpc.events.TaskDefinitionEvent.task_name")                                   \
+    X(TASK_JOB, "ray.rpc.events.TaskDefinitionEvent.job_id")                                       \
+    X(TASK_PARENT, "ray.rpc.events.TaskDefinitionEvent.parent_task_id")                            \
+    X(TASK_GROUP, "ray.rpc.events.TaskDefinitionEvent.placement_group_id")                         \
+    X(ACTOR_TASK_FUNC, "ray.rpc.events.ActorTaskDefinitionEvent.actor_func")                       \
+    X(ACTOR_TASK_NAME, "ray.rpc.events.ActorTaskDefinitionEvent.actor_task_name")                  \
+    X(ACTOR_TASK_JOB, "ray.rpc.events.ActorTaskDefinitionEvent.job_id")                            \
+    X(ACTOR_TASK_ACTOR, "ray.rpc.events.ActorTaskDefinitionEvent.actor_id")                        \
+    X(ACTOR_TASK_PARENT, "ray.rpc.events.ActorTaskDefinitionEvent.parent_task_id")                 \
+    X(ACTOR_TASK_GROUP, "ray.rpc.events.ActorTaskDefinitionEvent.placement_group_id")              \
+    X(LIFECYCLE_ERROR, "ray.rpc.events.TaskLifecycleEvent.ray_error_info")                         \
+    X(LIFECYCLE_NODE, "ray.rpc.events.TaskLifecycleEvent.node_id")                                 \
+    X(LIFECYCLE_WORKER, "ray.rpc.events.TaskLifecycleEvent.worker_id")                             \
+    X(LIFECYCLE_PID, "ray.rpc.events.TaskLifecycleEvent.worker_pid")                               \
+    X(LIFECYCLE_JOB, "ray.rpc.events.TaskLifecycleEvent.job_id")                                   \
+    X(ERROR_MESSAGE, "ray.rpc.RayErrorInfo.error_message")                                         \
+    X(ERROR_TYPE, "ray.rpc.RayErrorInfo.error_type")                                               \
+    X(PYTHON_FUNCTION, "ray.rpc.FunctionDescriptor.python_function_descriptor")                    \
+    X(PYTHON_MODULE, "ray.rpc.PythonFunctionDescriptor.module_name")                               \
+    X(PYTHON_CLASS, "ray.rpc.PythonFunctionDescriptor.class_name")                                 \
+    X(PYTHON_NAME, "ray.rpc.PythonFunctionDescriptor.function_name")                               \
+    X(JAVA_FUNCTION, "ray.rpc.FunctionDescriptor.java_function_descriptor")                        \
+    X(JAVA_CLASS, "ray.rpc.JavaFunctionDescriptor.class_name")                                     \
+    X(JAVA_NAME, "ray.rpc.JavaFunctionDescriptor.function_name")                                   \
+    X(CPP_FUNCTION, "ray.rpc.FunctionDescriptor.cpp_function_descriptor")                          \
+    X(CPP_NAME, "ray.rpc.CppFunctionDescriptor.function_name")
+
+#include "ray_fields.h"
+
+/* Each span kind's lifecycle: its state_transitions field and its StateTransition's state and
+ * timestamp (RF_* by K_*). */
+static const int transitions_field[SPAN_KINDS] = {0, RF_TASK_TRANSITIONS, RF_ACTOR_TRANSITIONS, RF_JOB_TRANSITIONS};
+static const int transition_state[SPAN_KINDS] = {0, RF_TASK_TRANSITION_STATE, RF_ACTOR_TRANSITION_STATE,
+                                                 RF_JOB_TRANSITION_STATE};
+static const int transition_time[SPAN_KINDS] = {0, RF_TASK_TRANSITION_TIME, RF_ACTOR_TRANSITION_TIME,
+                                                RF_JOB_TRANSITION_TIME};
+
 /* -- state transitions -------------------------------------------------------------------------- */
 
 typedef struct {
@@ -37,24 +93,26 @@ typedef struct {
     Py_ssize_t count, room;
 } Transitions;
 
-/* The StateTransition{state = 1, timestamp = 2} entries of repeated field `number` into `out`,
- * sorted by time (stable), repeats of (time, state) left out: what from_ray_events._transitions
- * makes of them. 0, LEAVE when a Timestamp is out of range or odd or the bytes are malformed (upb
- * reads them), -1 on error. */
-static int read_transitions(Reader r, long number, Transitions *out) {
+/* The StateTransition{state, timestamp} entries of span kind `kind`'s lifecycle into `out`, sorted
+ * by time (stable), repeats of (time, state) left out: what from_ray_events._transitions makes of
+ * them. 0, LEAVE when a Timestamp is out of range or odd or the bytes are malformed (upb reads
+ * them), -1 on error. */
+static int read_transitions(Reader r, int kind, Transitions *out) {
+    uint32_t number = ray_field[transitions_field[kind]], state_number = ray_field[transition_state[kind]];
+    uint32_t time_number = ray_field[transition_time[kind]];
     out->count = 0;
     while (r.p < r.end) {
         Field f;
         if (next_field(&r, &f) < 0) goto malformed;
-        if ((long)f.number != number || f.wire_type != 2) continue;
+        if (f.number != number || f.wire_type != 2) continue;
         int32_t state = 0, nanos = 0;
         int64_t seconds = 0;
         Reader t = f.payload;
         while (t.p < t.end) {
             Field g;
             if (next_field(&t, &g) < 0) goto malformed;
-            if (g.number == 1 && g.wire_type == 0) state = (int32_t)g.scalar;
-            if (g.number == 2 && g.wire_type == 2 && read_timestamp(g.payload, &seconds, &nanos) != 0)
+            if (g.number == state_number && g.wire_type == 0) state = (int32_t)g.scalar;
+            if (g.number == time_number && g.wire_type == 2 && read_timestamp(g.payload, &seconds, &nanos) != 0)
                 goto malformed;
         }
         uint64_t ns;
@@ -86,18 +144,21 @@ malformed: /* or a Timestamp field of another wire type: left to upb's reading *
     return LEAVE;
 }
 
-/* transitions(wire, field_number) -> [(time ns, state, None), ...] or None (left to upb). */
+static int kind_of(PyObject *text);
+static int is_bound(void);
+
+/* transitions(wire, kind) -> [(time ns, state, None), ...] or None (left to upb): the state
+ * transitions of a task's, an actor's or a job's lifecycle. */
 static PyObject *transitions(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 2 || !PyBytes_Check(args[0]) || !PyLong_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "transitions(wire: bytes, field_number: int)");
+    int kind = nargs == 2 && PyBytes_Check(args[0]) && is_bound() ? kind_of(args[1]) : -1;
+    if (kind < K_TASK || kind >= SPAN_KINDS) {
+        PyErr_SetString(PyExc_TypeError, "transitions(wire: bytes, kind: 'task' | 'actor' | 'job'), after bind()");
         return NULL;
     }
-    long number = PyLong_AsLong(args[1]);
-    if (number == -1 && PyErr_Occurred()) return NULL;
     Transitions found = {NULL, 0, 0};
     PyObject *out = NULL;
-    int read = read_transitions(bytes_reader(args[0]), number, &found);
+    int read = read_transitions(bytes_reader(args[0]), kind, &found);
     if (read == LEAVE) out = Py_NewRef(Py_None);
     if (read != 0) goto done;
     out = PyList_New(found.count);
@@ -122,6 +183,20 @@ typedef struct {
     Buf function_buf;
 } TaskParts;
 
+/* The parts as from_ray_events._TaskParts names them: bind() finds each one's place among that
+ * type's fields, and task_parts() and parts_from_python() put and take them there. */
+#define TASK_PART_NAMES(X)                                                                        \
+    X(TASK_TYPE, "task_type") X(NAME, "name") X(FUNCTION, "function") X(JOB_ID, "job_id")           \
+    X(PARENT_TASK_ID, "parent_task_id") X(PLACEMENT_GROUP_ID, "placement_group_id")                \
+    X(ACTOR_ID, "actor_id") X(NODE_ID, "node_id") X(WORKER_ID, "worker_id") X(WORKER_PID, "worker_pid") \
+    X(LIFECYCLE_JOB_ID, "lifecycle_job_id") X(ERROR_TYPE, "error_type") X(ERROR_MESSAGE, "error_message")
+#define TASK_PART_ENUM(id, name) P_##id,
+#define TASK_PART_NAME(id, name) name,
+enum { TASK_PART_NAMES(TASK_PART_ENUM) N_PARTS };
+static const char *const task_part_names[N_PARTS] = {TASK_PART_NAMES(TASK_PART_NAME)};
+static Py_ssize_t task_part_at[N_PARTS]; /* each part's index in a _TaskParts */
+static PyTypeObject *task_parts_type;    /* _TaskParts */
+
 /* Field `f` as a bytes or string value into `out` (the last given wins); 1 for another wire type. */
 static int take_text(const Field *f, Reader *out) {
     if (f->wire_type != 2) return 1;
@@ -139,19 +214,26 @@ static int take_varint(const Field *f, uint64_t *out) {
  * module, class and function joined by dots (empty parts left out), the Java one's class and
  * function, the C++ one's function. 1 when a member is given twice or two are (upb merges those). */
 static int function_name(Reader r, Buf *out) {
+    /* the members (python, java, cpp) and the parts of each, in the order they are joined */
+    const uint32_t member_fields[3] = {RAY(PYTHON_FUNCTION), RAY(JAVA_FUNCTION), RAY(CPP_FUNCTION)};
+    const uint32_t part_fields[3][3] = {
+        {RAY(PYTHON_MODULE), RAY(PYTHON_CLASS), RAY(PYTHON_NAME)}, {RAY(JAVA_CLASS), RAY(JAVA_NAME)}, {RAY(CPP_NAME)}};
+    const int part_count[3] = {3, 2, 1};
     int members = 0;
     while (r.p < r.end) {
         Field f;
         if (next_field(&r, &f) < 0) return -1;
-        if (f.number < 1 || f.number > 3) continue;
+        int member = 0;
+        while (member < 3 && f.number != member_fields[member]) member++;
+        if (member == 3) continue;
         if (f.wire_type != 2 || ++members > 1) return 1;
         Reader parts[3] = {NO_READER, NO_READER, NO_READER};
-        /* python: module 1, class 2, function 3; java: class 1, function 2; cpp: function 1 */
-        int count = f.number == 2 ? 3 : f.number == 1 ? 2 : 1;
+        int count = part_count[member];
         for (Reader m = f.payload; m.p < m.end;) {
             Field g;
             if (next_field(&m, &g) < 0) return -1;
-            if (g.number >= 1 && (int)g.number <= count && take_text(&g, &parts[g.number - 1])) return 1;
+            for (int i = 0; i < count; i++)
+                if (g.number == part_fields[member][i] && take_text(&g, &parts[i])) return 1;
         }
         out->len = 0;
         for (int i = 0; i < count; i++) {
@@ -179,9 +261,12 @@ static int read_task_parts(Reader definition, int has_definition, int actor_task
     uint64_t task_type = 0, worker_pid = 0, error_type = 0;
     int funcs = 0;
     if (has_definition) {
-        /* TaskDefinitionEvent: type 3, func 5, name 6, job 9, parent 10, group 11;
-         * ActorTaskDefinitionEvent: func 4, name 5, job 8, actor 9, parent 10, group 11 */
-        uint32_t func_field = actor_task ? 4 : 5, name_field = actor_task ? 5 : 6, job_field = actor_task ? 8 : 9;
+        /* a TaskDefinitionEvent's or an ActorTaskDefinitionEvent's fields */
+        uint32_t func_field = actor_task ? RAY(ACTOR_TASK_FUNC) : RAY(TASK_FUNC);
+        uint32_t name_field = actor_task ? RAY(ACTOR_TASK_NAME) : RAY(TASK_NAME);
+        uint32_t job_field = actor_task ? RAY(ACTOR_TASK_JOB) : RAY(TASK_JOB);
+        uint32_t parent_field = actor_task ? RAY(ACTOR_TASK_PARENT) : RAY(TASK_PARENT);
+        uint32_t group_field = actor_task ? RAY(ACTOR_TASK_GROUP) : RAY(TASK_GROUP);
         Reader r = definition;
         while (r.p < r.end) {
             Field f;
@@ -196,36 +281,32 @@ static int read_task_parts(Reader definition, int has_definition, int actor_task
                 }
             } else if (f.number == name_field) odd = take_text(&f, &t->name);
             else if (f.number == job_field) odd = take_text(&f, &t->job);
-            else if (f.number == 10) odd = take_text(&f, &t->parent);
-            else if (f.number == 11) odd = take_text(&f, &t->group);
-            else if (!actor_task && f.number == 3) odd = take_varint(&f, &task_type);
-            else if (actor_task && f.number == 9) odd = take_text(&f, &t->actor);
+            else if (f.number == parent_field) odd = take_text(&f, &t->parent);
+            else if (f.number == group_field) odd = take_text(&f, &t->group);
+            else if (!actor_task && f.number == RAY(TASK_TYPE)) odd = take_varint(&f, &task_type);
+            else if (actor_task && f.number == RAY(ACTOR_TASK_ACTOR)) odd = take_text(&f, &t->actor);
             if (odd) goto left;
         }
     }
-    /* TaskLifecycleEvent: error info 4 {message 5, type 11}, node 5, worker 6, pid 7, job 8 */
+    /* TaskLifecycleEvent: its error info {message, type}, node, worker, pid and job */
     Reader r = lifecycle;
     while (r.p < r.end) {
         Field f;
         if (next_field(&r, &f) < 0) goto left;
         int odd = 0;
-        switch (f.number) {
-        case 4:
+        if (f.number == RAY(LIFECYCLE_ERROR)) {
             if (f.wire_type != 2) goto left;
             t->has_error = 1; /* pieces merge: each field the last given */
             for (Reader e = f.payload; e.p < e.end;) {
                 Field g;
                 if (next_field(&e, &g) < 0) goto left;
-                if (g.number == 5) odd |= take_text(&g, &t->error_message);
-                else if (g.number == 11) odd |= take_varint(&g, &error_type);
+                if (g.number == RAY(ERROR_MESSAGE)) odd |= take_text(&g, &t->error_message);
+                else if (g.number == RAY(ERROR_TYPE)) odd |= take_varint(&g, &error_type);
             }
-            break;
-        case 5: odd = take_text(&f, &t->node); break;
-        case 6: odd = take_text(&f, &t->worker); break;
-        case 7: odd = take_varint(&f, &worker_pid); break;
-        case 8: odd = take_text(&f, &t->lifecycle_job); break;
-        default: break;
-        }
+        } else if (f.number == RAY(LIFECYCLE_NODE)) odd = take_text(&f, &t->node);
+        else if (f.number == RAY(LIFECYCLE_WORKER)) odd = take_text(&f, &t->worker);
+        else if (f.number == RAY(LIFECYCLE_PID)) odd = take_varint(&f, &worker_pid);
+        else if (f.number == RAY(LIFECYCLE_JOB)) odd = take_text(&f, &t->lifecycle_job);
         if (odd) goto left;
     }
     t->function = span_of_bytes(t->function_buf.data, t->function_buf.len);
@@ -241,13 +322,15 @@ left:
     return LEAVE;
 }
 
-/* task_parts(definition, actor_task, lifecycle) -> (task_type, name, function, job_id,
- * parent_task_id, placement_group_id, actor_id, node_id, worker_id, worker_pid, lifecycle_job_id,
- * error_type or None, error_message), or None where upb's reading is left to it. */
+static PyObject *new_tuple(PyTypeObject *type, int n, PyObject **items);
+
+/* task_parts(definition, actor_task, lifecycle) -> a _TaskParts (error_type None when no error
+ * info came), or None where upb's reading is left to it. */
 static PyObject *task_parts(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 3 || (args[0] != Py_None && !PyBytes_Check(args[0])) || !PyBytes_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "task_parts(definition: bytes | None, actor_task: bool, lifecycle: bytes)");
+    if (nargs != 3 || (args[0] != Py_None && !PyBytes_Check(args[0])) || !PyBytes_Check(args[2]) || !is_bound()) {
+        PyErr_SetString(PyExc_TypeError,
+                        "task_parts(definition: bytes | None, actor_task: bool, lifecycle: bytes), after bind()");
         return NULL;
     }
     int actor_task = PyObject_IsTrue(args[1]);
@@ -257,12 +340,28 @@ static PyObject *task_parts(PyObject *module, PyObject *const *args, Py_ssize_t 
     int read = read_task_parts(has_definition ? bytes_reader(args[0]) : NO_READER, has_definition, actor_task,
                                bytes_reader(args[2]), &t);
     PyObject *out = read == LEAVE ? Py_NewRef(Py_None) : NULL;
-    if (read == 0)
-        out = Py_BuildValue("(iNNNNNNNNiNNN)", (int)t.task_type, reader_text(t.name), reader_text(t.function),
-                            reader_bytes(t.job), reader_bytes(t.parent), reader_bytes(t.group), reader_bytes(t.actor),
-                            reader_bytes(t.node), reader_bytes(t.worker), (int)t.worker_pid, reader_bytes(t.lifecycle_job),
-                            t.has_error ? PyLong_FromLong((long)t.error_type) : Py_NewRef(Py_None),
-                            reader_text(t.error_message));
+    if (read == 0) {
+        /* One call at a time, in order: none may call the C API after another failed (the reader_*
+         * return NULL at once then, and new_tuple drops what was made). */
+        PyObject *parts[N_PARTS], *items[N_PARTS];
+        parts[P_TASK_TYPE] = PyLong_FromLong((long)t.task_type);
+        parts[P_WORKER_PID] = PyErr_Occurred() ? NULL : PyLong_FromLong((long)t.worker_pid);
+        parts[P_ERROR_TYPE] = PyErr_Occurred() ? NULL
+                              : t.has_error    ? PyLong_FromLong((long)t.error_type)
+                                               : Py_NewRef(Py_None);
+        parts[P_NAME] = reader_text(t.name);
+        parts[P_FUNCTION] = reader_text(t.function);
+        parts[P_JOB_ID] = reader_bytes(t.job);
+        parts[P_PARENT_TASK_ID] = reader_bytes(t.parent);
+        parts[P_PLACEMENT_GROUP_ID] = reader_bytes(t.group);
+        parts[P_ACTOR_ID] = reader_bytes(t.actor);
+        parts[P_NODE_ID] = reader_bytes(t.node);
+        parts[P_WORKER_ID] = reader_bytes(t.worker);
+        parts[P_LIFECYCLE_JOB_ID] = reader_bytes(t.lifecycle_job);
+        parts[P_ERROR_MESSAGE] = reader_text(t.error_message);
+        for (int i = 0; i < N_PARTS; i++) items[task_part_at[i]] = parts[i];
+        out = new_tuple(task_parts_type, N_PARTS, items);
+    }
     PyMem_Free(t.function_buf.data);
     return out;
 }
@@ -345,7 +444,7 @@ static void sha256_final(Sha256 *s, uint8_t out[32]) {
     uint64_t bits = s->length * 8;
     uint8_t pad[72] = {0x80};
     size_t pad_n = (s->used < 56 ? 56 : 120) - s->used;
-    for (int i = 0; i < 8; i++) pad[pad_n + i] = (uint8_t)(bits >> (56 - 8 * i));
+    for (size_t i = 0; i < 8; i++) pad[pad_n + i] = (uint8_t)(bits >> (56 - 8 * i));
     sha256_update(s, pad, pad_n + 8);
     for (int i = 0; i < 8; i++)
         for (int j = 0; j < 4; j++) out[4 * i + j] = (uint8_t)(s->h[i] >> (24 - 8 * j));
@@ -393,7 +492,7 @@ static int id_of(int what, PyObject *session, Reader ident, int64_t attempt, uin
     if (what != ID_TASK) attempt = 0;
     Py_hash_t session_hash = PyObject_Hash(session);
     if (session_hash == -1) return -1;
-    uint64_t h = hash_bytes(ident.p, n) ^ (uint64_t)session_hash * 0x9E3779B97F4A7C15ull ^ (uint64_t)attempt * 31 ^
+    uint64_t h = hash_bytes(ident.p, n) ^ (uint64_t)session_hash * UINT64_C(0x9E3779B97F4A7C15) ^ (uint64_t)attempt * 31 ^
                  (uint64_t)what;
     IdEntry *entry = n <= ID_CACHED_MAX ? &id_cache[(h ^ h >> 29) & (ID_CACHE - 1)] : NULL;
     if (entry && entry->what == what && entry->n == n && entry->attempt == attempt &&
@@ -605,8 +704,6 @@ static void clear_table(Table *t, void (*free_fn)(Node *)) {
 
 /* -- what bind() tells -------------------------------------------------------------------------- */
 
-enum { K_NONE, K_TASK, K_ACTOR, K_JOB, K_PROFILE, K_OTHER };
-#define SPAN_KINDS 4 /* K_TASK .. K_JOB index the per-kind settings below */
 #define MAX_TYPES 64
 #define MAX_STATES 8
 
@@ -637,7 +734,6 @@ enum {
 typedef struct {
     PyObject *kind_text[5];    /* "task", "actor", "job", "profile" by K_*, as heads hold them */
     PyObject *lifecycle_type[SPAN_KINDS]; /* an entity's span's event type, by kind */
-    long transitions_field[SPAN_KINDS];
     int32_t terminal[SPAN_KINDS][MAX_STATES];
     int n_terminal[SPAN_KINDS];
     int32_t running[MAX_STATES];
@@ -661,6 +757,8 @@ typedef struct {
 } Bound;
 
 static Bound B;
+
+static int is_bound(void) { return B.bound; }
 
 static int kind_of(PyObject *text) {
     if (!PyUnicode_Check(text)) return -1;
@@ -965,34 +1063,34 @@ static int transitions_from_python(int kind, Reader lifecycle, Transitions *tr) 
     return 0;
 }
 
-/* A task's parts from from_ray_events._task_parts_python's tuple (`held` keeps it alive). */
+/* A task's parts from from_ray_events._task_parts_python's _TaskParts (`held` keeps it alive). */
 static int parts_from_python(PyObject *held, TaskParts *t) {
-    if (!PyTuple_Check(held) || PyTuple_GET_SIZE(held) != 13) goto bad;
+    if (!PyTuple_Check(held) || PyTuple_GET_SIZE(held) != N_PARTS) goto bad;
     Reader *texts[] = {&t->name, &t->function, &t->error_message};
-    int text_at[] = {1, 2, 12};
+    int text_at[] = {P_NAME, P_FUNCTION, P_ERROR_MESSAGE};
     for (int i = 0; i < 3; i++) {
         Py_ssize_t n;
-        PyObject *item = PyTuple_GET_ITEM(held, text_at[i]);
+        PyObject *item = PyTuple_GET_ITEM(held, task_part_at[text_at[i]]);
         if (!PyUnicode_Check(item)) goto bad;
         const char *s = PyUnicode_AsUTF8AndSize(item, &n);
         if (s == NULL) return -1;
         *texts[i] = span_of_bytes(s, n);
     }
     Reader *ids[] = {&t->job, &t->parent, &t->group, &t->actor, &t->node, &t->worker, &t->lifecycle_job};
-    int id_at[] = {3, 4, 5, 6, 7, 8, 10};
+    int id_at[] = {P_JOB_ID, P_PARENT_TASK_ID, P_PLACEMENT_GROUP_ID, P_ACTOR_ID, P_NODE_ID, P_WORKER_ID, P_LIFECYCLE_JOB_ID};
     for (int i = 0; i < 7; i++) {
-        PyObject *item = PyTuple_GET_ITEM(held, id_at[i]);
+        PyObject *item = PyTuple_GET_ITEM(held, task_part_at[id_at[i]]);
         if (!PyBytes_Check(item)) goto bad;
         *ids[i] = span_of_bytes(PyBytes_AS_STRING(item), PyBytes_GET_SIZE(item));
     }
-    PyObject *error_type = PyTuple_GET_ITEM(held, 11);
-    t->task_type = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(held, 0));
-    t->worker_pid = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(held, 9));
+    PyObject *error_type = PyTuple_GET_ITEM(held, task_part_at[P_ERROR_TYPE]);
+    t->task_type = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(held, task_part_at[P_TASK_TYPE]));
+    t->worker_pid = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(held, task_part_at[P_WORKER_PID]));
     t->has_error = error_type != Py_None;
     t->error_type = t->has_error ? (int32_t)PyLong_AsLong(error_type) : 0;
     return PyErr_Occurred() ? -1 : 0;
 bad:
-    PyErr_SetString(PyExc_TypeError, "task_parts_of must give the 13 parts of a task");
+    PyErr_SetString(PyExc_TypeError, "task_parts_of must give a task's parts (a _TaskParts)");
     return -1;
 }
 
@@ -1025,7 +1123,7 @@ static PyObject *task_span(Core *c, Entity *e, int *complete, Py_ssize_t *at) {
     Buf attrs = {NULL, 0, 0}, span = {NULL, 0, 0};
     tr->count = 0;
     if (e->lifecycle_n) {
-        int read = read_transitions(lifecycle, B.transitions_field[K_TASK], tr);
+        int read = read_transitions(lifecycle, K_TASK, tr);
         if (read < 0 || (read == LEAVE && transitions_from_python(K_TASK, lifecycle, tr) < 0)) goto done;
     }
     Py_ssize_t terminal = -1;
@@ -1286,7 +1384,7 @@ static int merge_lifecycle(Core *c, Entity *e, PyObject *payload) {
         e->lifecycle = grown;
         e->lifecycle_n += n;
     }
-    int kind = e->node.kind, read = read_transitions(wire, B.transitions_field[kind], &c->scratch);
+    int kind = e->node.kind, read = read_transitions(wire, kind, &c->scratch);
     if (read < 0) return -1;
     PyObject *states = NULL;
     Py_ssize_t count = c->scratch.count;
@@ -1865,35 +1963,80 @@ static void unbind(void) {
         for (int s = 0; s < 8; s++) Py_CLEAR(B.fields[t][s]);
     Py_CLEAR(B.span_type);
     Py_CLEAR(B.log_type);
+    Py_CLEAR(task_parts_type);
     memset(&B, 0, sizeof B);
+    memset(ray_field, 0, sizeof ray_field);
 }
 
-/* bind(kinds, entity_overhead, lifecycle_types, transitions_fields, terminal_states, running_states,
- *      definitions, task_definition_type, task_enums, keys, producer, names, functions, types):
- * kinds: ("task", "actor", "job", "profile"); lifecycle_types, transitions_fields, terminal_states:
- * per span kind (task, actor, job); definitions: {definition event type: keeper or None};
- * task_enums: (DRIVER_TASK, ACTOR_CREATION_TASK, FAILED); keys: the task span's attribute names,
- * in this module's order; names: ({TaskType}, {TaskStatus}, {ErrorType}) {number: name}; functions:
- * (state_event, transitions_of, states_of, task_parts_of, task_failure, other_span, record_fields,
- * parts_log_record); types: (EmittedSpan, EmittedLog). */
-static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+/* What bind() reads of its binding (from_ray_events._CoreBinding), by attribute name. kinds: ("task",
+ * "actor", "job", "profile"); lifecycle_types, terminal_states: per span kind (task, actor, job);
+ * definition_keepers: {definition event type: keeper or None}; driver_task, actor_creation_task:
+ * TaskType numbers; failed_state: TaskStatus FAILED; span_keys: the task span's attribute names,
+ * in this module's A_ order; *_names: {number: name}; the callables as Bound describes them;
+ * span_type, log_type, task_parts_type: EmittedSpan, EmittedLog, _TaskParts; ray_fields: {full
+ * name: number} of every name in RAY_FIELDS, from the descriptors. */
+#define BINDING_NAMES(X)                                                                                      \
+    X(KINDS, "kinds") X(ENTITY_OVERHEAD, "entity_overhead") X(LIFECYCLE_TYPES, "lifecycle_types")            \
+    X(TERMINAL_STATES, "terminal_states") X(RUNNING_STATES, "running_states")                                \
+    X(DEFINITION_KEEPERS, "definition_keepers") X(TASK_DEFINITION_TYPE, "task_definition_type")              \
+    X(DRIVER_TASK, "driver_task") X(ACTOR_CREATION_TASK, "actor_creation_task") X(FAILED_STATE, "failed_state") \
+    X(SPAN_KEYS, "span_keys") X(PRODUCER, "producer") X(TASK_TYPE_NAMES, "task_type_names")                  \
+    X(STATE_NAMES, "state_names") X(ERROR_TYPE_NAMES, "error_type_names") X(STATE_EVENT, "state_event")      \
+    X(TRANSITIONS_OF, "transitions_of") X(STATES_OF, "states_of") X(TASK_PARTS_OF, "task_parts_of")          \
+    X(TASK_FAILURE, "task_failure") X(OTHER_SPAN, "other_span") X(RECORD_FIELDS, "record_fields")            \
+    X(PARTS_LOG_RECORD, "parts_log_record") X(SPAN_TYPE, "span_type") X(LOG_TYPE, "log_type")                \
+    X(TASK_PARTS_TYPE, "task_parts_type") X(RAY_FIELDS, "ray_fields")
+#define BINDING_ENUM(id, name) BIND_##id,
+#define BINDING_NAME(id, name) name,
+enum { BINDING_NAMES(BINDING_ENUM) N_BINDING };
+static const char *const binding_names[N_BINDING] = {BINDING_NAMES(BINDING_NAME)};
+
+/* Each of _TaskParts' fields (`type._fields`) matched to a part here, by name. */
+static int bind_task_parts(PyObject *type) {
+    PyObject *names = NULL;
+    if (!PyType_Check(type) || !PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type) ||
+        (names = PyObject_GetAttrString(type, "_fields")) == NULL || !PyTuple_Check(names) ||
+        PyTuple_GET_SIZE(names) != N_PARTS) {
+        Py_XDECREF(names);
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "task_parts_type is a named tuple of a task's parts");
+        return -1;
+    }
+    for (int i = 0; i < N_PARTS; i++) {
+        task_part_at[i] = -1;
+        for (Py_ssize_t j = 0; j < N_PARTS && task_part_at[i] < 0; j++) {
+            PyObject *name = PyTuple_GET_ITEM(names, j);
+            if (PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, task_part_names[i]) == 0)
+                task_part_at[i] = j;
+        }
+        if (task_part_at[i] < 0) {
+            PyErr_Format(PyExc_ValueError, "task_parts_type has no field %s", task_part_names[i]);
+            Py_DECREF(names);
+            return -1;
+        }
+    }
+    Py_DECREF(names);
+    task_parts_type = (PyTypeObject *)Py_NewRef(type);
+    return 0;
+}
+
+/* bind(binding): what the core reads and calls, each attribute of `binding` by name (BINDING_NAMES). */
+static PyObject *bind(PyObject *module, PyObject *binding) {
     (void)module;
-    if (nargs != 14) {
-        PyErr_SetString(PyExc_TypeError, "bind takes 14 arguments");
-        return NULL;
-    }
     unbind();
-    PyObject *kinds = args[0], *lifecycle_types = args[2], *fields = args[3], *terminal = args[4], *definitions = args[6];
-    PyObject *enums = args[8], *keys = args[9], *names = args[11], *functions = args[12], *types = args[13];
+    PyObject *a[N_BINDING] = {NULL};
+    for (int i = 0; i < N_BINDING; i++)
+        if ((a[i] = PyObject_GetAttrString(binding, binding_names[i])) == NULL) goto fail;
+    PyObject *kinds = a[BIND_KINDS], *lifecycle_types = a[BIND_LIFECYCLE_TYPES], *terminal = a[BIND_TERMINAL_STATES];
+    PyObject *definitions = a[BIND_DEFINITION_KEEPERS], *keys = a[BIND_SPAN_KEYS];
     if (!PyTuple_Check(kinds) || PyTuple_GET_SIZE(kinds) != 4 || !PyTuple_Check(lifecycle_types) ||
-        PyTuple_GET_SIZE(lifecycle_types) != 3 || !PyTuple_Check(fields) || PyTuple_GET_SIZE(fields) != 3 ||
-        !PyTuple_Check(terminal) || PyTuple_GET_SIZE(terminal) != 3 || !PyDict_Check(definitions) || !PyTuple_Check(enums) ||
-        PyTuple_GET_SIZE(enums) != 3 || !PyTuple_Check(keys) || PyTuple_GET_SIZE(keys) != N_KEYS ||
-        !PyUnicode_Check(args[10]) || !PyTuple_Check(names) || PyTuple_GET_SIZE(names) != 3 || !PyTuple_Check(functions) ||
-        PyTuple_GET_SIZE(functions) != 8 || !PyTuple_Check(types) || PyTuple_GET_SIZE(types) != 2) {
-        PyErr_SetString(PyExc_TypeError, "bind: arguments of the wrong shape");
-        return NULL;
+        PyTuple_GET_SIZE(lifecycle_types) != 3 || !PyTuple_Check(terminal) || PyTuple_GET_SIZE(terminal) != 3 ||
+        !PyDict_Check(definitions) || !PyTuple_Check(keys) || PyTuple_GET_SIZE(keys) != N_KEYS ||
+        !PyUnicode_Check(a[BIND_PRODUCER])) {
+        PyErr_SetString(PyExc_TypeError, "bind: attributes of the wrong shape");
+        goto fail;
     }
+    if (bind_ray_fields(a[BIND_RAY_FIELDS]) < 0 || bind_task_parts(a[BIND_TASK_PARTS_TYPE]) < 0) goto fail;
     B.kind_text[K_NONE] = PyUnicode_FromString("");
     if (B.kind_text[K_NONE] == NULL) goto fail;
     for (int k = 0; k < 4; k++) {
@@ -1904,14 +2047,13 @@ static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         B.kind_text[K_TASK + k] = Py_NewRef(text);
     }
-    entity_overhead = PyLong_AsLong(args[1]);
+    entity_overhead = PyLong_AsLong(a[BIND_ENTITY_OVERHEAD]);
     for (int k = 0; k < 3; k++) {
         B.lifecycle_type[K_TASK + k] = Py_NewRef(PyTuple_GET_ITEM(lifecycle_types, k));
-        B.transitions_field[K_TASK + k] = PyLong_AsLong(PyTuple_GET_ITEM(fields, k));
         if (int32_list(PyTuple_GET_ITEM(terminal, k), B.terminal[K_TASK + k], MAX_STATES, &B.n_terminal[K_TASK + k]) < 0)
             goto fail;
     }
-    if (int32_list(args[5], B.running, MAX_STATES, &B.n_running) < 0) goto fail;
+    if (int32_list(a[BIND_RUNNING_STATES], B.running, MAX_STATES, &B.n_running) < 0) goto fail;
     PyObject *type, *keeper;
     Py_ssize_t pos = 0;
     while (PyDict_Next(definitions, &pos, &type, &keeper)) {
@@ -1922,10 +2064,10 @@ static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         Py_XSETREF(B.definitions[t], Py_NewRef(keeper));
     }
-    B.task_definition_type = PyLong_AsLong(args[7]);
-    B.driver_task = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(enums, 0));
-    B.actor_creation_task = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(enums, 1));
-    B.failed = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(enums, 2));
+    B.task_definition_type = PyLong_AsLong(a[BIND_TASK_DEFINITION_TYPE]);
+    B.driver_task = (int32_t)PyLong_AsLong(a[BIND_DRIVER_TASK]);
+    B.actor_creation_task = (int32_t)PyLong_AsLong(a[BIND_ACTOR_CREATION_TASK]);
+    B.failed = (int32_t)PyLong_AsLong(a[BIND_FAILED_STATE]);
     if (PyErr_Occurred()) goto fail;
     for (int i = 0; i < N_KEYS; i++) {
         Py_ssize_t n;
@@ -1938,50 +2080,52 @@ static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (B.keys[i] == NULL) goto fail;
         put_field(PyBytes_AS_STRING(B.keys[i]), 0x0a, name, n);
     }
-    B.producer = Py_NewRef(args[10]);
+    B.producer = Py_NewRef(a[BIND_PRODUCER]);
     B.task_failed = PyUnicode_FromString("TASK_FAILED");
     if (B.task_failed == NULL) goto fail;
     PyObject **name_tables[3] = {&B.task_type_names, &B.state_names, &B.error_type_names};
+    int name_at[3] = {BIND_TASK_TYPE_NAMES, BIND_STATE_NAMES, BIND_ERROR_TYPE_NAMES};
     for (int i = 0; i < 3; i++) {
-        if (!PyDict_Check(PyTuple_GET_ITEM(names, i))) {
+        if (!PyDict_Check(a[name_at[i]])) {
             PyErr_SetString(PyExc_TypeError, "names are dicts");
             goto fail;
         }
-        *name_tables[i] = Py_NewRef(PyTuple_GET_ITEM(names, i));
+        *name_tables[i] = Py_NewRef(a[name_at[i]]);
     }
     PyObject **fns[8] = {&B.state_event,  &B.transitions_of, &B.states_of,     &B.task_parts_of,
                          &B.task_failure, &B.other_span,     &B.record_fields, &B.parts_log_record};
     for (int i = 0; i < 8; i++) {
-        if (!PyCallable_Check(PyTuple_GET_ITEM(functions, i))) {
-            PyErr_SetString(PyExc_TypeError, "functions are callable");
+        if (!PyCallable_Check(a[BIND_STATE_EVENT + i])) {
+            PyErr_Format(PyExc_TypeError, "%s is callable", binding_names[BIND_STATE_EVENT + i]);
             goto fail;
         }
-        *fns[i] = Py_NewRef(PyTuple_GET_ITEM(functions, i));
+        *fns[i] = Py_NewRef(a[BIND_STATE_EVENT + i]);
     }
-    for (int i = 0; i < 2; i++) {
-        PyObject *t = PyTuple_GET_ITEM(types, i);
-        if (!PyType_Check(t) || !PyType_IsSubtype((PyTypeObject *)t, &PyTuple_Type)) {
+    for (int i = BIND_SPAN_TYPE; i <= BIND_LOG_TYPE; i++) {
+        if (!PyType_Check(a[i]) || !PyType_IsSubtype((PyTypeObject *)a[i], &PyTuple_Type)) {
             PyErr_SetString(PyExc_TypeError, "types are tuple subclasses");
             goto fail;
         }
     }
-    B.span_type = (PyTypeObject *)Py_NewRef(PyTuple_GET_ITEM(types, 0));
-    B.log_type = (PyTypeObject *)Py_NewRef(PyTuple_GET_ITEM(types, 1));
+    B.span_type = (PyTypeObject *)Py_NewRef(a[BIND_SPAN_TYPE]);
+    B.log_type = (PyTypeObject *)Py_NewRef(a[BIND_LOG_TYPE]);
     B.bound = 1;
+    for (int i = 0; i < N_BINDING; i++) Py_DECREF(a[i]);
     Py_RETURN_NONE;
 fail:
+    for (int i = 0; i < N_BINDING; i++) Py_XDECREF(a[i]);
     unbind();
     return NULL;
 }
 
 static PyMethodDef methods[] = {
     {"transitions", (PyCFunction)(void (*)(void))transitions, METH_FASTCALL,
-     "transitions(wire, field_number) -> [(time ns, state, None), ...] sorted, or None."},
+     "transitions(wire, kind) -> [(time ns, state, None), ...] sorted, or None."},
     {"task_parts", (PyCFunction)(void (*)(void))task_parts, METH_FASTCALL,
      "task_parts(definition, actor_task, lifecycle) -> the fields a task's span reads, or None."},
     {"digest", (PyCFunction)(void (*)(void))digest, METH_FASTCALL, "digest(what, session, ident, attempt) -> an id."},
     {"route", (PyCFunction)(void (*)(void))route, METH_FASTCALL, "route(events, workers) -> the events by owner."},
-    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(...): what the core reads and calls."},
+    {"bind", bind, METH_O, "bind(binding): what the core reads and calls, by attribute name."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1993,7 +2137,7 @@ PyMODINIT_FUNC PyInit__entity_spans(void) {
     if (PyType_Ready(&CoreType) < 0) return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL) return NULL;
-    if (PyModule_AddObjectRef(module, "Core", (PyObject *)&CoreType) < 0) {
+    if (PyModule_AddObjectRef(module, "Core", (PyObject *)&CoreType) < 0 || export_ray_fields(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

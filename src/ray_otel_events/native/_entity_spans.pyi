@@ -4,27 +4,13 @@ transitions and what a task's span reads of its pieces, read from their wire byt
 from collections.abc import Callable, Iterable
 from typing import Any
 
-def transitions(wire: bytes, field_number: int, /) -> list[tuple[int, int, None]] | None: ...
-def task_parts(definition: bytes | None, actor_task: bool, lifecycle: bytes, /) -> tuple[Any, ...] | None: ...
+RAY_FIELDS: tuple[str, ...]  # full names of the fields of Ray's messages read here; bind() numbers them
+
+def transitions(wire: bytes, kind: str, /) -> list[tuple[int, int, None]] | None: ...
+def task_parts(definition: bytes | None, actor_task: bool, lifecycle: bytes, /) -> Any | None: ...
 def digest(what: int, session: str, ident: bytes, attempt: int, /) -> bytes: ...
 def route(events: list[Any], workers: int, /) -> list[list[Any]]: ...
-def bind(
-    kinds: tuple[str, str, str, str],
-    entity_overhead: int,
-    lifecycle_types: tuple[int, int, int],
-    transitions_fields: tuple[int, int, int],
-    terminal_states: tuple[tuple[int, ...], ...],
-    running_states: tuple[int, ...],
-    definitions: dict[int, Callable[[bytes], bytes] | None],
-    task_definition_type: int,
-    task_enums: tuple[int, int, int],
-    keys: tuple[str, ...],
-    producer: str,
-    names: tuple[dict[int, str], dict[int, str], dict[int, str]],
-    functions: tuple[Callable[..., Any], ...],
-    types: tuple[type, type],
-    /,
-) -> None: ...
+def bind(binding: Any, /) -> None: ...
 
 class Core:
     open_entities: int

@@ -13,6 +13,59 @@
 #define MAX_FIELD 64 /* payload fields read: numbers below this */
 #define MAX_IDS 8
 
+/* The fields of Ray's messages read here (ray_fields.h: numbered from the descriptors by
+ * bind_fields): the envelope's, and in a definition's FunctionDescriptor what slim() drops. */
+#define RAY_FIELD_NAMES(X)                                                                        \
+    X(EVENT_ID, "ray.rpc.events.RayEvent.event_id")                                                \
+    X(EVENT_TYPE, "ray.rpc.events.RayEvent.event_type")                                            \
+    X(TIMESTAMP, "ray.rpc.events.RayEvent.timestamp")                                              \
+    X(SEVERITY, "ray.rpc.events.RayEvent.severity")                                                \
+    X(SESSION, "ray.rpc.events.RayEvent.session_name")                                             \
+    X(NODE, "ray.rpc.events.RayEvent.node_id")                                                     \
+    X(PYTHON_FUNCTION, "ray.rpc.FunctionDescriptor.python_function_descriptor")                    \
+    X(PYTHON_HASH, "ray.rpc.PythonFunctionDescriptor.function_hash")                               \
+    X(JAVA_FUNCTION, "ray.rpc.FunctionDescriptor.java_function_descriptor")                        \
+    X(JAVA_SIGNATURE, "ray.rpc.JavaFunctionDescriptor.signature")
+#include "ray_fields.h"
+
+/* What head() reads of each of the envelope's field numbers (R_SKIP: nothing; payloads are
+ * is_payload's), set by bind_fields. */
+enum { R_SKIP, R_ID, R_TYPE, R_TIME, R_SEVERITY, R_SESSION, R_NODE, R_PAYLOAD };
+static int8_t envelope_role[MAX_FIELD];
+static int fields_bound;
+
+/* bind_fields(ray_fields): RAY_FIELDS numbered ({full name: number}); the envelope's numbers
+ * must be below MAX_FIELD. On error nothing is bound, and head() refuses. */
+static PyObject *bind_fields(PyObject *module, PyObject *numbers) {
+    (void)module;
+    static const struct {
+        int field, role;
+    } envelope[] = {{RF_EVENT_ID, R_ID},       {RF_EVENT_TYPE, R_TYPE}, {RF_TIMESTAMP, R_TIME},
+                    {RF_SEVERITY, R_SEVERITY}, {RF_SESSION, R_SESSION}, {RF_NODE, R_NODE}};
+    fields_bound = 0;
+    memset(envelope_role, 0, sizeof(envelope_role));
+    if (bind_ray_fields(numbers) < 0) return NULL;
+    for (size_t i = 0; i < sizeof(envelope) / sizeof(envelope[0]); i++) {
+        uint32_t number = ray_field[envelope[i].field];
+        if (number >= MAX_FIELD || envelope_role[number] != R_SKIP) {
+            memset(envelope_role, 0, sizeof(envelope_role));
+            return PyErr_Format(PyExc_ValueError, "%s: a number below 64 of its own",
+                                ray_field_names[envelope[i].field]);
+        }
+        envelope_role[number] = (int8_t)envelope[i].role;
+    }
+    fields_bound = 1;
+    Py_RETURN_NONE;
+}
+
+/* The field of a FunctionDescriptor's oneof member `member` that slim() leaves out (0: none): the
+ * Python function's hash, the Java one's signature. */
+static uint32_t dropped_field(uint32_t member) {
+    return member == RAY(PYTHON_FUNCTION) ? RAY(PYTHON_HASH)
+           : member == RAY(JAVA_FUNCTION) ? RAY(JAVA_SIGNATURE)
+                                          : 0;
+}
+
 typedef struct {
     int known;
     uint32_t payload;               /* RayEvent's field number of the type's payload */
@@ -203,8 +256,8 @@ static int varint_field(const Fields *fields, uint32_t number, uint64_t *out) {
  * attempt, job, payload, attributes), or None (Python reads it). */
 static PyObject *head(PyObject *module, PyObject *arg) {
     (void)module;
-    if (!PyBytes_Check(arg) || head_type == NULL) {
-        PyErr_SetString(PyExc_TypeError, "head(wire: bytes), after bind()");
+    if (!PyBytes_Check(arg) || head_type == NULL || !fields_bound) {
+        PyErr_SetString(PyExc_TypeError, "head(wire: bytes), after bind_fields() and bind()");
         return NULL;
     }
     Reader r = bytes_reader(arg);
@@ -218,19 +271,18 @@ static PyObject *head(PyObject *module, PyObject *arg) {
         Field f;
         if (next_field(&r, &f) < 0) goto other;
         if (f.number >= MAX_FIELD) continue;
-        int read = f.number == 1 || f.number == 3 || f.number == 4 || f.number == 5 || f.number == 7 ||
-                   f.number == 18 || is_payload[f.number];
-        if (!read) continue; /* source type, message, unknown fields */
-        if (f.wire_type != (f.number == 3 || f.number == 5 ? 0 : 2)) goto other; /* type, severity: varints */
-        switch (f.number) {
-        case 1: event_id = f.payload; break;
-        case 3: event_type = f.scalar; break;
-        case 4:
+        int role = envelope_role[f.number] ? envelope_role[f.number] : is_payload[f.number] ? R_PAYLOAD : R_SKIP;
+        if (role == R_SKIP) continue; /* source type, message, unknown fields */
+        if (f.wire_type != (role == R_TYPE || role == R_SEVERITY ? 0 : 2)) goto other; /* varints */
+        switch (role) {
+        case R_ID: event_id = f.payload; break;
+        case R_TYPE: event_type = f.scalar; break;
+        case R_TIME:
             if (read_timestamp(f.payload, &seconds, &nanos) != 0) goto other;
             break;
-        case 5: severity = f.scalar; break;
-        case 7: session = f.payload; break;
-        case 18: node = f.payload; break;
+        case R_SEVERITY: severity = f.scalar; break;
+        case R_SESSION: session = f.payload; break;
+        case R_NODE: node = f.payload; break;
         default:
             payloads[f.number] = f.payload;
             payload_count[f.number]++;
@@ -291,7 +343,7 @@ static PyObject *head(PyObject *module, PyObject *arg) {
         reader_bytes(payload),
         attributes,
     };
-    PyObject *out = ((PyTypeObject *)head_type)->tp_alloc((PyTypeObject *)head_type, 11);
+    PyObject *out = PyErr_Occurred() ? NULL : ((PyTypeObject *)head_type)->tp_alloc((PyTypeObject *)head_type, 11);
     for (int i = 0; i < 11; i++) {
         if (items[i] == NULL || out == NULL) {
             for (int j = 0; j < 11; j++) Py_XDECREF(items[j]);
@@ -348,7 +400,7 @@ static PyObject *slim(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 const uint8_t *at = d.p;
                 Field g;
                 if (next_field(&d, &g) < 0) goto fail;
-                uint32_t drop = g.wire_type != 2 ? 0 : g.number == 2 ? 4 : g.number == 1 ? 3 : 0;
+                uint32_t drop = g.wire_type != 2 ? 0 : dropped_field(g.number);
                 if (drop == 0) {
                     if (buf_reserve(&func, d.p - at) < 0) goto fail;
                     memcpy(func.data + func.len, at, (size_t)(d.p - at));
@@ -380,6 +432,7 @@ fail:
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(specs, keys, head_type): the schema read."},
     {"head", (PyCFunction)head, METH_O, "head(wire) -> EventHead or None."},
+    {"bind_fields", bind_fields, METH_O, "bind_fields(ray_fields): RAY_FIELDS numbered."},
     {"slim", (PyCFunction)(void (*)(void))slim, METH_FASTCALL, "slim(keep, func_field, wire) -> bytes."},
     {NULL, NULL, 0, NULL},
 };
@@ -388,4 +441,8 @@ static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "_event_head", NULL, -1, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__event_head(void) { return PyModule_Create(&module_def); }
+PyMODINIT_FUNC PyInit__event_head(void) {
+    PyObject *module = PyModule_Create(&module_def);
+    if (module != NULL && export_ray_fields(module) < 0) Py_CLEAR(module);
+    return module;
+}

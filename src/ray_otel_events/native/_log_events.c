@@ -15,14 +15,8 @@
 #define PY_SSIZE_T_CLEAN
 #include "json_text.h"
 #include "ray_json_values.h"
-
-/* Field kinds and labels: ray_json_decode's K_ and label constants. */
-enum { K_FALLBACK, K_STRING, K_BYTES, K_BOOL, K_INT, K_DOUBLE, K_FLOAT, K_ENUM, K_MESSAGE, K_TIMESTAMP };
-enum { SINGULAR, REPEATED, MAP };
-/* A schema field: ray_json_decode.WireField (number, kind, label, low, high, extra, oneof). */
-enum { F_NUMBER, F_KIND, F_LABEL, F_LOW, F_HIGH, F_EXTRA, F_ONEOF };
-/* AnyValue members, by field number. */
-enum { A_NONE, A_STRING, A_BOOL, A_INT, A_DOUBLE, A_ARRAY, A_KVLIST, A_BYTES };
+#include "any_value.h"
+#include "wire_schema.h"
 
 #define LEFT 0 /* the Python path reads this */
 #define DONE 1
@@ -529,4 +523,6 @@ static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "_log_events", NULL, -1, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__log_events(void) { return PyModule_Create(&module_def); }
+PyMODINIT_FUNC PyInit__log_events(void) {
+    return export_any_value_members(export_wire_kinds(PyModule_Create(&module_def)));
+}

@@ -740,7 +740,7 @@ static PyObject *scan(PyObject *self, PyObject *body) {
         PyObject *list = PyList_New(n);
         for (Py_ssize_t i = 0; list != NULL && i < n; i++) {
             uint32_t place[3];
-            memcpy(place, odd.data + i * sizeof place, sizeof place);
+            memcpy(place, odd.data + (size_t)i * sizeof place, sizeof place);
             PyObject *entry = Py_BuildValue("(III)", place[0], place[1], place[2]);
             if (entry == NULL) Py_CLEAR(list);
             else PyList_SET_ITEM(list, i, entry);
@@ -1200,7 +1200,7 @@ static int put_indexed(RawBuf *b, Text value, Text fallback, Arena *a) {
     if (c != '-' && !json_is_digit((uint8_t)c)) return -1;
     uint64_t v = 0; /* canonical int64 text: it fits */
     int negative = c == '-';
-    for (uint32_t i = negative; i < value.n; i++) {
+    for (uint32_t i = (uint32_t)negative; i < value.n; i++) {
         if (!json_is_digit((uint8_t)value.p[i])) return -1; /* a float */
         v = v * 10 + (uint64_t)(value.p[i] - '0');
     }
@@ -1333,7 +1333,7 @@ static int add_event(Batch *b, Event event, Text key, int python) {
     uint32_t index = (uint32_t)(b->events.len / sizeof(Event));
     if (row == NO_EVENT) {
         row = (uint32_t)(b->rows.len / sizeof(RowRef));
-        RowRef fresh = {key, hash, index, index, 0};
+        RowRef fresh = {.key = key, .hash = hash, .first = index, .last = index};
         raw_put(&b->rows, &fresh, sizeof fresh);
         b->table[slot] = row;
     } else {
@@ -1371,7 +1371,7 @@ static int gather(Folder *f, Batch *b) {
         }
         const char *text = PyBytes_AS_STRING(post->body);
         uint32_t len = (uint32_t)PyBytes_GET_SIZE(post->body);
-        uint32_t count = (uint32_t)(PyBytes_GET_SIZE(post->index) / sizeof(ItemRecord));
+        uint32_t count = (uint32_t)((size_t)PyBytes_GET_SIZE(post->index) / sizeof(ItemRecord));
         for (uint32_t index = 0; index < count; index++) {
             ItemRecord read;
             memcpy(&read, PyBytes_AS_STRING(post->index) + (size_t)index * sizeof read, sizeof read);
@@ -1444,7 +1444,7 @@ static uint32_t find_row(const Batch *b, Text key) {
  * into the chunk arena. */
 static int read_chunk(Folder *f, Batch *b, const uint32_t *rows, int n, uint32_t chunk) {
     sqlite3_stmt *s = f->select;
-    Text resource, entity, session;
+    Text resource = {"", 0}, entity, session; /* resource: the first row's (n is at least 1) */
     int64_t attempt;
     for (int i = 0; i < n; i++) {
         RowRef *ref = ROWS(b) + rows[i];
@@ -1716,7 +1716,7 @@ static int take_posts(Folder *f, PyObject *posts, Batch *b) {
         out->n_items = (uint32_t)count;
         Py_DECREF(items); /* the Prepared stay alive: the posts (held by the caller) hold them */
         if (failed) return -1;
-        if (!PyList_Check(post)) qsort(out->items, count, sizeof(PythonItem), by_index);
+        if (!PyList_Check(post)) qsort(out->items, (size_t)count, sizeof(PythonItem), by_index);
     }
     return 0;
 }
@@ -2014,7 +2014,9 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_post_fold", NULL, -1, methods};
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_post_fold", NULL, -1, methods, NULL, NULL, NULL, NULL,
+};
 
 PyMODINIT_FUNC PyInit__post_fold(void) {
     for (int f = 0; f < N_FIELDS; f++) {

@@ -20,10 +20,7 @@
 #include "json_lexer.h"
 #include "otlp_wire.h"
 #include "protobuf_wire.h"
-
-/* Field kinds and labels: the _K_ constants and labels of ray_json_decode.py. */
-enum { K_FALLBACK, K_STRING, K_BYTES, K_BOOL, K_INT, K_DOUBLE, K_FLOAT, K_ENUM, K_MESSAGE, K_TIMESTAMP };
-enum { SINGULAR, REPEATED, MAP };
+#include "wire_schema.h"
 
 /* What a reading step returns. */
 #define DONE 1
@@ -475,7 +472,8 @@ static int emit_message(Buf *out, uint32_t number, Level *lv) {
         p = put_varint(p, ((uint64_t)number << 3) | 2);
         p = put_varint(p, (uint64_t)total);
     }
-    for (int i = 0; i < lv->n_segs; i++) p = put(p, lv->wire.data + segs[i].start, segs[i].end - segs[i].start);
+    for (int i = 0; i < lv->n_segs; i++)
+        if (segs[i].end > segs[i].start) p = put(p, lv->wire.data + segs[i].start, segs[i].end - segs[i].start);
     out->len = p - out->data;
     return DONE;
 }
@@ -911,7 +909,7 @@ static PyObject *pieces(PyObject *module, PyObject *const *args, Py_ssize_t narg
             PyObject *field = records || f == 0 ? PyTuple_GET_ITEM(PyList_GET_ITEM(events, i), at[f]) : NULL;
             uint32_t n = field ? (uint32_t)PyBytes_GET_SIZE(field) : f == 1 ? NO_BODY : 0;
             for (int k = 0; k < 4; k++) *p++ = (char)(n >> (24 - 8 * k));
-            if (field) memcpy(p, PyBytes_AS_STRING(field), n);
+            if (field && n) memcpy(p, PyBytes_AS_STRING(field), n);
             p += field ? n : 0;
         }
     return out;
@@ -1103,4 +1101,4 @@ static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "_posted_events", NULL, -1, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__posted_events(void) { return PyModule_Create(&module_def); }
+PyMODINIT_FUNC PyInit__posted_events(void) { return export_wire_kinds(PyModule_Create(&module_def)); }

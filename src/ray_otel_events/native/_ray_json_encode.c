@@ -11,8 +11,9 @@
 #define PY_SSIZE_T_CLEAN
 #include "civil_dates.h"
 #include "json_text.h"
+#include "named_numbers.h"
 
-/* Kinds and labels: ray_json's _E_ and _L_ constants. */
+/* Kinds and labels: ray_json's _E_ and _L_ constants (exported, and checked by ray_json at import). */
 enum {
     E_FALLBACK, E_INT32, E_UINT32, E_SINT32, E_FIXED32, E_SFIXED32,
     E_INT64, E_UINT64, E_SINT64, E_FIXED64, E_SFIXED64,
@@ -365,4 +366,14 @@ static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "_ray_json_encode", NULL, -1, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__ray_json_encode(void) { return PyModule_Create(&module_def); }
+PyMODINIT_FUNC PyInit__ray_json_encode(void) {
+    static const NamedNumber numbers[] = {
+        NAMED_NUMBER(E_FALLBACK), NAMED_NUMBER(E_INT32),   NAMED_NUMBER(E_UINT32),   NAMED_NUMBER(E_SINT32),
+        NAMED_NUMBER(E_FIXED32),  NAMED_NUMBER(E_SFIXED32), NAMED_NUMBER(E_INT64),   NAMED_NUMBER(E_UINT64),
+        NAMED_NUMBER(E_SINT64),   NAMED_NUMBER(E_FIXED64), NAMED_NUMBER(E_SFIXED64), NAMED_NUMBER(E_BOOL),
+        NAMED_NUMBER(E_STRING),   NAMED_NUMBER(E_BYTES),   NAMED_NUMBER(E_ENUM),     NAMED_NUMBER(E_DOUBLE),
+        NAMED_NUMBER(E_MESSAGE),  NAMED_NUMBER(E_TIMESTAMP), NAMED_NUMBER(L_IMPLICIT), NAMED_NUMBER(L_PRESENCE),
+        NAMED_NUMBER(L_REPEATED), NAMED_NUMBER(L_MAP),
+    };
+    return export_numbers(PyModule_Create(&module_def), numbers, sizeof(numbers) / sizeof(numbers[0]));
+}

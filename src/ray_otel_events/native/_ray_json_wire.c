@@ -7,16 +7,11 @@
 
 #define PY_SSIZE_T_CLEAN
 #include "ray_json_values.h"
+#include "wire_schema.h"
 
-/* Field kinds (the _K_ constants of ray_json_decode.py). */
-enum { K_FALLBACK, K_STRING, K_BYTES, K_BOOL, K_INT, K_DOUBLE, K_FLOAT, K_ENUM, K_MESSAGE, K_TIMESTAMP };
-/* Labels. */
-enum { SINGULAR, REPEATED, MAP };
-
-/* A field: (number, kind, label, low, high, extra, oneof) where low/high bound K_INT values,
+/* A field (F_*): (number, kind, label, low, high, extra, oneof) where low/high bound K_INT values,
  * extra is (names -> numbers, numbers) for K_ENUM and the message's schema for K_MESSAGE, and
  * oneof is an int naming the field's oneof, or None. For a map, kind and extra are its value's. */
-enum { F_NUMBER, F_KIND, F_LABEL, F_LOW, F_HIGH, F_EXTRA, F_ONEOF, F_SIZE };
 
 #define FALLBACK 0
 #define DONE 1
@@ -269,4 +264,4 @@ static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "_ray_json_wire", NULL, -1, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__ray_json_wire(void) { return PyModule_Create(&module_def); }
+PyMODINIT_FUNC PyInit__ray_json_wire(void) { return export_wire_kinds(PyModule_Create(&module_def)); }

@@ -363,7 +363,7 @@ static PyObject *walk_dict(PyObject *obj, PyObject *plan, PyObject *attrs) {
     return result;
 }
 
-static PyObject *walk(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *walk(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "walk(obj, plan, attrs) takes three arguments");
         return NULL;
@@ -380,7 +380,7 @@ static PyObject *walk(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return walk_dict(args[0], args[1], args[2]);
 }
 
-static PyObject *bind(PyObject *module, PyObject *args) {
+static PyObject *bind(PyObject *Py_UNUSED(module), PyObject *args) {
     PyObject *o, *l, *w, *m;
     Py_ssize_t max;
     if (!PyArg_ParseTuple(args, "OOOOn", &o, &l, &w, &m, &max)) return NULL;
@@ -400,7 +400,9 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_record_walk", NULL, -1, methods};
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_record_walk", NULL, -1, methods, NULL, NULL, NULL, NULL,
+};
 
 PyMODINIT_FUNC PyInit__record_walk(void) {
     struct {

@@ -6,7 +6,12 @@
  * the `queue_packed` capsule, without the GIL); a pthread steps them on its own SQLite connection
  * inside one transaction, while the caller folds the next chunk; `commit` waits for the queue and
  * commits (or rolls back, and raises, if a row failed). Optional: built where SQLite's headers are
- * present; else the store writes with `executemany` on its own connection, the same rows. */
+ * present; else the store writes with `executemany` on its own connection, the same rows.
+ *
+ * `keep` queues a session's raw events (POST bodies) the same way: the thread deflates them
+ * (raw_deflate.h) and inserts the blob and the session's last-seen time in the same transaction,
+ * so `serve`'s fold thread neither compresses nor gives the GIL up for it. The bodies are held
+ * (referenced) until the transaction ends. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -15,10 +20,20 @@
 
 #include "packed_rows.h"
 #include "sqlite_library.h"
+#include "raw_deflate.h"
+
+typedef struct {
+    char *session; /* UTF-8, `session_len` bytes */
+    Py_ssize_t session_len;
+    double received;
+    Py_ssize_t parts_count;
+    RawPart *parts; /* into bodies the writer holds */
+} KeepJob;
 
 typedef struct Chunk {
     char *data; /* `rows` rows of packed values */
     Py_ssize_t rows;
+    KeepJob *keep; /* or, instead of rows, a session's raw events to keep */
     struct Chunk *next;
 } Chunk;
 
@@ -26,6 +41,9 @@ typedef struct {
     PyObject_HEAD
     sqlite3 *db;
     sqlite3_stmt *upsert;
+    sqlite3_stmt *keep_raw;  /* (session, received, blob) */
+    sqlite3_stmt *keep_seen; /* (session, first seen, last seen) */
+    PyObject *held;          /* the bodies of queued keep jobs, until the transaction ends */
     int columns;
     PyObject *error_type;
     pthread_t thread;
@@ -79,6 +97,55 @@ static void write_chunk(Writer *w, Chunk *chunk) {
     }
 }
 
+static int begin(Writer *w) {
+    if (w->in_transaction) return 0;
+    if (sqlite3_exec(w->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+        fail_with(w, "BEGIN");
+        return -1;
+    }
+    w->in_transaction = 1;
+    return 0;
+}
+
+static void write_keep(Writer *w, KeepJob *job) {
+    if (w->failed || begin(w) < 0) return;
+    unsigned char *blob = NULL;
+    size_t len = 0;
+    if (raw_deflate(job->parts, job->parts_count, &blob, &len) < 0 || len > INT_MAX) {
+        PyMem_RawFree(blob);
+        w->failed = 1;
+        snprintf(w->message, sizeof w->message, "cannot compress the raw events of %.200s", job->session);
+        return;
+    }
+    int rc = sqlite3_bind_text(w->keep_raw, 1, job->session, (int)job->session_len, SQLITE_STATIC);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_double(w->keep_raw, 2, job->received);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_blob(w->keep_raw, 3, blob, (int)len, SQLITE_STATIC);
+    if (rc == SQLITE_OK) rc = sqlite3_step(w->keep_raw) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
+    sqlite3_reset(w->keep_raw);
+    sqlite3_clear_bindings(w->keep_raw);
+    PyMem_RawFree(blob);
+    if (rc != SQLITE_OK) {
+        fail_with(w, "keep raw events");
+        return;
+    }
+    rc = sqlite3_bind_text(w->keep_seen, 1, job->session, (int)job->session_len, SQLITE_STATIC);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_double(w->keep_seen, 2, job->received);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_double(w->keep_seen, 3, job->received);
+    if (rc == SQLITE_OK) rc = sqlite3_step(w->keep_seen) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
+    sqlite3_reset(w->keep_seen);
+    if (rc != SQLITE_OK) fail_with(w, "keep the session");
+}
+
+static void free_chunk(Chunk *chunk) {
+    if (chunk->keep) {
+        PyMem_RawFree(chunk->keep->session);
+        PyMem_RawFree(chunk->keep->parts);
+        PyMem_RawFree(chunk->keep);
+    }
+    PyMem_RawFree(chunk->data);
+    PyMem_RawFree(chunk);
+}
+
 static void *run(void *arg) {
     Writer *w = arg;
     pthread_mutex_lock(&w->lock);
@@ -90,9 +157,9 @@ static void *run(void *arg) {
         if (w->head == NULL) w->tail = NULL;
         w->busy = 1;
         pthread_mutex_unlock(&w->lock);
-        write_chunk(w, chunk);
-        PyMem_RawFree(chunk->data);
-        PyMem_RawFree(chunk);
+        if (chunk->keep) write_keep(w, chunk->keep);
+        else write_chunk(w, chunk);
+        free_chunk(chunk);
         pthread_mutex_lock(&w->lock);
         w->busy = 0;
         if (w->head == NULL) pthread_cond_broadcast(&w->idle);
@@ -142,7 +209,7 @@ static int queue_packed(PyObject *writer, char *data, size_t size, Py_ssize_t ro
     if (w->db == NULL) return -1;
     Chunk *chunk = PyMem_RawMalloc(sizeof(Chunk));
     if (chunk == NULL) return -1;
-    *chunk = (Chunk){data, rows, NULL};
+    *chunk = (Chunk){data, rows, NULL, NULL};
     pthread_mutex_lock(&w->lock);
     if (w->tail) w->tail->next = chunk;
     else w->head = chunk;
@@ -188,6 +255,85 @@ fail:
     return NULL;
 }
 
+/* keep(session, received, bodies): queue a session's POST bodies (JSON arrays) as one raw events
+ * blob, written in this transaction; `prepare_keep` first. */
+static PyObject *writer_keep(Writer *w, PyObject *args) {
+    const char *session;
+    Py_ssize_t session_len;
+    double received;
+    PyObject *bodies;
+    if (!PyArg_ParseTuple(args, "s#dO!:keep", &session, &session_len, &received, &PyList_Type, &bodies))
+        return NULL;
+    if (w->db == NULL || w->keep_raw == NULL) {
+        PyErr_SetString(PyExc_ValueError, "the writer is closed, or keep is not prepared");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(bodies);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyBytes_Check(PyList_GET_ITEM(bodies, i))) {
+            PyErr_SetString(PyExc_TypeError, "keep(session, received, bodies): a list of bytes");
+            return NULL;
+        }
+    }
+    if (w->held == NULL && (w->held = PyList_New(0)) == NULL) return NULL;
+    KeepJob *job = PyMem_RawCalloc(1, sizeof(KeepJob));
+    Chunk *chunk = PyMem_RawCalloc(1, sizeof(Chunk));
+    if (job == NULL || chunk == NULL) goto nomem;
+    chunk->keep = job;
+    job->session = PyMem_RawMalloc((size_t)session_len + 1);
+    job->parts = PyMem_RawCalloc((size_t)n + 1, sizeof(RawPart));
+    if (job->session == NULL || job->parts == NULL) goto nomem;
+    memcpy(job->session, session, (size_t)session_len + 1);
+    job->session_len = session_len;
+    job->received = received;
+    job->parts_count = n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *body = PyList_GET_ITEM(bodies, i);
+        if (PyList_Append(w->held, body) < 0) {
+            free_chunk(chunk);
+            return NULL;
+        }
+        job->parts[i] = raw_inner((const unsigned char *)PyBytes_AS_STRING(body), (size_t)PyBytes_GET_SIZE(body));
+    }
+    pthread_mutex_lock(&w->lock);
+    if (w->tail) w->tail->next = chunk;
+    else w->head = chunk;
+    w->tail = chunk;
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->lock);
+    Py_RETURN_NONE;
+nomem:
+    if (chunk) free_chunk(chunk);
+    else PyMem_RawFree(job);
+    return PyErr_NoMemory();
+}
+
+/* prepare_keep(raw_sql, seen_sql): the statements `keep` runs (3 parameters each). */
+static PyObject *writer_prepare_keep(Writer *w, PyObject *args) {
+    const char *raw_sql, *seen_sql;
+    if (!PyArg_ParseTuple(args, "ss:prepare_keep", &raw_sql, &seen_sql)) return NULL;
+    if (w->db == NULL || w->keep_raw != NULL) {
+        PyErr_SetString(PyExc_ValueError, "the writer is closed, or keep is prepared already");
+        return NULL;
+    }
+    wait_idle(w);
+    int rc = sqlite3_prepare_v3(w->db, raw_sql, -1, SQLITE_PREPARE_PERSISTENT, &w->keep_raw, NULL);
+    if (rc == SQLITE_OK) rc = sqlite3_prepare_v3(w->db, seen_sql, -1, SQLITE_PREPARE_PERSISTENT, &w->keep_seen, NULL);
+    if (rc == SQLITE_OK && (sqlite3_bind_parameter_count(w->keep_raw) != 3 || sqlite3_bind_parameter_count(w->keep_seen) != 3)) {
+        PyErr_SetString(PyExc_ValueError, "keep's statements take 3 values each");
+        rc = SQLITE_MISUSE;
+    } else if (rc != SQLITE_OK) {
+        PyErr_Format(w->error_type, "prepare_keep: %s", sqlite3_errmsg(w->db));
+    }
+    if (rc != SQLITE_OK) {
+        sqlite3_finalize(w->keep_raw);
+        sqlite3_finalize(w->keep_seen);
+        w->keep_raw = w->keep_seen = NULL;
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 /* End the transaction: COMMIT (`commit` true and no row failed) or ROLLBACK. */
 static PyObject *finish(Writer *w, int commit) {
     if (w->db == NULL) {
@@ -209,6 +355,7 @@ static PyObject *finish(Writer *w, int commit) {
         w->in_transaction = 0;
     }
     w->failed = 0;
+    Py_CLEAR(w->held); /* written (or dropped): the bodies are no longer read */
     if (failed && commit) {
         PyErr_SetString(w->error_type, w->message);
         return NULL;
@@ -241,6 +388,9 @@ static void stop(Writer *w) {
     w->in_transaction = 0;
     if (w->upsert) sqlite3_finalize(w->upsert);
     w->upsert = NULL;
+    sqlite3_finalize(w->keep_raw);
+    sqlite3_finalize(w->keep_seen);
+    w->keep_raw = w->keep_seen = NULL;
     if (w->db) sqlite3_close(w->db);
     w->db = NULL;
 }
@@ -303,6 +453,7 @@ static void writer_dealloc(Writer *w) {
     pthread_cond_destroy(&w->wake);
     pthread_cond_destroy(&w->idle);
     Py_XDECREF(w->error_type);
+    Py_XDECREF(w->held);
     Py_TYPE(w)->tp_free((PyObject *)w);
 }
 
@@ -311,6 +462,10 @@ static PyMethodDef writer_methods[] = {
     {"commit", (PyCFunction)writer_commit, METH_NOARGS,
      "commit(): wait for the queued rows and commit them; raises (after rolling back) if one failed."},
     {"rollback", (PyCFunction)writer_rollback, METH_NOARGS, "rollback(): wait, then drop what was queued."},
+    {"keep", (PyCFunction)writer_keep, METH_VARARGS,
+     "keep(session, received, bodies): queue a session's POST bodies as one compressed raw events blob."},
+    {"prepare_keep", (PyCFunction)writer_prepare_keep, METH_VARARGS,
+     "prepare_keep(raw_sql, seen_sql): the statements keep runs."},
     {"close", (PyCFunction)writer_close, METH_NOARGS, "close(): stop the thread (rolling back) and the connection."},
     {NULL, NULL, 0, NULL},
 };
@@ -328,7 +483,9 @@ static PyTypeObject WriterType = {
 
 static PyMethodDef methods[] = {SQLITE_LIBRARY_METHOD, {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_row_writer", NULL, -1, methods};
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_row_writer", NULL, -1, methods, NULL, NULL, NULL, NULL,
+};
 
 PyMODINIT_FUNC PyInit__row_writer(void) {
     if (PyType_Ready(&WriterType) < 0) return NULL;

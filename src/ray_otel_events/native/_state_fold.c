@@ -882,7 +882,9 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_state_fold", NULL, -1, methods};
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_state_fold", NULL, -1, methods, NULL, NULL, NULL, NULL,
+};
 
 PyMODINIT_FUNC PyInit__state_fold(void) {
     struct {

@@ -12,7 +12,7 @@
 
 static inline int out(Buf *b, const char *s, Py_ssize_t n) {
     if (buf_reserve(b, n) < 0) return -1;
-    memcpy(b->data + b->len, s, (size_t)n);
+    if (n > 0) memcpy(b->data + b->len, s, (size_t)n);
     b->len += n;
     return 0;
 }

@@ -36,7 +36,7 @@ static inline int raw_reserve(RawBuf *b, size_t extra) {
 }
 
 static inline void raw_put(RawBuf *b, const void *s, size_t n) {
-    if (raw_reserve(b, n) < 0) return;
+    if (raw_reserve(b, n) < 0 || n == 0) return;
     memcpy(b->data + b->len, s, n);
     b->len += n;
 }
@@ -81,7 +81,7 @@ typedef struct {
 } PackedValue;
 
 static inline const char *packed_read(const char *p, PackedValue *v) {
-    v->tag = *p++;
+    *v = (PackedValue){.tag = *p++}; /* what its tag does not set is empty, never left unset */
     switch (v->tag) {
     case PACKED_INT: memcpy(&v->i, p, 8); return p + 8;
     case PACKED_FLOAT: memcpy(&v->d, p, 8); return p + 8;

@@ -29,8 +29,10 @@ static inline char *put_varint(char *p, uint64_t v) {
     return p;
 }
 
+/* Every copy of a possibly empty buffer checks its length first: an empty Buf's data is NULL, and
+ * memcpy from NULL is undefined even for 0 bytes. */
 static inline char *put(char *p, const char *data, Py_ssize_t n) {
-    memcpy(p, data, (size_t)n);
+    if (n > 0) memcpy(p, data, (size_t)n);
     return p + n;
 }
 
@@ -63,7 +65,7 @@ static inline int buf_reserve(Buf *b, Py_ssize_t extra) {
 static inline int buf_bytes(Buf *b, PyObject *bytes) {
     Py_ssize_t n = PyBytes_GET_SIZE(bytes);
     if (buf_reserve(b, n) < 0) return -1;
-    memcpy(b->data + b->len, PyBytes_AS_STRING(bytes), (size_t)n);
+    if (n > 0) memcpy(b->data + b->len, PyBytes_AS_STRING(bytes), (size_t)n);
     b->len += n;
     return 0;
 }
@@ -121,20 +123,21 @@ static inline char *put_base64(char *o, const uint8_t *data, Py_ssize_t n) {
     return o;
 }
 
+static const unsigned char base64_digits_plus_one[256] = {
+    ['A'] = 1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26,
+    ['a'] = 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52,
+    ['0'] = 53, 54, 55, 56, 57, 58, 59, 60, 61, 62,
+    ['+'] = 63,
+    ['/'] = 64,
+};
+
+/* A base64 digit's value, -1 for any other byte (the table holds value + 1 so that every byte it
+ * does not name is 0 without initialising an entry twice). */
+static inline int base64_digit(unsigned char c) { return (int)base64_digits_plus_one[c] - 1; }
+
 /* The size of what `text` decodes to, if it is standard padded base64 (groups of four, '=' only in
  * the last: what `base64.b64decode(..., validate=True)` takes and ray_json_decode's pattern allows;
  * the unused bits of a last partial group may be anything, as there), else -1. */
-static const signed char base64_digits[256] = {
-    [0 ... 255] = -1,
-    ['A'] = 0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,
-    ['a'] = 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51,
-    ['0'] = 52, 53, 54, 55, 56, 57, 58, 59, 60, 61,
-    ['+'] = 62,
-    ['/'] = 63,
-};
-
-static inline signed char base64_digit(unsigned char c) { return base64_digits[c]; }
-
 static inline Py_ssize_t base64_decoded_size(const char *text, Py_ssize_t n) {
     if (n % 4) return -1;
     Py_ssize_t padding = n && text[n - 1] == '=' ? (text[n - 2] == '=' ? 2 : 1) : 0;
@@ -183,10 +186,17 @@ static inline Reader bytes_reader(PyObject *bytes) {
     return (Reader){p, p + PyBytes_GET_SIZE(bytes)};
 }
 
-/* A bytes object, or a str (UTF-8, strictly: NULL with the error otherwise), of what `r` holds. */
-static inline PyObject *reader_bytes(Reader r) { return PyBytes_FromStringAndSize((const char *)r.p, r.end - r.p); }
+/* A bytes object, or a str (UTF-8, strictly: NULL with the error otherwise), of what `r` holds.
+ * NULL without a call when an error is already pending: several are made as the arguments of one
+ * Py_BuildValue("N...") (which returns NULL for a NULL one), and none may call the C API after
+ * another failed. */
+static inline PyObject *reader_bytes(Reader r) {
+    return PyErr_Occurred() ? NULL : PyBytes_FromStringAndSize((const char *)r.p, r.end - r.p);
+}
 
-static inline PyObject *reader_text(Reader r) { return PyUnicode_DecodeUTF8((const char *)r.p, r.end - r.p, NULL); }
+static inline PyObject *reader_text(Reader r) {
+    return PyErr_Occurred() ? NULL : PyUnicode_DecodeUTF8((const char *)r.p, r.end - r.p, NULL);
+}
 
 static inline int malformed(void) {
     PyErr_SetString(PyExc_ValueError, "malformed protobuf wire bytes");
@@ -207,7 +217,8 @@ static inline int read_varint(Reader *r, uint64_t *out) {
     return malformed();
 }
 
-/* One field: its number, wire type, and (length-delimited) payload or (varint, fixed) value. */
+/* One field: its number, wire type, and (length-delimited) payload, (group) body between its start
+ * and end tags, or (varint, fixed) value. */
 typedef struct {
     uint32_t number;
     int wire_type;
@@ -215,11 +226,70 @@ typedef struct {
     uint64_t scalar;
 } Field;
 
-static inline int next_field(Reader *r, Field *f) {
-    uint64_t key;
-    if (read_varint(r, &key) < 0) return -1;
-    f->number = (uint32_t)(key >> 3);
-    f->wire_type = (int)(key & 7);
+/* How deep groups may nest, counted from the bytes a reader is handed: upb's default depth limit. */
+#define WIRE_GROUP_DEPTH_MAX 100
+
+/* A key as upb reads one: a varint of at most 5 bytes and 32 bits, so field numbers up to 2^29-1. */
+static inline int read_key(Reader *r, uint32_t *number, int *wire_type) {
+    uint64_t key = 0;
+    for (int i = 0; i < 5; i++) {
+        if (r->p >= r->end) return malformed();
+        uint8_t byte = *r->p++;
+        key |= (uint64_t)(byte & 0x7f) << (7 * i);
+        if (byte < 0x80) {
+            if (key > UINT32_MAX) return malformed();
+            *number = (uint32_t)(key >> 3);
+            *wire_type = (int)(key & 7);
+            return 0;
+        }
+    }
+    return malformed();
+}
+
+/* The fields of a group up to its end tag, which must carry the group's number (`end_tag`: where
+ * that tag starts); `depth`: the groups open, this one included. upb skips them without looking
+ * at their numbers, so field number 0 passes. Out of line: groups are rare, and the fields that
+ * are not stay a loop without calls. */
+static __attribute__((noinline)) int skip_group(Reader *r, uint32_t number, int depth, const uint8_t **end_tag) {
+    if (depth > WIRE_GROUP_DEPTH_MAX) return malformed();
+    for (;;) {
+        const uint8_t *at = r->p, *inner_end;
+        uint32_t inner;
+        int wire_type;
+        uint64_t n;
+        if (read_key(r, &inner, &wire_type) < 0) return -1;
+        switch (wire_type) {
+        case 0:
+            if (read_varint(r, &n) < 0) return -1;
+            break;
+        case 1:
+        case 5:
+            if (r->end - r->p < (wire_type == 1 ? 8 : 4)) return malformed();
+            r->p += wire_type == 1 ? 8 : 4;
+            break;
+        case 2:
+            if (read_varint(r, &n) < 0) return -1;
+            if ((uint64_t)(r->end - r->p) < n) return malformed();
+            r->p += n;
+            break;
+        case 3:
+            if (skip_group(r, inner, depth + 1, &inner_end) < 0) return -1;
+            break;
+        case 4:
+            *end_tag = at;
+            return inner == number ? 0 : malformed();
+        default:
+            return malformed();
+        }
+    }
+}
+
+/* The value of a field whose key `f` holds: a group is skipped whole (its body in `payload`), as
+ * upb keeps it among the unknown fields; an end tag with no group open, wire types 6 and 7 are
+ * malformed. */
+static inline int read_value(Reader *r, Field *f) {
+    f->scalar = 0; /* the part its wire type does not set is empty, never left unset */
+    f->payload = (Reader){r->p, r->p};
     switch (f->wire_type) {
     case 0:
         return read_varint(r, &f->scalar);
@@ -242,9 +312,22 @@ static inline int next_field(Reader *r, Field *f) {
         r->p += n;
         return 0;
     }
-    default: /* groups: OTLP has none */
+    case 3: {
+        const uint8_t *body = r->p, *end_tag;
+        if (skip_group(r, f->number, 1, &end_tag) < 0) return -1;
+        f->payload.p = body;
+        f->payload.end = end_tag;
+        return 0;
+    }
+    default:
         return malformed();
     }
+}
+
+/* The next field as upb reads it: field number 0 is malformed too. */
+static inline int next_field(Reader *r, Field *f) {
+    if (read_key(r, &f->number, &f->wire_type) < 0) return -1;
+    return f->number == 0 ? malformed() : read_value(r, f);
 }
 
 /* A google.protobuf.Timestamp{seconds = 1, nanos = 2} merged into (seconds, nanos), as protobuf

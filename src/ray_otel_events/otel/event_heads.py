@@ -16,10 +16,11 @@ from typing import Any, NamedTuple
 
 from google.protobuf.descriptor import FieldDescriptor
 
-from ray_otel_events import config
+from ray_otel_events import native
 from ray_otel_events.events import ids
 from ray_otel_events.events.registry import REGISTRY, event_type_name
 from ray_otel_events.otel import otlp_wire, semconv
+from ray_otel_events.protobuf._pool import field_numbers
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
 AttributeValue = str | bool | int | float | list[str] | list[bool] | list[int] | list[float]
@@ -177,11 +178,12 @@ try:  # the same read from wire bytes, compiled (setup.py builds it where a C co
     from ray_otel_events.native import _event_head
 except ImportError:
     _event_head = None  # type: ignore[assignment]
-_compiled = _event_head is not None and config.compiled_enabled()
+_compiled = _event_head is not None and native.ENABLED
 
 
 def _bind() -> None:
     """Tells the compiled reader the schema: field numbers, kinds and encoded attribute keys."""
+    _event_head.bind_fields(field_numbers(_event_head.RAY_FIELDS))
     specs = {}
     for event_type, spec in _SPECS.items():
         names = _payload_descriptor(spec.payload).fields_by_name

@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from ray_otel_events import config
+from ray_otel_events import native
 from ray_otel_events.events import ids
 from ray_otel_events.events.builders import ActorState, JobState, TaskStatus, TaskType
 from ray_otel_events.events.registry import event_type_name
@@ -59,6 +59,7 @@ from ray_otel_events.otel.event_heads import (
 from ray_otel_events.otel.log_records import parts_log_record, record_fields
 from ray_otel_events.otel.posted_events import EventParts, event_parts
 from ray_otel_events.protobuf import common_pb2
+from ray_otel_events.protobuf._pool import field_numbers
 from ray_otel_events.protobuf.events_actor_definition_event_pb2 import ActorDefinitionEvent
 from ray_otel_events.protobuf.events_actor_lifecycle_event_pb2 import ActorLifecycleEvent
 from ray_otel_events.protobuf.events_actor_task_definition_event_pb2 import ActorTaskDefinitionEvent
@@ -105,9 +106,8 @@ try:  # the converter's core compiled (setup.py builds it where a C compiler is 
 except ImportError:
     _entity_spans = None  # type: ignore[assignment]
 # The core needs the compiled head reader's schema too (the pieces it keeps slim are read there).
-_compiled = _entity_spans is not None and config.compiled_enabled() and compiled_head is not None
+_compiled = _entity_spans is not None and native.ENABLED and compiled_head is not None
 _read_transitions = _entity_spans.transitions if _compiled else None
-_TRANSITIONS_FIELD = {"task": 3, "actor": 2, "job": 2}  # each lifecycle's state_transitions
 _SPAN_KIND_INTERNAL = 1
 _STATUS_ERROR = 2
 _NIL_TASK_ID = ids.nil_id(ids.TASK_ID_SIZE)
@@ -293,7 +293,7 @@ def _without_id(wire: bytes, entity_id: bytes) -> bytes:
 
 def _piece_states(kind: str, wire: bytes) -> list[int]:
     """The states a lifecycle piece's transitions enter."""
-    read = _read_transitions(wire, _TRANSITIONS_FIELD[kind]) if _read_transitions else None
+    read = _read_transitions(wire, kind) if _read_transitions else None
     if read is not None:
         return [t[1] for t in read]
     return [t.state for t in _LIFECYCLE_CLASSES[kind].FromString(wire).state_transitions]
@@ -638,9 +638,7 @@ class RayEventsToOtel:
             return []
         kind = entity.key[0]
         if _read_transitions is not None and kind != ACTOR:
-            read: list[tuple[int, int, Any]] | None = _read_transitions(
-                entity.lifecycle_wire, _TRANSITIONS_FIELD[kind]
-            )
+            read: list[tuple[int, int, Any]] | None = _read_transitions(entity.lifecycle_wire, kind)
             if read is not None:
                 return read
         seen: set[tuple[int, int]] = set()
@@ -1003,7 +1001,6 @@ class _TaskParts(NamedTuple):
     error_message: str
 
 
-_new_task_parts = functools.partial(tuple.__new__, _TaskParts)  # _TaskParts._make, without its frame
 _read_task_parts = _entity_spans.task_parts if _compiled else None
 
 
@@ -1013,7 +1010,7 @@ def _task_parts(entity: _Entity) -> _TaskParts:
     if _read_task_parts is not None:
         read = _read_task_parts(entity.definition_wire, actor_task, entity.lifecycle_wire)
         if read is not None:
-            return _new_task_parts(read)
+            return read  # type: ignore[no-any-return]
     return _task_parts_python(entity.definition_wire, actor_task, entity.lifecycle_wire)
 
 
@@ -1249,35 +1246,76 @@ def _core_other_span(
     return span.wire(), complete
 
 
+@dataclass(frozen=True, slots=True)
+class _CoreBinding:
+    """What the compiled core reads and calls, read by attribute name at bind (_entity_spans.c's
+    BINDING_NAMES). The per-kind tuples are in the order of `kinds`' first three."""
+
+    kinds: tuple[str, str, str, str]
+    entity_overhead: int
+    lifecycle_types: tuple[int, int, int]
+    terminal_states: tuple[tuple[int, ...], ...]
+    running_states: tuple[int, ...]
+    definition_keepers: dict[int, Callable[[bytes], bytes] | None]
+    task_definition_type: int
+    driver_task: int
+    actor_creation_task: int
+    failed_state: int
+    span_keys: tuple[str, ...]
+    producer: str
+    task_type_names: dict[int, str]
+    state_names: dict[int, str]
+    error_type_names: dict[int, str]
+    state_event: Callable[[int], tuple[bytes, bytes]]
+    transitions_of: Callable[[str, bytes], list[tuple[int, int, Any]]]
+    states_of: Callable[[str, bytes], list[int]]
+    task_parts_of: Callable[[bytes | None, bool, bytes], _TaskParts]
+    task_failure: Callable[[int, str, str], tuple[bytes, bytes]]
+    other_span: Callable[..., tuple[bytes, bool]]
+    record_fields: Callable[..., Any]
+    parts_log_record: Callable[..., Any]
+    span_type: type
+    log_type: type
+    task_parts_type: type
+    ray_fields: dict[str, int]  # full name -> number, of each field the core reads (RAY_FIELDS)
+
+
 if _compiled:
     if len(set(_TASK_SPAN_KEYS)) != len(_TASK_SPAN_KEYS):  # the core writes each once, in order
         raise RuntimeError("the task span's attribute names must differ")
-    _entity_spans.bind(
-        (TASK, ACTOR, JOB, PROFILE),
-        ENTITY_OVERHEAD_BYTES,
-        (int(_LIFECYCLE_TYPES[TASK]), int(_LIFECYCLE_TYPES[ACTOR]), int(_LIFECYCLE_TYPES[JOB])),
-        (_TRANSITIONS_FIELD[TASK], _TRANSITIONS_FIELD[ACTOR], _TRANSITIONS_FIELD[JOB]),
-        tuple(tuple(int(state) for state in _TERMINAL_STATES[kind]) for kind in (TASK, ACTOR, JOB)),
-        tuple(int(state) for state in _TASK_RUNNING),
-        {int(event_type): keep for event_type, keep in _DEFINITION_KEEPERS.items()},
-        int(RayEvent.TASK_DEFINITION_EVENT),
-        (_DRIVER_TASK, _ACTOR_CREATION_TASK, _FAILED),
-        _TASK_SPAN_KEYS,
-        PRODUCER,
-        (
-            _enum_names_of(TaskType),
-            _enum_names_of(common_pb2.TaskStatus),
-            _enum_names_of(common_pb2.ErrorType),
+    _CORE_BINDING = _CoreBinding(
+        kinds=(TASK, ACTOR, JOB, PROFILE),
+        entity_overhead=ENTITY_OVERHEAD_BYTES,
+        lifecycle_types=(
+            int(_LIFECYCLE_TYPES[TASK]),
+            int(_LIFECYCLE_TYPES[ACTOR]),
+            int(_LIFECYCLE_TYPES[JOB]),
         ),
-        (
-            functools.partial(_state_event_parts, _task_state_name),
-            _core_transitions,
-            _piece_states,
-            _task_parts_python,
-            _task_failure,
-            _core_other_span,
-            record_fields,
-            parts_log_record,
+        terminal_states=tuple(
+            tuple(int(state) for state in _TERMINAL_STATES[kind]) for kind in (TASK, ACTOR, JOB)
         ),
-        (EmittedSpan, EmittedLog),
+        running_states=tuple(int(state) for state in _TASK_RUNNING),
+        definition_keepers={int(event_type): keep for event_type, keep in _DEFINITION_KEEPERS.items()},
+        task_definition_type=int(RayEvent.TASK_DEFINITION_EVENT),
+        driver_task=_DRIVER_TASK,
+        actor_creation_task=_ACTOR_CREATION_TASK,
+        failed_state=_FAILED,
+        span_keys=_TASK_SPAN_KEYS,
+        producer=PRODUCER,
+        task_type_names=_enum_names_of(TaskType),
+        state_names=_enum_names_of(common_pb2.TaskStatus),
+        error_type_names=_enum_names_of(common_pb2.ErrorType),
+        state_event=functools.partial(_state_event_parts, _task_state_name),
+        transitions_of=_core_transitions,
+        states_of=_piece_states,
+        task_parts_of=_task_parts_python,
+        task_failure=_task_failure,
+        other_span=_core_other_span,
+        record_fields=record_fields,
+        parts_log_record=parts_log_record,
+        span_type=EmittedSpan,
+        log_type=EmittedLog,
+        task_parts_type=_TaskParts,
+        ray_fields=field_numbers(_entity_spans.RAY_FIELDS),
     )
+    _entity_spans.bind(_CORE_BINDING)

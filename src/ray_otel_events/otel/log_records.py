@@ -12,9 +12,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf import json_format
-
-from ray_otel_events import config
+from ray_otel_events import native
+from ray_otel_events.encoding import ray_json_decode
 from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
 from ray_otel_events.events.registry import event_type_name
 from ray_otel_events.otel import otlp_wire, semconv
@@ -85,7 +84,7 @@ def to_log_record(event: RayEvent) -> LogRecordFields:
 def from_log_body(body: Mapping[str, Any]) -> RayEvent:
     """Rebuild the RayEvent from a record body (camelCase or proto field names both accepted)."""
     event = RayEvent()
-    json_format.ParseDict(dict(body), event)
+    ray_json_decode.parse_dict(dict(body), event)
     return event
 
 
@@ -315,7 +314,7 @@ try:  # the same walk compiled (setup.py builds it where a C compiler is present
 except ImportError:
     _record_walk = None  # type: ignore[assignment]
 _walk: Callable[[Mapping[str, Any], _Plan, list[bytes]], bytes] = _walk_python
-if _record_walk is not None and config.compiled_enabled():
+if _record_walk is not None and native.ENABLED:
     _record_walk.bind(_other_entry, _list_item, _walk_python, Mapping, _LEAF_VALUES_MAX)
     _walk = _record_walk.walk
 

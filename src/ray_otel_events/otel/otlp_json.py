@@ -197,9 +197,20 @@ def _read_int_enum(value: Any, path: str) -> int:
     return number
 
 
-def _fill(message: Any, obj: Any, path: str) -> None:
+# How deep messages may nest, counted from the request: protobuf's limit (upb's), so that a JSON body
+# is refused where the same request as protobuf would be.
+MAX_DEPTH = 100
+
+
+def _check_depth(depth: int, path: str) -> None:
+    if depth > MAX_DEPTH:
+        raise OtlpJsonError(path, f"messages nested deeper than {MAX_DEPTH}, the limit protobuf has")
+
+
+def _fill(message: Any, obj: Any, path: str, depth: int = 0) -> None:
     if not isinstance(obj, dict):
         raise OtlpJsonError(path, f"expected an object, got {_json_type(obj)}")
+    _check_depth(depth, path)
     table = _fields(message.DESCRIPTOR)
     for key, value in obj.items():
         field: Any = table.get(key)
@@ -213,14 +224,14 @@ def _fill(message: Any, obj: Any, path: str) -> None:
             if field.type == FieldDescriptor.TYPE_MESSAGE:
                 fill = _SPECIAL_FILL.get(field.message_type.full_name, _fill)
                 for index, item in enumerate(value):
-                    fill(container.add(), item, f"{where}[{index}]")
+                    fill(container.add(), item, f"{where}[{index}]", depth + 1)
             else:
                 container.extend(
                     _read_scalar(field, item, f"{where}[{index}]") for index, item in enumerate(value)
                 )
         elif field.type == FieldDescriptor.TYPE_MESSAGE:
             child = getattr(message, field.name)
-            _SPECIAL_FILL.get(field.message_type.full_name, _fill)(child, value, where)
+            _SPECIAL_FILL.get(field.message_type.full_name, _fill)(child, value, where, depth + 1)
             child.SetInParent()  # an empty object still selects a oneof member (e.g. kvlistValue: {})
         else:
             setattr(message, field.name, _read_scalar(field, value, where))
@@ -235,18 +246,20 @@ _ANY_ARRAY = {"arrayValue", "array_value"}
 _ANY_KVLIST = {"kvlistValue", "kvlist_value"}
 
 
-def _fill_key_value(message: Any, obj: Any, path: str) -> None:
+def _fill_key_value(message: Any, obj: Any, path: str, depth: int) -> None:
+    _check_depth(depth, path)
     if type(obj) is dict and len(obj) == 2 and type(obj.get("key")) is str:
         message.key = obj["key"]
         value = obj.get("value")
         if value is not None:
-            _fill_any_value(message.value, value, path + ".value")
+            _fill_any_value(message.value, value, path + ".value", depth + 1)
             message.value.SetInParent()
         return
-    _fill(message, obj, path)
+    _fill(message, obj, path, depth)
 
 
-def _fill_any_value(message: Any, obj: Any, path: str) -> None:
+def _fill_any_value(message: Any, obj: Any, path: str, depth: int) -> None:
+    _check_depth(depth, path)
     if type(obj) is dict and len(obj) == 1:
         ((key, value),) = obj.items()
         if key in _ANY_STRING and type(value) is str:
@@ -262,21 +275,21 @@ def _fill_any_value(message: Any, obj: Any, path: str) -> None:
             message.double_value = float(value)
             return
         if key in _ANY_ARRAY and type(value) is dict:
-            _fill_values(message.array_value, value, path + "." + key)
+            _fill_values(message.array_value, value, path + "." + key, depth + 1)
             return
         if key in _ANY_KVLIST and type(value) is dict:
-            _fill_values(message.kvlist_value, value, path + "." + key)
+            _fill_values(message.kvlist_value, value, path + "." + key, depth + 1)
             return
-    _fill(message, obj, path)
+    _fill(message, obj, path, depth)
 
 
-def _fill_values(message: Any, obj: dict[str, Any], path: str) -> None:
+def _fill_values(message: Any, obj: dict[str, Any], path: str, depth: int) -> None:
     """ArrayValue / KeyValueList: `values` holds AnyValues or KeyValues."""
     message.SetInParent()
-    _fill(message, obj, path)
+    _fill(message, obj, path, depth)
 
 
-_SPECIAL_FILL: dict[str, Callable[[Any, Any, str], None]] = {
+_SPECIAL_FILL: dict[str, Callable[[Any, Any, str, int], None]] = {
     "opentelemetry.proto.common.v1.KeyValue": _fill_key_value,
     "opentelemetry.proto.common.v1.AnyValue": _fill_any_value,
 }

@@ -13,13 +13,13 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ray_otel_events import config
+from ray_otel_events import native
 
 try:  # the same writers compiled (setup.py builds them where a C compiler is present)
     from ray_otel_events.native import _otlp_wire
 except ImportError:
     _otlp_wire = None  # type: ignore[assignment]
-_compiled = _otlp_wire is not None and config.compiled_enabled()
+_compiled = _otlp_wire is not None and native.ENABLED
 
 _pack_double = struct.Struct("<d").pack
 _pack_fixed64 = struct.Struct("<Q").pack
@@ -357,20 +357,22 @@ def logs_request(resource: bytes, scope: bytes, records: list[bytes]) -> bytes:
 # 3 schema_url), so the batch is regrouped on the wire, copying the items' bytes as they are.
 
 
-def _read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+def _read_varint(data: bytes | memoryview, pos: int, most: int = 10) -> tuple[int, int]:
+    """A varint of at most `most` bytes (10: any; 5: a key, as upb reads one) and the position
+    after it; ValueError when it runs longer or past the end."""
     result = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
+    for at in range(pos, min(pos + most, len(data))):
+        byte = data[at]
         result |= (byte & 0x7F) << shift
         if byte < 0x80:
-            return result, pos
+            return result, at + 1
         shift += 7
+    raise ValueError("malformed protobuf wire bytes: a varint runs too long or past the end")
 
 
 def _length_fields(data: bytes | memoryview) -> list[tuple[int, memoryview]]:
     """(field number, payload) of a message whose fields are all length-delimited; the payloads
-    are views into `data`, not copies."""
+    are views into `data`, not copies. Keys are read as upb reads them (5 bytes, 32 bits at most)."""
     view = memoryview(data)
     fields: list[tuple[int, memoryview]] = []
     pos, end = 0, len(data)
@@ -378,13 +380,12 @@ def _length_fields(data: bytes | memoryview) -> list[tuple[int, memoryview]]:
         key = data[pos]
         pos += 1
         if key >= 0x80:
-            key, pos = _read_varint(data, pos - 1)
+            key, pos = _read_varint(data, pos - 1, 5)
+            if key > 0xFFFFFFFF:
+                raise ValueError("malformed protobuf wire bytes: a key past 32 bits")
         if key & 7 != 2:
             raise ValueError(f"field {key >> 3} has wire type {key & 7}, not length-delimited")
-        size = data[pos]
-        pos += 1
-        if size >= 0x80:
-            size, pos = _read_varint(data, pos - 1)
+        size, pos = _read_varint(data, pos)
         if pos + size > end:
             raise ValueError("a field runs past the end of its message")
         fields.append((key >> 3, view[pos : pos + size]))
@@ -430,7 +431,7 @@ def _one_item(item: bytes) -> tuple[bytes, bytes, bytes] | None:
         if end + size != len(item):
             return None
         return resource, scope, item[pos:]
-    except IndexError:
+    except (IndexError, ValueError):
         return None
 
 

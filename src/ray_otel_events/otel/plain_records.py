@@ -17,7 +17,7 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans, Span
 
-from ray_otel_events import config
+from ray_otel_events import native
 
 SPAN_KINDS = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
 STATUS_CODES = ("UNSET", "OK", "ERROR")
@@ -61,12 +61,20 @@ try:  # built by setup.py where a C compiler is present
     from ray_otel_events.native import _any_value_wire
 except ImportError:
     _any_value_wire = None  # type: ignore[assignment]
-_compiled = _any_value_wire is not None and config.compiled_enabled()
+# AnyValue's members by field number, as native/any_value.h names them (A_STRING...): the two
+# modules that read AnyValues export theirs, checked against these at import.
+ANY_VALUE_MEMBERS = {
+    f"A_{name.upper()}": AnyValue.DESCRIPTOR.fields_by_name[f"{name}_value"].number
+    for name in ("string", "bool", "int", "double", "array", "kvlist", "bytes")
+}
+_compiled = _any_value_wire is not None and native.ENABLED
+if _compiled:
+    native.check_numbers(_any_value_wire, ANY_VALUE_MEMBERS)
 try:
     from ray_otel_events.native import _span_records
 except ImportError:
     _span_records = None  # type: ignore[assignment]
-_records_compiled = _span_records is not None and config.compiled_enabled()
+_records_compiled = _span_records is not None and native.ENABLED
 if _records_compiled:
     _span_records.bind(
         orjson.dumps, tuple(map(orjson.dumps, SPAN_KINDS)), tuple(map(orjson.dumps, STATUS_CODES))

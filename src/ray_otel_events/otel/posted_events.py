@@ -19,8 +19,9 @@ from typing import Any, NamedTuple
 
 import orjson
 from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import DecodeError
 
-from ray_otel_events import config
+from ray_otel_events import native
 from ray_otel_events.encoding import ray_json_decode
 from ray_otel_events.encoding.ray_json_posts import parse_posted_events, parse_posted_item, read_posted_items
 from ray_otel_events.otel.event_heads import EventHead, compiled_head, wire_head
@@ -119,7 +120,8 @@ except ImportError:
 _read: Callable[[bytes], tuple[list[Any], bool] | None] | None = None
 _pieces: Callable[[list[EventParts], bool], bytes | None] | None = None
 _read_pieces: Callable[[bytes], tuple[list[Any], bool]] | None = None
-if _posted_events is not None and config.compiled_enabled() and compiled_head is not None:
+if _posted_events is not None and native.ENABLED and compiled_head is not None:
+    ray_json_decode.check_wire_kinds(_posted_events)
     _posted_events.bind(
         *_messages(), RayEvent.DESCRIPTOR.fields_by_name["event_type"].number, compiled_head, EventParts
     )
@@ -187,7 +189,15 @@ def encode_pieces(events: list[EventParts], records: bool = True) -> bytes:
 
 
 def decode_pieces(data: bytes) -> list[EventParts]:
-    """The events `encode_pieces` wrote; ValueError when the data is cut short."""
+    """The events `encode_pieces` wrote; ValueError when the data is cut short or an event's wire
+    bytes are not a RayEvent (upb's DecodeError, which is not a ValueError)."""
+    try:
+        return _decode_pieces(data)
+    except DecodeError as exc:
+        raise ValueError(f"a piece is not a RayEvent: {exc}") from None
+
+
+def _decode_pieces(data: bytes) -> list[EventParts]:
     if _read_pieces is not None:
         items, whole = _read_pieces(data)
         if whole:

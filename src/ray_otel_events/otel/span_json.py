@@ -34,7 +34,7 @@ from opentelemetry.trace import (
     format_trace_id,
 )
 
-from ray_otel_events import config
+from ray_otel_events import native
 from ray_otel_events.otel import semconv
 
 try:  # span lines' ISO times compiled (setup.py builds them where a C compiler is present)
@@ -109,7 +109,7 @@ def python_ns_to_iso_str(nanoseconds: int) -> str:
 
 ns_to_iso_str: Callable[[int], str] = python_ns_to_iso_str
 _compiled_line: Callable[..., str | None] | None = None
-if _span_json is not None and config.compiled_enabled():
+if _span_json is not None and native.ENABLED:
     _span_json.bind(python_ns_to_iso_str)  # for times before 1970 or after 9999
     ns_to_iso_str = _span_json.iso
     _compiled_line = _span_json.line

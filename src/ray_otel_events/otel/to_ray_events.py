@@ -28,14 +28,14 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
-from ray_otel_events import config
+from ray_otel_events import native
 from ray_otel_events.encoding import ray_json_decode
 from ray_otel_events.encoding.ray_json_decode import decode_event
 from ray_otel_events.events import ids
 from ray_otel_events.events.builders import EventFactory
 from ray_otel_events.events.registry import REGISTRY, entity_key, event_type_name, merge_into
 from ray_otel_events.otel import semconv
-from ray_otel_events.otel.plain_records import SpanParts, value_of
+from ray_otel_events.otel.plain_records import ANY_VALUE_MEMBERS, SpanParts, value_of
 from ray_otel_events.otel.task_spans import TaskSpanEvents, UnmappableSpan, hex_or_empty
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
@@ -84,7 +84,9 @@ try:  # built by setup.py where a C compiler is present
 except ImportError:
     _log_events = None  # type: ignore[assignment]
 _read_log_events: Callable[[bytes], tuple[list[bytes], list[int]] | None] | None = None
-if _log_events is not None and ray_json_decode.reads_compiled() and config.compiled_enabled():
+if _log_events is not None and ray_json_decode.reads_compiled() and native.ENABLED:
+    ray_json_decode.check_wire_kinds(_log_events)
+    native.check_numbers(_log_events, ANY_VALUE_MEMBERS)
     _log_events.bind(
         ray_json_decode.event_schema(),
         RayEvent.DESCRIPTOR.fields_by_name["event_type"].number,

@@ -28,8 +28,10 @@ class GrpcServer:
         credentials: grpc.ServerCredentials | None = None,
         interceptors: Sequence[Any] = (),
         add_services: Callable[[Any], None] | None = None,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         self.receiver = receiver
+        self.max_message_bytes = max_message_bytes  # larger: RESOURCE_EXHAUSTED, before it is read
         self.host = host
         self._requested_port = port
         self._credentials = credentials
@@ -42,7 +44,7 @@ class GrpcServer:
         server = grpc.aio.server(
             interceptors=self._interceptors,
             options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", self.max_message_bytes),
                 ("grpc.so_reuseport", 0),
             ],
         )

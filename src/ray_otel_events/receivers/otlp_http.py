@@ -19,6 +19,7 @@ writes it to a file. Answers, per the OTLP spec:
 from __future__ import annotations
 
 import abc
+import asyncio
 import logging
 import math
 from dataclasses import dataclass
@@ -124,16 +125,14 @@ class OtlpHttpReceiver:
         self.counters.add(REQUESTS, signal=signal)
         kind = media_type(request)
         if kind not in (PROTOBUF, JSON):
-            await _discard(request)
             shown = kind or "none"
-            return self._refuse(
-                signal, JSON, 415, f"unsupported Content-Type {shown!r}: use {PROTOBUF} or {JSON}"
+            return await self._refuse_unread(
+                request, signal, JSON, 415, f"unsupported Content-Type {shown!r}: use {PROTOBUF} or {JSON}"
             )
         try:
             body = await read_body(request, self.max_body_bytes, self.decoded_by_server)
         except BodyError as exc:
-            await _discard(request)
-            return self._refuse(signal, kind, exc.status, exc.reason)
+            return await self._refuse_unread(request, signal, kind, exc.status, exc.reason)
         try:
             taken = None
             if signal == "logs" and kind == PROTOBUF:
@@ -150,8 +149,7 @@ class OtlpHttpReceiver:
                     result = await self.consumer.consume_logs(decoded)
                 total = count_items(decoded)
         except BodyError as exc:
-            await _discard(request)
-            return self._refuse(signal, kind, exc.status, exc.reason)
+            return await self._refuse_unread(request, signal, kind, exc.status, exc.reason)
         except QueueFullError as exc:
             retry_after = str(max(1, math.ceil(exc.retry_after_s)))
             return self._refuse(signal, kind, 503, exc.reason, {"Retry-After": retry_after})
@@ -164,6 +162,16 @@ class OtlpHttpReceiver:
         message = "; ".join(m for m in (invalid.message, result.message) if m)
         return _success(signal, kind, rejected, message)
 
+    async def _refuse_unread(
+        self, request: web.Request, signal: Signal, kind: str, status: int, reason: str
+    ) -> web.Response:
+        """`_refuse` before the body is read whole: what is left is discarded, or the connection closed."""
+        keep = await _discard(request)
+        response = self._refuse(signal, kind, status, reason)
+        if not keep:
+            response.force_close()
+        return response
+
     def _refuse(
         self, signal: Signal, kind: str, status: int, reason: str, headers: dict[str, str] | None = None
     ) -> web.Response:
@@ -171,17 +179,29 @@ class OtlpHttpReceiver:
         return status_response(kind, status, reason, headers)
 
 
-async def _discard(request: web.Request) -> None:
-    """Read what is left of a refused body (bounded), so the connection can be kept alive."""
+_DISCARD_BYTES = 4 * 1024 * 1024
+_DISCARD_S = 5.0
+
+
+async def _discard(request: web.Request) -> bool:
+    """Read what is left of a refused body, so the connection can be kept alive: whether it was.
+    A body declared past the bound (or sent slower than the time given) is not waited for: a
+    client that declares 10^14 bytes and sends three would hold the answer forever; its
+    connection is closed instead."""
+    declared = request.content_length
+    if declared is not None and declared > _DISCARD_BYTES:
+        return False
     try:
-        remaining = 4 * 1024 * 1024
-        while remaining > 0:
-            chunk = await request.content.read(min(remaining, 64 * 1024))
-            if not chunk:
-                return
-            remaining -= len(chunk)
+        async with asyncio.timeout(_DISCARD_S):
+            remaining = _DISCARD_BYTES
+            while remaining > 0:
+                chunk = await request.content.read(min(remaining, 64 * 1024))
+                if not chunk:
+                    return True
+                remaining -= len(chunk)
     except Exception:
-        return
+        return False
+    return False
 
 
 def _decode(body: bytes, kind: str, signal: Signal) -> ExportTraceServiceRequest | ExportLogsServiceRequest:

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
+from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource as SdkResource
@@ -289,7 +290,17 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[EventParts]):
         stored = self.pending.read_all()
         if stored.wires:
             logger.info("bridge: resuming %d pieces of open entities", len(stored.wires))
-            emitted = self.to_otel.add_parts([wire_parts(wire) for wire in stored.wires], logs=False)
+            parts: list[EventParts] = []
+            unreadable: list[int] = []
+            for seq, wire in zip(stored.seqs, stored.wires, strict=True):
+                try:
+                    parts.append(wire_parts(wire))
+                except DecodeError:  # a damaged row: the rest still resume
+                    unreadable.append(seq)
+            if unreadable:
+                logger.warning("bridge: %d stored pieces are not RayEvents; deleted", len(unreadable))
+                self.pending.delete(unreadable)
+            emitted = self.to_otel.add_parts(parts, logs=False)
             emitted.taken.clear()  # already on disk
             self._queue_otel(emitted)
 

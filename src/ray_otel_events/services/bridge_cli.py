@@ -61,7 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--service-name", help="service.name of the exported spans (OTEL_SERVICE_NAME, 'ray')"
     )
-    parser.add_argument("--max-body-bytes", type=int, help="request size limit after decompression (64 MiB)")
+    parser.add_argument(
+        "--max-body-bytes", type=int, help="request size limit after decompression, HTTP and gRPC (64 MiB)"
+    )
     parser.add_argument("--queue-size", type=int, help="items each outgoing queue holds (100000)")
     parser.add_argument(
         "--entity-ttl", type=float, dest="entity_ttl_s", help="seconds an open entity is kept (600)"
@@ -191,6 +193,7 @@ async def serve(
             config.grpc_port,
             credentials=security.tls.grpc_credentials() if security.tls else None,
             interceptors=[security.token.grpc_interceptor()] if security.token else [],
+            max_message_bytes=config.max_body_bytes,  # the same limit as its HTTP bodies
         )
         try:
             await grpc_server.start()

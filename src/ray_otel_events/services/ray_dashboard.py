@@ -18,7 +18,7 @@ import orjson
 from aiohttp import web
 
 from ray_otel_events.security.auth import BearerToken, no_authentication_routes
-from ray_otel_events.services.state_api import StateApi
+from ray_otel_events.services.state_api import SESSION_COOKIE, SESSION_PARAM, StateApi, requested_session
 from ray_otel_events.store.ray_dashboard_views import RayDashboardViews
 
 BUILD = Path("dashboard") / "client" / "build"
@@ -86,7 +86,8 @@ class RayDashboard:
     async def read(self, request: web.Request) -> web.StreamResponse:
         """Ours where RayDashboardViews knows the path; the state API's otherwise."""
         await self.state_api.settle()
-        found = await asyncio.to_thread(self.answers.answer, request.path, request.query)
+        session = requested_session(request, self.answers.views.store)
+        found = await asyncio.to_thread(self.answers.answer, request.path, request.query, session)
         if found is None:
             return await self.state_api.api(request)
         status, body = found
@@ -99,8 +100,17 @@ class RayDashboard:
             return web.Response(text=body, status=status, content_type="text/plain", headers=headers)
         return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
 
-    async def index(self, _: web.Request) -> web.Response:
-        return web.Response(body=(self.build / "index.html").read_bytes(), content_type="text/html")
+    async def index(self, request: web.Request) -> web.Response:
+        """Ray's page; `/?session=NAME` picks the session every later request of the page is about
+        (a cookie, as the History Server does), `/?session=` goes back to the newest."""
+        response = web.Response(body=(self.build / "index.html").read_bytes(), content_type="text/html")
+        if SESSION_PARAM in request.query:
+            chosen = request.query[SESSION_PARAM]
+            if chosen:
+                response.set_cookie(SESSION_COOKIE, chosen, path="/", samesite="Lax")
+            else:
+                response.del_cookie(SESSION_COOKIE, path="/")
+        return response
 
     async def file(self, request: web.Request) -> web.Response:
         """A file of the built page; nothing outside it."""

@@ -9,7 +9,9 @@ and OTLP exporters (`OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:PORT`) for spans an
 Stdout carries `listening http=HOST:PORT` once it accepts requests and a summary after
 SIGTERM/SIGINT; GET /healthz, /readyz and /metrics on the same port; the page at /. With
 `--ray-dashboard-port`, Ray's own dashboard page (from the installed `ray` package) over the same
-store on a second port, announced by a second line, `listening ray-dashboard=HOST:PORT`. With a
+store on a second port, announced by a second line, `listening ray-dashboard=HOST:PORT`; with
+`--ray-gcs-port` too, the two GCS calls Ray's `ray logs --address HOST:PORT` makes to find that
+dashboard (services/ray_gcs_facade.py), announced by `listening ray-gcs=HOST:PORT`. With a
 token (ours, or Ray's under RAY_AUTH_MODE=token) every request on either port but the probes and
 the pages' shells must carry it as Ray's CLI, aggregator and browser send it (security/auth.py).
 """
@@ -25,6 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import grpc
 from aiohttp import web
 
 from ray_otel_events import config
@@ -41,6 +44,13 @@ from ray_otel_events.services.lifecycle import (
     stop_on_signals,
 )
 from ray_otel_events.services.ray_dashboard import DashboardUnavailable, RayDashboard, dashboard_build
+from ray_otel_events.services.ray_gcs_facade import (
+    GcsProtocolUnavailable,
+    RayGcsFacade,
+    dashboard_address,
+    load_ray_gcs_protocol,
+    start_gcs_server,
+)
 from ray_otel_events.services.state_api import StateApi
 from ray_otel_events.services.state_intake import StateIntake
 from ray_otel_events.services.store_watch import StoreWatch
@@ -62,6 +72,7 @@ logger = logging.getLogger(__name__)
 
 RETENTION_INTERVAL_S = 60.0
 GIL_SWITCH_INTERVAL_S = 0.05
+GCS_GRACE_S = 2.0
 
 
 def default_store_path() -> Path:
@@ -93,13 +104,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         " PostgreSQL, one per database under the data folder; each `serve` process needs its own)",
     )
     parser.add_argument(
-        "--retention-hours", type=float, default=24.0 * 7, help="drop rows not updated for this long (168)"
+        "--retention-hours",
+        type=float,
+        default=24.0 * 7,
+        help="drop a session whose last event is older than this (168)",
     )
     parser.add_argument(
         "--retention-rows",
         type=int,
         default=2_000_000,
-        help="keep at most this many rows, newest (2,000,000)",
+        help="over this many state rows, drop the oldest sessions first (2,000,000)",
+    )
+    parser.add_argument(
+        "--retention-mb",
+        type=float,
+        default=20_000.0,
+        help="over this many MB of the store file in use, drop the oldest sessions first (20,000)",
     )
     parser.add_argument(
         "--ray-dashboard-port",
@@ -107,6 +127,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="also serve Ray's dashboard page (needs the `ray` extra) over the store on this port; "
         "0 picks a free one (default: off)",
+    )
+    parser.add_argument(
+        "--ray-gcs-port",
+        type=int,
+        default=None,
+        help="also answer the GCS calls Ray's `ray logs --address HOST:PORT` makes to find the dashboard "
+        "port (needs --ray-dashboard-port); 0 picks a free one (default: off)",
+    )
+    parser.add_argument(
+        "--ray-gcs-host",
+        default=None,
+        help="the address --ray-gcs-port binds (default: --host). Ray's CLI dials the machine's own "
+        "address when given a loopback one, unless RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 is set for it",
     )
     add_security_arguments(parser)
     add_logging_arguments(parser)
@@ -123,8 +156,21 @@ def run(args: argparse.Namespace) -> int:
             args.ray_dashboard_build = dashboard_build()
         except DashboardUnavailable as exc:
             raise ConfigError(f"--ray-dashboard-port: {exc}") from None
-    if args.retention_hours <= 0 or args.retention_rows <= 0:
-        raise ConfigError("--retention-hours and --retention-rows must be positive")
+    args.ray_gcs_protocol = None
+    if args.ray_gcs_port is not None:
+        if not 0 <= args.ray_gcs_port <= 65535:
+            raise ConfigError(f"--ray-gcs-port must be 0..65535, got {args.ray_gcs_port}")
+        if args.ray_dashboard_port is None:
+            raise ConfigError(
+                "--ray-gcs-port needs --ray-dashboard-port: Ray's CLI reads the dashboard's address "
+                "from it and asks the dashboard for the logs"
+            )
+        try:
+            args.ray_gcs_protocol = load_ray_gcs_protocol()
+        except GcsProtocolUnavailable as exc:
+            raise ConfigError(f"--ray-gcs-port: {exc}") from None
+    if args.retention_hours <= 0 or args.retention_rows <= 0 or args.retention_mb <= 0:
+        raise ConfigError("--retention-hours, --retention-rows and --retention-mb must be positive")
     configure_logging(args.log_level, args.log_format)
     security = security_from_args(args)
     location = chosen_store(args.store)
@@ -210,7 +256,10 @@ async def _retention(store: Store, args: argparse.Namespace) -> None:
     while True:
         try:
             await asyncio.to_thread(
-                store.prune, max_age_s=args.retention_hours * 3600, max_rows=args.retention_rows
+                store.prune,
+                max_age_s=args.retention_hours * 3600,
+                max_rows=args.retention_rows,
+                max_bytes=int(args.retention_mb * 1e6),
             )
         except StoreUnavailable as exc:  # the database is away: the next round tries again
             logger.warning("retention skipped: %s", exc)
@@ -282,6 +331,24 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
             for up in reversed(started):
                 await up.cleanup()
             return 1
+    gcs: grpc.aio.Server | None = None
+    protocol = getattr(args, "ray_gcs_protocol", None)
+    if protocol is not None:
+        ray_dashboard = dashboard_address(args.host, runners[1].addresses[0][1], protocol)
+        gcs_host = args.ray_gcs_host or args.host
+        try:
+            gcs, gcs_port = await start_gcs_server(
+                RayGcsFacade(protocol, ray_dashboard),
+                [gcs_host],
+                args.ray_gcs_port,
+                credentials=tls.grpc_credentials() if tls else None,
+                interceptors=[token.grpc_interceptor()] if token else [],
+            )
+        except OSError as exc:
+            print(f"ray-otel-events serve: --ray-gcs-port: {exc}", file=sys.stderr)
+            for up in reversed(started):
+                await up.cleanup()
+            return 1
     address: Any = runner.addresses[0]
     stop = stop_on_signals()
     retention = asyncio.create_task(_retention(store, args))
@@ -297,9 +364,13 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
     print(f"listening http={args.host}:{address[1]}", flush=True)
     if len(runners) > 1:
         print(f"listening ray-dashboard={args.host}:{runners[1].addresses[0][1]}", flush=True)
+    if gcs is not None:
+        print(f"listening ray-gcs={args.host}:{gcs_port}", flush=True)
     await stop.wait()
     retention.cancel()
     watching.cancel()
+    if gcs is not None:
+        await gcs.stop(GCS_GRACE_S)
     for one in reversed(runners):
         await one.cleanup()  # POSTs in progress are answered (and spooled) first
     await asyncio.to_thread(intake.close)  # then everything answered is folded

@@ -5,6 +5,10 @@ our CLI gives from a store file), once the events answered before it are folded 
 READ_WAIT_S), so `ray list tasks --address http://HOST:PORT` and
 `ray.util.state.list_tasks(address=...)` work against the store. `/` serves the page and
 `/static/...` its files, shipped as package data (no CDN).
+
+Each read answers for one session (`requested_session`): `?session=NAME`, else the session a
+browser chose (the `ray_otel_events_session` cookie, which our page's picker sets), else the newest.
+Ray's CLI can pass neither, so `ray list tasks --address` answers for the newest session.
 """
 
 from __future__ import annotations
@@ -18,12 +22,27 @@ import orjson
 from aiohttp import web
 
 from ray_otel_events.services.store_watch import RETRY_AFTER_S, StoreWatch
+from ray_otel_events.store.backend import Store
 from ray_otel_events.store.sqlite_store import StoreError
 from ray_otel_events.store.views import StoreViews
 
 _WEB = resources.files("ray_otel_events") / "web"
+SESSION_PARAM = "session"
+SESSION_COOKIE = "ray_otel_events_session"
 READ_WAIT_S = 10.0  # a read waits this long at most for the fold to reach it, then answers as is
 _TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
+
+
+def requested_session(request: web.Request, store: Store) -> str | None:
+    """The session a request asks for: the `session` query parameter (an unknown one is answered
+    404 by the views), else the cookie's when the store still holds it, else None (the newest)."""
+    asked = request.query.get(SESSION_PARAM)
+    if asked:
+        return asked
+    chosen = request.cookies.get(SESSION_COOKIE)
+    if chosen and chosen in store.sessions():
+        return chosen
+    return None
 
 
 class StateApi:
@@ -59,7 +78,7 @@ class StateApi:
         if reason is None:
             await self.settle()
             try:
-                status, body = await asyncio.to_thread(self.views.answer, request.path, request.query)
+                status, body = await asyncio.to_thread(self._answer, request)
                 return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
             except StoreError as exc:  # the database went away during the read
                 reason = str(exc)
@@ -71,6 +90,10 @@ class StateApi:
             content_type="application/json",
             headers={"Retry-After": str(int(RETRY_AFTER_S))},
         )
+
+    def _answer(self, request: web.Request) -> tuple[int, object]:
+        session = requested_session(request, self.views.store)
+        return self.views.answer(request.path, request.query, session)
 
     async def page(self, _: web.Request) -> web.Response:
         return web.Response(body=(_WEB / "index.html").read_bytes(), content_type="text/html")

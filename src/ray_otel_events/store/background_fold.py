@@ -36,6 +36,7 @@ RETRY_S = 1.0  # after the store failed a batch (it is kept, and tried again)
 class _Accepted(NamedTuple):
     ticket: int
     events: Accepted
+    body: bytes  # the POST's text, kept as raw events when folded
     position: Position  # in the spool, the end of this POST's body
 
 
@@ -76,18 +77,18 @@ class BackgroundFold:
         for body, position in self._spool.pending():
             events = self._read_spooled(body)
             again += len(events)
-            self._enqueue(events, position)
+            self._enqueue(events, body, position)
         self._thread.start()
         return again
 
     def put(self, events: Accepted, body: bytes) -> None:
         """Accept a POST's events: its body is spooled before this returns."""
-        self._enqueue(events, self._spool.append(body))
+        self._enqueue(events, body, self._spool.append(body))
 
-    def _enqueue(self, events: Accepted, position: Position) -> None:
+    def _enqueue(self, events: Accepted, body: bytes, position: Position) -> None:
         with self._changed:
             self._put_ticket += 1
-            self._queue.append(_Accepted(self._put_ticket, events, position))
+            self._queue.append(_Accepted(self._put_ticket, events, body, position))
             self._pending_events += len(events)
             self._changed.notify()
 
@@ -143,7 +144,7 @@ class BackgroundFold:
             count = sum(len(events) for events in posts)
             while True:
                 try:
-                    result = self._store.ingest_posted(posts)
+                    result = self._store.ingest_posted(posts, bodies=[accepted.body for accepted in taken])
                     break
                 except Exception:  # kept in the spool and here: tried again, never dropped
                     self.failures += 1

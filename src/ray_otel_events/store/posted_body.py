@@ -15,13 +15,14 @@ from dataclasses import dataclass
 
 import orjson
 
-from ray_otel_events import config
+from ray_otel_events import native
 from ray_otel_events.store.state_merge import Prepared, prepare
 
 try:  # setup.py builds it where a C compiler and SQLite's headers are present
     from ray_otel_events.native import _post_fold
 except ImportError:
     _post_fold = None  # type: ignore[assignment]
+_compiled = _post_fold is not None and native.ENABLED
 
 
 @dataclass(slots=True)
@@ -57,7 +58,7 @@ def scan(body: bytes) -> tuple[int, list[tuple[int, int, int]], bytes] | None:
     """The compiled reading of a POST's text: its items, the place (index, start, end) of each one
     to read in Python, and the index the fold reads; None for a body to read whole in Python (where
     orjson would read it otherwise, or refuse it), or where there is no compiled fold."""
-    if _post_fold is None or not config.compiled_enabled():
+    if not _compiled:
         return None
     return _post_fold.scan(body)
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from ray_otel_events.store import state_query
 from ray_otel_events.store.state_merge import ACTORS, JOBS, NODES, TASKS, WORKERS, Row
-from ray_otel_events.store.views import RAY_VERSION, Answer, Params, StoreViews
+from ray_otel_events.store.views import RAY_VERSION, Answer, BadRequest, Params, StoreViews
 
 ALL = 10**9  # "every row": the dashboard's lists have no paging of their own
 NIL_ID = "ffffffffffffffffffffffffffffffffffffffffffffffffffffffff"
@@ -109,8 +109,9 @@ def format_resources(resources: dict[str, float]) -> list[str]:
 class RayDashboardViews:
     """The answers over a StoreViews (see the module doc)."""
 
-    def __init__(self, views: StoreViews) -> None:
+    def __init__(self, views: StoreViews, session: str | None = None) -> None:
         self.views = views
+        self.session = session  # the one session every answer is about (None: an empty store)
         self._routes: list[tuple[re.Pattern[str], Callable[..., Answer]]] = [
             (re.compile(r"/api/version"), self.version),
             (re.compile(r"/api/jobs/?"), self.jobs),
@@ -137,21 +138,30 @@ class RayDashboardViews:
             (re.compile(r"/api/v0/logs/(file|stream)"), self.log_file),
         ]
 
-    def answer(self, path: str, params: Params) -> Answer | None:
-        """The answer for a path this module knows; None for any other (the state API's)."""
+    def answer(self, path: str, params: Params, session: str | None = None) -> Answer | None:
+        """The answer for a path this module knows, about `session` (else the newest); None for any
+        other path (the state API's)."""
         for pattern, view in self._routes:
             match = pattern.fullmatch(path)
             if match:
-                return view(params, *match.groups())
+                try:
+                    scoped = RayDashboardViews(self.views, self.views.session_for(session))
+                except BadRequest as exc:
+                    return exc.status, state_query.envelope(None, ok=False, message=str(exc))
+                return getattr(scoped, view.__name__)(params, *match.groups())  # type: ignore[no-any-return]
         return None
 
     def _rows(self, resource: str, *filters: tuple[str, str]) -> list[Row]:
         query = state_query.ListQuery(resource, ALL, True, False, [(k, "=", v) for k, v in filters])
-        return state_query.select(self.views.store, query, order="start", descending=False).rows
+        return state_query.select(
+            self.views.store, query, order="start", descending=False, session=self.session
+        ).rows
 
     def session_name(self) -> str:
-        sessions = self.views.store.sessions()
-        return sessions[-1] if sessions else self.views.session_name
+        return self.session or self.views.session_name
+
+    def _task_logs(self, task_id: str) -> list[dict[str, Any]]:
+        return self.views.task_log_lines(task_id, None, self.session)
 
     # -- jobs --------------------------------------------------------------------------------
 
@@ -453,7 +463,7 @@ class RayDashboardViews:
         """`worker-<id>-<job>-<pid>` of the node's workers, with the streams their lines came on."""
         found: dict[str, set[str]] = {}
         for task in self._rows(TASKS, ("node_id", node_id.lower())):
-            lines = self.views.store.task_logs(task["task_id"])
+            lines = self._task_logs(task["task_id"])
             if not lines or not task.get("worker_id"):
                 continue
             name = f"worker-{task['worker_id']}-{task.get('job_id', 'ffffffff')}-{task.get('worker_pid', 0)}"
@@ -461,9 +471,9 @@ class RayDashboardViews:
         return found
 
     def log_file(self, params: Params, _media: str) -> Answer:
-        """A task's (or an actor's, or a listed worker file's) stored log lines as text, where Ray
-        streams the part of the worker's file the task wrote. Stored lines carry no attempt
-        number, so a retried task's lines are those of all its attempts."""
+        """A task's (or an actor's, a worker pid's on a node, a listed worker file's) stored log
+        lines as text, where Ray streams the part of the worker's file the task wrote. Stored lines
+        carry no attempt number, so a retried task's lines are those of all its attempts."""
         suffix = params.get("suffix", "out")
         if suffix not in _STREAMS:
             return 400, f"suffix must be out or err, got {suffix!r}"
@@ -475,21 +485,32 @@ class RayDashboardViews:
         worker_file = _WORKER_FILE.fullmatch(params.get("filename") or "")
         if params.get("task_id"):
             tasks = [params["task_id"].lower()]
-            if not self.views.store.entity_rows(TASKS, tasks[0]):
+            if not self.views.store.entity_rows(TASKS, tasks[0], self.session):
                 return 404, f"Could not find the task {params['task_id']}"
         elif params.get("actor_id"):
             tasks = [t["task_id"] for t in self._rows(TASKS, ("actor_id", params["actor_id"].lower()))]
+        elif params.get("pid"):
+            if not params["pid"].isdigit():
+                return 400, f"pid must be an integer, got {params['pid']!r}"
+            node = (params.get("node_id") or "").lower() or next(
+                (n for n, ip in self._node_ips().items() if ip == params.get("node_ip")), ""
+            )
+            tasks = [  # a pid is a worker's on one node (a task with no node stored could be any)
+                t["task_id"]
+                for t in self._rows(TASKS, ("worker_pid", params["pid"]))
+                if not node or t.get("node_id") in (None, "", node)
+            ]
         elif worker_file:
             worker, _job, _pid, suffix = worker_file.groups()
             tasks = [t["task_id"] for t in self._rows(TASKS, ("worker_id", worker))]
         elif params.get("filename"):
             return 404, f"{params['filename']} is {NOT_RECORDED}; only workers' task output is kept"
         else:
-            return 400, "one of task_id, actor_id or filename is required"
+            return 400, "one of task_id, actor_id, pid or filename is required"
         lines = [
             line
             for task_id in dict.fromkeys(tasks)
-            for line in self.views.store.task_logs(task_id)
+            for line in self._task_logs(task_id)
             if line.get("stream", "log") in _STREAMS[suffix]
         ]
         lines.sort(key=lambda line: line.get("ts_ns", 0))

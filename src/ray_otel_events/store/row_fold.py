@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ray_otel_events import config
+from ray_otel_events import native
 from ray_otel_events.store.state_merge import (
     FOLD_ERRORS,
     ID_COLUMN,
@@ -138,7 +138,7 @@ try:  # the same loop compiled (setup.py builds native/_state_fold.c where a C c
     from ray_otel_events.native import _state_fold
 except ImportError:
     _state_fold = None  # type: ignore[assignment]
-if _state_fold is not None and config.compiled_enabled():
+if _state_fold is not None and native.ENABLED:
     _state_fold.bind_rows(ID_COLUMN, TASKS, FOLD_ERRORS)
     fold_rows = _state_fold.fold_rows
     group_pieces = _state_fold.group_pieces

@@ -8,13 +8,14 @@ Rows are keyed by session name as well, so several clusters (or one cluster's re
 apart. The fields lists filter and sort on are copied into indexed columns, so `select` answers a
 filtered page in SQL however many rows there are. Spans and task log lines
 (from OTLP) are kept beside the rows, joined to a task by its id or by the span a line was
-written in. `prune` applies the retention: rows not updated within `max_age_s`, then the oldest
-rows beyond `max_rows`; spans and lines by age. One connection, guarded by a lock: the server
-calls it from worker threads. Checkpoints (copying the WAL into the file, which waits on the disk)
-run on a second connection in a background thread, so a write waits for neither. Where the compiled
-row writer is built, a batch's rows are folded a chunk at a time and each chunk's upserts run on
-its thread and connection (one transaction per batch) while the next chunk is folded: the SQL and
-the Python work of one batch use two cores.
+written in. Each accepted event is also kept as its text, compressed, per session (`raw_events`):
+`rebuild` refolds the rows from it, and `new_fields` shows what a later Ray added. `prune` applies
+the retention a whole session at a time, oldest first (see `prune`). One connection, guarded by a
+lock: the server calls it from worker threads. Checkpoints (copying the WAL into the file, which
+waits on the disk) run on a second connection in a background thread, so a write waits for
+neither. Where the compiled row writer is built, a batch's rows are folded a chunk at a time and
+each chunk's upserts run on its thread and connection (one transaction per batch) while the next
+chunk is folded: the SQL and the Python work of one batch use two cores.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ from typing import Any
 
 import orjson
 
-from ray_otel_events import config
+from ray_otel_events import config, native
 from ray_otel_events.durable.wal_checkpointer import WalCheckpointer
-from ray_otel_events.store.posted_body import Accepted, PostedBody, accepted_events, item_prepared
+from ray_otel_events.store import raw_events
+from ray_otel_events.store.posted_body import Accepted, PostedBody, accepted_events, item_prepared, scan
 from ray_otel_events.store.row_fold import (
     Pieces,
     Refusal,
@@ -151,7 +153,35 @@ CREATE TABLE IF NOT EXISTS log_lines (
 CREATE INDEX IF NOT EXISTS lines_by_task ON log_lines(task_id, ts_ns);
 CREATE INDEX IF NOT EXISTS lines_by_span ON log_lines(span_id);
 CREATE INDEX IF NOT EXISTS lines_by_time ON log_lines(received);
+CREATE TABLE IF NOT EXISTS sessions (
+    name TEXT PRIMARY KEY,
+    first_seen REAL NOT NULL,
+    last_seen REAL NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS raw_events (
+    session TEXT NOT NULL,
+    received REAL NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS raw_by_session ON raw_events(session, received);
+CREATE TABLE IF NOT EXISTS store_notes (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 """
+# Why `rebuild` would lose rows: some were folded from events whose text is not kept.
+_RAW_INCOMPLETE = "raw_incomplete"
+_SEEN = (
+    "INSERT INTO sessions(name, first_seen, last_seen) VALUES (?, ?, ?)"
+    " ON CONFLICT(name) DO UPDATE SET last_seen = max(last_seen, excluded.last_seen)"
+)
+_KEEP_RAW = "INSERT INTO raw_events(session, received, data) VALUES (?, ?, ?)"
+# A store written before sessions and raw events were kept: its sessions from its rows.
+_SESSIONS_FROM_ROWS = (
+    "INSERT OR IGNORE INTO sessions(name, first_seen, last_seen)"
+    " SELECT session, MIN(updated), MAX(updated) FROM state_rows GROUP BY session"
+)
+SESSION_COUNTED = ("jobs", "tasks", "actors", "nodes")
+DROP_CHUNK = 20_000  # rows deleted per transaction when a session is dropped
+WINDOW_SLACK_S = 60.0  # spans and log lines may arrive this long before or after a session's events
+Window = tuple[float, float]  # received between, epoch seconds
 
 ORDERS = {
     "updated": "updated",
@@ -230,9 +260,15 @@ def _null_like(value: str) -> bool:
     return value.lower() in ("", "none", "null")
 
 
-def _where(resource: str, filters: Sequence[ColumnFilter], search: str = "") -> tuple[str, list[Any]]:
-    """The WHERE clause and its parameters for a resource's rows passing `filters` and `search`."""
+def _where(
+    resource: str, filters: Sequence[ColumnFilter], search: str = "", session: str | None = None
+) -> tuple[str, list[Any]]:
+    """The WHERE clause and its parameters for a resource's rows passing `filters` and `search`, of
+    `session` when it is not None."""
     where, params = ["resource = ?"], [resource]
+    if session is not None:
+        where.append("session = ?")
+        params.append(session)
     for f in filters:
         sql, values = _condition(f)
         where.append(sql)
@@ -250,7 +286,7 @@ def _python_writer_reason(compiled_sqlite: Mapping[str, SqliteLibrary]) -> str |
     """Why the store writes its rows in Python rather than with the compiled writer; None: it may not."""
     if _row_writer is None:
         return "the compiled row writer is not built (no C compiler or SQLite headers at install)"
-    if not config.compiled_enabled():
+    if not native.ENABLED:
         return f"{config.PURE_PYTHON}=1"
     refusal = compiled_writer_refusal(PYTHON_SQLITE, compiled_sqlite)
     return f"not the SQLite library Python's sqlite3 uses: {refusal}" if refusal else None
@@ -283,7 +319,9 @@ class EventStore:
         self._db.execute("PRAGMA busy_timeout=10000")
         self._lock = threading.Lock()
         self.generation = 0  # bumped by every write: pages poll it to know when to refresh
-        self._totals: dict[str, tuple[int, int]] = {}
+        self._totals: dict[tuple[str, str | None], tuple[int, int]] = {}
+        self._session_names: tuple[int, list[str]] = (-1, [])
+        self._session_counts: tuple[int, dict[str, dict[str, int]]] = (-1, {})
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         known = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if version < SCHEMA_VERSION and "state_rows" in known:
@@ -299,7 +337,11 @@ class EventStore:
         self.writer = "python"  # which code writes the rows: "compiled" or "python"
         self.writer_reason: str | None = "opened read-only"  # why not the compiled writer
         if not read_only:
+            had_sessions = "sessions" in known
             self._db.executescript(_SCHEMA)
+            if not had_sessions and "state_rows" in known:
+                self._db.execute(_SESSIONS_FROM_ROWS)
+                self._note_raw_incomplete("rows were stored before raw events were kept")
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._checkpointer = WalCheckpointer(self.path, name="store-checkpoint")
             self.writer_reason = _python_writer_reason(compiled_sqlite)
@@ -308,6 +350,7 @@ class EventStore:
                 self._writer = _row_writer.RowWriter(
                     str(self.path), _UPSERT, _WRITER_PRAGMAS, _UPSERT_VALUES, sqlite3.DatabaseError
                 )
+                self._writer.prepare_keep(_KEEP_RAW, _SEEN)
                 if _post_fold is not None:
                     self._post_folder = _post_fold.Folder(
                         str(self.path), _READER_PRAGMAS, _SELECT_CHUNK, self._writer, sqlite3.DatabaseError
@@ -333,7 +376,9 @@ class EventStore:
 
     def ingest(self, events: Iterable[Any], *, now: float | None = None) -> IngestResult:
         """Fold a batch into the store in one transaction (see the module doc); events that cannot
-        be read are listed in `invalid`, the others stored."""
+        be read are listed in `invalid`, the others stored. The batch is kept as raw events."""
+        events = events if isinstance(events, list) else list(events)
+        received = time.time() if now is None else now
         prepared: list[Prepared] = []
         invalid: list[str] = []
         for event in events:
@@ -341,30 +386,54 @@ class EventStore:
                 prepared.append(prepare(event))
             except ValueError as exc:
                 invalid.append(str(exc))
-        result = self.ingest_prepared(prepared, now=now)
+        groups = raw_events.group_events(events)
+        texts = {session: [orjson.dumps(items)] for session, items in groups.items()}
+        result = self._ingest_prepared(prepared, received, texts)
         result.invalid = invalid + [refusal.reason for refusal in result.refused]
         return result
 
     def ingest_prepared(self, events: Iterable[Prepared], *, now: float | None = None) -> IngestResult:
-        """`ingest` for events already read by `prepare` (the HTTP intake reads each as it parses)."""
+        """`ingest` for events already read by `prepare` (the HTTP intake reads each as it parses).
+        Their sessions are recorded; their text is not kept (there is none here)."""
+        return self._ingest_prepared(events, time.time() if now is None else now, {})
+
+    def _ingest_prepared(
+        self, events: Iterable[Prepared], received: float, texts: dict[str, list[bytes]]
+    ) -> IngestResult:
         result = IngestResult()
-        received = time.time() if now is None else now
-        pieces, result.ignored = group_pieces(events if isinstance(events, list) else list(events))
-        if pieces:
-            with self._row_writes() as write:
-                self._fold(pieces, received, result, write)
+        listed = events if isinstance(events, list) else list(events)
+        pieces, result.ignored = group_pieces(listed)
+        if pieces or texts:
+            with self._row_writes(texts, received) as write:
+                if pieces:
+                    self._fold(pieces, received, result, write)
+        unkept = {key[3] for key in pieces} - texts.keys()
+        if unkept:
+            with self._transaction() as db:
+                db.executemany(_SEEN, [(name, received, received) for name in unkept])
         return result
 
-    def ingest_posted(self, posts: list[Accepted], *, now: float | None = None) -> IngestResult:
+    def ingest_posted(
+        self, posts: list[Accepted], *, now: float | None = None, bodies: Sequence[bytes] | None = None
+    ) -> IngestResult:
         """`ingest_prepared` of several POSTs' accepted events, in order, in one transaction. Those
         kept as their text (PostedBody) are folded from it by the compiled fold, all but the rows
-        it hands back, which are folded here as `ingest_prepared` folds them: the same rows."""
+        it hands back, which are folded here as `ingest_prepared` folds them: the same rows.
+        `bodies` (the POSTs' texts, in order) are kept as raw events, per session, in the same
+        transaction."""
+        received = time.time() if now is None else now
+        texts = raw_events.merge_bodies(raw_events.by_session(body) for body in bodies or ())
+        return self._ingest_posted(posts, received, texts)
+
+    def _ingest_posted(
+        self, posts: list[Accepted], received: float, texts: dict[str, list[bytes]]
+    ) -> IngestResult:
         folder = self._post_folder
         if folder is None or not any(isinstance(post, PostedBody) for post in posts):
-            return self.ingest_prepared([event for post in posts for event in accepted_events(post)], now=now)
+            events = [event for post in posts for event in accepted_events(post)]
+            return self._ingest_prepared(events, received, texts)
         result = IngestResult()
-        received = time.time() if now is None else now
-        with self._row_writes() as write:
+        with self._row_writes(texts, received) as write:
             result.by_type, result.duplicates, result.ignored, leftovers = folder.fold(posts, received)
             if leftovers:
                 pieces: Pieces = {}
@@ -466,17 +535,27 @@ class EventStore:
                 raise
 
     @contextlib.contextmanager
-    def _row_writes(self) -> Iterator[Callable[[list[tuple[Any, ...]]], Any]]:
+    def _row_writes(
+        self, texts: dict[str, list[bytes]], received: float
+    ) -> Iterator[Callable[[list[tuple[Any, ...]]], Any]]:
         """One transaction of state-row upserts, yielding what writes a chunk of them: the row
-        writer's `add` where it is built, else `executemany` on the store's connection."""
+        writer's `add` where it is built, else `executemany` on the store's connection. `texts`
+        (POST bodies by session) are kept as raw events in the same transaction: compressed on the
+        row writer's thread where it is built (the caller neither compresses nor gives up the GIL
+        for it), else here."""
         writer = self._writer
         if writer is None:
             with self._transaction() as db:
                 yield functools.partial(db.executemany, _UPSERT)
+                kept = [(session, received, raw_events.compress(parts)) for session, parts in texts.items()]
+                db.executemany(_KEEP_RAW, kept)
+                db.executemany(_SEEN, [(session, received, received) for session in texts])
             return
         with self._committing():
             try:
                 yield writer.add
+                for session, parts in texts.items():
+                    writer.keep(session, received, parts)
             except BaseException:
                 writer.rollback()
                 raise
@@ -546,13 +625,15 @@ class EventStore:
         descending: bool = True,
         limit: int = 100,
         offset: int = 0,
+        session: str | None = None,
     ) -> Selection:
-        """A page of a resource's rows: `filters` run in SQL, `keep` (for fields with no column)
-        on the rows SQL returns; `matched` counts rows passing both. `search` is a substring of the
-        id, name, function or error type."""
+        """A page of a resource's rows (of `session` when given, else of all): `filters` run in
+        SQL, `keep` (for fields with no column) on the rows SQL returns; `matched` counts rows
+        passing both. `search` is a substring of the id, name, function or error type."""
         if order not in ORDERS:
             raise ValueError(f"cannot sort by {order!r}; one of {', '.join(ORDERS)}")
-        clause, params = _where(resource, filters, search)
+        session = self._scope(session)
+        clause, params = _where(resource, filters, search, session)
         direction = "DESC" if descending else "ASC"
         column = ORDERS[order]
         # Sorting by `updated` (never NULL) follows an index, so a page stops after `limit` rows.
@@ -562,9 +643,9 @@ class EventStore:
             else f"{column} IS NULL, {column} {direction}, updated DESC"
         )
         query = f"SELECT data FROM state_rows WHERE {clause} ORDER BY {ordering}"
-        total = self.total(resource)
+        total = self.total(resource, session)
         if keep is None:
-            matched = self._matched(resource, filters, search)
+            matched = self._matched(resource, filters, search, session)
             found = self._query(query + " LIMIT ? OFFSET ?", [*params, limit, offset])
             return Selection(total, matched, [orjson.loads(r[0]) for r in found])
         rows: list[Row] = []
@@ -577,50 +658,132 @@ class EventStore:
                 matched += 1
         return Selection(total, matched, rows)
 
-    def total(self, resource: str) -> int:
-        """Rows of a resource, counted once per generation (an index scan over every row)."""
-        cached = self._totals.get(resource)
+    def total(self, resource: str, session: str | None = None) -> int:
+        """Rows of a resource (of a session), counted once per generation (a scan over its rows)."""
+        session = self._scope(session)
+        cached = self._totals.get((resource, session))
         if cached is None or cached[0] != self.generation:
-            cached = self._totals[resource] = (self.generation, self._count(resource, ()))
+            count = self._count(resource, (), session=session)
+            cached = self._totals[(resource, session)] = (self.generation, count)
         return cached[1]
 
-    def _count(self, resource: str, filters: Sequence[ColumnFilter], search: str = "") -> int:
-        clause, params = _where(resource, filters, search)
+    def _count(
+        self, resource: str, filters: Sequence[ColumnFilter], search: str = "", session: str | None = None
+    ) -> int:
+        clause, params = _where(resource, filters, search, session)
         return int(self._query(f"SELECT COUNT(*) FROM state_rows WHERE {clause}", params)[0][0])
 
-    def _matched(self, resource: str, filters: Sequence[ColumnFilter], search: str) -> int:
+    def _matched(
+        self, resource: str, filters: Sequence[ColumnFilter], search: str, session: str | None
+    ) -> int:
         """Rows matching the filters. One `!=` (Ray's default leaves out drivers that way) is counted
         as all minus the equal ones: two index lookups instead of a scan of every row."""
         negative = [f for f in filters if not f.equal]
         if len(negative) != 1 or search or _null_like(negative[0].value):
-            return self._count(resource, filters, search)
+            return self._count(resource, filters, search, session)
         others = [f for f in filters if f.equal]
-        base = self._count(resource, others) if others else self.total(resource)
-        return base - self._count(resource, [*others, dataclasses.replace(negative[0], equal=True)])
+        base = self._count(resource, others, session=session) if others else self.total(resource, session)
+        equal = dataclasses.replace(negative[0], equal=True)
+        return base - self._count(resource, [*others, equal], session=session)
 
-    def counts(self, resource: str, *columns: str) -> list[tuple[Any, ...]]:
-        """(values of `columns`..., count) of the resource's rows, grouped by those columns."""
+    def counts(self, resource: str, *columns: str, session: str | None = None) -> list[tuple[Any, ...]]:
+        """(values of `columns`..., count) of the resource's rows (of a session), grouped by those
+        columns."""
         for column in columns:
             if column not in INDEXED_COLUMNS:
                 raise ValueError(f"{column!r} is not an indexed column")
         names = ", ".join(columns)
+        clause, params = _where(resource, (), "", self._scope(session))
         return self._query(
-            f"SELECT {names}, COUNT(*) FROM state_rows WHERE resource = ? GROUP BY {names}", (resource,)
+            f"SELECT {names}, COUNT(*) FROM state_rows WHERE {clause} GROUP BY {names}", params
         )
 
-    def entity_rows(self, resource: str, entity_id: str) -> list[tuple[int, str, Row]]:
-        """(attempt, session, row) of every row of one entity, whatever its session or attempt."""
-        found = self._query(
-            "SELECT attempt, session, data FROM state_rows WHERE resource=? AND entity_id=?",
-            (resource, entity_id.lower()),
-        )
+    def entity_rows(
+        self, resource: str, entity_id: str, session: str | None = None
+    ) -> list[tuple[int, str, Row]]:
+        """(attempt, session, row) of every row of one entity: of every session, or of `session`."""
+        sql = "SELECT attempt, session, data FROM state_rows WHERE resource=? AND entity_id=?"
+        params: list[Any] = [resource, entity_id.lower()]
+        if session is not None:
+            sql += " AND session=?"
+            params.append(session)
+        found = self._query(sql, params)
         return [(attempt, session, orjson.loads(data)) for attempt, session, data in found]
 
-    def sessions(self) -> list[str]:
-        return [r[0] for r in self._query("SELECT DISTINCT session FROM state_rows ORDER BY session")]
+    # -- sessions ------------------------------------------------------------------------------
 
-    def spans_of_task(self, task_id: str) -> list[dict[str, Any]]:
-        found = self._query("SELECT data FROM spans WHERE task_id = ? ORDER BY start_ns", (task_id.lower(),))
+    def _scope(self, session: str | None) -> str | None:
+        """The session filter a read needs: none when the store holds that session only (every
+        row is its own, and the plans stay those of a one-session store)."""
+        if session is None:
+            return None
+        names = self.sessions()
+        return None if names == [session] else session
+
+    def sessions(self) -> list[str]:
+        """Session names, oldest first (by the last event stored for each)."""
+        cached = self._session_names
+        if cached[0] != self.generation:
+            names = [name for name, _, _ in self._session_times()]
+            cached = self._session_names = (self.generation, names)
+        return cached[1]
+
+    def _session_times(self) -> list[tuple[str, float, float]]:
+        """(name, first seen, last seen) of every session, oldest last-seen first."""
+        try:
+            return self._query("SELECT name, first_seen, last_seen FROM sessions ORDER BY last_seen, name")
+        except sqlite3.OperationalError:  # a store written before sessions were kept, opened read-only
+            return self._query(
+                "SELECT session, MIN(updated), MAX(updated) FROM state_rows GROUP BY session"
+                " ORDER BY MAX(updated), session"
+            )
+
+    def newest_session(self) -> str | None:
+        """The session whose last event was stored last (None in an empty store)."""
+        names = self.sessions()
+        return names[-1] if names else None
+
+    def session_list(self) -> list[dict[str, Any]]:
+        """Every session, newest first: name, first and last event stored (epoch seconds), and its
+        rows of jobs, tasks (attempts), actors and nodes (counted once per generation)."""
+        cached = self._session_counts
+        if cached[0] != self.generation:
+            counts: dict[str, dict[str, int]] = {}
+            for session, resource, count in self._query(
+                "SELECT session, resource, COUNT(*) FROM state_rows GROUP BY session, resource"
+            ):
+                counts.setdefault(session, {})[resource] = count
+            cached = self._session_counts = (self.generation, counts)
+        return [
+            {
+                "name": name,
+                "first_seen": first,
+                "last_seen": last,
+                **{resource: cached[1].get(name, {}).get(resource, 0) for resource in SESSION_COUNTED},
+            }
+            for name, first, last in reversed(self._session_times())
+        ]
+
+    def session_window(self, name: str | None) -> Window | None:
+        """When spans and log lines of session `name` were received, as near as the store knows
+        (they carry no session): from its first event stored to its last, with WINDOW_SLACK_S either
+        side. None when the store holds one session or none (nothing to tell apart)."""
+        times = self._session_times()
+        if len(times) < 2:
+            return None
+        for session, first, last in times:
+            if session == name:
+                return (first - WINDOW_SLACK_S, last + WINDOW_SLACK_S)
+        return None
+
+    def spans_of_task(self, task_id: str, received: Window | None = None) -> list[dict[str, Any]]:
+        """A task's spans (received within `received`, when given)."""
+        sql = "SELECT data FROM spans WHERE task_id = ?"
+        params: list[Any] = [task_id.lower()]
+        if received is not None:
+            sql += " AND received BETWEEN ? AND ?"
+            params += received
+        found = self._query(sql + " ORDER BY start_ns", params)
         return [orjson.loads(r[0]) for r in found]
 
     def trace(self, trace_id: str) -> list[dict[str, Any]]:
@@ -629,23 +792,32 @@ class EventStore:
         )
         return [orjson.loads(r[0]) for r in found]
 
-    def task_logs(self, task_id: str) -> list[dict[str, Any]]:
-        """A task's lines: those naming it, and those written inside one of its spans."""
+    def task_logs(self, task_id: str, received: Window | None = None) -> list[dict[str, Any]]:
+        """A task's lines: those naming it, and those written inside one of its spans (received
+        within `received`, when given)."""
         task = task_id.lower()
-        found = self._query(
-            "SELECT data FROM log_lines WHERE task_id = ? OR (task_id IS NULL AND span_id IN"
-            " (SELECT span_id FROM spans WHERE task_id = ?)) ORDER BY ts_ns",
-            (task, task),
+        sql = (
+            "SELECT data FROM log_lines WHERE (task_id = ? OR (task_id IS NULL AND span_id IN"
+            " (SELECT span_id FROM spans WHERE task_id = ?)))"
         )
+        params: list[Any] = [task, task]
+        if received is not None:
+            sql += " AND received BETWEEN ? AND ?"
+            params += received
+        found = self._query(sql + " ORDER BY ts_ns", params)
         return [orjson.loads(r[0]) for r in found]
 
-    def recent_traces(self, limit: int = 20) -> list[dict[str, Any]]:
-        """The newest traces: id, root span name, start, end and span count."""
+    def recent_traces(self, limit: int = 20, received: Window | None = None) -> list[dict[str, Any]]:
+        """The newest traces (of spans received within `received`, when given): id, root span
+        name, start, end and span count."""
+        within, params = (
+            ("", [limit]) if received is None else (" WHERE received BETWEEN ? AND ?", [*received, limit])
+        )
         found = self._query(
             "SELECT trace_id, MIN(start_ns), MAX(end_ns), COUNT(*),"
             " (SELECT name FROM spans r WHERE r.trace_id = s.trace_id ORDER BY start_ns LIMIT 1)"
-            " FROM spans s GROUP BY trace_id ORDER BY MIN(start_ns) DESC LIMIT ?",
-            (limit,),
+            f" FROM spans s{within} GROUP BY trace_id ORDER BY MIN(start_ns) DESC LIMIT ?",
+            params,
         )
         return [
             {"trace_id": t, "start_ns": start, "end_ns": end, "spans": n, "root": root}
@@ -662,29 +834,202 @@ class EventStore:
         out["bytes"] = self.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
         return out
 
+    def raw_texts(self, session: str, event_ids: Iterable[str], before: float) -> list[dict[str, Any]]:
+        """The kept events of `session` with these ids, oldest first, read from the raw events
+        stored up to `before`, newest first until each id is found (an entity's events are
+        usually near its last update)."""
+        wanted = set(event_ids)
+        blocks = self._query(
+            "SELECT rowid FROM raw_events WHERE session = ? AND received <= ?"
+            " ORDER BY received DESC, rowid DESC",
+            (session, before),
+        )
+        found: list[tuple[int, int, dict[str, Any]]] = []
+        for (rowid,) in blocks:
+            if not wanted:
+                break
+            rows = self._query("SELECT data FROM raw_events WHERE rowid = ?", (rowid,))
+            if not rows:
+                continue
+            text = raw_events.decompress(rows[0][0])
+            if not any(event_id.encode() in text for event_id in wanted):
+                continue
+            for position, event in enumerate(orjson.loads(text)):
+                event_id = event.get("eventId") if isinstance(event, dict) else None
+                if event_id in wanted:
+                    wanted.discard(event_id)
+                    found.append((rowid, position, event))
+        return [event for _, _, event in sorted(found, key=lambda item: (item[0], item[1]))]
+
+    def new_fields(self, resource: str, entity_id: str, attempt: int, session: str) -> dict[str, Any]:
+        """Fields of a row's kept events that this version's schema does not name (a later Ray's):
+        `raw_events.new_fields` of them."""
+        found = self._query(
+            "SELECT updated, event_ids FROM state_rows WHERE resource=? AND entity_id=? AND attempt=?"
+            " AND session=?",
+            (resource, entity_id.lower(), attempt, session),
+        )
+        if not found:
+            return {}
+        updated, ids = found[0]
+        try:
+            return raw_events.new_fields(self.raw_texts(session, ids.split(), updated))
+        except sqlite3.OperationalError:  # a store written before raw events were kept, read-only
+            return {}
+
+    def raw_size(self) -> dict[str, int]:
+        """Raw event blocks kept and their compressed bytes."""
+        blocks, size = self._query("SELECT COUNT(*), COALESCE(SUM(length(data)), 0) FROM raw_events")[0]
+        return {"blocks": int(blocks), "bytes": int(size)}
+
+    def _note_raw_incomplete(self, reason: str) -> None:
+        self._db.execute(
+            "INSERT OR IGNORE INTO store_notes(key, value) VALUES (?, ?)", (_RAW_INCOMPLETE, reason)
+        )
+
+    def rebuild(self, *, force: bool = False) -> IngestResult:
+        """Fold the state rows again from the raw events alone, in the order they were stored and
+        with the times they were received: the rows this version folds from what was accepted
+        (after an upgrade). The rows are dropped first; raw events, spans and log lines are kept.
+        Stopped part way, running it again finishes it. Refused (StoreError) when some rows have no
+        raw events (`force` rebuilds anyway, without them)."""
+        noted = self._query("SELECT value FROM store_notes WHERE key = ?", (_RAW_INCOMPLETE,))
+        if noted and not force:
+            raise StoreError(f"some rows have no raw events to rebuild them from: {noted[0][0]}")
+        with self._transaction() as db:
+            db.execute("DELETE FROM state_rows")
+        total = IngestResult()
+        blocks = self._query("SELECT rowid, received FROM raw_events ORDER BY rowid")
+        for rowid, received in blocks:
+            rows = self._query("SELECT data FROM raw_events WHERE rowid = ?", (rowid,))
+            text = raw_events.decompress(rows[0][0])
+            posted, invalid = _posted(text)
+            result = self._ingest_posted([posted], received, {})
+            total.duplicates += result.duplicates
+            total.ignored += result.ignored
+            total.invalid += invalid + [refusal.reason for refusal in result.refused]
+            for event_type, count in result.by_type.items():
+                total.by_type[event_type] = total.by_type.get(event_type, 0) + count
+        self._totals.clear()
+        return total
+
     # -- retention -----------------------------------------------------------------------------
 
-    def prune(self, *, max_age_s: float | None, max_rows: int | None, now: float | None = None) -> int:
-        """Apply the retention; returns the number of rows deleted (their history goes with them)."""
-        current = time.time() if now is None else now
+    def used_bytes(self) -> int:
+        """The file's pages in use (freed pages are reused, not returned: the file does not shrink)."""
+        pages, free, size = (
+            self._query(f"PRAGMA {name}")[0][0] for name in ("page_count", "freelist_count", "page_size")
+        )
+        return int((pages - free) * size)
+
+    def drop_session(self, name: str) -> int:
+        """Delete a session's rows, raw events and record; returns its rows deleted. The rows go
+        DROP_CHUNK at a time, a transaction each, so folds and reads go on in between; the record
+        goes last (while it is there, the session's reads keep filtering by it)."""
+        deleted = 0
+        while True:
+            with self._transaction() as db:
+                gone = db.execute(
+                    "DELETE FROM state_rows WHERE rowid IN"
+                    " (SELECT rowid FROM state_rows WHERE session = ? LIMIT ?)",
+                    (name, DROP_CHUNK),
+                ).rowcount
+            deleted += gone
+            if gone < DROP_CHUNK:
+                break
         with self._transaction() as db:
-            doomed: list[tuple[str, str, int, str]] = []
-            if max_age_s is not None:
-                doomed += db.execute(
-                    "SELECT resource, entity_id, attempt, session FROM state_rows WHERE updated < ?",
-                    (current - max_age_s,),
-                ).fetchall()
+            db.execute("DELETE FROM raw_events WHERE session = ?", (name,))
+            db.execute("DELETE FROM sessions WHERE name = ?", (name,))
+        return deleted
+
+    def _rows(self) -> int:
+        return int(self._query("SELECT COUNT(*) FROM state_rows")[0][0])
+
+    def _over(self, max_rows: int | None, max_bytes: int | None) -> bool:
+        return (max_rows is not None and self._rows() > max_rows) or (
+            max_bytes is not None and self.used_bytes() > max_bytes
+        )
+
+    def prune(
+        self,
+        *,
+        max_age_s: float | None,
+        max_rows: int | None,
+        max_bytes: int | None = None,
+        now: float | None = None,
+    ) -> int:
+        """Apply the retention, a whole session at a time, oldest first; returns the state rows
+        deleted. A session whose last event is older than `max_age_s` goes. While the store holds
+        more than `max_rows` state rows or `max_bytes` of pages in use, its oldest session goes,
+        the newest one never: over a bound alone, it loses its oldest raw event blocks, then its
+        least recently updated rows. Spans and log lines go by age."""
+        current = time.time() if now is None else now
+        deleted = 0
+        times = self._session_times()
+        if max_age_s is not None:
+            cutoff = current - max_age_s
+            for name, _, last in times:
+                if last < cutoff:
+                    deleted += self.drop_session(name)
+            times = [entry for entry in times if entry[2] >= cutoff]
+        while len(times) > 1 and self._over(max_rows, max_bytes):
+            deleted += self.drop_session(times.pop(0)[0])
+        if max_bytes is not None:
+            for _ in range(20):  # a tenth of the raw blocks at a time, then a tenth of the rows
+                if self.used_bytes() <= max_bytes:
+                    break
+                with self._transaction() as db:
+                    blocks = db.execute("SELECT COUNT(*) FROM raw_events").fetchone()[0]
+                    if blocks:
+                        self._note_raw_incomplete("retention dropped raw events of rows it kept")
+                        db.execute(
+                            "DELETE FROM raw_events WHERE rowid IN"
+                            " (SELECT rowid FROM raw_events ORDER BY received LIMIT ?)",
+                            (max(1, blocks // 10),),
+                        )
+                    else:
+                        deleted += db.execute(
+                            "DELETE FROM state_rows WHERE rowid IN"
+                            " (SELECT rowid FROM state_rows ORDER BY updated LIMIT ?)",
+                            (max(1, self._rows_unlocked(db) // 10),),
+                        ).rowcount
+        with self._transaction() as db:
             if max_rows is not None:
-                doomed += db.execute(
-                    "SELECT resource, entity_id, attempt, session FROM state_rows"
-                    " ORDER BY updated DESC LIMIT -1 OFFSET ?",
+                deleted += db.execute(
+                    "DELETE FROM state_rows WHERE rowid IN"
+                    " (SELECT rowid FROM state_rows ORDER BY updated DESC LIMIT -1 OFFSET ?)",
                     (max_rows,),
-                ).fetchall()
-            unique = sorted(set(doomed))
-            where = "resource=? AND entity_id=? AND attempt=? AND session=?"
-            db.executemany(f"DELETE FROM state_rows WHERE {where}", unique)
+                ).rowcount
             if max_age_s is not None:
-                cutoff = (current - max_age_s,)
+                cutoff_row = (current - max_age_s,)
                 for table in ("spans", "log_lines"):
-                    db.execute(f"DELETE FROM {table} WHERE received < ?", cutoff)
-        return len(unique)
+                    db.execute(f"DELETE FROM {table} WHERE received < ?", cutoff_row)
+        return deleted
+
+    @staticmethod
+    def _rows_unlocked(db: sqlite3.Connection) -> int:
+        return int(db.execute("SELECT COUNT(*) FROM state_rows").fetchone()[0])
+
+
+def _posted(text: bytes) -> tuple[Accepted, list[str]]:
+    """A kept JSON array read as `serve` reads a POST: its text for the compiled fold where it is
+    built (only the items it leaves to Python read here), else each item's Prepared."""
+    scanned = scan(text)
+    errors: list[str] = []
+    if scanned is None:
+        prepared: list[Prepared] = []
+        for position, item in enumerate(orjson.loads(text)):
+            try:
+                prepared.append(prepare(item))
+            except ValueError as exc:
+                errors.append(f"[{position}]: {exc}")
+        return prepared, errors
+    items, places, index = scanned
+    odd: dict[int, Prepared | None] = {}
+    for position, start, end in places:
+        try:
+            odd[position] = prepare(orjson.loads(text[start:end]))
+        except ValueError as exc:
+            odd[position] = None
+            errors.append(f"[{position}]: {exc}")
+    return PostedBody(text, items - len(errors), odd, index), errors

@@ -14,13 +14,14 @@ import binascii
 import datetime
 import functools
 import json
+import reprlib
 from collections.abc import Callable
 from operator import itemgetter
 from typing import Any, NamedTuple
 
 import orjson
 
-from ray_otel_events import config
+from ray_otel_events import native
 
 Row = dict[str, Any]
 
@@ -436,12 +437,22 @@ def _prepare_python(event: Any) -> Prepared:
     try:
         piece = piece_of(event)
     except FOLD_ERRORS as exc:
-        raise ValueError(f"{event.get('eventType')}: {exc}") from None
+        raise ValueError(f"{_shown(event.get('eventType'))}: {exc}") from None
     if piece is None:
         return Prepared(event_id, None, None)
-    return Prepared(
-        event_id, (piece.resource, piece.entity_id, piece.attempt, str(event.get("sessionName", ""))), piece
-    )
+    session = event.get("sessionName", "")
+    if not isinstance(session, str):
+        try:
+            session = str(session)
+        except RecursionError:
+            raise ValueError("sessionName: nested too deep to be a session name") from None
+    return Prepared(event_id, (piece.resource, piece.entity_id, piece.attempt, session), piece)
+
+
+def _shown(value: Any) -> str:
+    """A posted value in an error message: a string as it is, anything else cut short (a list
+    nested a thousand deep would overflow the stack as a whole repr)."""
+    return value if isinstance(value, str) else reprlib.repr(value)
 
 
 def apply(row: Row, piece: Piece) -> None:
@@ -563,7 +574,7 @@ try:  # a POST's task rows folded from its text (native/_post_fold.c, built besi
     from ray_otel_events.native import _post_fold
 except ImportError:
     _post_fold = None  # type: ignore[assignment]
-if _post_fold is not None and config.compiled_enabled():
+if _post_fold is not None and native.ENABLED:
     _TEXT_FOLDS: dict[Fold, int] = {_task_definition: 1, _task_lifecycle: 2}  # 0: folded in Python
     _post_fold.bind(
         {event_type: (*route[:4], _TEXT_FOLDS.get(route[4], 0)) for event_type, route in _ROUTES.items()},
@@ -574,7 +585,7 @@ try:  # the same steps compiled (setup.py builds native/_state_fold.c where a C 
     from ray_otel_events.native import _state_fold
 except ImportError:
     _state_fold = None  # type: ignore[assignment]
-if _state_fold is not None and config.compiled_enabled():
+if _state_fold is not None and native.ENABLED:
     _COMPILED_FOLDS: dict[Fold, Fold] = {
         _task_definition: _state_fold.task_definition,
         _task_lifecycle: _state_fold.task_lifecycle,

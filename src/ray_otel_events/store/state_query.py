@@ -266,7 +266,13 @@ def store_column(resource: str, key: str) -> str | None:
 
 
 def select(
-    store: Store, query: ListQuery, *, order: str = "updated", descending: bool = True, offset: int = 0
+    store: Store,
+    query: ListQuery,
+    *,
+    order: str = "updated",
+    descending: bool = True,
+    offset: int = 0,
+    session: str | None = None,
 ) -> Selection:
     """The rows a query names: filters on indexed fields in SQL, the others on the rows it returns."""
     resource = query.resource
@@ -294,6 +300,7 @@ def select(
         descending=descending,
         limit=query.limit,
         offset=offset,
+        session=session,
     )
 
 
@@ -327,10 +334,10 @@ def summary_response(total: int, result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def summarize_tasks(store: Store) -> dict[str, Any]:
+def summarize_tasks(store: Store, session: str | None = None) -> dict[str, Any]:
     """Ray's task summary by function name: type and counts per state, under one node key
     (`node_id_to_summary.cluster`), as `ray summary tasks` reads it."""
-    return _task_summary(store.counts(TASKS, "func", "name", "kind", "state"))
+    return _task_summary(store.counts(TASKS, "func", "name", "kind", "state", session=session))
 
 
 def summarize_task_rows(rows: list[Row]) -> dict[str, Any]:
@@ -370,10 +377,10 @@ def _task_summary(counts: list[tuple[Any, ...]]) -> dict[str, Any]:
     )
 
 
-def summarize_actors(store: Store) -> dict[str, Any]:
+def summarize_actors(store: Store, session: str | None = None) -> dict[str, Any]:
     summary: dict[str, dict[str, Any]] = {}
     total = 0
-    for class_name, state, count in store.counts(ACTORS, "func", "state"):
+    for class_name, state, count in store.counts(ACTORS, "func", "state", session=session):
         entry = summary.setdefault(class_name, {"class_name": class_name, "state_counts": {}})
         entry["state_counts"][state] = entry["state_counts"].get(state, 0) + count
         total += count

@@ -4,6 +4,9 @@ The HTTP server answers GETs by calling `answer(path, params)`, and our CLI, giv
 instead of an address, calls the same function: one set of answers, whichever way they are asked.
 An answer is `(HTTP status, JSON body)`. Ray's paths answer in Ray's envelope and error shape; ours
 answer plain JSON, `{"error": reason}` with 400 or 404 when they cannot.
+
+Every answer is about one session (a cluster's run): the one asked for, else the newest (whose last
+event was stored last). `/api/sessions` lists them.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 from ray_otel_events.store import state_query
 from ray_otel_events.store.backend import Store
 from ray_otel_events.store.sqlite_store import ORDERS, ColumnFilter
-from ray_otel_events.store.state_merge import ACTORS, JOBS, TASKS, Row, field_value
+from ray_otel_events.store.state_merge import ACTORS, ID_COLUMN, JOBS, TASKS, Row, field_value
 
 RAY_VERSION = "2.60.0"  # the state API contract we answer to
 Answer = tuple[int, Any]
@@ -85,13 +88,15 @@ def _int_param(params: Params, name: str, default: int, low: int, high: int) -> 
 
 
 class StoreViews:
-    """The answers over one EventStore (see the module doc)."""
+    """The answers over one store (see the module doc)."""
 
     def __init__(self, store: Store, session_name: str = "ray-otel-events") -> None:
         self.store = store
         self.session_name = session_name
         self._routes: list[tuple[re.Pattern[str], Callable[..., Answer]]] = [
             (re.compile(r"/api/version"), self.version),
+            (re.compile(r"/api/sessions"), self.sessions),
+            (re.compile(r"/api/ui/get/([a-z_]+)/([0-9a-zA-Z_-]+)"), self.get),
             (re.compile(r"/api/v0/(tasks|actors)/summarize"), self.summarize),
             (re.compile(r"/api/v0/([a-z_]+)"), self.list_resource),
             (re.compile(r"/api/ui/generation"), self.generation),
@@ -104,37 +109,49 @@ class StoreViews:
             (re.compile(r"/api/ui/traces/([0-9a-fA-F]{32})"), self.trace),
         ]
 
-    def answer(self, path: str, params: Params) -> Answer:
+    def session_for(self, asked: str | None) -> str | None:
+        """The session a read answers for: `asked` when given (BadRequest 404 when the store has no
+        such session), else the newest; None for an empty store."""
+        if asked:
+            if asked not in self.store.sessions():
+                raise BadRequest(f"no session {asked!r} in the store (GET /api/sessions lists them)", 404)
+            return asked
+        return self.store.newest_session()
+
+    def answer(self, path: str, params: Params, session: str | None = None) -> Answer:
+        """The answer for `path`, about `session` (else the newest session)."""
         for pattern, view in self._routes:
             match = pattern.fullmatch(path)
             if match:
                 try:
-                    return view(params, *match.groups())
+                    return view(params, self.session_for(session), *match.groups())
                 except BadRequest as exc:
+                    if path.startswith("/api/v0/"):
+                        return exc.status, state_query.envelope(None, ok=False, message=str(exc))
                     return exc.status, {"error": str(exc)}
         return 404, {"error": f"no such path {path}"}
 
     # -- Ray's state API -----------------------------------------------------------------------
 
-    def version(self, _: Params) -> Answer:
+    def version(self, _: Params, session: str | None) -> Answer:
         return 200, {
             "version": "4",
             "ray_version": RAY_VERSION,
             "ray_commit": "ray-otel-events",
-            "session_name": self.session_name,
+            "session_name": session or self.session_name,
         }
 
-    def list_resource(self, params: Params, resource: str) -> Answer:
+    def list_resource(self, params: Params, session: str | None, resource: str) -> Answer:
         try:
             query = state_query.parse_query(resource, params)
         except state_query.QueryError as exc:
             return 400, state_query.envelope(None, ok=False, message=str(exc))
-        selection = state_query.select(self.store, query)
+        selection = state_query.select(self.store, query, session=session)
         return 200, state_query.envelope(state_query.list_response(query, selection))
 
-    def summarize(self, params: Params, resource: str) -> Answer:
+    def summarize(self, params: Params, session: str | None, resource: str) -> Answer:
         if resource != TASKS:
-            return 200, state_query.envelope(state_query.summarize_actors(self.store))
+            return 200, state_query.envelope(state_query.summarize_actors(self.store, session))
         by = params.get("summary_by", "func_name")
         try:
             query = state_query.parse_query(TASKS, params)
@@ -143,28 +160,55 @@ class StoreViews:
         except state_query.QueryError as exc:
             return 400, state_query.envelope(None, ok=False, message=str(exc))
         if not query.filters and by == "func_name":  # counted in SQL, whatever the store holds
-            return 200, state_query.envelope(state_query.summarize_tasks(self.store))
+            return 200, state_query.envelope(state_query.summarize_tasks(self.store, session))
         query.limit = 10**9
-        rows = state_query.select(self.store, query, order="start", descending=False).rows
+        rows = state_query.select(self.store, query, order="start", descending=False, session=session).rows
         if by == "func_name":
             return 200, state_query.envelope(state_query.summarize_task_rows(rows))
         nested = {"node_id_to_summary": {"cluster": {"summary": state_query.lineage(rows)}}}
         return 200, state_query.envelope(state_query.summary_response(len(rows), nested))
 
+    # -- sessions and raw events ---------------------------------------------------------------
+
+    def sessions(self, _: Params, session: str | None) -> Answer:
+        """Every session, newest first, and the one answered for by default or by choice."""
+        return 200, {"current": session, "sessions": self.store.session_list()}
+
+    def get(self, _: Params, session: str | None, resource: str, entity_id: str) -> Answer:
+        """One entity's rows with every detail column, and the fields of its kept events that this
+        version does not know (a later Ray's) under their snake_case names."""
+        if resource not in state_query.RESOURCES:
+            raise BadRequest(f"unknown resource {resource!r}; one of {', '.join(state_query.RESOURCES)}")
+        rows = self.store.entity_rows(resource, entity_id, session) if session is not None else []
+        if not rows:
+            raise BadRequest(
+                f"no {resource[:-1].replace('_', ' ')} with {ID_COLUMN[resource]} {entity_id}", 404
+            )
+        found = []
+        for attempt, row_session, row in sorted(rows, key=lambda item: item[0]):
+            shaped = state_query.shape(resource, row, detail=True)
+            extra = self.store.new_fields(resource, entity_id, attempt, row_session)
+            found.append({**shaped, **{k: v for k, v in extra.items() if k not in shaped}})
+        return 200, {"session": session, "rows": found}
+
+    def _shared(self, task_id: str) -> bool:
+        """Whether more than one session has a task with this id."""
+        return len({session for _, session, _ in self.store.entity_rows(TASKS, task_id)}) > 1
+
     # -- the page's API ------------------------------------------------------------------------
 
-    def generation(self, _: Params) -> Answer:
+    def generation(self, _: Params, session: str | None) -> Answer:
         """What the page polls: a counter every write bumps (cheap, whatever the store holds)."""
         return 200, {"generation": self.store.generation}
 
-    def overview(self, _: Params) -> Answer:
+    def overview(self, _: Params, session: str | None) -> Answer:
         """Jobs with their tasks' state counts, all tasks' counts, and the store's generation."""
         per_job: dict[str, dict[str, int]] = {}
         overall: dict[str, int] = {}
-        for job, state, count in self.store.counts(TASKS, "job", "state"):
+        for job, state, count in self.store.counts(TASKS, "job", "state", session=session):
             per_job.setdefault(job or "", {})[state] = count
             overall[state] = overall.get(state, 0) + count
-        jobs = self.store.select(JOBS, limit=MAX_PAGE).rows
+        jobs = self.store.select(JOBS, limit=MAX_PAGE, session=session).rows
         listed = []
         for row in jobs:
             shaped = state_query.shape(JOBS, row, detail=True)
@@ -176,10 +220,11 @@ class StoreViews:
             "generation": self.store.generation,
             "jobs": listed,
             "task_counts": overall,
-            "actors": self.store.total(ACTORS),
+            "actors": self.store.total(ACTORS, session),
+            "session": session,
         }
 
-    def tasks(self, params: Params) -> Answer:
+    def tasks(self, params: Params, session: str | None) -> Answer:
         filters = [
             ColumnFilter(column, True, params[name])
             for name, column in UI_FILTERS.items()
@@ -196,6 +241,7 @@ class StoreViews:
             descending=params.get("order", "desc") != "asc",
             limit=_int_param(params, "limit", 100, 1, MAX_PAGE),
             offset=_int_param(params, "offset", 0, 0, 10**9),
+            session=session,
         )
         return 200, {
             "generation": self.store.generation,
@@ -204,52 +250,66 @@ class StoreViews:
             "rows": [_ui_task(row) for row in selection.rows],
         }
 
-    def task(self, _: Params, task_id: str) -> Answer:
-        rows = self.store.entity_rows(TASKS, task_id)
+    def task(self, _: Params, session: str | None, task_id: str) -> Answer:
+        rows = self.store.entity_rows(TASKS, task_id, session) if session is not None else []
         if not rows:
             raise BadRequest(f"no task {task_id}", status=404)
-        attempts = sorted((row for _, _, row in rows), key=lambda row: int(row.get("attempt_number", 0)))
-        spans = self.store.spans_of_task(task_id)
+        rows.sort(key=lambda item: item[0])
+        # Spans and lines carry no session: a task id another session has too (a driver's) is told
+        # apart by when they arrived.
+        window = self.store.session_window(session) if self._shared(task_id) else None
+        spans = self.store.spans_of_task(task_id, window)
+        attempts = []
+        for attempt, row_session, row in rows:
+            shaped = state_query.shape(TASKS, row, detail=True)
+            extra = self.store.new_fields(TASKS, task_id, attempt, row_session)
+            shaped.update({k: v for k, v in extra.items() if k not in shaped})
+            attempts.append({**shaped, "duration_ms": _duration_ms(row)})
         return 200, {
             "task_id": task_id.lower(),
-            "attempts": [
-                {**state_query.shape(TASKS, row, detail=True), "duration_ms": _duration_ms(row)}
-                for row in attempts
-            ],
+            "session": session,
+            "attempts": attempts,
             "transitions": _transitions(rows),
-            "logs": self.store.task_logs(task_id),
+            "logs": self.store.task_logs(task_id, window),
             "spans": spans,
             "trace_id": spans[0]["trace_id"] if spans else None,
         }
 
-    def task_log_lines(self, task_id: str, attempt: int | None = None) -> list[dict[str, Any]]:
+    def task_log_lines(
+        self, task_id: str, attempt: int | None = None, session: str | None = None
+    ) -> list[dict[str, Any]]:
         """A task's stored output in time order (each line: ts_ns, stream, severity, body, pid,
         task_id, attempt, actor_id, job_id, trace_id, span_id), one attempt's when given. Lines
-        without an attempt (written outside Ray's workers) belong to every attempt."""
-        lines = self.store.task_logs(task_id)
+        without an attempt (written outside Ray's workers) belong to every attempt. Lines carry no
+        session: a task id another session has too is told apart by when they arrived."""
+        window = self.store.session_window(session) if session and self._shared(task_id) else None
+        lines = self.store.task_logs(task_id, window)
         if attempt is None:
             return lines
         return [line for line in lines if line.get("attempt") in (None, attempt)]
 
-    def logs(self, params: Params, task_id: str) -> Answer:
+    def logs(self, params: Params, session: str | None, task_id: str) -> Answer:
         """A task's lines whether or not its events were stored (`ray-otel-events logs`)."""
         attempt = _int_param(params, "attempt", -1, -1, 10**6)
-        lines = self.task_log_lines(task_id, None if attempt < 0 else attempt)
+        lines = self.task_log_lines(task_id, None if attempt < 0 else attempt, session)
         if not lines and not self.store.entity_rows(TASKS, task_id):
             raise BadRequest(f"no task {task_id} (neither its events nor log lines are stored)", status=404)
         return 200, {"task_id": task_id.lower(), "logs": lines}
 
-    def timeline(self, params: Params) -> Answer:
+    def timeline(self, params: Params, session: str | None) -> Answer:
         """Chrome/Perfetto trace events, as `ray timeline` writes them: a process per node, a
         thread per worker, one slice per task attempt and its profile events inside."""
         filters = [ColumnFilter("job", True, params["job_id"])] if params.get("job_id") else []
-        rows = self.store.select(TASKS, filters, order="start", descending=False, limit=10**9).rows
+        rows = self.store.select(
+            TASKS, filters, order="start", descending=False, limit=10**9, session=session
+        ).rows
         return 200, chrome_trace(rows)
 
-    def traces(self, params: Params) -> Answer:
-        return 200, {"traces": self.store.recent_traces(_int_param(params, "limit", 20, 1, MAX_PAGE))}
+    def traces(self, params: Params, session: str | None) -> Answer:
+        limit = _int_param(params, "limit", 20, 1, MAX_PAGE)
+        return 200, {"traces": self.store.recent_traces(limit, self.store.session_window(session))}
 
-    def trace(self, _: Params, trace_id: str) -> Answer:
+    def trace(self, _: Params, session: str | None, trace_id: str) -> Answer:
         spans = self.store.trace(trace_id)
         if not spans:
             raise BadRequest(f"no trace {trace_id}", status=404)

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from opentelemetry import context as context_api
 from opentelemetry import trace
@@ -32,11 +32,11 @@ from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Decision
 from opentelemetry.trace import SpanContext, SpanKind
 from opentelemetry.util.types import Attributes
 
-from ray_otel_events.otel.span_json import plain_span_json_line
 from ray_otel_events.tracing.background import BatchingQueue
 from ray_otel_events.tracing.direct_spans import DirectTracer, new_span_context
 from ray_otel_events.tracing.files import SpanFileProcessor
 from ray_otel_events.tracing.propagation import carrier_of, inject_into
+from ray_otel_events.tracing.spool import SpoolSpanProcessor
 
 logger = logging.getLogger("ray_otel_events.tracing")
 
@@ -146,20 +146,20 @@ class DeferredSpans:
 
     def _create(self, batch: list[_Submission]) -> None:
         preset = self.id_generator.preset
-        lines: list[str] = []  # submission lines made without their spans, for `lines_to`
-        lines_to: SpanFileProcessor | None = None
+        lines: list[Any] = []  # submission lines made without their spans, for `lines_to`
+        lines_to: SpanFileProcessor | SpoolSpanProcessor | None = None
         try:
             for item in batch:
                 tracer = item.tracer
                 direct = tracer if isinstance(tracer, DirectTracer) and tracer.direct() else None
                 files = direct.sole_processor() if direct is not None else None
                 attributes = item.sampled_attributes
-                # Only our span files would read the span (the local hook without event processors)
-                # and they write its attributes as given: its line is written from the item, and
-                # no span is made.
+                # Only our span files or spool would read the span (a hook without event
+                # processors) and they write its attributes as given: its line is written from the
+                # item, and no span is made.
                 if (
                     direct is not None
-                    and type(files) is SpanFileProcessor
+                    and (type(files) is SpanFileProcessor or type(files) is SpoolSpanProcessor)
                     and (not attributes or direct.keeps_as_given(attributes))
                 ):
                     if item.span_context.trace_flags.sampled:
@@ -167,14 +167,14 @@ class DeferredSpans:
                             _write_lines(lines_to, lines)
                             lines, lines_to = [], files
                         lines.append(
-                            plain_span_json_line(
+                            files.submission_line(
                                 item.name,
                                 item.span_context,
                                 item.parent_span,
                                 item.start_ns,
                                 item.end_ns,
                                 attributes,
-                                direct.resource,
+                                direct,
                             )
                         )
                     self.created += 1
@@ -217,7 +217,7 @@ class DeferredSpans:
             _write_lines(lines_to, lines)
 
 
-def _write_lines(files: SpanFileProcessor | None, lines: list[str]) -> None:
+def _write_lines(files: SpanFileProcessor | SpoolSpanProcessor | None, lines: list[Any]) -> None:
     if files is not None and lines:
         files.write_lines(lines)  # one write(2) a batch, on this thread: no hand-over to the writer's
 

@@ -37,7 +37,7 @@ logger = logging.getLogger("ray_otel_events.tracing")
 
 _SDK_READERS = (BatchSpanProcessor, SimpleSpanProcessor)
 _STR_ONLY = frozenset({str})
-_UNSET = Status(StatusCode.UNSET)  # immutable: set_status replaces it, never changes it
+UNSET_STATUS = Status(StatusCode.UNSET)  # immutable: set_status replaces it, never changes it
 
 
 def reads_spans_only(processor: SpanProcessor) -> bool:
@@ -161,7 +161,7 @@ class DirectSpan(trace_api.Span, ReadableSpan):
         self._events: list[Event] = []
         self._links = tuple(links)
         self._resource = tracer.resource
-        self._status = _UNSET
+        self._status = UNSET_STATUS
         self._tracer = tracer
         self._record_exception = record_exception
         self._set_status_on_exception = set_status_on_exception

@@ -12,16 +12,17 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from opentelemetry.context import Context
 from opentelemetry.sdk._logs import LogRecordProcessor, ReadWriteLogRecord
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanContext, SpanKind
 
 from ray_otel_events.otel import semconv
 from ray_otel_events.otel.span_json import (
     log_record_to_json_line,
+    plain_span_json_line,
     span_fields_to_json_line,
     span_to_json_line,
 )
@@ -151,6 +152,19 @@ class SpanFileProcessor(SpanProcessor):
                 self.writer.write_now(span)  # no hand-over: the task's own thread pays, once
             else:
                 self.writer.append(span)
+
+    def submission_line(
+        self,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        start_ns: int,
+        end_ns: int,
+        attributes: Any,
+        tracer: Any,
+    ) -> str:
+        """A deferred submission span's line, made without the span (tracing/deferred_spans.py)."""
+        return plain_span_json_line(name, context, parent, start_ns, end_ns, attributes, tracer.resource)
 
     def write_lines(self, lines: list[str]) -> None:
         """Span lines made elsewhere (deferred submission spans', made without the spans), written

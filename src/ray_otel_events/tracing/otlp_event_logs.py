@@ -1,4 +1,9 @@
-"""The OTLP hook's event records, written by our encoder and posted as OTLP/HTTP protobuf.
+"""Event records written by our encoder and posted as OTLP/HTTP protobuf from the traced process.
+
+An `EventSink` for a hook of your own (`install_tracing(event_log_sink=...)`). The bundled OTLP hook
+no longer posts from its processes: its forwarder makes the same records from the spool
+(tracing/forwarder.py), because Ray ends workers without exit hooks and what this sink still holds
+then is lost.
 
 Through the SDK, an event record is costly: the logger builds an SDK record holding the event as
 nested dicts, and the exporter turns every key of the body and of the flattened attributes into a

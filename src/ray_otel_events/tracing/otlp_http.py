@@ -1,6 +1,7 @@
 """Posting OTLP/HTTP protobuf bodies with the settings the SDK exporters read, retried as they are.
 
-Shared by the OTLP hook's own writers (event records, `otlp_event_logs`; spans, `otlp_spans`):
+Shared by the OTLP hook's forwarder (tracing/forwarder.py, one attempt at a time: what fails stays
+in its spool) and its in-process writers (event records, `otlp_event_logs`; spans, `otlp_spans`):
 the endpoint, headers, compression, timeout and certificate of `config.otlp_signal_config`.
 Retryable failures (connection, 429/502/503/504) are retried with backoff until the export timeout
 (or the caller's deadline); after that, or on a permanent status, the items are counted as dropped
@@ -70,6 +71,18 @@ class OtlpHttpPoster:
                     self._warn(f"{items} {what} not exported ({reason}): {exc}")
                     return False
                 time.sleep(delay)
+
+    def send_once(self, body: bytes) -> None:
+        """One attempt at delivering a request, compressed as configured; a failure raises
+        `SendError` (retryable or not) and is neither counted nor reported: the caller keeps it."""
+        if self.config.compression == "gzip":
+            body = gzip.compress(body, compresslevel=6)
+        try:
+            self._send(body)
+        except SendError:
+            raise
+        except Exception as exc:  # anything else the client raises: as a connection failure
+            raise SendError(f"{self.config.endpoint}: {exc!r}", "connection", True) from exc
 
     def _send(self, body: bytes) -> None:
         if self._session is None or self._session_pid != os.getpid():

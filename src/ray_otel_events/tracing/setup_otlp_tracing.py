@@ -2,32 +2,42 @@
 
     ray start --head --tracing-startup-hook=ray_otel_events.tracing.setup_otlp_tracing:setup_tracing
 
-Configured only by the standard variables, read by the OpenTelemetry SDK: OTEL_EXPORTER_OTLP_ENDPOINT
-(or the per-signal _TRACES_/_LOGS_ forms), _HEADERS, _TIMEOUT, _COMPRESSION, OTEL_SERVICE_NAME,
-OTEL_RESOURCE_ATTRIBUTES, OTEL_BSP_*/OTEL_BLRP_*; and OTEL_EXPORTER_OTLP_PROTOCOL (`http/protobuf`,
-the default, or `grpc`). Task logs (prints and `logging` in a task, with its trace context) are
-exported as OTLP logs beside the spans. Over http/protobuf, spans are posted as requests our
-encoder writes (tracing/otlp_spans.py, the SDK's bytes without its per-span protobuf objects) and
-event records skip the SDK's logs pipeline (tracing/otlp_event_logs.py: a third of the CPU); over
-grpc both go through the SDK. Batches are
-flushed when a process ends, including multiprocessing children.
+Every traced process hands its spans to the node's spool (tracing/spool.py: a line per span in its
+own file, an execution span's before its task returns), and one forwarder process per spool folder
+(tracing/forwarder.py) makes the OTLP spans and the event log records and sends them. So a worker
+that Ray ends without exit hooks has lost nothing, and an endpoint that is down leaves the spool to
+be sent later (bounded; what is dropped is counted). Configured by the standard variables:
+OTEL_EXPORTER_OTLP_ENDPOINT (or the per-signal _TRACES_/_LOGS_ forms), _HEADERS, _TIMEOUT,
+_COMPRESSION, _CERTIFICATE, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, and
+OTEL_EXPORTER_OTLP_PROTOCOL (`http/protobuf`, the default, or `grpc`); the spool by
+RAY_OTEL_EVENTS_SPOOL_DIR and the other variables of `config.SpoolConfig`. Task logs (prints and
+`logging` in a task, with its trace context) are exported from the process, through the SDK's
+batch processor, as OTLP logs beside the spans.
 The hook never raises: a problem is reported once and the process runs on.
 """
 
 from __future__ import annotations
 
+import os
+
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from ray_otel_events.config import OtlpProtocols, TracingConfig, otlp_signal_config
+from ray_otel_events.config import SESSION_NAME, OtlpProtocols, SpoolConfig, TracingConfig
 from ray_otel_events.tracing.install import current_installation, install_tracing
-from ray_otel_events.tracing.otlp import otlp_log_exporter, otlp_span_exporter
-from ray_otel_events.tracing.otlp_event_logs import OtlpEventLogSink
+from ray_otel_events.tracing.otlp import otlp_log_exporter
 from ray_otel_events.tracing.report import report_setup_failure
-from ray_otel_events.tracing.task_events import PRODUCER
+from ray_otel_events.tracing.spool import SpoolSpanProcessor, ensure_forwarder, spool_folder
 
 HOOK = "ray_otel_events.tracing.setup_otlp_tracing:setup_tracing"
+
+
+def destination_key(event_logs: bool) -> dict[str, str]:
+    """What decides where and how the forwarder sends: processes that differ get their own folder."""
+    key = {name: value for name, value in os.environ.items() if name.startswith("OTEL_EXPORTER_OTLP_")}
+    key["event_logs"] = str(event_logs)
+    key["session"] = os.environ.get(SESSION_NAME, "")
+    return key
 
 
 def setup_tracing() -> None:
@@ -37,20 +47,17 @@ def setup_tracing() -> None:
             return
         config = TracingConfig.from_env()
         protocols = OtlpProtocols.from_env()
+        spool = SpoolConfig.from_env()
         resource = Resource.create()
-        event_logs = config.event_logs is not False
-        event_log_sink = None
-        if event_logs and protocols.logs == "http/protobuf":
-            event_log_sink = OtlpEventLogSink(
-                otlp_signal_config("logs"), dict(resource.attributes), producer=PRODUCER
-            )
+        folder = spool_folder(spool.root, destination_key(config.event_logs is not False))
+        processor = SpoolSpanProcessor(folder, resource)
+        ensure_forwarder(folder)
         install_tracing(
-            [BatchSpanProcessor(otlp_span_exporter(protocols.traces))],
+            [processor],
             [BatchLogRecordProcessor(otlp_log_exporter(protocols.logs))],
             config=config,
             resource=resource,
-            event_logs=event_logs,
-            event_log_sink=event_log_sink,
+            event_logs=False,  # the forwarder makes the event records from the spooled spans
         )
     except Exception as exc:  # a hook must never take its process down
         report_setup_failure(HOOK, exc)

@@ -279,6 +279,40 @@ async function refreshTask() {
   }
 }
 
+// -- sessions -------------------------------------------------------------------------------------
+
+const SESSION_COOKIE = "ray_otel_events_session";
+
+function chosenSession() {
+  const found = document.cookie.split("; ").find((c) => c.startsWith(`${SESSION_COOKIE}=`));
+  return found ? decodeURIComponent(found.slice(SESSION_COOKIE.length + 1)) : "";
+}
+
+// Every answer is about one session: the cookie's (set here), else the newest.
+async function loadSessions() {
+  const { current, sessions } = await getJson("/api/sessions");
+  const picker = $("#session-picker");
+  const chosen = chosenSession();
+  const when = (s) => new Date(s * 1000).toLocaleString([], { hour12: false });
+  picker.replaceChildren(
+    el("option", { value: "", text: sessions.length ? `newest (${sessions[0].name})` : "no sessions yet" }),
+    ...sessions.map((s) => el("option", {
+      value: s.name,
+      text: `${s.name} · ${s.tasks} tasks · ${when(s.last_seen)}`,
+    })),
+  );
+  picker.value = sessions.some((s) => s.name === chosen) ? chosen : "";
+  picker.dataset.current = current || "";
+}
+
+$("#session-picker").addEventListener("change", (event) => {
+  const name = event.target.value;
+  document.cookie = name
+    ? `${SESSION_COOKIE}=${encodeURIComponent(name)}; path=/; SameSite=Lax`
+    : `${SESSION_COOKIE}=; path=/; max-age=0; SameSite=Lax`;
+  location.reload();
+});
+
 // -- routing and live updates -------------------------------------------------------------------
 
 function route() {
@@ -290,7 +324,7 @@ function route() {
 }
 
 function refresh() {
-  return (state.taskId ? refreshTask() : refreshOverview()).then(markLive, showError);
+  return Promise.all([loadSessions(), state.taskId ? refreshTask() : refreshOverview()]).then(markLive, showError);
 }
 
 function markLive() {

@@ -1,0 +1,3 @@
+"""The compiled compression of the store's raw events (_raw_deflate.c)."""
+
+def compress(bodies: list[bytes], /) -> bytes: ...

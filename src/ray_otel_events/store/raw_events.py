@@ -1,0 +1,124 @@
+"""Accepted RayEvents kept as their text, compressed, per session, beside the folded rows.
+
+Why: the fold keeps only what this version reads of an event. The text kept here lets
+`store rebuild` refold a store after an upgrade (new fields, a fixed fold), and lets `get` show a
+field Ray added in a later release (`new_fields`) without a schema change. It is kept as it was
+POSTed: a fold batch's POST bodies of one session become one JSON array, compressed (zlib's raw
+deflate at level 1, its fastest; no new dependency) and written as one blob right after the fold's
+commit, so keeping it costs the compression per event (about 17k instructions) and no Python object.
+A body is split by session only when its items name more than one.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import orjson
+
+from ray_otel_events import native
+from ray_otel_events.protobuf import events_base_event_pb2
+
+try:  # setup.py builds it where zlib's headers are
+    from ray_otel_events.native import _raw_deflate
+except ImportError:
+    _raw_deflate = None  # type: ignore[assignment]
+_compiled = _raw_deflate is not None and native.ENABLED
+
+LEVEL = 1
+WBITS = -15  # raw deflate: no header and no Adler-32 (an eighth of the work at level 1)
+_SESSION_KEY = b'"sessionName"'
+_SESSION = re.compile(rb'"sessionName"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
+def _session_of(item: Any) -> str:
+    return str(item.get("sessionName", "")) if isinstance(item, dict) else ""
+
+
+def by_session(body: bytes) -> dict[str, list[bytes]]:
+    """A POSTed JSON array's text by session: the whole body when every item names one session (two
+    memmem counts), else its items regrouped (read with orjson)."""
+    first = _SESSION.search(body)
+    named = body.count(_SESSION_KEY)
+    if first is None and named == 0:
+        return {"": [body]}
+    if first is not None and body.count(first.group(0)) == named:
+        return {orjson.loads(b'"' + first.group(1) + b'"'): [body]}
+    return {session: [orjson.dumps(items)] for session, items in group_events(orjson.loads(body)).items()}
+
+
+def group_events(events: Iterable[Any]) -> dict[str, list[Any]]:
+    """Events (dicts) by their session name ("" when they name none)."""
+    groups: dict[str, list[Any]] = {}
+    for event in events:
+        groups.setdefault(_session_of(event), []).append(event)
+    return groups
+
+
+def merge_bodies(groups: Iterable[dict[str, list[bytes]]]) -> dict[str, list[bytes]]:
+    merged: dict[str, list[bytes]] = {}
+    for group in groups:
+        for session, texts in group.items():
+            merged.setdefault(session, []).extend(texts)
+    return merged
+
+
+def compress(bodies: Sequence[bytes]) -> bytes:
+    """JSON arrays' texts as one compressed JSON array of all their items: compiled where built
+    (it gives up the GIL once, where Python's zlib takes it back for every output block, each time
+    waiting on serve's event loop), else `compress_python`."""
+    if _compiled:
+        return _raw_deflate.compress(bodies if isinstance(bodies, list) else list(bodies))
+    return compress_python(bodies)
+
+
+def compress_python(bodies: Sequence[bytes]) -> bytes:
+    """The compiled `compress`'s twin. The items are fed to zlib in place (a body is most of a
+    megabyte: each copy would cost page faults)."""
+    packer = zlib.compressobj(LEVEL, zlib.DEFLATED, WBITS)
+    out = [packer.compress(b"[")]
+    first = True
+    for body in bodies:
+        start, end = body.find(b"[") + 1, body.rfind(b"]")
+        if end - start < 64 and not body[start:end].strip():  # an empty array
+            continue
+        if not first:
+            out.append(packer.compress(b","))
+        out.append(packer.compress(memoryview(body)[start:end]))
+        first = False
+    out.append(packer.compress(b"]"))
+    out.append(packer.flush())
+    return b"".join(out)
+
+
+def decompress(blob: bytes) -> bytes:
+    return zlib.decompress(blob, WBITS)
+
+
+_EVENT = events_base_event_pb2.RayEvent.DESCRIPTOR
+_KNOWN: dict[str, frozenset[str]] = {
+    field.json_name: frozenset(f.json_name for f in field.message_type.fields)
+    for field in _EVENT.fields
+    if field.message_type is not None
+}
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def new_fields(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The fields of these events' typed payloads that Ray 2.60's schema does not have (so no fold
+    reads them), by snake_case name as Ray's state API names fields; a later event's value wins."""
+    found: dict[str, Any] = {}
+    for event in events:
+        for key, value in event.items():
+            known = _KNOWN.get(key)
+            if known is None or not isinstance(value, dict):
+                continue
+            for name, item in value.items():
+                if name not in known:
+                    found[_snake(name)] = item
+    return found

@@ -1,0 +1,72 @@
+"""A Ray driver for the OTLP hook's delivery tests; prints JSON lines.
+
+python otlp_spool_driver.py burst HOOK TEMP_DIR N   # own cluster: N no-op tasks, tasks on
+    # max_calls=1 workers, an actor killed after its calls, then ray.shutdown() at once
+python otlp_spool_driver.py stream                  # the `ray start` cluster RAY_ADDRESS names:
+    # no-op tasks in rounds of 20 until the cluster goes away, printing each round's total
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import ray
+
+
+@ray.remote
+def noop() -> None:
+    return None
+
+
+@ray.remote(max_calls=1)
+def once() -> int:
+    return os.getpid()  # the worker exits after this call
+
+
+@ray.remote
+class Counter:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def add(self) -> int:
+        self.n += 1
+        return self.n
+
+
+def burst(hook: str, temp_dir: str, n: int) -> None:
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        logging_level="ERROR",
+        _tracing_startup_hook=hook,
+        _temp_dir=temp_dir,
+    )
+    ray.get([noop.remote() for _ in range(n)])
+    pids = ray.get([once.remote() for _ in range(3)])
+    counter = Counter.remote()
+    last = ray.get([counter.add.remote() for _ in range(3)])[-1]
+    ray.kill(counter)
+    print(json.dumps({"noop": n, "once_pids": pids, "actor_calls": last}), flush=True)
+    ray.shutdown()  # at once: Ray ends every worker without exit hooks
+
+
+def stream() -> None:
+    ray.init(logging_level="ERROR")
+    done = 0
+    while True:
+        refs = [noop.remote() for _ in range(20)]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=10)
+        if len(ready) < len(refs):
+            return
+        ray.get(ready)
+        done += len(ready)
+        print(json.dumps({"done": done}), flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "burst":
+        burst(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    else:
+        stream()

@@ -1,0 +1,179 @@
+"""The compiled helpers are listed in one place each, and the lists agree: setup.py's modules, the
+C sources and stubs in native/, and the table in docs/native.md (which the README points to). Then
+the numbers shared between C and Python: the wire schema's kinds, the JSON writer's kinds,
+AnyValue's members, and the fields of Ray's
+messages the converter's core reads (by name, numbered from the descriptors). No build needed for
+the first part."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ray_otel_events import native
+from ray_otel_events.encoding import ray_json, ray_json_decode
+from ray_otel_events.otel import plain_records
+from ray_otel_events.protobuf._pool import field_numbers
+
+ROOT = Path(__file__).resolve().parent.parent
+NATIVE = ROOT / "src" / "ray_otel_events" / "native"
+
+
+def _setup_modules() -> set[str]:
+    """NATIVE_MODULES, SQLITE_MODULES and ZLIB_MODULES, read from setup.py's text (running it would build)."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    found: dict[str, tuple[str, ...]] = {}
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        if isinstance(target, ast.Name) and target.id in ("NATIVE_MODULES", "SQLITE_MODULES", "ZLIB_MODULES"):
+            found[target.id] = ast.literal_eval(node.value)  # type: ignore[attr-defined]
+    assert set(found) == {"NATIVE_MODULES", "SQLITE_MODULES", "ZLIB_MODULES"}
+    modules = [*found["NATIVE_MODULES"], *found["SQLITE_MODULES"], *found["ZLIB_MODULES"]]
+    assert len(modules) == len(set(modules)), "a module listed twice in setup.py"
+    return set(modules)
+
+
+def _documented_modules() -> set[str]:
+    """The first column of docs/native.md's table of modules."""
+    text = (ROOT / "docs" / "native.md").read_text()
+    return set(re.findall(r"^\| `(_[a-z_]+)` \|", text, flags=re.MULTILINE))
+
+
+def test_setup_sources_stubs_and_docs_list_the_same_modules() -> None:
+    built = _setup_modules()
+    assert built == {p.stem for p in NATIVE.glob("*.c")}
+    assert built == {p.stem for p in NATIVE.glob("*.pyi")}
+    assert built == _documented_modules()
+    assert not list(NATIVE.parent.glob("*.c")) and not list(NATIVE.parent.glob("*.h"))  # one folder
+
+
+def test_the_readme_points_to_the_list_instead_of_keeping_its_own() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "(docs/native.md)" in readme
+    assert not re.search(r"^- `native/_[a-z_]+\.c`", readme, flags=re.MULTILINE)
+
+
+def _built(name: str) -> types.ModuleType:
+    try:
+        return importlib.import_module(f"ray_otel_events.native.{name}")
+    except ImportError:
+        pytest.skip(f"{name} is not built")
+
+
+@pytest.mark.parametrize("name", ["_ray_json_wire", "_log_events", "_posted_events"])
+def test_the_wire_schema_readers_number_kinds_as_the_python_side(name: str) -> None:
+    module = _built(name)
+    ray_json_decode.check_wire_kinds(module)  # refuses a module built from other numbers
+    assert module.K_TIMESTAMP == ray_json_decode.K_TIMESTAMP and module.MAP == ray_json_decode.MAP
+
+
+@pytest.mark.parametrize("name", ["_any_value_wire", "_log_events"])
+def test_the_any_value_readers_number_members_as_the_descriptor(name: str) -> None:
+    module = _built(name)
+    native.check_numbers(module, plain_records.ANY_VALUE_MEMBERS)
+    assert module.A_STRING == 1 and module.A_KVLIST == plain_records.ANY_VALUE_MEMBERS["A_KVLIST"] == 6
+
+
+def test_the_json_writer_numbers_kinds_as_the_python_side() -> None:
+    module = _built("_ray_json_encode")
+    native.check_numbers(module, ray_json.ENCODE_KINDS)
+    assert module.E_TIMESTAMP == 17 and module.L_MAP == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "numbers", "changed"),
+    [
+        ("_ray_json_wire", ray_json_decode.WIRE_KINDS, "K_TIMESTAMP"),
+        ("_ray_json_encode", ray_json.ENCODE_KINDS, "L_PRESENCE"),
+        ("_any_value_wire", plain_records.ANY_VALUE_MEMBERS, "A_BYTES"),
+    ],
+)
+def test_a_module_with_other_numbers_is_refused(name: str, numbers: dict[str, int], changed: str) -> None:
+    module = _built(name)
+    stale = types.ModuleType("stale")
+    stale.__dict__.update({k: v for k, v in vars(module).items() if k.isupper()})
+    setattr(stale, changed, 99)
+    with pytest.raises(ImportError, match=changed):
+        native.check_numbers(stale, numbers)
+    delattr(stale, changed)  # a number missing is refused too
+    with pytest.raises(ImportError, match=changed):
+        native.check_numbers(stale, numbers)
+    if name == "_ray_json_wire":
+        with pytest.raises(ImportError, match=changed):
+            ray_json_decode.check_wire_kinds(stale)
+
+
+def test_every_field_the_core_reads_is_in_the_descriptors() -> None:
+    """The core names Ray's fields; a renamed or removed field fails at import, and here."""
+    module = _built("_entity_spans")
+    names = module.RAY_FIELDS
+    assert len(names) == len(set(names)) > 0
+    numbers = field_numbers(names)
+    assert numbers["ray.rpc.events.TaskLifecycleEvent.state_transitions"] == 3
+    assert numbers["ray.rpc.events.ActorTaskDefinitionEvent.actor_func"] == 4
+
+
+def test_the_core_refuses_a_binding_that_does_not_name_what_it_reads() -> None:
+    """A field of Ray's it reads without a number, or a task's part the named tuple lacks, fails
+    bind() with the name; the good binding then binds again and reads by name."""
+    module = _built("_entity_spans")
+    from ray_otel_events.otel import from_ray_events
+
+    if not from_ray_events._compiled:
+        pytest.skip("the compiled core is off")
+    good = from_ray_events._CORE_BINDING
+    missing = "ray.rpc.RayErrorInfo.error_type"
+    renamed = [("kind" if f == "task_type" else f, Any) for f in from_ray_events._TaskParts._fields]
+    other_parts = typing.NamedTuple("other_parts", renamed)  # type: ignore[misc]
+    try:
+        fields = {k: v for k, v in good.ray_fields.items() if k != missing}
+        with pytest.raises(ValueError, match=re.escape(missing)):
+            module.bind(dataclasses.replace(good, ray_fields=fields))
+        with pytest.raises(ValueError, match="task_type"):
+            module.bind(dataclasses.replace(good, task_parts_type=other_parts))
+        with pytest.raises(AttributeError, match="span_keys"):
+            module.bind(
+                types.SimpleNamespace(**{k: getattr(good, k) for k in good.__slots__ if k != "span_keys"})
+            )
+        with pytest.raises(TypeError, match="after bind"):
+            module.task_parts(None, False, b"")
+    finally:
+        module.bind(good)
+    definition = from_ray_events.TaskDefinitionEvent(task_name="t", task_type=1).SerializeToString()
+    parts = module.task_parts(definition, False, b"")
+    assert isinstance(parts, from_ray_events._TaskParts)
+    assert (parts.name, parts.task_type, parts.error_type) == ("t", 1, None)
+
+
+def test_the_head_reader_refuses_a_binding_without_its_fields() -> None:
+    """The head reader names the envelope's fields and the FunctionDescriptor's: a field without a
+    number, or an envelope number past its table, fails bind_fields() with the name and leaves it
+    unbound (head() refuses); the good binding then reads again."""
+    module = _built("_event_head")
+    from ray_otel_events.otel import event_heads
+
+    if not event_heads._compiled:
+        pytest.skip("the compiled head reader is off")
+    numbers = field_numbers(module.RAY_FIELDS)
+    assert numbers["ray.rpc.events.RayEvent.node_id"] == 18
+    assert numbers["ray.rpc.PythonFunctionDescriptor.function_hash"] == 4
+    missing = "ray.rpc.events.RayEvent.session_name"
+    try:
+        with pytest.raises(ValueError, match=re.escape(missing)):
+            module.bind_fields({k: v for k, v in numbers.items() if k != missing})
+        with pytest.raises(TypeError, match="after bind"):
+            module.head(b"")
+        with pytest.raises(ValueError, match="node_id"):
+            module.bind_fields({**numbers, "ray.rpc.events.RayEvent.node_id": 64})
+    finally:
+        event_heads._bind()
+    event = event_heads.RayEvent(event_id=b"e", event_type=1, session_name="s", node_id=b"n")
+    assert module.head(event.SerializeToString()) == event_heads.python_head(event)
