@@ -388,8 +388,10 @@ class PostgresStore:
                 prepared.append(prepare(event))
             except ValueError as exc:
                 invalid.append(str(exc))
-        texts = {session: [orjson.dumps(items)] for session, items in raw_events.group_events(events).items()}
+        texts, unwritten = raw_events.event_texts(events)
         result = self._ingest(prepared, time.time() if now is None else now, texts)
+        if unwritten:
+            self._note_raw_incomplete(f"{unwritten} events could not be kept as JSON text")
         result.invalid = invalid + [refusal.reason for refusal in result.refused]
         return result
 
@@ -786,6 +788,13 @@ class PostgresStore:
             return {}
         updated, ids = found[0]
         return raw_events.new_fields(self.raw_texts(session, _dec(ids).split(), updated))
+
+    def _note_raw_incomplete(self, reason: str) -> None:
+        with self._writing() as db:
+            db.execute(
+                "INSERT INTO store_notes(key, value) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                (_RAW_INCOMPLETE, reason),
+            )
 
     def raw_size(self) -> dict[str, int]:
         """Raw event blocks kept and their compressed bytes."""
