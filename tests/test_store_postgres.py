@@ -25,6 +25,7 @@ from helpers.postgres import PostgresServer, serve_store_args
 from ray_otel_events.store.backend import open_store
 from ray_otel_events.store.postgres_store import SCHEMA_VERSION, PostgresStore
 from ray_otel_events.store.sqlite_store import EventStore, StoreError
+from ray_otel_events.store.state_merge import prepare
 from tests.test_compiled_helpers import _mutated
 from tests.test_otlp_wire import _fixture_dicts
 
@@ -96,6 +97,27 @@ def test_schema_is_migrated_on_open_and_a_newer_one_refused(postgres_server: Pos
         PostgresStore(url)
     with pytest.raises(StoreError, match="newer than this version"):
         PostgresStore(url, read_only=True)
+
+
+def test_a_database_from_before_sessions_gets_them_from_its_rows(
+    postgres_server: PostgresServer,
+) -> None:
+    """Schema step 2 on a database the first step wrote: its sessions come from its rows, and a
+    rebuild is refused (their raw events were never kept) until forced."""
+    url = postgres_server.new_database("before_sessions")
+    old = PostgresStore(url)
+    old.ingest_prepared([prepare(event) for event in EVENTS], now=1000.0)
+    old.close()
+    with psycopg.connect(url, autocommit=True) as db:  # as the first step left it
+        db.execute("DROP TABLE sessions, raw_events, store_notes")
+        db.execute("DELETE FROM schema_migrations WHERE version > 1")
+    store = PostgresStore(url)
+    assert store.sessions() == [EVENTS[0]["sessionName"]]
+    assert store.session_list()[0]["tasks"] == store.total("tasks") > 0
+    with pytest.raises(StoreError, match="before raw events were kept"):
+        store.rebuild()
+    assert store.rebuild(force=True).stored == 0 and store.size()["state_rows"] == 0
+    store.close()
 
 
 def test_concurrent_writers_fold_every_piece_once(postgres_server: PostgresServer, tmp_path: Path) -> None:
@@ -207,7 +229,7 @@ def test_two_serve_processes_share_one_database(
     assert overview["generation"] > before
     # Reads answer for the newest session, here the copy written through the other process.
     sessions = _get(second, "/api/sessions").json()["sessions"]
-    assert [s["name"] for s in sessions][0] == "session_1" and len(sessions) == 2
+    assert [s["name"] for s in sessions] == ["session_1", EVENTS[0]["sessionName"]]
     assert len(_tasks(second)) == len(expected)
     assert {row["task_id"] for row in _tasks(second)} == {row["task_id"] for row in expected}
     stats = [server.stop() for server in (first, second)]

@@ -14,6 +14,10 @@ The schema is created and migrated on open by numbered steps recorded in `schema
 under a lock, so processes starting together apply each step once. Text columns are `citext`
 (compared ignoring case, ordered bytewise once lowered), as SQLite's `COLLATE NOCASE` does.
 
+Sessions (a `sessions` table, each batch's names upserted in name order so two writers never wait
+on each other) and raw events (compressed blocks per session, read back in Python by `rebuild`)
+are kept as sqlite_store keeps them, in the fold's transaction.
+
 A connection lost (server restarted, network) raises StoreUnavailable; the next call connects
 again, so `serve` comes back by itself when the server does.
 """
