@@ -388,6 +388,8 @@ def test_a_field_a_later_ray_adds_shows_in_get(two_sessions: CliServer) -> None:
 
 def test_the_page_picks_a_session(two_sessions: CliServer, browser: WebDriver) -> None:  # noqa: F811
     base = f"http://{two_sessions.address}"
+    browser.get("about:blank")  # an earlier test's page, polling its stopped server, is left:
+    _console_errors(browser)  # its errors are read (and so dropped) before this page's
     browser.delete_all_cookies()
     browser.get(base + "/")
 
