@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-pure bench proto lint venv clean browser sanitize fuzz
+.PHONY: demo test test-pure bench proto lint venv clean browser database sanitize fuzz
 
 venv: $(STAMP)
 
@@ -17,17 +17,21 @@ $(STAMP): pyproject.toml setup.py $(wildcard src/ray_otel_events/native/*.h src/
 demo: $(STAMP)
 	$(BIN)/ray-otel-events demo
 
-test: $(STAMP) browser
+test: $(STAMP) browser database
 	$(BIN)/python -m pytest -q
 
 # The same suite with the compiled helpers off: every Python twin runs where its C copy did (CI runs
 # both; a test of a compiled module itself is skipped, saying so).
-test-pure: $(STAMP) browser
+test-pure: $(STAMP) browser database
 	RAY_OTEL_EVENTS_PURE_PYTHON=1 $(BIN)/python -m pytest -q
 
 # The page's tests need a real Chromium: installed with apt when missing.
 browser:
 	sh scripts/ensure_chromium.sh
+
+# The store's tests run on SQLite and on a real PostgreSQL server: installed with apt when missing.
+database:
+	sh scripts/ensure_postgres.sh
 
 # The compiled helpers under AddressSanitizer and UBSan, with -Werror, in build/sanitized/ (never the
 # modules the suite above imports); clang and its sanitizer runtime are installed with apt when

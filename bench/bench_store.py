@@ -180,7 +180,13 @@ def list_latency(attempts: int, path: Path) -> dict[str, Any]:
     fill_s = time.perf_counter() - t0
     store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     size = store.size()
-    views = StoreViews(store)
+    latency = query_latency(StoreViews(store))
+    store.close()
+    return {"fill_s": fill_s, "rows": size["state_rows"], "bytes": size["bytes"], "latency_ms": latency}
+
+
+def query_latency(views: StoreViews) -> dict[str, tuple[float, float]]:
+    """First and median ms of `/api/v0/tasks` pages of 100 under Ray's filters (5 of each)."""
     queries = {
         "no filter": [],
         "state=FAILED": [("state", "=", "FAILED")],
@@ -202,8 +208,7 @@ def list_latency(attempts: int, path: Path) -> dict[str, Any]:
             times.append(time.perf_counter() - t)
             assert status == 200 and len(body["data"]["result"]["result"]) == 100, body
         latency[label] = (times[0] * 1000, statistics.median(times) * 1000)
-    store.close()
-    return {"fill_s": fill_s, "rows": size["state_rows"], "bytes": size["bytes"], "latency_ms": latency}
+    return latency
 
 
 def main() -> int:

@@ -24,6 +24,7 @@ import orjson
 import pytest
 import requests
 from helpers.agg_procs import FIXTURE, CliServer, start
+from helpers.postgres import serve_store_args
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from multidict import MultiDict
@@ -32,7 +33,8 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 from test_web_page import SCREENSHOTS, _console_errors, _wait, browser  # noqa: F401 (a fixture)
 
-from ray_otel_events.store import raw_events, sqlite_store
+from ray_otel_events.store import postgres_store, raw_events, sqlite_store
+from ray_otel_events.store.backend import open_store
 from ray_otel_events.store.sqlite_store import EventStore, StoreError
 from ray_otel_events.store.views import StoreViews
 
@@ -108,15 +110,17 @@ def _of_first(names: set[str]) -> bool:
 
 
 @pytest.fixture
-def two_sessions(servers: list[CliServer], tmp_path: Path) -> CliServer:
-    server = start(servers, "serve", "--store", str(tmp_path / "events.sqlite3"))
+def two_sessions(servers: list[CliServer], tmp_path: Path, store_location: str | Path) -> CliServer:
+    server = start(servers, "serve", *serve_store_args(store_location, tmp_path))
     _post(server, EVENTS)
     time.sleep(0.05)  # the second session's events are stored later: it is the newest
     _post(server, SECOND_EVENTS)
     return server
 
 
-def test_every_reader_answers_for_one_session(two_sessions: CliServer, tmp_path: Path) -> None:
+def test_every_reader_answers_for_one_session(
+    two_sessions: CliServer, tmp_path: Path, store_location: str | Path
+) -> None:
     server = two_sessions
     listed = _get(server, "/api/sessions")
     assert listed["current"] == SECOND
@@ -187,7 +191,7 @@ def test_every_reader_answers_for_one_session(two_sessions: CliServer, tmp_path:
     assert _of_second(_names(json.loads(ray.stdout)))
 
     # our CLI, asking the server and reading the file: the same answers
-    store = str(tmp_path / "events.sqlite3")
+    store = str(store_location)
     for source in (["--address", server.address], ["--store", store]):
         shown = _cli("sessions", *source)
         assert shown.returncode == 0, shown.stderr
@@ -221,11 +225,11 @@ def test_every_reader_answers_for_one_session(two_sessions: CliServer, tmp_path:
         assert missing.returncode == 1 and "no session 'nope'" in missing.stderr
 
 
-def test_spans_and_log_lines_of_a_task_id_two_sessions_share(tmp_path: Path) -> None:
+def test_spans_and_log_lines_of_a_task_id_two_sessions_share(store_location: str | Path) -> None:
     """Lines and spans carry no session: a task id both sessions have gets those received in its
     session's time."""
-    path = tmp_path / "s.sqlite3"
-    store = EventStore(path)
+    path = store_location
+    store = open_store(path)
     store.ingest(EVENTS, now=1000.0)
     store.ingest(SECOND_EVENTS, now=5000.0)
     store.add_log_lines([{"ts_ns": 1, "task_id": FLAKY, "body": "first run"}], now=1001.0)
@@ -254,9 +258,12 @@ def _padded(events: list[dict[str, Any]], session: str, prefix: str) -> list[dic
     return out
 
 
-def test_retention_drops_whole_sessions_oldest_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sqlite_store, "DROP_CHUNK", 3)  # a session's rows go in several transactions
-    store = EventStore(tmp_path / "r.sqlite3")
+def test_retention_drops_whole_sessions_oldest_first(
+    store_location: str | Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for module in (sqlite_store, postgres_store):  # a session's rows go in several transactions
+        monkeypatch.setattr(module, "DROP_CHUNK", 3)
+    store = open_store(store_location)
     names = ["session_a", "session_b", "session_c", "session_d"]
     for i, name in enumerate(names):
         store.ingest(_padded(EVENTS, name, f"{i}_"), now=1000.0 * (i + 1))
@@ -324,9 +331,11 @@ def _answers(store: str, session: str) -> dict[str, Any]:
     return found
 
 
-def test_rebuild_from_raw_events_gives_the_same_answers(servers: list[CliServer], tmp_path: Path) -> None:
-    path = tmp_path / "events.sqlite3"
-    server = start(servers, "serve", "--store", str(path))
+def test_rebuild_from_raw_events_gives_the_same_answers(
+    servers: list[CliServer], tmp_path: Path, store_location: str | Path
+) -> None:
+    path = store_location
+    server = start(servers, "serve", *serve_store_args(path, tmp_path))
     for i in range(0, len(EVENTS), 5):  # one task's pieces in several POSTs, out of order
         _post(server, EVENTS[::-1][i : i + 5])
     _post(server, EVENTS[:7])  # a retried batch: kept raw twice, folded once
@@ -379,6 +388,8 @@ def test_a_field_a_later_ray_adds_shows_in_get(two_sessions: CliServer) -> None:
 
 def test_the_page_picks_a_session(two_sessions: CliServer, browser: WebDriver) -> None:  # noqa: F811
     base = f"http://{two_sessions.address}"
+    browser.get("about:blank")  # an earlier test's page, polling its stopped server, is left:
+    _console_errors(browser)  # its errors are read (and so dropped) before this page's
     browser.delete_all_cookies()
     browser.get(base + "/")
 

@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 import requests
 from helpers.agg_procs import FIXTURE, TASK_TYPES, CliServer, run_producer, start
+from helpers.postgres import serve_store_args
 
-from ray_otel_events.store.sqlite_store import ColumnFilter, EventStore
+from ray_otel_events.store.backend import open_store
+from ray_otel_events.store.sqlite_store import ColumnFilter
 from ray_otel_events.store.state_merge import TASKS
 
 EVENTS: list[dict[str, Any]] = [item.get("event", item) for item in json.loads(Path(FIXTURE).read_text())]
@@ -50,8 +52,8 @@ def _ray(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def filled(servers: list[CliServer], tmp_path: Path) -> CliServer:
-    server = start(servers, "serve", "--store", str(tmp_path / "events.sqlite3"))
+def filled(servers: list[CliServer], tmp_path: Path, store_location: str | Path) -> CliServer:
+    server = start(servers, "serve", *serve_store_args(store_location, tmp_path))
     reverse = EVENTS[::-1]
     for i in range(0, len(reverse), 5):  # one task's pieces spread over several POSTs, newest first
         assert _post(server, reverse[i : i + 5]).status_code == 200
@@ -193,12 +195,14 @@ def test_bad_queries_and_posts_get_clear_errors(filled: CliServer) -> None:
     )
 
 
-def test_restart_keeps_everything(servers: list[CliServer], filled: CliServer, tmp_path: Path) -> None:
+def test_restart_keeps_everything(
+    servers: list[CliServer], filled: CliServer, tmp_path: Path, store_location: str | Path
+) -> None:
     before = requests.get(
         f"http://{filled.address}/api/v0/tasks", params={"detail": "true"}, timeout=10
     ).json()
     assert filled.stop()["events_stored"] == len(EVENTS)
-    again = start(servers, "serve", "--store", str(tmp_path / "events.sqlite3"))
+    again = start(servers, "serve", *serve_store_args(store_location, tmp_path))
     after = requests.get(f"http://{again.address}/api/v0/tasks", params={"detail": "true"}, timeout=10).json()
     assert after == before and before["data"]["result"]["result"]
     assert _post(again, EVENTS).status_code == 200
@@ -206,8 +210,8 @@ def test_restart_keeps_everything(servers: list[CliServer], filled: CliServer, t
     assert f"serve_duplicates_total {float(len(EVENTS))}" in _settled_metrics(again)
 
 
-def test_sessions_kept_apart_and_retention(tmp_path: Path) -> None:
-    store = EventStore(tmp_path / "s.sqlite3")
+def test_sessions_kept_apart_and_retention(store_location: str | Path) -> None:
+    store = open_store(store_location)
     other = [dict(e, sessionName="session_other", eventId="x" + e["eventId"]) for e in EVENTS]
     store.ingest(EVENTS, now=1000.0)
     store.ingest(other, now=2000.0)

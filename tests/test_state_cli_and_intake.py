@@ -20,6 +20,7 @@ import pytest
 import requests
 from google.protobuf import json_format
 from helpers.agg_procs import FIXTURE, CliServer, start
+from helpers.postgres import serve_store_args
 from multidict import MultiDict
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
@@ -32,6 +33,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from ray_otel_events.otel.log_records import to_log_record
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.store import state_query
+from ray_otel_events.store.backend import open_store
 from ray_otel_events.store.sqlite_store import EventStore
 from ray_otel_events.store.state_merge import TASKS, field_value
 from ray_otel_events.store.views import StoreViews
@@ -47,18 +49,18 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def store_file(tmp_path: Path) -> Path:
-    path = tmp_path / "events.sqlite3"
-    store = EventStore(path)
+def store_file(store_location: str | Path) -> str | Path:
+    """The fixture's events in a store, on each backend."""
+    store = open_store(store_location)
     store.ingest(EVENTS)
     store.close()
-    return path
+    return store_location
 
 
 def test_commands_answer_alike_from_the_file_and_the_server(
-    servers: list[CliServer], store_file: Path, tmp_path: Path
+    servers: list[CliServer], store_file: str | Path, tmp_path: Path
 ) -> None:
-    server = start(servers, "serve", "--store", str(store_file))
+    server = start(servers, "serve", *serve_store_args(store_file, tmp_path))
     by_file = ["--store", str(store_file)]
     by_server = ["--address", f"http://{server.address}"]
     listed = [_cli("list", "tasks", *source, "--format", "json") for source in (by_file, by_server)]
@@ -100,8 +102,8 @@ def test_commands_answer_alike_from_the_file_and_the_server(
         )
 
 
-def test_sql_filters_agree_with_rays_rule_on_every_row(store_file: Path) -> None:
-    store = EventStore(store_file)
+def test_sql_filters_agree_with_rays_rule_on_every_row(store_file: str | Path) -> None:
+    store = open_store(store_file)
     every = store.select(TASKS, limit=10**6).rows
     views = StoreViews(store)
     cases = [
@@ -138,9 +140,9 @@ def test_sql_filters_agree_with_rays_rule_on_every_row(store_file: Path) -> None
 
 
 def test_otlp_from_the_sdk_exporters_becomes_state_spans_and_task_logs(
-    servers: list[CliServer], tmp_path: Path
+    servers: list[CliServer], tmp_path: Path, store_location: str | Path
 ) -> None:
-    server = start(servers, "serve", "--store", str(tmp_path / "events.sqlite3"))
+    server = start(servers, "serve", *serve_store_args(store_location, tmp_path))
     base = f"http://{server.address}"
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{base}/v1/traces")))
@@ -208,10 +210,10 @@ def test_writes_are_checkpointed_off_the_write_path_and_on_close(tmp_path: Path)
     again.close()
 
 
-def test_lifecycle_pieces_without_transitions_are_stored(tmp_path: Path) -> None:
+def test_lifecycle_pieces_without_transitions_are_stored(store_location: str | Path) -> None:
     """A job or worker lifecycle piece may carry no transition yet: its row is kept, with no state."""
     events = [item.get("event", item) for item in json.loads(Path(FIXTURE).read_text())]
-    store = EventStore(tmp_path / "s.sqlite3")
+    store = open_store(store_location)
     pieces = []
     for kind, body in (
         ("DRIVER_JOB_LIFECYCLE_EVENT", "driverJobLifecycleEvent"),

@@ -16,8 +16,10 @@ import orjson
 import pytest
 import requests
 from helpers.agg_procs import FIXTURE, CliServer, start
+from helpers.postgres import serve_store_args
 
 from ray_otel_events.services.state_intake import spooled_events
+from ray_otel_events.store.backend import open_store
 from ray_otel_events.store.background_fold import BackgroundFold
 from ray_otel_events.store.intake_spool import IntakeSpool
 from ray_otel_events.store.sqlite_store import EventStore, IngestResult
@@ -34,12 +36,12 @@ def _copies(first: int, count: int) -> list[list[dict[str, Any]]]:
     ]
 
 
-def _rows_of(path: Path) -> int:
-    store = EventStore(path, read_only=True)
+def _rows_of(location: str | Path) -> int:
+    store = open_store(location, read_only=True)
     try:
         return int(store.size()["state_rows"])
     finally:
-        store._db.close()
+        store.close()
 
 
 def test_spool_gives_back_what_is_not_folded_and_stops_at_a_cut_record(tmp_path: Path) -> None:
@@ -69,8 +71,8 @@ def test_spool_gives_back_what_is_not_folded_and_stops_at_a_cut_record(tmp_path:
     final.close()
 
 
-def test_background_fold_merges_posts_and_settles_reads(tmp_path: Path) -> None:
-    store = EventStore(tmp_path / "s.sqlite3")
+def test_background_fold_merges_posts_and_settles_reads(tmp_path: Path, store_location: str | Path) -> None:
+    store = open_store(store_location)
     spool = IntakeSpool(tmp_path / "s.sqlite3.intake")
     results: list[IngestResult] = []
     fold = BackgroundFold(store, spool, results.append, spooled_events, batch_events=10 * len(EVENTS))
@@ -98,14 +100,16 @@ def test_background_fold_merges_posts_and_settles_reads(tmp_path: Path) -> None:
     assert not list((tmp_path / "s.sqlite3.intake").glob("*.spool"))  # all folded: nothing kept
 
 
-def test_accepted_bodies_not_folded_are_folded_at_the_next_start(tmp_path: Path) -> None:
+def test_accepted_bodies_not_folded_are_folded_at_the_next_start(
+    tmp_path: Path, store_location: str | Path
+) -> None:
     path = tmp_path / "s.sqlite3"
     spool = IntakeSpool(path.with_name(path.name + ".intake"))
     bodies = _copies(0, 4)
     for body in bodies:
         spool.append(orjson.dumps([*body, {"not": "an event"}]))  # the POST refused this one
     spool.close()  # as if killed before any fold
-    store = EventStore(path)
+    store = open_store(store_location)
     spool = IntakeSpool(path.with_name(path.name + ".intake"))
     results: list[IngestResult] = []
     fold = BackgroundFold(store, spool, results.append, spooled_events)
@@ -116,24 +120,27 @@ def test_accepted_bodies_not_folded_are_folded_at_the_next_start(tmp_path: Path)
     store.close()
 
 
-def test_events_answered_survive_kill_9(servers: list[CliServer], tmp_path: Path) -> None:
-    path = tmp_path / "events.sqlite3"
+def test_events_answered_survive_kill_9(
+    servers: list[CliServer], tmp_path: Path, store_location: str | Path
+) -> None:
     bodies = _copies(0, 60)
-    server = start(servers, "serve", "--store", str(path))
+    server = start(servers, "serve", *serve_store_args(store_location, tmp_path))
     with requests.Session() as session:
         for body in bodies:
             answer = session.post(f"http://{server.address}/v1/ray-events", json=body, timeout=30)
             assert answer.status_code == 200 and answer.json()["accepted"] == len(body)
     server.proc.send_signal(signal.SIGKILL)  # straight after the last 200, folded or not
     server.proc.wait(10)
-    start(servers, "serve", "--store", str(path)).stop()  # folds what the killed one had not
+    # folds what the killed one had not
+    start(servers, "serve", *serve_store_args(store_location, tmp_path)).stop()
     reference = EventStore(tmp_path / "reference.sqlite3")
     for body in bodies:
         reference.ingest(body)
     expected = reference.size()["state_rows"]
     reference.close()
-    assert _rows_of(path) == expected
-    assert not list((tmp_path / "events.sqlite3.intake").glob("*.spool"))
+    assert _rows_of(store_location) == expected
+    spool = tmp_path / ("spool" if isinstance(store_location, str) else "events.sqlite3.intake")
+    assert spool.is_dir() and not list(spool.glob("*.spool"))
 
 
 def test_a_failed_append_leaves_no_torn_record(tmp_path: Path) -> None:

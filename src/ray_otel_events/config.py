@@ -789,3 +789,14 @@ def compiled_enabled(env: Environ = os.environ) -> bool:
     parts, lifecycle transitions and task parts from wire bytes, RayEvent heads, the store's fold and
     row writer) may be used: the same results, faster."""
     return not env_bool(env, PURE_PYTHON, False)
+
+
+# ---------------------------------------------------------------------------------------------
+# The store `serve` writes and the state commands read.
+
+STORE = "RAY_OTEL_EVENTS_STORE"  # a SQLite file or postgresql://USER@HOST:PORT/DB, as --store takes
+
+
+def store_location(env: Environ = os.environ) -> str | None:
+    """The store named in the environment (None: the default file); `--store` wins over it."""
+    return env.get(STORE) or None

@@ -28,9 +28,11 @@ from typing import Any
 import requests
 from multidict import MultiDict
 
+from ray_otel_events import config
 from ray_otel_events.config import ClientSecurityConfig, ConfigError
-from ray_otel_events.services.serve_cli import default_store_path
-from ray_otel_events.store.sqlite_store import EventStore, StoreError
+from ray_otel_events.services.serve_cli import chosen_store, default_store_path
+from ray_otel_events.store.backend import open_store
+from ray_otel_events.store.sqlite_store import StoreError
 from ray_otel_events.store.state_query import BASE_COLUMNS, RESOURCES
 from ray_otel_events.store.views import StoreViews
 
@@ -48,7 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get(ADDRESS_ENV),
         help=f"a running serve, http://HOST:PORT (env {ADDRESS_ENV})",
     )
-    source.add_argument("--store", type=Path, help=f"read this store file (default {default_store_path()})")
+    source.add_argument(
+        "--store",
+        help="read this store: a SQLite file or postgresql://USER@HOST:PORT/DB"
+        f" (default ${config.STORE}, else {default_store_path()})",
+    )
     command = parser.prog.rsplit(" ", 1)[-1]
     if command != "sessions":
         parser.add_argument("--session", help="this session (`ray-otel-events sessions`), not the newest")
@@ -89,9 +95,9 @@ class _Source:
         self.views: StoreViews | None = None
         self.headers: dict[str, str] = {}
         if self.address is None:
-            path = args.store or default_store_path()
+            path = chosen_store(args.store)
             try:
-                self.views = StoreViews(EventStore(path, read_only=True))
+                self.views = StoreViews(open_store(path, read_only=True))
             except (StoreError, sqlite3.Error) as exc:
                 raise Unanswered(f"cannot read the store {path}: {exc}") from None
         else:
@@ -104,7 +110,7 @@ class _Source:
         if self.views is not None:
             try:
                 return self.views.answer(path, MultiDict(params or []), self.session)
-            except sqlite3.Error as exc:
+            except (StoreError, sqlite3.Error) as exc:
                 raise Unanswered(f"cannot read the store: {exc}") from None
         if self.session:
             params = [*(params or []), ("session", self.session)]

@@ -1,12 +1,14 @@
 """`ray-otel-events store rebuild`: the state rows folded again from the store's raw events.
 
     ray-otel-events store rebuild --store ~/.local/share/ray-otel-events/events.sqlite3
+    ray-otel-events store rebuild --store postgresql://USER@HOST:PORT/DB
 
 Why: the store keeps every accepted event as it was sent (compressed, per session, within the
 retention). After an upgrade whose fold reads more of an event (or reads it better), rebuilding
 gives the rows this version folds, as if every event had arrived now, in the order and with the
 times they did. Stop `serve` on the store first. The raw events, spans and log lines are kept;
-stopped part way, running it again finishes it.
+stopped part way, running it again finishes it. On PostgreSQL, stop every `serve` writing the
+database.
 """
 
 from __future__ import annotations
@@ -17,15 +19,18 @@ import sys
 import time
 from pathlib import Path
 
-from ray_otel_events.services.serve_cli import default_store_path
-from ray_otel_events.store.sqlite_store import EventStore, StoreError
+from ray_otel_events.services.serve_cli import chosen_store, default_store_path
+from ray_otel_events.store.backend import UnsupportedStoreError, is_url, open_store
+from ray_otel_events.store.sqlite_store import StoreError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     rebuild = actions.add_parser("rebuild", help="fold the state rows again from the kept raw events")
     rebuild.add_argument(
-        "--store", type=Path, default=None, help=f"SQLite file (default {default_store_path()})"
+        "--store",
+        default=None,
+        help=f"SQLite file or postgresql://USER@HOST:PORT/DB (default {default_store_path()})",
     )
     rebuild.add_argument(
         "--force", action="store_true", help="rebuild even when some rows have no raw events (they are lost)"
@@ -33,13 +38,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    path = args.store or default_store_path()
-    if not path.exists():
+    path = chosen_store(args.store)
+    if not is_url(path) and not Path(path).exists():
         print(f"ray-otel-events store: no store at {path}", file=sys.stderr)
         return 1
     started = time.perf_counter()
     try:
-        store = EventStore(path)
+        store = open_store(path)
+    except UnsupportedStoreError as exc:
+        print(f"ray-otel-events store: --store: {exc}", file=sys.stderr)
+        return 2
     except (OSError, sqlite3.Error, StoreError) as exc:
         print(f"ray-otel-events store: cannot open the store {path}: {exc}", file=sys.stderr)
         return 1

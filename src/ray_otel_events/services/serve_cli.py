@@ -1,6 +1,7 @@
 """`ray-otel-events serve`: the event store, Ray's state API and the page on one HTTP port.
 
     ray-otel-events serve --port 8265 --store ~/.local/share/ray-otel-events/events.sqlite3
+    ray-otel-events serve --port 8265 --store postgresql://USER@HOST:5432/DB   # several may share it
     ray list tasks --address http://127.0.0.1:8265
 
 Point Ray's aggregator (or ours: `aggregator --export-addr http://HOST:PORT/v1/ray-events`) at it,
@@ -29,6 +30,7 @@ from typing import Any
 import grpc
 from aiohttp import web
 
+from ray_otel_events import config
 from ray_otel_events.config import ConfigError
 from ray_otel_events.observability.http_endpoints import Readiness, observability_routes
 from ray_otel_events.observability.metrics_registry import ServerMetrics
@@ -51,9 +53,18 @@ from ray_otel_events.services.ray_gcs_facade import (
 )
 from ray_otel_events.services.state_api import StateApi
 from ray_otel_events.services.state_intake import StateIntake
+from ray_otel_events.services.store_watch import StoreWatch
+from ray_otel_events.store.backend import (
+    Store,
+    StoreUnavailable,
+    UnsupportedStoreError,
+    check_location,
+    is_url,
+    open_store,
+)
 from ray_otel_events.store.intake_spool import IntakeSpool
 from ray_otel_events.store.ray_dashboard_views import RayDashboardViews
-from ray_otel_events.store.sqlite_store import EventStore, StoreError
+from ray_otel_events.store.sqlite_store import StoreError
 from ray_otel_events.store.store_lock import StoreLock, StoreLockedError
 from ray_otel_events.store.views import StoreViews
 
@@ -70,12 +81,27 @@ def default_store_path() -> Path:
     return Path(base) / "ray-otel-events" / "events.sqlite3"
 
 
+def chosen_store(argument: str | None) -> str | Path:
+    """`--store`, else RAY_OTEL_EVENTS_STORE, else the default file."""
+    return argument or config.store_location() or default_store_path()
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = "Prints 'listening http=HOST:PORT' when ready; GET /healthz and /readyz on the same port."
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="port; 0 picks a free one (default 0)")
     parser.add_argument(
-        "--store", type=Path, default=None, help=f"SQLite file (default {default_store_path()})"
+        "--store",
+        default=None,
+        help="SQLite file or postgresql://USER@HOST:PORT/DB"
+        f" (default ${config.STORE}, else {default_store_path()})",
+    )
+    parser.add_argument(
+        "--spool",
+        type=Path,
+        default=None,
+        help="folder for POSTs answered and not yet folded (default: beside a SQLite file; for"
+        " PostgreSQL, one per database under the data folder; each `serve` process needs its own)",
     )
     parser.add_argument(
         "--retention-hours",
@@ -147,34 +173,51 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--retention-hours, --retention-rows and --retention-mb must be positive")
     configure_logging(args.log_level, args.log_format)
     security = security_from_args(args)
-    path = args.store or default_store_path()
+    location = chosen_store(args.store)
     try:
-        lock = StoreLock(path)  # one writer a store: a second `serve` would race the first's folds
+        check_location(location)
+    except UnsupportedStoreError as exc:
+        print(f"ray-otel-events serve: --store: {exc}", file=sys.stderr)
+        return 2
+    if is_url(location):
+        spool = args.spool or default_spool(str(location))
+        locked = spool  # one process a spool; the database itself takes many
+    else:
+        locked = Path(location)
+        spool = args.spool or spool_path(locked)
+    try:
+        lock = StoreLock(locked)  # one writer a store file: a second `serve` would race the first's folds
     except StoreLockedError as exc:
         print(f"ray-otel-events serve: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"ray-otel-events serve: cannot lock the store {path}: {exc}", file=sys.stderr)
+        print(f"ray-otel-events serve: cannot lock the store {locked}: {exc}", file=sys.stderr)
         return 1
     try:
-        return _run_locked(path, args, security)
+        return _run_locked(location, spool, args, security)
     finally:
         lock.release()
 
 
-def _run_locked(path: Path, args: argparse.Namespace, security: ServerSecurity) -> int:
+def _run_locked(
+    location: str | Path, spool_dir: Path, args: argparse.Namespace, security: ServerSecurity
+) -> int:
     try:
-        store = EventStore(path)
+        store = open_store(location)
+    except (StoreUnavailable, UnsupportedStoreError) as exc:
+        print(f"ray-otel-events serve: cannot open the store: {exc}", file=sys.stderr)
+        return 2
     except (OSError, sqlite3.Error, StoreError) as exc:
-        print(f"ray-otel-events serve: cannot open the store {path}: {exc}", file=sys.stderr)
+        print(f"ray-otel-events serve: cannot open the store {location}: {exc}", file=sys.stderr)
         return 1
     try:
-        spool = IntakeSpool(spool_path(path))
+        spool = IntakeSpool(spool_dir)
     except OSError as exc:
         print(f"ray-otel-events serve: cannot open the intake spool: {exc}", file=sys.stderr)
         store.close()
         return 1
-    intake = StateIntake(store, spool)
+    intake = StateIntake(store, spool, StoreWatch(store))
+    args.store_name = store_name(location)
     try:
         return asyncio.run(serve(intake, args, security))
     finally:
@@ -183,25 +226,50 @@ def _run_locked(path: Path, args: argparse.Namespace, security: ServerSecurity) 
         store.close()
 
 
+def store_name(location: str | Path) -> str:
+    """The store as /readyz names it: the file, or the database's host, port and name (no password)."""
+    if not is_url(location):
+        return str(location)
+    info = conninfo_parts(str(location))
+    return f"postgresql://{info}"
+
+
+def conninfo_parts(url: str) -> str:
+    """HOST:PORT/DB of a PostgreSQL URL."""
+    rest = url.split("://", 1)[1].split("?", 1)[0]
+    host_db = rest.rsplit("@", 1)[-1]
+    return host_db
+
+
+def default_spool(url: str) -> Path:
+    """A PostgreSQL store's spool: under the data folder, named after the database."""
+    name = "".join(c if c.isalnum() or c in "-." else "_" for c in conninfo_parts(url))
+    return default_store_path().with_name(f"postgresql-{name}.intake")
+
+
 def spool_path(store: Path) -> Path:
     """Where the POSTs answered but not yet folded wait: beside the store file."""
     return store.with_name(store.name + ".intake")
 
 
-async def _retention(store: EventStore, args: argparse.Namespace) -> None:
+async def _retention(store: Store, args: argparse.Namespace) -> None:
     while True:
-        await asyncio.to_thread(
-            store.prune,
-            max_age_s=args.retention_hours * 3600,
-            max_rows=args.retention_rows,
-            max_bytes=int(args.retention_mb * 1e6),
-        )
+        try:
+            await asyncio.to_thread(
+                store.prune,
+                max_age_s=args.retention_hours * 3600,
+                max_rows=args.retention_rows,
+                max_bytes=int(args.retention_mb * 1e6),
+            )
+        except StoreUnavailable as exc:  # the database is away: the next round tries again
+            logger.warning("retention skipped: %s", exc)
         await asyncio.sleep(RETENTION_INTERVAL_S)
 
 
 async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerSecurity) -> int:
     store = intake.store
-    api = StateApi(StoreViews(store), intake.settled)
+    watch = intake.watch or StoreWatch(store)
+    api = StateApi(StoreViews(store), intake.settled, watch)
     metrics = ServerMetrics("serve")
     metrics.add_total(
         "serve_events_stored",
@@ -220,6 +288,9 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
         "events answered 200 and not yet folded",
         lambda: {(): intake.fold.pending_events},
     )
+    metrics.add_total(
+        "serve_store_losses", "times the store's database became unreachable", lambda: {(): watch.losses}
+    )
     metrics.add_total("serve_log_lines", "task log lines stored", lambda: {(): intake.log_lines})
     metrics.add_gauge(
         "serve_store_writer",
@@ -230,7 +301,10 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
     writer = store.writer + (f": {store.writer_reason}" if store.writer_reason else "")
 
     def ready() -> Readiness:
-        return Readiness().add("store_open", True, str(store.path)).add("store_writer", True, writer)
+        name = getattr(args, "store_name", "")
+        reachable = (watch.unavailable is None, watch.unavailable or name)
+        ready = Readiness().add("store_open", True, name).add("store_reachable", *reachable)
+        return ready.add("store_writer", True, writer)
 
     token = security.token
     app = web.Application(
@@ -278,6 +352,7 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
     address: Any = runner.addresses[0]
     stop = stop_on_signals()
     retention = asyncio.create_task(_retention(store, args))
+    watching = asyncio.create_task(watch.run())
     again = intake.start()
     if again:
         logger.info("folding %d events accepted before the last stop", again)
@@ -293,6 +368,7 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
         print(f"listening ray-gcs={args.host}:{gcs_port}", flush=True)
     await stop.wait()
     retention.cancel()
+    watching.cancel()
     if gcs is not None:
         await gcs.stop(GCS_GRACE_S)
     for one in reversed(runners):

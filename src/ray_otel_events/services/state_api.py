@@ -21,7 +21,9 @@ from importlib import resources
 import orjson
 from aiohttp import web
 
-from ray_otel_events.store.sqlite_store import EventStore
+from ray_otel_events.services.store_watch import RETRY_AFTER_S, StoreWatch
+from ray_otel_events.store.backend import Store
+from ray_otel_events.store.sqlite_store import StoreError
 from ray_otel_events.store.views import StoreViews
 
 _WEB = resources.files("ray_otel_events") / "web"
@@ -31,7 +33,7 @@ READ_WAIT_S = 10.0  # a read waits this long at most for the fold to reach it, t
 _TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
 
 
-def requested_session(request: web.Request, store: EventStore) -> str | None:
+def requested_session(request: web.Request, store: Store) -> str | None:
     """The session a request asks for: the `session` query parameter (an unknown one is answered
     404 by the views), else the cookie's when the store still holds it, else None (the newest)."""
     asked = request.query.get(SESSION_PARAM)
@@ -46,9 +48,15 @@ def requested_session(request: web.Request, store: EventStore) -> str | None:
 class StateApi:
     """aiohttp routes over StoreViews."""
 
-    def __init__(self, views: StoreViews, settled: Callable[[], Awaitable[None]] | None = None) -> None:
+    def __init__(
+        self,
+        views: StoreViews,
+        settled: Callable[[], Awaitable[None]] | None = None,
+        watch: StoreWatch | None = None,
+    ) -> None:
         self.views = views
         self.settled = settled
+        self.watch = watch  # while its store is unreachable, reads answer 503 at once
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -66,9 +74,22 @@ class StateApi:
                 await asyncio.wait_for(self.settled(), READ_WAIT_S)
 
     async def api(self, request: web.Request) -> web.Response:
-        await self.settle()
-        status, body = await asyncio.to_thread(self._answer, request)
-        return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+        reason = self.watch.unavailable if self.watch is not None else None
+        if reason is None:
+            await self.settle()
+            try:
+                status, body = await asyncio.to_thread(self._answer, request)
+                return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+            except StoreError as exc:  # the database went away during the read
+                reason = str(exc)
+                if self.watch is not None:
+                    self.watch.failed(reason)
+        return web.Response(
+            body=orjson.dumps({"result": False, "msg": f"the store is unavailable: {reason}", "data": {}}),
+            status=503,
+            content_type="application/json",
+            headers={"Retry-After": str(int(RETRY_AFTER_S))},
+        )
 
     def _answer(self, request: web.Request) -> tuple[int, object]:
         session = requested_session(request, self.views.store)

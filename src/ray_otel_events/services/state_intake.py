@@ -12,7 +12,8 @@ only the fold reads (a bad base64 id deep in a piece) is found after the answer:
 logged and counted in `serve_rejected_events`, and the rest of its row is stored.
 `/v1/traces` and `/v1/logs` are OTLP (the receiver speaks the protocol): spans are kept for trace
 trees, log records carrying a RayEvent become state like the POSTed ones, and every other log
-record is a task log line.
+record is a task log line. While the store's database cannot be reached (`StoreWatch`), every
+intake answers 503 with Retry-After, so clients keep their batches until it is back.
 """
 
 from __future__ import annotations
@@ -26,18 +27,20 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from ray_otel_events.encoding.ray_json_posts import NotAnArrayError, read_posted_array
-from ray_otel_events.receivers.otlp_http import ConsumeResult, OtlpConsumer, OtlpHttpReceiver
+from ray_otel_events.receivers.otlp_http import ConsumeResult, OtlpConsumer, OtlpHttpReceiver, QueueFullError
 from ray_otel_events.receivers.ray_events_http import (
     REFUSED_REQUESTS,
     REJECTED_EVENTS,
     REQUESTS,
     RayEventsHttpReceiver,
 )
+from ray_otel_events.services.store_watch import RETRY_AFTER_S, StoreWatch
 from ray_otel_events.store import otlp_records
+from ray_otel_events.store.backend import Store, StoreUnavailable
 from ray_otel_events.store.background_fold import BackgroundFold
 from ray_otel_events.store.intake_spool import IntakeSpool
 from ray_otel_events.store.posted_body import Accepted, PostedBody, scan
-from ray_otel_events.store.sqlite_store import EventStore, IngestResult
+from ray_otel_events.store.sqlite_store import IngestResult
 from ray_otel_events.store.state_merge import Prepared, prepare
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -46,8 +49,9 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 class StateIntake(OtlpConsumer):
     """Routes for the intake, and counts of what they stored."""
 
-    def __init__(self, store: EventStore, spool: IntakeSpool) -> None:
+    def __init__(self, store: Store, spool: IntakeSpool, watch: StoreWatch | None = None) -> None:
         self.store = store
+        self.watch = watch
         self.events_by_type: Counter[str] = Counter()  # new events, duplicates not counted
         self.duplicates = 0
         self.fold_refused = 0  # accepted, then refused by their fold (a value only it reads)
@@ -75,7 +79,18 @@ class StateIntake(OtlpConsumer):
         """Folds everything accepted, then stops folding."""
         self.fold.close()
 
+    def _refuse_while_unavailable(self) -> None:
+        reason = self.watch.unavailable if self.watch is not None else None
+        if reason is not None:
+            raise QueueFullError(f"the store is unavailable: {reason}", RETRY_AFTER_S)
+
+    def _lost(self, exc: StoreUnavailable) -> QueueFullError:
+        if self.watch is not None:
+            self.watch.failed(str(exc))
+        return QueueFullError(f"the store is unavailable: {exc}", RETRY_AFTER_S)
+
     async def consume_ray_events(self, events: Accepted, body: bytes) -> None:
+        self._refuse_while_unavailable()
         await self.fold.room()
         self.fold.put(events, body)
 
@@ -85,19 +100,27 @@ class StateIntake(OtlpConsumer):
         self.fold_refused += len(result.refused)
 
     async def consume_traces(self, request: ExportTraceServiceRequest) -> ConsumeResult:
+        self._refuse_while_unavailable()
         spans = otlp_records.from_traces(request)
-        self.spans += await asyncio.to_thread(self.store.add_spans, spans)
+        try:
+            self.spans += await asyncio.to_thread(self.store.add_spans, spans)
+        except StoreUnavailable as exc:
+            raise self._lost(exc) from None
         return ConsumeResult()
 
     async def consume_logs(self, request: ExportLogsServiceRequest) -> ConsumeResult:
+        self._refuse_while_unavailable()
         intake = otlp_records.from_logs(request)
         rejected = list(intake.rejected)
-        if intake.ray_events:
-            result = await asyncio.to_thread(self.store.ingest, list(intake.ray_events))
-            self._count(result)
-            rejected += result.invalid
-        if intake.lines:
-            self.log_lines += await asyncio.to_thread(self.store.add_log_lines, intake.lines)
+        try:
+            if intake.ray_events:
+                result = await asyncio.to_thread(self.store.ingest, list(intake.ray_events))
+                self._count(result)
+                rejected += result.invalid
+            if intake.lines:
+                self.log_lines += await asyncio.to_thread(self.store.add_log_lines, intake.lines)
+        except StoreUnavailable as exc:
+            raise self._lost(exc) from None
         return ConsumeResult(len(rejected), rejected[0] if rejected else "")
 
     @property

@@ -20,9 +20,10 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
+from ray_otel_events.store.backend import Store
 from ray_otel_events.store.intake_spool import IntakeSpool, Position
 from ray_otel_events.store.posted_body import Accepted
-from ray_otel_events.store.sqlite_store import EventStore, IngestResult
+from ray_otel_events.store.sqlite_store import IngestResult
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ class BackgroundFold:
 
     def __init__(
         self,
-        store: EventStore,
+        store: Store,
         spool: IntakeSpool,
         on_result: Callable[[IngestResult], None],
         read_spooled: Callable[[bytes], Accepted],

@@ -57,6 +57,26 @@ def group_events(events: Iterable[Any]) -> dict[str, list[Any]]:
     return groups
 
 
+def event_texts(events: Iterable[Any]) -> tuple[dict[str, list[bytes]], int]:
+    """Events (dicts) as one JSON array's text per session, and how many cannot be written as JSON
+    (an integer beyond 64 bits, a lone surrogate): those are folded but not kept."""
+    texts: dict[str, list[bytes]] = {}
+    unwritten = 0
+    for session, items in group_events(events).items():
+        try:
+            texts[session] = [orjson.dumps(items)]
+        except TypeError:
+            kept: list[bytes] = []
+            for item in items:
+                try:
+                    kept.append(orjson.dumps(item))
+                except TypeError:
+                    unwritten += 1
+            if kept:
+                texts[session] = [b"[" + b",".join(kept) + b"]"]
+    return texts, unwritten
+
+
 def merge_bodies(groups: Iterable[dict[str, list[bytes]]]) -> dict[str, list[bytes]]:
     merged: dict[str, list[bytes]] = {}
     for group in groups:

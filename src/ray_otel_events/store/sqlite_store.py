@@ -386,9 +386,11 @@ class EventStore:
                 prepared.append(prepare(event))
             except ValueError as exc:
                 invalid.append(str(exc))
-        groups = raw_events.group_events(events)
-        texts = {session: [orjson.dumps(items)] for session, items in groups.items()}
+        texts, unwritten = raw_events.event_texts(events)
         result = self._ingest_prepared(prepared, received, texts)
+        if unwritten:
+            with self._transaction():
+                self._note_raw_incomplete(f"{unwritten} events could not be kept as JSON text")
         result.invalid = invalid + [refusal.reason for refusal in result.refused]
         return result
 

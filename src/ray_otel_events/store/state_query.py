@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ray_otel_events.store.sqlite_store import ColumnFilter, EventStore, Selection
+from ray_otel_events.store.backend import Store
+from ray_otel_events.store.sqlite_store import ColumnFilter, Selection
 from ray_otel_events.store.state_merge import (
     ACTORS,
     ID_COLUMN,
@@ -265,7 +266,7 @@ def store_column(resource: str, key: str) -> str | None:
 
 
 def select(
-    store: EventStore,
+    store: Store,
     query: ListQuery,
     *,
     order: str = "updated",
@@ -333,7 +334,7 @@ def summary_response(total: int, result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def summarize_tasks(store: EventStore, session: str | None = None) -> dict[str, Any]:
+def summarize_tasks(store: Store, session: str | None = None) -> dict[str, Any]:
     """Ray's task summary by function name: type and counts per state, under one node key
     (`node_id_to_summary.cluster`), as `ray summary tasks` reads it."""
     return _task_summary(store.counts(TASKS, "func", "name", "kind", "state", session=session))
@@ -376,7 +377,7 @@ def _task_summary(counts: list[tuple[Any, ...]]) -> dict[str, Any]:
     )
 
 
-def summarize_actors(store: EventStore, session: str | None = None) -> dict[str, Any]:
+def summarize_actors(store: Store, session: str | None = None) -> dict[str, Any]:
     summary: dict[str, dict[str, Any]] = {}
     total = 0
     for class_name, state, count in store.counts(ACTORS, "func", "state", session=session):

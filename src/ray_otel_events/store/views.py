@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ray_otel_events.store import state_query
-from ray_otel_events.store.sqlite_store import ORDERS, ColumnFilter, EventStore
+from ray_otel_events.store.backend import Store
+from ray_otel_events.store.sqlite_store import ORDERS, ColumnFilter
 from ray_otel_events.store.state_merge import ACTORS, ID_COLUMN, JOBS, TASKS, Row, field_value
 
 RAY_VERSION = "2.60.0"  # the state API contract we answer to
@@ -87,9 +88,9 @@ def _int_param(params: Params, name: str, default: int, low: int, high: int) -> 
 
 
 class StoreViews:
-    """The answers over one EventStore (see the module doc)."""
+    """The answers over one store (see the module doc)."""
 
-    def __init__(self, store: EventStore, session_name: str = "ray-otel-events") -> None:
+    def __init__(self, store: Store, session_name: str = "ray-otel-events") -> None:
         self.store = store
         self.session_name = session_name
         self._routes: list[tuple[re.Pattern[str], Callable[..., Answer]]] = [

@@ -1,0 +1,168 @@
+"""The store on PostgreSQL against SQLite, same run: ingest rate with one and two `serve` processes,
+and `list tasks` latency over stored attempts.
+
+The events are bench_store's (Ray 2.60's task shapes, three per attempt, POSTs of 1,000 sent one at
+a time per client). PostgreSQL is the machine's server started by tests/helpers/postgres.py in a
+temporary folder on this machine, so its CPU is counted in the machine's two cores; it runs with
+`synchronous_commit=off` and `fsync=off` (a commit waits for no disk, as SQLite's WAL with
+`synchronous=NORMAL` waits for none per commit). Rows:
+
+* `serve` on SQLite, one process (the baseline);
+* `serve` on PostgreSQL, one process; then two processes on one database, each fed half the
+  POSTs by its own client at once (wall time until both clients' reads return);
+* `list tasks` (bench_store's queries) over the attempts stored in PostgreSQL, median of 5.
+
+Targets: >= 30,000 events/s with two processes; list <= 200 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
+from bench_aggregator import read_ready_line, tree_cpu_seconds  # noqa: E402
+from bench_store import _CLIENT, batches, ingest_through_serve, query_latency  # noqa: E402
+from helpers.postgres import PostgresServer  # noqa: E402
+
+from ray_otel_events.store.postgres_store import PostgresStore  # noqa: E402
+from ray_otel_events.store.views import StoreViews  # noqa: E402
+
+
+def _postgres_pids(server: PostgresServer) -> list[int]:
+    """The server's postmaster (its children, the backends, are counted with it)."""
+    return [int((server.data / "postmaster.pid").read_text().split()[0])]
+
+
+def serve_postgres(server: PostgresServer, attempts: int, processes: int, tmp: Path) -> dict[str, float]:
+    """`processes` serve processes on one fresh database, each fed 1/processes of the POSTs."""
+    url = server.new_database(f"bench{processes}")
+    bodies = [json.dumps(batch) for batch in batches(0, attempts)]
+    events = sum(len(json.loads(b)) for b in bodies)
+    files = []
+    for n in range(processes):
+        path = tmp / f"bodies{processes}-{n}.jsonl"
+        path.write_text("".join(b + "\n" for b in bodies[n::processes]))
+        files.append(path)
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "ray_otel_events",
+                "serve",
+                "--store",
+                url,
+                "--spool",
+                str(tmp / f"sp{processes}-{n}"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for n in range(processes)
+    ]
+    try:
+        addresses = ["http://" + read_ready_line(proc) for proc in procs]
+        watched = [proc.pid for proc in procs] + _postgres_pids(server)
+        cpu0 = sum(tree_cpu_seconds(pid) for pid in watched)
+        t0 = time.perf_counter()
+        clients = [
+            subprocess.Popen(
+                [sys.executable, "-c", _CLIENT, address, str(path)], stdout=subprocess.PIPE, text=True
+            )
+            for address, path in zip(addresses, files, strict=True)
+        ]
+        for client in clients:
+            assert client.wait() == 0
+        wall = time.perf_counter() - t0
+        cpu = sum(tree_cpu_seconds(pid) for pid in watched) - cpu0
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(60)
+    return {"events": events, "events_per_s": events / wall, "cpu_us_per_event": cpu / events * 1e6}
+
+
+def list_latency_postgres(server: PostgresServer, attempts: int) -> dict[str, Any]:
+    store = PostgresStore(server.new_database("listing"))
+    t0 = time.perf_counter()
+    for batch in batches(0, attempts):
+        store.ingest(batch)
+    fill_s = time.perf_counter() - t0
+    with store._writing() as db:
+        db.execute("VACUUM ANALYZE state_rows")
+    size = store.size()
+    latency = query_latency(StoreViews(store))
+    store.close()
+    return {"fill_s": fill_s, "rows": size["state_rows"], "bytes": size["bytes"], "latency_ms": latency}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sanity run (5,000 and 20,000 attempts)")
+    parser.add_argument("--attempts", type=int, default=None, help="attempts POSTed per ingest row (50,000)")
+    parser.add_argument("--listed", type=int, default=None, help="attempts stored for list tasks (1,000,000)")
+    args = parser.parse_args()
+    args.attempts = args.attempts or (5_000 if args.quick else 50_000)
+    args.listed = args.listed or (20_000 if args.quick else 1_000_000)
+    server = PostgresServer()
+    try:
+        with tempfile.TemporaryDirectory(prefix="pgbench-") as name:
+            tmp = Path(name)
+            sqlite = ingest_through_serve(args.attempts)
+            one = serve_postgres(server, args.attempts, 1, tmp)
+            two = serve_postgres(server, args.attempts, 2, tmp)
+        listing = list_latency_postgres(server, args.listed)
+    finally:
+        server.stop()
+    worst = max(v[1] for k, v in listing["latency_ms"].items() if "Python" not in k)
+    lines = [
+        "## store on PostgreSQL (`serve --store postgresql://...`)",
+        "",
+        f"Command: `python bench/bench_store_postgres.py --attempts {args.attempts} --listed {args.listed}`",
+        "",
+        __doc__.split("\n\n", 1)[1].strip(),
+        "",
+        "| ingest | events | events/s | CPU µs/event |",
+        "|---|---|---|---|",
+        f"| `serve` on SQLite, one process (baseline) | {sqlite['events']:,} | {sqlite['events_per_s']:,.0f}"
+        f" | {sqlite['cpu_us_per_event']:.1f} (serve only) |",
+        f"| `serve` on PostgreSQL, one process | {one['events']:,} | {one['events_per_s']:,.0f}"
+        f" | {one['cpu_us_per_event']:.1f} (serve and PostgreSQL) |",
+        f"| `serve` on PostgreSQL, two processes | {two['events']:,} | {two['events_per_s']:,.0f}"
+        f" | {two['cpu_us_per_event']:.1f} (both and PostgreSQL) |",
+        "",
+        f"- two processes / SQLite: **{two['events_per_s'] / sqlite['events_per_s']:.2f}**;"
+        f" two processes: **{two['events_per_s']:,.0f} events/s** (target >= 30,000):"
+        f" **{'met' if two['events_per_s'] >= 30_000 else 'missed'}**.",
+        "",
+        f"`list tasks` over {listing['rows']:,} attempts in PostgreSQL (filled in {listing['fill_s']:.0f} s"
+        " in process), a page of 100, median of 5:",
+        "",
+        "| query | first ms | median ms |",
+        "|---|---|---|",
+        *[
+            f"| {label} | {first:.1f} | {median:.1f} |"
+            for label, (first, median) in listing["latency_ms"].items()
+        ],
+        "",
+        f"- worst median over the indexed filters: **{worst:.0f} ms** (target <= 200 ms):"
+        f" **{'met' if worst <= 200 else 'missed'}**; database size"
+        f" {listing['bytes'] / 1e6:,.0f} MB.",
+        "",
+    ]
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

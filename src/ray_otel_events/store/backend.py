@@ -1,0 +1,157 @@
+"""The store's interface, as `serve`, the CLI readers and the views use it, and `open_store`, which
+picks the backend from the `--store` argument: a file path is SQLite (one process, the embedded
+default), a `postgresql://` URL is PostgreSQL (several `serve` processes on one database).
+
+Everything else that looks like a URL (`mysql://`, `postgres:/x`, `sqlite://`) is refused by name
+rather than taken for a folder named after its scheme.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from ray_otel_events.store.posted_body import Accepted
+from ray_otel_events.store.sqlite_store import (
+    ColumnFilter,
+    EventStore,
+    IngestResult,
+    Selection,
+    StoreError,
+    Window,
+)
+from ray_otel_events.store.state_merge import Prepared, Row
+
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+# A scheme and a colon, then a slash: what a user means as a URL (a bare `C:` or `name:x` is a file).
+_URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:/")
+
+
+class UnsupportedStoreError(StoreError):
+    """The store argument is a URL of no backend this version has (or a malformed one)."""
+
+
+class StoreUnavailable(StoreError):
+    """The database server cannot be reached (at start, or lost while running)."""
+
+
+class Store(Protocol):
+    """What the rest of the code asks of a store (sqlite_store.EventStore, postgres_store.PostgresStore)."""
+
+    @property
+    def generation(self) -> int:
+        """Moves on every write (by any process writing the store): pages poll it to refresh."""
+
+    @property
+    def writer(self) -> str:
+        """Which code writes the rows ("compiled" or "python")."""
+
+    @property
+    def writer_reason(self) -> str | None:
+        """Why not the compiled writer (None: it is the compiled one)."""
+
+    def close(self) -> None: ...
+
+    def ingest(self, events: Iterable[Any], *, now: float | None = None) -> IngestResult: ...
+
+    def ingest_prepared(self, events: Iterable[Prepared], *, now: float | None = None) -> IngestResult: ...
+
+    def ingest_posted(
+        self, posts: list[Accepted], *, now: float | None = None, bodies: Sequence[bytes] | None = None
+    ) -> IngestResult: ...
+
+    def add_spans(self, spans: Sequence[dict[str, Any]], *, now: float | None = None) -> int: ...
+
+    def add_log_lines(self, lines: Sequence[dict[str, Any]], *, now: float | None = None) -> int: ...
+
+    def select(
+        self,
+        resource: str,
+        filters: Sequence[ColumnFilter] = (),
+        *,
+        keep: Callable[[Row], bool] | None = None,
+        search: str = "",
+        order: str = "updated",
+        descending: bool = True,
+        limit: int = 100,
+        offset: int = 0,
+        session: str | None = None,
+    ) -> Selection: ...
+
+    def total(self, resource: str, session: str | None = None) -> int: ...
+
+    def counts(self, resource: str, *columns: str, session: str | None = None) -> list[tuple[Any, ...]]: ...
+
+    def entity_rows(
+        self, resource: str, entity_id: str, session: str | None = None
+    ) -> list[tuple[int, str, Row]]: ...
+
+    def sessions(self) -> list[str]: ...
+
+    def newest_session(self) -> str | None: ...
+
+    def session_list(self) -> list[dict[str, Any]]: ...
+
+    def session_window(self, name: str | None) -> Window | None: ...
+
+    def spans_of_task(self, task_id: str, received: Window | None = None) -> list[dict[str, Any]]: ...
+
+    def trace(self, trace_id: str) -> list[dict[str, Any]]: ...
+
+    def task_logs(self, task_id: str, received: Window | None = None) -> list[dict[str, Any]]: ...
+
+    def recent_traces(self, limit: int = 20, received: Window | None = None) -> list[dict[str, Any]]: ...
+
+    def size(self) -> dict[str, int]: ...
+
+    def new_fields(self, resource: str, entity_id: str, attempt: int, session: str) -> dict[str, Any]: ...
+
+    def raw_size(self) -> dict[str, int]: ...
+
+    def rebuild(self, *, force: bool = False) -> IngestResult: ...
+
+    def prune(
+        self,
+        *,
+        max_age_s: float | None,
+        max_rows: int | None,
+        max_bytes: int | None = None,
+        now: float | None = None,
+    ) -> int: ...
+
+
+def is_url(location: str | Path) -> bool:
+    """Whether `--store` names a database server rather than a file."""
+    return isinstance(location, str) and bool(_URL_LIKE.match(location))
+
+
+def check_location(location: str | Path) -> None:
+    """Raises UnsupportedStoreError for a URL no backend takes (before anything is created)."""
+    if not is_url(location):
+        return
+    text = str(location)
+    scheme = text.split(":", 1)[0].lower()
+    if scheme not in POSTGRES_SCHEMES:
+        raise UnsupportedStoreError(
+            f"{scheme}:// is not a supported store; give a SQLite file path or postgresql://USER@HOST:PORT/DB"
+        )
+    if not text[len(scheme) :].startswith("://") or len(text) <= len(scheme) + 3:
+        raise UnsupportedStoreError(f"{text!r} is not a PostgreSQL URL; write postgresql://USER@HOST:PORT/DB")
+
+
+def open_store(location: str | Path, *, read_only: bool = False) -> Store:
+    """The store at `location`: a SQLite file, or the PostgreSQL database a `postgresql://` URL names
+    (schema created or migrated on open). Raises UnsupportedStoreError, StoreUnavailable (the
+    server cannot be reached) or StoreError."""
+    check_location(location)
+    if not is_url(location):
+        return EventStore(location, read_only=read_only)
+    try:
+        from ray_otel_events.store.postgres_store import PostgresStore
+    except ImportError as exc:
+        raise UnsupportedStoreError(
+            f"a PostgreSQL store needs psycopg ({exc}): pip install 'ray-otel-events[postgres]'"
+        ) from None
+    return PostgresStore(str(location), read_only=read_only)

@@ -1,0 +1,306 @@
+"""The store on a real PostgreSQL server: choosing it from `--store`, its migrations, several
+writers on one database (in one process and as two `serve` processes), and the database lost and
+back while `serve` runs. The answers on both backends are compared in the store's other tests
+(`store_location` runs them on SQLite and on PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import requests
+from helpers.agg_procs import FIXTURE, CliServer, clean_env, start
+from helpers.postgres import PostgresServer, serve_store_args
+
+from ray_otel_events.store.backend import open_store
+from ray_otel_events.store.postgres_store import SCHEMA_VERSION, PostgresStore
+from ray_otel_events.store.sqlite_store import EventStore, StoreError
+from ray_otel_events.store.state_merge import prepare
+from tests.test_compiled_helpers import _mutated
+from tests.test_otlp_wire import _fixture_dicts
+
+EVENTS: list[dict[str, Any]] = [item.get("event", item) for item in json.loads(Path(FIXTURE).read_text())]
+RESOURCES = ("tasks", "actors", "jobs", "nodes", "workers")
+
+
+def _session_copy(events: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """The fixture as another cluster session: the same rows, distinct keys and event ids."""
+    return [dict(e, sessionName=f"session_{n}", eventId=f"{n}-{e['eventId']}") for e in events]
+
+
+def _all_rows(store: Any) -> dict[str, list[Any]]:
+    """Every row of every resource, in one order whatever the backend."""
+    return {
+        r: sorted(store.select(r, limit=10**6).rows, key=lambda row: json.dumps(row, sort_keys=True))
+        for r in RESOURCES
+    }
+
+
+def test_store_urls_no_backend_takes_are_refused_with_exit_2(tmp_path: Path) -> None:
+    """A URL-looking --store (or RAY_OTEL_EVENTS_STORE) that is not PostgreSQL is named and refused,
+    with no folder made after its scheme; an unreachable server is exit 2 too."""
+    cases = [
+        (["--store", "mysql://root@127.0.0.1:3306/db"], {}, "mysql:// is not a supported store"),
+        (["--store", "postgres:/x"], {}, "is not a PostgreSQL URL"),
+        (["--store", "sqlite://"], {}, "sqlite:// is not a supported store"),
+        (["--store", "postgresql://"], {}, "is not a PostgreSQL URL"),
+        ([], {"RAY_OTEL_EVENTS_STORE": "mysql://x@y/z"}, "mysql:// is not a supported store"),
+        (
+            ["--store", "postgresql://nobody@127.0.0.1:1/history", "--spool", str(tmp_path / "spool")],
+            {},
+            "cannot reach PostgreSQL at 127.0.0.1:1/history",
+        ),
+    ]
+    for args, env, message in cases:
+        proc = subprocess.run(
+            [sys.executable, "-m", "ray_otel_events", "serve", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            env=clean_env({"XDG_DATA_HOME": str(tmp_path / "data"), **env}),
+        )
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spool.lock"]  # no `mysql:`, `postgres:`...
+    listed = subprocess.run(
+        [sys.executable, "-m", "ray_otel_events", "list", "tasks", "--store", "mysql://a@b/c"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listed.returncode == 1 and "mysql:// is not a supported store" in listed.stderr
+
+
+def test_schema_is_migrated_on_open_and_a_newer_one_refused(postgres_server: PostgresServer) -> None:
+    url = postgres_server.new_database("migrations")
+    with pytest.raises(StoreError, match="no store in the database"):
+        open_store(url, read_only=True)
+    stores = [PostgresStore(url) for _ in range(2)]  # the second finds the steps applied
+    with psycopg.connect(url) as db:
+        applied = [r[0] for r in db.execute("SELECT version FROM schema_migrations ORDER BY version")]
+        assert applied == list(range(1, SCHEMA_VERSION + 1))
+        db.execute("INSERT INTO schema_migrations(version) VALUES (%s)", (SCHEMA_VERSION + 1,))
+    for store in stores:
+        store.close()
+    with pytest.raises(StoreError, match="newer than this version"):
+        PostgresStore(url)
+    with pytest.raises(StoreError, match="newer than this version"):
+        PostgresStore(url, read_only=True)
+
+
+def test_a_database_from_before_sessions_gets_them_from_its_rows(
+    postgres_server: PostgresServer,
+) -> None:
+    """Schema step 2 on a database the first step wrote: its sessions come from its rows, and a
+    rebuild is refused (their raw events were never kept) until forced."""
+    url = postgres_server.new_database("before_sessions")
+    old = PostgresStore(url)
+    old.ingest_prepared([prepare(event) for event in EVENTS], now=1000.0)
+    old.close()
+    with psycopg.connect(url, autocommit=True) as db:  # as the first step left it
+        db.execute("DROP TABLE sessions, raw_events, store_notes")
+        db.execute("DELETE FROM schema_migrations WHERE version > 1")
+    store = PostgresStore(url)
+    assert store.sessions() == [EVENTS[0]["sessionName"]]
+    assert store.session_list()[0]["tasks"] == store.total("tasks") > 0
+    with pytest.raises(StoreError, match="before raw events were kept"):
+        store.rebuild()
+    assert store.rebuild(force=True).stored == 0 and store.size()["state_rows"] == 0
+    store.close()
+
+
+def test_concurrent_writers_fold_every_piece_once(postgres_server: PostgresServer, tmp_path: Path) -> None:
+    """Four writers on one database (each its own connections, as processes have) fold pieces of the
+    same rows in any order, each event sent to two of them: the rows are those of one SQLite store
+    fed in order, and every event is stored once and skipped once."""
+    url = postgres_server.new_database("concurrent")
+    events = [e for n in range(6) for e in _session_copy(EVENTS, n)]
+    writers = [PostgresStore(url) for _ in range(4)]
+    rng = random.Random(7)
+    plans: list[list[list[dict[str, Any]]]] = [[] for _ in writers]
+    for sending in (events, events):
+        shuffled = sending[:]
+        rng.shuffle(shuffled)
+        for i in range(0, len(shuffled), 3):
+            plans[rng.randrange(len(writers))].append(shuffled[i : i + 3])
+    results: list[tuple[int, int]] = [(0, 0)] * len(writers)
+    errors: list[BaseException] = []
+
+    def write(index: int) -> None:
+        stored = duplicates = 0
+        try:
+            for batch in plans[index]:
+                result = writers[index].ingest(batch)
+                assert result.invalid == []
+                stored += result.stored
+                duplicates += result.duplicates
+        except BaseException as exc:
+            errors.append(exc)
+        results[index] = (stored, duplicates)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(len(writers))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sum(r[0] for r in results) == len(events) and sum(r[1] for r in results) == len(events)
+    reference = EventStore(tmp_path / "reference.sqlite3")
+    reference.ingest(events)
+    assert _all_rows(writers[0]) == _all_rows(reference)
+    for store in [*writers, reference]:
+        store.close()
+
+
+def test_every_captured_and_mutated_event_folds_as_on_sqlite(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """Every event of the captures, shuffled into batches with copies, and events with odd values
+    anywhere (ids, times, numbers, NULs, lone surrogates, shapes): the same answer per batch
+    (stored, duplicates, refused) and the same rows as on SQLite."""
+    dicts = _fixture_dicts()
+    rnd = random.Random(5)
+    events: list[Any] = dicts + dicts[:60]
+    keys = ["taskId", "timestamp", "state", "jobId", "eventId", "sessionName", "x"]
+    events += [_mutated(rnd, rnd.choice(dicts), 3, keys) for _ in range(300)]
+    events += [dict(rnd.choice(dicts), sessionName="nul\x00 session", eventId=f"nul-{i}") for i in range(5)]
+    rnd.shuffle(events)
+    postgres = PostgresStore(postgres_server.new_database("corpus"))
+    sqlite = EventStore(tmp_path / "corpus.sqlite3")
+    for first in range(0, len(events), 37):
+        batch = events[first : first + 37]
+        answers = [store.ingest(copy.deepcopy(batch)) for store in (postgres, sqlite)]
+        assert answers[0] == answers[1], first
+    assert _all_rows(postgres) == _all_rows(sqlite)
+    assert postgres.sessions() == sqlite.sessions() and "nul\x00 session" in sqlite.sessions()
+    postgres.close()
+    sqlite.close()
+
+
+def _post(server: CliServer, events: list[Any]) -> requests.Response:
+    return requests.post(f"http://{server.address}/v1/ray-events", json=events, timeout=30)
+
+
+def _tasks(server: CliServer) -> list[Any]:
+    answer = requests.get(
+        f"http://{server.address}/api/v0/tasks", params={"detail": "true", "limit": "10000"}, timeout=30
+    )
+    assert answer.status_code == 200, answer.text
+    rows: list[Any] = answer.json()["data"]["result"]["result"]
+    return sorted(rows, key=lambda row: json.dumps(row, sort_keys=True))
+
+
+def test_two_serve_processes_share_one_database(
+    servers: list[CliServer], postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """Intake at either `serve`, reads from either: a task's pieces POSTed to both, newest first,
+    fold to what one `serve` on SQLite makes of them in order, a batch retried at the other
+    process is skipped there, and a page served by one sees the other's writes."""
+    url = postgres_server.new_database("two_serves")
+    first = start(servers, "serve", *serve_store_args(url, tmp_path / "a"))
+    second = start(servers, "serve", *serve_store_args(url, tmp_path / "b"))
+    reference = start(servers, "serve", *serve_store_args(tmp_path / "ref.sqlite3", tmp_path))
+    assert _post(reference, EVENTS).status_code == 200
+    reverse = EVENTS[::-1]
+    for n, i in enumerate(range(0, len(reverse), 3)):
+        assert _post((first, second)[n % 2], reverse[i : i + 3]).status_code == 200
+    assert _post(second, EVENTS[:7]).status_code == 200  # a retry, at the other process
+    expected = _tasks(reference)
+    for server in (first, second):  # a read waits for its own process's fold only: both settled
+        assert _get(server, "/api/version").status_code == 200
+    assert expected and _tasks(first) == expected
+    assert _tasks(second) == expected
+    # The page's live updates: a write through one process moves the generation the other serves.
+    before = _get(second, "/api/ui/generation").json()["generation"]
+    assert _post(first, _session_copy(EVENTS, 1)).status_code == 200
+    _wait_for(lambda: _get(second, "/api/ui/generation").json()["generation"] > before)
+    overview = _get(second, "/api/ui/overview").json()
+    assert overview["generation"] > before
+    # Reads answer for the newest session, here the copy written through the other process.
+    sessions = _get(second, "/api/sessions").json()["sessions"]
+    assert [s["name"] for s in sessions] == ["session_1", EVENTS[0]["sessionName"]]
+    assert len(_tasks(second)) == len(expected)
+    assert {row["task_id"] for row in _tasks(second)} == {row["task_id"] for row in expected}
+    stats = [server.stop() for server in (first, second)]
+    assert sum(s["events_stored"] for s in stats) == 2 * len(EVENTS)
+    assert sum(s["duplicates"] for s in stats) == 7
+
+
+def test_database_lost_and_back_while_serve_runs(
+    servers: list[CliServer], postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """The server stopped under a stream of POSTs: intake answers 503 with Retry-After, /readyz
+    turns false, reads answer 503; once it is back `serve` reconnects by itself and every batch a
+    client got a 200 for is stored, once."""
+    url = postgres_server.new_database("faults")
+    server = start(servers, "serve", *serve_store_args(url, tmp_path))
+    sent: list[int] = []
+    refused: list[requests.Response] = []
+    stop = threading.Event()
+
+    def stream() -> None:
+        n = 0
+        while not stop.is_set():
+            batch = _session_copy(EVENTS, n)
+            while not stop.is_set():  # as Ray's publisher does: the same batch until it is taken
+                answer = _post(server, batch)
+                if answer.status_code == 200:
+                    sent.append(n)
+                    break
+                refused.append(answer)
+                time.sleep(0.2)
+            n += 1
+            time.sleep(0.05)
+
+    sender = threading.Thread(target=stream)
+    sender.start()
+    try:
+        _wait_for(lambda: len(sent) >= 3)
+        postgres_server.stop_server()
+        # (a Response is falsy when not 2xx: wrapped)
+        (ready,) = _wait_for(lambda: (r := _get(server, "/readyz")).status_code == 503 and [r])
+        assert ready.json()["checks"]["store_reachable"]["ok"] is False
+        _wait_for(lambda: refused)
+        assert refused[-1].status_code == 503 and int(refused[-1].headers["Retry-After"]) >= 1
+        assert "the store is unavailable" in refused[-1].json()["error"]
+        read = _get(server, "/api/v0/tasks")
+        assert read.status_code == 503 and "Retry-After" in read.headers
+        postgres_server.start()
+        _wait_for(lambda: _get(server, "/readyz").status_code == 200)
+        count = len(sent)
+        _wait_for(lambda: len(sent) >= count + 3)  # taken again
+    finally:
+        stop.set()
+        sender.join()
+    assert _get(server, "/api/v0/tasks").status_code == 200  # waits for the fold
+    stats = server.stop()
+    store = PostgresStore(url, read_only=True)
+    assert sorted(store.sessions()) == sorted(f"session_{n}" for n in sent)
+    assert store.size()["state_rows"] == 17 * len(sent)
+    store.close()
+    assert stats["events_stored"] == len(EVENTS) * len(sent)
+
+
+def _get(server: CliServer, path: str) -> requests.Response:
+    return requests.get(f"http://{server.address}{path}", timeout=30)
+
+
+def _wait_for(condition: Any, timeout_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = condition()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"not reached within {timeout_s} s")
