@@ -208,7 +208,7 @@ def test_refused_recorder_keeps_its_bound_and_says_what_it_drops(
 # -- a live Ray cluster with token auth on -------------------------------------------------------------
 
 
-def _task_definitions(count: int, name: str) -> list[RayEvent]:
+def _task_definitions(count: int, name: str, session: str | None = None) -> list[RayEvent]:
     """Fixture task definitions, each a task of its own (the recorder would merge one task's)."""
     from google.protobuf import json_format
 
@@ -222,6 +222,8 @@ def _task_definitions(count: int, name: str) -> list[RayEvent]:
         event.event_id = b""
         event.task_definition_event.task_id = os.urandom(8) + b"\xff" * 12 + b"\x01\x00\x00\x00"
         event.task_definition_event.task_name = f"{name}_{i}"
+        if session is not None:
+            event.session_name = session
         events.append(event)
     return events
 
@@ -254,13 +256,19 @@ def test_token_cluster_recorder_aggregator_serve_and_ray_list(
     with ray_cluster(f"{base}/v1/ray-events", token=TOKEN) as cluster:
         # Ray's core workers -> Ray's aggregator -> serve: Ray's aggregator posts with Ray's header.
         run = subprocess.run(
-            [sys.executable, "-c", "import ray; ray.init(); ray.get(ray.remote(lambda: 1).remote())"],
+            [
+                sys.executable,
+                "-c",
+                "import ray; ray.init(); ray.get(ray.remote(lambda: 1).remote());"
+                " print(ray._private.worker.global_worker.node.session_name)",
+            ],
             env=cluster.env,
             capture_output=True,
             text=True,
             timeout=300,
         )
         assert run.returncode == 0, run.stderr[-3000:]
+        session = run.stdout.split()[-1]  # our events are this cluster's, so one session holds them all
         # Our recorder -> Ray's aggregator, with no token and with a wrong one: refused at once,
         # said once with the cause, counted, every event kept.
         for label, env in (
@@ -279,7 +287,7 @@ def test_token_cluster_recorder_aggregator_serve_and_ray_list(
             recorder.exporter.close()
         # ... and with Ray's token, found as Ray finds it: all 20 reach serve through Ray's aggregator.
         recorder = _recorder(cluster.agent_grpc, _ray_token_env(tmp_path))
-        recorder.add_many(_task_definitions(20, "accepted"))
+        recorder.add_many(_task_definitions(20, "accepted", session))
         assert recorder.flush(timeout_s=30.0), recorder.stats()
         assert recorder.stats()["sent_raw"] == 20 and recorder.stats()["refused_rpcs"] == 0
         recorder.stop()
