@@ -450,3 +450,36 @@ def test_texts_that_are_not_arrays_are_skipped_alike() -> None:
         [b"[" + b" " * 100 + b"]"],
     ):
         assert raw_events._raw_deflate.compress(bodies) == raw_events.compress_python(bodies), bodies
+
+
+def test_rays_dashboard_answers_for_the_session_its_page_chose(
+    servers: list[CliServer], tmp_path: Path
+) -> None:
+    """Ray's page makes its own requests, with no session in them: `/?session=NAME` sets the cookie
+    they then carry (as the History Server does), `/?session=` goes back to the newest."""
+    pytest.importorskip("ray")
+    server = start(servers, "serve", "--store", str(tmp_path / "s.sqlite3"), "--ray-dashboard-port", "0")
+    dashboard = "http://" + server.read_line(30).split("=", 1)[1]
+    _post(server, EVENTS)
+    time.sleep(0.05)
+    _post(server, SECOND_EVENTS)
+    _get(server, "/api/sessions")  # (waits until both are folded)
+
+    def actor_classes(client: requests.Session) -> set[str]:
+        answer = client.get(dashboard + "/logical/actors", timeout=30)
+        assert answer.status_code == 200, answer.text
+        return {actor["actorClass"] for actor in answer.json()["data"]["actors"].values()}
+
+    client = requests.Session()
+    assert _of_second(actor_classes(client))  # the newest, by default
+    assert client.get(dashboard + "/api/version", timeout=30).json()["session_name"] == SECOND
+    page = client.get(dashboard + "/", params={"session": FIRST}, timeout=30)
+    assert page.status_code == 200 and client.cookies["ray_otel_events_session"] == FIRST
+    assert _of_first(actor_classes(client))
+    assert client.get(dashboard + "/api/version", timeout=30).json()["session_name"] == FIRST
+    jobs = client.get(dashboard + "/api/jobs/", timeout=30).json()
+    assert jobs and all(job.get("job_id") for job in jobs)
+    client.get(dashboard + "/", params={"session": ""}, timeout=30)
+    assert "ray_otel_events_session" not in client.cookies and _of_second(actor_classes(client))
+    unknown = client.get(dashboard + "/logical/actors", params={"session": "nope"}, timeout=30)
+    assert unknown.status_code == 404 and "no session 'nope'" in unknown.text
