@@ -38,6 +38,7 @@ database:
 # missing. `make sanitize` runs the compiled helpers' tests against it; `make fuzz` runs every
 # harness in fuzz/ for FUZZ_SECONDS each (docs/fuzzing.md). Both fail on any report.
 FUZZ_SECONDS ?= 60
+FUZZ_SEED ?= 0
 SANITIZED := build/sanitized/.built
 PACKAGE_FILES := $(shell find src/ray_otel_events -name '*.py' -o -name '*.pyi' -o -name '*.c' -o -name '*.h')
 
@@ -50,7 +51,7 @@ sanitize: $(SANITIZED)
 	$(BIN)/python fuzz/sanitize.py
 
 fuzz: $(SANITIZED)
-	$(BIN)/python fuzz/run.py --seconds $(FUZZ_SECONDS)
+	$(BIN)/python fuzz/run.py --seconds $(FUZZ_SECONDS) --seed $(FUZZ_SEED)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py

@@ -72,7 +72,7 @@ def _report(text: str) -> str:
     return _tail(text)
 
 
-def fuzz_one(name: str, seconds: int, env: dict[str, str]) -> Result:
+def fuzz_one(name: str, seconds: int, env: dict[str, str], seed: int) -> Result:
     """One process: the seeds written, the corpus (seeds and what earlier runs added) and the saved
     regressions run first, then fuzzing until `seconds` have passed."""
     result = Result(name)
@@ -88,6 +88,7 @@ def fuzz_one(name: str, seconds: int, env: dict[str, str]) -> Result:
             str(HERE / f"fuzz_{name}.py"),
             f"--seeds={corpus}",
             f"-max_total_time={seconds}",
+            *([f"-seed={seed}"] if seed else []),  # libFuzzer's own choice when 0
             "-print_final_stats=1",
             "-timeout=25",  # seconds one input may take, sanitizers and all
             "-rss_limit_mb=4096",
@@ -118,6 +119,12 @@ def main() -> int:
     parser.add_argument(
         "--jobs", type=int, default=int(os.environ.get("FUZZ_JOBS", "0")) or os.cpu_count() or 1
     )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=int(os.environ.get("FUZZ_SEED", "0")),
+        help="libFuzzer's random seed (0: a new one each run); CI fixes it, so a finding there replays here",
+    )
     parser.add_argument("names", nargs="*", help=f"harnesses to run (default all: {', '.join(harnesses())})")
     args = parser.parse_args()
     names = args.names or harnesses()
@@ -128,7 +135,7 @@ def main() -> int:
     print(f"fuzzing {len(names)} harnesses for {args.seconds} s each, {args.jobs} at a time", flush=True)
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         results = []
-        for result in pool.map(lambda name: fuzz_one(name, args.seconds, env), names):
+        for result in pool.map(lambda name: fuzz_one(name, args.seconds, env, args.seed), names):
             status = "FINDING" if result.finding else "ok"
             print(
                 f"{result.name:18} {status:8} {result.executions:>9} executions in {result.seconds:5.1f} s"
