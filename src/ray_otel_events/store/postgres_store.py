@@ -57,6 +57,8 @@ from ray_otel_events.store.sqlite_store import (
     Selection,
     StoreError,
     Window,
+    log_line_row,
+    span_row,
 )
 from ray_otel_events.store.state_merge import INDEXED_COLUMNS, Key, Prepared, Row, prepare
 
@@ -506,20 +508,7 @@ class PostgresStore:
             " received, data) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
             " ON CONFLICT (trace_id, span_id) DO UPDATE SET "
             + ", ".join(f"{c}=excluded.{c}" for c in columns),
-            [
-                (
-                    s["trace_id"],
-                    s["span_id"],
-                    s.get("parent_span_id", ""),
-                    s.get("task_id") or None,
-                    s["name"],
-                    s["start_ns"],
-                    s["end_ns"],
-                    received,
-                    orjson.dumps(s).decode(),
-                )
-                for s in spans
-            ],
+            [span_row(s, received) for s in spans],
         )
 
     def add_log_lines(self, lines: Sequence[dict[str, Any]], *, now: float | None = None) -> int:
@@ -528,17 +517,7 @@ class PostgresStore:
         return self._write_many(
             "INSERT INTO log_lines(ts_ns, trace_id, span_id, task_id, received, data)"
             " VALUES (%s, %s, %s, %s, %s, %s)",
-            [
-                (
-                    line["ts_ns"],
-                    line.get("trace_id", ""),
-                    line.get("span_id", ""),
-                    line.get("task_id") or None,
-                    received,
-                    orjson.dumps(line).decode(),
-                )
-                for line in lines
-            ],
+            [log_line_row(line, received) for line in lines],
         )
 
     # -- reading -------------------------------------------------------------------------------

@@ -292,6 +292,33 @@ def _python_writer_reason(compiled_sqlite: Mapping[str, SqliteLibrary]) -> str |
     return f"not the SQLite library Python's sqlite3 uses: {refusal}" if refusal else None
 
 
+def span_row(span: dict[str, Any], received: float) -> tuple[Any, ...]:
+    """The spans table's columns of one span, on either backend."""
+    return (
+        span["trace_id"],
+        span["span_id"],
+        span.get("parent_span_id", ""),
+        span.get("task_id") or None,
+        span["name"],
+        span["start_ns"],
+        span["end_ns"],
+        received,
+        orjson.dumps(span).decode(),
+    )
+
+
+def log_line_row(line: dict[str, Any], received: float) -> tuple[Any, ...]:
+    """The log_lines table's columns of one line, on either backend."""
+    return (
+        line["ts_ns"],
+        line.get("trace_id", ""),
+        line.get("span_id", ""),
+        line.get("task_id") or None,
+        received,
+        orjson.dumps(line).decode(),
+    )
+
+
 class EventStore:
     """State rows, history, spans and task logs in one SQLite file; see the module doc."""
 
@@ -575,20 +602,7 @@ class EventStore:
         return self._write_many(
             "INSERT OR REPLACE INTO spans(trace_id, span_id, parent_span_id, task_id, name, start_ns,"
             " end_ns, received, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    s["trace_id"],
-                    s["span_id"],
-                    s.get("parent_span_id", ""),
-                    s.get("task_id") or None,
-                    s["name"],
-                    s["start_ns"],
-                    s["end_ns"],
-                    received,
-                    orjson.dumps(s).decode(),
-                )
-                for s in spans
-            ],
+            [span_row(s, received) for s in spans],
         )
 
     def add_log_lines(self, lines: Sequence[dict[str, Any]], *, now: float | None = None) -> int:
@@ -597,17 +611,7 @@ class EventStore:
         return self._write_many(
             "INSERT INTO log_lines(ts_ns, trace_id, span_id, task_id, received, data)"
             " VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    line["ts_ns"],
-                    line.get("trace_id", ""),
-                    line.get("span_id", ""),
-                    line.get("task_id") or None,
-                    received,
-                    orjson.dumps(line).decode(),
-                )
-                for line in lines
-            ],
+            [log_line_row(line, received) for line in lines],
         )
 
     # -- reading -------------------------------------------------------------------------------
