@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -297,21 +296,10 @@ def test_ray_job_cli_and_task_logs_over_our_dashboard(recorded: Recorded) -> Non
 
 
 def test_the_ray_dashboard_page_in_chromium(recorded: Recorded) -> None:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
+    from test_web_page import headless_chromium
 
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    if not chromium or not driver:
-        pytest.fail("chromium and chromedriver are required for the page's tests: run `make test`")
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1300"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    browser = webdriver.Chrome(service=Service(driver), options=options)
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    browser = headless_chromium(1300)
     tasks = recorded.live["tasks"]["data"]["result"]["result"]
     boom_row = next(t for t in tasks if t["name"] == "boom")
     boom = boom_row["task_id"]

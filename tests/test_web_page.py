@@ -79,19 +79,25 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         assert proc.wait(timeout=60) == 0
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[WebDriver]:
+def headless_chromium(height: int) -> WebDriver:
+    """Debian's chromium through chromedriver, headless, its console kept (a missing browser fails
+    the test: it is installed by `make test`)."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     driver = shutil.which("chromedriver")
     if not chromium or not driver:
         pytest.fail("chromium and chromedriver are required for the page's tests: run `make test`")
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1600"):
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size=1400,{height}"):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    session = webdriver.Chrome(service=Service(driver), options=options)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    return webdriver.Chrome(service=Service(driver), options=options)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    session = headless_chromium(1600)
     try:
         yield session
     finally:
