@@ -14,14 +14,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ray_otel_events.store.posted_body import Accepted
-from ray_otel_events.store.sqlite_store import (
-    ColumnFilter,
-    EventStore,
-    IngestResult,
-    Selection,
-    StoreError,
-    Window,
-)
+from ray_otel_events.store.sql_reads import ColumnFilter, Selection, Window
+from ray_otel_events.store.sqlite_store import EventStore, IngestResult, StoreError
 from ray_otel_events.store.state_merge import Prepared, Row
 
 POSTGRES_SCHEMES = ("postgresql", "postgres")

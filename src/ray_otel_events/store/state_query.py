@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ray_otel_events.store.backend import Store
-from ray_otel_events.store.sqlite_store import ColumnFilter, Selection
+from ray_otel_events.store.sql_reads import ColumnFilter, Selection
 from ray_otel_events.store.state_merge import (
     ACTORS,
     ID_COLUMN,
