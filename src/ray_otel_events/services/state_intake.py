@@ -35,11 +35,10 @@ from ray_otel_events.receivers.ray_events_http import (
 )
 from ray_otel_events.services.store_watch import RETRY_AFTER_S, StoreWatch
 from ray_otel_events.store import otlp_records
-from ray_otel_events.store.backend import Store, StoreUnavailable
+from ray_otel_events.store.backend import IngestResult, Store, StoreUnavailable
 from ray_otel_events.store.background_fold import BackgroundFold
 from ray_otel_events.store.intake_spool import IntakeSpool
 from ray_otel_events.store.posted_body import Accepted, read_posted
-from ray_otel_events.store.sqlite_store import IngestResult
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 

@@ -35,7 +35,7 @@ import orjson
 import psycopg
 
 from ray_otel_events.store import raw_events
-from ray_otel_events.store.backend import StoreUnavailable
+from ray_otel_events.store.backend import IngestResult, StoreError, StoreUnavailable
 from ray_otel_events.store.posted_body import Accepted, accepted_events
 from ray_otel_events.store.row_fold import (
     Pieces,
@@ -46,14 +46,9 @@ from ray_otel_events.store.row_fold import (
     group_pieces,
     upsert_values,
 )
-from ray_otel_events.store.sql_reads import TEXT_COLUMNS, SqlDialect, SqlReads
-from ray_otel_events.store.sqlite_store import (
-    DROP_CHUNK,
-    IngestResult,
-    StoreError,
-    log_line_row,
-    span_row,
-)
+from ray_otel_events.store.sql_reads import TEXT_COLUMNS, SqlDialect
+from ray_otel_events.store.sql_upkeep import RAW_INCOMPLETE, SqlUpkeep
+from ray_otel_events.store.sqlite_store import log_line_row, span_row
 from ray_otel_events.store.state_merge import INDEXED_COLUMNS, Key, Prepared, prepare
 
 _LOCK_SPACE = 0x52_4F_45_53  # the first key of every advisory lock this store takes
@@ -67,7 +62,6 @@ _COLUMN_DEFS = ", ".join(
     f'{c} citext COLLATE "C"' if c in TEXT_COLUMNS else f"{c} bigint" for c in INDEXED_COLUMNS
 )
 
-_RAW_INCOMPLETE = "raw_incomplete"  # why `rebuild` would lose rows (as sqlite_store's note)
 _SEEN = (
     "INSERT INTO sessions(name, first_seen, last_seen) VALUES (%s, %s, %s)"
     " ON CONFLICT (name) DO UPDATE SET last_seen = GREATEST(sessions.last_seen, excluded.last_seen)"
@@ -155,7 +149,7 @@ CREATE TABLE raw_events (
 CREATE INDEX raw_by_session ON raw_events(session, received);
 CREATE TABLE store_notes (key text PRIMARY KEY, value text NOT NULL);
 INSERT INTO store_notes(key, value)
-    SELECT '{_RAW_INCOMPLETE}', 'rows were stored before raw events were kept'
+    SELECT '{RAW_INCOMPLETE}', 'rows were stored before raw events were kept'
     WHERE EXISTS (SELECT 1 FROM state_rows);
 """,
     ),
@@ -209,7 +203,7 @@ def _bucket(key: Key) -> int:
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") % _BUCKETS
 
 
-class PostgresStore(SqlReads):
+class PostgresStore(SqlUpkeep):
     """State rows, history, spans and task logs in a PostgreSQL database; see the module doc."""
 
     dialect = SqlDialect(
@@ -220,6 +214,8 @@ class PostgresStore(SqlReads):
         like="ILIKE",  # spans' and logs' text columns are plain text; the citext ones ignore case anyway
         text_out="{}::text",  # citext has no client type
         serial="id",
+        row_ref="ctid",
+        no_limit="LIMIT ALL",
         byte_length="octet_length",
         bytewise=' COLLATE "C"',
         enc=_enc,
@@ -286,6 +282,14 @@ class PostgresStore(SqlReads):
         if self.read_only:
             raise StoreError("the store was opened read-only")
         return self._using(self._write_lock, "_writer")
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        """One write transaction; the generation moves once it is committed."""
+        with self._writing() as db:
+            with db.transaction():
+                yield db
+            self._committed(db)
 
     def close(self) -> None:
         for lock, which in ((self._write_lock, "_writer"), (self._read_lock, "_reader")):
@@ -491,41 +495,12 @@ class PostgresStore(SqlReads):
         """The database's bytes."""
         return int(self._query("SELECT pg_database_size(current_database())")[0][0])
 
-    # -- raw events ----------------------------------------------------------------------------
-
     def _note_raw_incomplete(self, reason: str) -> None:
         with self._writing() as db:
             db.execute(
                 "INSERT INTO store_notes(key, value) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                (_RAW_INCOMPLETE, reason),
+                (RAW_INCOMPLETE, reason),
             )
-
-    def rebuild(self, *, force: bool = False) -> IngestResult:
-        """As EventStore.rebuild: the state rows folded again from the raw events alone, in the
-        order they were stored, with the times they were received (each block read in Python)."""
-        noted = self._query("SELECT value FROM store_notes WHERE key = %s", (_RAW_INCOMPLETE,))
-        if noted and not force:
-            raise StoreError(f"some rows have no raw events to rebuild them from: {noted[0][0]}")
-        with self._writing() as db:
-            db.execute("DELETE FROM state_rows")
-            self._committed(db)
-        total = IngestResult()
-        for block, received in self._query("SELECT id, received FROM raw_events ORDER BY id"):
-            rows = self._query("SELECT data FROM raw_events WHERE id = %s", (block,))
-            prepared: list[Prepared] = []
-            for position, item in enumerate(orjson.loads(raw_events.decompress(bytes(rows[0][0])))):
-                try:
-                    prepared.append(prepare(item))
-                except ValueError as exc:
-                    total.invalid.append(f"[{position}]: {exc}")
-            result = self._ingest(prepared, float(received), {})
-            total.duplicates += result.duplicates
-            total.ignored += result.ignored
-            total.invalid += [refusal.reason for refusal in result.refused]
-            for event_type, count in result.by_type.items():
-                total.by_type[event_type] = total.by_type.get(event_type, 0) + count
-        self._totals.clear()
-        return total
 
     # -- retention -----------------------------------------------------------------------------
 
@@ -533,97 +508,6 @@ class PostgresStore(SqlReads):
         """The bytes of the data stored (rows, spans, lines, raw blocks): PostgreSQL's files keep
         freed space until VACUUM, so their size would not fall as retention deletes."""
         return int(self._query(_DATA_BYTES)[0][0])
-
-    def drop_session(self, name: str) -> int:
-        """As EventStore.drop_session: its rows DROP_CHUNK at a time, then its raw events and record."""
-        deleted = 0
-        while True:
-            with self._writing() as db:
-                with db.transaction():
-                    gone = db.execute(
-                        "DELETE FROM state_rows WHERE ctid IN"
-                        " (SELECT ctid FROM state_rows WHERE session = %s LIMIT %s)",
-                        (_enc(name), DROP_CHUNK),
-                    ).rowcount
-                self._committed(db)
-            deleted += gone
-            if gone < DROP_CHUNK:
-                break
-        with self._writing() as db:
-            with db.transaction():
-                db.execute("DELETE FROM raw_events WHERE session = %s", (_enc(name),))
-                db.execute("DELETE FROM sessions WHERE name = %s", (_enc(name),))
-            self._committed(db)
-        return deleted
-
-    def _rows(self) -> int:
-        return int(self._query("SELECT COUNT(*) FROM state_rows")[0][0])
-
-    def _over(self, max_rows: int | None, max_bytes: int | None) -> bool:
-        return (max_rows is not None and self._rows() > max_rows) or (
-            max_bytes is not None and self.used_bytes() > max_bytes
-        )
-
-    def prune(
-        self,
-        *,
-        max_age_s: float | None,
-        max_rows: int | None,
-        max_bytes: int | None = None,
-        now: float | None = None,
-    ) -> int:
-        """As EventStore.prune: whole sessions, oldest first (by age, then while over a bound, the
-        newest never); over a bound alone, the oldest raw blocks, then the least recently updated
-        rows. Spans and log lines go by age."""
-        current = time.time() if now is None else now
-        deleted = 0
-        times = self._session_times()
-        if max_age_s is not None:
-            cutoff = current - max_age_s
-            for name, _, last in times:
-                if last < cutoff:
-                    deleted += self.drop_session(name)
-            times = [entry for entry in times if entry[2] >= cutoff]
-        while len(times) > 1 and self._over(max_rows, max_bytes):
-            deleted += self.drop_session(times.pop(0)[0])
-        if max_bytes is not None:
-            for _ in range(20):  # a tenth of the raw blocks at a time, then a tenth of the rows
-                if self.used_bytes() <= max_bytes:
-                    break
-                with self._writing() as db:
-                    with db.transaction():
-                        blocks = int(db.execute("SELECT COUNT(*) FROM raw_events").fetchone()[0])  # type: ignore[index]
-                        if blocks:
-                            db.execute(
-                                "INSERT INTO store_notes(key, value) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                                (_RAW_INCOMPLETE, "retention dropped raw events of rows it kept"),
-                            )
-                            db.execute(
-                                "DELETE FROM raw_events WHERE id IN"
-                                " (SELECT id FROM raw_events ORDER BY received, id LIMIT %s)",
-                                (max(1, blocks // 10),),
-                            )
-                        else:
-                            rows = int(db.execute("SELECT COUNT(*) FROM state_rows").fetchone()[0])  # type: ignore[index]
-                            deleted += db.execute(
-                                "DELETE FROM state_rows WHERE ctid IN"
-                                " (SELECT ctid FROM state_rows ORDER BY updated LIMIT %s)",
-                                (max(1, rows // 10),),
-                            ).rowcount
-                    self._committed(db)
-        with self._writing() as db:
-            with db.transaction():
-                if max_rows is not None:
-                    deleted += db.execute(
-                        "DELETE FROM state_rows WHERE ctid IN"
-                        " (SELECT ctid FROM state_rows ORDER BY updated DESC OFFSET %s)",
-                        (max_rows,),
-                    ).rowcount
-                if max_age_s is not None:
-                    for table in ("spans", "log_lines"):
-                        db.execute(f"DELETE FROM {table} WHERE received < %s", (current - max_age_s,))
-            self._committed(db)
-        return deleted
 
 
 def _first_line(exc: BaseException) -> str:

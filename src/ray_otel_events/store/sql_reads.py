@@ -18,13 +18,13 @@ from typing import Any
 import orjson
 
 from ray_otel_events.store import raw_events
+from ray_otel_events.store.backend import ColumnFilter, Selection, Window
 from ray_otel_events.store.state_merge import INDEXED_COLUMNS, Row
 
 # The indexed columns holding text, compared ignoring case (the others are integers).
 TEXT_COLUMNS = ("state", "job", "name", "func", "node", "worker", "kind", "error")
 SESSION_COUNTED = ("jobs", "tasks", "actors", "nodes")
 WINDOW_SLACK_S = 60.0  # spans and log lines may arrive this long before or after a session's events
-Window = tuple[float, float]  # received between, epoch seconds
 
 ORDERS = {
     "updated": "updated",
@@ -39,30 +39,13 @@ ORDERS = {
 }
 
 
-@dataclass(frozen=True)
-class ColumnFilter:
-    """`column = value` (or `!=` when not `equal`) on INDEXED_COLUMNS, entity_id, attempt or session.
-    Text compares ignoring case; "", "none" and "null" also match a missing value, as Ray's do."""
-
-    column: str
-    equal: bool
-    value: str
-
-
-@dataclass
-class Selection:
-    total: int  # rows of the resource
-    matched: int  # rows passing every filter
-    rows: list[Row]
-
-
 def _same(value: Any) -> Any:
     return value
 
 
 @dataclass(frozen=True)
 class SqlDialect:
-    """Where one backend's SQL differs from the other's in the shared reads."""
+    """Where one backend's SQL differs from the other's in what they share (sql_reads, sql_upkeep)."""
 
     mark: str  # a parameter's placeholder
     id_mark: str  # the placeholder compared with entity_id (case-insensitive on both)
@@ -71,6 +54,8 @@ class SqlDialect:
     like: str  # matches a pattern ignoring case
     text_out: str  # `{}`, a text column as the client reads it
     serial: str  # the column of raw_events and log_lines that orders their inserts
+    row_ref: str  # what names one row of state_rows in a DELETE
+    no_limit: str  # the LIMIT of a query with an OFFSET and no bound
     byte_length: str  # the function giving a blob's bytes
     bytewise: str  # appended to a text column to order it bytewise
     # What a store written before sessions and raw events were kept raises when they are read.

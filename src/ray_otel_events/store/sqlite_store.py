@@ -27,7 +27,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +35,15 @@ import orjson
 from ray_otel_events import config, native
 from ray_otel_events.durable.wal_checkpointer import WalCheckpointer
 from ray_otel_events.store import raw_events
+from ray_otel_events.store.backend import IngestResult, StoreError
 from ray_otel_events.store.posted_body import (
     Accepted,
     PostedBody,
     accepted_events,
     item_prepared,
-    read_posted,
 )
 from ray_otel_events.store.row_fold import (
     Pieces,
-    Refusal,
     StoredRow,
     count_folded,
     fold_row,
@@ -53,7 +51,8 @@ from ray_otel_events.store.row_fold import (
     group_pieces,
     upsert_values,
 )
-from ray_otel_events.store.sql_reads import TEXT_COLUMNS, SqlDialect, SqlReads
+from ray_otel_events.store.sql_reads import TEXT_COLUMNS, SqlDialect
+from ray_otel_events.store.sql_upkeep import RAW_INCOMPLETE, SqlUpkeep
 from ray_otel_events.store.sqlite_library import (
     SqliteLibrary,
     compiled_library,
@@ -170,8 +169,6 @@ CREATE TABLE IF NOT EXISTS raw_events (
 CREATE INDEX IF NOT EXISTS raw_by_session ON raw_events(session, received);
 CREATE TABLE IF NOT EXISTS store_notes (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 """
-# Why `rebuild` would lose rows: some were folded from events whose text is not kept.
-_RAW_INCOMPLETE = "raw_incomplete"
 _SEEN = (
     "INSERT INTO sessions(name, first_seen, last_seen) VALUES (?, ?, ?)"
     " ON CONFLICT(name) DO UPDATE SET last_seen = max(last_seen, excluded.last_seen)"
@@ -182,7 +179,6 @@ _SESSIONS_FROM_ROWS = (
     "INSERT OR IGNORE INTO sessions(name, first_seen, last_seen)"
     " SELECT session, MIN(updated), MAX(updated) FROM state_rows GROUP BY session"
 )
-DROP_CHUNK = 20_000  # rows deleted per transaction when a session is dropped
 
 _UPSERT = (
     f"INSERT INTO state_rows(resource, entity_id, attempt, session, updated, data, event_ids,"
@@ -191,23 +187,6 @@ _UPSERT = (
     + ", ".join(f"{c}=excluded.{c}" for c in INDEXED_COLUMNS)
 )
 _UPSERT_VALUES = 7 + len(INDEXED_COLUMNS)
-
-
-class StoreError(Exception):
-    """The file is not a store this version can open (the message says why)."""
-
-
-@dataclass
-class IngestResult:
-    duplicates: int = 0
-    ignored: int = 0  # event types with no state row (e.g. platform events)
-    invalid: list[str] = field(default_factory=list)
-    refused: list[Refusal] = field(default_factory=list)  # events read but failing in their fold
-    by_type: dict[str, int] = field(default_factory=dict)  # stored (not duplicate) events per type
-
-    @property
-    def stored(self) -> int:
-        return sum(self.by_type.values())
 
 
 def _python_writer_reason(compiled_sqlite: Mapping[str, SqliteLibrary]) -> str | None:
@@ -247,7 +226,7 @@ def log_line_row(line: dict[str, Any], received: float) -> tuple[Any, ...]:
     )
 
 
-class EventStore(SqlReads):
+class EventStore(SqlUpkeep):
     """State rows, history, spans and task logs in one SQLite file; see the module doc."""
 
     dialect = SqlDialect(
@@ -258,6 +237,8 @@ class EventStore(SqlReads):
         like="LIKE",  # ignores case (ASCII), as the NOCASE columns compare
         text_out="{}",
         serial="rowid",
+        row_ref="rowid",
+        no_limit="LIMIT -1",
         byte_length="length",
         bytewise="",  # BINARY, SQLite's default collation
         missing_table=(sqlite3.OperationalError,),
@@ -571,34 +552,8 @@ class EventStore(SqlReads):
 
     def _note_raw_incomplete(self, reason: str) -> None:
         self._db.execute(
-            "INSERT OR IGNORE INTO store_notes(key, value) VALUES (?, ?)", (_RAW_INCOMPLETE, reason)
+            "INSERT OR IGNORE INTO store_notes(key, value) VALUES (?, ?)", (RAW_INCOMPLETE, reason)
         )
-
-    def rebuild(self, *, force: bool = False) -> IngestResult:
-        """Fold the state rows again from the raw events alone, in the order they were stored and
-        with the times they were received: the rows this version folds from what was accepted
-        (after an upgrade). The rows are dropped first; raw events, spans and log lines are kept.
-        Stopped part way, running it again finishes it. Refused (StoreError) when some rows have no
-        raw events (`force` rebuilds anyway, without them)."""
-        noted = self._query("SELECT value FROM store_notes WHERE key = ?", (_RAW_INCOMPLETE,))
-        if noted and not force:
-            raise StoreError(f"some rows have no raw events to rebuild them from: {noted[0][0]}")
-        with self._transaction() as db:
-            db.execute("DELETE FROM state_rows")
-        total = IngestResult()
-        blocks = self._query("SELECT rowid, received FROM raw_events ORDER BY rowid")
-        for rowid, received in blocks:
-            rows = self._query("SELECT data FROM raw_events WHERE rowid = ?", (rowid,))
-            text = raw_events.decompress(rows[0][0])
-            posted, invalid = read_posted(text)
-            result = self._ingest_posted([posted], received, {})
-            total.duplicates += result.duplicates
-            total.ignored += result.ignored
-            total.invalid += invalid + [refusal.reason for refusal in result.refused]
-            for event_type, count in result.by_type.items():
-                total.by_type[event_type] = total.by_type.get(event_type, 0) + count
-        self._totals.clear()
-        return total
 
     # -- retention -----------------------------------------------------------------------------
 
@@ -608,91 +563,3 @@ class EventStore(SqlReads):
             self._query(f"PRAGMA {name}")[0][0] for name in ("page_count", "freelist_count", "page_size")
         )
         return int((pages - free) * size)
-
-    def drop_session(self, name: str) -> int:
-        """Delete a session's rows, raw events and record; returns its rows deleted. The rows go
-        DROP_CHUNK at a time, a transaction each, so folds and reads go on in between; the record
-        goes last (while it is there, the session's reads keep filtering by it)."""
-        deleted = 0
-        while True:
-            with self._transaction() as db:
-                gone = db.execute(
-                    "DELETE FROM state_rows WHERE rowid IN"
-                    " (SELECT rowid FROM state_rows WHERE session = ? LIMIT ?)",
-                    (name, DROP_CHUNK),
-                ).rowcount
-            deleted += gone
-            if gone < DROP_CHUNK:
-                break
-        with self._transaction() as db:
-            db.execute("DELETE FROM raw_events WHERE session = ?", (name,))
-            db.execute("DELETE FROM sessions WHERE name = ?", (name,))
-        return deleted
-
-    def _rows(self) -> int:
-        return int(self._query("SELECT COUNT(*) FROM state_rows")[0][0])
-
-    def _over(self, max_rows: int | None, max_bytes: int | None) -> bool:
-        return (max_rows is not None and self._rows() > max_rows) or (
-            max_bytes is not None and self.used_bytes() > max_bytes
-        )
-
-    def prune(
-        self,
-        *,
-        max_age_s: float | None,
-        max_rows: int | None,
-        max_bytes: int | None = None,
-        now: float | None = None,
-    ) -> int:
-        """Apply the retention, a whole session at a time, oldest first; returns the state rows
-        deleted. A session whose last event is older than `max_age_s` goes. While the store holds
-        more than `max_rows` state rows or `max_bytes` of pages in use, its oldest session goes,
-        the newest one never: over a bound alone, it loses its oldest raw event blocks, then its
-        least recently updated rows. Spans and log lines go by age."""
-        current = time.time() if now is None else now
-        deleted = 0
-        times = self._session_times()
-        if max_age_s is not None:
-            cutoff = current - max_age_s
-            for name, _, last in times:
-                if last < cutoff:
-                    deleted += self.drop_session(name)
-            times = [entry for entry in times if entry[2] >= cutoff]
-        while len(times) > 1 and self._over(max_rows, max_bytes):
-            deleted += self.drop_session(times.pop(0)[0])
-        if max_bytes is not None:
-            for _ in range(20):  # a tenth of the raw blocks at a time, then a tenth of the rows
-                if self.used_bytes() <= max_bytes:
-                    break
-                with self._transaction() as db:
-                    blocks = db.execute("SELECT COUNT(*) FROM raw_events").fetchone()[0]
-                    if blocks:
-                        self._note_raw_incomplete("retention dropped raw events of rows it kept")
-                        db.execute(
-                            "DELETE FROM raw_events WHERE rowid IN"
-                            " (SELECT rowid FROM raw_events ORDER BY received LIMIT ?)",
-                            (max(1, blocks // 10),),
-                        )
-                    else:
-                        deleted += db.execute(
-                            "DELETE FROM state_rows WHERE rowid IN"
-                            " (SELECT rowid FROM state_rows ORDER BY updated LIMIT ?)",
-                            (max(1, self._rows_unlocked(db) // 10),),
-                        ).rowcount
-        with self._transaction() as db:
-            if max_rows is not None:
-                deleted += db.execute(
-                    "DELETE FROM state_rows WHERE rowid IN"
-                    " (SELECT rowid FROM state_rows ORDER BY updated DESC LIMIT -1 OFFSET ?)",
-                    (max_rows,),
-                ).rowcount
-            if max_age_s is not None:
-                cutoff_row = (current - max_age_s,)
-                for table in ("spans", "log_lines"):
-                    db.execute(f"DELETE FROM {table} WHERE received < ?", cutoff_row)
-        return deleted
-
-    @staticmethod
-    def _rows_unlocked(db: sqlite3.Connection) -> int:
-        return int(db.execute("SELECT COUNT(*) FROM state_rows").fetchone()[0])
