@@ -1,5 +1,7 @@
 """The event store on PostgreSQL: the same rows, answers and retention as sqlite_store.EventStore,
-in a database several `serve` processes share.
+in a database several `serve` processes share. The reads (`sql_reads`), retention and rebuild
+(`sql_upkeep`) are the SQL both backends share, in this file's dialect; what is here is
+PostgreSQL's own: the schema and its migrations, the connections, the locks and the write path.
 
 Why its own module: the SQLite store folds with compiled code that calls SQLite itself; here the
 fold runs in Python (`row_fold`, as under RAY_OTEL_EVENTS_PURE_PYTHON) and the rows are written
@@ -15,7 +17,7 @@ under a lock, so processes starting together apply each step once. Text columns 
 (compared ignoring case, ordered bytewise once lowered), as SQLite's `COLLATE NOCASE` does.
 
 Sessions (a `sessions` table, each batch's names upserted in name order so two writers never wait
-on each other) and raw events (compressed blocks per session, read back in Python by `rebuild`)
+on each other) and raw events (compressed blocks per session, read back by `rebuild`)
 are kept as sqlite_store keeps them, in the fold's transaction.
 
 A connection lost (server restarted, network) raises StoreUnavailable; the next call connects

@@ -10,7 +10,9 @@ filtered page in SQL however many rows there are. Spans and task log lines
 (from OTLP) are kept beside the rows, joined to a task by its id or by the span a line was
 written in. Each accepted event is also kept as its text, compressed, per session (`raw_events`):
 `rebuild` refolds the rows from it, and `new_fields` shows what a later Ray added. `prune` applies
-the retention a whole session at a time, oldest first (see `prune`). One connection, guarded by a
+the retention a whole session at a time, oldest first. The reads (`sql_reads`), retention and
+rebuild (`sql_upkeep`) are the SQL both backends share, in this file's dialect; what is here is
+SQLite's own: the schema, the connections and the write path. One connection, guarded by a
 lock: the server calls it from worker threads. Checkpoints (copying the WAL into the file, which
 waits on the disk) run on a second connection in a background thread, so a write waits for
 neither. Where the compiled row writer is built, a batch's rows are folded a chunk at a time and
