@@ -33,9 +33,9 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 from test_web_page import SCREENSHOTS, _console_errors, _wait, browser  # noqa: F401 (a fixture)
 
-from ray_otel_events.store import postgres_store, raw_events, sqlite_store
-from ray_otel_events.store.backend import open_store
-from ray_otel_events.store.sqlite_store import EventStore, StoreError
+from ray_otel_events.store import raw_events, sql_upkeep
+from ray_otel_events.store.backend import StoreError, open_store
+from ray_otel_events.store.sqlite_store import EventStore
 from ray_otel_events.store.views import StoreViews
 
 EVENTS: list[dict[str, Any]] = json.loads(Path(FIXTURE).read_text())
@@ -261,8 +261,7 @@ def _padded(events: list[dict[str, Any]], session: str, prefix: str) -> list[dic
 def test_retention_drops_whole_sessions_oldest_first(
     store_location: str | Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for module in (sqlite_store, postgres_store):  # a session's rows go in several transactions
-        monkeypatch.setattr(module, "DROP_CHUNK", 3)
+    monkeypatch.setattr(sql_upkeep, "DROP_CHUNK", 3)  # a session's rows go in several transactions
     store = open_store(store_location)
     names = ["session_a", "session_b", "session_c", "session_d"]
     for i, name in enumerate(names):

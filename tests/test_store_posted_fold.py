@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ray_otel_events.encoding.ray_json_posts import NotAnArrayError, read_posted_array
-from ray_otel_events.services.state_intake import read_posted
-from ray_otel_events.store.posted_body import Accepted, PostedBody
-from ray_otel_events.store.sqlite_store import EventStore, IngestResult
+from ray_otel_events.store.backend import IngestResult
+from ray_otel_events.store.posted_body import Accepted, PostedBody, read_posted
+from ray_otel_events.store.sqlite_store import EventStore
 from ray_otel_events.store.state_merge import Prepared, prepare
 from tests.helpers.examples import examples
 from tests.helpers.pure_python import needs_compiled, run_pure_python
@@ -309,7 +309,7 @@ def test_a_body_whose_index_does_not_fit_it_is_refused_not_read(directory: Path)
 _PURE_INTAKE = """
 import json, sys
 from pathlib import Path
-from ray_otel_events.services.state_intake import read_posted
+from ray_otel_events.store.posted_body import read_posted
 from ray_otel_events.store.sqlite_store import EventStore
 store = EventStore(Path(sys.argv[1]))
 assert store._post_folder is None and store._writer is None

@@ -22,9 +22,9 @@ import requests
 from helpers.agg_procs import FIXTURE, CliServer, clean_env, start
 from helpers.postgres import PostgresServer, serve_store_args
 
-from ray_otel_events.store.backend import open_store
+from ray_otel_events.store.backend import StoreError, open_store
 from ray_otel_events.store.postgres_store import SCHEMA_VERSION, PostgresStore
-from ray_otel_events.store.sqlite_store import EventStore, StoreError
+from ray_otel_events.store.sqlite_store import EventStore
 from ray_otel_events.store.state_merge import prepare
 from tests.test_compiled_helpers import _mutated
 from tests.test_otlp_wire import _fixture_dicts

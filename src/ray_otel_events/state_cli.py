@@ -31,8 +31,7 @@ from multidict import MultiDict
 from ray_otel_events import config
 from ray_otel_events.config import ClientSecurityConfig, ConfigError
 from ray_otel_events.services.serve_cli import chosen_store, default_store_path
-from ray_otel_events.store.backend import open_store
-from ray_otel_events.store.sqlite_store import StoreError
+from ray_otel_events.store.backend import StoreError, open_store
 from ray_otel_events.store.state_query import BASE_COLUMNS, RESOURCES
 from ray_otel_events.store.views import StoreViews
 

@@ -20,8 +20,7 @@ import time
 from pathlib import Path
 
 from ray_otel_events.services.serve_cli import chosen_store, default_store_path
-from ray_otel_events.store.backend import UnsupportedStoreError, is_url, open_store
-from ray_otel_events.store.sqlite_store import StoreError
+from ray_otel_events.store.backend import StoreError, UnsupportedStoreError, is_url, open_store
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -56,6 +56,7 @@ from ray_otel_events.services.state_intake import StateIntake
 from ray_otel_events.services.store_watch import StoreWatch
 from ray_otel_events.store.backend import (
     Store,
+    StoreError,
     StoreUnavailable,
     UnsupportedStoreError,
     check_location,
@@ -64,7 +65,6 @@ from ray_otel_events.store.backend import (
 )
 from ray_otel_events.store.intake_spool import IntakeSpool
 from ray_otel_events.store.ray_dashboard_views import RayDashboardViews
-from ray_otel_events.store.sqlite_store import StoreError
 from ray_otel_events.store.store_lock import StoreLock, StoreLockedError
 from ray_otel_events.store.views import StoreViews
 

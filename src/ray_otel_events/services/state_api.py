@@ -22,8 +22,7 @@ import orjson
 from aiohttp import web
 
 from ray_otel_events.services.store_watch import RETRY_AFTER_S, StoreWatch
-from ray_otel_events.store.backend import Store
-from ray_otel_events.store.sqlite_store import StoreError
+from ray_otel_events.store.backend import Store, StoreError
 from ray_otel_events.store.views import StoreViews
 
 _WEB = resources.files("ray_otel_events") / "web"

@@ -21,12 +21,11 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-import orjson
 from aiohttp import web
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from ray_otel_events.encoding.ray_json_posts import NotAnArrayError, read_posted_array
+from ray_otel_events.encoding.ray_json_posts import NotAnArrayError
 from ray_otel_events.receivers.otlp_http import ConsumeResult, OtlpConsumer, OtlpHttpReceiver, QueueFullError
 from ray_otel_events.receivers.ray_events_http import (
     REFUSED_REQUESTS,
@@ -36,12 +35,10 @@ from ray_otel_events.receivers.ray_events_http import (
 )
 from ray_otel_events.services.store_watch import RETRY_AFTER_S, StoreWatch
 from ray_otel_events.store import otlp_records
-from ray_otel_events.store.backend import Store, StoreUnavailable
+from ray_otel_events.store.backend import IngestResult, Store, StoreUnavailable
 from ray_otel_events.store.background_fold import BackgroundFold
 from ray_otel_events.store.intake_spool import IntakeSpool
-from ray_otel_events.store.posted_body import Accepted, PostedBody, scan
-from ray_otel_events.store.sqlite_store import IngestResult
-from ray_otel_events.store.state_merge import Prepared, prepare
+from ray_otel_events.store.posted_body import Accepted, read_posted
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
@@ -142,28 +139,6 @@ class StateIntake(OtlpConsumer):
             "spans": self.spans,
             "log_lines": self.log_lines,
         }
-
-
-def read_posted(body: bytes) -> tuple[Accepted, list[str]]:
-    """A POSTed body's accepted events and an error naming each item that cannot be read, as
-    `read_posted_array(body, prepare)` reads them; NotAnArrayError (400) when it is not a JSON array.
-    Where the compiled fold is built, the events are kept as the body (`PostedBody`): only the
-    items its reader leaves to Python are read here, with orjson and `prepare`."""
-    scanned = scan(body)
-    errors: list[str]
-    if scanned is None:  # no compiled reader, or a body it leaves to orjson (which may refuse it)
-        _, events, errors = read_posted_array(body, prepare)
-        return events, errors
-    items, places, read = scanned
-    odd: dict[int, Prepared | None] = {}
-    errors = []
-    for index, start, end in places:
-        try:
-            odd[index] = prepare(orjson.loads(body[start:end]))
-        except ValueError as exc:
-            odd[index] = None
-            errors.append(f"[{index}]: {exc}")
-    return PostedBody(body, items - len(errors), odd, read), errors
 
 
 def spooled_events(body: bytes) -> Accepted:

@@ -13,8 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ray_otel_events.store.backend import Store
-from ray_otel_events.store.sqlite_store import StoreError
+from ray_otel_events.store.backend import Store, StoreError
 
 logger = logging.getLogger(__name__)
 

@@ -10,23 +10,54 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from ray_otel_events.store.posted_body import Accepted
-from ray_otel_events.store.sqlite_store import (
-    ColumnFilter,
-    EventStore,
-    IngestResult,
-    Selection,
-    StoreError,
-    Window,
-)
+from ray_otel_events.store.row_fold import Refusal
 from ray_otel_events.store.state_merge import Prepared, Row
 
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 # A scheme and a colon, then a slash: what a user means as a URL (a bare `C:` or `name:x` is a file).
 _URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:/")
+
+
+Window = tuple[float, float]  # received between, epoch seconds
+
+
+class StoreError(Exception):
+    """The file is not a store this version can open (the message says why)."""
+
+
+@dataclass
+class IngestResult:
+    duplicates: int = 0
+    ignored: int = 0  # event types with no state row (e.g. platform events)
+    invalid: list[str] = field(default_factory=list)
+    refused: list[Refusal] = field(default_factory=list)  # events read but failing in their fold
+    by_type: dict[str, int] = field(default_factory=dict)  # stored (not duplicate) events per type
+
+    @property
+    def stored(self) -> int:
+        return sum(self.by_type.values())
+
+
+@dataclass(frozen=True)
+class ColumnFilter:
+    """`column = value` (or `!=` when not `equal`) on INDEXED_COLUMNS, entity_id, attempt or session.
+    Text compares ignoring case; "", "none" and "null" also match a missing value, as Ray's do."""
+
+    column: str
+    equal: bool
+    value: str
+
+
+@dataclass
+class Selection:
+    total: int  # rows of the resource
+    matched: int  # rows passing every filter
+    rows: list[Row]
 
 
 class UnsupportedStoreError(StoreError):
@@ -147,6 +178,8 @@ def open_store(location: str | Path, *, read_only: bool = False) -> Store:
     server cannot be reached) or StoreError."""
     check_location(location)
     if not is_url(location):
+        from ray_otel_events.store.sqlite_store import EventStore
+
         return EventStore(location, read_only=read_only)
     try:
         from ray_otel_events.store.postgres_store import PostgresStore

@@ -20,10 +20,9 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from ray_otel_events.store.backend import Store
+from ray_otel_events.store.backend import IngestResult, Store
 from ray_otel_events.store.intake_spool import IntakeSpool, Position
 from ray_otel_events.store.posted_body import Accepted
-from ray_otel_events.store.sqlite_store import IngestResult
 
 logger = logging.getLogger(__name__)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import orjson
 
 from ray_otel_events import native
+from ray_otel_events.encoding.ray_json_posts import read_posted_array
 from ray_otel_events.store.state_merge import Prepared, prepare
 
 try:  # setup.py builds it where a C compiler and SQLite's headers are present
@@ -61,6 +62,29 @@ def scan(body: bytes) -> tuple[int, list[tuple[int, int, int]], bytes] | None:
     if not _compiled:
         return None
     return _post_fold.scan(body)
+
+
+def read_posted(body: bytes) -> tuple[Accepted, list[str]]:
+    """A POSTed body's accepted events and an error naming each item that cannot be read, as
+    `read_posted_array(body, prepare)` reads them; NotAnArrayError (400) when it is not a JSON array.
+    Where the compiled fold is built, the events are kept as the body (`PostedBody`): only the
+    items its reader leaves to Python are read here, with orjson and `prepare`. `serve` reads a
+    POST so, and `rebuild` a kept one."""
+    scanned = scan(body)
+    errors: list[str]
+    if scanned is None:  # no compiled reader, or a body it leaves to orjson (which may refuse it)
+        _, events, errors = read_posted_array(body, prepare)
+        return events, errors
+    items, places, read = scanned
+    odd: dict[int, Prepared | None] = {}
+    errors = []
+    for index, start, end in places:
+        try:
+            odd[index] = prepare(orjson.loads(body[start:end]))
+        except ValueError as exc:
+            odd[index] = None
+            errors.append(f"[{index}]: {exc}")
+    return PostedBody(body, items - len(errors), odd, read), errors
 
 
 def item_prepared(posted: PostedBody, start: int, end: int) -> Prepared:

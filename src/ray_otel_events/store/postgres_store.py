@@ -1,5 +1,7 @@
 """The event store on PostgreSQL: the same rows, answers and retention as sqlite_store.EventStore,
-in a database several `serve` processes share.
+in a database several `serve` processes share. The reads (`sql_reads`), retention and rebuild
+(`sql_upkeep`) are the SQL both backends share, in this file's dialect; what is here is
+PostgreSQL's own: the schema and its migrations, the connections, the locks and the write path.
 
 Why its own module: the SQLite store folds with compiled code that calls SQLite itself; here the
 fold runs in Python (`row_fold`, as under RAY_OTEL_EVENTS_PURE_PYTHON) and the rows are written
@@ -15,7 +17,7 @@ under a lock, so processes starting together apply each step once. Text columns 
 (compared ignoring case, ordered bytewise once lowered), as SQLite's `COLLATE NOCASE` does.
 
 Sessions (a `sessions` table, each batch's names upserted in name order so two writers never wait
-on each other) and raw events (compressed blocks per session, read back in Python by `rebuild`)
+on each other) and raw events (compressed blocks per session, read back by `rebuild`)
 are kept as sqlite_store keeps them, in the fold's transaction.
 
 A connection lost (server restarted, network) raises StoreUnavailable; the next call connects
@@ -25,18 +27,17 @@ again, so `serve` comes back by itself when the server does.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import orjson
 import psycopg
 
 from ray_otel_events.store import raw_events
-from ray_otel_events.store.backend import StoreUnavailable
+from ray_otel_events.store.backend import IngestResult, StoreError, StoreUnavailable
 from ray_otel_events.store.posted_body import Accepted, accepted_events
 from ray_otel_events.store.row_fold import (
     Pieces,
@@ -47,20 +48,10 @@ from ray_otel_events.store.row_fold import (
     group_pieces,
     upsert_values,
 )
-from ray_otel_events.store.sqlite_store import (
-    DROP_CHUNK,
-    ORDERS,
-    SESSION_COUNTED,
-    WINDOW_SLACK_S,
-    ColumnFilter,
-    IngestResult,
-    Selection,
-    StoreError,
-    Window,
-    log_line_row,
-    span_row,
-)
-from ray_otel_events.store.state_merge import INDEXED_COLUMNS, Key, Prepared, Row, prepare
+from ray_otel_events.store.sql_reads import TEXT_COLUMNS, SqlDialect
+from ray_otel_events.store.sql_upkeep import RAW_INCOMPLETE, SqlUpkeep
+from ray_otel_events.store.sqlite_store import log_line_row, span_row
+from ray_otel_events.store.state_merge import INDEXED_COLUMNS, Key, Prepared, prepare
 
 _LOCK_SPACE = 0x52_4F_45_53  # the first key of every advisory lock this store takes
 _MIGRATION_LOCK = -1  # its second key while migrating; row buckets are 0.._BUCKETS-1
@@ -69,12 +60,10 @@ _MIGRATION_LOCK = -1  # its second key while migrating; row buckets are 0.._BUCK
 _BUCKETS = 1024
 _FOLD_CHUNK = 500  # rows read, folded and written together
 _CONNECT_TIMEOUT_S = 5
-_TEXT_COLUMNS = ("state", "job", "name", "func", "node", "worker", "kind", "error")
 _COLUMN_DEFS = ", ".join(
-    f'{c} citext COLLATE "C"' if c in _TEXT_COLUMNS else f"{c} bigint" for c in INDEXED_COLUMNS
+    f'{c} citext COLLATE "C"' if c in TEXT_COLUMNS else f"{c} bigint" for c in INDEXED_COLUMNS
 )
 
-_RAW_INCOMPLETE = "raw_incomplete"  # why `rebuild` would lose rows (as sqlite_store's note)
 _SEEN = (
     "INSERT INTO sessions(name, first_seen, last_seen) VALUES (%s, %s, %s)"
     " ON CONFLICT (name) DO UPDATE SET last_seen = GREATEST(sessions.last_seen, excluded.last_seen)"
@@ -162,7 +151,7 @@ CREATE TABLE raw_events (
 CREATE INDEX raw_by_session ON raw_events(session, received);
 CREATE TABLE store_notes (key text PRIMARY KEY, value text NOT NULL);
 INSERT INTO store_notes(key, value)
-    SELECT '{_RAW_INCOMPLETE}', 'rows were stored before raw events were kept'
+    SELECT '{RAW_INCOMPLETE}', 'rows were stored before raw events were kept'
     WHERE EXISTS (SELECT 1 FROM state_rows);
 """,
     ),
@@ -209,50 +198,6 @@ def _encoded(rows: Iterable[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     return [tuple(_enc(v) for v in row) for row in rows]
 
 
-def _condition(f: ColumnFilter) -> tuple[str, list[Any]]:
-    """SQL for a filter, as sqlite_store's (equality is `=`, so indexes serve it)."""
-    if f.column not in (*INDEXED_COLUMNS, "entity_id", "attempt", "session"):
-        raise ValueError(f"{f.column!r} is not an indexed column")
-    params: list[Any]
-    if f.column in ("attempt", "start_ms", "end_ms"):
-        try:
-            sql, params = f"{f.column} = %s", [int(f.value)]
-        except ValueError:
-            sql, params = "false", []
-    else:
-        sql, params = f"{f.column} = %s", [_enc(f.value)]
-        if _null_like(f.value):
-            sql = f"({sql} OR {f.column} IS NULL OR {f.column} = '')"
-    return (sql, params) if f.equal else (f"NOT COALESCE(({sql}), false)", params)
-
-
-def _null_like(value: str) -> bool:
-    return value.lower() in ("", "none", "null")
-
-
-def _where(
-    resource: str, filters: Sequence[ColumnFilter], search: str = "", session: str | None = None
-) -> tuple[str, list[Any]]:
-    where, params = ["resource = %s"], [resource]
-    if session is not None:
-        where.append("session = %s")
-        params.append(_enc(session))
-    for f in filters:
-        sql, values = _condition(f)
-        where.append(sql)
-        params += values
-    if search:
-        pattern = "%" + _enc(search).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        # ILIKE: spans' and logs' text columns are plain text; the citext ones ignore case anyway.
-        where.append(
-            "("
-            + " OR ".join(f"{c} ILIKE %s ESCAPE '\\'" for c in ("entity_id", "name", "func", "error"))
-            + ")"
-        )
-        params += [pattern] * 4
-    return " AND ".join(where), params
-
-
 def _bucket(key: Key) -> int:
     """The advisory lock a row's folds take (its entity id ignoring case, as the key compares)."""
     resource, entity_id, attempt, session = key
@@ -260,22 +205,36 @@ def _bucket(key: Key) -> int:
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") % _BUCKETS
 
 
-class PostgresStore:
+class PostgresStore(SqlUpkeep):
     """State rows, history, spans and task logs in a PostgreSQL database; see the module doc."""
+
+    dialect = SqlDialect(
+        mark="%s",
+        id_mark="%s::citext",  # a text parameter would compare the column as text: case and index lost
+        false="false",
+        negated="NOT COALESCE(({}), false)",
+        like="ILIKE",  # spans' and logs' text columns are plain text; the citext ones ignore case anyway
+        text_out="{}::text",  # citext has no client type
+        serial="id",
+        row_ref="ctid",
+        no_limit="LIMIT ALL",
+        byte_length="octet_length",
+        bytewise=' COLLATE "C"',
+        enc=_enc,
+        dec=_dec,
+    )
 
     writer = "python"
     writer_reason: str | None = "PostgreSQL: the compiled row writer writes SQLite only"
 
     def __init__(self, url: str, *, read_only: bool = False) -> None:
+        super().__init__()
         self.url = url
         self.read_only = read_only
         self._write_lock = threading.Lock()
         self._read_lock = threading.Lock()
         self._writer: psycopg.Connection[Any] | None = None
         self._reader: psycopg.Connection[Any] | None = None
-        self._totals: dict[tuple[str, str | None], tuple[int, int]] = {}
-        self._session_names: tuple[int, list[str]] = (-1, [])
-        self._session_counts: tuple[int, dict[str, dict[str, int]]] = (-1, {})
         with self._reading() as db:
             if read_only:
                 self._check_version(db)
@@ -325,6 +284,14 @@ class PostgresStore:
         if self.read_only:
             raise StoreError("the store was opened read-only")
         return self._using(self._write_lock, "_writer")
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        """One write transaction; the generation moves once it is committed."""
+        with self._writing() as db:
+            with db.transaction():
+                yield db
+            self._committed(db)
 
     def close(self) -> None:
         for lock, which in ((self._write_lock, "_writer"), (self._read_lock, "_reader")):
@@ -526,290 +493,16 @@ class PostgresStore:
         with self._reading() as db:
             return db.execute(sql, params).fetchall()
 
-    def select(
-        self,
-        resource: str,
-        filters: Sequence[ColumnFilter] = (),
-        *,
-        keep: Callable[[Row], bool] | None = None,
-        search: str = "",
-        order: str = "updated",
-        descending: bool = True,
-        limit: int = 100,
-        offset: int = 0,
-        session: str | None = None,
-    ) -> Selection:
-        """As EventStore.select."""
-        if order not in ORDERS:
-            raise ValueError(f"cannot sort by {order!r}; one of {', '.join(ORDERS)}")
-        session = self._scope(session)
-        clause, params = _where(resource, filters, search, session)
-        direction = "DESC" if descending else "ASC"
-        column = ORDERS[order]
-        ordering = (
-            f"updated {direction}"
-            if order == "updated"
-            else f"{column} IS NULL, {column} {direction}, updated DESC"
-        )
-        query = f"SELECT data FROM state_rows WHERE {clause} ORDER BY {ordering}"
-        total = self.total(resource, session)
-        if keep is None:
-            matched = self._matched(resource, filters, search, session)
-            found = self._query(query + " LIMIT %s OFFSET %s", [*params, limit, offset])
-            return Selection(total, matched, [orjson.loads(r[0]) for r in found])
-        rows: list[Row] = []
-        matched = 0
-        for (data,) in self._query(query, params):
-            row = orjson.loads(data)
-            if keep(row):
-                if offset <= matched < offset + limit:
-                    rows.append(row)
-                matched += 1
-        return Selection(total, matched, rows)
-
-    def total(self, resource: str, session: str | None = None) -> int:
-        """Rows of a resource (of a session), counted once per generation."""
-        session = self._scope(session)
-        generation = self.generation
-        cached = self._totals.get((resource, session))
-        if cached is None or cached[0] != generation:
-            count = self._count(resource, (), session=session)
-            cached = self._totals[(resource, session)] = (generation, count)
-        return cached[1]
-
-    def _count(
-        self, resource: str, filters: Sequence[ColumnFilter], search: str = "", session: str | None = None
-    ) -> int:
-        clause, params = _where(resource, filters, search, session)
-        return int(self._query(f"SELECT COUNT(*) FROM state_rows WHERE {clause}", params)[0][0])
-
-    def _matched(
-        self, resource: str, filters: Sequence[ColumnFilter], search: str, session: str | None
-    ) -> int:
-        """As EventStore._matched: one `!=` counted as all minus the equal ones."""
-        negative = [f for f in filters if not f.equal]
-        if len(negative) != 1 or search or _null_like(negative[0].value):
-            return self._count(resource, filters, search, session)
-        others = [f for f in filters if f.equal]
-        base = self._count(resource, others, session=session) if others else self.total(resource, session)
-        equal = dataclasses.replace(negative[0], equal=True)
-        return base - self._count(resource, [*others, equal], session=session)
-
-    def counts(self, resource: str, *columns: str, session: str | None = None) -> list[tuple[Any, ...]]:
-        """(values of `columns`..., count) of the resource's rows (of a session), grouped by those
-        columns."""
-        for column in columns:
-            if column not in INDEXED_COLUMNS:
-                raise ValueError(f"{column!r} is not an indexed column")
-        names = ", ".join(columns)
-        selected = ", ".join(f"{c}::text" if c in _TEXT_COLUMNS else c for c in columns)
-        clause, params = _where(resource, (), "", self._scope(session))
-        found = self._query(
-            f"SELECT {selected}, COUNT(*) FROM state_rows WHERE {clause} GROUP BY {names}", params
-        )
-        return [tuple(_dec(v) for v in r) for r in found]
-
-    def entity_rows(
-        self, resource: str, entity_id: str, session: str | None = None
-    ) -> list[tuple[int, str, Row]]:
-        """(attempt, session, row) of every row of one entity: of every session, or of `session`."""
-        sql = "SELECT attempt, session, data FROM state_rows WHERE resource = %s AND entity_id = %s::citext"
-        params: list[Any] = [resource, _enc(entity_id.lower())]
-        if session is not None:
-            sql += " AND session = %s"
-            params.append(_enc(session))
-        found = self._query(sql, params)
-        return [(attempt, _dec(name), orjson.loads(data)) for attempt, name, data in found]
-
-    # -- sessions ------------------------------------------------------------------------------
-
-    def _scope(self, session: str | None) -> str | None:
-        """As EventStore._scope: no session filter when the store holds that session only."""
-        if session is None:
-            return None
-        return None if self.sessions() == [session] else session
-
-    def sessions(self) -> list[str]:
-        """Session names, oldest first (by the last event stored for each)."""
-        generation = self.generation
-        cached = self._session_names
-        if cached[0] != generation:
-            cached = self._session_names = (generation, [name for name, _, _ in self._session_times()])
-        return cached[1]
-
-    def _session_times(self) -> list[tuple[str, float, float]]:
-        found = self._query(
-            'SELECT name, first_seen, last_seen FROM sessions ORDER BY last_seen, name COLLATE "C"'
-        )
-        return [(_dec(name), float(first), float(last)) for name, first, last in found]
-
-    def newest_session(self) -> str | None:
-        """The session whose last event was stored last (None in an empty store)."""
-        names = self.sessions()
-        return names[-1] if names else None
-
-    def session_list(self) -> list[dict[str, Any]]:
-        """As EventStore.session_list: every session, newest first, with its times and row counts."""
-        generation = self.generation
-        cached = self._session_counts
-        if cached[0] != generation:
-            counts: dict[str, dict[str, int]] = {}
-            for session, resource, count in self._query(
-                "SELECT session, resource, COUNT(*) FROM state_rows GROUP BY session, resource"
-            ):
-                counts.setdefault(_dec(session), {})[resource] = int(count)
-            cached = self._session_counts = (generation, counts)
-        return [
-            {
-                "name": name,
-                "first_seen": first,
-                "last_seen": last,
-                **{resource: cached[1].get(name, {}).get(resource, 0) for resource in SESSION_COUNTED},
-            }
-            for name, first, last in reversed(self._session_times())
-        ]
-
-    def session_window(self, name: str | None) -> Window | None:
-        """As EventStore.session_window: when a session's spans and log lines were received."""
-        times = self._session_times()
-        if len(times) < 2:
-            return None
-        for session, first, last in times:
-            if session == name:
-                return (first - WINDOW_SLACK_S, last + WINDOW_SLACK_S)
-        return None
-
-    def spans_of_task(self, task_id: str, received: Window | None = None) -> list[dict[str, Any]]:
-        """A task's spans (received within `received`, when given)."""
-        sql = "SELECT data FROM spans WHERE task_id = %s"
-        params: list[Any] = [_enc(task_id.lower())]
-        if received is not None:
-            sql += " AND received BETWEEN %s AND %s"
-            params += received
-        return [orjson.loads(r[0]) for r in self._query(sql + " ORDER BY start_ns", params)]
-
-    def trace(self, trace_id: str) -> list[dict[str, Any]]:
-        found = self._query(
-            "SELECT data FROM spans WHERE trace_id = %s ORDER BY start_ns", (_enc(trace_id.lower()),)
-        )
-        return [orjson.loads(r[0]) for r in found]
-
-    def task_logs(self, task_id: str, received: Window | None = None) -> list[dict[str, Any]]:
-        """A task's lines: those naming it, and those written inside one of its spans (received
-        within `received`, when given)."""
-        task = _enc(task_id.lower())
-        sql = (
-            "SELECT data FROM log_lines WHERE (task_id = %s OR (task_id IS NULL AND span_id IN"
-            " (SELECT span_id FROM spans WHERE task_id = %s)))"
-        )
-        params: list[Any] = [task, task]
-        if received is not None:
-            sql += " AND received BETWEEN %s AND %s"
-            params += received
-        return [orjson.loads(r[0]) for r in self._query(sql + " ORDER BY ts_ns, id", params)]
-
-    def recent_traces(self, limit: int = 20, received: Window | None = None) -> list[dict[str, Any]]:
-        """The newest traces (of spans received within `received`, when given): id, root span
-        name, start, end and span count."""
-        within, params = (
-            ("", [limit]) if received is None else (" WHERE received BETWEEN %s AND %s", [*received, limit])
-        )
-        found = self._query(
-            "SELECT trace_id, MIN(start_ns), MAX(end_ns), COUNT(*),"
-            " (SELECT name FROM spans r WHERE r.trace_id = s.trace_id ORDER BY start_ns LIMIT 1)"
-            f" FROM spans s{within} GROUP BY trace_id ORDER BY MIN(start_ns) DESC LIMIT %s",
-            params,
-        )
-        return [
-            {"trace_id": _dec(t), "start_ns": start, "end_ns": end, "spans": n, "root": _dec(root)}
-            for t, start, end, n, root in found
-        ]
-
-    def size(self) -> dict[str, int]:
-        """Rows per table and the database's bytes."""
-        out = {
-            table: int(self._query(f"SELECT COUNT(*) FROM {table}")[0][0])
-            for table in ("state_rows", "spans", "log_lines")
-        }
-        out["bytes"] = int(self._query("SELECT pg_database_size(current_database())")[0][0])
-        return out
-
-    # -- raw events ----------------------------------------------------------------------------
-
-    def raw_texts(self, session: str, event_ids: Iterable[str], before: float) -> list[dict[str, Any]]:
-        """As EventStore.raw_texts: the kept events with these ids, oldest first."""
-        wanted = set(event_ids)
-        blocks = self._query(
-            "SELECT id FROM raw_events WHERE session = %s AND received <= %s ORDER BY received DESC, id DESC",
-            (_enc(session), before),
-        )
-        found: list[tuple[int, int, dict[str, Any]]] = []
-        for (block,) in blocks:
-            if not wanted:
-                break
-            rows = self._query("SELECT data FROM raw_events WHERE id = %s", (block,))
-            if not rows:
-                continue
-            text = raw_events.decompress(bytes(rows[0][0]))
-            if not any(event_id.encode() in text for event_id in wanted):
-                continue
-            for position, event in enumerate(orjson.loads(text)):
-                event_id = event.get("eventId") if isinstance(event, dict) else None
-                if event_id in wanted:
-                    wanted.discard(event_id)
-                    found.append((block, position, event))
-        return [event for _, _, event in sorted(found, key=lambda item: (item[0], item[1]))]
-
-    def new_fields(self, resource: str, entity_id: str, attempt: int, session: str) -> dict[str, Any]:
-        """As EventStore.new_fields: fields of a row's kept events this version does not name."""
-        found = self._query(
-            "SELECT updated, event_ids FROM state_rows WHERE resource = %s AND entity_id = %s::citext"
-            " AND attempt = %s AND session = %s",
-            (resource, _enc(entity_id.lower()), attempt, _enc(session)),
-        )
-        if not found:
-            return {}
-        updated, ids = found[0]
-        return raw_events.new_fields(self.raw_texts(session, _dec(ids).split(), updated))
+    def _stored_bytes(self) -> int:
+        """The database's bytes."""
+        return int(self._query("SELECT pg_database_size(current_database())")[0][0])
 
     def _note_raw_incomplete(self, reason: str) -> None:
         with self._writing() as db:
             db.execute(
                 "INSERT INTO store_notes(key, value) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                (_RAW_INCOMPLETE, reason),
+                (RAW_INCOMPLETE, reason),
             )
-
-    def raw_size(self) -> dict[str, int]:
-        """Raw event blocks kept and their compressed bytes."""
-        blocks, size = self._query("SELECT COUNT(*), COALESCE(SUM(octet_length(data)), 0) FROM raw_events")[0]
-        return {"blocks": int(blocks), "bytes": int(size)}
-
-    def rebuild(self, *, force: bool = False) -> IngestResult:
-        """As EventStore.rebuild: the state rows folded again from the raw events alone, in the
-        order they were stored, with the times they were received (each block read in Python)."""
-        noted = self._query("SELECT value FROM store_notes WHERE key = %s", (_RAW_INCOMPLETE,))
-        if noted and not force:
-            raise StoreError(f"some rows have no raw events to rebuild them from: {noted[0][0]}")
-        with self._writing() as db:
-            db.execute("DELETE FROM state_rows")
-            self._committed(db)
-        total = IngestResult()
-        for block, received in self._query("SELECT id, received FROM raw_events ORDER BY id"):
-            rows = self._query("SELECT data FROM raw_events WHERE id = %s", (block,))
-            prepared: list[Prepared] = []
-            for position, item in enumerate(orjson.loads(raw_events.decompress(bytes(rows[0][0])))):
-                try:
-                    prepared.append(prepare(item))
-                except ValueError as exc:
-                    total.invalid.append(f"[{position}]: {exc}")
-            result = self._ingest(prepared, float(received), {})
-            total.duplicates += result.duplicates
-            total.ignored += result.ignored
-            total.invalid += [refusal.reason for refusal in result.refused]
-            for event_type, count in result.by_type.items():
-                total.by_type[event_type] = total.by_type.get(event_type, 0) + count
-        self._totals.clear()
-        return total
 
     # -- retention -----------------------------------------------------------------------------
 
@@ -817,97 +510,6 @@ class PostgresStore:
         """The bytes of the data stored (rows, spans, lines, raw blocks): PostgreSQL's files keep
         freed space until VACUUM, so their size would not fall as retention deletes."""
         return int(self._query(_DATA_BYTES)[0][0])
-
-    def drop_session(self, name: str) -> int:
-        """As EventStore.drop_session: its rows DROP_CHUNK at a time, then its raw events and record."""
-        deleted = 0
-        while True:
-            with self._writing() as db:
-                with db.transaction():
-                    gone = db.execute(
-                        "DELETE FROM state_rows WHERE ctid IN"
-                        " (SELECT ctid FROM state_rows WHERE session = %s LIMIT %s)",
-                        (_enc(name), DROP_CHUNK),
-                    ).rowcount
-                self._committed(db)
-            deleted += gone
-            if gone < DROP_CHUNK:
-                break
-        with self._writing() as db:
-            with db.transaction():
-                db.execute("DELETE FROM raw_events WHERE session = %s", (_enc(name),))
-                db.execute("DELETE FROM sessions WHERE name = %s", (_enc(name),))
-            self._committed(db)
-        return deleted
-
-    def _rows(self) -> int:
-        return int(self._query("SELECT COUNT(*) FROM state_rows")[0][0])
-
-    def _over(self, max_rows: int | None, max_bytes: int | None) -> bool:
-        return (max_rows is not None and self._rows() > max_rows) or (
-            max_bytes is not None and self.used_bytes() > max_bytes
-        )
-
-    def prune(
-        self,
-        *,
-        max_age_s: float | None,
-        max_rows: int | None,
-        max_bytes: int | None = None,
-        now: float | None = None,
-    ) -> int:
-        """As EventStore.prune: whole sessions, oldest first (by age, then while over a bound, the
-        newest never); over a bound alone, the oldest raw blocks, then the least recently updated
-        rows. Spans and log lines go by age."""
-        current = time.time() if now is None else now
-        deleted = 0
-        times = self._session_times()
-        if max_age_s is not None:
-            cutoff = current - max_age_s
-            for name, _, last in times:
-                if last < cutoff:
-                    deleted += self.drop_session(name)
-            times = [entry for entry in times if entry[2] >= cutoff]
-        while len(times) > 1 and self._over(max_rows, max_bytes):
-            deleted += self.drop_session(times.pop(0)[0])
-        if max_bytes is not None:
-            for _ in range(20):  # a tenth of the raw blocks at a time, then a tenth of the rows
-                if self.used_bytes() <= max_bytes:
-                    break
-                with self._writing() as db:
-                    with db.transaction():
-                        blocks = int(db.execute("SELECT COUNT(*) FROM raw_events").fetchone()[0])  # type: ignore[index]
-                        if blocks:
-                            db.execute(
-                                "INSERT INTO store_notes(key, value) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                                (_RAW_INCOMPLETE, "retention dropped raw events of rows it kept"),
-                            )
-                            db.execute(
-                                "DELETE FROM raw_events WHERE id IN"
-                                " (SELECT id FROM raw_events ORDER BY received, id LIMIT %s)",
-                                (max(1, blocks // 10),),
-                            )
-                        else:
-                            rows = int(db.execute("SELECT COUNT(*) FROM state_rows").fetchone()[0])  # type: ignore[index]
-                            deleted += db.execute(
-                                "DELETE FROM state_rows WHERE ctid IN"
-                                " (SELECT ctid FROM state_rows ORDER BY updated LIMIT %s)",
-                                (max(1, rows // 10),),
-                            ).rowcount
-                    self._committed(db)
-        with self._writing() as db:
-            with db.transaction():
-                if max_rows is not None:
-                    deleted += db.execute(
-                        "DELETE FROM state_rows WHERE ctid IN"
-                        " (SELECT ctid FROM state_rows ORDER BY updated DESC OFFSET %s)",
-                        (max_rows,),
-                    ).rowcount
-                if max_age_s is not None:
-                    for table in ("spans", "log_lines"):
-                        db.execute(f"DELETE FROM {table} WHERE received < %s", (current - max_age_s,))
-            self._committed(db)
-        return deleted
 
 
 def _first_line(exc: BaseException) -> str:

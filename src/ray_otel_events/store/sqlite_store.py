@@ -10,7 +10,9 @@ filtered page in SQL however many rows there are. Spans and task log lines
 (from OTLP) are kept beside the rows, joined to a task by its id or by the span a line was
 written in. Each accepted event is also kept as its text, compressed, per session (`raw_events`):
 `rebuild` refolds the rows from it, and `new_fields` shows what a later Ray added. `prune` applies
-the retention a whole session at a time, oldest first (see `prune`). One connection, guarded by a
+the retention a whole session at a time, oldest first. The reads (`sql_reads`), retention and
+rebuild (`sql_upkeep`) are the SQL both backends share, in this file's dialect; what is here is
+SQLite's own: the schema, the connections and the write path. One connection, guarded by a
 lock: the server calls it from worker threads. Checkpoints (copying the WAL into the file, which
 waits on the disk) run on a second connection in a background thread, so a write waits for
 neither. Where the compiled row writer is built, a batch's rows are folded a chunk at a time and
@@ -21,14 +23,12 @@ chunk is folded: the SQL and the Python work of one batch use two cores.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import logging
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +37,15 @@ import orjson
 from ray_otel_events import config, native
 from ray_otel_events.durable.wal_checkpointer import WalCheckpointer
 from ray_otel_events.store import raw_events
-from ray_otel_events.store.posted_body import Accepted, PostedBody, accepted_events, item_prepared, scan
+from ray_otel_events.store.backend import IngestResult, StoreError
+from ray_otel_events.store.posted_body import (
+    Accepted,
+    PostedBody,
+    accepted_events,
+    item_prepared,
+)
 from ray_otel_events.store.row_fold import (
     Pieces,
-    Refusal,
     StoredRow,
     count_folded,
     fold_row,
@@ -48,6 +53,8 @@ from ray_otel_events.store.row_fold import (
     group_pieces,
     upsert_values,
 )
+from ray_otel_events.store.sql_reads import TEXT_COLUMNS, SqlDialect
+from ray_otel_events.store.sql_upkeep import RAW_INCOMPLETE, SqlUpkeep
 from ray_otel_events.store.sqlite_library import (
     SqliteLibrary,
     compiled_library,
@@ -58,7 +65,6 @@ from ray_otel_events.store.state_merge import (
     INDEXED_COLUMNS,
     Key,
     Prepared,
-    Row,
     prepare,
 )
 
@@ -104,9 +110,8 @@ _SELECT_CHUNK = (
     "SELECT entity_id, attempt, session, data, event_ids FROM state_rows"
     f" WHERE resource = ? AND entity_id IN ({', '.join('?' * _FOLD_CHUNK)})"
 )
-_TEXT_COLUMNS = ("state", "job", "name", "func", "node", "worker", "kind", "error")
 _COLUMN_DEFS = ", ".join(
-    f"{c} TEXT COLLATE NOCASE" if c in _TEXT_COLUMNS else f"{c} INTEGER" for c in INDEXED_COLUMNS
+    f"{c} TEXT COLLATE NOCASE" if c in TEXT_COLUMNS else f"{c} INTEGER" for c in INDEXED_COLUMNS
 )
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS state_rows (
@@ -166,8 +171,6 @@ CREATE TABLE IF NOT EXISTS raw_events (
 CREATE INDEX IF NOT EXISTS raw_by_session ON raw_events(session, received);
 CREATE TABLE IF NOT EXISTS store_notes (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 """
-# Why `rebuild` would lose rows: some were folded from events whose text is not kept.
-_RAW_INCOMPLETE = "raw_incomplete"
 _SEEN = (
     "INSERT INTO sessions(name, first_seen, last_seen) VALUES (?, ?, ?)"
     " ON CONFLICT(name) DO UPDATE SET last_seen = max(last_seen, excluded.last_seen)"
@@ -178,23 +181,6 @@ _SESSIONS_FROM_ROWS = (
     "INSERT OR IGNORE INTO sessions(name, first_seen, last_seen)"
     " SELECT session, MIN(updated), MAX(updated) FROM state_rows GROUP BY session"
 )
-SESSION_COUNTED = ("jobs", "tasks", "actors", "nodes")
-DROP_CHUNK = 20_000  # rows deleted per transaction when a session is dropped
-WINDOW_SLACK_S = 60.0  # spans and log lines may arrive this long before or after a session's events
-Window = tuple[float, float]  # received between, epoch seconds
-
-ORDERS = {
-    "updated": "updated",
-    "start": "start_ms",
-    "end": "end_ms",
-    "duration": "(end_ms - start_ms)",
-    "name": "name",
-    "func": "func",
-    "state": "state",
-    "node": "node",
-    "error": "error",
-}
-
 
 _UPSERT = (
     f"INSERT INTO state_rows(resource, entity_id, attempt, session, updated, data, event_ids,"
@@ -203,83 +189,6 @@ _UPSERT = (
     + ", ".join(f"{c}=excluded.{c}" for c in INDEXED_COLUMNS)
 )
 _UPSERT_VALUES = 7 + len(INDEXED_COLUMNS)
-
-
-class StoreError(Exception):
-    """The file is not a store this version can open (the message says why)."""
-
-
-@dataclass
-class IngestResult:
-    duplicates: int = 0
-    ignored: int = 0  # event types with no state row (e.g. platform events)
-    invalid: list[str] = field(default_factory=list)
-    refused: list[Refusal] = field(default_factory=list)  # events read but failing in their fold
-    by_type: dict[str, int] = field(default_factory=dict)  # stored (not duplicate) events per type
-
-    @property
-    def stored(self) -> int:
-        return sum(self.by_type.values())
-
-
-@dataclass(frozen=True)
-class ColumnFilter:
-    """`column = value` (or `!=` when not `equal`) on INDEXED_COLUMNS, entity_id, attempt or session.
-    Text compares ignoring case; "", "none" and "null" also match a missing value, as Ray's do."""
-
-    column: str
-    equal: bool
-    value: str
-
-
-@dataclass
-class Selection:
-    total: int  # rows of the resource
-    matched: int  # rows passing every filter
-    rows: list[Row]
-
-
-def _condition(f: ColumnFilter) -> tuple[str, list[Any]]:
-    """SQL for a filter. Equality is `=`, so indexes serve it."""
-    if f.column not in (*INDEXED_COLUMNS, "entity_id", "attempt", "session"):
-        raise ValueError(f"{f.column!r} is not an indexed column")
-    params: list[Any]
-    if f.column in ("attempt", "start_ms", "end_ms"):
-        try:
-            sql, params = f"{f.column} = ?", [int(f.value)]
-        except ValueError:
-            sql, params = "0", []
-    else:
-        sql, params = f"{f.column} = ?", [f.value]
-        if _null_like(f.value):
-            sql = f"({sql} OR {f.column} IS NULL OR {f.column} = '')"
-    return (sql, params) if f.equal else (f"NOT ({sql} IS 1)", params)
-
-
-def _null_like(value: str) -> bool:
-    return value.lower() in ("", "none", "null")
-
-
-def _where(
-    resource: str, filters: Sequence[ColumnFilter], search: str = "", session: str | None = None
-) -> tuple[str, list[Any]]:
-    """The WHERE clause and its parameters for a resource's rows passing `filters` and `search`, of
-    `session` when it is not None."""
-    where, params = ["resource = ?"], [resource]
-    if session is not None:
-        where.append("session = ?")
-        params.append(session)
-    for f in filters:
-        sql, values = _condition(f)
-        where.append(sql)
-        params += values
-    if search:
-        pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        where.append(
-            "(" + " OR ".join(f"{c} LIKE ? ESCAPE '\\'" for c in ("entity_id", "name", "func", "error")) + ")"
-        )
-        params += [pattern] * 4
-    return " AND ".join(where), params
 
 
 def _python_writer_reason(compiled_sqlite: Mapping[str, SqliteLibrary]) -> str | None:
@@ -319,8 +228,23 @@ def log_line_row(line: dict[str, Any], received: float) -> tuple[Any, ...]:
     )
 
 
-class EventStore:
+class EventStore(SqlUpkeep):
     """State rows, history, spans and task logs in one SQLite file; see the module doc."""
+
+    dialect = SqlDialect(
+        mark="?",
+        id_mark="?",
+        false="0",
+        negated="NOT ({} IS 1)",
+        like="LIKE",  # ignores case (ASCII), as the NOCASE columns compare
+        text_out="{}",
+        serial="rowid",
+        row_ref="rowid",
+        no_limit="LIMIT -1",
+        byte_length="length",
+        bytewise="",  # BINARY, SQLite's default collation
+        missing_table=(sqlite3.OperationalError,),
+    )
 
     def __init__(
         self,
@@ -331,6 +255,7 @@ class EventStore:
     ) -> None:
         """`compiled_sqlite`: the SQLite each compiled module calls (by default as they report it
         at import); the compiled writer runs only where that is Python's (`writer`, `writer_reason`)."""
+        super().__init__()
         self.path = Path(path)
         if read_only:
             if not self.path.exists():
@@ -345,10 +270,7 @@ class EventStore:
             self._db.executescript(_WRITER_PRAGMAS)
         self._db.execute("PRAGMA busy_timeout=10000")
         self._lock = threading.Lock()
-        self.generation = 0  # bumped by every write: pages poll it to know when to refresh
-        self._totals: dict[tuple[str, str | None], tuple[int, int]] = {}
-        self._session_names: tuple[int, list[str]] = (-1, [])
-        self._session_counts: tuple[int, dict[str, dict[str, int]]] = (-1, {})
+        self._generation = 0
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         known = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if version < SCHEMA_VERSION and "state_rows" in known:
@@ -547,7 +469,7 @@ class EventStore:
         is woken."""
         with self._lock:
             yield
-            self.generation += 1
+            self._generation += 1
         if self._checkpointer is not None:
             self._checkpointer.wake()
 
@@ -616,308 +538,24 @@ class EventStore:
 
     # -- reading -------------------------------------------------------------------------------
 
+    @property
+    def generation(self) -> int:
+        """Bumped by every write: pages poll it to know when to refresh."""
+        return self._generation
+
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self._lock:
             return self._db.execute(sql, params).fetchall()
 
-    def select(
-        self,
-        resource: str,
-        filters: Sequence[ColumnFilter] = (),
-        *,
-        keep: Callable[[Row], bool] | None = None,
-        search: str = "",
-        order: str = "updated",
-        descending: bool = True,
-        limit: int = 100,
-        offset: int = 0,
-        session: str | None = None,
-    ) -> Selection:
-        """A page of a resource's rows (of `session` when given, else of all): `filters` run in
-        SQL, `keep` (for fields with no column) on the rows SQL returns; `matched` counts rows
-        passing both. `search` is a substring of the id, name, function or error type."""
-        if order not in ORDERS:
-            raise ValueError(f"cannot sort by {order!r}; one of {', '.join(ORDERS)}")
-        session = self._scope(session)
-        clause, params = _where(resource, filters, search, session)
-        direction = "DESC" if descending else "ASC"
-        column = ORDERS[order]
-        # Sorting by `updated` (never NULL) follows an index, so a page stops after `limit` rows.
-        ordering = (
-            f"updated {direction}"
-            if order == "updated"
-            else f"{column} IS NULL, {column} {direction}, updated DESC"
-        )
-        query = f"SELECT data FROM state_rows WHERE {clause} ORDER BY {ordering}"
-        total = self.total(resource, session)
-        if keep is None:
-            matched = self._matched(resource, filters, search, session)
-            found = self._query(query + " LIMIT ? OFFSET ?", [*params, limit, offset])
-            return Selection(total, matched, [orjson.loads(r[0]) for r in found])
-        rows: list[Row] = []
-        matched = 0
-        for (data,) in self._query(query, params):
-            row = orjson.loads(data)
-            if keep(row):
-                if offset <= matched < offset + limit:
-                    rows.append(row)
-                matched += 1
-        return Selection(total, matched, rows)
-
-    def total(self, resource: str, session: str | None = None) -> int:
-        """Rows of a resource (of a session), counted once per generation (a scan over its rows)."""
-        session = self._scope(session)
-        cached = self._totals.get((resource, session))
-        if cached is None or cached[0] != self.generation:
-            count = self._count(resource, (), session=session)
-            cached = self._totals[(resource, session)] = (self.generation, count)
-        return cached[1]
-
-    def _count(
-        self, resource: str, filters: Sequence[ColumnFilter], search: str = "", session: str | None = None
-    ) -> int:
-        clause, params = _where(resource, filters, search, session)
-        return int(self._query(f"SELECT COUNT(*) FROM state_rows WHERE {clause}", params)[0][0])
-
-    def _matched(
-        self, resource: str, filters: Sequence[ColumnFilter], search: str, session: str | None
-    ) -> int:
-        """Rows matching the filters. One `!=` (Ray's default leaves out drivers that way) is counted
-        as all minus the equal ones: two index lookups instead of a scan of every row."""
-        negative = [f for f in filters if not f.equal]
-        if len(negative) != 1 or search or _null_like(negative[0].value):
-            return self._count(resource, filters, search, session)
-        others = [f for f in filters if f.equal]
-        base = self._count(resource, others, session=session) if others else self.total(resource, session)
-        equal = dataclasses.replace(negative[0], equal=True)
-        return base - self._count(resource, [*others, equal], session=session)
-
-    def counts(self, resource: str, *columns: str, session: str | None = None) -> list[tuple[Any, ...]]:
-        """(values of `columns`..., count) of the resource's rows (of a session), grouped by those
-        columns."""
-        for column in columns:
-            if column not in INDEXED_COLUMNS:
-                raise ValueError(f"{column!r} is not an indexed column")
-        names = ", ".join(columns)
-        clause, params = _where(resource, (), "", self._scope(session))
-        return self._query(
-            f"SELECT {names}, COUNT(*) FROM state_rows WHERE {clause} GROUP BY {names}", params
-        )
-
-    def entity_rows(
-        self, resource: str, entity_id: str, session: str | None = None
-    ) -> list[tuple[int, str, Row]]:
-        """(attempt, session, row) of every row of one entity: of every session, or of `session`."""
-        sql = "SELECT attempt, session, data FROM state_rows WHERE resource=? AND entity_id=?"
-        params: list[Any] = [resource, entity_id.lower()]
-        if session is not None:
-            sql += " AND session=?"
-            params.append(session)
-        found = self._query(sql, params)
-        return [(attempt, session, orjson.loads(data)) for attempt, session, data in found]
-
-    # -- sessions ------------------------------------------------------------------------------
-
-    def _scope(self, session: str | None) -> str | None:
-        """The session filter a read needs: none when the store holds that session only (every
-        row is its own, and the plans stay those of a one-session store)."""
-        if session is None:
-            return None
-        names = self.sessions()
-        return None if names == [session] else session
-
-    def sessions(self) -> list[str]:
-        """Session names, oldest first (by the last event stored for each)."""
-        cached = self._session_names
-        if cached[0] != self.generation:
-            names = [name for name, _, _ in self._session_times()]
-            cached = self._session_names = (self.generation, names)
-        return cached[1]
-
-    def _session_times(self) -> list[tuple[str, float, float]]:
-        """(name, first seen, last seen) of every session, oldest last-seen first."""
-        try:
-            return self._query("SELECT name, first_seen, last_seen FROM sessions ORDER BY last_seen, name")
-        except sqlite3.OperationalError:  # a store written before sessions were kept, opened read-only
-            return self._query(
-                "SELECT session, MIN(updated), MAX(updated) FROM state_rows GROUP BY session"
-                " ORDER BY MAX(updated), session"
-            )
-
-    def newest_session(self) -> str | None:
-        """The session whose last event was stored last (None in an empty store)."""
-        names = self.sessions()
-        return names[-1] if names else None
-
-    def session_list(self) -> list[dict[str, Any]]:
-        """Every session, newest first: name, first and last event stored (epoch seconds), and its
-        rows of jobs, tasks (attempts), actors and nodes (counted once per generation)."""
-        cached = self._session_counts
-        if cached[0] != self.generation:
-            counts: dict[str, dict[str, int]] = {}
-            for session, resource, count in self._query(
-                "SELECT session, resource, COUNT(*) FROM state_rows GROUP BY session, resource"
-            ):
-                counts.setdefault(session, {})[resource] = count
-            cached = self._session_counts = (self.generation, counts)
-        return [
-            {
-                "name": name,
-                "first_seen": first,
-                "last_seen": last,
-                **{resource: cached[1].get(name, {}).get(resource, 0) for resource in SESSION_COUNTED},
-            }
-            for name, first, last in reversed(self._session_times())
-        ]
-
-    def session_window(self, name: str | None) -> Window | None:
-        """When spans and log lines of session `name` were received, as near as the store knows
-        (they carry no session): from its first event stored to its last, with WINDOW_SLACK_S either
-        side. None when the store holds one session or none (nothing to tell apart)."""
-        times = self._session_times()
-        if len(times) < 2:
-            return None
-        for session, first, last in times:
-            if session == name:
-                return (first - WINDOW_SLACK_S, last + WINDOW_SLACK_S)
-        return None
-
-    def spans_of_task(self, task_id: str, received: Window | None = None) -> list[dict[str, Any]]:
-        """A task's spans (received within `received`, when given)."""
-        sql = "SELECT data FROM spans WHERE task_id = ?"
-        params: list[Any] = [task_id.lower()]
-        if received is not None:
-            sql += " AND received BETWEEN ? AND ?"
-            params += received
-        found = self._query(sql + " ORDER BY start_ns", params)
-        return [orjson.loads(r[0]) for r in found]
-
-    def trace(self, trace_id: str) -> list[dict[str, Any]]:
-        found = self._query(
-            "SELECT data FROM spans WHERE trace_id = ? ORDER BY start_ns", (trace_id.lower(),)
-        )
-        return [orjson.loads(r[0]) for r in found]
-
-    def task_logs(self, task_id: str, received: Window | None = None) -> list[dict[str, Any]]:
-        """A task's lines: those naming it, and those written inside one of its spans (received
-        within `received`, when given)."""
-        task = task_id.lower()
-        sql = (
-            "SELECT data FROM log_lines WHERE (task_id = ? OR (task_id IS NULL AND span_id IN"
-            " (SELECT span_id FROM spans WHERE task_id = ?)))"
-        )
-        params: list[Any] = [task, task]
-        if received is not None:
-            sql += " AND received BETWEEN ? AND ?"
-            params += received
-        found = self._query(sql + " ORDER BY ts_ns", params)
-        return [orjson.loads(r[0]) for r in found]
-
-    def recent_traces(self, limit: int = 20, received: Window | None = None) -> list[dict[str, Any]]:
-        """The newest traces (of spans received within `received`, when given): id, root span
-        name, start, end and span count."""
-        within, params = (
-            ("", [limit]) if received is None else (" WHERE received BETWEEN ? AND ?", [*received, limit])
-        )
-        found = self._query(
-            "SELECT trace_id, MIN(start_ns), MAX(end_ns), COUNT(*),"
-            " (SELECT name FROM spans r WHERE r.trace_id = s.trace_id ORDER BY start_ns LIMIT 1)"
-            f" FROM spans s{within} GROUP BY trace_id ORDER BY MIN(start_ns) DESC LIMIT ?",
-            params,
-        )
-        return [
-            {"trace_id": t, "start_ns": start, "end_ns": end, "spans": n, "root": root}
-            for t, start, end, n, root in found
-        ]
-
-    def size(self) -> dict[str, int]:
-        """Rows per table and the file's bytes (WAL included), for the bench and /metrics."""
-        out = {
-            table: self._query(f"SELECT COUNT(*) FROM {table}")[0][0]
-            for table in ("state_rows", "spans", "log_lines")
-        }
+    def _stored_bytes(self) -> int:
+        """The file's bytes, its WAL included."""
         wal = Path(str(self.path) + "-wal")
-        out["bytes"] = self.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
-        return out
-
-    def raw_texts(self, session: str, event_ids: Iterable[str], before: float) -> list[dict[str, Any]]:
-        """The kept events of `session` with these ids, oldest first, read from the raw events
-        stored up to `before`, newest first until each id is found (an entity's events are
-        usually near its last update)."""
-        wanted = set(event_ids)
-        blocks = self._query(
-            "SELECT rowid FROM raw_events WHERE session = ? AND received <= ?"
-            " ORDER BY received DESC, rowid DESC",
-            (session, before),
-        )
-        found: list[tuple[int, int, dict[str, Any]]] = []
-        for (rowid,) in blocks:
-            if not wanted:
-                break
-            rows = self._query("SELECT data FROM raw_events WHERE rowid = ?", (rowid,))
-            if not rows:
-                continue
-            text = raw_events.decompress(rows[0][0])
-            if not any(event_id.encode() in text for event_id in wanted):
-                continue
-            for position, event in enumerate(orjson.loads(text)):
-                event_id = event.get("eventId") if isinstance(event, dict) else None
-                if event_id in wanted:
-                    wanted.discard(event_id)
-                    found.append((rowid, position, event))
-        return [event for _, _, event in sorted(found, key=lambda item: (item[0], item[1]))]
-
-    def new_fields(self, resource: str, entity_id: str, attempt: int, session: str) -> dict[str, Any]:
-        """Fields of a row's kept events that this version's schema does not name (a later Ray's):
-        `raw_events.new_fields` of them."""
-        found = self._query(
-            "SELECT updated, event_ids FROM state_rows WHERE resource=? AND entity_id=? AND attempt=?"
-            " AND session=?",
-            (resource, entity_id.lower(), attempt, session),
-        )
-        if not found:
-            return {}
-        updated, ids = found[0]
-        try:
-            return raw_events.new_fields(self.raw_texts(session, ids.split(), updated))
-        except sqlite3.OperationalError:  # a store written before raw events were kept, read-only
-            return {}
-
-    def raw_size(self) -> dict[str, int]:
-        """Raw event blocks kept and their compressed bytes."""
-        blocks, size = self._query("SELECT COUNT(*), COALESCE(SUM(length(data)), 0) FROM raw_events")[0]
-        return {"blocks": int(blocks), "bytes": int(size)}
+        return self.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
 
     def _note_raw_incomplete(self, reason: str) -> None:
         self._db.execute(
-            "INSERT OR IGNORE INTO store_notes(key, value) VALUES (?, ?)", (_RAW_INCOMPLETE, reason)
+            "INSERT OR IGNORE INTO store_notes(key, value) VALUES (?, ?)", (RAW_INCOMPLETE, reason)
         )
-
-    def rebuild(self, *, force: bool = False) -> IngestResult:
-        """Fold the state rows again from the raw events alone, in the order they were stored and
-        with the times they were received: the rows this version folds from what was accepted
-        (after an upgrade). The rows are dropped first; raw events, spans and log lines are kept.
-        Stopped part way, running it again finishes it. Refused (StoreError) when some rows have no
-        raw events (`force` rebuilds anyway, without them)."""
-        noted = self._query("SELECT value FROM store_notes WHERE key = ?", (_RAW_INCOMPLETE,))
-        if noted and not force:
-            raise StoreError(f"some rows have no raw events to rebuild them from: {noted[0][0]}")
-        with self._transaction() as db:
-            db.execute("DELETE FROM state_rows")
-        total = IngestResult()
-        blocks = self._query("SELECT rowid, received FROM raw_events ORDER BY rowid")
-        for rowid, received in blocks:
-            rows = self._query("SELECT data FROM raw_events WHERE rowid = ?", (rowid,))
-            text = raw_events.decompress(rows[0][0])
-            posted, invalid = _posted(text)
-            result = self._ingest_posted([posted], received, {})
-            total.duplicates += result.duplicates
-            total.ignored += result.ignored
-            total.invalid += invalid + [refusal.reason for refusal in result.refused]
-            for event_type, count in result.by_type.items():
-                total.by_type[event_type] = total.by_type.get(event_type, 0) + count
-        self._totals.clear()
-        return total
 
     # -- retention -----------------------------------------------------------------------------
 
@@ -927,115 +565,3 @@ class EventStore:
             self._query(f"PRAGMA {name}")[0][0] for name in ("page_count", "freelist_count", "page_size")
         )
         return int((pages - free) * size)
-
-    def drop_session(self, name: str) -> int:
-        """Delete a session's rows, raw events and record; returns its rows deleted. The rows go
-        DROP_CHUNK at a time, a transaction each, so folds and reads go on in between; the record
-        goes last (while it is there, the session's reads keep filtering by it)."""
-        deleted = 0
-        while True:
-            with self._transaction() as db:
-                gone = db.execute(
-                    "DELETE FROM state_rows WHERE rowid IN"
-                    " (SELECT rowid FROM state_rows WHERE session = ? LIMIT ?)",
-                    (name, DROP_CHUNK),
-                ).rowcount
-            deleted += gone
-            if gone < DROP_CHUNK:
-                break
-        with self._transaction() as db:
-            db.execute("DELETE FROM raw_events WHERE session = ?", (name,))
-            db.execute("DELETE FROM sessions WHERE name = ?", (name,))
-        return deleted
-
-    def _rows(self) -> int:
-        return int(self._query("SELECT COUNT(*) FROM state_rows")[0][0])
-
-    def _over(self, max_rows: int | None, max_bytes: int | None) -> bool:
-        return (max_rows is not None and self._rows() > max_rows) or (
-            max_bytes is not None and self.used_bytes() > max_bytes
-        )
-
-    def prune(
-        self,
-        *,
-        max_age_s: float | None,
-        max_rows: int | None,
-        max_bytes: int | None = None,
-        now: float | None = None,
-    ) -> int:
-        """Apply the retention, a whole session at a time, oldest first; returns the state rows
-        deleted. A session whose last event is older than `max_age_s` goes. While the store holds
-        more than `max_rows` state rows or `max_bytes` of pages in use, its oldest session goes,
-        the newest one never: over a bound alone, it loses its oldest raw event blocks, then its
-        least recently updated rows. Spans and log lines go by age."""
-        current = time.time() if now is None else now
-        deleted = 0
-        times = self._session_times()
-        if max_age_s is not None:
-            cutoff = current - max_age_s
-            for name, _, last in times:
-                if last < cutoff:
-                    deleted += self.drop_session(name)
-            times = [entry for entry in times if entry[2] >= cutoff]
-        while len(times) > 1 and self._over(max_rows, max_bytes):
-            deleted += self.drop_session(times.pop(0)[0])
-        if max_bytes is not None:
-            for _ in range(20):  # a tenth of the raw blocks at a time, then a tenth of the rows
-                if self.used_bytes() <= max_bytes:
-                    break
-                with self._transaction() as db:
-                    blocks = db.execute("SELECT COUNT(*) FROM raw_events").fetchone()[0]
-                    if blocks:
-                        self._note_raw_incomplete("retention dropped raw events of rows it kept")
-                        db.execute(
-                            "DELETE FROM raw_events WHERE rowid IN"
-                            " (SELECT rowid FROM raw_events ORDER BY received LIMIT ?)",
-                            (max(1, blocks // 10),),
-                        )
-                    else:
-                        deleted += db.execute(
-                            "DELETE FROM state_rows WHERE rowid IN"
-                            " (SELECT rowid FROM state_rows ORDER BY updated LIMIT ?)",
-                            (max(1, self._rows_unlocked(db) // 10),),
-                        ).rowcount
-        with self._transaction() as db:
-            if max_rows is not None:
-                deleted += db.execute(
-                    "DELETE FROM state_rows WHERE rowid IN"
-                    " (SELECT rowid FROM state_rows ORDER BY updated DESC LIMIT -1 OFFSET ?)",
-                    (max_rows,),
-                ).rowcount
-            if max_age_s is not None:
-                cutoff_row = (current - max_age_s,)
-                for table in ("spans", "log_lines"):
-                    db.execute(f"DELETE FROM {table} WHERE received < ?", cutoff_row)
-        return deleted
-
-    @staticmethod
-    def _rows_unlocked(db: sqlite3.Connection) -> int:
-        return int(db.execute("SELECT COUNT(*) FROM state_rows").fetchone()[0])
-
-
-def _posted(text: bytes) -> tuple[Accepted, list[str]]:
-    """A kept JSON array read as `serve` reads a POST: its text for the compiled fold where it is
-    built (only the items it leaves to Python read here), else each item's Prepared."""
-    scanned = scan(text)
-    errors: list[str] = []
-    if scanned is None:
-        prepared: list[Prepared] = []
-        for position, item in enumerate(orjson.loads(text)):
-            try:
-                prepared.append(prepare(item))
-            except ValueError as exc:
-                errors.append(f"[{position}]: {exc}")
-        return prepared, errors
-    items, places, index = scanned
-    odd: dict[int, Prepared | None] = {}
-    for position, start, end in places:
-        try:
-            odd[position] = prepare(orjson.loads(text[start:end]))
-        except ValueError as exc:
-            odd[position] = None
-            errors.append(f"[{position}]: {exc}")
-    return PostedBody(text, items - len(errors), odd, index), errors

@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ray_otel_events.store.backend import Store
-from ray_otel_events.store.sqlite_store import ColumnFilter, Selection
+from ray_otel_events.store.backend import ColumnFilter, Selection, Store
 from ray_otel_events.store.state_merge import (
     ACTORS,
     ID_COLUMN,

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ray_otel_events.store import state_query
-from ray_otel_events.store.backend import Store
-from ray_otel_events.store.sqlite_store import ORDERS, ColumnFilter
+from ray_otel_events.store.backend import ColumnFilter, Store
+from ray_otel_events.store.sql_reads import ORDERS
 from ray_otel_events.store.state_merge import ACTORS, ID_COLUMN, JOBS, TASKS, Row, field_value
 
 RAY_VERSION = "2.60.0"  # the state API contract we answer to

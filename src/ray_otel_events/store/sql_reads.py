@@ -1,0 +1,435 @@
+"""The reads both store backends answer with the same SQL: pages of rows, counts, sessions,
+spans, task logs and kept raw events.
+
+One implementation (`SqlReads`), so SQLite and PostgreSQL give the same answers by construction;
+what differs in their SQL (placeholders, case-insensitive text, the column that orders inserts,
+PostgreSQL's escaped NUL) is a `SqlDialect` each backend names. A backend supplies its connection
+(`_query`), its `generation` and its bytes on disk; its schema, locking and writes stay its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ray_otel_events.store import raw_events
+from ray_otel_events.store.backend import ColumnFilter, Selection, Window
+from ray_otel_events.store.state_merge import INDEXED_COLUMNS, Row
+
+# The indexed columns holding text, compared ignoring case (the others are integers).
+TEXT_COLUMNS = ("state", "job", "name", "func", "node", "worker", "kind", "error")
+SESSION_COUNTED = ("jobs", "tasks", "actors", "nodes")
+WINDOW_SLACK_S = 60.0  # spans and log lines may arrive this long before or after a session's events
+
+ORDERS = {
+    "updated": "updated",
+    "start": "start_ms",
+    "end": "end_ms",
+    "duration": "(end_ms - start_ms)",
+    "name": "name",
+    "func": "func",
+    "state": "state",
+    "node": "node",
+    "error": "error",
+}
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+@dataclass(frozen=True)
+class SqlDialect:
+    """Where one backend's SQL differs from the other's in what they share (sql_reads, sql_upkeep)."""
+
+    mark: str  # a parameter's placeholder
+    id_mark: str  # the placeholder compared with entity_id (case-insensitive on both)
+    false: str  # a condition never true
+    negated: str  # `{}` not true (a NULL comparison counts as not true)
+    like: str  # matches a pattern ignoring case
+    text_out: str  # `{}`, a text column as the client reads it
+    serial: str  # the column of raw_events and log_lines that orders their inserts
+    row_ref: str  # what names one row of state_rows in a DELETE
+    no_limit: str  # the LIMIT of a query with an OFFSET and no bound
+    byte_length: str  # the function giving a blob's bytes
+    bytewise: str  # appended to a text column to order it bytewise
+    # What a store written before sessions and raw events were kept raises when they are read.
+    missing_table: tuple[type[Exception], ...] = ()
+    enc: Callable[[Any], Any] = _same  # a parameter as stored
+    dec: Callable[[Any], Any] = _same  # a stored text as it was given
+
+    def decoded(self, rows: list[Any]) -> list[Any]:
+        """`rows` with every value as it was given."""
+        if self.dec is _same:
+            return rows
+        return [tuple(self.dec(value) for value in row) for row in rows]
+
+    def condition(self, f: ColumnFilter) -> tuple[str, list[Any]]:
+        """SQL for a filter. Equality is `=`, so indexes serve it."""
+        if f.column not in (*INDEXED_COLUMNS, "entity_id", "attempt", "session"):
+            raise ValueError(f"{f.column!r} is not an indexed column")
+        params: list[Any]
+        if f.column in ("attempt", "start_ms", "end_ms"):
+            try:
+                sql, params = f"{f.column} = {self.mark}", [int(f.value)]
+            except ValueError:
+                sql, params = self.false, []
+        else:
+            sql, params = f"{f.column} = {self.mark}", [self.enc(f.value)]
+            if null_like(f.value):
+                sql = f"({sql} OR {f.column} IS NULL OR {f.column} = '')"
+        return (sql, params) if f.equal else (self.negated.format(sql), params)
+
+    def where(
+        self, resource: str, filters: Sequence[ColumnFilter], search: str = "", session: str | None = None
+    ) -> tuple[str, list[Any]]:
+        """The WHERE clause and its parameters for a resource's rows passing `filters` and
+        `search`, of `session` when it is not None."""
+        where, params = [f"resource = {self.mark}"], [resource]
+        if session is not None:
+            where.append(f"session = {self.mark}")
+            params.append(self.enc(session))
+        for f in filters:
+            sql, values = self.condition(f)
+            where.append(sql)
+            params += values
+        if search:
+            escaped = self.enc(search).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            where.append(
+                "("
+                + " OR ".join(
+                    f"{c} {self.like} {self.mark} ESCAPE '\\'" for c in ("entity_id", "name", "func", "error")
+                )
+                + ")"
+            )
+            params += ["%" + escaped + "%"] * 4
+        return " AND ".join(where), params
+
+
+def null_like(value: str) -> bool:
+    return value.lower() in ("", "none", "null")
+
+
+class SqlReads(ABC):
+    """The store's reads over `_query`, in the backend's `dialect` (see the module doc)."""
+
+    dialect: SqlDialect
+
+    def __init__(self) -> None:
+        self._totals: dict[tuple[str, str | None], tuple[int, int]] = {}
+        self._session_names: tuple[int, list[str]] = (-1, [])
+        self._session_counts: tuple[int, dict[str, dict[str, int]]] = (-1, {})
+
+    @property
+    @abstractmethod
+    def generation(self) -> int:
+        """Moves on every write: what is counted once per generation is counted again."""
+
+    @abstractmethod
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """The rows `sql` answers, on the backend's reading connection."""
+
+    @abstractmethod
+    def _stored_bytes(self) -> int:
+        """The store's bytes on disk, for `size`."""
+
+    # -- rows ----------------------------------------------------------------------------------
+
+    def select(
+        self,
+        resource: str,
+        filters: Sequence[ColumnFilter] = (),
+        *,
+        keep: Callable[[Row], bool] | None = None,
+        search: str = "",
+        order: str = "updated",
+        descending: bool = True,
+        limit: int = 100,
+        offset: int = 0,
+        session: str | None = None,
+    ) -> Selection:
+        """A page of a resource's rows (of `session` when given, else of all): `filters` run in
+        SQL, `keep` (for fields with no column) on the rows SQL returns; `matched` counts rows
+        passing both. `search` is a substring of the id, name, function or error type."""
+        if order not in ORDERS:
+            raise ValueError(f"cannot sort by {order!r}; one of {', '.join(ORDERS)}")
+        session = self._scope(session)
+        clause, params = self.dialect.where(resource, filters, search, session)
+        direction = "DESC" if descending else "ASC"
+        column = ORDERS[order]
+        # Sorting by `updated` (never NULL) follows an index, so a page stops after `limit` rows.
+        ordering = (
+            f"updated {direction}"
+            if order == "updated"
+            else f"{column} IS NULL, {column} {direction}, updated DESC"
+        )
+        query = f"SELECT data FROM state_rows WHERE {clause} ORDER BY {ordering}"
+        total = self.total(resource, session)
+        if keep is None:
+            matched = self._matched(resource, filters, search, session)
+            mark = self.dialect.mark
+            found = self._query(f"{query} LIMIT {mark} OFFSET {mark}", [*params, limit, offset])
+            return Selection(total, matched, [orjson.loads(r[0]) for r in found])
+        rows: list[Row] = []
+        matched = 0
+        for (data,) in self._query(query, params):
+            row = orjson.loads(data)
+            if keep(row):
+                if offset <= matched < offset + limit:
+                    rows.append(row)
+                matched += 1
+        return Selection(total, matched, rows)
+
+    def total(self, resource: str, session: str | None = None) -> int:
+        """Rows of a resource (of a session), counted once per generation (a scan over its rows)."""
+        session = self._scope(session)
+        generation = self.generation
+        cached = self._totals.get((resource, session))
+        if cached is None or cached[0] != generation:
+            count = self._count(resource, (), session=session)
+            cached = self._totals[(resource, session)] = (generation, count)
+        return cached[1]
+
+    def _count(
+        self, resource: str, filters: Sequence[ColumnFilter], search: str = "", session: str | None = None
+    ) -> int:
+        clause, params = self.dialect.where(resource, filters, search, session)
+        return int(self._query(f"SELECT COUNT(*) FROM state_rows WHERE {clause}", params)[0][0])
+
+    def _matched(
+        self, resource: str, filters: Sequence[ColumnFilter], search: str, session: str | None
+    ) -> int:
+        """Rows matching the filters. One `!=` (Ray's default leaves out drivers that way) is counted
+        as all minus the equal ones: two index lookups instead of a scan of every row."""
+        negative = [f for f in filters if not f.equal]
+        if len(negative) != 1 or search or null_like(negative[0].value):
+            return self._count(resource, filters, search, session)
+        others = [f for f in filters if f.equal]
+        base = self._count(resource, others, session=session) if others else self.total(resource, session)
+        equal = dataclasses.replace(negative[0], equal=True)
+        return base - self._count(resource, [*others, equal], session=session)
+
+    def counts(self, resource: str, *columns: str, session: str | None = None) -> list[tuple[Any, ...]]:
+        """(values of `columns`..., count) of the resource's rows (of a session), grouped by those
+        columns."""
+        for column in columns:
+            if column not in INDEXED_COLUMNS:
+                raise ValueError(f"{column!r} is not an indexed column")
+        names = ", ".join(columns)
+        selected = ", ".join(self.dialect.text_out.format(c) if c in TEXT_COLUMNS else c for c in columns)
+        clause, params = self.dialect.where(resource, (), "", self._scope(session))
+        found = self._query(
+            f"SELECT {selected}, COUNT(*) FROM state_rows WHERE {clause} GROUP BY {names}", params
+        )
+        return self.dialect.decoded(found)
+
+    def entity_rows(
+        self, resource: str, entity_id: str, session: str | None = None
+    ) -> list[tuple[int, str, Row]]:
+        """(attempt, session, row) of every row of one entity: of every session, or of `session`."""
+        d = self.dialect
+        sql = (
+            "SELECT attempt, session, data FROM state_rows"
+            f" WHERE resource = {d.mark} AND entity_id = {d.id_mark}"
+        )
+        params: list[Any] = [resource, d.enc(entity_id.lower())]
+        if session is not None:
+            sql += f" AND session = {d.mark}"
+            params.append(d.enc(session))
+        found = self._query(sql, params)
+        return [(attempt, d.dec(name), orjson.loads(data)) for attempt, name, data in found]
+
+    def size(self) -> dict[str, int]:
+        """Rows per table and the store's bytes on disk, for the bench and /metrics."""
+        out = {
+            table: int(self._query(f"SELECT COUNT(*) FROM {table}")[0][0])
+            for table in ("state_rows", "spans", "log_lines")
+        }
+        out["bytes"] = self._stored_bytes()
+        return out
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def _scope(self, session: str | None) -> str | None:
+        """The session filter a read needs: none when the store holds that session only (every
+        row is its own, and the plans stay those of a one-session store)."""
+        if session is None:
+            return None
+        return None if self.sessions() == [session] else session
+
+    def sessions(self) -> list[str]:
+        """Session names, oldest first (by the last event stored for each)."""
+        generation = self.generation
+        cached = self._session_names
+        if cached[0] != generation:
+            cached = self._session_names = (generation, [name for name, _, _ in self._session_times()])
+        return cached[1]
+
+    def _session_times(self) -> list[tuple[str, float, float]]:
+        """(name, first seen, last seen) of every session, oldest last-seen first."""
+        d = self.dialect
+        try:
+            found = self._query(
+                f"SELECT name, first_seen, last_seen FROM sessions ORDER BY last_seen, name{d.bytewise}"
+            )
+        except d.missing_table:  # a store written before sessions were kept, opened read-only
+            found = self._query(
+                "SELECT session, MIN(updated), MAX(updated) FROM state_rows GROUP BY session"
+                f" ORDER BY MAX(updated), session{d.bytewise}"
+            )
+        return [(d.dec(name), float(first), float(last)) for name, first, last in found]
+
+    def newest_session(self) -> str | None:
+        """The session whose last event was stored last (None in an empty store)."""
+        names = self.sessions()
+        return names[-1] if names else None
+
+    def session_list(self) -> list[dict[str, Any]]:
+        """Every session, newest first: name, first and last event stored (epoch seconds), and its
+        rows of jobs, tasks (attempts), actors and nodes (counted once per generation)."""
+        generation = self.generation
+        cached = self._session_counts
+        if cached[0] != generation:
+            counts: dict[str, dict[str, int]] = {}
+            for session, resource, count in self._query(
+                "SELECT session, resource, COUNT(*) FROM state_rows GROUP BY session, resource"
+            ):
+                counts.setdefault(self.dialect.dec(session), {})[resource] = int(count)
+            cached = self._session_counts = (generation, counts)
+        return [
+            {
+                "name": name,
+                "first_seen": first,
+                "last_seen": last,
+                **{resource: cached[1].get(name, {}).get(resource, 0) for resource in SESSION_COUNTED},
+            }
+            for name, first, last in reversed(self._session_times())
+        ]
+
+    def session_window(self, name: str | None) -> Window | None:
+        """When spans and log lines of session `name` were received, as near as the store knows
+        (they carry no session): from its first event stored to its last, with WINDOW_SLACK_S either
+        side. None when the store holds one session or none (nothing to tell apart)."""
+        times = self._session_times()
+        if len(times) < 2:
+            return None
+        for session, first, last in times:
+            if session == name:
+                return (first - WINDOW_SLACK_S, last + WINDOW_SLACK_S)
+        return None
+
+    # -- spans and log lines -------------------------------------------------------------------
+
+    def _received(self, sql: str, params: list[Any], received: Window | None) -> tuple[str, list[Any]]:
+        """`sql` narrowed to what was received within `received`, when given."""
+        if received is None:
+            return sql, params
+        mark = self.dialect.mark
+        return f"{sql} AND received BETWEEN {mark} AND {mark}", [*params, *received]
+
+    def spans_of_task(self, task_id: str, received: Window | None = None) -> list[dict[str, Any]]:
+        """A task's spans (received within `received`, when given)."""
+        d = self.dialect
+        sql, params = self._received(
+            f"SELECT data FROM spans WHERE task_id = {d.mark}", [d.enc(task_id.lower())], received
+        )
+        return [orjson.loads(r[0]) for r in self._query(sql + " ORDER BY start_ns", params)]
+
+    def trace(self, trace_id: str) -> list[dict[str, Any]]:
+        d = self.dialect
+        found = self._query(
+            f"SELECT data FROM spans WHERE trace_id = {d.mark} ORDER BY start_ns", (d.enc(trace_id.lower()),)
+        )
+        return [orjson.loads(r[0]) for r in found]
+
+    def task_logs(self, task_id: str, received: Window | None = None) -> list[dict[str, Any]]:
+        """A task's lines: those naming it, and those written inside one of its spans (received
+        within `received`, when given), in the order written (ties in the order stored)."""
+        d = self.dialect
+        task = d.enc(task_id.lower())
+        sql, params = self._received(
+            f"SELECT data FROM log_lines WHERE (task_id = {d.mark} OR (task_id IS NULL AND span_id IN"
+            f" (SELECT span_id FROM spans WHERE task_id = {d.mark})))",
+            [task, task],
+            received,
+        )
+        return [orjson.loads(r[0]) for r in self._query(f"{sql} ORDER BY ts_ns, {d.serial}", params)]
+
+    def recent_traces(self, limit: int = 20, received: Window | None = None) -> list[dict[str, Any]]:
+        """The newest traces (of spans received within `received`, when given): id, root span
+        name, start, end and span count."""
+        d = self.dialect
+        within, params = (
+            ("", [limit])
+            if received is None
+            else (f" WHERE received BETWEEN {d.mark} AND {d.mark}", [*received, limit])
+        )
+        found = self._query(
+            "SELECT trace_id, MIN(start_ns), MAX(end_ns), COUNT(*),"
+            " (SELECT name FROM spans r WHERE r.trace_id = s.trace_id ORDER BY start_ns LIMIT 1)"
+            f" FROM spans s{within} GROUP BY trace_id ORDER BY MIN(start_ns) DESC LIMIT {d.mark}",
+            params,
+        )
+        return [
+            {"trace_id": d.dec(t), "start_ns": start, "end_ns": end, "spans": n, "root": d.dec(root)}
+            for t, start, end, n, root in found
+        ]
+
+    # -- raw events ----------------------------------------------------------------------------
+
+    def raw_texts(self, session: str, event_ids: Iterable[str], before: float) -> list[dict[str, Any]]:
+        """The kept events of `session` with these ids, oldest first, read from the raw events
+        stored up to `before`, newest first until each id is found (an entity's events are
+        usually near its last update)."""
+        d = self.dialect
+        wanted = set(event_ids)
+        blocks = self._query(
+            f"SELECT {d.serial} FROM raw_events WHERE session = {d.mark} AND received <= {d.mark}"
+            f" ORDER BY received DESC, {d.serial} DESC",
+            (d.enc(session), before),
+        )
+        found: list[tuple[int, int, dict[str, Any]]] = []
+        for (block,) in blocks:
+            if not wanted:
+                break
+            rows = self._query(f"SELECT data FROM raw_events WHERE {d.serial} = {d.mark}", (block,))
+            if not rows:
+                continue
+            text = raw_events.decompress(bytes(rows[0][0]))
+            if not any(event_id.encode() in text for event_id in wanted):
+                continue
+            for position, event in enumerate(orjson.loads(text)):
+                event_id = event.get("eventId") if isinstance(event, dict) else None
+                if event_id in wanted:
+                    wanted.discard(event_id)
+                    found.append((block, position, event))
+        return [event for _, _, event in sorted(found, key=lambda item: (item[0], item[1]))]
+
+    def new_fields(self, resource: str, entity_id: str, attempt: int, session: str) -> dict[str, Any]:
+        """Fields of a row's kept events that this version's schema does not name (a later Ray's):
+        `raw_events.new_fields` of them."""
+        d = self.dialect
+        found = self._query(
+            f"SELECT updated, event_ids FROM state_rows WHERE resource = {d.mark}"
+            f" AND entity_id = {d.id_mark} AND attempt = {d.mark} AND session = {d.mark}",
+            (resource, d.enc(entity_id.lower()), attempt, d.enc(session)),
+        )
+        if not found:
+            return {}
+        updated, ids = found[0]
+        try:
+            return raw_events.new_fields(self.raw_texts(session, d.dec(ids).split(), updated))
+        except d.missing_table:  # a store written before raw events were kept, opened read-only
+            return {}
+
+    def raw_size(self) -> dict[str, int]:
+        """Raw event blocks kept and their compressed bytes."""
+        blocks, size = self._query(
+            f"SELECT COUNT(*), COALESCE(SUM({self.dialect.byte_length}(data)), 0) FROM raw_events"
+        )[0]
+        return {"blocks": int(blocks), "bytes": int(size)}

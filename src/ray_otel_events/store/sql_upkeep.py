@@ -1,0 +1,167 @@
+"""The upkeep both store backends run with the same SQL: retention (`prune`, `drop_session`) and
+`rebuild` from the kept raw events.
+
+One implementation, so a bound or a rebuild removes and refolds the same rows on SQLite and on
+PostgreSQL; a backend gives its write transaction (`_transaction`), what its bytes in use are
+(`used_bytes`) and its intake (`ingest_posted`, through which `rebuild` refolds).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+from ray_otel_events.store import raw_events
+from ray_otel_events.store.backend import IngestResult, StoreError
+from ray_otel_events.store.posted_body import Accepted, read_posted
+from ray_otel_events.store.sql_reads import SqlReads
+
+DROP_CHUNK = 20_000  # rows deleted per transaction when a session is dropped
+# The store note saying why `rebuild` would lose rows: some were folded from events whose text is
+# not kept.
+RAW_INCOMPLETE = "raw_incomplete"
+
+
+class SqlUpkeep(SqlReads):
+    """Retention and rebuild over the backend's `_transaction` (see the module doc)."""
+
+    @abstractmethod
+    def _transaction(self) -> contextlib.AbstractContextManager[Any]:
+        """One write transaction, yielding what `execute`s in it (a connection); once it is
+        committed, the generation moves."""
+
+    @abstractmethod
+    def used_bytes(self) -> int:
+        """The bytes `prune`'s `max_bytes` bounds."""
+
+    @abstractmethod
+    def ingest_posted(
+        self, posts: list[Accepted], *, now: float | None = None, bodies: Sequence[bytes] | None = None
+    ) -> Any:
+        """The backend's intake (returns an IngestResult)."""
+
+    def rebuild(self, *, force: bool = False) -> IngestResult:
+        """Fold the state rows again from the raw events alone, in the order they were stored and
+        with the times they were received: the rows this version folds from what was accepted
+        (after an upgrade). The rows are dropped first; raw events, spans and log lines are kept.
+        Stopped part way, running it again finishes it. Refused (StoreError) when some rows have no
+        raw events (`force` rebuilds anyway, without them)."""
+        d = self.dialect
+        noted = self._query(f"SELECT value FROM store_notes WHERE key = {d.mark}", (RAW_INCOMPLETE,))
+        if noted and not force:
+            raise StoreError(f"some rows have no raw events to rebuild them from: {noted[0][0]}")
+        with self._transaction() as db:
+            db.execute("DELETE FROM state_rows")
+        total = IngestResult()
+        for block, received in self._query(
+            f"SELECT {d.serial}, received FROM raw_events ORDER BY {d.serial}"
+        ):
+            rows = self._query(f"SELECT data FROM raw_events WHERE {d.serial} = {d.mark}", (block,))
+            posted, invalid = read_posted(raw_events.decompress(bytes(rows[0][0])))
+            result: IngestResult = self.ingest_posted([posted], now=float(received))
+            total.duplicates += result.duplicates
+            total.ignored += result.ignored
+            total.invalid += invalid + [refusal.reason for refusal in result.refused]
+            for event_type, count in result.by_type.items():
+                total.by_type[event_type] = total.by_type.get(event_type, 0) + count
+        self._totals.clear()
+        return total
+
+    def drop_session(self, name: str) -> int:
+        """Delete a session's rows, raw events and record; returns its rows deleted. The rows go
+        DROP_CHUNK at a time, a transaction each, so folds and reads go on in between; the record
+        goes last (while it is there, the session's reads keep filtering by it)."""
+        d = self.dialect
+        deleted = 0
+        while True:
+            with self._transaction() as db:
+                gone = int(
+                    db.execute(
+                        f"DELETE FROM state_rows WHERE {d.row_ref} IN"
+                        f" (SELECT {d.row_ref} FROM state_rows WHERE session = {d.mark} LIMIT {d.mark})",
+                        (d.enc(name), DROP_CHUNK),
+                    ).rowcount
+                )
+            deleted += gone
+            if gone < DROP_CHUNK:
+                break
+        with self._transaction() as db:
+            db.execute(f"DELETE FROM raw_events WHERE session = {d.mark}", (d.enc(name),))
+            db.execute(f"DELETE FROM sessions WHERE name = {d.mark}", (d.enc(name),))
+        return deleted
+
+    def _rows(self) -> int:
+        return int(self._query("SELECT COUNT(*) FROM state_rows")[0][0])
+
+    def _over(self, max_rows: int | None, max_bytes: int | None) -> bool:
+        return (max_rows is not None and self._rows() > max_rows) or (
+            max_bytes is not None and self.used_bytes() > max_bytes
+        )
+
+    def prune(
+        self,
+        *,
+        max_age_s: float | None,
+        max_rows: int | None,
+        max_bytes: int | None = None,
+        now: float | None = None,
+    ) -> int:
+        """Apply the retention, a whole session at a time, oldest first; returns the state rows
+        deleted. A session whose last event is older than `max_age_s` goes. While the store holds
+        more than `max_rows` state rows or more than `max_bytes` in use, its oldest session goes,
+        the newest one never: over a bound alone, it loses its oldest raw event blocks, then its
+        least recently updated rows. Spans and log lines go by age."""
+        d = self.dialect
+        current = time.time() if now is None else now
+        deleted = 0
+        times = self._session_times()
+        if max_age_s is not None:
+            cutoff = current - max_age_s
+            for name, _, last in times:
+                if last < cutoff:
+                    deleted += self.drop_session(name)
+            times = [entry for entry in times if entry[2] >= cutoff]
+        while len(times) > 1 and self._over(max_rows, max_bytes):
+            deleted += self.drop_session(times.pop(0)[0])
+        if max_bytes is not None:
+            for _ in range(20):  # a tenth of the raw blocks at a time, then a tenth of the rows
+                if self.used_bytes() <= max_bytes:
+                    break
+                with self._transaction() as db:
+                    blocks = int(db.execute("SELECT COUNT(*) FROM raw_events").fetchone()[0])
+                    if blocks:
+                        db.execute(
+                            f"INSERT INTO store_notes(key, value) VALUES ({d.mark}, {d.mark})"
+                            " ON CONFLICT DO NOTHING",
+                            (RAW_INCOMPLETE, "retention dropped raw events of rows it kept"),
+                        )
+                        db.execute(
+                            f"DELETE FROM raw_events WHERE {d.serial} IN (SELECT {d.serial} FROM raw_events"
+                            f" ORDER BY received, {d.serial} LIMIT {d.mark})",
+                            (max(1, blocks // 10),),
+                        )
+                    else:
+                        rows = int(db.execute("SELECT COUNT(*) FROM state_rows").fetchone()[0])
+                        deleted += int(
+                            db.execute(
+                                f"DELETE FROM state_rows WHERE {d.row_ref} IN"
+                                f" (SELECT {d.row_ref} FROM state_rows ORDER BY updated LIMIT {d.mark})",
+                                (max(1, rows // 10),),
+                            ).rowcount
+                        )
+        with self._transaction() as db:
+            if max_rows is not None:
+                deleted += int(
+                    db.execute(
+                        f"DELETE FROM state_rows WHERE {d.row_ref} IN (SELECT {d.row_ref} FROM state_rows"
+                        f" ORDER BY updated DESC {d.no_limit} OFFSET {d.mark})",
+                        (max_rows,),
+                    ).rowcount
+                )
+            if max_age_s is not None:
+                for table in ("spans", "log_lines"):
+                    db.execute(f"DELETE FROM {table} WHERE received < {d.mark}", (current - max_age_s,))
+        return deleted
