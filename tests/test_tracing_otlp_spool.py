@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from helpers.agg_procs import free_port
 from helpers.otlp_counting_receiver import OtlpReceiver
-from helpers.ray_cluster import stop_cluster
+from helpers.ray_cluster import start_head, stop_cluster
 from helpers.tracing_procs import HELPERS, OTLP_HOOK, run_pool, script_env
 
 from ray_otel_events.tracing.spool import (
@@ -180,27 +180,7 @@ def test_ending_the_cluster_under_a_running_job_loses_no_finished_task(
     env = _env(receiver, spool_root, RAY_ADDRESS=f"127.0.0.1:{port}")
     driver = None
     try:
-        started = subprocess.run(
-            [
-                str(Path(sys.executable).with_name("ray")),
-                "start",
-                "--head",
-                "--num-cpus=2",
-                f"--port={port}",
-                "--node-ip-address=127.0.0.1",
-                f"--ray-client-server-port={free_port()}",
-                "--include-dashboard=false",
-                "--dashboard-agent-listen-port=0",
-                f"--temp-dir={temp_dir}",
-                "--disable-usage-stats",
-                f"--tracing-startup-hook={OTLP_HOOK}",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        assert started.returncode == 0, started.stdout + started.stderr
+        start_head(env, temp_dir, port, num_cpus=2, tracing_hook=OTLP_HOOK)
         driver = subprocess.Popen(
             [sys.executable, DRIVER, "stream"],
             env=env,

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from helpers.agg_procs import CliServer, free_port, read_jsonl
-from helpers.ray_cluster import stop_cluster
+from helpers.ray_cluster import start_head, stop_cluster
 from helpers.tracing_procs import HELPERS, LOCAL_HOOK, script_env, sid, spans_by_pid
 
 pytest.importorskip("ray")
@@ -128,27 +128,7 @@ def cli_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
         },
     )
     try:
-        started = subprocess.run(
-            [
-                str(Path(sys.executable).with_name("ray")),
-                "start",
-                "--head",
-                "--num-cpus=2",
-                f"--port={port}",
-                "--node-ip-address=127.0.0.1",
-                f"--ray-client-server-port={free_port()}",
-                "--include-dashboard=false",
-                "--dashboard-agent-listen-port=0",
-                f"--temp-dir={temp_dir}",
-                "--disable-usage-stats",
-                f"--tracing-startup-hook={LOCAL_HOOK}",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        assert started.returncode == 0, started.stdout + started.stderr
+        start_head(env, temp_dir, port, num_cpus=2, tracing_hook=LOCAL_HOOK)
         yield {
             "env": env,
             "spans": base / "spans",

@@ -26,7 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from helpers.agg_procs import free_port
-from helpers.ray_cluster import ray_bin, stop_cluster
+from helpers.ray_cluster import start_head, stop_cluster
 from helpers.tracing_procs import HELPERS, read_lines
 
 SERVE_EXPORTER = "ray_otel_events.tracing.serve:span_processors"
@@ -63,27 +63,7 @@ def serve_cluster(hook: str, env: dict[str, str], ratio: float) -> Iterator[dict
         "RAY_SERVE_TRACING_SAMPLING_RATIO": str(ratio),
     }
     try:
-        started = subprocess.run(
-            [
-                ray_bin(),
-                "start",
-                "--head",
-                "--num-cpus=1",
-                f"--port={port}",
-                "--node-ip-address=127.0.0.1",
-                f"--ray-client-server-port={free_port()}",
-                "--include-dashboard=false",
-                "--dashboard-agent-listen-port=0",
-                f"--temp-dir={temp_dir}",
-                "--disable-usage-stats",
-                f"--tracing-startup-hook={hook}",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        assert started.returncode == 0, started.stdout + started.stderr
+        start_head(env, temp_dir, port, tracing_hook=hook)
         yield env
     finally:
         stop_cluster(temp_dir)
