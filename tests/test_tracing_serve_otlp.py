@@ -8,7 +8,6 @@ Same composed application as test_tracing_serve.py (ingress -> handle -> Inner -
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,11 +25,6 @@ from helpers.serve_traces import (
     wait_until_checked,
 )
 from helpers.tracing_procs import OTLP_HOOK, script_env
-
-pytest.importorskip("ray.serve")
-pytest.importorskip("starlette")
-if not Path("/proc/self/cmdline").exists():
-    pytest.skip("finds the cluster's processes through /proc", allow_module_level=True)
 
 pytestmark = pytest.mark.ray
 SAMPLED_A = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

@@ -1,6 +1,8 @@
 """Ray Serve requests as traces, for the tests: a cluster started with one of our hooks and Serve's
 tracing pointed at `ray_otel_events.tracing.serve:span_processors`, the composed app's driver,
 spans read back from span files or OTLP requests, and the structure each request's trace must have.
+A test module that imports it is skipped where Ray Serve or /proc (how the cluster's processes are
+found) is missing.
 """
 
 from __future__ import annotations
@@ -22,12 +24,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from helpers.agg_procs import free_port
 from helpers.ray_cluster import start_head, stop_cluster
 from helpers.tracing_procs import HELPERS, read_lines
+
+pytest.importorskip("ray.serve")
+pytest.importorskip("starlette")
+if not Path("/proc/self/cmdline").exists():
+    pytest.skip("finds the cluster's processes through /proc", allow_module_level=True)
 
 SERVE_EXPORTER = "ray_otel_events.tracing.serve:span_processors"
 APP = str(HELPERS / "serve_app.py")
