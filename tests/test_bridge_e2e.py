@@ -20,6 +20,7 @@ import pytest
 import requests
 from google.protobuf import json_format
 from helpers.agg_procs import read_jsonl
+from helpers.bridge_capture import run_e_bodies, run_e_events
 from helpers.bridge_procs import ServerGroup, otlp_log_records, otlp_spans, post_ray_events, url, wait_until
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
@@ -39,7 +40,6 @@ from ray_otel_events.otel.from_ray_events import trace_id_for_job
 from ray_otel_events.otel.log_records import to_log_record
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
-RUN_E = Path(__file__).parent / "fixtures" / "bridge" / "runE"
 SESSION = "session_2026-11-22_01-37-25_288381_8892"
 ENCODER = RayEventJsonEncoder()
 
@@ -214,17 +214,9 @@ def test_protobuf_response_is_an_empty_message(stack: Stack) -> None:
     assert ExportTraceServiceResponse.FromString(response.content) == ExportTraceServiceResponse()
 
 
-def _capture_events() -> list[RayEvent]:
-    return [
-        json_format.ParseDict(item, RayEvent())
-        for path in sorted(RUN_E.glob("*.body"))
-        for item in orjson.loads(path.read_bytes())
-    ]
-
-
 def test_sdk_log_exporter_ray_events_exactly_and_other_logs_as_records(stack: Stack) -> None:
     marker = uuid.uuid4().hex
-    events = _capture_events()[:40]
+    events = run_e_events()[:40]
     wanted = {e["eventId"] for e in (ENCODER.to_dict(ev) for ev in events)}
     provider = LoggerProvider(resource=Resource.create({"test.marker": marker}))
     exporter = OTLPLogExporter(endpoint=url(stack.bridge, "/v1/logs"))
@@ -259,8 +251,8 @@ def test_ray_events_replay_becomes_one_trace_at_an_otlp_sink(tmp_path: Path) -> 
         bridge = group.bridge(
             "--export-addr", url(events_sink), "--otlp-endpoint", url(otlp_sink), "--terminal-grace", "0.2"
         )
-        for path in sorted(RUN_E.glob("*.body")):
-            post_ray_events(bridge, path.read_bytes())
+        for body in run_e_bodies():
+            post_ray_events(bridge, body)
         # Complete spans go out while the bridge runs; only the detached actor is still open.
         assert len(wait_until(lambda: otlp_spans(otlp_path), 27)) == 27
         stats = bridge.stop()  # SIGTERM: the open actor is flushed as an incomplete span
