@@ -156,3 +156,19 @@ def start(servers: list[CliServer], command: str, *args: str, env: dict[str, str
     server = CliServer(command, *args, env=env)
     servers.append(server)
     return server
+
+
+def start_aggregator(servers: list[CliServer], sink: CliServer, *args: str) -> tuple[CliServer, str]:
+    """An aggregator (`start`) POSTing to `sink`, serving its metrics and probes on a port of their
+    own; returns it and that port's base URL."""
+    metrics_port = free_port()
+    aggregator = start(
+        servers,
+        "aggregator",
+        "--export-addr",
+        f"http://{sink.address}/v1/events",
+        "--metrics-port",
+        str(metrics_port),
+        *args,
+    )
+    return aggregator, f"http://127.0.0.1:{metrics_port}"
