@@ -8,27 +8,23 @@ found) is missing.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import json
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from helpers.agg_procs import free_port
+from helpers.otlp_counting_receiver import OtlpReceiver, attributes_of
 from helpers.ray_cluster import start_head, stop_cluster
 from helpers.tracing_procs import HELPERS, read_lines
 
@@ -122,17 +118,14 @@ def spans_from_files(folder: Path) -> list[Span]:
     return spans
 
 
-def _value(value: AnyValue) -> Any:
-    return getattr(value, str(value.WhichOneof("value")))
-
-
-def spans_from_otlp(bodies: list[bytes]) -> list[Span]:
-    """Every span in OTLP/HTTP trace export bodies; the pid is the resource's `process.pid`."""
+def spans_from_otlp(receiver: OtlpReceiver) -> list[Span]:
+    """Every span `receiver` has had; the pid is the resource's `process.pid`."""
     spans = []
-    for body in bodies:
-        request = ExportTraceServiceRequest.FromString(body)
+    with receiver.lock:
+        requests = list(receiver.traces)
+    for request in requests:
         for resource_spans in request.resource_spans:
-            resource = {kv.key: _value(kv.value) for kv in resource_spans.resource.attributes}
+            resource = attributes_of(resource_spans.resource.attributes)
             pid = int(resource["process.pid"]) if "process.pid" in resource else None
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
@@ -145,46 +138,10 @@ def spans_from_otlp(bodies: list[bytes]) -> list[Span]:
                             pid,
                             span.start_time_unix_nano,
                             span.end_time_unix_nano,
-                            {kv.key: _value(kv.value) for kv in span.attributes},
+                            attributes_of(span.attributes),
                         )
                     )
     return spans
-
-
-class OtlpTraceReceiver:
-    """A tiny OTLP/HTTP receiver on 127.0.0.1: keeps the bodies POSTed to /v1/traces, accepts the rest."""
-
-    def __init__(self) -> None:
-        self.bodies: list[bytes] = []
-        lock = threading.Lock()
-        bodies = self.bodies
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                if self.headers.get("Content-Encoding") == "gzip":
-                    body = gzip.decompress(body)
-                if self.path == "/v1/traces":
-                    with lock:
-                        bodies.append(body)
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    def spans(self) -> list[Span]:
-        return spans_from_otlp(list(self.bodies))
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
 
 def wait_until_checked(read: Callable[[], list[Span]], check: Callable[[list[Span]], None]) -> list[Span]:
