@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.agg_procs import free_port
+from helpers.agg_procs import free_port, run_json_script
 from helpers.otlp_counting_receiver import OtlpReceiver
 from helpers.ray_cluster import start_head, stop_cluster
 from helpers.tracing_procs import HELPERS, OTLP_HOOK, run_pool, script_env
@@ -116,15 +116,9 @@ def _wait_drained(folder: Path, timeout_s: float = 30.0) -> None:
 def _burst(env: dict[str, str], n: int) -> dict[str, Any]:
     temp_dir = tempfile.mkdtemp(prefix="rs", dir="/tmp")
     try:
-        out = subprocess.run(
-            [sys.executable, DRIVER, "burst", OTLP_HOOK, temp_dir, str(n)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
-        summary: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+        summary: dict[str, Any] = run_json_script(
+            [sys.executable, DRIVER, "burst", OTLP_HOOK, temp_dir, str(n)], env, 300
+        )[0]
         return summary
     finally:
         stop_cluster(temp_dir)

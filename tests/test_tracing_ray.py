@@ -8,9 +8,7 @@ its own processes are stopped (by pid), never with `ray stop`, which would stop 
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -19,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.agg_procs import CliServer, free_port, read_jsonl
+from helpers.agg_procs import CliServer, free_port, read_jsonl, run_json_script
 from helpers.ray_cluster import start_head, stop_cluster
 from helpers.tracing_procs import HELPERS, LOCAL_HOOK, script_env, sid, spans_by_pid
 
@@ -35,11 +33,7 @@ RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 
 
 def _run_driver(*args: str, env: dict[str, str]) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, DRIVER, *args], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
-    summary: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    summary: dict[str, Any] = run_json_script([sys.executable, DRIVER, *args], env, 300)[0]
     return summary
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from helpers.agg_procs import free_port
+from helpers.agg_procs import free_port, run_json_script
 from helpers.otlp_counting_receiver import OtlpReceiver, attributes_of
 from helpers.ray_cluster import start_head, stop_cluster
 from helpers.tracing_procs import HELPERS, read_lines
@@ -76,16 +75,10 @@ def serve_cluster(hook: str, env: dict[str, str], ratio: float) -> Iterator[dict
 
 def run_app(env: dict[str, str], ratio: float, requests: list[dict[str, str]]) -> dict[str, Any]:
     """Deploys the composed app, sends `requests`; returns the driver's summary."""
-    out = subprocess.run(
-        [sys.executable, APP, str(free_port()), str(ratio), json.dumps(requests)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
-    summary: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    summary["stderr"] = out.stderr
+    args = [sys.executable, APP, str(free_port()), str(ratio), json.dumps(requests)]
+    summary: dict[str, Any]
+    summary, _, stderr = run_json_script(args, env, 300)
+    summary["stderr"] = stderr
     return summary
 
 
