@@ -22,6 +22,7 @@ from google.protobuf import json_format
 from helpers.agg_procs import read_jsonl
 from helpers.bridge_capture import run_e_bodies, run_e_events
 from helpers.bridge_procs import ServerGroup, otlp_log_records, otlp_spans, post_ray_events, url, wait_until
+from helpers.otlp_logs import emit_ray_events
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -37,7 +38,6 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
 from ray_otel_events.otel import otlp_json, semconv
 from ray_otel_events.otel.from_ray_events import trace_id_for_job
-from ray_otel_events.otel.log_records import to_log_record
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
 SESSION = "session_2026-11-22_01-37-25_288381_8892"
@@ -222,14 +222,7 @@ def test_sdk_log_exporter_ray_events_exactly_and_other_logs_as_records(stack: St
     exporter = OTLPLogExporter(endpoint=url(stack.bridge, "/v1/logs"))
     provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
     logger = provider.get_logger("ray_otel_events")
-    for event in events:
-        fields = to_log_record(event)
-        logger.emit(
-            timestamp=fields.timestamp_ns,
-            body=fields.body,
-            attributes=fields.attributes,
-            event_name=fields.event_name,
-        )
+    emit_ray_events(logger, events)
     logger.emit(body="just a log line", attributes={"k": "v"}, event_name="app.thing", timestamp=123)
     provider.shutdown()
     received = wait_until(

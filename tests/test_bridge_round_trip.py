@@ -16,6 +16,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from helpers.agg_procs import read_jsonl
 from helpers.bridge_capture import run_e_events
 from helpers.bridge_procs import ServerGroup, url, wait_until
+from helpers.otlp_logs import emit_ray_events
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
@@ -157,14 +158,7 @@ def test_round_trip_through_the_bridge_process_with_the_sdk_exporter(tmp_path: P
             SimpleLogRecordProcessor(OTLPLogExporter(endpoint=url(bridge, "/v1/logs")))
         )
         logger = provider.get_logger("ray_otel_events")
-        for event in events:
-            fields = to_log_record(event)
-            logger.emit(
-                timestamp=fields.timestamp_ns,
-                body=fields.body,
-                attributes=fields.attributes,
-                event_name=fields.event_name,
-            )
+        emit_ray_events(logger, events)
         provider.shutdown()
         received = wait_until(lambda: read_jsonl(sink_path), len(events))
         stats = bridge.stop()
