@@ -94,12 +94,14 @@ class Recorder:
 
 
 @asynccontextmanager
-async def http_server(recorder: Recorder, path: str = "/v1/events?x=1") -> AsyncIterator[Recorder]:
+async def http_server(
+    recorder: Recorder, path: str = "/v1/events?x=1", port: int = 0
+) -> AsyncIterator[Recorder]:
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", recorder.handle)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
     port = runner.addresses[0][1]
     recorder.url = f"http://127.0.0.1:{port}{path}"
@@ -302,19 +304,16 @@ def test_unreachable_destination_is_retried_until_it_answers() -> None:
         publisher = make_publisher(url, buffer)
         add(buffer, events_of("ACTOR_DEFINITION_EVENT", 2))
         publisher.start()
-        await wait_until(lambda: count(publisher, pub.FAILED_ATTEMPTS) >= 3)
-        port = int(url.split(":")[2].split("/")[0])
+        await wait_until(
+            lambda: (
+                count(publisher, pub.FAILED_ATTEMPTS) >= 3
+                and count(publisher, pub.FAILURES_BY_STATUS, status="connection") >= 3
+            )
+        )
         second = Recorder()
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", second.handle)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        try:
+        async with http_server(second, port=int(url.split(":")[2].split("/")[0])):
             await wait_until(lambda: count(publisher, pub.PUBLISHED) == 2)
             await stop(publisher, buffer)
-        finally:
-            await runner.cleanup()
         assert len(second.posted_events) == 2
 
     run(body())
@@ -397,34 +396,5 @@ def test_retry_after_is_honoured_over_a_shorter_backoff() -> None:
             await stop(publisher, buffer)
             gap = server.requests[1]["at"] - server.requests[0]["at"]
             assert gap >= 0.95, f"retried after {gap:.3f}s despite Retry-After: 1"
-
-    run(body())
-
-
-def test_connection_refused_is_retried_until_the_destination_is_up() -> None:
-    async def body() -> None:
-        recorder = Recorder()
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", recorder.handle)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        await runner.cleanup()  # the port is known and nothing listens on it now
-        buffer = MultiConsumerEventBuffer(100, 1 << 20)
-        publisher = make_publisher(f"http://127.0.0.1:{port}/", buffer)
-        add(buffer, events_of("TASK_LIFECYCLE_EVENT", 2))
-        publisher.start()
-        await wait_until(lambda: count(publisher, pub.FAILURES_BY_STATUS, status="connection") >= 2)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        try:
-            await wait_until(lambda: count(publisher, pub.PUBLISHED) == 2)
-            await stop(publisher, buffer)
-        finally:
-            await runner.cleanup()
-        assert len(recorder.posted_events) == 2
 
     run(body())
