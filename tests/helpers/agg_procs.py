@@ -131,6 +131,21 @@ def wait_for_lines(path: Path, n: int, timeout_s: float = 60.0) -> list[dict[str
         time.sleep(0.05)
 
 
+def refused_by_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Runs `ray-otel-events ARGS` (environment: `clean_env(env)`), which must refuse them as our
+    commands refuse bad input: exit 2 with a message, no traceback. Returns the finished process."""
+    out = subprocess.run(
+        [sys.executable, "-m", "ray_otel_events", *args],
+        env=clean_env(env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+    return out
+
+
 def run_json_script(args: list[str], env: dict[str, str] | None, timeout_s: float) -> tuple[Any, str, str]:
     """Runs a script that prints its result as its last line, in JSON; returns (that result, its
     stdout, its stderr). Fails the test with the ends of both streams when the script fails."""
