@@ -18,12 +18,6 @@ fi
 if [ -z "$missing" ]; then
     exit 0
 fi
-if ! command -v apt-get >/dev/null 2>&1; then
-    echo "missing:$missing, and apt-get is not available: install them first" >&2
-    exit 1
-fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo -n"; fi
 packages=""
 for name in $missing; do
     case $name in
@@ -37,10 +31,8 @@ for name in $missing; do
     *) packages="$packages $name" ;;
     esac
 done
-echo "installing$packages with apt-get"
-$SUDO apt-get update -qq
 # shellcheck disable=SC2086
-$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $packages
+sh "$(dirname "$0")/apt_install.sh" "${missing# }" $packages
 if ! command -v clang >/dev/null 2>&1; then
     echo "clang did not install" >&2
     exit 1
@@ -48,6 +40,5 @@ fi
 major=$(clang -dumpversion | cut -d. -f1)
 runtime=$(clang -print-file-name=libclang_rt.asan-x86_64.so)
 if [ ! -f "$runtime" ]; then
-    echo "installing libclang-rt-$major-dev with apt-get"
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "libclang-rt-$major-dev"
+    sh "$(dirname "$0")/apt_install.sh" "clang's sanitizer runtime" "libclang-rt-$major-dev"
 fi

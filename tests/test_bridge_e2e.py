@@ -8,8 +8,6 @@ request). RayEvents in: every POST body of a real Ray 2.60 workload, replayed.
 from __future__ import annotations
 
 import gzip
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +17,10 @@ import orjson
 import pytest
 import requests
 from google.protobuf import json_format
-from helpers.agg_procs import read_jsonl
+from helpers.agg_procs import read_jsonl, refused_by_cli
+from helpers.bridge_capture import run_e_bodies, run_e_events
 from helpers.bridge_procs import ServerGroup, otlp_log_records, otlp_spans, post_ray_events, url, wait_until
+from helpers.otlp_logs import emit_ray_events
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -36,10 +36,8 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
 from ray_otel_events.otel import otlp_json, semconv
 from ray_otel_events.otel.from_ray_events import trace_id_for_job
-from ray_otel_events.otel.log_records import to_log_record
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
-RUN_E = Path(__file__).parent / "fixtures" / "bridge" / "runE"
 SESSION = "session_2026-11-22_01-37-25_288381_8892"
 ENCODER = RayEventJsonEncoder()
 
@@ -214,30 +212,15 @@ def test_protobuf_response_is_an_empty_message(stack: Stack) -> None:
     assert ExportTraceServiceResponse.FromString(response.content) == ExportTraceServiceResponse()
 
 
-def _capture_events() -> list[RayEvent]:
-    return [
-        json_format.ParseDict(item, RayEvent())
-        for path in sorted(RUN_E.glob("*.body"))
-        for item in orjson.loads(path.read_bytes())
-    ]
-
-
 def test_sdk_log_exporter_ray_events_exactly_and_other_logs_as_records(stack: Stack) -> None:
     marker = uuid.uuid4().hex
-    events = _capture_events()[:40]
+    events = run_e_events()[:40]
     wanted = {e["eventId"] for e in (ENCODER.to_dict(ev) for ev in events)}
     provider = LoggerProvider(resource=Resource.create({"test.marker": marker}))
     exporter = OTLPLogExporter(endpoint=url(stack.bridge, "/v1/logs"))
     provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
     logger = provider.get_logger("ray_otel_events")
-    for event in events:
-        fields = to_log_record(event)
-        logger.emit(
-            timestamp=fields.timestamp_ns,
-            body=fields.body,
-            attributes=fields.attributes,
-            event_name=fields.event_name,
-        )
+    emit_ray_events(logger, events)
     logger.emit(body="just a log line", attributes={"k": "v"}, event_name="app.thing", timestamp=123)
     provider.shutdown()
     received = wait_until(
@@ -259,8 +242,8 @@ def test_ray_events_replay_becomes_one_trace_at_an_otlp_sink(tmp_path: Path) -> 
         bridge = group.bridge(
             "--export-addr", url(events_sink), "--otlp-endpoint", url(otlp_sink), "--terminal-grace", "0.2"
         )
-        for path in sorted(RUN_E.glob("*.body")):
-            post_ray_events(bridge, path.read_bytes())
+        for body in run_e_bodies():
+            post_ray_events(bridge, body)
         # Complete spans go out while the bridge runs; only the detached actor is still open.
         assert len(wait_until(lambda: otlp_spans(otlp_path), 27)) == 27
         stats = bridge.stop()  # SIGTERM: the open actor is flushed as an incomplete span
@@ -322,11 +305,4 @@ def test_without_spans_addr_other_telemetry_is_counted_and_dropped(tmp_path: Pat
 
 
 def test_bridge_cli_rejects_bad_configuration() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "ray_otel_events", "bridge", "--export-addr", "ftp://x"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 2
-    assert "--export-addr='ftp://x'" in result.stderr and "Traceback" not in result.stderr
+    assert "--export-addr='ftp://x'" in refused_by_cli("bridge", "--export-addr", "ftp://x").stderr

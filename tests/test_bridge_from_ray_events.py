@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
-from google.protobuf import json_format
+from helpers.bridge_capture import run_e_posts
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
@@ -26,16 +24,8 @@ from ray_otel_events.otel.from_ray_events import (
 from ray_otel_events.otel.plain_records import any_value_to_python
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
-RUN_E = Path(__file__).parent / "fixtures" / "bridge" / "runE"
 SESSION = "session_2026-11-22_01-37-25_288381_8892"
 JOB = bytes.fromhex("01000000")
-
-
-def posts() -> list[list[RayEvent]]:
-    return [
-        [json_format.ParseDict(item, RayEvent()) for item in orjson.loads(path.read_bytes())]
-        for path in sorted(RUN_E.glob("*.body"))
-    ]
 
 
 class Clock:
@@ -73,7 +63,7 @@ def all_spans(converter: RayEventsToOtel, out: Emitted) -> list[Span]:
 
 
 def test_one_trace_per_job_with_every_parent_present() -> None:
-    converter, out, _ = replay(posts())
+    converter, out, _ = replay(run_e_posts())
     spans = all_spans(converter, out)
     assert len(spans) == 28  # 22 task attempts (driver included), 4 actors, 1 job... and the retry
     assert {s.trace_id for s in spans} == {trace_id_for_job(SESSION, JOB)}
@@ -89,7 +79,7 @@ def test_one_trace_per_job_with_every_parent_present() -> None:
 
 
 def test_nested_tasks_hang_under_their_parent_task() -> None:
-    converter, out, _ = replay(posts())
+    converter, out, _ = replay(run_e_posts())
     named = by_name(all_spans(converter, out))
     (parent,) = named["parent"]
     children = named["child"]
@@ -101,7 +91,7 @@ def test_nested_tasks_hang_under_their_parent_task() -> None:
 
 
 def test_start_end_and_events_come_from_sorted_transitions() -> None:
-    converter, out, _ = replay(posts())
+    converter, out, _ = replay(run_e_posts())
     named = by_name(all_spans(converter, out))
     (boom,) = named["boom"]
     names = [e.name for e in boom.events]
@@ -133,7 +123,7 @@ def test_start_end_and_events_come_from_sorted_transitions() -> None:
 
 
 def test_failures_set_error_status_and_exception_details() -> None:
-    converter, out, _ = replay(posts())
+    converter, out, _ = replay(run_e_posts())
     named = by_name(all_spans(converter, out))
     (boom,) = named["boom"]
     assert boom.status.code == 2
@@ -152,7 +142,7 @@ def test_failures_set_error_status_and_exception_details() -> None:
 
 
 def test_retry_is_a_second_attempt_span_linked_to_the_first() -> None:
-    converter, out, _ = replay(posts())
+    converter, out, _ = replay(run_e_posts())
     named = by_name(all_spans(converter, out))
     flaky = sorted(named["flaky"], key=lambda s: attrs(s)[semconv.RAY_TASK_ATTEMPT])
     assert [attrs(s)[semconv.RAY_TASK_ATTEMPT] for s in flaky] == [0, 1]
@@ -163,7 +153,7 @@ def test_retry_is_a_second_attempt_span_linked_to_the_first() -> None:
 
 
 def test_actor_tasks_link_to_their_actor_and_detached_actor_is_incomplete() -> None:
-    converter, out, _ = replay(posts())
+    converter, out, _ = replay(run_e_posts())
     named = by_name(all_spans(converter, out))
     actors = {
         attrs(s)[semconv.RAY_ACTOR_ID]: s
@@ -182,9 +172,9 @@ def test_actor_tasks_link_to_their_actor_and_detached_actor_is_incomplete() -> N
 
 
 def test_every_event_is_a_log_record_with_its_span_context() -> None:
-    converter, out, _ = replay(posts())
+    converter, out, _ = replay(run_e_posts())
     spans = {s.span.span_id for s in (*out.spans, *converter.flush().spans)}
-    total = sum(len(batch) for batch in posts())
+    total = sum(len(batch) for batch in run_e_posts())
     assert len(out.logs) == total == 120
     for log in out.logs:
         record = log.record
@@ -198,7 +188,7 @@ def test_every_event_is_a_log_record_with_its_span_context() -> None:
 
 
 def test_duplicates_and_reordering_change_nothing() -> None:
-    batches = posts()
+    batches = run_e_posts()
     _, _, _ = replay(batches)
     reference = _span_summary(*replay(batches)[:2])
     twice = replay(batches + batches)
@@ -326,7 +316,7 @@ def test_an_open_attempt_holds_only_what_its_span_reads() -> None:
 
 
 def test_routing_key_is_the_trace_id_for_every_piece_of_an_entity() -> None:
-    batches = posts()
+    batches = run_e_posts()
     converter, out, _ = replay(batches)
     traces = {span.trace_id for span in all_spans(converter, out)}
     et = RayEvent.EventType

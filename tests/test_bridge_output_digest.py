@@ -15,9 +15,9 @@ from ray_otel_events.exporters.otlp import OtlpItemEncoder
 from ray_otel_events.otel import otlp_wire
 from ray_otel_events.otel.from_ray_events import Emitted, RayEventsToOtel
 from ray_otel_events.otel.posted_events import read_posted_events
+from tests.helpers.bridge_capture import run_e_bodies
 from tests.helpers.pure_python import run_pure_python
 
-RUN_E = Path(__file__).parent / "fixtures" / "bridge" / "runE"
 # sha256 of `output_digest_text()` as main (932afbe) writes it.
 DIGEST = "fd220ebbe502289053593d892fa3b5d31c3295178413707d2aa07c1ecbb63e7d"
 
@@ -38,7 +38,7 @@ def output_digest_text(items: OtlpItemEncoder | None = None) -> bytes:
     grace, one that evicts; each run ends with expire() and flush(). `items`: the converter writes
     its spans and records in their envelopes (what a bridge queues); the text is of the spans and
     records themselves."""
-    bodies = [path.read_bytes() for path in sorted(RUN_E.glob("*.body"))]
+    bodies = run_e_bodies()
     lines: list[bytes] = []
     envelope = items.envelope_of if items is not None else None
     for bounds in ({"terminal_grace_s": 0.25}, {"max_open_entities": 3, "max_open_bytes": 4000}):

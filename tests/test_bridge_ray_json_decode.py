@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 from google.protobuf import json_format
-from test_bridge_round_trip import capture_events, every_type_events
+from helpers.bridge_capture import run_e_events
+from test_bridge_round_trip import every_type_events
 
 import ray_otel_events.encoding.ray_json_decode as decoder
 from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
@@ -23,14 +24,14 @@ def _reference(obj: Any, ignore_unknown_fields: bool = False) -> RayEvent:
 
 @pytest.mark.parametrize("encoder", ENCODERS, ids=["camelCase", "proto_names"])
 def test_same_as_json_format_for_every_type_and_the_captures(encoder: RayEventJsonEncoder) -> None:
-    for event in every_type_events() + capture_events():
+    for event in every_type_events() + run_e_events():
         obj = encoder.to_dict(event)
         decoded = decode_event(obj)
         assert decoded == _reference(obj) == event
 
 
 def test_ray_shaped_input_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    objs = [RayEventJsonEncoder().to_dict(e) for e in every_type_events() + capture_events()]
+    objs = [RayEventJsonEncoder().to_dict(e) for e in every_type_events() + run_e_events()]
 
     def forbidden(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("fell back to json_format")
@@ -41,7 +42,7 @@ def test_ray_shaped_input_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -
 
 
 def _mutations() -> list[tuple[str, Any]]:
-    base = RayEventJsonEncoder().to_dict(capture_events()[5])  # a TASK_DEFINITION or lifecycle event
+    base = RayEventJsonEncoder().to_dict(run_e_events()[5])  # a TASK_DEFINITION or lifecycle event
     cases: list[tuple[str, Any]] = []
 
     def case(name: str, change: Any) -> None:
@@ -90,7 +91,7 @@ def test_unusual_input_gets_json_formats_answer(name: str, obj: Any, ignore_unkn
 
 def test_numbers_in_all_forms() -> None:
     encoder = RayEventJsonEncoder()
-    obj = next(encoder.to_dict(e) for e in capture_events() if e.HasField("task_lifecycle_event"))
+    obj = next(encoder.to_dict(e) for e in run_e_events() if e.HasField("task_lifecycle_event"))
     for value in (0, "0", 3, "3", 3.0, "-1", 2**31):
         obj["taskLifecycleEvent"]["taskAttempt"] = value
         _decodes_as_json_format_does(obj)
@@ -109,7 +110,7 @@ def _decodes_as_json_format_does(obj: Any) -> None:
 def test_values_read_before_are_still_checked_in_full() -> None:
     """Ids and timestamps' seconds are kept once read: a value sharing a kept prefix, or a kept
     id in a field where it is wrong, gets json_format's answer all the same."""
-    base = RayEventJsonEncoder().to_dict(capture_events()[5])
+    base = RayEventJsonEncoder().to_dict(run_e_events()[5])
     decode_event(base)  # keeps its id and its timestamp's seconds
     seconds = base["timestamp"][:19]
     for stamp in ("Z", ".5Z", ".123456789Z", ".1234567890Z", ".Z", "Z ", ".5+01:00", ".5z", ".٣Z"):

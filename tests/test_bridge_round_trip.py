@@ -12,10 +12,11 @@ from typing import Any
 
 import orjson
 import pytest
-from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from helpers.agg_procs import read_jsonl
+from helpers.bridge_capture import run_e_events
 from helpers.bridge_procs import ServerGroup, url, wait_until
+from helpers.otlp_logs import emit_ray_events
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
@@ -30,7 +31,6 @@ from ray_otel_events.otel.plain_records import key_values, python_to_any_value
 from ray_otel_events.otel.to_ray_events import claims_ray_event, ray_event_from_log_record
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
-RUN_E = Path(__file__).parent / "fixtures" / "bridge" / "runE"
 CAMEL = RayEventJsonEncoder()
 SNAKE = RayEventJsonEncoder(preserve_proto_field_name=True)
 
@@ -106,14 +106,6 @@ def every_type_events() -> list[RayEvent]:
     return events
 
 
-def capture_events() -> list[RayEvent]:
-    return [
-        json_format.ParseDict(item, RayEvent())
-        for path in sorted(RUN_E.glob("*.body"))
-        for item in orjson.loads(path.read_bytes())
-    ]
-
-
 def _as_otlp_record(event: RayEvent) -> LogRecord:
     """Our OTel form of an event, as an OTLP log record (what our log exporters send)."""
     fields = to_log_record(event)
@@ -139,7 +131,7 @@ def test_every_event_type_is_covered() -> None:
 
 @pytest.mark.parametrize("wire", ["protobuf", "json"])
 def test_round_trip_in_process_is_exact(wire: str) -> None:
-    events = every_type_events() + capture_events()
+    events = every_type_events() + run_e_events()
     request = ExportLogsServiceRequest()
     request.resource_logs.add().scope_logs.add().log_records.extend(_as_otlp_record(e) for e in events)
     if wire == "protobuf":
@@ -157,7 +149,7 @@ def test_round_trip_in_process_is_exact(wire: str) -> None:
 
 
 def test_round_trip_through_the_bridge_process_with_the_sdk_exporter(tmp_path: Path) -> None:
-    events = every_type_events() + capture_events()
+    events = every_type_events() + run_e_events()
     with ServerGroup(tmp_path) as group:
         sink, sink_path = group.sink("events")
         bridge = group.bridge("--export-addr", url(sink, "/events"), "--otlp-endpoint", url(sink))
@@ -166,14 +158,7 @@ def test_round_trip_through_the_bridge_process_with_the_sdk_exporter(tmp_path: P
             SimpleLogRecordProcessor(OTLPLogExporter(endpoint=url(bridge, "/v1/logs")))
         )
         logger = provider.get_logger("ray_otel_events")
-        for event in events:
-            fields = to_log_record(event)
-            logger.emit(
-                timestamp=fields.timestamp_ns,
-                body=fields.body,
-                attributes=fields.attributes,
-                event_name=fields.event_name,
-            )
+        emit_ray_events(logger, events)
         provider.shutdown()
         received = wait_until(lambda: read_jsonl(sink_path), len(events))
         stats = bridge.stop()

@@ -15,6 +15,7 @@ import orjson
 import pytest
 import requests
 from helpers.agg_procs import read_jsonl
+from helpers.bridge_capture import run_e_bodies
 from helpers.bridge_procs import (
     ServerGroup,
     any_value,
@@ -33,7 +34,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ray_otel_events.otel import otlp_json, semconv
 
-RUN_E = Path(__file__).parent / "fixtures" / "bridge" / "runE"
 SESSIONS = [f"session_2026-11-23_00-00-0{i}_000000_{i}" for i in range(4)]
 EVENTS_PER_SESSION = 120  # RayEvents in runE
 SPANS_PER_SESSION = 28  # 27 complete and the detached actor, flushed incomplete
@@ -42,8 +42,8 @@ SPANS_PER_SESSION = 28  # 27 complete and the detached actor, flushed incomplete
 def bodies() -> Iterator[bytes]:
     """Every runE POST, once per session (new event ids too): the sessions' traces interleave as a
     busy cluster's would."""
-    for path in sorted(RUN_E.glob("*.body")):
-        events = orjson.loads(path.read_bytes())
+    for body in run_e_bodies():
+        events = orjson.loads(body)
         for index, session in enumerate(SESSIONS):
             yield orjson.dumps(
                 [{**e, "sessionName": session, "eventId": _event_id(e["eventId"], index)} for e in events]

@@ -26,6 +26,7 @@ from helpers.agg_procs import (
     read_jsonl,
     run_producer,
     start,
+    start_aggregator,
     wait_for_lines,
 )
 
@@ -84,17 +85,7 @@ def test_sink_status_codes(
     if retry_after:
         sink_args += ["--retry-after", retry_after]
     sink = start(servers, "sink", "--out", str(out), *sink_args)
-    metrics_port = free_port()
-    agg = start(
-        servers,
-        "aggregator",
-        "--export-addr",
-        f"http://{sink.address}/e",
-        "--metrics-port",
-        str(metrics_port),
-        "--send-interval",
-        "0",
-    )
+    agg, metrics = start_aggregator(servers, sink, "--send-interval", "0")
     first = run_producer(agg.address, "--fixture", FIXTURE, "--count", "30", "--types", TASK_TYPES)
     if delivered:
         started = time.monotonic()
@@ -104,7 +95,7 @@ def test_sink_status_codes(
     else:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            text = requests.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
+            text = requests.get(f"{metrics}/metrics", timeout=5).text
             if f'status="{status}"' in text:
                 break
             time.sleep(0.05)
@@ -127,26 +118,14 @@ def test_slow_sink_keeps_memory_bounded(servers: list[CliServer], tmp_path: Path
     """A sink taking 2 s per POST: the buffer holds at most its bound, the excess is counted."""
     out = tmp_path / "out.jsonl"
     sink = start(servers, "sink", "--out", str(out), "--delay", "2")
-    metrics_port = free_port()
-    agg = start(
-        servers,
-        "aggregator",
-        "--export-addr",
-        f"http://{sink.address}/e",
-        "--max-buffer-size",
-        "300",
-        "--max-batch-size",
-        "100",
-        "--metrics-port",
-        str(metrics_port),
-    )
+    agg, metrics = start_aggregator(servers, sink, "--max-buffer-size", "300", "--max-batch-size", "100")
     peak = 0.0
     sent = 0
     for _ in range(4):
         sent += run_producer(agg.address, "--fixture", FIXTURE, "--count", "500", "--types", TASK_TYPES)[
             "sent"
         ]
-        text = requests.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
+        text = requests.get(f"{metrics}/metrics", timeout=5).text
         held = next(line for line in text.splitlines() if line.startswith("ray_otel_events_queue_events{"))
         peak = max(peak, float(held.rsplit(" ", 1)[1]))
     stats = agg.stop(timeout_s=90)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers.agg_procs import free_port
+from helpers.bridge_capture import run_e_bodies
 from helpers.bridge_procs import (
     ServerGroup,
     any_value,
@@ -22,12 +23,10 @@ from helpers.bridge_procs import (
 
 from ray_otel_events.otel import semconv
 
-RUN_E = Path(__file__).parent / "fixtures" / "bridge" / "runE"
 
-
-def post_all(bridge: Any, bodies: list[Path]) -> None:
-    for path in bodies:
-        post_ray_events(bridge, path.read_bytes())
+def post_all(bridge: Any, bodies: list[bytes]) -> None:
+    for body in bodies:
+        post_ray_events(bridge, body)
 
 
 def event_ids(records: list[dict[str, Any]]) -> list[str]:
@@ -51,7 +50,7 @@ def span_view(spans: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
 
 
 def test_kill_9_of_a_durable_bridge_mid_stream(tmp_path: Path) -> None:
-    bodies = sorted(RUN_E.glob("*.body"))
+    bodies = run_e_bodies()
     half = len(bodies) // 2
     for name in ("reference", "durable"):
         (tmp_path / name).mkdir()

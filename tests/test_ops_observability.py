@@ -17,10 +17,10 @@ from helpers.agg_procs import (
     TASK_TYPES,
     CliServer,
     clean_env,
-    free_port,
     read_jsonl,
     run_producer,
     start,
+    start_aggregator,
     wait_for_lines,
 )
 from prometheus_client.parser import text_string_to_metric_families
@@ -48,21 +48,11 @@ def test_metrics_equal_what_the_sink_received_and_what_was_dropped(
     out = tmp_path / "events.jsonl"
     # The first POST is refused for good (400): those events are dropped, counted with the status.
     sink = start(servers, "sink", "--out", str(out), "--fail-first", "1", "--fail-status", "400")
-    metrics_port = free_port()
-    agg = start(
-        servers,
-        "aggregator",
-        "--export-addr",
-        f"http://{sink.address}/v1/events",
-        "--metrics-port",
-        str(metrics_port),
-        "--max-batch-size",
-        "10",
-    )
+    agg, metrics = start_aggregator(servers, sink, "--max-batch-size", "10")
     sent = run_producer(agg.address, "--fixture", FIXTURE, "--count", "60", "--types", TASK_TYPES)
     deadline = time.monotonic() + 30
     while True:
-        m = scrape(f"http://127.0.0.1:{metrics_port}/metrics")
+        m = scrape(f"{metrics}/metrics")
         settled = m.get("ray_otel_events_publisher_published_total", 0) + m.get(
             "ray_otel_events_publisher_rejected_total", 0
         )
@@ -95,18 +85,9 @@ def test_metrics_equal_what_the_sink_received_and_what_was_dropped(
 def test_health_probes_and_grpc_health(servers: list[CliServer], tmp_path: Path) -> None:
     out = tmp_path / "events.jsonl"
     sink = start(servers, "sink", "--out", str(out), "--fail-first", "1000000", "--fail-status", "503")
-    metrics_port = free_port()
-    agg = start(
-        servers,
-        "aggregator",
-        "--export-addr",
-        f"http://{sink.address}/e",
-        "--metrics-port",
-        str(metrics_port),
-    )
-    base = f"http://127.0.0.1:{metrics_port}"
-    assert requests.get(base + "/healthz", timeout=5).json() == {"status": "ok"}
-    ready = requests.get(base + "/readyz", timeout=5)
+    agg, metrics = start_aggregator(servers, sink)
+    assert requests.get(metrics + "/healthz", timeout=5).json() == {"status": "ok"}
+    ready = requests.get(metrics + "/readyz", timeout=5)
     assert ready.status_code == 200 and ready.json()["ready"] is True
     with grpc.insecure_channel(agg.address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
@@ -116,13 +97,13 @@ def test_health_probes_and_grpc_health(servers: list[CliServer], tmp_path: Path)
     # The destination keeps answering 503: not ready (send traffic elsewhere), still alive.
     run_producer(agg.address, "--fixture", FIXTURE, "--count", "5", "--types", TASK_TYPES)
     deadline = time.monotonic() + 20
-    while requests.get(base + "/readyz", timeout=5).status_code == 200 and time.monotonic() < deadline:
+    while requests.get(metrics + "/readyz", timeout=5).status_code == 200 and time.monotonic() < deadline:
         time.sleep(0.05)
-    ready = requests.get(base + "/readyz", timeout=5)
+    ready = requests.get(metrics + "/readyz", timeout=5)
     assert ready.status_code == 503
     checks = ready.json()["checks"]
     assert checks["exporter_http_service"]["ok"] is False and checks["listening"]["ok"] is True
-    assert requests.get(base + "/healthz", timeout=5).status_code == 200
+    assert requests.get(metrics + "/healthz", timeout=5).status_code == 200
     # Bridge and sink serve the same probes on their own port.
     assert requests.get(f"http://{sink.address}/healthz", timeout=5).status_code == 200
     assert requests.get(f"http://{sink.address}/readyz", timeout=5).json()["ready"] is True

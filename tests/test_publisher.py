@@ -94,12 +94,14 @@ class Recorder:
 
 
 @asynccontextmanager
-async def http_server(recorder: Recorder, path: str = "/v1/events?x=1") -> AsyncIterator[Recorder]:
+async def http_server(
+    recorder: Recorder, path: str = "/v1/events?x=1", port: int = 0
+) -> AsyncIterator[Recorder]:
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", recorder.handle)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
     port = runner.addresses[0][1]
     recorder.url = f"http://127.0.0.1:{port}{path}"
@@ -131,6 +133,19 @@ def make_publisher(
     )
 
 
+@asynccontextmanager
+async def publishing(
+    recorder: Recorder, events: list[RayEvent], path: str = "/v1/events?x=1", **options: Any
+) -> AsyncIterator[tuple[Recorder, MultiConsumerEventBuffer, pub.EventPublisher[bytes]]]:
+    """A publisher (`make_publisher` options) started on `events` in a buffer, posting to `recorder`."""
+    async with http_server(recorder, path) as server:
+        buffer = MultiConsumerEventBuffer(100, 1 << 20)
+        publisher = make_publisher(server.url, buffer, **options)
+        add(buffer, events)
+        publisher.start()
+        yield server, buffer, publisher
+
+
 async def wait_until(predicate: Any, timeout_s: float = 30.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
@@ -156,11 +171,8 @@ def count(publisher: pub.EventPublisher[bytes], counter: str, **labels: str) -> 
 
 def test_publish_with_retries_failure_then_success() -> None:
     async def body() -> None:
-        async with http_server(Recorder(fail=1)) as server:
-            buffer = MultiConsumerEventBuffer(100, 1 << 20)
-            publisher = make_publisher(server.url, buffer)
-            add(buffer, events_of("TASK_DEFINITION_EVENT", 3))
-            publisher.start()
+        recorder = Recorder(fail=1)
+        async with publishing(recorder, events_of("TASK_DEFINITION_EVENT", 3)) as (server, buffer, publisher):
             await wait_until(lambda: count(publisher, pub.PUBLISHED) == 3)
             await stop(publisher, buffer)
             assert len(server.requests) == 2  # exactly one failure and one success
@@ -173,12 +185,10 @@ def test_publish_with_retries_failure_then_success() -> None:
 
 def test_publish_with_retries_max_retries_exceeded_then_keeps_going() -> None:
     async def body() -> None:
-        async with http_server(Recorder(fail=3, status=503)) as server:
-            buffer = MultiConsumerEventBuffer(100, 1 << 20)
-            retry = pub.RetryPolicy(max_retries=2, initial_backoff_s=0.001, max_backoff_s=0.01)
-            publisher = make_publisher(server.url, buffer, retry=retry)
-            add(buffer, events_of("TASK_LIFECYCLE_EVENT", 4))
-            publisher.start()
+        retry = pub.RetryPolicy(max_retries=2, initial_backoff_s=0.001, max_backoff_s=0.01)
+        async with publishing(
+            Recorder(fail=3, status=503), events_of("TASK_LIFECYCLE_EVENT", 4), retry=retry
+        ) as (server, buffer, publisher):
             await wait_until(lambda: count(publisher, pub.DROPPED_AFTER_RETRIES) == 4)
             assert len(server.requests) == 3  # 1 + max_retries, then it gives up
             # The publisher is still alive: the next batch goes through.
@@ -210,12 +220,10 @@ def test_backoff_schedule_matches_ray() -> None:
 @pytest.mark.parametrize("preserve", [False, True])
 def test_request_shape_exact_url_json_array_keep_alive(preserve: bool) -> None:
     async def body() -> None:
-        async with http_server(Recorder(), path="/any/path?token=abc") as server:
-            buffer = MultiConsumerEventBuffer(100, 1 << 20)
-            publisher = make_publisher(server.url, buffer, max_batch_size=2, preserve=preserve)
-            sent = events_of("TASK_DEFINITION_EVENT", 4)
-            add(buffer, sent)
-            publisher.start()
+        sent = events_of("TASK_DEFINITION_EVENT", 4)
+        async with publishing(
+            Recorder(), sent, path="/any/path?token=abc", max_batch_size=2, preserve=preserve
+        ) as (server, buffer, publisher):
             await wait_until(lambda: count(publisher, pub.PUBLISHED) == 4)
             await stop(publisher, buffer)
         assert len(server.requests) == 2  # one POST per batch of 2
@@ -240,11 +248,7 @@ def test_default_filter_drops_profile_and_unknown_types_all_passes_them() -> Non
     mixed = [*events_of("TASK_PROFILE_EVENT", 2), *events_of("NODE_DEFINITION_EVENT", 1), unknown]
 
     async def publish(allowed: frozenset[int] | None) -> tuple[Recorder, pub.EventPublisher[bytes]]:
-        async with http_server(Recorder()) as server:
-            buffer = MultiConsumerEventBuffer(100, 1 << 20)
-            publisher = make_publisher(server.url, buffer, allowed=allowed)
-            add(buffer, mixed)
-            publisher.start()
+        async with publishing(Recorder(), mixed, allowed=allowed) as (server, buffer, publisher):
             await stop(publisher, buffer)
         return server, publisher
 
@@ -262,11 +266,7 @@ def test_default_filter_drops_profile_and_unknown_types_all_passes_them() -> Non
 
 def test_all_filtered_batch_makes_no_request() -> None:
     async def body() -> None:
-        async with http_server(Recorder()) as server:
-            buffer = MultiConsumerEventBuffer(100, 1 << 20)
-            publisher = make_publisher(server.url, buffer)
-            add(buffer, events_of("TASK_PROFILE_EVENT", 3))
-            publisher.start()
+        async with publishing(Recorder(), events_of("TASK_PROFILE_EVENT", 3)) as (server, buffer, publisher):
             await stop(publisher, buffer)
             assert server.requests == []
             assert count(publisher, pub.FILTERED) == 3
@@ -304,19 +304,16 @@ def test_unreachable_destination_is_retried_until_it_answers() -> None:
         publisher = make_publisher(url, buffer)
         add(buffer, events_of("ACTOR_DEFINITION_EVENT", 2))
         publisher.start()
-        await wait_until(lambda: count(publisher, pub.FAILED_ATTEMPTS) >= 3)
-        port = int(url.split(":")[2].split("/")[0])
+        await wait_until(
+            lambda: (
+                count(publisher, pub.FAILED_ATTEMPTS) >= 3
+                and count(publisher, pub.FAILURES_BY_STATUS, status="connection") >= 3
+            )
+        )
         second = Recorder()
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", second.handle)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        try:
+        async with http_server(second, port=int(url.split(":")[2].split("/")[0])):
             await wait_until(lambda: count(publisher, pub.PUBLISHED) == 2)
             await stop(publisher, buffer)
-        finally:
-            await runner.cleanup()
         assert len(second.posted_events) == 2
 
     run(body())
@@ -345,12 +342,10 @@ def test_shutdown_flushes_what_is_buffered() -> None:
 
 def test_shutdown_with_dead_destination_counts_what_is_left() -> None:
     async def body() -> None:
-        async with http_server(Recorder(fail=10**9)) as server:
-            buffer = MultiConsumerEventBuffer(100, 1 << 20)
-            retry = pub.RetryPolicy(max_retries=-1, initial_backoff_s=0.5, max_backoff_s=5)
-            publisher = make_publisher(server.url, buffer, retry=retry, max_batch_size=3)
-            add(buffer, events_of("TASK_DEFINITION_EVENT", 7))
-            publisher.start()
+        retry = pub.RetryPolicy(max_retries=-1, initial_backoff_s=0.5, max_backoff_s=5)
+        async with publishing(
+            Recorder(fail=10**9), events_of("TASK_DEFINITION_EVENT", 7), retry=retry, max_batch_size=3
+        ) as (server, buffer, publisher):
             await wait_until(lambda: len(server.requests) >= 1)
             await asyncio.wait_for(stop(publisher, buffer, timeout_s=0.5), 30)
             # Retrying forever, but the flush is bounded: every event is accounted for as dropped.
@@ -366,11 +361,8 @@ def test_non_retryable_status_is_a_counted_permanent_failure(status: int) -> Non
     """Only connection errors and 429/502/503/504 are retried; a 400 or 500 would fail forever."""
 
     async def body() -> None:
-        async with http_server(Recorder(fail=1, status=status)) as server:
-            buffer = MultiConsumerEventBuffer(100, 1 << 20)
-            publisher = make_publisher(server.url, buffer)
-            add(buffer, events_of("TASK_LIFECYCLE_EVENT", 3))
-            publisher.start()
+        recorder = Recorder(fail=1, status=status)
+        async with publishing(recorder, events_of("TASK_LIFECYCLE_EVENT", 3)) as (server, buffer, publisher):
             await wait_until(lambda: count(publisher, pub.REJECTED) == 3)
             add(buffer, events_of("TASK_DEFINITION_EVENT", 2))  # the queue is not blocked
             await wait_until(lambda: count(publisher, pub.PUBLISHED) == 2)
@@ -385,11 +377,8 @@ def test_non_retryable_status_is_a_counted_permanent_failure(status: int) -> Non
 @pytest.mark.parametrize("status", [429, 502, 503, 504])
 def test_retryable_statuses_are_retried(status: int) -> None:
     async def body() -> None:
-        async with http_server(Recorder(fail=2, status=status)) as server:
-            buffer = MultiConsumerEventBuffer(100, 1 << 20)
-            publisher = make_publisher(server.url, buffer)
-            add(buffer, events_of("TASK_LIFECYCLE_EVENT", 3))
-            publisher.start()
+        recorder = Recorder(fail=2, status=status)
+        async with publishing(recorder, events_of("TASK_LIFECYCLE_EVENT", 3)) as (server, buffer, publisher):
             await wait_until(lambda: count(publisher, pub.PUBLISHED) == 3)
             await stop(publisher, buffer)
             assert len(server.requests) == 3
@@ -401,43 +390,11 @@ def test_retryable_statuses_are_retried(status: int) -> None:
 def test_retry_after_is_honoured_over_a_shorter_backoff() -> None:
     async def body() -> None:
         recorder = Recorder(fail=1, status=429, headers={"Retry-After": "1"})
-        async with http_server(recorder) as server:
-            buffer = MultiConsumerEventBuffer(100, 1 << 20)
-            publisher = make_publisher(server.url, buffer)  # its own backoff is ~1 ms
-            add(buffer, events_of("TASK_LIFECYCLE_EVENT", 1))
-            publisher.start()
+        # The publisher's own backoff is ~1 ms.
+        async with publishing(recorder, events_of("TASK_LIFECYCLE_EVENT", 1)) as (server, buffer, publisher):
             await wait_until(lambda: count(publisher, pub.PUBLISHED) == 1)
             await stop(publisher, buffer)
             gap = server.requests[1]["at"] - server.requests[0]["at"]
             assert gap >= 0.95, f"retried after {gap:.3f}s despite Retry-After: 1"
-
-    run(body())
-
-
-def test_connection_refused_is_retried_until_the_destination_is_up() -> None:
-    async def body() -> None:
-        recorder = Recorder()
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", recorder.handle)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        await runner.cleanup()  # the port is known and nothing listens on it now
-        buffer = MultiConsumerEventBuffer(100, 1 << 20)
-        publisher = make_publisher(f"http://127.0.0.1:{port}/", buffer)
-        add(buffer, events_of("TASK_LIFECYCLE_EVENT", 2))
-        publisher.start()
-        await wait_until(lambda: count(publisher, pub.FAILURES_BY_STATUS, status="connection") >= 2)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        try:
-            await wait_until(lambda: count(publisher, pub.PUBLISHED) == 2)
-            await stop(publisher, buffer)
-        finally:
-            await runner.cleanup()
-        assert len(recorder.posted_events) == 2
 
     run(body())

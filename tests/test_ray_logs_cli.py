@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import requests
-from helpers.agg_procs import FIXTURE, CliServer, clean_env
+from helpers.agg_procs import FIXTURE, CliServer, clean_env, refused_by_cli
 from helpers.otlp_logs import STDERR_LINE, STDOUT_LINE, export_log_lines
 from helpers.ray_cluster import ray_bin
 
@@ -199,15 +199,8 @@ def test_the_gcs_port_needs_the_dashboard_port(tmp_path: Path) -> None:
         (["--ray-gcs-port", "0"], "--ray-gcs-port needs --ray-dashboard-port"),
         (["--ray-dashboard-port", "0", "--ray-gcs-port", "70000"], "--ray-gcs-port must be 0..65535"),
     ):
-        out = subprocess.run(
-            [sys.executable, "-m", "ray_otel_events", "serve", "--store", str(tmp_path / "s.sqlite3"), *args],
-            env=clean_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert out.returncode == 2 and reason in out.stderr and "Traceback" not in out.stderr, out.stderr
-        assert not out.stdout
+        out = refused_by_cli("serve", "--store", str(tmp_path / "s.sqlite3"), *args)
+        assert reason in out.stderr and not out.stdout, out.stderr
 
 
 def test_serve_names_the_ray_extra_when_ray_is_missing(tmp_path: Path) -> None:
@@ -216,12 +209,8 @@ def test_serve_names_the_ray_extra_when_ray_is_missing(tmp_path: Path) -> None:
     build.mkdir(parents=True)
     (build / "index.html").write_text("<html></html>")
     (tmp_path / "ray" / "__init__.py").write_text("")
-    env = clean_env({"PYTHONPATH": f"{tmp_path}:{Path(__file__).parents[1] / 'src'}"})
-    out = subprocess.run(
-        [sys.executable, "-m", "ray_otel_events", "serve", "--store", str(tmp_path / "s.sqlite3"),
-         "--ray-dashboard-port", "0", "--ray-gcs-port", "0"],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert out.returncode == 2, out.stdout + out.stderr
+    path = f"{tmp_path}:{Path(__file__).parents[1] / 'src'}"
+    ports = ("--ray-dashboard-port", "0", "--ray-gcs-port", "0")
+    out = refused_by_cli("serve", "--store", str(tmp_path / "s.sqlite3"), *ports, env={"PYTHONPATH": path})
     assert "--ray-gcs-port" in out.stderr and "ray-otel-events[ray]" in out.stderr
-    assert "Traceback" not in out.stderr and not out.stdout
+    assert not out.stdout

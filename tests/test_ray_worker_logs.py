@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.agg_procs import CliServer, start
+from helpers.agg_procs import CliServer, run_json_script, start
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
@@ -94,13 +94,9 @@ def test_worker_prints_and_logging_are_stored_with_rays_ids(servers: list[CliSer
         "OTEL_BSP_SCHEDULE_DELAY": "100",
     }
     with ray_cluster(f"{base}/v1/ray-events", tracing_hook=HOOK, extra_env=otel) as cluster:
-        run = subprocess.run(
-            [sys.executable, "-c", WORKLOAD], env=cluster.env, capture_output=True, text=True, timeout=300
-        )
-        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-        ids = json.loads(run.stdout.strip().splitlines()[-1])
+        ids, stdout, stderr = run_json_script([sys.executable, "-c", WORKLOAD], cluster.env, 300)
         # Ray's own echo to the driver still works: our capture only adds to the streams.
-        assert "hello from chatty 7" in run.stdout + run.stderr
+        assert "hello from chatty 7" in stdout + stderr
     task_bodies = {"hello from chatty 7", "a line to stderr", "logged warning 7"}
     _wait_for_lines(ids["task_id"], base, task_bodies)
     _wait_for_lines(ids["method_id"], base, {"actor speaks"})
@@ -158,15 +154,7 @@ def test_local_hook_writes_worker_output_beside_the_spans(tmp_path: Path) -> Non
     local_hook = "ray_otel_events.tracing.setup_local_tmp_tracing:setup_tracing"
     env = {"RAY_OTEL_EVENTS_SPANS_DIR": str(spans_dir)}
     with ray_cluster("http://127.0.0.1:9/unused", tracing_hook=local_hook, extra_env=env) as cluster:
-        run = subprocess.run(
-            [sys.executable, "-c", LOCAL_WORKLOAD],
-            env=cluster.env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-        task_id = json.loads(run.stdout.strip().splitlines()[-1])["task_id"]
+        task_id = run_json_script([sys.executable, "-c", LOCAL_WORKLOAD], cluster.env, 300)[0]["task_id"]
 
         def found() -> dict[str, Any] | None:
             for path in spans_dir.glob("*.logs.jsonl"):

@@ -20,6 +20,7 @@ import pytest
 import requests
 from google.protobuf import json_format
 from helpers.agg_procs import FIXTURE, CliServer, start
+from helpers.otlp_logs import emit_ray_events
 from helpers.postgres import serve_store_args
 from multidict import MultiDict
 from opentelemetry._logs import SeverityNumber
@@ -30,7 +31,6 @@ from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from ray_otel_events.otel.log_records import to_log_record
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.store import state_query
 from ray_otel_events.store.backend import open_store
@@ -152,15 +152,7 @@ def test_otlp_from_the_sdk_exporters_becomes_state_spans_and_task_logs(
     )
     logger = logger_provider.get_logger("test")
 
-    for item in EVENTS:  # every captured event as the OTel log record our pipeline makes of it
-        fields = to_log_record(json_format.ParseDict(item, RayEvent()))
-        logger.emit(
-            timestamp=fields.timestamp_ns,
-            severity_number=SeverityNumber(fields.severity_number),
-            body=fields.body,
-            attributes=fields.attributes,
-            event_name=fields.event_name,
-        )
+    emit_ray_events(logger, (json_format.ParseDict(item, RayEvent()) for item in EVENTS))
     tracer = tracer_provider.get_tracer("test")
     with tracer.start_as_current_span("flaky ray.remote_worker", attributes={"ray.task_id": FLAKY}) as span:
         logger.emit(

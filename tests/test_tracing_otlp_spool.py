@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.agg_procs import free_port
+from helpers.agg_procs import free_port, run_json_script
 from helpers.otlp_counting_receiver import OtlpReceiver
-from helpers.ray_cluster import stop_cluster
+from helpers.ray_cluster import start_head, stop_cluster
 from helpers.tracing_procs import HELPERS, OTLP_HOOK, run_pool, script_env
 
 from ray_otel_events.tracing.spool import (
@@ -116,15 +116,9 @@ def _wait_drained(folder: Path, timeout_s: float = 30.0) -> None:
 def _burst(env: dict[str, str], n: int) -> dict[str, Any]:
     temp_dir = tempfile.mkdtemp(prefix="rs", dir="/tmp")
     try:
-        out = subprocess.run(
-            [sys.executable, DRIVER, "burst", OTLP_HOOK, temp_dir, str(n)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
-        summary: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+        summary: dict[str, Any] = run_json_script(
+            [sys.executable, DRIVER, "burst", OTLP_HOOK, temp_dir, str(n)], env, 300
+        )[0]
         return summary
     finally:
         stop_cluster(temp_dir)
@@ -180,27 +174,7 @@ def test_ending_the_cluster_under_a_running_job_loses_no_finished_task(
     env = _env(receiver, spool_root, RAY_ADDRESS=f"127.0.0.1:{port}")
     driver = None
     try:
-        started = subprocess.run(
-            [
-                str(Path(sys.executable).with_name("ray")),
-                "start",
-                "--head",
-                "--num-cpus=2",
-                f"--port={port}",
-                "--node-ip-address=127.0.0.1",
-                f"--ray-client-server-port={free_port()}",
-                "--include-dashboard=false",
-                "--dashboard-agent-listen-port=0",
-                f"--temp-dir={temp_dir}",
-                "--disable-usage-stats",
-                f"--tracing-startup-hook={OTLP_HOOK}",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        assert started.returncode == 0, started.stdout + started.stderr
+        start_head(env, temp_dir, port, num_cpus=2, tracing_hook=OTLP_HOOK)
         driver = subprocess.Popen(
             [sys.executable, DRIVER, "stream"],
             env=env,

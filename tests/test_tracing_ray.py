@@ -8,9 +8,7 @@ its own processes are stopped (by pid), never with `ray stop`, which would stop 
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -19,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.agg_procs import CliServer, free_port, read_jsonl
-from helpers.ray_cluster import stop_cluster
+from helpers.agg_procs import CliServer, free_port, read_jsonl, run_json_script
+from helpers.ray_cluster import start_head, stop_cluster
 from helpers.tracing_procs import HELPERS, LOCAL_HOOK, script_env, sid, spans_by_pid
 
 pytest.importorskip("ray")
@@ -35,11 +33,7 @@ RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 
 
 def _run_driver(*args: str, env: dict[str, str]) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, DRIVER, *args], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
-    summary: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    summary: dict[str, Any] = run_json_script([sys.executable, DRIVER, *args], env, 300)[0]
     return summary
 
 
@@ -128,27 +122,7 @@ def cli_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
         },
     )
     try:
-        started = subprocess.run(
-            [
-                str(Path(sys.executable).with_name("ray")),
-                "start",
-                "--head",
-                "--num-cpus=2",
-                f"--port={port}",
-                "--node-ip-address=127.0.0.1",
-                f"--ray-client-server-port={free_port()}",
-                "--include-dashboard=false",
-                "--dashboard-agent-listen-port=0",
-                f"--temp-dir={temp_dir}",
-                "--disable-usage-stats",
-                f"--tracing-startup-hook={LOCAL_HOOK}",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        assert started.returncode == 0, started.stdout + started.stderr
+        start_head(env, temp_dir, port, num_cpus=2, tracing_hook=LOCAL_HOOK)
         yield {
             "env": env,
             "spans": base / "spans",

@@ -28,11 +28,6 @@ from helpers.serve_traces import (
 )
 from helpers.tracing_procs import LOCAL_HOOK, script_env
 
-pytest.importorskip("ray.serve")
-pytest.importorskip("starlette")
-if not Path("/proc/self/cmdline").exists():
-    pytest.skip("finds the cluster's processes through /proc", allow_module_level=True)
-
 pytestmark = pytest.mark.ray
 CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 REQUESTS: list[dict[str, str]] = [{}, {"traceparent": CALLER}, {}]

@@ -5,13 +5,12 @@ hook's provider once, at Serve's sampling ratio, with no second provider and no 
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.agg_procs import run_json_script
 from helpers.tracing_procs import read_lines, script_env
 
 pytest.importorskip("ray.serve")
@@ -52,16 +51,10 @@ print(json.dumps({
 
 def _run(tmp_path: Path, mode: str, ratio: float, proxy_variable: bool = True) -> tuple[dict[str, Any], str]:
     extra = {"RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH": EXPORTER} if proxy_variable else {}
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, mode, str(ratio)],
-        env=script_env(tmp_path, extra),
-        capture_output=True,
-        text=True,
-        timeout=120,
+    summary, _, stderr = run_json_script(
+        [sys.executable, "-c", SCRIPT, mode, str(ratio)], script_env(tmp_path, extra), 120
     )
-    assert out.returncode == 0, out.stderr[-3000:]
-    summary: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return summary, out.stderr
+    return summary, stderr
 
 
 def test_serve_spans_go_to_the_hooks_provider_once_at_serves_ratio(tmp_path: Path) -> None:

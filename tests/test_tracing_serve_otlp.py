@@ -8,29 +8,24 @@ Same composed application as test_tracing_serve.py (ingress -> handle -> Inner -
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.otlp_counting_receiver import OtlpReceiver
 from helpers.serve_traces import (
     PROXY_SPAN,
     SERVE_REQUEST_SPANS,
-    OtlpTraceReceiver,
     Span,
     check_controller_trace_not_lumped,
     check_nothing_twice,
     check_request_trace,
     run_app,
     serve_cluster,
+    spans_from_otlp,
     traceparent_ids,
     wait_until_checked,
 )
 from helpers.tracing_procs import OTLP_HOOK, script_env
-
-pytest.importorskip("ray.serve")
-pytest.importorskip("starlette")
-if not Path("/proc/self/cmdline").exists():
-    pytest.skip("finds the cluster's processes through /proc", allow_module_level=True)
 
 pytestmark = pytest.mark.ray
 SAMPLED_A = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -45,12 +40,12 @@ REQUESTS: list[dict[str, str]] = [
 
 
 @pytest.fixture(scope="module")
-def served() -> Iterator[tuple[OtlpTraceReceiver, dict[str, Any]]]:
-    receiver = OtlpTraceReceiver()
+def served() -> Iterator[tuple[OtlpReceiver, dict[str, Any]]]:
+    receiver = OtlpReceiver()
     env = script_env(
         None,
         {
-            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
             "OTEL_BSP_SCHEDULE_DELAY": "100",
             "OTEL_EXPERIMENTAL_RESOURCE_DETECTORS": "process",  # each span's pid, as process.pid
         },
@@ -59,7 +54,7 @@ def served() -> Iterator[tuple[OtlpTraceReceiver, dict[str, Any]]]:
         with serve_cluster(OTLP_HOOK, env, ratio=0.0) as cluster_env:
             yield receiver, run_app(cluster_env, 0.0, REQUESTS)
     finally:
-        receiver.close()
+        receiver.stop()
 
 
 def _check_sampled(spans: list[Span], summary: dict[str, Any]) -> None:
@@ -70,11 +65,11 @@ def _check_sampled(spans: list[Span], summary: dict[str, Any]) -> None:
 
 
 def test_sampled_callers_get_whole_traces_over_otlp_and_the_rest_nothing(
-    served: tuple[OtlpTraceReceiver, dict[str, Any]],
+    served: tuple[OtlpReceiver, dict[str, Any]],
 ) -> None:
     receiver, summary = served
     assert [r["leaf"] for r in summary["responses"]] == [2, 4, 6, 8]
-    spans = wait_until_checked(receiver.spans, lambda s: _check_sampled(s, summary))
+    spans = wait_until_checked(lambda: spans_from_otlp(receiver), lambda s: _check_sampled(s, summary))
     wanted = {traceparent_ids(SAMPLED_A)[0], traceparent_ids(SAMPLED_B)[0]}
     assert {s.trace_id for s in spans if s.name.startswith(SERVE_REQUEST_SPANS)} == wanted
     assert sum(s.name == PROXY_SPAN for s in spans) == 2
@@ -84,8 +79,8 @@ def test_sampled_callers_get_whole_traces_over_otlp_and_the_rest_nothing(
 
 
 def test_the_controllers_constructor_trace_holds_no_later_work(
-    served: tuple[OtlpTraceReceiver, dict[str, Any]],
+    served: tuple[OtlpReceiver, dict[str, Any]],
 ) -> None:
     receiver, summary = served
-    spans = wait_until_checked(receiver.spans, lambda s: _check_sampled(s, summary))
+    spans = wait_until_checked(lambda: spans_from_otlp(receiver), lambda s: _check_sampled(s, summary))
     check_controller_trace_not_lumped(spans)

@@ -112,7 +112,10 @@ def _console_errors(browser: WebDriver) -> list[str]:
     return [entry["message"] for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
 
 
-def _late_task_events(task_hex: str, job_hex: str, session: str) -> list[dict[str, Any]]:
+def task_events(
+    task_hex: str, job_hex: str, session: str, name: str, state: str, task_type: str = "NORMAL_TASK"
+) -> list[dict[str, Any]]:
+    """A task's definition and one state, stamped now, as Ray's aggregator POSTs them."""
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     task = base64.b64encode(bytes.fromhex(task_hex)).decode()
     job = base64.b64encode(bytes.fromhex(job_hex)).decode()
@@ -125,9 +128,9 @@ def _late_task_events(task_hex: str, job_hex: str, session: str) -> list[dict[st
             "taskDefinitionEvent": {
                 "taskId": task,
                 "taskAttempt": 0,
-                "taskType": "NORMAL_TASK",
-                "taskName": "late_arrival",
-                "taskFunc": {"pythonFunctionDescriptor": {"moduleName": "m", "functionName": "late_arrival"}},
+                "taskType": task_type,
+                "taskName": name,
+                "taskFunc": {"pythonFunctionDescriptor": {"moduleName": "m", "functionName": name}},
                 "jobId": job,
             },
         },
@@ -139,7 +142,7 @@ def _late_task_events(task_hex: str, job_hex: str, session: str) -> list[dict[st
                 "taskId": task,
                 "taskAttempt": 0,
                 "jobId": job,
-                "stateTransitions": [{"state": "RUNNING", "timestamp": now}],
+                "stateTransitions": [{"state": state, "timestamp": now}],
             },
         },
     ]
@@ -197,7 +200,9 @@ def test_the_page_shows_the_demo_and_follows_the_store(demo: str, browser: WebDr
     late = os.urandom(8).hex() + "ff" * 12 + job_hex
     session = requests.get(f"{demo}/api/sessions", timeout=10).json()["current"]  # the demo's
     posted = requests.post(
-        f"{demo}/v1/ray-events", json=_late_task_events(late, job_hex, session), timeout=10
+        f"{demo}/v1/ray-events",
+        json=task_events(late, job_hex, session, "late_arrival", "RUNNING"),
+        timeout=10,
     )
     assert posted.status_code == 200, posted.text
     _wait(

@@ -9,9 +9,6 @@ all-f unique part, are shown by what tells them apart (the actor id, the job id)
 
 from __future__ import annotations
 
-import base64
-import datetime
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,43 +16,14 @@ import requests
 from helpers.agg_procs import CliServer, start
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from test_web_page import SCREENSHOTS, _console_errors, _wait, browser  # noqa: F401 (a fixture)
+from test_web_page import SCREENSHOTS, _console_errors, _wait, browser, task_events  # noqa: F401 (a fixture)
 
 TOKEN = "page-token-0123456789"
 JOB = "01000000"
 
 
-def _task(task_hex: str, task_type: str, name: str) -> list[dict[str, Any]]:
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    task = base64.b64encode(bytes.fromhex(task_hex)).decode()
-    job = base64.b64encode(bytes.fromhex(JOB)).decode()
-    common = {"sourceType": "CORE_WORKER", "timestamp": now, "severity": "INFO", "sessionName": "page"}
-    return [
-        {
-            **common,
-            "eventId": base64.b64encode(os.urandom(16)).decode(),
-            "eventType": "TASK_DEFINITION_EVENT",
-            "taskDefinitionEvent": {
-                "taskId": task,
-                "taskAttempt": 0,
-                "taskType": task_type,
-                "taskName": name,
-                "taskFunc": {"pythonFunctionDescriptor": {"moduleName": "m", "functionName": name}},
-                "jobId": job,
-            },
-        },
-        {
-            **common,
-            "eventId": base64.b64encode(os.urandom(16)).decode(),
-            "eventType": "TASK_LIFECYCLE_EVENT",
-            "taskLifecycleEvent": {
-                "taskId": task,
-                "taskAttempt": 0,
-                "jobId": job,
-                "stateTransitions": [{"state": "FINISHED", "timestamp": now}],
-            },
-        },
-    ]
+def _finished(task_hex: str, task_type: str, name: str) -> list[dict[str, Any]]:
+    return task_events(task_hex, JOB, "page", name, "FINISHED", task_type)
 
 
 def test_page_signs_in_with_rays_cookie_and_tells_actor_and_driver_tasks_apart(
@@ -70,10 +38,10 @@ def test_page_signs_in_with_rays_cookie_and_tells_actor_and_driver_tasks_apart(
     base = f"http://{serve.address}"
     actors = ["a1b2c3d4e5f60718293a4b5c" + JOB, "0f1e2d3c4b5a69788796a5b4" + JOB]
     events = [
-        *_task("ff" * 8 + actors[0], "ACTOR_CREATION_TASK", "Counter.__init__"),
-        *_task("ff" * 8 + actors[1], "ACTOR_CREATION_TASK", "Counter.__init__"),
-        *_task("ff" * 20 + JOB, "DRIVER_TASK", "driver"),
-        *_task("1234567890abcdef" + "ff" * 12 + JOB, "NORMAL_TASK", "plain"),
+        *_finished("ff" * 8 + actors[0], "ACTOR_CREATION_TASK", "Counter.__init__"),
+        *_finished("ff" * 8 + actors[1], "ACTOR_CREATION_TASK", "Counter.__init__"),
+        *_finished("ff" * 20 + JOB, "DRIVER_TASK", "driver"),
+        *_finished("1234567890abcdef" + "ff" * 12 + JOB, "NORMAL_TASK", "plain"),
     ]
     posted = requests.post(f"{base}/v1/ray-events", json=events, timeout=10)  # Ray's aggregator's way
     assert posted.status_code == 200, posted.text

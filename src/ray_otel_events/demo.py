@@ -55,9 +55,8 @@ from ray_otel_events.executor import TracedProcessPoolExecutor
 from ray_otel_events.producer import RayEventRecorder
 from ray_otel_events.protobuf import common_pb2
 from ray_otel_events.tracing.files import LogRecordFileProcessor, SpanFileProcessor
-from ray_otel_events.tracing.install import current_installation, install_tracing
+from ray_otel_events.tracing.install import current_installation, install_tracing, run_setup_hook
 from ray_otel_events.tracing.otlp import otlp_log_exporter, otlp_span_exporter
-from ray_otel_events.tracing.report import report_setup_failure
 from ray_otel_events.tracing.span_files import largest_trace_tree
 
 _RECORDER_CONFIG = RecorderConfig(report_interval_ms=200, shutdown_flush_timeout_ms=5000)
@@ -147,22 +146,20 @@ DEMO_HOOK = "ray_otel_events.demo:setup_demo_tracing"
 def setup_demo_tracing() -> None:
     """The demo's tracing hook: the local hook's files, plus spans and task logs sent to `serve`
     over OTLP (OTEL_EXPORTER_OTLP_ENDPOINT), so the page can show them."""
-    try:
-        if current_installation() is not None:
-            install_tracing()  # adopt after fork
-            return
-        tracing = config.TracingConfig.from_env()
-        install_tracing(
-            [SpanFileProcessor(tracing.spans_dir), BatchSpanProcessor(otlp_span_exporter("http/protobuf"))],
-            [
-                LogRecordFileProcessor(tracing.spans_dir),
-                BatchLogRecordProcessor(otlp_log_exporter("http/protobuf")),
-            ],
-            config=tracing,
-            event_logs=False,
-        )
-    except Exception as exc:  # a hook must never take its process down
-        report_setup_failure(DEMO_HOOK, exc)
+    run_setup_hook(DEMO_HOOK, _install_demo_tracing)
+
+
+def _install_demo_tracing() -> None:
+    tracing = config.TracingConfig.from_env()
+    install_tracing(
+        [SpanFileProcessor(tracing.spans_dir), BatchSpanProcessor(otlp_span_exporter("http/protobuf"))],
+        [
+            LogRecordFileProcessor(tracing.spans_dir),
+            BatchLogRecordProcessor(otlp_log_exporter("http/protobuf")),
+        ],
+        config=tracing,
+        event_logs=False,
+    )
 
 
 # -- actor-like workers ------------------------------------------------------------------------

@@ -131,18 +131,37 @@ def wait_for_lines(path: Path, n: int, timeout_s: float = 60.0) -> list[dict[str
         time.sleep(0.05)
 
 
+def refused_by_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Runs `ray-otel-events ARGS` (environment: `clean_env(env)`), which must refuse them as our
+    commands refuse bad input: exit 2 with a message, no traceback. Returns the finished process."""
+    out = subprocess.run(
+        [sys.executable, "-m", "ray_otel_events", *args],
+        env=clean_env(env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+    return out
+
+
+def run_json_script(args: list[str], env: dict[str, str] | None, timeout_s: float) -> tuple[Any, str, str]:
+    """Runs a script that prints its result as its last line, in JSON; returns (that result, its
+    stdout, its stderr). Fails the test with the ends of both streams when the script fails."""
+    out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout_s)
+    assert out.returncode == 0, (
+        f"{args[1]} failed ({out.returncode}): {out.stdout[-3000:]}{out.stderr[-5000:]}"
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1]), out.stdout, out.stderr
+
+
 def run_producer(target: str, *args: str, timeout_s: float = 120.0) -> dict[str, Any]:
     """Run tests/helpers/send_add_events.py as its own process; returns its JSON summary."""
     script = Path(__file__).with_name("send_add_events.py")
-    out = subprocess.run(
-        [sys.executable, str(script), target, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        env=clean_env(),
-    )
-    assert out.returncode == 0, f"producer failed ({out.returncode}): {out.stderr[-4000:]}"
-    summary: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    summary: dict[str, Any] = run_json_script(
+        [sys.executable, str(script), target, *args], clean_env(), timeout_s
+    )[0]
     return summary
 
 
@@ -156,3 +175,19 @@ def start(servers: list[CliServer], command: str, *args: str, env: dict[str, str
     server = CliServer(command, *args, env=env)
     servers.append(server)
     return server
+
+
+def start_aggregator(servers: list[CliServer], sink: CliServer, *args: str) -> tuple[CliServer, str]:
+    """An aggregator (`start`) POSTing to `sink`, serving its metrics and probes on a port of their
+    own; returns it and that port's base URL."""
+    metrics_port = free_port()
+    aggregator = start(
+        servers,
+        "aggregator",
+        "--export-addr",
+        f"http://{sink.address}/v1/events",
+        "--metrics-port",
+        str(metrics_port),
+        *args,
+    )
+    return aggregator, f"http://127.0.0.1:{metrics_port}"

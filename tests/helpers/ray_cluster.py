@@ -64,44 +64,67 @@ def ray_cluster(
         "RAY_ADDRESS": f"127.0.0.1:{port}",
         **(extra_env or {}),
     }
-    dashboard_port = free_port()
-    dashboard_args = (
-        ["--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}"]
-        if dashboard
-        else ["--include-dashboard=false"]
-    )
+    dashboard_port = free_port() if dashboard else None
     try:
-        started = subprocess.run(
-            [
-                ray_bin(),
-                "start",
-                "--head",
-                "--num-cpus=1",
-                f"--port={port}",
-                "--node-ip-address=127.0.0.1",
-                f"--ray-client-server-port={free_port()}",
-                *dashboard_args,
-                "--dashboard-agent-listen-port=0",
-                f"--dashboard-agent-grpc-port={agent_port}",
-                *([f"--tracing-startup-hook={tracing_hook}"] if tracing_hook else []),
-                f"--temp-dir={temp_dir}",
-                "--disable-usage-stats",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
+        start_head(
+            env,
+            temp_dir,
+            port,
+            dashboard_port=dashboard_port,
+            tracing_hook=tracing_hook,
+            agent_grpc_port=agent_port,
         )
-        assert started.returncode == 0, started.stdout + started.stderr
         yield RayCluster(
             env,
-            f"http://127.0.0.1:{dashboard_port}" if dashboard else None,
+            f"http://127.0.0.1:{dashboard_port}" if dashboard_port else None,
             f"127.0.0.1:{agent_port}",
             temp_dir,
         )
     finally:
         stop_cluster(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def start_head(
+    env: dict[str, str],
+    temp_dir: str,
+    port: int,
+    *,
+    num_cpus: int = 1,
+    dashboard_port: int | None = None,
+    tracing_hook: str | None = None,
+    agent_grpc_port: int | None = None,
+) -> None:
+    """`ray start --head` on 127.0.0.1:PORT with its own ports and TEMP_DIR (which names its
+    processes for `stop_cluster`); the dashboard and the agent's gRPC port only when given. Fails
+    the test with Ray's output when the head does not start."""
+    dashboard_args = (
+        ["--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}"]
+        if dashboard_port is not None
+        else ["--include-dashboard=false"]
+    )
+    started = subprocess.run(
+        [
+            ray_bin(),
+            "start",
+            "--head",
+            f"--num-cpus={num_cpus}",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            f"--ray-client-server-port={free_port()}",
+            *dashboard_args,
+            "--dashboard-agent-listen-port=0",
+            *([f"--dashboard-agent-grpc-port={agent_grpc_port}"] if agent_grpc_port else []),
+            *([f"--tracing-startup-hook={tracing_hook}"] if tracing_hook else []),
+            f"--temp-dir={temp_dir}",
+            "--disable-usage-stats",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
 
 
 def pids_of(temp_dir: str) -> list[int]:

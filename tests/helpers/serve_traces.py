@@ -1,33 +1,36 @@
 """Ray Serve requests as traces, for the tests: a cluster started with one of our hooks and Serve's
 tracing pointed at `ray_otel_events.tracing.serve:span_processors`, the composed app's driver,
 spans read back from span files or OTLP requests, and the structure each request's trace must have.
+A test module that imports it is skipped where Ray Serve or /proc (how the cluster's processes are
+found) is missing.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gzip
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+import pytest
 
-from helpers.agg_procs import free_port
-from helpers.ray_cluster import ray_bin, stop_cluster
+from helpers.agg_procs import free_port, run_json_script
+from helpers.otlp_counting_receiver import OtlpReceiver, attributes_of
+from helpers.ray_cluster import start_head, stop_cluster
 from helpers.tracing_procs import HELPERS, read_lines
+
+pytest.importorskip("ray.serve")
+pytest.importorskip("starlette")
+if not Path("/proc/self/cmdline").exists():
+    pytest.skip("finds the cluster's processes through /proc", allow_module_level=True)
 
 SERVE_EXPORTER = "ray_otel_events.tracing.serve:span_processors"
 APP = str(HELPERS / "serve_app.py")
@@ -63,27 +66,7 @@ def serve_cluster(hook: str, env: dict[str, str], ratio: float) -> Iterator[dict
         "RAY_SERVE_TRACING_SAMPLING_RATIO": str(ratio),
     }
     try:
-        started = subprocess.run(
-            [
-                ray_bin(),
-                "start",
-                "--head",
-                "--num-cpus=1",
-                f"--port={port}",
-                "--node-ip-address=127.0.0.1",
-                f"--ray-client-server-port={free_port()}",
-                "--include-dashboard=false",
-                "--dashboard-agent-listen-port=0",
-                f"--temp-dir={temp_dir}",
-                "--disable-usage-stats",
-                f"--tracing-startup-hook={hook}",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        assert started.returncode == 0, started.stdout + started.stderr
+        start_head(env, temp_dir, port, tracing_hook=hook)
         yield env
     finally:
         stop_cluster(temp_dir)
@@ -92,16 +75,10 @@ def serve_cluster(hook: str, env: dict[str, str], ratio: float) -> Iterator[dict
 
 def run_app(env: dict[str, str], ratio: float, requests: list[dict[str, str]]) -> dict[str, Any]:
     """Deploys the composed app, sends `requests`; returns the driver's summary."""
-    out = subprocess.run(
-        [sys.executable, APP, str(free_port()), str(ratio), json.dumps(requests)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
-    summary: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    summary["stderr"] = out.stderr
+    args = [sys.executable, APP, str(free_port()), str(ratio), json.dumps(requests)]
+    summary: dict[str, Any]
+    summary, _, stderr = run_json_script(args, env, 300)
+    summary["stderr"] = stderr
     return summary
 
 
@@ -134,17 +111,14 @@ def spans_from_files(folder: Path) -> list[Span]:
     return spans
 
 
-def _value(value: AnyValue) -> Any:
-    return getattr(value, str(value.WhichOneof("value")))
-
-
-def spans_from_otlp(bodies: list[bytes]) -> list[Span]:
-    """Every span in OTLP/HTTP trace export bodies; the pid is the resource's `process.pid`."""
+def spans_from_otlp(receiver: OtlpReceiver) -> list[Span]:
+    """Every span `receiver` has had; the pid is the resource's `process.pid`."""
     spans = []
-    for body in bodies:
-        request = ExportTraceServiceRequest.FromString(body)
+    with receiver.lock:
+        requests = list(receiver.traces)
+    for request in requests:
         for resource_spans in request.resource_spans:
-            resource = {kv.key: _value(kv.value) for kv in resource_spans.resource.attributes}
+            resource = attributes_of(resource_spans.resource.attributes)
             pid = int(resource["process.pid"]) if "process.pid" in resource else None
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
@@ -157,46 +131,10 @@ def spans_from_otlp(bodies: list[bytes]) -> list[Span]:
                             pid,
                             span.start_time_unix_nano,
                             span.end_time_unix_nano,
-                            {kv.key: _value(kv.value) for kv in span.attributes},
+                            attributes_of(span.attributes),
                         )
                     )
     return spans
-
-
-class OtlpTraceReceiver:
-    """A tiny OTLP/HTTP receiver on 127.0.0.1: keeps the bodies POSTed to /v1/traces, accepts the rest."""
-
-    def __init__(self) -> None:
-        self.bodies: list[bytes] = []
-        lock = threading.Lock()
-        bodies = self.bodies
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                if self.headers.get("Content-Encoding") == "gzip":
-                    body = gzip.decompress(body)
-                if self.path == "/v1/traces":
-                    with lock:
-                        bodies.append(body)
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    def spans(self) -> list[Span]:
-        return spans_from_otlp(list(self.bodies))
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
 
 def wait_until_checked(read: Callable[[], list[Span]], check: Callable[[list[Span]], None]) -> list[Span]:

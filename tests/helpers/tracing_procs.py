@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from helpers.agg_procs import clean_env
+from helpers.agg_procs import clean_env, run_json_script
 
 HELPERS = Path(__file__).resolve().parent
 LOCAL_HOOK = "ray_otel_events.tracing.setup_local_tmp_tracing:setup_tracing"
@@ -38,16 +37,9 @@ def run_pool_output(
     spec: dict[str, Any], env: dict[str, str], timeout_s: float = 120.0
 ) -> tuple[dict[str, Any], str, str]:
     """Run tracing_pool.py with a JSON spec; returns (its summary, its stdout, its stderr)."""
-    out = subprocess.run(
-        [sys.executable, str(HELPERS / "tracing_pool.py"), json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        env=env,
+    return run_json_script(
+        [sys.executable, str(HELPERS / "tracing_pool.py"), json.dumps(spec)], env, timeout_s
     )
-    assert out.returncode == 0, f"pool script failed ({out.returncode}): {out.stderr[-4000:]}"
-    summary: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return summary, out.stdout, out.stderr
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:

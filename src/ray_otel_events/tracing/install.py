@@ -23,7 +23,7 @@ import logging
 import multiprocessing.util
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from opentelemetry import _logs, trace
@@ -38,6 +38,7 @@ from ray_otel_events.producer.recorder import RayEventRecorder
 from ray_otel_events.tracing.deferred_spans import DeferredSpans
 from ray_otel_events.tracing.propagation import install_w3c_propagator
 from ray_otel_events.tracing.provider import CachingTracerProvider
+from ray_otel_events.tracing.report import report_setup_failure
 from ray_otel_events.tracing.task_events import (
     EventLogEmitter,
     EventSink,
@@ -108,6 +109,19 @@ def _tracer_provider(resource: Resource) -> tuple[TracerProvider, DeferredSpans 
     provider = CachingTracerProvider(resource=resource, id_generator=deferred.id_generator)
     trace.set_tracer_provider(provider)
     return provider, deferred
+
+
+def run_setup_hook(hook: str, install: Callable[[], None]) -> None:
+    """A startup hook's body: a process that already has an installation (its own, or its fork
+    parent's) adopts it, any other calls `install`; a failure is reported once, never raised, as a
+    hook must never take its process down."""
+    try:
+        if current_installation() is not None:
+            install_tracing()
+            return
+        install()
+    except Exception as exc:
+        report_setup_failure(hook, exc)
 
 
 def install_tracing(

@@ -16,23 +16,20 @@ from __future__ import annotations
 
 from ray_otel_events.config import TracingConfig
 from ray_otel_events.tracing.files import LogRecordFileProcessor, SpanFileProcessor
-from ray_otel_events.tracing.install import current_installation, install_tracing
-from ray_otel_events.tracing.report import report_setup_failure
+from ray_otel_events.tracing.install import install_tracing, run_setup_hook
 
 HOOK = "ray_otel_events.tracing.setup_local_tmp_tracing:setup_tracing"
 
 
 def setup_tracing() -> None:
-    try:
-        if current_installation() is not None:
-            install_tracing()  # already installed here or in the fork parent: adopt it
-            return
-        config = TracingConfig.from_env()
-        install_tracing(
-            [SpanFileProcessor(config.spans_dir)],
-            [LogRecordFileProcessor(config.spans_dir)],
-            config=config,
-            event_logs=config.event_logs is True,
-        )
-    except Exception as exc:  # a hook must never take its process down
-        report_setup_failure(HOOK, exc)
+    run_setup_hook(HOOK, _install)
+
+
+def _install() -> None:
+    config = TracingConfig.from_env()
+    install_tracing(
+        [SpanFileProcessor(config.spans_dir)],
+        [LogRecordFileProcessor(config.spans_dir)],
+        config=config,
+        event_logs=config.event_logs is True,
+    )

@@ -24,9 +24,8 @@ from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 
 from ray_otel_events.config import SESSION_NAME, OtlpProtocols, SpoolConfig, TracingConfig
-from ray_otel_events.tracing.install import current_installation, install_tracing
+from ray_otel_events.tracing.install import install_tracing, run_setup_hook
 from ray_otel_events.tracing.otlp import otlp_log_exporter
-from ray_otel_events.tracing.report import report_setup_failure
 from ray_otel_events.tracing.spool import SpoolSpanProcessor, ensure_forwarder, spool_folder
 
 HOOK = "ray_otel_events.tracing.setup_otlp_tracing:setup_tracing"
@@ -41,23 +40,21 @@ def destination_key(event_logs: bool) -> dict[str, str]:
 
 
 def setup_tracing() -> None:
-    try:
-        if current_installation() is not None:
-            install_tracing()  # already installed here or in the fork parent: adopt it
-            return
-        config = TracingConfig.from_env()
-        protocols = OtlpProtocols.from_env()
-        spool = SpoolConfig.from_env()
-        resource = Resource.create()
-        folder = spool_folder(spool.root, destination_key(config.event_logs is not False))
-        processor = SpoolSpanProcessor(folder, resource)
-        ensure_forwarder(folder)
-        install_tracing(
-            [processor],
-            [BatchLogRecordProcessor(otlp_log_exporter(protocols.logs))],
-            config=config,
-            resource=resource,
-            event_logs=False,  # the forwarder makes the event records from the spooled spans
-        )
-    except Exception as exc:  # a hook must never take its process down
-        report_setup_failure(HOOK, exc)
+    run_setup_hook(HOOK, _install)
+
+
+def _install() -> None:
+    config = TracingConfig.from_env()
+    protocols = OtlpProtocols.from_env()
+    spool = SpoolConfig.from_env()
+    resource = Resource.create()
+    folder = spool_folder(spool.root, destination_key(config.event_logs is not False))
+    processor = SpoolSpanProcessor(folder, resource)
+    ensure_forwarder(folder)
+    install_tracing(
+        [processor],
+        [BatchLogRecordProcessor(otlp_log_exporter(protocols.logs))],
+        config=config,
+        resource=resource,
+        event_logs=False,  # the forwarder makes the event records from the spooled spans
+    )
