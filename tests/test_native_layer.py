@@ -165,14 +165,18 @@ def test_the_head_reader_refuses_a_binding_without_its_fields() -> None:
     numbers = field_numbers(module.RAY_FIELDS)
     assert numbers["ray.rpc.events.RayEvent.node_id"] == 18
     assert numbers["ray.rpc.PythonFunctionDescriptor.function_hash"] == 4
+    members = event_heads._function_members()  # from the descriptors: Java's, Python's, C++'s
+    assert members == {1: 3, 2: 4, 3: 3}
     missing = "ray.rpc.events.RayEvent.session_name"
     try:
         with pytest.raises(ValueError, match=re.escape(missing)):
-            module.bind_fields({k: v for k, v in numbers.items() if k != missing})
+            module.bind_fields({k: v for k, v in numbers.items() if k != missing}, members)
         with pytest.raises(TypeError, match="after bind"):
             module.head(b"")
         with pytest.raises(ValueError, match="node_id"):
-            module.bind_fields({**numbers, "ray.rpc.events.RayEvent.node_id": 64})
+            module.bind_fields({**numbers, "ray.rpc.events.RayEvent.node_id": 64}, members)
+        with pytest.raises(ValueError, match="no Python or Java member"):
+            module.bind_fields(numbers, {k: v for k, v in members.items() if k != 2})
     finally:
         event_heads._bind()
     event = event_heads.RayEvent(event_id=b"e", event_type=1, session_name="s", node_id=b"n")
