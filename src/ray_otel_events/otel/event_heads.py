@@ -190,8 +190,8 @@ def _function_members() -> dict[int, int]:
     here, at import, not a wrong copy."""
     members = {}
     for member in POOL.FindMessageTypeByName(_FUNCTION_DESCRIPTOR).fields:
-        fields = member.message_type.fields
-        if any(f.type != FieldDescriptor.TYPE_STRING or f.is_repeated for f in fields):
+        fields = member.message_type.fields if member.message_type else ()
+        if not fields or any(f.type != FieldDescriptor.TYPE_STRING or f.is_repeated for f in fields):
             raise RuntimeError(f"{member.full_name}: the compiled filter copies string fields only")
         members[member.number] = max(f.number for f in fields)
     return members
