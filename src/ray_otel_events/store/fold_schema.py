@@ -172,6 +172,7 @@ class TaskValues:
     row's times (the first pending one its creation, the first running one its start, the last
     ended one its end)."""
 
+    nil: str  # a task's state before a lifecycle piece says
     actor_task: str  # the type of an actor's task
     normal_task: str  # a task's type before its definition says
     python: str  # its language before its definition says
@@ -182,6 +183,7 @@ class TaskValues:
 
 
 TASK_VALUES = TaskValues(
+    nil=_task_status(common_pb2.NIL),
     actor_task=common_pb2.TaskType.Name(common_pb2.ACTOR_TASK),
     normal_task=common_pb2.TaskType.Name(common_pb2.NORMAL_TASK),
     python=common_pb2.Language.Name(common_pb2.PYTHON),

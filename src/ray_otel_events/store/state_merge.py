@@ -22,6 +22,8 @@ from typing import Any, NamedTuple
 import orjson
 
 from ray_otel_events import native
+from ray_otel_events.events.registry import ET, REGISTRY, event_type_name
+from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.store.fold_schema import RAY_KEYS as KEY
 from ray_otel_events.store.fold_schema import TASK_ROW as FIELD
 from ray_otel_events.store.fold_schema import TASK_VALUES as VALUE
@@ -359,44 +361,42 @@ def _pg_lifecycle(row: Row, body: dict[str, Any]) -> None:
     _transitions(row, body)
 
 
+def _route_of(
+    event_type: int, resource: str, id_field: str, attempt_field: str | None, fold: Fold
+) -> tuple[str, str, str, str | None, Fold]:
+    """An event type's route, its keys Ray's JSON names from the descriptors: the event's payload
+    (the registry's payload field) and the payload's id and attempt fields."""
+    payload = RayEvent.DESCRIPTOR.fields_by_name[REGISTRY[event_type].payload_field]
+    if payload.message_type is None:
+        raise RuntimeError(f"{payload.full_name} is not a message")
+    fields = payload.message_type.fields_by_name
+    attempt = fields[attempt_field].json_name if attempt_field else None
+    return payload.json_name, resource, fields[id_field].json_name, attempt, fold
+
+
 # event type -> (payload key, resource, id key, attempt key, fold)
 _ROUTES: dict[str, tuple[str, str, str, str | None, Fold]] = {
-    "TASK_DEFINITION_EVENT": ("taskDefinitionEvent", TASKS, "taskId", "taskAttempt", _task_definition),
-    "ACTOR_TASK_DEFINITION_EVENT": (
-        "actorTaskDefinitionEvent",
-        TASKS,
-        "taskId",
-        "taskAttempt",
-        _task_definition,
-    ),
-    "TASK_LIFECYCLE_EVENT": ("taskLifecycleEvent", TASKS, "taskId", "taskAttempt", _task_lifecycle),
-    "TASK_PROFILE_EVENT": ("taskProfileEvents", TASKS, "taskId", "attemptNumber", _task_profile),
-    "ACTOR_DEFINITION_EVENT": ("actorDefinitionEvent", ACTORS, "actorId", None, _actor_definition),
-    "ACTOR_LIFECYCLE_EVENT": ("actorLifecycleEvent", ACTORS, "actorId", None, _actor_lifecycle),
-    "DRIVER_JOB_DEFINITION_EVENT": ("driverJobDefinitionEvent", JOBS, "jobId", None, _job_definition),
-    "DRIVER_JOB_LIFECYCLE_EVENT": ("driverJobLifecycleEvent", JOBS, "jobId", None, _job_lifecycle),
-    "NODE_DEFINITION_EVENT": ("nodeDefinitionEvent", NODES, "nodeId", None, _node_definition),
-    "NODE_LIFECYCLE_EVENT": ("nodeLifecycleEvent", NODES, "nodeId", None, _node_lifecycle),
-    "WORKER_DEFINITION_EVENT": ("workerDefinitionEvent", WORKERS, "workerId", None, _worker_definition),
-    "WORKER_LIFECYCLE_EVENT": ("workerLifecycleEvent", WORKERS, "workerId", None, _worker_lifecycle),
-    "PLACEMENT_GROUP_DEFINITION_EVENT": (
-        "placementGroupDefinitionEvent",
-        PLACEMENT_GROUPS,
-        "placementGroupId",
-        None,
-        _pg_definition,
-    ),
-    "PLACEMENT_GROUP_LIFECYCLE_EVENT": (
-        "placementGroupLifecycleEvent",
-        PLACEMENT_GROUPS,
-        "placementGroupId",
-        None,
-        _pg_lifecycle,
-    ),
+    event_type_name(event_type): _route_of(event_type, *rest)
+    for event_type, *rest in (
+        (ET.TASK_DEFINITION_EVENT, TASKS, "task_id", "task_attempt", _task_definition),
+        (ET.ACTOR_TASK_DEFINITION_EVENT, TASKS, "task_id", "task_attempt", _task_definition),
+        (ET.TASK_LIFECYCLE_EVENT, TASKS, "task_id", "task_attempt", _task_lifecycle),
+        (ET.TASK_PROFILE_EVENT, TASKS, "task_id", "attempt_number", _task_profile),
+        (ET.ACTOR_DEFINITION_EVENT, ACTORS, "actor_id", None, _actor_definition),
+        (ET.ACTOR_LIFECYCLE_EVENT, ACTORS, "actor_id", None, _actor_lifecycle),
+        (ET.DRIVER_JOB_DEFINITION_EVENT, JOBS, "job_id", None, _job_definition),
+        (ET.DRIVER_JOB_LIFECYCLE_EVENT, JOBS, "job_id", None, _job_lifecycle),
+        (ET.NODE_DEFINITION_EVENT, NODES, "node_id", None, _node_definition),
+        (ET.NODE_LIFECYCLE_EVENT, NODES, "node_id", None, _node_lifecycle),
+        (ET.WORKER_DEFINITION_EVENT, WORKERS, "worker_id", None, _worker_definition),
+        (ET.WORKER_LIFECYCLE_EVENT, WORKERS, "worker_id", None, _worker_lifecycle),
+        (ET.PLACEMENT_GROUP_DEFINITION_EVENT, PLACEMENT_GROUPS, "placement_group_id", None, _pg_definition),
+        (ET.PLACEMENT_GROUP_LIFECYCLE_EVENT, PLACEMENT_GROUPS, "placement_group_id", None, _pg_lifecycle),
+    )
 }
 
 ID_COLUMN = {
-    TASKS: "task_id",
+    TASKS: FIELD.task_id,
     ACTORS: "actor_id",
     JOBS: "job_id",
     NODES: "node_id",
@@ -473,13 +473,13 @@ def apply(row: Row, piece: Piece) -> None:
 # Python task until it does.
 DEFAULTS: dict[str, dict[str, Any]] = {
     TASKS: {
-        "state": "NIL",
-        "type": "NORMAL_TASK",
-        "language": "PYTHON",
-        "name": "",
-        "job_id": "",
-        "func_or_class_name": "",
-        "parent_task_id": "",
+        FIELD.state: VALUE.nil,
+        FIELD.type: VALUE.normal_task,
+        FIELD.language: VALUE.python,
+        FIELD.name: "",
+        FIELD.job_id: "",
+        FIELD.func_or_class_name: "",
+        FIELD.parent_task_id: "",
     },
     ACTORS: {
         "state": "DEPENDENCIES_UNREADY",
@@ -507,16 +507,16 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 INDEXED_COLUMNS = ("state", "job", "name", "func", "node", "worker", "kind", "error", "start_ms", "end_ms")
 INDEXED_FIELDS: dict[str, dict[str, str]] = {
     TASKS: {
-        "state": "state",
-        "job": "job_id",
-        "name": "name",
-        "func": "func_or_class_name",
-        "node": "node_id",
-        "worker": "worker_id",
-        "kind": "type",
-        "error": "error_type",
-        "start_ms": "start_time_ms",
-        "end_ms": "end_time_ms",
+        "state": FIELD.state,
+        "job": FIELD.job_id,
+        "name": FIELD.name,
+        "func": FIELD.func_or_class_name,
+        "node": FIELD.node_id,
+        "worker": FIELD.worker_id,
+        "kind": FIELD.type,
+        "error": FIELD.error_type,
+        "start_ms": FIELD.start_time_ms,
+        "end_ms": FIELD.end_time_ms,
     },
     ACTORS: {"state": "state", "job": "job_id", "name": "name", "func": "class_name", "node": "node_id"},
     JOBS: {"state": "status", "job": "job_id", "name": "submission_id", "kind": "type"},
