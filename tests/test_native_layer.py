@@ -2,8 +2,9 @@
 C sources and stubs in native/, and the table in docs/native.md (which the README points to). Then
 the numbers shared between C and Python: the wire schema's kinds, the JSON writer's kinds,
 AnyValue's members, and the fields of Ray's
-messages the converter's core reads (by name, numbered from the descriptors). No build needed for
-the first part."""
+messages the converter's core reads (by name, numbered from the descriptors). Then the names the
+store's task folds read and write: bound from store/fold_schema.py, typed in neither C file. No
+build needed for the first part."""
 
 from __future__ import annotations
 
