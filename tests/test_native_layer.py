@@ -2,8 +2,9 @@
 C sources and stubs in native/, and the table in docs/native.md (which the README points to). Then
 the numbers shared between C and Python: the wire schema's kinds, the JSON writer's kinds,
 AnyValue's members, and the fields of Ray's
-messages the converter's core reads (by name, numbered from the descriptors). No build needed for
-the first part."""
+messages the converter's core reads (by name, numbered from the descriptors). Then the names the
+store's task folds read and write: bound from store/fold_schema.py, typed in neither C file. No
+build needed for the first part."""
 
 from __future__ import annotations
 
@@ -165,15 +166,94 @@ def test_the_head_reader_refuses_a_binding_without_its_fields() -> None:
     numbers = field_numbers(module.RAY_FIELDS)
     assert numbers["ray.rpc.events.RayEvent.node_id"] == 18
     assert numbers["ray.rpc.PythonFunctionDescriptor.function_hash"] == 4
+    members = event_heads._function_members()  # from the descriptors: Java's, Python's, C++'s
+    assert members == {1: 3, 2: 4, 3: 3}
     missing = "ray.rpc.events.RayEvent.session_name"
     try:
         with pytest.raises(ValueError, match=re.escape(missing)):
-            module.bind_fields({k: v for k, v in numbers.items() if k != missing})
+            module.bind_fields({k: v for k, v in numbers.items() if k != missing}, members)
         with pytest.raises(TypeError, match="after bind"):
             module.head(b"")
         with pytest.raises(ValueError, match="node_id"):
-            module.bind_fields({**numbers, "ray.rpc.events.RayEvent.node_id": 64})
+            module.bind_fields({**numbers, "ray.rpc.events.RayEvent.node_id": 64}, members)
+        with pytest.raises(ValueError, match="no Python or Java member"):
+            module.bind_fields(numbers, {k: v for k, v in members.items() if k != 2})
     finally:
         event_heads._bind()
     event = event_heads.RayEvent(event_id=b"e", event_type=1, session_name="s", node_id=b"n")
     assert module.head(event.SerializeToString()) == event_heads.python_head(event)
+
+
+def _c_strings(name: str) -> set[str]:
+    """The string literals of a C source and the headers it includes from native/."""
+    text = (NATIVE / name).read_text()
+    for header in re.findall(r'#include "([a-z_]+\.h)"', text):
+        text += (NATIVE / header).read_text()
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.DOTALL)  # comments name what they read
+    return set(re.findall(r'"((?:[^"\\\n]|\\.)*)"', text))
+
+
+@pytest.mark.parametrize("name", ["_state_fold.c", "_post_fold.c"])
+def test_the_task_folds_type_no_name_of_the_fold_table(name: str) -> None:
+    """Ray's keys, the task row's fields and the values and states the folds write or compare are
+    fold_schema's, bound at import: none is typed in the C (as a string, quoted or not)."""
+    from ray_otel_events.store import fold_schema
+
+    names = {*dataclasses.astuple(fold_schema.RAY_KEYS), *dataclasses.astuple(fold_schema.TASK_ROW)}
+    values = fold_schema.TASK_VALUES
+    names |= {values.actor_task, values.normal_task, values.python, *values.pending, *values.running}
+    names |= set(values.ended)
+    strings = _c_strings(name)
+    typed = {s for s in strings if s in names or s.strip('\\"{,:') in names}
+    assert not typed, f"{name} types {sorted(typed)}: bind them from store/fold_schema.py"
+
+
+def test_the_fold_table_takes_ray_keys_from_the_descriptors() -> None:
+    """Each of Ray's keys is its protobuf field's json_name; the state groups are TaskStatus names."""
+    from ray_otel_events.protobuf import common_pb2
+    from ray_otel_events.store import fold_schema
+
+    keys = fold_schema.RAY_KEYS
+    assert (keys.event_id, keys.task_name, keys.python_function_descriptor) == (
+        "eventId",
+        "taskName",
+        "pythonFunctionDescriptor",
+    )
+    assert (keys.state_transitions, keys.ray_error_info, keys.stderr_end) == (
+        "stateTransitions",
+        "rayErrorInfo",
+        "stderrEnd",
+    )
+    statuses = set(common_pb2.TaskStatus.keys())
+    groups = fold_schema.TASK_VALUES
+    assert {*groups.pending, *groups.running, *groups.ended} <= statuses
+
+
+@pytest.mark.parametrize("name", ["_state_fold", "_post_fold"])
+def test_the_folds_refuse_a_table_without_a_name_they_read(name: str) -> None:
+    """bind_names reads each name the C uses by attribute: a table without one, or with something
+    else than a name there, is refused with the name (at import, not a crash in a fold), and
+    leaves the good binding in place."""
+    module = _built(name)
+    from ray_otel_events.store import fold_schema, state_merge
+
+    if not native.ENABLED:
+        pytest.skip("the compiled folds are off (state_merge binds them only when on)")
+
+    keys, row, values = fold_schema.RAY_KEYS, fold_schema.TASK_ROW, fold_schema.TASK_VALUES
+    fields = [field.name for field in dataclasses.fields(row) if field.name != "created_ns"]
+    short_row = types.SimpleNamespace(**{field: getattr(row, field) for field in fields})
+    with pytest.raises(ValueError, match="TASK_ROW has no created_ns"):
+        module.bind_names(keys, short_row, values)
+    with pytest.raises(TypeError, match=r"RAY_KEYS\.task_name is not a name"):
+        module.bind_names(dataclasses.replace(keys, task_name=3), row, values)
+    with pytest.raises(TypeError, match=r"TASK_VALUES\.pending is not a tuple of names"):
+        module.bind_names(keys, row, dataclasses.replace(values, pending="PENDING_ARGS_AVAIL"))
+    if name == "_post_fold":
+        with pytest.raises(ValueError, match="names two fields"):
+            module.bind_names(keys, dataclasses.replace(row, name=row.type), values)
+    module.bind_names(keys, row, values)  # as state_merge bound it
+    fold = module.task_lifecycle if name == "_state_fold" else state_merge._task_lifecycle
+    folded: dict[str, Any] = {}
+    fold(folded, {keys.state_transitions: [{keys.state: values.running[0]}]})
+    assert folded[row.start_time_ms] == 0 and folded[row.state] == values.running[0]

@@ -34,10 +34,19 @@ enum { R_SKIP, R_ID, R_TYPE, R_TIME, R_SEVERITY, R_SESSION, R_NODE, R_PAYLOAD };
 static int8_t envelope_role[MAX_FIELD];
 static int fields_bound;
 
-/* bind_fields(ray_fields): RAY_FIELDS numbered ({full name: number}); the envelope's numbers
- * must be below MAX_FIELD. On error nothing is bound, and head() refuses. */
-static PyObject *bind_fields(PyObject *module, PyObject *numbers) {
+/* A FunctionDescriptor's oneof members by number: the highest field number of each member's
+ * message (0: no such member), set by bind_fields from the descriptors. */
+#define MAX_MEMBERS 16
+static uint32_t member_top[MAX_MEMBERS];
+
+/* bind_fields(ray_fields, function_members): RAY_FIELDS numbered ({full name: number}), the
+ * envelope's numbers below MAX_FIELD; and {member number: its message's highest field number} of
+ * FunctionDescriptor's oneof (every field of each a string). On error nothing is bound, and head()
+ * refuses. */
+static PyObject *bind_fields(PyObject *module, PyObject *args) {
     (void)module;
+    PyObject *numbers, *members;
+    if (!PyArg_ParseTuple(args, "OO!:bind_fields", &numbers, &PyDict_Type, &members)) return NULL;
     static const struct {
         int field, role;
     } envelope[] = {{RF_EVENT_ID, R_ID},       {RF_EVENT_TYPE, R_TYPE}, {RF_TIMESTAMP, R_TIME},
@@ -54,6 +63,26 @@ static PyObject *bind_fields(PyObject *module, PyObject *numbers) {
         }
         envelope_role[number] = (int8_t)envelope[i].role;
     }
+    uint32_t tops[MAX_MEMBERS] = {0};
+    PyObject *member, *top;
+    Py_ssize_t position = 0;
+    while (PyDict_Next(members, &position, &member, &top)) {
+        long m = PyLong_Check(member) ? PyLong_AsLong(member) : -1, t = PyLong_Check(top) ? PyLong_AsLong(top) : -1;
+        if (m < 1 || m >= MAX_MEMBERS || t < 1 || t >= MAX_FIELD) {
+            memset(envelope_role, 0, sizeof(envelope_role));
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "function_members: member %R, highest field %R: below %d and %d",
+                             member, top, MAX_MEMBERS, MAX_FIELD);
+            return NULL;
+        }
+        tops[m] = (uint32_t)t;
+    }
+    if (RAY(PYTHON_FUNCTION) >= MAX_MEMBERS || tops[RAY(PYTHON_FUNCTION)] == 0 || RAY(JAVA_FUNCTION) >= MAX_MEMBERS ||
+        tops[RAY(JAVA_FUNCTION)] == 0) {
+        memset(envelope_role, 0, sizeof(envelope_role));
+        return PyErr_Format(PyExc_ValueError, "function_members: no Python or Java member");
+    }
+    memcpy(member_top, tops, sizeof tops);
     fields_bound = 1;
     Py_RETURN_NONE;
 }
@@ -482,13 +511,12 @@ static int minimal(const Field *f, const uint8_t *start, const uint8_t *end) {
     return end - start == size;
 }
 
-/* A FunctionDescriptor's oneof member `r` (number `member`) without field `drop`, into `b`, as upb
- * writes it; 1 where it is not written so (fields out of order, given twice, empty, of another wire
- * type, unknown, longer than they need): Python copies it. Every field of the three members is a
- * string: the Python one's 1 to 4 (4 the hash), the Java and C++ ones' 1 to 3 (Java's 3 the
- * signature). */
+/* A FunctionDescriptor's oneof member `r` (number `member`, a bound one) without field `drop`, into
+ * `b`, as upb writes it; 1 where it is not written so (fields out of order, given twice, empty, of
+ * another wire type, unknown, longer than they need): Python copies it. Every field of each member
+ * is a string (bind_fields is told so), numbered 1 to member_top[member]. */
 static int copy_member(Buf *b, Reader r, uint32_t member, uint32_t drop) {
-    uint32_t last = 0, top = member == 2 ? 4 : 3;
+    uint32_t last = 0, top = member_top[member];
     while (r.p < r.end) {
         const uint8_t *start = r.p;
         Field f;
@@ -514,7 +542,9 @@ static int copy_function(Buf *func, Reader r) {
         const uint8_t *start = r.p;
         Field g;
         if (next_field(&r, &g) < 0) return -1;
-        if (++members > 1 || g.number > 3 || g.wire_type != 2 || !minimal(&g, start, r.p)) return 1;
+        if (++members > 1 || g.number >= MAX_MEMBERS || member_top[g.number] == 0 || g.wire_type != 2 ||
+            !minimal(&g, start, r.p))
+            return 1;
         Buf inner = {NULL, 0, 0};
         int done = copy_member(&inner, g.payload, g.number, dropped_field(g.number));
         if (done == 0) done = buf_field(func, g.number, inner.data ? inner.data : "", inner.len);
@@ -583,7 +613,8 @@ fail:
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(specs, keys, head_type, checks): the schema read."},
     {"head", (PyCFunction)head, METH_O, "head(wire) -> EventHead or None."},
-    {"bind_fields", bind_fields, METH_O, "bind_fields(ray_fields): RAY_FIELDS numbered."},
+    {"bind_fields", bind_fields, METH_VARARGS,
+     "bind_fields(ray_fields, function_members): RAY_FIELDS numbered, FunctionDescriptor's members."},
     {"checked_head", (PyCFunction)checked_head, METH_O, "checked_head(wire) -> EventHead or None."},
     {"slim", (PyCFunction)(void (*)(void))slim, METH_FASTCALL, "slim(keep, func_field, fallback, wire) -> bytes."},
     {NULL, NULL, 0, NULL},

@@ -30,6 +30,7 @@
 #include <sqlite3.h>
 #include <stdint.h>
 
+#include "fold_names.h"
 #include "json_lexer.h"
 #include "packed_rows.h"
 #include "ray_json_values.h"
@@ -364,7 +365,22 @@ static int64_t member(const Parser *p, int64_t object, const char *key, uint32_t
     }
 }
 
-#define MEMBER(p, object, literal) member(p, object, literal, sizeof(literal) - 1)
+/* The names bound by bind_names (fold_names.h), as the fold reads and writes them. Set once a
+ * binding and never freed: a fold running without the GIL may be reading them while the module is
+ * bound again. */
+typedef struct {
+    const char *p; /* NULL: Python's None (left out of a row's JSON) */
+    uint32_t n;
+} Text;
+static Text key_name[N_FOLD_KEYS];     /* Ray's keys as they are in the text, unquoted */
+static Text field_json[N_FOLD_FIELDS]; /* each field as a JSON string: "\"name\"" */
+static Text value_json[N_FOLD_VALUES]; /* each value as a JSON string */
+static Text state_json[N_FOLD_STATES][MAX_FOLD_STATES]; /* each group's task states, JSON strings */
+static int n_states[N_FOLD_STATES];
+#define VALUE_JSON(id) value_json[VALUE_##id]
+
+/* The value of Ray's key `id` (fold_names.h) in object `object`, or -1. */
+#define MEMBER(p, object, id) member(p, object, key_name[KEY_##id].p, key_name[KEY_##id].n)
 
 static int float_is_zero(const uint8_t *s, uint32_t n) {
     for (uint32_t i = 0; i < n && s[i] != 'e' && s[i] != 'E'; i++)
@@ -391,10 +407,6 @@ static int is_string(const Parser *p, int64_t v) { return v >= 0 && p->nodes[v].
 
 /* -- text kept while a chunk of rows is folded ------------------------------------------------ */
 
-typedef struct {
-    const char *p; /* NULL: Python's None (left out of a row's JSON) */
-    uint32_t n;
-} Text;
 
 #define NONE ((Text){NULL, 0})
 #define LIT(s) ((Text){s, sizeof(s) - 1})
@@ -633,8 +645,8 @@ static void read_item(const Parser *p, int64_t v, Item *item) {
     item->kind = ITEM_PYTHON;
     if (p->nodes[v].type != J_OBJECT) return;
     Text type;
-    if (plain_string(p, MEMBER(p, v, "eventId"), &item->event_id) < 0 || item->event_id.n == 0 ||
-        plain_string(p, MEMBER(p, v, "eventType"), &type) < 0 || type.n == 0)
+    if (plain_string(p, MEMBER(p, v, event_id), &item->event_id) < 0 || item->event_id.n == 0 ||
+        plain_string(p, MEMBER(p, v, event_type), &type) < 0 || type.n == 0)
         return;
     for (uint32_t i = 0; i < item->event_id.n; i++) /* ids are joined and split on spaces */
         if ((uint8_t)item->event_id.p[i] <= ' ' || (uint8_t)item->event_id.p[i] > '~') return;
@@ -655,7 +667,7 @@ static void read_item(const Parser *p, int64_t v, Item *item) {
         if (attempt >= 0 && p->nodes[attempt].type == J_INT) item->attempt = p->nodes[attempt].num;
         else if (attempt >= 0 && p->nodes[attempt].type != J_NULL) return;
     }
-    int64_t session = MEMBER(p, v, "sessionName");
+    int64_t session = MEMBER(p, v, session_name);
     item->session = LIT("");
     if (session >= 0 && plain_string(p, session, &item->session) < 0) return;
     item->kind = ITEM_ROW;
@@ -786,14 +798,17 @@ enum {
     N_FIELDS
 };
 
-static const char *field_names[N_FIELDS] = {
-    "task_id",     "attempt_number", "name",          "type",         "func_or_class_name",
-    "language",    "required_resources", "runtime_env_info", "placement_group_id", "parent_task_id",
-    "job_id",      "actor_id",       "call_site",     "label_selector", "events",
-    "state",       "node_id",        "worker_id",     "worker_pid",   "error_type",
-    "error_message", "task_log_info", "creation_time_ms", "start_time_ms", "end_time_ms",
+/* Each of them among the bound fields (fold_names.h). */
+static const int field_bound[N_FIELDS] = {
+    FIELD_task_id,          FIELD_attempt_number,   FIELD_name,           FIELD_type,
+    FIELD_func_or_class_name, FIELD_language,       FIELD_required_resources, FIELD_runtime_env_info,
+    FIELD_placement_group_id, FIELD_parent_task_id, FIELD_job_id,         FIELD_actor_id,
+    FIELD_call_site,        FIELD_label_selector,   FIELD_events,         FIELD_state,
+    FIELD_node_id,          FIELD_worker_id,        FIELD_worker_pid,     FIELD_error_type,
+    FIELD_error_message,    FIELD_task_log_info,    FIELD_creation_time_ms, FIELD_start_time_ms,
+    FIELD_end_time_ms,
 };
-static Text field_keys[N_FIELDS]; /* each name as a JSON string: "\"name\"" */
+static Text field_keys[N_FIELDS]; /* each as a JSON string: "\"name\"", set by bind_names */
 
 static int field_of(const char *key, uint32_t n) { /* `key` without its quotes */
     for (int f = 0; f < N_FIELDS; f++)
@@ -857,12 +872,12 @@ static int load_events(RowState *r, const Parser *p, int64_t v) {
         const Node *entry = p->nodes + k;
         if (entry->type != J_OBJECT || entry->count != 3) return -1;
         uint32_t key = k + 1;
-        static const char *names[3] = {"state", "created_ms", "created_ns"};
+        const Text names[3] = {field_json[FIELD_state], field_json[FIELD_created_ms], field_json[FIELD_created_ns]};
         int64_t values[3];
         for (int j = 0; j < 3; j++, key = p->nodes[key].next) {
             const Node *name = p->nodes + key;
-            size_t n = strlen(names[j]);
-            if (name->end - name->start != n + 2 || memcmp(p->text + name->start + 1, names[j], n) != 0) return -1;
+            if (name->end - name->start != names[j].n || memcmp(p->text + name->start, names[j].p, names[j].n) != 0)
+                return -1;
             values[j] = key + 1;
         }
         const Node *state = p->nodes + values[0], *ms = p->nodes + values[1], *ns = p->nodes + values[2];
@@ -917,13 +932,13 @@ static int descriptor_name(const Parser *p, int64_t func, Arena *a, Text *out) {
         return 0;
     }
     if (p->nodes[func].type != J_OBJECT) return -1;
-    int64_t python = MEMBER(p, func, "pythonFunctionDescriptor");
+    int64_t python = MEMBER(p, func, python_function_descriptor);
     if (!truthy(p, python)) {
         *out = LIT("\"\"");
         return 0;
     }
     if (p->nodes[python].type != J_OBJECT) return -1;
-    int64_t cls = MEMBER(p, python, "className"), name = MEMBER(p, python, "functionName");
+    int64_t cls = MEMBER(p, python, class_name), name = MEMBER(p, python, function_name);
     if (!truthy(p, cls)) return get_or(p, name, LIT("\"\""), a, out);
     Text cls_json, name_json = LIT("\"\"");
     if (!is_string(p, cls) || (name >= 0 && !is_string(p, name))) return -1; /* Python formats those */
@@ -937,38 +952,44 @@ static int descriptor_name(const Parser *p, int64_t func, Arena *a, Text *out) {
     return 0;
 }
 
+/* Pieces of the JSON the folds write, made of the bound names by bind_names: runtime_env_info's
+ * head (`{"serialized_runtime_env":`), task_log_info's members' (`"stdout_file":`...: the two files,
+ * then the four offsets) and a transition's in `events` (`{"state":`, `,"created_ms":`,
+ * `,"created_ns":`). */
+static Text env_head, log_heads[6], event_heads[3];
+#define MAX_HEAD 120 /* each of event_heads at most (checked at bind): they are written on the stack */
+
 /* `{"serialized_runtime_env": value}` */
 static Text runtime_env_info(Arena *a, Text value) {
-    static const char head[] = "{\"serialized_runtime_env\":";
-    char *o = arena_alloc(a, sizeof head + value.n + 1);
+    char *o = arena_alloc(a, env_head.n + value.n + 1);
     if (o == NULL) return NONE;
-    memcpy(o, head, sizeof head - 1);
-    memcpy(o + sizeof head - 1, value.p, value.n);
-    o[sizeof head - 1 + value.n] = '}';
-    return (Text){o, (uint32_t)(sizeof head + value.n)};
+    memcpy(o, env_head.p, env_head.n);
+    memcpy(o + env_head.n, value.p, value.n);
+    o[env_head.n + value.n] = '}';
+    return (Text){o, env_head.n + value.n + 1};
 }
 
 static int fold_definition(RowState *r, const Parser *p, int64_t body, Arena *a) {
-    int64_t actor_task_name = MEMBER(p, body, "actorTaskName"), actor_func = MEMBER(p, body, "actorFunc");
+    int64_t actor_task_name = MEMBER(p, body, actor_task_name), actor_func = MEMBER(p, body, actor_func);
     int actor_task = actor_task_name >= 0 || actor_func >= 0;
-    int64_t func = actor_task ? actor_func : MEMBER(p, body, "taskFunc");
+    int64_t func = actor_task ? actor_func : MEMBER(p, body, task_func);
     Text v[12], env;
-    int64_t env_node = MEMBER(p, body, "serializedRuntimeEnv");
-    int64_t call_site = MEMBER(p, body, "callSite"), labels = MEMBER(p, body, "labelSelector");
-    int64_t name = actor_task ? actor_task_name : MEMBER(p, body, "taskName");
+    int64_t env_node = MEMBER(p, body, serialized_runtime_env);
+    int64_t call_site = MEMBER(p, body, call_site), labels = MEMBER(p, body, label_selector);
+    int64_t name = actor_task ? actor_task_name : MEMBER(p, body, task_name);
     if (get_or(p, name, actor_task ? NONE : LIT("\"\""), a, &v[0]) < 0) return -1;
-    if (actor_task) v[1] = LIT("\"ACTOR_TASK\"");
-    else if (get_or(p, MEMBER(p, body, "taskType"), LIT("\"NORMAL_TASK\""), a, &v[1]) < 0) return -1;
+    if (actor_task) v[1] = VALUE_JSON(actor_task);
+    else if (get_or(p, MEMBER(p, body, task_type), VALUE_JSON(normal_task), a, &v[1]) < 0) return -1;
     if (descriptor_name(p, func, a, &v[2]) < 0 ||
-        get_or(p, MEMBER(p, body, "language"), LIT("\"PYTHON\""), a, &v[3]) < 0 ||
-        get_or(p, MEMBER(p, body, "requiredResources"), LIT("{}"), a, &v[4]) < 0)
+        get_or(p, MEMBER(p, body, language), VALUE_JSON(python), a, &v[3]) < 0 ||
+        get_or(p, MEMBER(p, body, required_resources), LIT("{}"), a, &v[4]) < 0)
         return -1;
-    if (env_node < 0) env = LIT("\"{}\"");
+    if (env_node < 0) env = VALUE_JSON(empty_runtime_env);
     else if (json_of(p, env_node, a, &env) < 0) return -1; /* a nested null stays null */
     if ((v[5] = runtime_env_info(a, env)).p == NULL) return -1;
-    if (hex_id_of(p, MEMBER(p, body, "placementGroupId"), a, &v[6]) < 0 ||
-        hex_id_of(p, MEMBER(p, body, "parentTaskId"), a, &v[7]) < 0 ||
-        hex_id_of(p, MEMBER(p, body, "jobId"), a, &v[8]) < 0 || hex_id_of(p, MEMBER(p, body, "actorId"), a, &v[9]) < 0)
+    if (hex_id_of(p, MEMBER(p, body, placement_group_id), a, &v[6]) < 0 ||
+        hex_id_of(p, MEMBER(p, body, parent_task_id), a, &v[7]) < 0 ||
+        hex_id_of(p, MEMBER(p, body, job_id), a, &v[8]) < 0 || hex_id_of(p, MEMBER(p, body, actor_id), a, &v[9]) < 0)
         return -1;
     v[6] = nil_to_none(v[6]);
     v[9] = nil_to_none(v[9]);
@@ -1008,11 +1029,11 @@ static int merge_transitions(RowState *r, const Parser *p, int64_t transitions, 
     uint32_t k = (uint32_t)transitions + 1;
     for (uint32_t i = 0; i < p->nodes[transitions].count; i++, k = p->nodes[k].next) {
         if (p->nodes[k].type != J_OBJECT) return -1;
-        int64_t state_node = MEMBER(p, k, "state");
+        int64_t state_node = MEMBER(p, k, state);
         Text state = LIT("\"\"");
         int64_t ns;
         if (state_node >= 0 && (!is_string(p, state_node) || json_of(p, state_node, a, &state) < 0)) return -1;
-        if (time_ns(p, MEMBER(p, k, "timestamp"), &ns) < 0) return -1;
+        if (time_ns(p, MEMBER(p, k, timestamp), &ns) < 0) return -1;
         int seen = 0;
         for (int j = 0; j < known && !seen; j++) seen = r->events[j].ns == ns && text_eq(r->events[j].state, state);
         if (seen) continue;
@@ -1047,70 +1068,74 @@ static int log_offset(const Parser *p, int64_t v, int64_t *out) {
 }
 
 static Text task_log_info(const Parser *p, int64_t info, Arena *a) {
-    static const char *files[2][2] = {{"stdoutFile", "\"stdout_file\":"}, {"stderrFile", "\"stderr_file\":"}};
-    static const char *offsets[4][2] = {{"stdoutStart", "\"stdout_start\":"},
-                                        {"stdoutEnd", "\"stdout_end\":"},
-                                        {"stderrStart", "\"stderr_start\":"},
-                                        {"stderrEnd", "\"stderr_end\":"}};
+    static const int keys[6] = {KEY_stdout_file,  KEY_stderr_file,  KEY_stdout_start,
+                                KEY_stdout_end,   KEY_stderr_start, KEY_stderr_end};
     Text file[2];
     int64_t offset[4];
     size_t size = 2 + 6 * 24;
     for (int i = 0; i < 2; i++) {
-        int64_t v = member(p, info, files[i][0], (uint32_t)strlen(files[i][0]));
+        int64_t v = member(p, info, key_name[keys[i]].p, key_name[keys[i]].n);
         if (v < 0) file[i] = LIT("null");
         else if (json_of(p, v, a, &file[i]) < 0) return NONE;
-        size += strlen(files[i][1]) + file[i].n + 1;
+        size += log_heads[i].n + file[i].n + 1;
     }
     for (int i = 0; i < 4; i++) {
-        if (log_offset(p, member(p, info, offsets[i][0], (uint32_t)strlen(offsets[i][0])), &offset[i]) < 0) return NONE;
-        size += strlen(offsets[i][1]);
+        if (log_offset(p, member(p, info, key_name[keys[2 + i]].p, key_name[keys[2 + i]].n), &offset[i]) < 0)
+            return NONE;
+        size += log_heads[2 + i].n;
     }
     char *o = arena_alloc(a, size), *start = o;
     if (o == NULL) return NONE;
     *o++ = '{';
     for (int i = 0; i < 2; i++) {
-        memcpy(o, files[i][1], strlen(files[i][1]));
-        o += strlen(files[i][1]);
+        memcpy(o, log_heads[i].p, log_heads[i].n);
+        o += log_heads[i].n;
         memcpy(o, file[i].p, file[i].n);
         o += file[i].n;
         *o++ = ',';
     }
     for (int i = 0; i < 4; i++) {
-        memcpy(o, offsets[i][1], strlen(offsets[i][1]));
-        o = put_decimal(o + strlen(offsets[i][1]), offset[i]);
+        memcpy(o, log_heads[2 + i].p, log_heads[2 + i].n);
+        o = put_decimal(o + log_heads[2 + i].n, offset[i]);
         *o++ = i < 3 ? ',' : '}';
     }
     return (Text){start, (uint32_t)(o - start)};
 }
 
+/* Whether a transition's state (a JSON string) is one of group `group`'s (fold_names.h STATES_*). */
+static int in_states(Text state, int group) {
+    for (int i = 0; i < n_states[group]; i++)
+        if (text_eq(state, state_json[group][i])) return 1;
+    return 0;
+}
+
 static int fold_lifecycle(RowState *r, const Parser *p, int64_t body, Arena *a) {
     if (r->slot[F_EVENTS] < 0 && set_field(r, F_EVENTS, LIT("[]")) < 0) return -1; /* written from `events` */
-    if (merge_transitions(r, p, MEMBER(p, body, "stateTransitions"), a) < 0) return -1;
+    if (merge_transitions(r, p, MEMBER(p, body, state_transitions), a) < 0) return -1;
     static const struct {
-        const char *key;
-        int field;
-    } ids[3] = {{"jobId", F_JOB}, {"nodeId", F_NODE}, {"workerId", F_WORKER}};
+        int key, field;
+    } ids[3] = {{KEY_job_id, F_JOB}, {KEY_node_id, F_NODE}, {KEY_worker_id, F_WORKER}};
     for (int i = 0; i < 3; i++) {
-        int64_t v = member(p, body, ids[i].key, (uint32_t)strlen(ids[i].key));
+        int64_t v = member(p, body, key_name[ids[i].key].p, key_name[ids[i].key].n);
         Text hexed;
         if (truthy(p, v) && (hex_id_of(p, v, a, &hexed) < 0 || set_field(r, ids[i].field, hexed) < 0)) return -1;
     }
-    int64_t pid = MEMBER(p, body, "workerPid");
+    int64_t pid = MEMBER(p, body, worker_pid);
     if (truthy(p, pid)) {
         if (p->nodes[pid].type != J_INT) return -1;
         Text text = int_text(a, p->nodes[pid].num);
         if (text.p == NULL || set_field(r, F_PID, text) < 0) return -1;
     }
-    int64_t error = MEMBER(p, body, "rayErrorInfo");
+    int64_t error = MEMBER(p, body, ray_error_info);
     if (truthy(p, error)) {
         if (p->nodes[error].type != J_OBJECT) return -1;
         Text type, message;
-        if (get_or(p, MEMBER(p, error, "errorType"), NONE, a, &type) < 0 ||
-            get_or(p, MEMBER(p, error, "errorMessage"), NONE, a, &message) < 0 ||
+        if (get_or(p, MEMBER(p, error, error_type), NONE, a, &type) < 0 ||
+            get_or(p, MEMBER(p, error, error_message), NONE, a, &message) < 0 ||
             set_field(r, F_ERROR_TYPE, type) < 0 || set_field(r, F_ERROR_MESSAGE, message) < 0)
             return -1;
     }
-    int64_t log_info = MEMBER(p, body, "taskLogInfo");
+    int64_t log_info = MEMBER(p, body, task_log_info);
     if (truthy(p, log_info)) {
         if (p->nodes[log_info].type != J_OBJECT) return -1;
         Text info = task_log_info(p, log_info, a);
@@ -1119,11 +1144,11 @@ static int fold_lifecycle(RowState *r, const Parser *p, int64_t body, Arena *a) 
     int created = -1, started = -1, ended = -1;
     for (int i = 0; i < r->n_events; i++) {
         Text state = r->events[i].state;
-        if (text_eq(state, LIT("\"PENDING_ARGS_AVAIL\"")) || text_eq(state, LIT("\"PENDING_NODE_ASSIGNMENT\""))) {
+        if (in_states(state, STATES_pending)) {
             if (created < 0) created = i;
-        } else if (text_eq(state, LIT("\"RUNNING\""))) {
+        } else if (in_states(state, STATES_running)) {
             if (started < 0) started = i;
-        } else if (text_eq(state, LIT("\"FINISHED\"")) || text_eq(state, LIT("\"FAILED\""))) {
+        } else if (in_states(state, STATES_ended)) {
             ended = i;
         }
     }
@@ -1154,15 +1179,16 @@ static void put_row_json(RawBuf *b, const RowState *r) {
         }
         raw_put(b, "[", 1);
         for (int e = 0; e < r->n_events; e++) {
-            static const char ms[] = ",\"created_ms\":", ns[] = ",\"created_ns\":";
-            char numbers[96], *o = numbers;
+            const Text state = event_heads[0], ms = event_heads[1], ns = event_heads[2];
+            char numbers[2 * MAX_HEAD + 48], *o = numbers;
             const Transition *t = r->events + e;
-            raw_put(b, e ? ",{\"state\":" : "{\"state\":", e ? 10 : 9);
+            if (e) raw_put(b, ",", 1);
+            raw_put(b, state.p, state.n);
             raw_put(b, t->state.p, t->state.n);
-            memcpy(o, ms, sizeof ms - 1);
-            o = put_decimal(o + sizeof ms - 1, t->ms);
-            memcpy(o, ns, sizeof ns - 1);
-            o = put_decimal(o + sizeof ns - 1, t->ns);
+            memcpy(o, ms.p, ms.n);
+            o = put_decimal(o + ms.n, t->ms);
+            memcpy(o, ns.p, ns.n);
+            o = put_decimal(o + ns.n, t->ns);
             *o++ = '}';
             raw_put(b, numbers, (size_t)(o - numbers));
         }
@@ -1914,12 +1940,91 @@ static void free_routes(Route *list, int n) {
     PyMem_RawFree(list);
 }
 
+/* `before`, the str `name` (as a JSON string when `quoted`, else its UTF-8), then `after`, in memory
+ * kept for good (see key_name); .p NULL with an error set on failure. */
+static Text bound_text(const char *before, PyObject *name, int quoted, const char *after) {
+    Py_ssize_t size;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(name, &size);
+    if (utf8 == NULL) return NONE;
+    size_t b = strlen(before), a = strlen(after);
+    char *out = PyMem_RawMalloc(b + 2 + 6 * (size_t)size + a);
+    if (out == NULL) return PyErr_NoMemory(), NONE;
+    memcpy(out, before, b);
+    char *o = out + b;
+    if (quoted) {
+        o = put_string_json(o, (const uint8_t *)utf8, size);
+    } else {
+        memcpy(o, utf8, (size_t)size);
+        o += size;
+    }
+    memcpy(o, after, a);
+    return (Text){out, (uint32_t)(o + a - out)};
+}
+
+/* bind_names(RAY_KEYS, TASK_ROW, TASK_VALUES): the names the folds read and write
+ * (store/fold_schema.py; fold_names.h lists which), kept as the text the fold reads and writes. */
+static PyObject *bind_names(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *keys, *row, *values;
+    if (!PyArg_ParseTuple(args, "OOO:bind_names", &keys, &row, &values) || bind_fold_names(keys, row, values) < 0)
+        return NULL;
+    /* Made apart from the bound ones and copied in only when all are made: all or nothing. */
+    Text k[N_FOLD_KEYS], f[N_FOLD_FIELDS], v[N_FOLD_VALUES], st[N_FOLD_STATES][MAX_FOLD_STATES];
+    int counts[N_FOLD_STATES];
+    for (int i = 0; i < N_FOLD_KEYS; i++)
+        if ((k[i] = bound_text("", fold_keys[i], 0, "")).p == NULL) return NULL;
+    for (int i = 0; i < N_FOLD_FIELDS; i++)
+        if ((f[i] = bound_text("", fold_fields[i], 1, "")).p == NULL) return NULL;
+    for (int i = 0; i < N_FOLD_VALUES; i++)
+        if ((v[i] = bound_text("", fold_values[i], 1, "")).p == NULL) return NULL;
+    for (int g = 0; g < N_FOLD_STATES; g++) {
+        counts[g] = (int)PyTuple_GET_SIZE(fold_states[g]);
+        for (int i = 0; i < counts[g]; i++)
+            if ((st[g][i] = bound_text("", PyTuple_GET_ITEM(fold_states[g], i), 1, "")).p == NULL) return NULL;
+    }
+    for (int a = 0; a < N_FIELDS; a++) {
+        for (int b = 0; b < a; b++) {
+            if (text_eq(f[field_bound[a]], f[field_bound[b]])) {
+                return PyErr_Format(PyExc_ValueError, "bind_names: TASK_ROW names two fields %R",
+                                    fold_fields[field_bound[a]]);
+            }
+        }
+    }
+    Text env = bound_text("{", fold_fields[FIELD_serialized_runtime_env], 1, ":"), logs[6], events[3];
+    static const int log_fields[6] = {FIELD_stdout_file,  FIELD_stderr_file,  FIELD_stdout_start,
+                                      FIELD_stdout_end,   FIELD_stderr_start, FIELD_stderr_end};
+    for (int i = 0; i < 6; i++)
+        if ((logs[i] = bound_text("", fold_fields[log_fields[i]], 1, ":")).p == NULL) return NULL;
+    if (env.p == NULL || (events[0] = bound_text("{", fold_fields[FIELD_state], 1, ":")).p == NULL ||
+        (events[1] = bound_text(",", fold_fields[FIELD_created_ms], 1, ":")).p == NULL ||
+        (events[2] = bound_text(",", fold_fields[FIELD_created_ns], 1, ":")).p == NULL)
+        return NULL;
+    if (events[1].n > MAX_HEAD || events[2].n > MAX_HEAD) {
+        PyErr_SetString(PyExc_ValueError, "bind_names: TASK_ROW's created_ms and created_ns are names of under 100 bytes");
+        return NULL;
+    }
+    memcpy(key_name, k, sizeof k);
+    memcpy(field_json, f, sizeof f);
+    memcpy(value_json, v, sizeof v);
+    memcpy(state_json, st, sizeof st);
+    memcpy(n_states, counts, sizeof counts);
+    for (int i = 0; i < N_FIELDS; i++) field_keys[i] = field_json[field_bound[i]];
+    env_head = env;
+    memcpy(log_heads, logs, sizeof logs);
+    memcpy(event_heads, events, sizeof events);
+    Py_RETURN_NONE;
+}
+
 /* bind(routes, plan): what `prepare` reads (event type -> (payload key, resource, id key, attempt
  * key or None, fold: 0 Python, 1 task definition, 2 task lifecycle)) and the tasks' indexed
  * columns ((row field or None, default or None), ...). */
 static PyObject *bind(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *table, *plan;
+    if (field_keys[0].p == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "bind: bind_names first");
+        return NULL;
+    }
     if (!PyArg_ParseTuple(args, "O!O!:bind", &PyDict_Type, &table, &PyTuple_Type, &plan)) return NULL;
     Py_ssize_t n = PyDict_GET_SIZE(table), columns = PyTuple_GET_SIZE(plan);
     if (n > 64 || columns > MAX_COLUMNS) {
@@ -1948,6 +2053,10 @@ static PyObject *bind(PyObject *self, PyObject *args) {
             (out->id_key = raw_string(id_key, &out->id_key_n)) == NULL ||
             (attempt_key != Py_None && (out->attempt_key = raw_string(attempt_key, &out->attempt_key_n)) == NULL))
             goto fail;
+        if (out->payload_n == 0 || out->id_key_n == 0 || (out->attempt_key != NULL && out->attempt_key_n == 0)) {
+            PyErr_SetString(PyExc_ValueError, "bind: a route's keys are not empty");
+            goto fail;
+        }
     }
     const Route *folding = NULL; /* a chunk's stored rows are read for one resource */
     for (int i = 0; i < r; i++) {
@@ -2009,6 +2118,8 @@ static PyMethodDef methods[] = {
      "scan(body) -> (items, [(index, start, end), ...], index) | None: a POST's items, the place of each one"
      " `prepare` must read in Python, and what the fold reads of each item; None for a body Python reads"
      " whole."},
+    {"bind_names", bind_names, METH_VARARGS,
+     "bind_names(RAY_KEYS, TASK_ROW, TASK_VALUES): the names the folds read and write (store/fold_schema.py)."},
     {"bind", bind, METH_VARARGS, "bind(routes, plan): see the C source."},
     SQLITE_LIBRARY_METHOD,
     {NULL, NULL, 0, NULL},
@@ -2019,15 +2130,6 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit__post_fold(void) {
-    for (int f = 0; f < N_FIELDS; f++) {
-        size_t n = strlen(field_names[f]);
-        char *quoted = PyMem_RawMalloc(n + 2);
-        if (quoted == NULL) return PyErr_NoMemory();
-        quoted[0] = '"';
-        memcpy(quoted + 1, field_names[f], n);
-        quoted[n + 1] = '"';
-        field_keys[f] = (Text){quoted, (uint32_t)n + 2};
-    }
     if (PyType_Ready(&FolderType) < 0) return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL) return NULL;

@@ -10,6 +10,7 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "fold_names.h"
 #include "ray_json_values.h"
 
 /* Bound by `bind`: the Python twins, and what they read. */
@@ -20,21 +21,6 @@ static PyObject *index_plan;   /* resource -> ((row field or None, default), ...
 static PyObject *dumps;        /* orjson.dumps */
 
 static PyObject *s_empty, *s_zero;
-static PyObject *k_event_id, *k_event_type, *k_session_name, *k_state_transitions, *k_state;
-static PyObject *k_timestamp, *k_events, *k_created_ms, *k_created_ns;
-static PyObject *k_actor_task_name, *k_actor_func, *k_task_func, *k_task_name, *k_task_type;
-static PyObject *k_python_descriptor, *k_class_name, *k_function_name, *k_language, *k_required;
-static PyObject *k_serialized_env, *k_placement_group_id, *k_parent_task_id, *k_job_id, *k_actor_id;
-static PyObject *k_call_site, *k_label_selector;
-static PyObject *f_name, *f_type, *f_func_or_class_name, *f_language, *f_required_resources;
-static PyObject *f_runtime_env_info, *f_serialized_runtime_env, *f_placement_group_id;
-static PyObject *f_parent_task_id, *f_job_id, *f_actor_id, *f_call_site, *f_label_selector;
-static PyObject *v_actor_task, *v_normal_task, *v_python, *v_empty_env;
-static PyObject *k_node_id, *k_worker_id, *k_worker_pid, *k_error_info, *k_error_type;
-static PyObject *k_error_message, *k_log_info, *f_task_log_info;
-static PyObject *k_log_fields[6], *f_log_fields[6]; /* taskLogInfo's files, then its four offsets */
-static PyObject *f_node_id, *f_worker_id, *f_worker_pid, *f_error_type, *f_error_message;
-static PyObject *f_state, *f_creation_time_ms, *f_start_time_ms, *f_end_time_ms;
 
 /* -- values ----------------------------------------------------------------------------------- */
 
@@ -109,6 +95,12 @@ static PyObject *call2(PyObject *func, PyObject *a, PyObject *b) {
     return PyObject_Vectorcall(func, args, 2, NULL);
 }
 
+/* The module's functions before `bind`: an error, not a crash. */
+static PyObject *unbound(void) {
+    PyErr_SetString(PyExc_RuntimeError, "_state_fold: bind_names and bind first");
+    return NULL;
+}
+
 /* -- prepare ---------------------------------------------------------------------------------- */
 
 static PyObject *new_tuple_of(PyTypeObject *type, Py_ssize_t n, PyObject **items) {
@@ -121,9 +113,10 @@ static PyObject *new_tuple_of(PyTypeObject *type, Py_ssize_t n, PyObject **items
 static PyObject *prepare(PyObject *self, PyObject *event) {
     (void)self;
     PyObject *event_id, *event_type, *route, *body, *id, *attempt, *session;
+    if (routes == NULL) return unbound();
     if (!PyDict_CheckExact(event)) goto python;
-    LOOKUP(event_id, event, k_event_id);
-    LOOKUP(event_type, event, k_event_type);
+    LOOKUP(event_id, event, KEY(event_id));
+    LOOKUP(event_type, event, KEY(event_type));
     if (event_id == NULL || !PyUnicode_CheckExact(event_id) || PyUnicode_GET_LENGTH(event_id) == 0 ||
         event_type == NULL || !PyUnicode_CheckExact(event_type))
         goto python;
@@ -141,7 +134,7 @@ static PyObject *prepare(PyObject *self, PyObject *event) {
         (void)PyLong_AsLongLongAndOverflow(attempt, &overflow);
         if (overflow) goto python; /* Python names it */
     }
-    LOOKUP(session, event, k_session_name);
+    LOOKUP(session, event, KEY(session_name));
     if (session == NULL) session = s_empty;
     else if (!PyUnicode_CheckExact(session)) goto python;
     if (id == NULL || !PyUnicode_CheckExact(id) || PyUnicode_GET_LENGTH(id) == 0) goto python;
@@ -187,11 +180,11 @@ static Py_ssize_t read_transitions(PyObject *transitions, Transition *out) {
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *t = PyList_GET_ITEM(transitions, i);
         if (!PyDict_CheckExact(t)) return -2;
-        PyObject *state = get(t, k_state);
+        PyObject *state = get(t, KEY(state));
         if (state == NULL && PyErr_Occurred()) return -1;
         if (state == NULL) state = s_empty;
         else if (!PyUnicode_CheckExact(state)) return -2;
-        PyObject *stamp = get(t, k_timestamp);
+        PyObject *stamp = get(t, KEY(timestamp));
         if (stamp == NULL && PyErr_Occurred()) return -1;
         if (ray_time_ns(stamp, &out[i].ns) < 0) return -2;
         out[i].state = state;
@@ -206,11 +199,11 @@ static int check_events(PyObject *events) {
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++) {
         PyObject *e = PyList_GET_ITEM(events, i);
         if (!PyDict_CheckExact(e)) return -2;
-        PyObject *state = get(e, k_state);
+        PyObject *state = get(e, FIELD(state));
         if (state == NULL && PyErr_Occurred()) return -1;
-        PyObject *ns = get(e, k_created_ns);
+        PyObject *ns = get(e, FIELD(created_ns));
         if (ns == NULL && PyErr_Occurred()) return -1;
-        PyObject *ms = get(e, k_created_ms);
+        PyObject *ms = get(e, FIELD(created_ms));
         if (ms == NULL && PyErr_Occurred()) return -1;
         if (state == NULL || !PyUnicode_CheckExact(state) || ns == NULL || !PyLong_CheckExact(ns) || ms == NULL)
             return -2;
@@ -221,7 +214,7 @@ static int check_events(PyObject *events) {
     return 0;
 }
 
-static int64_t event_ns(PyObject *e) { return PyLong_AsLongLong(get(e, k_created_ns)); }
+static int64_t event_ns(PyObject *e) { return PyLong_AsLongLong(get(e, FIELD(created_ns))); }
 
 /* `_transitions` once its inputs are checked: new transitions appended, the list sorted by
  * created_ns (stable), `state` set to the latest. */
@@ -233,7 +226,7 @@ static int merge_transitions(PyObject *row, PyObject *events, Transition *t, Py_
         for (Py_ssize_t j = 0; j < known && !seen; j++) {
             PyObject *e = PyList_GET_ITEM(events, j);
             if (event_ns(e) != t[i].ns) continue;
-            int same = PyUnicode_Compare(get(e, k_state), t[i].state);
+            int same = PyUnicode_Compare(get(e, FIELD(state)), t[i].state);
             if (same == -1 && PyErr_Occurred()) return -1;
             seen = same == 0;
         }
@@ -241,8 +234,8 @@ static int merge_transitions(PyObject *row, PyObject *events, Transition *t, Py_
         PyObject *ms = PyLong_FromLongLong(floor_div(t[i].ns, 1000000));
         PyObject *ns = PyLong_FromLongLong(t[i].ns);
         PyObject *entry = PyDict_New();
-        int bad = ms == NULL || ns == NULL || entry == NULL || PyDict_SetItem(entry, k_state, t[i].state) ||
-                  PyDict_SetItem(entry, k_created_ms, ms) || PyDict_SetItem(entry, k_created_ns, ns) ||
+        int bad = ms == NULL || ns == NULL || entry == NULL || PyDict_SetItem(entry, FIELD(state), t[i].state) ||
+                  PyDict_SetItem(entry, FIELD(created_ms), ms) || PyDict_SetItem(entry, FIELD(created_ns), ns) ||
                   PyList_Append(events, entry);
         Py_XDECREF(ms);
         Py_XDECREF(ns);
@@ -262,23 +255,32 @@ static int merge_transitions(PyObject *row, PyObject *events, Transition *t, Py_
         }
         items[j] = moving;
     }
-    return PyDict_SetItem(row, f_state, get(items[size - 1], k_state));
+    return PyDict_SetItem(row, FIELD(state), get(items[size - 1], FIELD(state)));
 }
 
 /* The row's `events` list (a new reference, checked by `check_events`), set to a new empty one
  * if the row has none. */
 static PyObject *row_events(PyObject *row) {
-    PyObject *events = get(row, k_events);
+    PyObject *events = get(row, FIELD(events));
     if (events != NULL && events != Py_None) return Py_NewRef(events);
     if (PyErr_Occurred() || (events = PyList_New(0)) == NULL) return NULL;
-    if (PyDict_SetItem(row, k_events, events)) {
+    if (PyDict_SetItem(row, FIELD(events), events)) {
         Py_DECREF(events);
         return NULL;
     }
     return events;
 }
 
-static int is(PyObject *text, const char *ascii) { return PyUnicode_CompareWithASCIIString(text, ascii) == 0; }
+/* Whether `state` (a str) is one of `states` (TASK_VALUES' pending, running or ended names). */
+static int in_states(PyObject *state, PyObject *states) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(states); i++) {
+        PyObject *name = PyTuple_GET_ITEM(states, i);
+        if (state == name || (PyUnicode_GET_LENGTH(state) == PyUnicode_GET_LENGTH(name) &&
+                              PyUnicode_Compare(state, name) == 0))
+            return 1;
+    }
+    return 0;
+}
 
 /* -- the task folds --------------------------------------------------------------------------- */
 
@@ -287,12 +289,12 @@ static PyObject *descriptor_name(PyObject *func) {
     if (func == NULL || func == Py_None) return Py_NewRef(s_empty);
     if (!PyDict_CheckExact(func)) return NULL;
     if (PyDict_GET_SIZE(func) == 0) return Py_NewRef(s_empty);
-    PyObject *python = get(func, k_python_descriptor);
+    PyObject *python = get(func, KEY(python_function_descriptor));
     if (python == NULL) return PyErr_Occurred() ? NULL : Py_NewRef(s_empty);
     if (!PyDict_CheckExact(python)) return NULL;
-    PyObject *cls = get(python, k_class_name);
+    PyObject *cls = get(python, KEY(class_name));
     if (cls == NULL && PyErr_Occurred()) return NULL;
-    PyObject *name = get(python, k_function_name);
+    PyObject *name = get(python, KEY(function_name));
     if (name == NULL && PyErr_Occurred()) return NULL;
     if (cls == NULL) cls = s_empty;
     if (name == NULL) name = s_empty;
@@ -325,21 +327,22 @@ static PyObject *task_definition(PyObject *self, PyObject *const *args, Py_ssize
         PyErr_SetString(PyExc_TypeError, "task_definition(row, body)");
         return NULL;
     }
+    if (routes == NULL) return unbound();
     PyObject *row = args[0], *body = args[1];
     if (!PyDict_CheckExact(row) || !PyDict_CheckExact(body)) return call2(py_task_definition, row, body);
     PyObject *names[DEFINITION_FIELDS] = {
-        f_name, f_type, f_func_or_class_name, f_language, f_required_resources, f_runtime_env_info,
-        f_placement_group_id, f_parent_task_id, f_job_id, f_actor_id, f_call_site, f_label_selector,
+        FIELD(name), FIELD(type), FIELD(func_or_class_name), FIELD(language), FIELD(required_resources), FIELD(runtime_env_info),
+        FIELD(placement_group_id), FIELD(parent_task_id), FIELD(job_id), FIELD(actor_id), FIELD(call_site), FIELD(label_selector),
     };
     PyObject *values[DEFINITION_FIELDS] = {NULL};
     PyObject *out = NULL;
-    int actor_task = PyDict_Contains(body, k_actor_task_name);
-    if (actor_task == 0) actor_task = PyDict_Contains(body, k_actor_func);
+    int actor_task = PyDict_Contains(body, KEY(actor_task_name));
+    if (actor_task == 0) actor_task = PyDict_Contains(body, KEY(actor_func));
     if (actor_task < 0) goto done;
     PyObject *func;
-    if (truthy(body, actor_task ? k_actor_func : k_task_func, &func)) goto done;
+    if (truthy(body, actor_task ? KEY(actor_func) : KEY(task_func), &func)) goto done;
     if ((values[2] = descriptor_name(func)) == NULL) goto hand_back;
-    PyObject *id_keys[4] = {k_placement_group_id, k_parent_task_id, k_job_id, k_actor_id};
+    PyObject *id_keys[4] = {KEY(placement_group_id), KEY(parent_task_id), KEY(job_id), KEY(actor_id)};
     for (int i = 0; i < 4; i++) {
         PyObject *id = get(body, id_keys[i]); /* an empty {} or [] is Python's to refuse */
         if (id == NULL && PyErr_Occurred()) goto done;
@@ -348,25 +351,25 @@ static PyObject *task_definition(PyObject *self, PyObject *const *args, Py_ssize
     values[6] = nil_to_none(values[6]);
     values[9] = nil_to_none(values[9]);
     if (actor_task) {
-        values[0] = get_default(body, k_actor_task_name, Py_None);
-        values[1] = Py_NewRef(v_actor_task);
+        values[0] = get_default(body, KEY(actor_task_name), Py_None);
+        values[1] = Py_NewRef(VALUE(actor_task));
     } else {
-        values[0] = get_default(body, k_task_name, s_empty);
-        values[1] = get_default(body, k_task_type, v_normal_task);
+        values[0] = get_default(body, KEY(task_name), s_empty);
+        values[1] = get_default(body, KEY(task_type), VALUE(normal_task));
     }
     if (values[0] == NULL || values[1] == NULL) goto done;
-    if ((values[3] = get_default(body, k_language, v_python)) == NULL) goto done;
-    if ((values[4] = get_default(body, k_required, NULL)) == NULL) goto done;
-    PyObject *env = get_default(body, k_serialized_env, v_empty_env);
+    if ((values[3] = get_default(body, KEY(language), VALUE(python))) == NULL) goto done;
+    if ((values[4] = get_default(body, KEY(required_resources), NULL)) == NULL) goto done;
+    PyObject *env = get_default(body, KEY(serialized_runtime_env), VALUE(empty_runtime_env));
     if (env == NULL) goto done;
     values[5] = PyDict_New();
-    if (values[5] == NULL || PyDict_SetItem(values[5], f_serialized_runtime_env, env)) {
+    if (values[5] == NULL || PyDict_SetItem(values[5], FIELD(serialized_runtime_env), env)) {
         Py_DECREF(env);
         goto done;
     }
     Py_DECREF(env);
-    if ((values[10] = or_default(body, k_call_site, Py_None)) == NULL) goto done;
-    if ((values[11] = or_default(body, k_label_selector, NULL)) == NULL) goto done;
+    if ((values[10] = or_default(body, KEY(call_site), Py_None)) == NULL) goto done;
+    if ((values[11] = or_default(body, KEY(label_selector), NULL)) == NULL) goto done;
     for (int i = 0; i < DEFINITION_FIELDS; i++) {
         if (PyDict_SetItem(row, names[i], values[i])) goto done;
     }
@@ -396,12 +399,17 @@ static PyObject *task_log_info(PyObject *log_info) {
     if (!PyDict_CheckExact(log_info)) return NULL;
     PyObject *out = PyDict_New();
     if (out == NULL) return NULL;
+    /* the two files, then the four offsets */
+    PyObject *keys[6] = {KEY(stdout_file), KEY(stderr_file), KEY(stdout_start),
+                         KEY(stdout_end),  KEY(stderr_start), KEY(stderr_end)};
+    PyObject *fields[6] = {FIELD(stdout_file), FIELD(stderr_file), FIELD(stdout_start),
+                           FIELD(stdout_end),  FIELD(stderr_start), FIELD(stderr_end)};
     for (int i = 0; i < 6; i++) {
-        PyObject *value = get(log_info, k_log_fields[i]);
+        PyObject *value = get(log_info, keys[i]);
         if (value == NULL && PyErr_Occurred()) goto fail;
         value = i < 2 ? Py_NewRef(value ? value : Py_None) : json_int(value);
         if (value == NULL) goto fail;
-        int bad = PyDict_SetItem(out, f_log_fields[i], value);
+        int bad = PyDict_SetItem(out, fields[i], value);
         Py_DECREF(value);
         if (bad) goto fail;
     }
@@ -428,6 +436,7 @@ static PyObject *task_lifecycle(PyObject *self, PyObject *const *args, Py_ssize_
         PyErr_SetString(PyExc_TypeError, "task_lifecycle(row, body)");
         return NULL;
     }
+    if (routes == NULL) return unbound();
     PyObject *row = args[0], *body = args[1];
     if (!PyDict_CheckExact(row) || !PyDict_CheckExact(body)) return call2(py_task_lifecycle, row, body);
     PyObject *events = NULL, *job = NULL, *node = NULL, *worker = NULL, *log_fields = NULL, *out = NULL;
@@ -435,12 +444,12 @@ static PyObject *task_lifecycle(PyObject *self, PyObject *const *args, Py_ssize_
     Py_ssize_t count = 0;
     /* Check every input first: a piece Python must decide goes to it before anything changes. */
     PyObject *listed;
-    if (truthy(body, k_state_transitions, &listed)) return NULL;
+    if (truthy(body, KEY(state_transitions), &listed)) return NULL;
     if (listed != NULL && (count = read_transitions(listed, transitions)) < 0) {
         if (count == -1) return NULL;
         goto hand_back;
     }
-    PyObject *existing = get(row, k_events);
+    PyObject *existing = get(row, FIELD(events));
     if (existing == NULL && PyErr_Occurred()) return NULL;
     if (existing != NULL && existing != Py_None) {
         int checked = check_events(existing);
@@ -448,15 +457,15 @@ static PyObject *task_lifecycle(PyObject *self, PyObject *const *args, Py_ssize_
         if (checked == -2) goto hand_back;
     }
     int status;
-    if ((status = lifecycle_id(body, k_job_id, &job)) || (status = lifecycle_id(body, k_node_id, &node)) ||
-        (status = lifecycle_id(body, k_worker_id, &worker))) {
+    if ((status = lifecycle_id(body, KEY(job_id), &job)) || (status = lifecycle_id(body, KEY(node_id), &node)) ||
+        (status = lifecycle_id(body, KEY(worker_id), &worker))) {
         if (status == -1) goto done;
         goto hand_back;
     }
-    PyObject *pid = get(body, k_worker_pid), *error, *log_info;
+    PyObject *pid = get(body, KEY(worker_pid)), *error, *log_info;
     if (pid == NULL && PyErr_Occurred()) goto done;
     if (pid != NULL && !PyLong_CheckExact(pid)) goto hand_back;
-    if (truthy(body, k_error_info, &error) || truthy(body, k_log_info, &log_info)) goto done;
+    if (truthy(body, KEY(ray_error_info), &error) || truthy(body, KEY(task_log_info), &log_info)) goto done;
     if (error != NULL && !PyDict_CheckExact(error)) goto hand_back;
     if (log_info != NULL && (log_fields = task_log_info(log_info)) == NULL) {
         if (PyErr_Occurred()) goto done;
@@ -466,32 +475,32 @@ static PyObject *task_lifecycle(PyObject *self, PyObject *const *args, Py_ssize_
     /* Change the row, in the order Python does. */
     if ((events = row_events(row)) == NULL) goto done;
     if (merge_transitions(row, events, transitions, count)) goto done;
-    if ((job && PyDict_SetItem(row, f_job_id, job)) || (node && PyDict_SetItem(row, f_node_id, node)) ||
-        (worker && PyDict_SetItem(row, f_worker_id, worker)))
+    if ((job && PyDict_SetItem(row, FIELD(job_id), job)) || (node && PyDict_SetItem(row, FIELD(node_id), node)) ||
+        (worker && PyDict_SetItem(row, FIELD(worker_id), worker)))
         goto done;
-    if (pid != NULL && PyObject_IsTrue(pid) && PyDict_SetItem(row, f_worker_pid, pid)) goto done;
+    if (pid != NULL && PyObject_IsTrue(pid) && PyDict_SetItem(row, FIELD(worker_pid), pid)) goto done;
     if (error != NULL) {
-        PyObject *type = get(error, k_error_type), *message;
+        PyObject *type = get(error, KEY(error_type)), *message;
         if (type == NULL && PyErr_Occurred()) goto done;
-        if (PyDict_SetItem(row, f_error_type, type ? type : Py_None)) goto done;
-        if ((message = get(error, k_error_message)) == NULL && PyErr_Occurred()) goto done;
-        if (PyDict_SetItem(row, f_error_message, message ? message : Py_None)) goto done;
+        if (PyDict_SetItem(row, FIELD(error_type), type ? type : Py_None)) goto done;
+        if ((message = get(error, KEY(error_message))) == NULL && PyErr_Occurred()) goto done;
+        if (PyDict_SetItem(row, FIELD(error_message), message ? message : Py_None)) goto done;
     }
-    if (log_fields != NULL && PyDict_SetItem(row, f_task_log_info, log_fields)) goto done;
+    if (log_fields != NULL && PyDict_SetItem(row, FIELD(task_log_info), log_fields)) goto done;
     PyObject *created = Py_None, *started = Py_None, *ended = Py_None;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++) {
         PyObject *e = PyList_GET_ITEM(events, i);
-        PyObject *state = get(e, k_state), *ms = get(e, k_created_ms); /* both checked */
-        if (is(state, "PENDING_ARGS_AVAIL") || is(state, "PENDING_NODE_ASSIGNMENT")) {
+        PyObject *state = get(e, FIELD(state)), *ms = get(e, FIELD(created_ms)); /* both checked */
+        if (in_states(state, STATES(pending))) {
             if (created == Py_None) created = ms;
-        } else if (is(state, "RUNNING")) {
+        } else if (in_states(state, STATES(running))) {
             if (started == Py_None) started = ms;
-        } else if (is(state, "FINISHED") || is(state, "FAILED")) {
+        } else if (in_states(state, STATES(ended))) {
             ended = ms;
         }
     }
-    if (PyDict_SetItem(row, f_creation_time_ms, created) || PyDict_SetItem(row, f_start_time_ms, started) ||
-        PyDict_SetItem(row, f_end_time_ms, ended))
+    if (PyDict_SetItem(row, FIELD(creation_time_ms), created) || PyDict_SetItem(row, FIELD(start_time_ms), started) ||
+        PyDict_SetItem(row, FIELD(end_time_ms), ended))
         goto done;
     out = Py_NewRef(Py_None);
     goto done;
@@ -514,6 +523,7 @@ static PyObject *row_columns(PyObject *self, PyObject *const *args, Py_ssize_t n
         PyErr_SetString(PyExc_TypeError, "row_columns(resource, row)");
         return NULL;
     }
+    if (routes == NULL) return unbound();
     PyObject *resource = args[0], *row = args[1];
     PyObject *plan = get(index_plan, resource);
     if (plan == NULL && PyErr_Occurred()) return NULL;
@@ -573,7 +583,7 @@ fail:
 
 /* Bound by `bind_rows`: state_merge.ID_COLUMN, TASKS and FOLD_ERRORS. */
 static PyObject *id_columns, *tasks_resource, *fold_errors;
-static PyObject *a_row, *a_ids, *f_attempt_number, *s_space, *s_one;
+static PyObject *a_row, *a_ids, *s_space, *s_one;
 
 /* One row's pieces folded as row_fold.fold_row folds them (not `refused`): 0 and `*columns` (a new
  * reference, or NULL when nothing was folded) on success, -1 with the error set otherwise. The
@@ -615,7 +625,7 @@ static int fold_one_row(PyObject *resource, PyObject *entry, PyObject *folds, Py
         }
         if (PyDict_SetItem(row, id_column, PyTuple_GET_ITEM(piece, 2))) goto done;
         int is_tasks = PyObject_RichCompareBool(piece_resource, tasks_resource, Py_EQ);
-        if (is_tasks < 0 || (is_tasks && PyDict_SetItem(row, f_attempt_number, PyTuple_GET_ITEM(piece, 3))))
+        if (is_tasks < 0 || (is_tasks && PyDict_SetItem(row, FIELD(attempt_number), PyTuple_GET_ITEM(piece, 3))))
             goto done;
         PyObject *none = call2(PyTuple_GET_ITEM(piece, 4), row, PyTuple_GET_ITEM(piece, 5));
         if (none == NULL) goto done;
@@ -802,6 +812,10 @@ static PyObject *bind_rows(PyObject *self, PyObject *args) {
 static PyObject *bind(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *prepare_, *definition, *lifecycle, *columns, *routes_, *piece, *prepared, *plan, *dumps_;
+    if (!fold_names_bound) {
+        PyErr_SetString(PyExc_RuntimeError, "bind: bind_names first");
+        return NULL;
+    }
     if (!PyArg_ParseTuple(args, "OOOOO!O!O!O!O:bind", &prepare_, &definition, &lifecycle, &columns,
                           &PyDict_Type, &routes_, &PyType_Type, &piece, &PyType_Type, &prepared,
                           &PyDict_Type, &plan, &dumps_))
@@ -845,6 +859,14 @@ static PyObject *bind(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *bind_names(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *keys, *row, *values;
+    if (!PyArg_ParseTuple(args, "OOO:bind_names", &keys, &row, &values) || bind_fold_names(keys, row, values) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *hex_id(PyObject *self, PyObject *value) {
     (void)self;
     PyObject *out = hex_of_base64(value);
@@ -876,6 +898,8 @@ static PyMethodDef methods[] = {
      "group_pieces(events) -> (pieces, ignored): row_fold._group_pieces_python, compiled."},
     {"bind_rows", bind_rows, METH_VARARGS,
      "bind_rows(ID_COLUMN, TASKS, FOLD_ERRORS): what fold_rows reads of state_merge."},
+    {"bind_names", bind_names, METH_VARARGS,
+     "bind_names(RAY_KEYS, TASK_ROW, TASK_VALUES): the names the folds read and write (store/fold_schema.py)."},
     {"bind", bind, METH_VARARGS,
      "bind(prepare, task_definition, task_lifecycle, row_columns, routes, Piece, Prepared, index_plan,"
      " dumps): the Python side."},
@@ -890,36 +914,7 @@ PyMODINIT_FUNC PyInit__state_fold(void) {
     struct {
         PyObject **slot;
         const char *name;
-    } names[] = {
-        {&s_empty, ""}, {&k_event_id, "eventId"}, {&k_event_type, "eventType"},
-        {&k_session_name, "sessionName"}, {&k_state_transitions, "stateTransitions"}, {&k_state, "state"},
-        {&k_timestamp, "timestamp"}, {&k_events, "events"}, {&k_created_ms, "created_ms"},
-        {&k_created_ns, "created_ns"}, {&k_actor_task_name, "actorTaskName"}, {&k_actor_func, "actorFunc"},
-        {&k_task_func, "taskFunc"}, {&k_task_name, "taskName"}, {&k_task_type, "taskType"},
-        {&k_python_descriptor, "pythonFunctionDescriptor"}, {&k_class_name, "className"},
-        {&k_function_name, "functionName"}, {&k_language, "language"}, {&k_required, "requiredResources"},
-        {&k_serialized_env, "serializedRuntimeEnv"}, {&k_placement_group_id, "placementGroupId"},
-        {&k_parent_task_id, "parentTaskId"}, {&k_job_id, "jobId"}, {&k_actor_id, "actorId"},
-        {&k_call_site, "callSite"}, {&k_label_selector, "labelSelector"}, {&f_name, "name"},
-        {&f_type, "type"}, {&f_func_or_class_name, "func_or_class_name"}, {&f_language, "language"},
-        {&f_required_resources, "required_resources"}, {&f_runtime_env_info, "runtime_env_info"},
-        {&f_serialized_runtime_env, "serialized_runtime_env"}, {&f_placement_group_id, "placement_group_id"},
-        {&f_parent_task_id, "parent_task_id"}, {&f_job_id, "job_id"}, {&f_actor_id, "actor_id"},
-        {&f_call_site, "call_site"}, {&f_label_selector, "label_selector"}, {&v_actor_task, "ACTOR_TASK"},
-        {&v_normal_task, "NORMAL_TASK"}, {&v_python, "PYTHON"}, {&v_empty_env, "{}"},
-        {&k_node_id, "nodeId"}, {&k_worker_id, "workerId"}, {&k_worker_pid, "workerPid"},
-        {&k_error_info, "rayErrorInfo"}, {&k_error_type, "errorType"}, {&k_error_message, "errorMessage"},
-        {&k_log_info, "taskLogInfo"}, {&f_node_id, "node_id"}, {&f_worker_id, "worker_id"},
-        {&f_worker_pid, "worker_pid"}, {&f_error_type, "error_type"}, {&f_error_message, "error_message"},
-        {&f_state, "state"}, {&f_creation_time_ms, "creation_time_ms"}, {&f_start_time_ms, "start_time_ms"},
-        {&f_end_time_ms, "end_time_ms"}, {&f_task_log_info, "task_log_info"},
-        {&k_log_fields[0], "stdoutFile"}, {&k_log_fields[1], "stderrFile"}, {&k_log_fields[2], "stdoutStart"},
-        {&k_log_fields[3], "stdoutEnd"}, {&k_log_fields[4], "stderrStart"}, {&k_log_fields[5], "stderrEnd"},
-        {&f_log_fields[0], "stdout_file"}, {&f_log_fields[1], "stderr_file"},
-        {&f_log_fields[2], "stdout_start"}, {&f_log_fields[3], "stdout_end"},
-        {&f_log_fields[4], "stderr_start"}, {&f_log_fields[5], "stderr_end"},
-        {&a_row, "row"}, {&a_ids, "ids"}, {&f_attempt_number, "attempt_number"}, {&s_space, " "},
-    };
+    } names[] = {{&s_empty, ""}, {&a_row, "row"}, {&a_ids, "ids"}, {&s_space, " "}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL) return NULL;
     }

@@ -20,7 +20,7 @@ from ray_otel_events import native
 from ray_otel_events.events import ids
 from ray_otel_events.events.registry import REGISTRY, event_type_name
 from ray_otel_events.otel import otlp_wire, semconv
-from ray_otel_events.protobuf._pool import field_numbers
+from ray_otel_events.protobuf._pool import POOL, field_numbers
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
 AttributeValue = str | bool | int | float | list[str] | list[bool] | list[int] | list[float]
@@ -181,9 +181,25 @@ except ImportError:
 _compiled = _event_head is not None and native.ENABLED
 
 
+_FUNCTION_DESCRIPTOR = "ray.rpc.FunctionDescriptor"
+
+
+def _function_members() -> dict[int, int]:
+    """FunctionDescriptor's oneof members, each number with its message's highest field number:
+    what the compiled filter copies of one. It copies strings only, so any other field is an error
+    here, at import, not a wrong copy."""
+    members = {}
+    for member in POOL.FindMessageTypeByName(_FUNCTION_DESCRIPTOR).fields:
+        fields = member.message_type.fields if member.message_type else ()
+        if not fields or any(f.type != FieldDescriptor.TYPE_STRING or f.is_repeated for f in fields):
+            raise RuntimeError(f"{member.full_name}: the compiled filter copies string fields only")
+        members[member.number] = max(f.number for f in fields)
+    return members
+
+
 def _bind() -> None:
     """Tells the compiled reader the schema: field numbers, kinds and encoded attribute keys."""
-    _event_head.bind_fields(field_numbers(_event_head.RAY_FIELDS))
+    _event_head.bind_fields(field_numbers(_event_head.RAY_FIELDS), _function_members())
     specs = {}
     for event_type, spec in _SPECS.items():
         names = _payload_descriptor(spec.payload).fields_by_name
@@ -353,7 +369,6 @@ def _field_bytes(wire: bytes, number: int) -> bytes | None:
 
 # -- a payload kept slim ------------------------------------------------------------------------
 
-_FUNCTION_DESCRIPTOR = "ray.rpc.FunctionDescriptor"
 _keep_plans: dict[tuple[Any, tuple[str, ...]], tuple[bytes, int] | None] = {}
 
 

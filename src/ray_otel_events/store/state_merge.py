@@ -22,6 +22,11 @@ from typing import Any, NamedTuple
 import orjson
 
 from ray_otel_events import native
+from ray_otel_events.events.registry import ET, REGISTRY, event_type_name
+from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+from ray_otel_events.store.fold_schema import RAY_KEYS as KEY
+from ray_otel_events.store.fold_schema import TASK_ROW as FIELD
+from ray_otel_events.store.fold_schema import TASK_VALUES as VALUE
 
 Row = dict[str, Any]
 
@@ -89,29 +94,30 @@ def _ms(ns: int) -> int:
 
 def _descriptor_name(func: dict[str, Any]) -> str:
     """Ray's CallString for a Python descriptor: `Class.function`, or `function`."""
-    python = func.get("pythonFunctionDescriptor") or {}
-    cls, name = python.get("className", ""), python.get("functionName", "")
+    python = func.get(KEY.python_function_descriptor) or {}
+    cls, name = python.get(KEY.class_name, ""), python.get(KEY.function_name, "")
     return f"{cls}.{name}" if cls else name
 
 
-_BY_NS = itemgetter("created_ns")
+_BY_NS = itemgetter(FIELD.created_ns)
 
 
 def _transitions(row: Row, body: dict[str, Any]) -> None:
     """Merge the piece's transitions into the row's `events`; `state` is the latest one's."""
-    events = row.get("events")
+    state_, created_ms, created_ns = FIELD.state, FIELD.created_ms, FIELD.created_ns
+    events = row.get(FIELD.events)
     if events is None:
-        events = row["events"] = []
-    transitions = body.get("stateTransitions")
+        events = row[FIELD.events] = []
+    transitions = body.get(KEY.state_transitions)
     if not transitions:
         return
-    known = {(e["state"], e["created_ns"]) for e in events} if events else ()
+    known = {(e[state_], e[created_ns]) for e in events} if events else ()
     for transition in transitions:
-        state, ns = transition.get("state", ""), rfc3339_ns(transition.get("timestamp"))
+        state, ns = transition.get(KEY.state, ""), rfc3339_ns(transition.get(KEY.timestamp))
         if (state, ns) not in known:
-            events.append({"state": state, "created_ms": ns // 1_000_000, "created_ns": ns})
+            events.append({state_: state, created_ms: ns // 1_000_000, created_ns: ns})
     events.sort(key=_BY_NS)
-    row["state"] = events[-1]["state"]
+    row[state_] = events[-1][state_]
 
 
 def _in_time_order(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -135,66 +141,67 @@ def _last_ms(row: Row, *states: str) -> int | None:
 
 
 # -- tasks ---------------------------------------------------------------------------------
-
-_PENDING_TASK = ("PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT")
-_TERMINAL_TASK = ("FINISHED", "FAILED")
+# Their keys, fields and state names are fold_schema's: the compiled folds are bound with the same.
 
 
 def _task_definition(row: Row, body: dict[str, Any]) -> None:
-    actor_task = "actorTaskName" in body or "actorFunc" in body
-    func = body.get("actorFunc") if actor_task else body.get("taskFunc")
+    actor_task = KEY.actor_task_name in body or KEY.actor_func in body
+    func = body.get(KEY.actor_func) if actor_task else body.get(KEY.task_func)
     row.update(
         {
-            "name": body.get("actorTaskName") if actor_task else body.get("taskName", ""),
-            "type": "ACTOR_TASK" if actor_task else body.get("taskType", "NORMAL_TASK"),
-            "func_or_class_name": _descriptor_name(func or {}),
-            "language": body.get("language", "PYTHON"),
-            "required_resources": body.get("requiredResources", {}),
-            "runtime_env_info": {"serialized_runtime_env": body.get("serializedRuntimeEnv", "{}")},
-            "placement_group_id": _nil_to_none(hex_id(body.get("placementGroupId"))),
-            "parent_task_id": hex_id(body.get("parentTaskId")),
-            "job_id": hex_id(body.get("jobId")),
-            "actor_id": _nil_to_none(hex_id(body.get("actorId"))),
-            "call_site": body.get("callSite") or None,
-            "label_selector": body.get("labelSelector") or {},
+            FIELD.name: body.get(KEY.actor_task_name) if actor_task else body.get(KEY.task_name, ""),
+            FIELD.type: VALUE.actor_task if actor_task else body.get(KEY.task_type, VALUE.normal_task),
+            FIELD.func_or_class_name: _descriptor_name(func or {}),
+            FIELD.language: body.get(KEY.language, VALUE.python),
+            FIELD.required_resources: body.get(KEY.required_resources, {}),
+            FIELD.runtime_env_info: {
+                FIELD.serialized_runtime_env: body.get(KEY.serialized_runtime_env, VALUE.empty_runtime_env)
+            },
+            FIELD.placement_group_id: _nil_to_none(hex_id(body.get(KEY.placement_group_id))),
+            FIELD.parent_task_id: hex_id(body.get(KEY.parent_task_id)),
+            FIELD.job_id: hex_id(body.get(KEY.job_id)),
+            FIELD.actor_id: _nil_to_none(hex_id(body.get(KEY.actor_id))),
+            FIELD.call_site: body.get(KEY.call_site) or None,
+            FIELD.label_selector: body.get(KEY.label_selector) or {},
         }
     )
 
 
 def _task_lifecycle(row: Row, body: dict[str, Any]) -> None:
     _transitions(row, body)
-    if body.get("jobId"):
-        row["job_id"] = hex_id(body["jobId"])
-    if body.get("nodeId"):
-        row["node_id"] = hex_id(body["nodeId"])
-    if body.get("workerId"):
-        row["worker_id"] = hex_id(body["workerId"])
-    if body.get("workerPid"):
-        row["worker_pid"] = int(body["workerPid"])
-    error = body.get("rayErrorInfo")
+    if body.get(KEY.job_id):
+        row[FIELD.job_id] = hex_id(body[KEY.job_id])
+    if body.get(KEY.node_id):
+        row[FIELD.node_id] = hex_id(body[KEY.node_id])
+    if body.get(KEY.worker_id):
+        row[FIELD.worker_id] = hex_id(body[KEY.worker_id])
+    if body.get(KEY.worker_pid):
+        row[FIELD.worker_pid] = int(body[KEY.worker_pid])
+    error = body.get(KEY.ray_error_info)
     if error:
-        row["error_type"] = error.get("errorType")
-        row["error_message"] = error.get("errorMessage")
-    log_info = body.get("taskLogInfo")
+        row[FIELD.error_type] = error.get(KEY.error_type)
+        row[FIELD.error_message] = error.get(KEY.error_message)
+    log_info = body.get(KEY.task_log_info)
     if log_info:
-        row["task_log_info"] = {
-            "stdout_file": log_info.get("stdoutFile"),
-            "stderr_file": log_info.get("stderrFile"),
-            "stdout_start": int(log_info.get("stdoutStart", 0)),
-            "stdout_end": int(log_info.get("stdoutEnd", 0)),
-            "stderr_start": int(log_info.get("stderrStart", 0)),
-            "stderr_end": int(log_info.get("stderrEnd", 0)),
+        row[FIELD.task_log_info] = {
+            FIELD.stdout_file: log_info.get(KEY.stdout_file),
+            FIELD.stderr_file: log_info.get(KEY.stderr_file),
+            FIELD.stdout_start: int(log_info.get(KEY.stdout_start, 0)),
+            FIELD.stdout_end: int(log_info.get(KEY.stdout_end, 0)),
+            FIELD.stderr_start: int(log_info.get(KEY.stderr_start, 0)),
+            FIELD.stderr_end: int(log_info.get(KEY.stderr_end, 0)),
         }
     created = started = ended = None
-    for event in row["events"]:
-        state = event["state"]
-        if state in _PENDING_TASK:
-            created = event["created_ms"] if created is None else created
-        elif state == "RUNNING":
-            started = event["created_ms"] if started is None else started
-        elif state in _TERMINAL_TASK:
-            ended = event["created_ms"]
-    row["creation_time_ms"], row["start_time_ms"], row["end_time_ms"] = created, started, ended
+    state_, created_ms = FIELD.state, FIELD.created_ms
+    for event in row[FIELD.events]:
+        state = event[state_]
+        if state in VALUE.pending:
+            created = event[created_ms] if created is None else created
+        elif state in VALUE.running:
+            started = event[created_ms] if started is None else started
+        elif state in VALUE.ended:
+            ended = event[created_ms]
+    row[FIELD.creation_time_ms], row[FIELD.start_time_ms], row[FIELD.end_time_ms] = created, started, ended
 
 
 def _task_profile(row: Row, body: dict[str, Any]) -> None:
@@ -354,44 +361,42 @@ def _pg_lifecycle(row: Row, body: dict[str, Any]) -> None:
     _transitions(row, body)
 
 
+def _route_of(
+    event_type: int, resource: str, id_field: str, attempt_field: str | None, fold: Fold
+) -> tuple[str, str, str, str | None, Fold]:
+    """An event type's route, its keys Ray's JSON names from the descriptors: the event's payload
+    (the registry's payload field) and the payload's id and attempt fields."""
+    payload = RayEvent.DESCRIPTOR.fields_by_name[REGISTRY[event_type].payload_field]
+    if payload.message_type is None:
+        raise RuntimeError(f"{payload.full_name} is not a message")
+    fields = payload.message_type.fields_by_name
+    attempt = fields[attempt_field].json_name if attempt_field else None
+    return payload.json_name, resource, fields[id_field].json_name, attempt, fold
+
+
 # event type -> (payload key, resource, id key, attempt key, fold)
 _ROUTES: dict[str, tuple[str, str, str, str | None, Fold]] = {
-    "TASK_DEFINITION_EVENT": ("taskDefinitionEvent", TASKS, "taskId", "taskAttempt", _task_definition),
-    "ACTOR_TASK_DEFINITION_EVENT": (
-        "actorTaskDefinitionEvent",
-        TASKS,
-        "taskId",
-        "taskAttempt",
-        _task_definition,
-    ),
-    "TASK_LIFECYCLE_EVENT": ("taskLifecycleEvent", TASKS, "taskId", "taskAttempt", _task_lifecycle),
-    "TASK_PROFILE_EVENT": ("taskProfileEvents", TASKS, "taskId", "attemptNumber", _task_profile),
-    "ACTOR_DEFINITION_EVENT": ("actorDefinitionEvent", ACTORS, "actorId", None, _actor_definition),
-    "ACTOR_LIFECYCLE_EVENT": ("actorLifecycleEvent", ACTORS, "actorId", None, _actor_lifecycle),
-    "DRIVER_JOB_DEFINITION_EVENT": ("driverJobDefinitionEvent", JOBS, "jobId", None, _job_definition),
-    "DRIVER_JOB_LIFECYCLE_EVENT": ("driverJobLifecycleEvent", JOBS, "jobId", None, _job_lifecycle),
-    "NODE_DEFINITION_EVENT": ("nodeDefinitionEvent", NODES, "nodeId", None, _node_definition),
-    "NODE_LIFECYCLE_EVENT": ("nodeLifecycleEvent", NODES, "nodeId", None, _node_lifecycle),
-    "WORKER_DEFINITION_EVENT": ("workerDefinitionEvent", WORKERS, "workerId", None, _worker_definition),
-    "WORKER_LIFECYCLE_EVENT": ("workerLifecycleEvent", WORKERS, "workerId", None, _worker_lifecycle),
-    "PLACEMENT_GROUP_DEFINITION_EVENT": (
-        "placementGroupDefinitionEvent",
-        PLACEMENT_GROUPS,
-        "placementGroupId",
-        None,
-        _pg_definition,
-    ),
-    "PLACEMENT_GROUP_LIFECYCLE_EVENT": (
-        "placementGroupLifecycleEvent",
-        PLACEMENT_GROUPS,
-        "placementGroupId",
-        None,
-        _pg_lifecycle,
-    ),
+    event_type_name(event_type): _route_of(event_type, *rest)
+    for event_type, *rest in (
+        (ET.TASK_DEFINITION_EVENT, TASKS, "task_id", "task_attempt", _task_definition),
+        (ET.ACTOR_TASK_DEFINITION_EVENT, TASKS, "task_id", "task_attempt", _task_definition),
+        (ET.TASK_LIFECYCLE_EVENT, TASKS, "task_id", "task_attempt", _task_lifecycle),
+        (ET.TASK_PROFILE_EVENT, TASKS, "task_id", "attempt_number", _task_profile),
+        (ET.ACTOR_DEFINITION_EVENT, ACTORS, "actor_id", None, _actor_definition),
+        (ET.ACTOR_LIFECYCLE_EVENT, ACTORS, "actor_id", None, _actor_lifecycle),
+        (ET.DRIVER_JOB_DEFINITION_EVENT, JOBS, "job_id", None, _job_definition),
+        (ET.DRIVER_JOB_LIFECYCLE_EVENT, JOBS, "job_id", None, _job_lifecycle),
+        (ET.NODE_DEFINITION_EVENT, NODES, "node_id", None, _node_definition),
+        (ET.NODE_LIFECYCLE_EVENT, NODES, "node_id", None, _node_lifecycle),
+        (ET.WORKER_DEFINITION_EVENT, WORKERS, "worker_id", None, _worker_definition),
+        (ET.WORKER_LIFECYCLE_EVENT, WORKERS, "worker_id", None, _worker_lifecycle),
+        (ET.PLACEMENT_GROUP_DEFINITION_EVENT, PLACEMENT_GROUPS, "placement_group_id", None, _pg_definition),
+        (ET.PLACEMENT_GROUP_LIFECYCLE_EVENT, PLACEMENT_GROUPS, "placement_group_id", None, _pg_lifecycle),
+    )
 }
 
 ID_COLUMN = {
-    TASKS: "task_id",
+    TASKS: FIELD.task_id,
     ACTORS: "actor_id",
     JOBS: "job_id",
     NODES: "node_id",
@@ -414,9 +419,9 @@ class Prepared(NamedTuple):
 
 def piece_of(event: dict[str, Any]) -> Piece | None:
     """Where a RayEvent (JSON form) goes, or None for a type that has no state row."""
-    event_type = event.get("eventType")
+    event_type = event.get(KEY.event_type)
     if not isinstance(event_type, str) or not event_type:
-        raise ValueError("an event without eventType")
+        raise ValueError(f"an event without {KEY.event_type}")
     route = _ROUTES.get(event_type)
     if route is None:
         return None
@@ -431,16 +436,16 @@ def piece_of(event: dict[str, Any]) -> Piece | None:
 
 
 def _prepare_python(event: Any) -> Prepared:
-    event_id = event.get("eventId") if isinstance(event, dict) else None
+    event_id = event.get(KEY.event_id) if isinstance(event, dict) else None
     if not event_id or not isinstance(event_id, str):
-        raise ValueError("an event without eventId")
+        raise ValueError(f"an event without {KEY.event_id}")
     try:
         piece = piece_of(event)
     except FOLD_ERRORS as exc:
         raise ValueError(f"{_shown(event.get('eventType'))}: {exc}") from None
     if piece is None:
         return Prepared(event_id, None, None)
-    session = event.get("sessionName", "")
+    session = event.get(KEY.session_name, "")
     if not isinstance(session, str):
         try:
             session = str(session)
@@ -459,7 +464,7 @@ def apply(row: Row, piece: Piece) -> None:
     """Fold a piece into its row (created empty by the caller)."""
     row[ID_COLUMN[piece.resource]] = piece.entity_id
     if piece.resource == TASKS:
-        row["attempt_number"] = piece.attempt
+        row[FIELD.attempt_number] = piece.attempt
     piece.fold(row, piece.body)
 
 
@@ -468,13 +473,13 @@ def apply(row: Row, piece: Piece) -> None:
 # Python task until it does.
 DEFAULTS: dict[str, dict[str, Any]] = {
     TASKS: {
-        "state": "NIL",
-        "type": "NORMAL_TASK",
-        "language": "PYTHON",
-        "name": "",
-        "job_id": "",
-        "func_or_class_name": "",
-        "parent_task_id": "",
+        FIELD.state: VALUE.nil,
+        FIELD.type: VALUE.normal_task,
+        FIELD.language: VALUE.python,
+        FIELD.name: "",
+        FIELD.job_id: "",
+        FIELD.func_or_class_name: "",
+        FIELD.parent_task_id: "",
     },
     ACTORS: {
         "state": "DEPENDENCIES_UNREADY",
@@ -502,16 +507,16 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 INDEXED_COLUMNS = ("state", "job", "name", "func", "node", "worker", "kind", "error", "start_ms", "end_ms")
 INDEXED_FIELDS: dict[str, dict[str, str]] = {
     TASKS: {
-        "state": "state",
-        "job": "job_id",
-        "name": "name",
-        "func": "func_or_class_name",
-        "node": "node_id",
-        "worker": "worker_id",
-        "kind": "type",
-        "error": "error_type",
-        "start_ms": "start_time_ms",
-        "end_ms": "end_time_ms",
+        "state": FIELD.state,
+        "job": FIELD.job_id,
+        "name": FIELD.name,
+        "func": FIELD.func_or_class_name,
+        "node": FIELD.node_id,
+        "worker": FIELD.worker_id,
+        "kind": FIELD.type,
+        "error": FIELD.error_type,
+        "start_ms": FIELD.start_time_ms,
+        "end_ms": FIELD.end_time_ms,
     },
     ACTORS: {"state": "state", "job": "job_id", "name": "name", "func": "class_name", "node": "node_id"},
     JOBS: {"state": "status", "job": "job_id", "name": "submission_id", "kind": "type"},
@@ -576,6 +581,7 @@ except ImportError:
     _post_fold = None  # type: ignore[assignment]
 if _post_fold is not None and native.ENABLED:
     _TEXT_FOLDS: dict[Fold, int] = {_task_definition: 1, _task_lifecycle: 2}  # 0: folded in Python
+    _post_fold.bind_names(KEY, FIELD, VALUE)
     _post_fold.bind(
         {event_type: (*route[:4], _TEXT_FOLDS.get(route[4], 0)) for event_type, route in _ROUTES.items()},
         _INDEX_PLAN[TASKS],
@@ -592,6 +598,7 @@ if _state_fold is not None and native.ENABLED:
     }
     for _type, _route in _ROUTES.items():  # the routes name the folds both `prepare`s hand out
         _ROUTES[_type] = (*_route[:4], _COMPILED_FOLDS.get(_route[4], _route[4]))
+    _state_fold.bind_names(KEY, FIELD, VALUE)
     _state_fold.bind(
         _prepare_python,
         _task_definition,
