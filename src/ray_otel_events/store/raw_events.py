@@ -5,7 +5,7 @@ Why: the fold keeps only what this version reads of an event. The text kept here
 field Ray added in a later release (`new_fields`) without a schema change. It is kept as it was
 POSTed: a fold batch's POST bodies of one session become one JSON array, compressed (zlib's raw
 deflate at level 1, its fastest; no new dependency) and written as one blob right after the fold's
-commit, so keeping it costs the compression per event (about 17k instructions) and no Python object.
+commit, so keeping it costs the compression per event (bench/HISTORY.md) and no Python object.
 A body is split by session only when its items name more than one.
 """
 
