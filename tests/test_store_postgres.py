@@ -188,6 +188,30 @@ def test_every_captured_and_mutated_event_folds_as_on_sqlite(
     sqlite.close()
 
 
+def test_values_of_another_type_than_their_column_are_written_as_on_sqlite(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """A row whose indexed field is a number or a boolean where its column holds text is written
+    alone (a batch's rows go as one array per column), inserted and then updated: the same rows as
+    on SQLite."""
+    definitions = [e for e in EVENTS if e["eventType"] == "TASK_DEFINITION_EVENT"][:4]
+    events = []
+    for definition, value in zip(definitions, [123, True, 1.5, "plain"], strict=True):
+        event = copy.deepcopy(definition)
+        event["taskDefinitionEvent"]["taskName"] = value
+        events.append(event)
+    again = [dict(copy.deepcopy(e), eventId="again-" + e["eventId"]) for e in events]
+    postgres = PostgresStore(postgres_server.new_database("odd_types"))
+    sqlite = EventStore(tmp_path / "odd.sqlite3")
+    for store in (postgres, sqlite):
+        assert store.ingest(copy.deepcopy(events)).stored == 4
+        assert store.ingest(copy.deepcopy(again)).stored == 4
+    assert _all_rows(postgres) == _all_rows(sqlite)
+    assert len(postgres.select("tasks").rows) == 4
+    postgres.close()
+    sqlite.close()
+
+
 def _post(server: CliServer, events: list[Any]) -> requests.Response:
     return requests.post(f"http://{server.address}/v1/ray-events", json=events, timeout=30)
 
