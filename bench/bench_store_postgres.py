@@ -205,7 +205,7 @@ def main() -> int:
     lines = [
         "## store on PostgreSQL (`serve --store postgresql://...`)",
         "",
-        f"Command: `python bench/bench_store_postgres.py --attempts {args.attempts} --listed {args.listed}`",
+        f"Command: `python bench/bench_store_postgres.py --attempts {args.attempts} --listed {args.listed}`"
         f" (run at {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average 1/5/15 min:"
         f" {load_before} before, {load_ingest} after the ingest rows, {_load()} at the end)",
         "",
