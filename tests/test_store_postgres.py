@@ -22,6 +22,7 @@ import requests
 from helpers.agg_procs import FIXTURE, CliServer, clean_env, start
 from helpers.postgres import PostgresServer, serve_store_args
 
+from ray_otel_events.store import postgres_store
 from ray_otel_events.store.backend import open_store
 from ray_otel_events.store.postgres_store import SCHEMA_VERSION, PostgresStore
 from ray_otel_events.store.sqlite_store import EventStore, StoreError
@@ -160,6 +161,42 @@ def test_concurrent_writers_fold_every_piece_once(postgres_server: PostgresServe
     reference.ingest(events)
     assert _all_rows(writers[0]) == _all_rows(reference)
     for store in [*writers, reference]:
+        store.close()
+
+
+def test_a_row_another_writer_inserts_meanwhile_is_folded_onto_its_row(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """A writer that read a task's row as absent finds it inserted by another writer when it
+    writes: its pieces are folded again onto that row (an event the other folded is a duplicate),
+    as one SQLite store folds the two batches in the order they were committed."""
+    task = "4NwXTINZkDT///////////////8BAAAA"
+    pieces = [
+        e
+        for e in EVENTS
+        if (e.get("taskDefinitionEvent") or e.get("taskLifecycleEvent") or {}).get("taskId") == task
+    ]
+    definition, first, second = sorted(pieces, key=lambda e: e["eventType"] != "TASK_DEFINITION_EVENT")
+    url = postgres_server.new_database("late_rows")
+    other = PostgresStore(url)
+    meanwhile: list[Any] = []
+
+    class Interleaved(PostgresStore):
+        def _write_rows(self, db: Any, many: str, one: str, rows: list[tuple[Any, ...]]) -> Any:
+            if many is postgres_store._INSERT_ROWS and rows and not meanwhile:
+                meanwhile.append(other.ingest([copy.deepcopy(first), copy.deepcopy(second)]))
+            return super()._write_rows(db, many, one, rows)
+
+    writer = Interleaved(url)
+    result = writer.ingest([copy.deepcopy(definition), copy.deepcopy(first)])
+    assert meanwhile[0].stored == 2
+    assert (result.stored, result.duplicates, result.by_type) == (1, 1, {"TASK_DEFINITION_EVENT": 1})
+    reference = EventStore(tmp_path / "reference.sqlite3")
+    reference.ingest([first, second])
+    reference.ingest([definition, first])
+    assert _all_rows(writer) == _all_rows(reference)
+    assert _all_rows(writer)["tasks"][0]["state"] != "NIL"
+    for store in (writer, other, reference):
         store.close()
 
 
