@@ -8,8 +8,9 @@ sees a few statements per batch, not one per row. Each batch is one transaction:
 writers never wait on each other in a cycle; a row another writer is folding is read once that
 writer has committed), the rows are folded, then the new ones are inserted and the others updated
 with one statement each from one array per column (sent in binary). A row that another writer
-inserted between the read and the insert is left out by `ON CONFLICT DO NOTHING`, locked by it,
-then read and folded again onto that writer's row. A row keeps the ids of the events folded into
+inserted between the read and the insert is left out by `ON CONFLICT DO NOTHING` (which waits for
+that writer's commit), then read, locked and folded again onto that writer's row; the rare
+deadlock this late lock can meet is broken by PostgreSQL and the batch done again. A row keeps the ids of the events folded into
 it, so an event id is skipped whichever process folded it before. `generation` is a sequence moved
 after each commit, so a page served by one process sees another's writes.
 
