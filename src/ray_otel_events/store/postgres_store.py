@@ -10,9 +10,10 @@ writer has committed), the rows are folded, then the new ones are inserted and t
 with one statement each from one array per column (sent in binary). A row that another writer
 inserted between the read and the insert is left out by `ON CONFLICT DO NOTHING` (which waits for
 that writer's commit), then read, locked and folded again onto that writer's row; the rare
-deadlock this late lock can meet is broken by PostgreSQL and the batch done again. A row keeps the ids of the events folded into
-it, so an event id is skipped whichever process folded it before. `generation` is a sequence moved
-after each commit, so a page served by one process sees another's writes.
+deadlock this late lock can meet is broken by PostgreSQL and the batch done again. A row keeps
+the ids of the events folded into it, so an event id is skipped whichever process folded it before.
+`generation` is a sequence moved after each commit, so a page served by one process sees another's
+writes.
 
 The schema is created and migrated on open by numbered steps recorded in `schema_migrations`,
 under a lock, so processes starting together apply each step once. Text columns are `citext`
