@@ -48,10 +48,29 @@ def _versions() -> str:
     return ", ".join(found)
 
 
+def replace_sections(results: str, sections: list[str]) -> str:
+    """RESULTS.md with each of `sections` in place of the section under the same heading (appended
+    when it has none yet), the others and the header kept: `--only` re-runs a bench without
+    dropping the figures of the benches it did not run."""
+    for section in sections:
+        heading = section.split("\n", 1)[0]
+        start = results.find("\n" + heading + "\n")
+        if start < 0:
+            results = results.rstrip("\n") + "\n\n" + section
+            continue
+        end = results.find("\n## ", start + 1)
+        results = results[: start + 1] + section + ("" if end < 0 else "\n" + results[end + 1 :])
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small runs, for a sanity check only")
-    parser.add_argument("--only", action="append", help="run only these benches (e.g. --only encoder)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        help="run only these benches (e.g. --only encoder); their sections replace theirs in RESULTS.md",
+    )
     args = parser.parse_args()
     scripts = sorted(
         HERE.glob("bench_*.py"),
@@ -84,7 +103,10 @@ def main() -> int:
         "",
     ]
     out = HERE / "RESULTS.md"
-    out.write_text("\n".join(header) + "\n" + "\n".join(sections))
+    if args.only and out.exists():
+        out.write_text(replace_sections(out.read_text(), sections))
+    else:
+        out.write_text("\n".join(header) + "\n" + "\n".join(sections))
     print(f"wrote {out}")
     return 1 if failed else 0
 

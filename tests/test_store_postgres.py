@@ -22,6 +22,7 @@ import requests
 from helpers.agg_procs import FIXTURE, CliServer, clean_env, start
 from helpers.postgres import PostgresServer, serve_store_args
 
+from ray_otel_events.store import postgres_store
 from ray_otel_events.store.backend import StoreError, open_store
 from ray_otel_events.store.postgres_store import SCHEMA_VERSION, PostgresStore
 from ray_otel_events.store.sqlite_store import EventStore
@@ -163,6 +164,42 @@ def test_concurrent_writers_fold_every_piece_once(postgres_server: PostgresServe
         store.close()
 
 
+def test_a_row_another_writer_inserts_meanwhile_is_folded_onto_its_row(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """A writer that read a task's row as absent finds it inserted by another writer when it
+    writes: its pieces are folded again onto that row (an event the other folded is a duplicate),
+    as one SQLite store folds the two batches in the order they were committed."""
+    task = "4NwXTINZkDT///////////////8BAAAA"
+    pieces = [
+        e
+        for e in EVENTS
+        if (e.get("taskDefinitionEvent") or e.get("taskLifecycleEvent") or {}).get("taskId") == task
+    ]
+    definition, first, second = sorted(pieces, key=lambda e: e["eventType"] != "TASK_DEFINITION_EVENT")
+    url = postgres_server.new_database("late_rows")
+    other = PostgresStore(url)
+    meanwhile: list[Any] = []
+
+    class Interleaved(PostgresStore):
+        def _write_rows(self, db: Any, many: str, one: str, rows: list[tuple[Any, ...]]) -> Any:
+            if many is postgres_store._INSERT_ROWS and rows and not meanwhile:
+                meanwhile.append(other.ingest([copy.deepcopy(first), copy.deepcopy(second)]))
+            return super()._write_rows(db, many, one, rows)
+
+    writer = Interleaved(url)
+    result = writer.ingest([copy.deepcopy(definition), copy.deepcopy(first)])
+    assert meanwhile[0].stored == 2
+    assert (result.stored, result.duplicates, result.by_type) == (1, 1, {"TASK_DEFINITION_EVENT": 1})
+    reference = EventStore(tmp_path / "reference.sqlite3")
+    reference.ingest([first, second])
+    reference.ingest([definition, first])
+    assert _all_rows(writer) == _all_rows(reference)
+    assert _all_rows(writer)["tasks"][0]["state"] != "NIL"
+    for store in (writer, other, reference):
+        store.close()
+
+
 def test_every_captured_and_mutated_event_folds_as_on_sqlite(
     postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
@@ -184,6 +221,30 @@ def test_every_captured_and_mutated_event_folds_as_on_sqlite(
         assert answers[0] == answers[1], first
     assert _all_rows(postgres) == _all_rows(sqlite)
     assert postgres.sessions() == sqlite.sessions() and "nul\x00 session" in sqlite.sessions()
+    postgres.close()
+    sqlite.close()
+
+
+def test_values_of_another_type_than_their_column_are_written_as_on_sqlite(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """A row whose indexed field is a number or a boolean where its column holds text is written
+    alone (a batch's rows go as one array per column), inserted and then updated: the same rows as
+    on SQLite."""
+    definitions = [e for e in EVENTS if e["eventType"] == "TASK_DEFINITION_EVENT"][:4]
+    events = []
+    for definition, value in zip(definitions, [123, True, 1.5, "plain"], strict=True):
+        event = copy.deepcopy(definition)
+        event["taskDefinitionEvent"]["taskName"] = value
+        events.append(event)
+    again = [dict(copy.deepcopy(e), eventId="again-" + e["eventId"]) for e in events]
+    postgres = PostgresStore(postgres_server.new_database("odd_types"))
+    sqlite = EventStore(tmp_path / "odd.sqlite3")
+    for store in (postgres, sqlite):
+        assert store.ingest(copy.deepcopy(events)).stored == 4
+        assert store.ingest(copy.deepcopy(again)).stored == 4
+    assert _all_rows(postgres) == _all_rows(sqlite)
+    assert len(postgres.select("tasks").rows) == 4
     postgres.close()
     sqlite.close()
 
