@@ -46,14 +46,9 @@ def add_security_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _token(args: argparse.Namespace) -> str:
-    path, source = (
-        (args.auth_token_file, "--auth-token-file")
-        if args.auth_token_file
-        else (
-            auth_token_file(),
-            AUTH_TOKEN_FILE,
-        )
-    )
+    path, source = args.auth_token_file, "--auth-token-file"
+    if not path:
+        path, source = auth_token_file(), AUTH_TOKEN_FILE
     if path:
         try:
             token = Path(path).read_text().strip()
