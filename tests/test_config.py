@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +15,14 @@ from ray_otel_events.config import (
     AggregatorConfig,
     ConfigError,
     RecorderConfig,
+    data_home,
+    otlp_export_config,
+    otlp_sdk_only_settings,
+    otlp_timeout_s,
     parse_exposable_event_types,
+    serve_address,
+    serve_tracing_exporter,
+    timezone_name,
 )
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
@@ -120,3 +130,57 @@ def test_encoder_processes_default_to_the_writer_built_and_are_checked() -> None
     env = {"RAY_OTEL_EVENTS_ENCODER_PROCESSES": "65", "RAY_OTEL_EVENTS_EXPORT_ADDR": "http://a/"}
     with pytest.raises(ConfigError, match="RAY_OTEL_EVENTS_ENCODER_PROCESSES must be 0"):
         AggregatorConfig.from_env(env).validate()
+
+
+def test_otlp_insecure_per_signal_wins_and_only_true_is_true(caplog: pytest.LogCaptureFixture) -> None:
+    """As the SDK reads it: `true` (any case) is no TLS, the per-signal variable wins, unset leaves
+    it to the endpoint's scheme; another value is false, as the spec says, with a warning naming it."""
+    grpc = {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+    assert otlp_export_config("traces", {**grpc}).insecure is None
+    assert otlp_export_config("traces", {**grpc, "OTEL_EXPORTER_OTLP_INSECURE": "TRUE"}).insecure is True
+    both = {**grpc, "OTEL_EXPORTER_OTLP_INSECURE": "true", "OTEL_EXPORTER_OTLP_LOGS_INSECURE": "false"}
+    assert otlp_export_config("logs", both).insecure is False
+    assert otlp_export_config("traces", both).insecure is True
+    with caplog.at_level(logging.WARNING, logger="ray_otel_events.config"):
+        assert otlp_export_config("traces", {**grpc, "OTEL_EXPORTER_OTLP_INSECURE": "yes"}).insecure is False
+    assert "OTEL_EXPORTER_OTLP_INSECURE='yes': expected true or false" in caplog.text
+
+
+def test_otlp_timeout_is_milliseconds_whatever_the_protocol() -> None:
+    assert otlp_timeout_s("logs", {}) is None
+    env = {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TIMEOUT": "2500"}
+    assert otlp_timeout_s("logs", env) == 2.5
+    assert otlp_timeout_s("logs", {**env, "OTEL_EXPORTER_OTLP_LOGS_TIMEOUT": "100"}) == 0.1
+    for raw, needle in (("soon", "OTEL_EXPORTER_OTLP_TIMEOUT='soon': expected a number"), ("0", "> 0")):
+        with pytest.raises(ConfigError, match=needle):
+            otlp_timeout_s("traces", {"OTEL_EXPORTER_OTLP_TIMEOUT": raw})
+    assert otlp_sdk_only_settings({"OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY": "/k.pem"}) == (
+        "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
+    )
+    assert otlp_sdk_only_settings({"OTEL_EXPORTER_OTLP_CLIENT_KEY": " "}) == ()
+
+
+def test_the_commands_settings_and_their_defaults() -> None:
+    assert data_home({"XDG_DATA_HOME": "/data"}) == "/data"
+    assert data_home({}) == os.path.join(os.path.expanduser("~"), ".local", "share")
+    assert timezone_name({"TZ": "America/Sao_Paulo"}) == "America/Sao_Paulo"
+    assert timezone_name({}) != ""  # the /etc/localtime link's zone, else UTC
+    assert serve_tracing_exporter({}) == ""
+    assert serve_address({}) is None and serve_address({"RAY_OTEL_EVENTS_ADDRESS": " "}) is None
+    assert serve_address({"RAY_OTEL_EVENTS_ADDRESS": "127.0.0.1:8265"}) == "http://127.0.0.1:8265"
+    assert serve_address({"RAY_OTEL_EVENTS_ADDRESS": "https://h:1/p"}) == "https://h:1/p"
+    for raw, needle in (("ftp://h:1", "expected http://HOST:PORT"), ("h:99999", "the port must be")):
+        with pytest.raises(ConfigError, match=f"RAY_OTEL_EVENTS_ADDRESS='{raw}': {needle}"):
+            serve_address({"RAY_OTEL_EVENTS_ADDRESS": raw})
+
+
+def test_store_rebuild_help_names_the_store_variable_and_the_data_home(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "ray_otel_events", "store", "rebuild", "--help"],
+        env={**os.environ, "XDG_DATA_HOME": str(tmp_path), "COLUMNS": "400"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"$RAY_OTEL_EVENTS_STORE, else {tmp_path}/ray-otel-events/events.sqlite3" in proc.stdout

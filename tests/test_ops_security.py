@@ -194,6 +194,12 @@ def test_bad_security_flags_are_clear_errors(args: list[str], message: str, tmp_
     assert message in refused_by_cli("sink", "--out", str(tmp_path / "o"), *args).stderr
 
 
+def test_a_bad_token_file_variable_is_named(tmp_path: Path) -> None:
+    env = {"RAY_OTEL_EVENTS_AUTH_TOKEN_FILE": str(tmp_path / "none")}
+    refused = refused_by_cli("sink", "--out", str(tmp_path / "o"), env=env)
+    assert f"RAY_OTEL_EVENTS_AUTH_TOKEN_FILE '{tmp_path / 'none'}'" in refused.stderr
+
+
 def test_server_ssl_context_refuses_old_protocols(certs: Certs) -> None:
     from ray_otel_events.security.tls import TlsFiles
 

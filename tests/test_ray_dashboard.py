@@ -380,9 +380,18 @@ def _wait_click(browser: Any, xpath: str) -> None:
 
 def test_bad_requests_get_reasons_and_an_empty_store_renders(tmp_path: Path) -> None:
     pytest.importorskip("ray")
-    serve = CliServer("serve", "--store", str(tmp_path / "s.sqlite3"), "--ray-dashboard-port", "0")
+    serve = CliServer(
+        "serve",
+        "--store",
+        str(tmp_path / "s.sqlite3"),
+        "--ray-dashboard-port",
+        "0",
+        env={"TZ": "America/Sao_Paulo"},  # no daylight saving time since 2019: always -03:00
+    )
     try:
         ours = "http://" + serve.read_line(30).split("=", 1)[1]
+        zone = requests.get(ours + "/timezone", timeout=30).json()
+        assert zone == {"offset": "-03:00", "value": "America/Sao_Paulo"}
         page = requests.get(ours + "/", timeout=30)
         assert page.status_code == 200 and "<title>Ray Dashboard</title>" in page.text
         assert _get(ours, "/api/jobs/") == [] and _get(ours, "/logical/actors")["data"]["actors"] == {}

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import requests
 from google.protobuf import json_format
-from helpers.agg_procs import FIXTURE, CliServer, start
+from helpers.agg_procs import FIXTURE, CliServer, clean_env, start
 from helpers.otlp_logs import emit_ray_events
 from helpers.postgres import serve_store_args
 from multidict import MultiDict
@@ -42,9 +42,13 @@ EVENTS: list[dict[str, Any]] = json.loads(Path(FIXTURE).read_text())
 FLAKY = "e0dc174c83599034ffffffffffffffffffffffff01000000"  # attempt 0 failed, attempt 1 pending
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ray_otel_events", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "ray_otel_events", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(env),
     )
 
 
@@ -95,11 +99,22 @@ def test_commands_answer_alike_from_the_file_and_the_server(
         (("list", "tasks", *by_file, "--filter", "state"), 2, "expected KEY=VALUE"),
         (("list", "tasks", "--store", str(tmp_path / "none.sqlite3")), 1, "no store at"),
         (("list", "tasks", "--address", "http://127.0.0.1:9"), 1, "cannot reach"),
+        (("list", "tasks", "--address", "127.0.0.1:99999"), 2, "--address='127.0.0.1:99999'"),
     ):
         proc = _cli(*args)
         assert proc.returncode == code and message in proc.stderr and "Traceback" not in proc.stderr, (
             proc.stderr
         )
+
+    # RAY_OTEL_EVENTS_ADDRESS stands for --address; an explicit --store wins over it.
+    by_env = _cli("list", "tasks", "--format", "json", env={"RAY_OTEL_EVENTS_ADDRESS": server.address})
+    assert by_env.returncode == 0 and json.loads(by_env.stdout) == json.loads(listed[0].stdout), by_env.stderr
+    unreachable = {"RAY_OTEL_EVENTS_ADDRESS": "http://127.0.0.1:9"}
+    assert _cli("list", "tasks", "--format", "json", *by_file, env=unreachable).stdout == listed[0].stdout
+    assert "cannot reach http://127.0.0.1:9" in _cli("list", "tasks", env=unreachable).stderr
+    bad = _cli("sessions", env={"RAY_OTEL_EVENTS_ADDRESS": "ftp://127.0.0.1:9"})
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "RAY_OTEL_EVENTS_ADDRESS='ftp://127.0.0.1:9': expected http://HOST:PORT" in bad.stderr
 
 
 def test_sql_filters_agree_with_rays_rule_on_every_row(store_file: str | Path) -> None:

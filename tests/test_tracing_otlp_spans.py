@@ -19,11 +19,10 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind, Status, StatusCode, TraceState
 
-from ray_otel_events.config import OtlpSignalConfig
+from ray_otel_events.config import OTLP_SDK_ONLY_SETTINGS, OtlpSignalConfig
 from ray_otel_events.otel import otlp_wire
 from ray_otel_events.otel.otlp_span_encoder import spans_request
 from ray_otel_events.tracing.otlp import (
-    _SDK_ONLY_SETTINGS,
     PerProcessLogRecordExporter,
     PerProcessSpanExporter,
     otlp_log_exporter,
@@ -181,7 +180,7 @@ def test_settings_the_sdk_reads_its_own_way_keep_the_sdk_exporter(monkeypatch: p
     """A client key or certificate, or a compression other than gzip: the SDK's exporter, as
     before; and grpc is always the SDK's."""
     for name in (
-        *_SDK_ONLY_SETTINGS,
+        *OTLP_SDK_ONLY_SETTINGS,
         "OTEL_EXPORTER_OTLP_TIMEOUT",
         "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
         "OTEL_EXPORTER_OTLP_COMPRESSION",
@@ -204,7 +203,12 @@ def test_settings_the_sdk_reads_its_own_way_keep_the_sdk_exporter(monkeypatch: p
 def test_a_timeout_is_milliseconds_to_every_exporter_of_the_hook(monkeypatch: pytest.MonkeyPatch) -> None:
     """The spec's milliseconds, which our exporters read: the SDK's exporters (grpc, or HTTP with a
     client certificate), which read the same variable as seconds, are given it in seconds."""
-    for name in (*_SDK_ONLY_SETTINGS, "OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"):
+    for name in (
+        *OTLP_SDK_ONLY_SETTINGS,
+        "OTEL_EXPORTER_OTLP_COMPRESSION",
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "2500")
@@ -215,6 +219,10 @@ def test_a_timeout_is_milliseconds_to_every_exporter_of_the_hook(monkeypatch: py
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "/key.pem")
     sdk_made.append(otlp_span_exporter("http/protobuf"))
     for exporter in sdk_made:
+        assert isinstance(exporter, PerProcessSpanExporter | PerProcessLogRecordExporter)
+        assert exporter._factory.keywords == {"timeout": 2.5}, exporter
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")  # the hook's protocol: the same seconds
+    for exporter in (otlp_span_exporter("grpc"), otlp_log_exporter("grpc")):
         assert isinstance(exporter, PerProcessSpanExporter | PerProcessLogRecordExporter)
         assert exporter._factory.keywords == {"timeout": 2.5}, exporter
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_TIMEOUT")

@@ -9,16 +9,19 @@ ConfigError naming the variable; the CLI prints it and exits non-zero.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlparse
 
 from ray_otel_events.events.registry import ET, REGISTRY
 
 Environ = Mapping[str, str]
+
+logger = logging.getLogger(__name__)
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -75,6 +78,18 @@ def _require(cond: bool, message: str) -> None:
 AUTH_TOKEN = "RAY_OTEL_EVENTS_AUTH_TOKEN"  # the bearer token itself
 AUTH_TOKEN_FILE = "RAY_OTEL_EVENTS_AUTH_TOKEN_FILE"  # a file holding it (wins over AUTH_TOKEN)
 TLS_CA_FILE = "RAY_OTEL_EVENTS_TLS_CA_FILE"  # CA that verifies the aggregator's certificate (producers)
+
+
+def auth_token_file(env: Environ | None = None) -> str:
+    """The token file a server's `--auth-token-file` defaults to ("" when unset)."""
+    env = os.environ if env is None else env
+    return env.get(AUTH_TOKEN_FILE, "")
+
+
+def auth_token(env: Environ | None = None) -> str:
+    """The bearer token itself, for a server given no token file ("" when unset)."""
+    env = os.environ if env is None else env
+    return env.get(AUTH_TOKEN, "").strip()
 
 
 # Ray's own token authentication (on by default since Ray 2.60 once a token exists). The token is
@@ -413,6 +428,8 @@ class AggregatorConfig:
 # (The OTLP hook's exporter settings are the standard OTEL_* variables, read by the OTel SDK.)
 
 SPANS_DIR = "RAY_OTEL_EVENTS_SPANS_DIR"
+# Ray Serve's own: its proxy reads only this (and the sampling ratio), so it is read to warn when unset.
+SERVE_TRACING_EXPORTER = "RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH"
 EVENT_LOGS = "RAY_OTEL_EVENTS_EVENT_LOGS"
 SYNC_TASK_EVENTS = "RAY_OTEL_EVENTS_SYNC_TASK_EVENTS"
 TASK_OUTPUT = "RAY_OTEL_EVENTS_TASK_OUTPUT"  # 0: a Ray worker's prints are not made log records
@@ -483,6 +500,18 @@ class TracingConfig:
             len(self.node_id) in (0, 28),
             f"{NODE_ID} must be 28 bytes (56 hex digits), got {len(self.node_id)}",
         )
+
+
+def serve_tracing_exporter(env: Environ | None = None) -> str:
+    """The exporter import path Ray Serve's proxy will call ("" when unset)."""
+    env = os.environ if env is None else env
+    return env.get(SERVE_TRACING_EXPORTER, "")
+
+
+def otlp_exporter_settings(env: Environ | None = None) -> dict[str, str]:
+    """Every OTEL_EXPORTER_OTLP_* variable set, as given: what decides where and how spans go."""
+    env = os.environ if env is None else env
+    return {name: value for name, value in env.items() if name.startswith("OTEL_EXPORTER_OTLP_")}
 
 
 @dataclass(frozen=True)
@@ -569,7 +598,41 @@ def otlp_export_config(signal: str, env: Environ | None = None) -> OtlpSignalCon
     endpoint = (env.get(specific, "") or env.get(OTEL_ENDPOINT, "")).strip() or "http://localhost:4317"
     source = specific if env.get(specific, "").strip() else OTEL_ENDPOINT
     _require(endpoint.startswith(("http://", "https://")), f"{source}={endpoint!r}: expected a URL")
-    return dataclasses.replace(as_http, endpoint=endpoint, protocol="grpc")
+    insecure = otlp_insecure(signal, env)
+    return dataclasses.replace(as_http, endpoint=endpoint, protocol="grpc", insecure=insecure)
+
+
+def otlp_insecure(signal: str, env: Environ | None = None) -> bool | None:
+    """OTEL_EXPORTER_OTLP_[SIGNAL_]INSECURE (the per-signal one wins): None when unset. As the spec
+    reads a boolean, only `true` (any case) is true; another value than `false` is false too, with
+    a warning naming it (the spec's rule: a value the SDK would take as false must not fail here)."""
+    env = os.environ if env is None else env
+    for name in (_signal_var(OTEL_INSECURE, signal), OTEL_INSECURE):
+        raw = env.get(name, "").strip()
+        if not raw:
+            continue
+        if raw.lower() not in ("true", "false"):
+            logger.warning("%s=%r: expected true or false; taken as false (TLS)", name, raw)
+        return raw.lower() == "true"
+    return None
+
+
+def otlp_timeout_s(signal: str, env: Environ | None = None) -> float | None:
+    """The export timeout OTEL_EXPORTER_OTLP_[SIGNAL_]TIMEOUT sets (milliseconds, as the spec
+    says), in seconds, whatever the protocol; None when neither is set."""
+    env = os.environ if env is None else env
+    for name in (_signal_var(OTEL_TIMEOUT_MS, signal), OTEL_TIMEOUT_MS):
+        if env.get(name, "").strip():
+            timeout_ms = env_float(env, name, 0.0)
+            _require(timeout_ms > 0, f"{name} must be > 0, got {timeout_ms:g}")
+            return timeout_ms / 1000.0
+    return None
+
+
+def otlp_sdk_only_settings(env: Environ | None = None) -> tuple[str, ...]:
+    """The OTLP variables set that only the SDK's exporters read (a client certificate and key)."""
+    env = os.environ if env is None else env
+    return tuple(name for name in OTLP_SDK_ONLY_SETTINGS if env.get(name, "").strip())
 
 
 BRIDGE_MODES = ("full", "convert", "assemble")
@@ -581,7 +644,14 @@ OTEL_COMPRESSION = "OTEL_EXPORTER_OTLP_COMPRESSION"
 OTEL_TIMEOUT_MS = "OTEL_EXPORTER_OTLP_TIMEOUT"
 OTEL_CERTIFICATE = "OTEL_EXPORTER_OTLP_CERTIFICATE"  # CA file that verifies an https endpoint
 OTEL_SERVICE_NAME = "OTEL_SERVICE_NAME"
+OTEL_INSECURE = "OTEL_EXPORTER_OTLP_INSECURE"  # gRPC only: true is no TLS; unset: TLS for https only
 OTLP_PROTOCOLS = ("http/protobuf", "http/json")
+# Not read by our exporters (a client certificate and key): set, and the SDK's span exporter is used.
+OTLP_SDK_ONLY_SETTINGS = tuple(
+    f"OTEL_EXPORTER_OTLP{signal}_{name}"
+    for signal in ("", "_TRACES")
+    for name in ("CLIENT_CERTIFICATE", "CLIENT_KEY")
+)
 
 
 def _signal_var(base: str, signal: str) -> str:
@@ -611,6 +681,7 @@ class OtlpSignalConfig:
     compression: str = "none"
     timeout_s: float = 10.0
     certificate: str = ""
+    insecure: bool | None = None  # grpc: no TLS when true; None: TLS only for an https endpoint
 
     def validate(self, source: str) -> None:
         _require(
@@ -797,6 +868,46 @@ def compiled_enabled(env: Environ = os.environ) -> bool:
 STORE = "RAY_OTEL_EVENTS_STORE"  # a SQLite file or postgresql://USER@HOST:PORT/DB, as --store takes
 
 
+ADDRESS = "RAY_OTEL_EVENTS_ADDRESS"  # a running serve the state commands ask, as --address takes
+XDG_DATA_HOME = "XDG_DATA_HOME"  # the default store file lies under it (~/.local/share when unset)
+TIMEZONE = "TZ"  # the zone `serve`'s dashboard reports, as Ray's head does
+
+
 def store_location(env: Environ = os.environ) -> str | None:
     """The store named in the environment (None: the default file); `--store` wins over it."""
     return env.get(STORE) or None
+
+
+def data_home(env: Environ = os.environ) -> str:
+    """`$XDG_DATA_HOME`, else ~/.local/share (the XDG base directory default)."""
+    return env.get(XDG_DATA_HOME) or os.path.join(os.path.expanduser("~"), ".local", "share")
+
+
+def parse_serve_address(raw: str, source: str) -> str:
+    """`http(s)://HOST:PORT[/PREFIX]`, or `HOST:PORT` (http), returned with its scheme."""
+    value = raw.strip()
+    url = value if "://" in value else "http://" + value
+    parsed = urlparse(url)
+    _require(
+        parsed.scheme in ("http", "https") and bool(parsed.hostname),
+        f"{source}={raw!r}: expected http://HOST:PORT",
+    )
+    try:
+        parsed.port  # noqa: B018 (urlparse checks the port only when asked for it)
+    except ValueError:
+        raise ConfigError(f"{source}={raw!r}: the port must be a number 0..65535") from None
+    return url
+
+
+def serve_address(env: Environ = os.environ) -> str | None:
+    """The `serve` the state commands ask (None: they read the store); `--address` wins over it."""
+    raw = env.get(ADDRESS, "")
+    return parse_serve_address(raw, ADDRESS) if raw.strip() else None
+
+
+def timezone_name(env: Environ = os.environ) -> str:
+    """This machine's zone name: `$TZ`, else the zone /etc/localtime links to, else UTC."""
+    zone = env.get(TIMEZONE) or "UTC"
+    if not env.get(TIMEZONE) and os.path.islink("/etc/localtime"):
+        zone = os.readlink("/etc/localtime").split("zoneinfo/", 1)[-1]
+    return zone

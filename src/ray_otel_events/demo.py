@@ -360,8 +360,8 @@ def run(args: argparse.Namespace) -> int:
             os.environ[config.SPANS_DIR] = str(spans_dir)
             os.environ[config.AGGREGATOR_ADDRESS] = aggregator.address
             os.environ[config.SESSION_NAME] = session
-            os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://{serve.address}"
-            os.environ.setdefault("OTEL_SERVICE_NAME", "ray-otel-events-demo")
+            os.environ[config.OTEL_ENDPOINT] = f"http://{serve.address}"
+            os.environ.setdefault(config.OTEL_SERVICE_NAME, "ray-otel-events-demo")
             cluster = Cluster(
                 aggregator.address,
                 session,

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -29,13 +28,11 @@ import requests
 from multidict import MultiDict
 
 from ray_otel_events import config
-from ray_otel_events.config import ClientSecurityConfig, ConfigError
+from ray_otel_events.config import ClientSecurityConfig, ConfigError, parse_serve_address
 from ray_otel_events.services.serve_cli import chosen_store, default_store_path
 from ray_otel_events.store.backend import StoreError, open_store
 from ray_otel_events.store.state_query import BASE_COLUMNS, RESOURCES
 from ray_otel_events.store.views import StoreViews
-
-ADDRESS_ENV = "RAY_OTEL_EVENTS_ADDRESS"
 
 
 class Unanswered(Exception):
@@ -46,8 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
         "--address",
-        default=os.environ.get(ADDRESS_ENV),
-        help=f"a running serve, http://HOST:PORT (env {ADDRESS_ENV})",
+        help=f"a running serve, http://HOST:PORT (default ${config.ADDRESS}, unless --store is given)",
     )
     source.add_argument(
         "--store",
@@ -89,7 +85,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 class _Source:
     def __init__(self, args: argparse.Namespace) -> None:
-        self.address: str | None = args.address
+        # The flag, else the variable unless --store is given (a flag wins over the environment).
+        if args.address is not None:
+            self.address: str | None = parse_serve_address(args.address, "--address")
+        else:
+            self.address = config.serve_address() if args.store is None else None
         self.session: str | None = getattr(args, "session", None)
         self.views: StoreViews | None = None
         self.headers: dict[str, str] = {}
@@ -100,8 +100,6 @@ class _Source:
             except (StoreError, sqlite3.Error) as exc:
                 raise Unanswered(f"cannot read the store {path}: {exc}") from None
         else:
-            if not self.address.startswith(("http://", "https://")):
-                self.address = "http://" + self.address
             token = ClientSecurityConfig.from_env().token
             self.headers = {"Authorization": f"Bearer {token}"} if token else {}
 

@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from ray_otel_events import config
 from ray_otel_events.services.serve_cli import chosen_store, default_store_path
 from ray_otel_events.store.backend import StoreError, UnsupportedStoreError, is_url, open_store
 
@@ -29,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     rebuild.add_argument(
         "--store",
         default=None,
-        help=f"SQLite file or postgresql://USER@HOST:PORT/DB (default {default_store_path()})",
+        help="SQLite file or postgresql://USER@HOST:PORT/DB"
+        f" (default ${config.STORE}, else {default_store_path()})",
     )
     rebuild.add_argument(
         "--force", action="store_true", help="rebuild even when some rows have no raw events (they are lost)"

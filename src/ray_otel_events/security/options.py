@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +12,8 @@ from ray_otel_events.config import (
     AUTH_TOKEN_FILE,
     RAY_AUTH_MODE,
     ConfigError,
+    auth_token,
+    auth_token_file,
     ray_server_token,
 )
 from ray_otel_events.security.auth import BearerToken
@@ -45,16 +46,18 @@ def add_security_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _token(args: argparse.Namespace) -> str:
-    path = args.auth_token_file or os.environ.get(AUTH_TOKEN_FILE, "")
+    path, source = args.auth_token_file, "--auth-token-file"
+    if not path:
+        path, source = auth_token_file(), AUTH_TOKEN_FILE
     if path:
         try:
             token = Path(path).read_text().strip()
         except OSError as exc:
-            raise ConfigError(f"--auth-token-file {path!r}: {exc}") from None
+            raise ConfigError(f"{source} {path!r}: {exc}") from None
         if not token:
-            raise ConfigError(f"--auth-token-file {path!r} is empty")
+            raise ConfigError(f"{source} {path!r} is empty")
         return token
-    return os.environ.get(AUTH_TOKEN, "").strip()
+    return auth_token()
 
 
 def security_from_args(args: argparse.Namespace) -> ServerSecurity:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -77,8 +76,7 @@ GCS_GRACE_S = 2.0
 
 def default_store_path() -> Path:
     """`$XDG_DATA_HOME/ray-otel-events/events.sqlite3` (~/.local/share when unset)."""
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(base) / "ray-otel-events" / "events.sqlite3"
+    return Path(config.data_home()) / "ray-otel-events" / "events.sqlite3"
 
 
 def chosen_store(argument: str | None) -> str | Path:

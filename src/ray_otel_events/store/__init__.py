@@ -1,1 +1,2 @@
-"""The event store: RayEvents folded into Ray's state rows and history (SQLite)."""
+"""The event store: RayEvents folded into Ray's state rows and history, in SQLite or PostgreSQL
+(`backend.open_store` picks by the location: a file, or a `postgresql://` URL)."""

@@ -14,12 +14,12 @@ An answer is `(HTTP status, body)`: a str body is plain text, anything else is J
 from __future__ import annotations
 
 import fnmatch
-import os
 import re
 import time
 from collections.abc import Callable
 from typing import Any
 
+from ray_otel_events import config
 from ray_otel_events.store import state_query
 from ray_otel_events.store.state_merge import ACTORS, JOBS, NODES, TASKS, WORKERS, Row
 from ray_otel_events.store.views import RAY_VERSION, Answer, BadRequest, Params, StoreViews
@@ -393,10 +393,7 @@ class RayDashboardViews:
     def timezone(self, _: Params) -> Answer:
         """This machine's zone, as Ray's head answers with its own."""
         offset = time.strftime("%z")
-        zone = os.environ.get("TZ") or "UTC"
-        if not os.environ.get("TZ") and os.path.islink("/etc/localtime"):
-            zone = os.readlink("/etc/localtime").split("zoneinfo/", 1)[-1]
-        return 200, {"offset": f"{offset[:3]}:{offset[3:]}", "value": zone}
+        return 200, {"offset": f"{offset[:3]}:{offset[3:]}", "value": config.timezone_name()}
 
     def usage_stats(self, _: Params) -> Answer:
         return 200, rest(

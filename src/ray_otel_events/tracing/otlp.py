@@ -19,7 +19,7 @@ from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportRes
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from ray_otel_events.config import ConfigError, otlp_signal_config
+from ray_otel_events.config import ConfigError, otlp_sdk_only_settings, otlp_signal_config, otlp_timeout_s
 from ray_otel_events.tracing.otlp_spans import OtlpHttpSpanExporter
 
 
@@ -68,25 +68,14 @@ class PerProcessLogRecordExporter(_PerProcess, LogRecordExporter):
         return result
 
 
-# Not read by our exporter (a client certificate and key): set, and the SDK's exporter is used.
-_SDK_ONLY_SETTINGS = tuple(
-    f"OTEL_EXPORTER_OTLP{signal}_{name}"
-    for signal in ("", "_TRACES")
-    for name in ("CLIENT_CERTIFICATE", "CLIENT_KEY")
-)
-
-
 def _spec_timeout_s(signal: str) -> float | None:
     """The export timeout as the spec (and our docs, and our own exporters) read it, in
     milliseconds, when one is set: the SDK's exporters read the same variables as seconds, so
     theirs is given to them explicitly (`OTEL_EXPORTER_OTLP_TIMEOUT=5000` is 5 s for every
     exporter of the hook, not 5 s for records and 83 minutes for spans). None when none is set or
     it cannot be read (the SDK then reads it as it does)."""
-    names = ("OTEL_EXPORTER_OTLP_TIMEOUT", f"OTEL_EXPORTER_OTLP_{signal.upper()}_TIMEOUT")
-    if not any(os.environ.get(name, "").strip() for name in names):
-        return None
     try:
-        return otlp_signal_config(signal).timeout_s
+        return otlp_timeout_s(signal)
     except ConfigError:
         return None
 
@@ -99,13 +88,13 @@ def _sdk_factory(exporter_cls: Callable[..., Any], signal: str) -> Callable[[], 
 def otlp_span_exporter(protocol: str) -> SpanExporter:
     """A fork-safe OTLP span exporter for `grpc` or `http/protobuf`: over HTTP our own encoder
     (tracing/otlp_spans.py) unless a setting is one only the SDK's exporter reads
-    (`_SDK_ONLY_SETTINGS`, or a compression other than gzip); the SDK's otherwise."""
+    (`config.OTLP_SDK_ONLY_SETTINGS`, or a compression other than gzip); the SDK's otherwise."""
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 
         return PerProcessSpanExporter(_sdk_factory(GrpcSpanExporter, "traces"))
     config = None
-    if not any(os.environ.get(name, "").strip() for name in _SDK_ONLY_SETTINGS):
+    if not otlp_sdk_only_settings():
         try:
             config = otlp_signal_config("traces")
         except ConfigError:

@@ -9,7 +9,6 @@ Retryable status codes are the spec's; any other is permanent.
 
 from __future__ import annotations
 
-import os
 from urllib.parse import urlparse
 
 import grpc
@@ -34,14 +33,6 @@ RETRYABLE_CODES = frozenset(
 )
 
 
-def _insecure(signal: str, scheme: str) -> bool:
-    for name in (f"OTEL_EXPORTER_OTLP_{signal.upper()}_INSECURE", "OTEL_EXPORTER_OTLP_INSECURE"):
-        value = os.environ.get(name, "").strip()
-        if value:
-            return value.lower() == "true"
-    return scheme != "https"
-
-
 class OtlpGrpcSender:
     """One signal's Export calls on one channel, made in the process that sends."""
 
@@ -55,7 +46,8 @@ class OtlpGrpcSender:
         compression = (
             grpc.Compression.Gzip if config.compression == "gzip" else grpc.Compression.NoCompression
         )
-        if _insecure(signal, url.scheme):
+        insecure = config.insecure if config.insecure is not None else url.scheme != "https"
+        if insecure:
             channel = grpc.insecure_channel(self.target, compression=compression)
         else:
             root = None

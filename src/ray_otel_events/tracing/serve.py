@@ -24,6 +24,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
 
+from ray_otel_events.config import SERVE_TRACING_EXPORTER, serve_tracing_exporter
 from ray_otel_events.tracing.install import current_installation
 from ray_otel_events.tracing.provider import replace_sampler
 
@@ -34,7 +35,6 @@ EXPORTER_IMPORT_PATH = "ray_otel_events.tracing.serve:span_processors"
 _SERVE_SETUP = ("ray.serve._private.tracing_utils", "setup_tracing")
 _RATIO_LOCAL = "tracing_sampling_ratio"
 _OVERRIDE_WARNING = "Overriding of current TracerProvider is not allowed"
-_PROXY_VARIABLE = "RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH"
 
 
 def serve_sampling_ratio() -> float | None:
@@ -82,14 +82,14 @@ def span_processors() -> list[SpanProcessor]:
             "ray_otel_events.tracing.setup_local_tmp_tracing:setup_tracing",
         )
         return []
-    if os.environ.get(_PROXY_VARIABLE) != EXPORTER_IMPORT_PATH:
+    if serve_tracing_exporter() != EXPORTER_IMPORT_PATH:
         logger.warning(
             "%s: %s is not set to it in this process's environment, so presumably not in the "
             "proxy's either; Ray 2.60's proxy reads only that variable (and "
             "RAY_SERVE_TRACING_SAMPLING_RATIO), not the tracing_config, and without it requests "
             "have no proxy span and ignore the caller's traceparent. Set both where the cluster starts.",
             EXPORTER_IMPORT_PATH,
-            _PROXY_VARIABLE,
+            SERVE_TRACING_EXPORTER,
         )
     ratio = serve_sampling_ratio()
     if ratio is None:

@@ -18,12 +18,10 @@ The hook never raises: a problem is reported once and the process runs on.
 
 from __future__ import annotations
 
-import os
-
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 
-from ray_otel_events.config import SESSION_NAME, OtlpProtocols, SpoolConfig, TracingConfig
+from ray_otel_events.config import OtlpProtocols, SpoolConfig, TracingConfig, otlp_exporter_settings
 from ray_otel_events.tracing.install import install_tracing, run_setup_hook
 from ray_otel_events.tracing.otlp import otlp_log_exporter
 from ray_otel_events.tracing.spool import SpoolSpanProcessor, ensure_forwarder, spool_folder
@@ -31,11 +29,11 @@ from ray_otel_events.tracing.spool import SpoolSpanProcessor, ensure_forwarder, 
 HOOK = "ray_otel_events.tracing.setup_otlp_tracing:setup_tracing"
 
 
-def destination_key(event_logs: bool) -> dict[str, str]:
+def destination_key(config: TracingConfig) -> dict[str, str]:
     """What decides where and how the forwarder sends: processes that differ get their own folder."""
-    key = {name: value for name, value in os.environ.items() if name.startswith("OTEL_EXPORTER_OTLP_")}
-    key["event_logs"] = str(event_logs)
-    key["session"] = os.environ.get(SESSION_NAME, "")
+    key = otlp_exporter_settings()
+    key["event_logs"] = str(config.event_logs is not False)
+    key["session"] = config.session_name
     return key
 
 
@@ -48,7 +46,7 @@ def _install() -> None:
     protocols = OtlpProtocols.from_env()
     spool = SpoolConfig.from_env()
     resource = Resource.create()
-    folder = spool_folder(spool.root, destination_key(config.event_logs is not False))
+    folder = spool_folder(spool.root, destination_key(config))
     processor = SpoolSpanProcessor(folder, resource)
     ensure_forwarder(folder)
     install_tracing(
