@@ -212,8 +212,9 @@ static int read_line(const char *p, const char *end, Line *l) {
         l->kind = 's';
         return u64(&c, &l->span_id) && lit(&c, "]", 1) && c.p == c.end;
     }
-    if (!lit(&c, "[\"E\",", 5)) return 0;
-    l->kind = 'E';
+    if (lit(&c, "[\"E\",", 5)) l->kind = 'E';
+    else if (lit(&c, "[\"S\",", 5)) l->kind = 'S'; /* a start line: no end yet (null) */
+    else return 0;
     Str ignored;
     if (!(str(&c, &l->name) && lit(&c, ",", 1) && u64(&c, &l->trace_high) && lit(&c, ",", 1) &&
           u64(&c, &l->trace_low) && lit(&c, ",", 1) && u64(&c, &l->span_id) && lit(&c, ",", 1) &&
@@ -223,8 +224,10 @@ static int read_line(const char *p, const char *end, Line *l) {
     else if (lit(&c, "false", 5)) l->parent_remote = 0;
     else return 0;
     if (!(lit(&c, ",", 1) && i64(&c, &l->span_kind) && l->span_kind >= 0 && l->span_kind <= 4 && lit(&c, ",", 1) &&
-          u64(&c, &l->start) && l->start <= (uint64_t)INT64_MAX && lit(&c, ",", 1) && u64(&c, &l->end) &&
-          l->end <= (uint64_t)INT64_MAX && lit(&c, ",", 1) && i64(&c, &l->code) && (l->code == 0 || l->code == 1) &&
+          u64(&c, &l->start) && l->start <= (uint64_t)INT64_MAX && lit(&c, ",", 1) &&
+          ((l->kind == 'S' && lit(&c, "null", 4) && (l->end = 0, 1)) ||
+           (u64(&c, &l->end) && l->end <= (uint64_t)INT64_MAX)) &&
+          lit(&c, ",", 1) && i64(&c, &l->code) && (l->code == 0 || l->code == 1) &&
           lit(&c, ",", 1) && str(&c, &ignored) && lit(&c, ",", 1) && attrs(&c, l) && lit(&c, ",[],[],", 7)))
         return 0;
     l->scope_at = c.p;
@@ -1046,6 +1049,8 @@ static int one_line(Ctx *ctx, const char *data, Py_ssize_t n, const char *p, con
         return t.role == ROLE_EXECUTE ? (execute_started(ctx, l, &t, vals, key) < 0 ? -1 : 1) : 1;
     }
     if (!read_task(l, ctx->event_logs, &t)) return 0;
+    if (l->kind == 'S') /* its RUNNING record (`TaskSpanEvents.started`); its span comes with its end */
+        return t.role == ROLE_EXECUTE ? (execute_started(ctx, l, &t, vals, key) < 0 ? -1 : 1) : 1;
     int mark = ctx->event_logs && (ends_with(l->name, SUBMIT_SUFFIX) || ends_with(l->name, EXECUTE_SUFFIX));
     if (emit_span(ctx, l, mark, span_buf) < 0) return -1;
     int start_first = 0;
