@@ -176,6 +176,7 @@ class _File:
     # A chunk made but not yet fully acknowledged: its end, and the requests still to send.
     pending_end: int = 0
     pending: list[tuple[str, bytes, int]] = field(default_factory=list)
+    unsent_since: float | None = None  # when lines were first seen waiting (`SpoolConfig.linger_s`)
 
 
 def _trace_state(header: str) -> TraceState | None:
@@ -444,6 +445,8 @@ class Forwarder:
                     state.complete = True  # checked before reading: what we read next is all of it
                 except BlockingIOError:
                     pass
+            if not state.complete and self._lingers(state):
+                return False, sent
             data = os.pread(state.fd, CHUNK_BYTES, state.offset)
             end = data.rfind(b"\n") + 1
             if end == 0:
@@ -453,6 +456,22 @@ class Forwarder:
                 return state.complete, sent
             state.pending_end = state.offset + end
             self._make_requests(state, data[:end])
+
+    def _lingers(self, state: _File) -> bool:
+        """True while a file still being written holds less than `linger_bytes` unsent, first seen
+        less than `linger_s` ago: its lines wait to go in fewer, larger requests."""
+        linger_s = self.spool.linger_s
+        unsent = os.fstat(state.fd).st_size - state.offset if linger_s > 0 else 0
+        if unsent <= 0 or unsent >= self.spool.linger_bytes:
+            state.unsent_since = None
+            return False
+        now = time.monotonic()
+        if state.unsent_since is None:
+            state.unsent_since = now
+        if now - state.unsent_since < linger_s:
+            return True
+        state.unsent_since = None
+        return False
 
     def _make_requests(self, state: _File, data: bytes) -> None:
         """The chunk's requests: each line's span (`ScopeSpans.spans` entries by scope) and the

@@ -84,9 +84,24 @@ class OtlpHttpPoster:
         except Exception as exc:  # anything else the client raises: as a connection failure
             raise SendError(f"{self.config.endpoint}: {exc!r}", "connection", True) from exc
 
+    def _new_session(self) -> requests.Session:
+        """A session that reads what requests takes from the environment (proxies, a CA bundle,
+        ~/.netrc) once, here, not at every request: read per request it was most of the
+        client's cost of a request (a forwarder sends dozens a second)."""
+        session = requests.Session()
+        endpoint = self.config.endpoint
+        settings = session.merge_environment_settings(endpoint, {}, None, self._verify, None)
+        auth = requests.utils.get_netrc_auth(endpoint)
+        session.trust_env = False
+        session.proxies.update(settings["proxies"])
+        session.verify = settings["verify"]
+        if auth:
+            session.auth = auth
+        return session
+
     def _send(self, body: bytes) -> None:
         if self._session is None or self._session_pid != os.getpid():
-            self._session = requests.Session()
+            self._session = self._new_session()
             self._session_pid = os.getpid()
         try:
             response = self._session.post(
@@ -94,7 +109,6 @@ class OtlpHttpPoster:
                 data=body,
                 headers=self._headers,
                 timeout=self.config.timeout_s,
-                verify=self._verify,
             )
         except requests.RequestException as exc:
             raise SendError(f"{self.config.endpoint}: {exc}", "connection", True) from exc
