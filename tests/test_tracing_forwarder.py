@@ -167,7 +167,9 @@ def test_a_live_file_lingers_for_fewer_larger_requests(tmp_path: Path) -> None:
         assert big.pass_once()  # past linger_bytes: at once
         writer.close()
     sent = [ExportTraceServiceRequest.FromString(body) for _, body in receiver.requests]
-    assert sum(len(ss.spans) for r in sent for rs in r.resource_spans for ss in rs.scope_spans) == len(spans) + 1
+    assert (
+        sum(len(ss.spans) for r in sent for rs in r.resource_spans for ss in rs.scope_spans) == len(spans) + 1
+    )
 
 
 def test_forwarder_command_line_refuses_a_missing_folder(tmp_path: Path) -> None:

@@ -66,7 +66,9 @@ class TaskEventRecords:
         flags = int(context.trace_flags)
         facts, factory = item.facts, item.factory
         if factory is not None and facts is not None:
-            return self.record_and_template(factory, facts, trace_id, span_id, flags, observed_time_unix_nano)[0]
+            return self.record_and_template(
+                factory, facts, trace_id, span_id, flags, observed_time_unix_nano
+            )[0]
         return log_record_wire(
             item.event,
             trace_id,

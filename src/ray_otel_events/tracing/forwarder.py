@@ -43,12 +43,11 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 
 from ray_otel_events import native
 from ray_otel_events.config import SpoolConfig, TracingConfig, otlp_export_config
-from ray_otel_events.events.builders import EventFactory
+from ray_otel_events.events.builders import EventFactory, TaskStatus, TaskType
 from ray_otel_events.exporters.retry import SendError, is_retryable
 from ray_otel_events.metrics import Counters
 from ray_otel_events.otel import otlp_wire, semconv
 from ray_otel_events.otel.otlp_span_encoder import plain_span_wire, resource_spans, span_field, span_wire
-from ray_otel_events.events.builders import TaskStatus, TaskType
 from ray_otel_events.otel.task_records import TaskEventRecords
 from ray_otel_events.otel.task_spans import (
     SpanEvent,
@@ -488,7 +487,7 @@ class Forwarder:
             def miss(facts: TaskFacts, trace_id: bytes, span_id: bytes, flags: int) -> tuple[bytes, Any]:
                 return records.record_and_template(factory, facts, trace_id, span_id, flags, chunk.now)
 
-            context = (
+            context: tuple[Any, ...] = (
                 chunk.by_scope,
                 writer.scope_of,
                 writer.scope,
