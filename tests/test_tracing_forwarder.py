@@ -146,6 +146,19 @@ def test_a_live_file_is_sent_as_it_grows_and_kept_until_complete(tmp_path: Path)
     assert len(sent) == 2
 
 
+def test_a_complete_file_failing_to_send_leaves_no_writer_counted(tmp_path: Path) -> None:
+    """The forwarder finds a file complete by taking its lock, and keeps that descriptor while the
+    endpoint fails: the file's writer is gone all the same, so that the forwarder gives up for now
+    once it has failed for `retry_s` (its lock must not read as a writer's)."""
+    folder = tmp_path / "spool" / "dest"
+    _write_files(folder, 1, 4)
+    forwarder = _forwarder(folder, f"http://127.0.0.1:{free_port()}")
+    for _ in range(3):
+        forwarder.pass_once()
+        assert forwarder.live_writers == 0
+    assert forwarder.counters.get("retryable_failures") == 3 and forwarder.failing_since is not None
+
+
 def test_a_live_file_lingers_for_fewer_larger_requests(tmp_path: Path) -> None:
     """A file still being written is sent once its lines waited `linger_s` (or reach
     `linger_bytes`), not at every sweep: each request costs about as much as hundreds of spans."""

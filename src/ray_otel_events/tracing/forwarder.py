@@ -351,7 +351,7 @@ class Forwarder:
         for name in sorted(names):
             by_writer.setdefault(name.rsplit(".", 2)[0], []).append(name)
         self.live_writers = sum(
-            1 for names in by_writer.values() if not self._unlocked(os.path.join(self.folder, names[-1]))
+            1 for names in by_writer.values() if self._written_to(os.path.join(self.folder, names[-1]))
         )
         for writer_names in by_writer.values():
             for name in writer_names:
@@ -380,6 +380,13 @@ class Forwarder:
                     if now - entry.stat().st_mtime > STALE_PENDING_S and self._unlocked(entry.path):
                         os.unlink(entry.path)
         return names
+
+    def _written_to(self, path: str) -> bool:
+        """True while a writer holds the file's lock. A file found complete holds the lock of this
+        forwarder's own descriptor (taken to find it complete), which a second descriptor of this
+        process cannot take either: known complete, it is not asked again."""
+        state = self.files.get(path)
+        return not (state is not None and state.complete) and not self._unlocked(path)
 
     @staticmethod
     def _unlocked(path: str) -> bool:
@@ -656,7 +663,7 @@ class Forwarder:
             if total <= self.spool.max_bytes:
                 break
             path = os.path.join(self.folder, name)
-            if not self._unlocked(path):
+            if self._written_to(path):
                 continue  # still being written: its writer moves on at its rotation size
             state = self.files.pop(path, None)
             offset = state.offset if state is not None else 0
