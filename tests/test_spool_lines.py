@@ -128,6 +128,12 @@ def ray_tasks(n: int) -> bytes:
             0,
             0,
         ]
+        if i % 2 == 0:  # the traced pool's execution spans carry their states as events
+            end[15] = [
+                ["RUNNING", t0 + 9500, {"ray.state": "RUNNING"}],
+                ["FINISHED", t0 + 18000, {"ray.state": "FINISHED", "n": i, "ok": True}],
+                ["", 0, {}],
+            ]
         if i % 3 == 0:
             lines.append(["s", execute])
         else:
@@ -246,6 +252,10 @@ def _mutations(line: bytes) -> Iterator[bytes]:
     yield line.replace(b"]", b"]]", 1)
     yield line + b"\r"
     yield b'["s",' + line[5:30] + b"]"
+    yield line.replace(b'{"ray.state":"RUNNING"}', b'{"ray.state":null}')
+    yield line.replace(b'{"ray.state":"RUNNING"}', b'{"":"RUNNING"}')
+    yield line.replace(b'{"ray.state":"RUNNING"}', b'{"ray.state":0.5}')
+    yield line.replace(b'[["RUNNING",', b'[["RUNNING",-')
 
 
 @compiled

@@ -83,6 +83,7 @@ static void blake2b_8(const uint8_t *in, size_t n, uint8_t out[8]) {
 /* ---- one line, read strictly as orjson writes it ---- */
 
 #define ATTRS_MAX 64
+#define EVENTS_MAX 16
 
 typedef struct {
     const char *p, *end;
@@ -110,6 +111,14 @@ typedef struct {
     int64_t span_kind, code;
     Attr attrs[ATTRS_MAX];
     int n_attrs;
+    struct {
+        Str name;
+        uint64_t time;
+        int first, n; /* its attributes: ev_attrs[first .. first + n) */
+    } events[EVENTS_MAX];
+    int n_events;
+    Attr ev_attrs[ATTRS_MAX];
+    int n_ev_attrs;
     const char *scope_at; /* the three scope strings' text, as written */
     Py_ssize_t scope_len;
 } Line;
@@ -174,17 +183,18 @@ static int i64(Cur *c, int64_t *out) {
     return 1;
 }
 
-static int attrs(Cur *c, Line *l) {
+/* A JSON object of plain values into `out` from `*n` on (at most ATTRS_MAX in all); `event`: an
+event's attributes, which the SDK's Event cleans (no null value, no empty key): those are not ours. */
+static int object(Cur *c, Attr *out, int *n, int event) {
     if (!lit(c, "{", 1)) return 0;
-    l->n_attrs = 0;
+    int first = *n;
     if (lit(c, "}", 1)) return 1;
     for (;;) {
-        if (l->n_attrs >= ATTRS_MAX) return 0;
-        Attr *a = &l->attrs[l->n_attrs];
-        if (!str(c, &a->key) || !lit(c, ":", 1)) return 0;
-        for (int i = 0; i < l->n_attrs; i++) /* a key given twice: orjson keeps the last, in the first's place */
-            if (l->attrs[i].key.n == a->key.n && memcmp(l->attrs[i].key.s, a->key.s, (size_t)a->key.n) == 0)
-                return 0;
+        if (*n >= ATTRS_MAX) return 0;
+        Attr *a = &out[*n];
+        if (!str(c, &a->key) || !lit(c, ":", 1) || (event && a->key.n == 0)) return 0;
+        for (int i = first; i < *n; i++) /* a key given twice: orjson keeps the last, in the first's place */
+            if (out[i].key.n == a->key.n && memcmp(out[i].key.s, a->key.s, (size_t)a->key.n) == 0) return 0;
         if (c->p >= c->end) return 0;
         if (*c->p == '"') {
             if (!str(c, &a->text)) return 0;
@@ -193,14 +203,40 @@ static int attrs(Cur *c, Line *l) {
             a->kind = V_TRUE;
         } else if (lit(c, "false", 5)) {
             a->kind = V_FALSE;
-        } else if (lit(c, "null", 4)) {
+        } else if (!event && lit(c, "null", 4)) {
             a->kind = V_NULL;
         } else {
             if (!i64(c, &a->number)) return 0;
             a->kind = V_INT;
         }
-        l->n_attrs++;
+        (*n)++;
         if (lit(c, "}", 1)) return 1;
+        if (!lit(c, ",", 1)) return 0;
+    }
+}
+
+static int attrs(Cur *c, Line *l) {
+    l->n_attrs = 0;
+    return object(c, l->attrs, &l->n_attrs, 0);
+}
+
+/* The events array: [] or [[name, time, {attributes}], ...]. */
+static int events(Cur *c, Line *l) {
+    l->n_events = 0;
+    l->n_ev_attrs = 0;
+    if (!lit(c, "[", 1)) return 0;
+    if (lit(c, "]", 1)) return 1;
+    for (;;) {
+        if (l->n_events >= EVENTS_MAX) return 0;
+        int e = l->n_events;
+        l->events[e].first = l->n_ev_attrs;
+        if (!(lit(c, "[", 1) && str(c, &l->events[e].name) && lit(c, ",", 1) && u64(c, &l->events[e].time) &&
+              l->events[e].time <= (uint64_t)INT64_MAX && lit(c, ",", 1) &&
+              object(c, l->ev_attrs, &l->n_ev_attrs, 1) && lit(c, "]", 1)))
+            return 0;
+        l->events[e].n = l->n_ev_attrs - l->events[e].first;
+        l->n_events++;
+        if (lit(c, "]", 1)) return 1;
         if (!lit(c, ",", 1)) return 0;
     }
 }
@@ -228,7 +264,7 @@ static int read_line(const char *p, const char *end, Line *l) {
           ((l->kind == 'S' && lit(&c, "null", 4) && (l->end = 0, 1)) ||
            (u64(&c, &l->end) && l->end <= (uint64_t)INT64_MAX)) &&
           lit(&c, ",", 1) && i64(&c, &l->code) && (l->code == 0 || l->code == 1) &&
-          lit(&c, ",", 1) && str(&c, &ignored) && lit(&c, ",", 1) && attrs(&c, l) && lit(&c, ",[],[],", 7)))
+          lit(&c, ",", 1) && str(&c, &ignored) && lit(&c, ",", 1) && attrs(&c, l) && lit(&c, ",", 1) && events(&c, l) && lit(&c, ",[],", 4)))
         return 0;
     l->scope_at = c.p;
     if (!(str(&c, &ignored) && lit(&c, ",", 1) && str(&c, &ignored) && lit(&c, ",", 1) && str(&c, &ignored)))
@@ -636,14 +672,16 @@ static int read_task(const Line *l, int event_logs, Task *t) {
     return t->pid >= 0 && t->pid <= 0xffffffffLL; /* a pid the event can hold (uint32) */
 }
 
-static int put_attributes(Buf *b, const Line *l, int mark) {
+/* Repeated KeyValue entries under `tag` (`otlp_wire.attributes`); `mark`: the producer attribute
+ * set (in its place if present, else last), as the forwarder marks a task's spans. */
+static int put_attributes(Buf *b, const Attr *attrs_, int n, char tag, int mark) {
     int marked = 0;
-    for (int i = 0; i <= l->n_attrs; i++) {
+    for (int i = 0; i <= n; i++) {
         const char *key, *text = NULL;
         Py_ssize_t key_n, text_n = 0;
         char value[16];
         Py_ssize_t value_n;
-        const Attr *a = i < l->n_attrs ? &l->attrs[i] : NULL;
+        const Attr *a = i < n ? &attrs_[i] : NULL;
         int producer = a != NULL && mark && a->key.n == (Py_ssize_t)strlen(PRODUCER_KEY) &&
                        memcmp(a->key.s, PRODUCER_KEY, strlen(PRODUCER_KEY)) == 0;
         if (a == NULL) {
@@ -677,7 +715,7 @@ static int put_attributes(Buf *b, const Line *l, int mark) {
         Py_ssize_t kv = 1 + varint_size((uint64_t)key_n) + key_n + 1 + varint_size((uint64_t)value_n) + value_n;
         if (buf_reserve(b, 1 + varint_size((uint64_t)kv) + kv) < 0) return -1;
         char *o = b->data + b->len;
-        *o++ = 0x4a; /* Span.attributes = 9 */
+        *o++ = tag;
         o = put_varint(o, (uint64_t)kv);
         *o++ = 0x0a;
         o = put_varint(o, (uint64_t)key_n);
@@ -736,16 +774,50 @@ static int emit_span(Ctx *ctx, const Line *l, int mark, Buf *b) {
         o = put_fixed_bits(o, l->end, 8);
     }
     b->len = o - b->data;
-    if (put_attributes(b, l, mark) < 0) return -1;
-    if (buf_reserve(b, 3 * 11 + 4 + 6) < 0) return -1;
-    o = b->data + b->len;
+    if (l->n_attrs + mark > 0 && put_attributes(b, l->attrs, l->n_attrs, 0x4a, mark) < 0) return -1;
     static const char tags[3] = {0x50, 0x60, 0x70};
     for (int i = 0; i < 3; i++) {
+        if (i == 1 && l->n_events) { /* Span.events = 11: Event{1 time, 2 name, 3 attributes} */
+            Buf ev = {0};
+            int rc = 0;
+            for (int e = 0; e < l->n_events && rc == 0; e++) {
+                ev.len = 0;
+                rc = buf_reserve(&ev, 9 + 11 + l->events[e].name.n);
+                if (rc < 0) break;
+                char *q = ev.data;
+                if (l->events[e].time) {
+                    *q++ = 0x09;
+                    q = put_fixed_bits(q, l->events[e].time, 8);
+                }
+                if (l->events[e].name.n) {
+                    *q++ = 0x12;
+                    q = put_varint(q, (uint64_t)l->events[e].name.n);
+                    q = put(q, l->events[e].name.s, l->events[e].name.n);
+                }
+                ev.len = q - ev.data;
+                rc = put_attributes(&ev, l->ev_attrs + l->events[e].first, l->events[e].n, 0x1a, 0);
+                if (rc == 0) rc = buf_reserve(b, 11 + ev.len);
+                if (rc == 0) {
+                    q = b->data + b->len;
+                    *q++ = 0x5a;
+                    q = put_varint(q, (uint64_t)ev.len);
+                    q = put(q, ev.data, ev.len);
+                    b->len = q - b->data;
+                }
+            }
+            PyMem_Free(ev.data);
+            if (rc < 0) return -1;
+        }
         if (l->dropped[i]) {
+            if (buf_reserve(b, 11) < 0) return -1;
+            o = b->data + b->len;
             *o++ = tags[i];
             o = put_varint(o, l->dropped[i]);
+            b->len = o - b->data;
         }
     }
+    if (buf_reserve(b, 4 + 6) < 0) return -1;
+    o = b->data + b->len;
     if (l->code == 1) o = put(o, "\x7a\x02\x18\x01", 4);
     else o = put(o, "\x7a\x00", 2);
     *o++ = (char)0x85;

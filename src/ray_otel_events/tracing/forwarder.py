@@ -293,7 +293,6 @@ class _Chunk:
         self.now = now  # the records' observed time
         self.by_scope: dict[int, tuple[InstrumentationScope | None, list[bytes]]] = {}
         self.log_records: list[bytes] = []
-        self.made: dict[int, ReadableSpan] = {}  # spans made at their start reference
         self._ends: dict[Any, list[Any]] | None = None
 
     def ends(self) -> dict[Any, list[Any]]:
@@ -547,7 +546,6 @@ class Forwarder:
         # An execution span's start is mostly a reference to its end line in the same write: the
         # RUNNING record is made from the ended span there. A reference whose end is in a later
         # chunk is kept for it.
-        made = chunk.made
         start_first = False
         span: ReadableSpan | None = None
         scope: InstrumentationScope | None = None
@@ -558,15 +556,12 @@ class Forwarder:
                 if later is None:
                     writer.started_refs.add(record[1])
                     return
-                span = made[record[1]] = span_from_line(later, writer, event_logs)
+                span = span_from_line(later, writer, event_logs)
                 kind = STARTED
             elif kind == ENDED:
-                known = made.pop(record[4], None)
                 mapped = event_logs and record[1].endswith(_TASK_SUFFIXES)
                 plain = _plain_line(record)
-                if known is not None:
-                    span = known
-                elif mapped or not plain:
+                if mapped or not plain:  # (its own line's span, whatever line its start referred to)
                     span = span_from_line(record, writer, event_logs)
                 # the span as the endpoint gets it, from its line where the line is plain
                 if plain:
