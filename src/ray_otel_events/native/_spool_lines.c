@@ -422,12 +422,22 @@ enum {
 };
 
 #define TEMPLATES_MAX 4096
+#define CACHED 8
+#define CACHED_KEY_MAX 192
 
 typedef struct {
     PyObject *by_scope, *scope_of, *scope_fn, *records, *open_by_span, *open_by_ray_id, *started_refs, *templates,
         *miss, *ends_box;
     int event_logs;
     uint64_t observed;
+    /* The templates this call used last, by key: most records of a chunk hit one of a few, and a
+     * hit here costs no key object, hash or dict lookup. Strong references, let go at the end. */
+    struct {
+        char key[CACHED_KEY_MAX];
+        Py_ssize_t n;
+        PyObject *template;
+    } cache[CACHED];
+    int next_cached;
 } Ctx;
 
 /* A value slot: offsets into Ctx's value buffer. */
@@ -506,6 +516,16 @@ static int template_ok(PyObject *t) {
 static int emit_record(Ctx *ctx, Buf *key, PyObject *(*facts_of)(void *), void *facts_arg, const Values *v,
                        const char *vals, uint64_t time_ns, const uint8_t *trace_id, const uint8_t *span_id,
                        uint64_t flags) {
+    for (int i = 0; i < CACHED; i++) {
+        if (ctx->cache[i].template != NULL && ctx->cache[i].n == key->len &&
+            memcmp(ctx->cache[i].key, key->data, (size_t)key->len) == 0) {
+            PyObject *record = filled(ctx->cache[i].template, v, vals, time_ns, trace_id, span_id, ctx->observed);
+            if (record == NULL) return -1;
+            int rc = PyList_Append(ctx->records, record);
+            Py_DECREF(record);
+            return rc;
+        }
+    }
     PyObject *k = PyBytes_FromStringAndSize(key->data, key->len);
     if (k == NULL) return -1;
     PyObject *template = PyDict_GetItemWithError(ctx->templates, k); /* borrowed */
@@ -516,6 +536,13 @@ static int emit_record(Ctx *ctx, Buf *key, PyObject *(*facts_of)(void *), void *
     PyObject *record = NULL;
     if (template != NULL && template != Py_None) {
         record = filled(template, v, vals, time_ns, trace_id, span_id, ctx->observed);
+        if (key->len <= CACHED_KEY_MAX) {
+            int at = ctx->next_cached;
+            ctx->next_cached = (at + 1) % CACHED;
+            Py_XSETREF(ctx->cache[at].template, Py_NewRef(template));
+            memcpy(ctx->cache[at].key, key->data, (size_t)key->len);
+            ctx->cache[at].n = key->len;
+        }
     } else {
         PyObject *facts = facts_of(facts_arg);
         PyObject *answer = NULL;
@@ -1147,6 +1174,8 @@ static PyObject *process(PyObject *self, PyObject *args) {
     PyObject *tuple;
     if (!PyArg_ParseTuple(args, "y*nO!:process", &data, &pos, &PyTuple_Type, &tuple)) return NULL;
     PyObject *result = NULL;
+    Ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
     Line *l = PyMem_Malloc(sizeof(Line));
     Buf span_buf = {0}, vals = {0}, key = {0};
     if (l == NULL) {
@@ -1157,7 +1186,6 @@ static PyObject *process(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "process: the context is a tuple of 12");
         goto done;
     }
-    Ctx ctx;
     ctx.by_scope = PyTuple_GET_ITEM(tuple, C_BY_SCOPE);
     ctx.scope_of = PyTuple_GET_ITEM(tuple, C_SCOPE_OF);
     ctx.scope_fn = PyTuple_GET_ITEM(tuple, C_SCOPE_FN);
@@ -1195,6 +1223,7 @@ static PyObject *process(PyObject *self, PyObject *args) {
     }
     result = PyLong_FromSsize_t(pos);
 done:
+    for (int i = 0; i < CACHED; i++) Py_XDECREF(ctx.cache[i].template);
     PyMem_Free(l);
     PyMem_Free(span_buf.data);
     PyMem_Free(vals.data);
