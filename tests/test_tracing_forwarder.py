@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -83,7 +84,9 @@ def _write_files(folder: Path, files: int, spans_each: int) -> None:
         writer.close()  # complete: its lock is let go
 
 
-def _forwarder(folder: Path, endpoint: str, **spool: int) -> Forwarder:
+def _forwarder(folder: Path, endpoint: str, **spool: float) -> Forwarder:
+    """A forwarder posting to `endpoint`; a live file's lines are sent at once unless `linger_s`
+    says otherwise."""
     counters = Counters("spool_forwarder")
     senders: dict[str, Sender] = {
         signal: OtlpHttpPoster(
@@ -91,7 +94,8 @@ def _forwarder(folder: Path, endpoint: str, **spool: int) -> Forwarder:
         )
         for signal in ("traces", "logs")
     }
-    return Forwarder(str(folder), SpoolConfig(root=str(folder.parent), **spool), senders, counters=counters)
+    config = SpoolConfig(root=str(folder.parent), **{"linger_s": 0.0, **spool})  # type: ignore[arg-type]
+    return Forwarder(str(folder), config, senders, counters=counters)
 
 
 def test_past_its_bound_the_oldest_complete_files_are_dropped_and_counted(tmp_path: Path) -> None:
@@ -140,6 +144,45 @@ def test_a_live_file_is_sent_as_it_grows_and_kept_until_complete(tmp_path: Path)
     names = [s.name for r in sent for rs in r.resource_spans for ss in rs.scope_spans for s in ss.spans]
     assert sorted(names) == sorted(s.name for s in spans)  # each once, in two requests
     assert len(sent) == 2
+
+
+def test_a_complete_file_failing_to_send_leaves_no_writer_counted(tmp_path: Path) -> None:
+    """The forwarder finds a file complete by taking its lock, and keeps that descriptor while the
+    endpoint fails: the file's writer is gone all the same, so that the forwarder gives up for now
+    once it has failed for `retry_s` (its lock must not read as a writer's)."""
+    folder = tmp_path / "spool" / "dest"
+    _write_files(folder, 1, 4)
+    forwarder = _forwarder(folder, f"http://127.0.0.1:{free_port()}")
+    for _ in range(3):
+        forwarder.pass_once()
+        assert forwarder.live_writers == 0
+    assert forwarder.counters.get("retryable_failures") == 3 and forwarder.failing_since is not None
+
+
+def test_a_live_file_lingers_for_fewer_larger_requests(tmp_path: Path) -> None:
+    """A file still being written is sent once its lines waited `linger_s` (or reach
+    `linger_bytes`), not at every sweep: each request costs about as much as hundreds of spans."""
+    folder = tmp_path / "spool" / "dest"
+    writer = SpoolWriter(str(folder), header_line(RESOURCE), start_forwarder=False)
+    spans = _spans(2)
+    receiver = RecordingReceiver()
+    with serve_receiver(receiver) as endpoint:
+        forwarder = _forwarder(folder, endpoint, linger_s=0.3)
+        writer.write(span_line(spans[0], ENDED), 1)
+        assert not forwarder.pass_once()  # waits for more
+        writer.write(b"".join(span_line(s, ENDED) for s in spans[1:]), len(spans) - 1)
+        assert not forwarder.pass_once() and not receiver.requests
+        time.sleep(0.35)
+        assert forwarder.pass_once()  # waited long enough: all of it, in one request
+        assert len(receiver.requests) == 1
+        big = _forwarder(folder, endpoint, linger_s=60.0, linger_bytes=1)
+        writer.write(span_line(spans[0], ENDED), 1)
+        assert big.pass_once()  # past linger_bytes: at once
+        writer.close()
+    sent = [ExportTraceServiceRequest.FromString(body) for _, body in receiver.requests]
+    assert (
+        sum(len(ss.spans) for r in sent for rs in r.resource_spans for ss in rs.scope_spans) == len(spans) + 1
+    )
 
 
 def test_forwarder_command_line_refuses_a_missing_folder(tmp_path: Path) -> None:

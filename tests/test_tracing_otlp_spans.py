@@ -229,3 +229,53 @@ def test_a_timeout_is_milliseconds_to_every_exporter_of_the_hook(monkeypatch: py
     unset = otlp_span_exporter("grpc")
     assert isinstance(unset, PerProcessSpanExporter)
     assert not isinstance(unset._factory, functools.partial)  # the SDK reads its own variables
+
+
+def _closing_endpoint(requests_seen: list[bytes]) -> tuple[str, Any]:
+    """An HTTP/1.1 endpoint that answers 200 and then closes the connection without saying so
+    (as a server ending an idle keep-alive connection does)."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        for _ in range(3):
+            conn, _ = server.accept()
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = int(
+                    next(
+                        line.split(b":")[1]
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length")
+                    )
+                )
+                while len(body) < length:
+                    body += conn.recv(65536)
+                requests_seen.append(body)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return f"http://127.0.0.1:{server.getsockname()[1]}/v1/traces", server
+
+
+def test_a_post_after_the_endpoint_closed_the_kept_alive_connection_is_delivered() -> None:
+    """The poster keeps its connection open between requests; one the endpoint closed meanwhile
+    is replaced, and the request is sent once on the new one."""
+    from ray_otel_events.metrics import Counters
+    from ray_otel_events.tracing.otlp_http import OtlpHttpPoster
+
+    seen: list[bytes] = []
+    endpoint, server = _closing_endpoint(seen)
+    try:
+        poster = OtlpHttpPoster(OtlpSignalConfig(endpoint, timeout_s=5), Counters("t"), exported="sent")
+        for body in (b"one", b"two", b"three"):
+            poster.send_once(body)
+        assert seen == [b"one", b"two", b"three"]
+    finally:
+        server.close()

@@ -552,6 +552,7 @@ SPOOL_MAX_BYTES = "RAY_OTEL_EVENTS_SPOOL_MAX_BYTES"
 FORWARDER_IDLE_S = "RAY_OTEL_EVENTS_FORWARDER_IDLE_SECONDS"
 FORWARDER_RETRY_S = "RAY_OTEL_EVENTS_FORWARDER_RETRY_SECONDS"
 FORWARDER_NICE = "RAY_OTEL_EVENTS_FORWARDER_NICE"
+FORWARDER_LINGER_S = "RAY_OTEL_EVENTS_FORWARDER_LINGER_SECONDS"
 
 
 def default_spool_root() -> str:
@@ -568,6 +569,11 @@ class SpoolConfig:
     idle_s: float = 2.0  # the forwarder exits this long after its last writer ended and all is sent
     retry_s: float = 300.0  # ...or after failing this long with no writer left (the spool waits)
     nice: int = 10  # the forwarder yields the cores to the job it follows
+    # A file still being written is sent once this old or `linger_bytes` big: each request costs
+    # about as much as the spans of a few hundred tasks, so sending every poll would cost more
+    # than the spans themselves.
+    linger_s: float = 0.25
+    linger_bytes: int = 256 * 1024  # the most one chunk of requests takes
 
     @classmethod
     def from_env(cls, env: Environ | None = None) -> SpoolConfig:
@@ -578,10 +584,12 @@ class SpoolConfig:
             idle_s=env_float(env, FORWARDER_IDLE_S, cls.idle_s),
             retry_s=env_float(env, FORWARDER_RETRY_S, cls.retry_s),
             nice=env_int(env, FORWARDER_NICE, cls.nice),
+            linger_s=env_float(env, FORWARDER_LINGER_S, cls.linger_s),
         )
         _require(cfg.max_bytes > 0, f"{SPOOL_MAX_BYTES} must be > 0, got {cfg.max_bytes}")
         _require(cfg.idle_s >= 0 and cfg.retry_s >= 0, "forwarder idle and retry seconds must be >= 0")
         _require(0 <= cfg.nice <= 19, f"{FORWARDER_NICE} must be 0..19, got {cfg.nice}")
+        _require(cfg.linger_s >= 0, f"{FORWARDER_LINGER_S} must be >= 0, got {cfg.linger_s}")
         return cfg
 
 

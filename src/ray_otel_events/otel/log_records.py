@@ -430,6 +430,9 @@ def _filled(obj: Any, tree: _SlotTree, values: Sequence[Any]) -> Any:
 # A record's bytes as a %-format of its values' bytes, and what picks them, in their order there,
 # from [the slots' values..., time, trace id, span id, observed time].
 _Template = tuple[bytes, Callable[[list[bytes]], tuple[bytes, ...]]]
+# A template as pieces of bytes and, between each two, the index of the value that goes there (the
+# slot values, then the time, trace id, span id and observed time): what compiled code fills.
+TemplateParts = tuple[tuple[bytes, ...], tuple[int, ...]]
 TEMPLATES_MAX = 64  # per shape: value lengths vary a little (times drop trailing zeros)
 _STAND_IN_MIN = 8  # a shorter stand-in could occur in the record by chance
 _STAND_IN_LETTERS = "ghijklmnopqrstuvwxyzGHIJKLMNOPQRSTUVWXYZ"
@@ -476,7 +479,7 @@ class RecordShape:
     field's default moves to the end of its object): the caller makes a shape per such case. Make
     one with `shape_of`, which checks it on the event it was made from."""
 
-    __slots__ = ("_entity", "_fields", "_object", "_templates", "_tree")
+    __slots__ = ("_entity", "_fields", "_object", "_parts", "_templates", "_tree")
 
     def __init__(
         self, event: RayEvent, slots: Mapping[Slot, int], attribute_slots: Mapping[str, int]
@@ -496,6 +499,7 @@ class RecordShape:
         # (value lengths, fixed fields' presence, flags, extra attributes) -> its template, or
         # None where one cannot be made
         self._templates: dict[Hashable, _Template | None] = {}
+        self._parts: dict[Hashable, TemplateParts] = {}  # the templates made, as their parts
 
     def record(
         self,
@@ -513,6 +517,22 @@ class RecordShape:
         Values that are all text are put into a template of the record's bytes made for their
         lengths (`_template`): where a value's length does not move any other byte, the record is
         the template with each value's bytes in its place, and no walk is needed."""
+        return self.record_and_parts(
+            values, time_unix_nano, trace_id, span_id, observed_time_unix_nano, flags, extra_attributes
+        )[0]
+
+    def record_and_parts(
+        self,
+        values: Sequence[Any],
+        time_unix_nano: int,
+        trace_id: bytes,
+        span_id: bytes,
+        observed_time_unix_nano: int,
+        flags: int = 0,
+        extra_attributes: bytes = b"",
+    ) -> tuple[bytes, TemplateParts | None]:
+        """`record(...)`, and the parts of the template it was written from (None: walked), for
+        compiled code that writes the records of the same lengths from them."""
         try:
             encoded = [value.encode() for value in values]
         except (AttributeError, UnicodeEncodeError):  # not all text: walked
@@ -541,12 +561,14 @@ class RecordShape:
                     extra_attributes,
                 )
             if template is not None:
-                return _filled_template(
+                filled = _filled_template(
                     template, encoded, time_unix_nano, trace_id, span_id, observed_time_unix_nano
                 )
-        return self._walked(
+                return filled, self._parts.get(key)
+        walked = self._walked(
             values, time_unix_nano, trace_id, span_id, observed_time_unix_nano, flags, extra_attributes
         )
+        return walked, None
 
     def _template(
         self,
@@ -610,7 +632,10 @@ class RecordShape:
         walked = self._walked(
             values, time_unix_nano, trace_id, span_id, observed_time_unix_nano, flags, extra_attributes
         )
-        return self._keep(key, template if filled == walked else None)
+        if filled != walked:
+            return self._keep(key, None)
+        self._parts[key] = (tuple(pieces), tuple(order))
+        return self._keep(key, template)
 
     def _keep(self, key: Hashable, template: _Template | None) -> _Template | None:
         self._templates[key] = template

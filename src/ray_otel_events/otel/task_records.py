@@ -20,8 +20,8 @@ from typing import Any
 from ray_otel_events.encoding.ray_json import TIMESTAMP_SECONDS_MAX, base64_text, timestamp_text
 from ray_otel_events.events.builders import EventFactory
 from ray_otel_events.otel import otlp_wire, semconv
-from ray_otel_events.otel.log_records import RecordShape, Slot, log_record_wire, shape_of
-from ray_otel_events.otel.task_spans import SpanEvent, TaskDefinition, TaskTransitions, build_event
+from ray_otel_events.otel.log_records import RecordShape, Slot, TemplateParts, log_record_wire, shape_of
+from ray_otel_events.otel.task_spans import SpanEvent, TaskDefinition, TaskFacts, TaskTransitions, build_event
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
 # JSON names of the fields written per event (as `RayEventJsonEncoder` writes them).
@@ -65,17 +65,10 @@ class TaskEventRecords:
         span_id = context.span_id.to_bytes(8, "big")
         flags = int(context.trace_flags)
         facts, factory = item.facts, item.factory
-        shaped = None
-        if factory is not None:
-            if type(facts) is TaskTransitions:
-                shaped = self._transitions(factory, facts)
-            elif type(facts) is TaskDefinition:
-                shaped = self._definition(factory, facts)
-        if shaped is not None:
-            shape, values, time_ns = shaped
-            return shape.record(
-                values, time_ns, trace_id, span_id, observed_time_unix_nano, flags, self.extra_attributes
-            )
+        if factory is not None and facts is not None:
+            return self.record_and_template(
+                factory, facts, trace_id, span_id, flags, observed_time_unix_nano
+            )[0]
         return log_record_wire(
             item.event,
             trace_id,
@@ -84,6 +77,38 @@ class TaskEventRecords:
             flags=flags,
             extra_attributes=self.extra_attributes,
         )
+
+    def record_and_template(
+        self,
+        factory: EventFactory,
+        facts: TaskFacts,
+        trace_id: bytes,
+        span_id: bytes,
+        flags: int,
+        observed_time_unix_nano: int,
+    ) -> tuple[bytes, TemplateParts | None]:
+        """The record of a task's facts (as `record` writes it), and the parts of the template it
+        was written from, None when there is none: compiled code (the spool forwarder's) writes
+        the records of the same shape and value lengths from them."""
+        shaped = None
+        if type(facts) is TaskTransitions:
+            shaped = self._transitions(factory, facts)
+        elif type(facts) is TaskDefinition:
+            shaped = self._definition(factory, facts)
+        if shaped is not None:
+            shape, values, time_ns = shaped
+            return shape.record_and_parts(
+                values, time_ns, trace_id, span_id, observed_time_unix_nano, flags, self.extra_attributes
+            )
+        record = log_record_wire(
+            build_event(factory, facts),
+            trace_id,
+            span_id,
+            observed_time_unix_nano,
+            flags=flags,
+            extra_attributes=self.extra_attributes,
+        )
+        return record, None
 
     # -- per kind of event: its shape's key, slots and values ------------------------------------
 

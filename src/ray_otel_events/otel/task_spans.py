@@ -275,6 +275,11 @@ class TaskSpanEvents:
         self._open_by_span: dict[int, bytes] = {}  # execute span id -> derived task id
         self._open_by_ray_id: dict[bytes, bytes] = {}  # task id from `ray.task_id` -> derived id
 
+    def open_tasks(self) -> tuple[dict[int, bytes], dict[bytes, bytes]]:
+        """The execute spans still open (span id -> derived task id) and their tasks by Ray's id:
+        the state compiled code that maps a writer's spans on the same instance keeps with it."""
+        return self._open_by_span, self._open_by_ray_id
+
     # -- entry points ------------------------------------------------------------------------
 
     def started(self, span: Any) -> list[SpanEvent]:

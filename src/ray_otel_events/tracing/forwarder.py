@@ -41,14 +41,23 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
+from ray_otel_events import native
 from ray_otel_events.config import SpoolConfig, TracingConfig, otlp_export_config
-from ray_otel_events.events.builders import EventFactory
+from ray_otel_events.events.builders import EventFactory, TaskStatus, TaskType
 from ray_otel_events.exporters.retry import SendError, is_retryable
 from ray_otel_events.metrics import Counters
 from ray_otel_events.otel import otlp_wire, semconv
 from ray_otel_events.otel.otlp_span_encoder import plain_span_wire, resource_spans, span_field, span_wire
 from ray_otel_events.otel.task_records import TaskEventRecords
-from ray_otel_events.otel.task_spans import SpanEvent, TaskSpanEvents, UnmappableSpan
+from ray_otel_events.otel.task_spans import (
+    SpanEvent,
+    TaskDefinition,
+    TaskFacts,
+    TaskSpanEvents,
+    TaskTransitions,
+    UnmappableSpan,
+)
+from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.tracing.otlp_http import OtlpHttpPoster
 from ray_otel_events.tracing.spool import (
     ACK_SUFFIX,
@@ -63,6 +72,25 @@ from ray_otel_events.tracing.spool import (
 from ray_otel_events.tracing.task_events import PRODUCER
 
 logger = logging.getLogger("ray_otel_events.forwarder")
+
+try:  # the lines of most tasks read and written compiled (setup.py builds it where it can)
+    from ray_otel_events.native import _spool_lines
+except ImportError:
+    _spool_lines = None  # type: ignore[assignment]
+_compiled = _spool_lines is not None and native.ENABLED
+if _compiled:
+    _spool_lines.bind(
+        TaskDefinition,
+        TaskTransitions,
+        (
+            RayEvent.TASK_DEFINITION_EVENT,
+            TaskType.NORMAL_TASK,
+            TaskStatus.PENDING_ARGS_AVAIL,
+            TaskStatus.SUBMITTED_TO_WORKER,
+            TaskStatus.RUNNING,
+            TaskStatus.FINISHED,
+        ),
+    )
 
 # Lines read and sent at a time: the event records made from 256 KiB of lines stay well under the
 # 4 MiB a gRPC server takes by default.
@@ -125,6 +153,9 @@ class _Writer:
     mapper: TaskSpanEvents
     scopes: dict[tuple[str, str, str], InstrumentationScope] = field(default_factory=dict)
     started_refs: set[int] = field(default_factory=set)  # starts whose end line is still to come
+    # for the compiled path: its scopes by their three strings as written, its records' templates
+    scope_of: dict[bytes, InstrumentationScope] = field(default_factory=dict)
+    templates: dict[bytes, Any] = field(default_factory=dict)
 
     def scope(self, name: str, version: str, schema_url: str) -> InstrumentationScope:
         key = (name, version, schema_url)
@@ -144,6 +175,7 @@ class _File:
     # A chunk made but not yet fully acknowledged: its end, and the requests still to send.
     pending_end: int = 0
     pending: list[tuple[str, bytes, int]] = field(default_factory=list)
+    unsent_since: float | None = None  # when lines were first seen waiting (`SpoolConfig.linger_s`)
 
 
 def _trace_state(header: str) -> TraceState | None:
@@ -253,6 +285,29 @@ def _plain_span_wire(record: list[Any], writer: _Writer, mark: bool) -> tuple[by
     return wire, writer.scope(record[17], record[18], record[19])
 
 
+class _Chunk:
+    """What one chunk's lines make: spans by scope (by the scope object's id), records in order."""
+
+    def __init__(self, data: bytes, now: int) -> None:
+        self.data = data
+        self.now = now  # the records' observed time
+        self.by_scope: dict[int, tuple[InstrumentationScope | None, list[bytes]]] = {}
+        self.log_records: list[bytes] = []
+        self._ends: dict[Any, list[Any]] | None = None
+
+    def ends(self) -> dict[Any, list[Any]]:
+        """The chunk's ended spans' lines by span id (the last of each), read when first needed."""
+        if self._ends is None:
+            self._ends = {}
+            for line in self.data.splitlines():
+                with contextlib.suppress(ValueError):
+                    record = orjson.loads(line)
+                    if type(record) is list and len(record) > 4 and record[0] == ENDED:
+                        with contextlib.suppress(TypeError):  # an id that is no key: no reference's
+                            self._ends[record[4]] = record
+        return self._ends
+
+
 class Forwarder:
     """Sends one spool folder (see the module doc); `pass_once` is one sweep over its files."""
 
@@ -295,7 +350,7 @@ class Forwarder:
         for name in sorted(names):
             by_writer.setdefault(name.rsplit(".", 2)[0], []).append(name)
         self.live_writers = sum(
-            1 for names in by_writer.values() if not self._unlocked(os.path.join(self.folder, names[-1]))
+            1 for names in by_writer.values() if self._written_to(os.path.join(self.folder, names[-1]))
         )
         for writer_names in by_writer.values():
             for name in writer_names:
@@ -324,6 +379,13 @@ class Forwarder:
                     if now - entry.stat().st_mtime > STALE_PENDING_S and self._unlocked(entry.path):
                         os.unlink(entry.path)
         return names
+
+    def _written_to(self, path: str) -> bool:
+        """True while a writer holds the file's lock. A file found complete holds the lock of this
+        forwarder's own descriptor (taken to find it complete), which a second descriptor of this
+        process cannot take either: known complete, it is not asked again."""
+        state = self.files.get(path)
+        return not (state is not None and state.complete) and not self._unlocked(path)
 
     @staticmethod
     def _unlocked(path: str) -> bool:
@@ -388,6 +450,8 @@ class Forwarder:
                     state.complete = True  # checked before reading: what we read next is all of it
                 except BlockingIOError:
                     pass
+            if not state.complete and self._lingers(state):
+                return False, sent
             data = os.pread(state.fd, CHUNK_BYTES, state.offset)
             end = data.rfind(b"\n") + 1
             if end == 0:
@@ -398,89 +462,139 @@ class Forwarder:
             state.pending_end = state.offset + end
             self._make_requests(state, data[:end])
 
+    def _lingers(self, state: _File) -> bool:
+        """True while a file still being written holds less than `linger_bytes` unsent, first seen
+        less than `linger_s` ago: its lines wait to go in fewer, larger requests."""
+        linger_s = self.spool.linger_s
+        unsent = os.fstat(state.fd).st_size - state.offset if linger_s > 0 else 0
+        if unsent <= 0 or unsent >= self.spool.linger_bytes:
+            state.unsent_since = None
+            return False
+        now = time.monotonic()
+        if state.unsent_since is None:
+            state.unsent_since = now
+        if now - state.unsent_since < linger_s:
+            return True
+        state.unsent_since = None
+        return False
+
     def _make_requests(self, state: _File, data: bytes) -> None:
+        """The chunk's requests: each line's span (`ScopeSpans.spans` entries by scope) and the
+        records of the events it implies, in line order. The compiled path (`_spool_lines`, whose
+        twin is `_line`) takes the lines it was written for and hands each other line here."""
         writer = state.writer
-        mapper = writer.mapper
-        event_logs = self.event_logs
-        by_scope: dict[int, tuple[InstrumentationScope | None, list[bytes]]] = {}
-        span_count = 0
-        events: list[SpanEvent] = []
-        records: list[list[Any]] = []
-        for line in data.splitlines():
-            try:
-                records.append(orjson.loads(line))
-            except ValueError as exc:
-                self.counters.add("dropped_lines", 1, reason="unreadable")
-                self._report("unreadable", f"{state.path}: a line that is not JSON: {exc!r}")
-        # An execution span's start is mostly a reference to its end line in the same write: the
-        # RUNNING record is made from the ended span there. A reference whose end is in a later
-        # chunk is kept for it.
-        ends = {record[4]: record for record in records if record and record[0] == ENDED}
-        made: dict[int, ReadableSpan] = {}
-        for record in records:
-            start_first = False
-            span: ReadableSpan | None = None
-            scope: InstrumentationScope | None = None
-            try:
-                kind = record[0]
-                if kind == STARTED_REF:
-                    later = ends.get(record[1])
-                    if later is None:
-                        writer.started_refs.add(record[1])
-                        continue
-                    span = made[record[1]] = span_from_line(later, writer, event_logs)
-                    kind = STARTED
-                elif kind == ENDED:
-                    known = made.pop(record[4], None)
-                    mapped = event_logs and record[1].endswith(_TASK_SUFFIXES)
-                    plain = _plain_line(record)
-                    if known is not None:
-                        span = known
-                    elif mapped or not plain:
-                        span = span_from_line(record, writer, event_logs)
-                    # the span as the endpoint gets it, from its line where the line is plain
-                    if plain:
-                        wire, scope = _plain_span_wire(record, writer, event_logs)
-                    else:
-                        assert span is not None
-                        wire, scope = span_wire(span), span.instrumentation_scope or None
-                    start_first = record[4] in writer.started_refs
-                    writer.started_refs.discard(record[4])
-                    if not mapped:
-                        span = None
-                else:
-                    span = span_from_line(record, writer, event_logs)
-            except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as exc:
-                self.counters.add("dropped_lines", 1, reason="unreadable")
-                self._report("unreadable", f"{state.path}: a line that is not a span: {exc!r}")
-                continue
-            if kind == ENDED:
-                # by object: a writer's scopes are one object per (name, version, schema url)
-                group = by_scope.get(id(scope))
-                if group is None:
-                    group = by_scope[id(scope)] = (scope, [])
-                group[1].append(span_field(wire))
-                span_count += 1
-            if event_logs and span is not None:
-                try:
-                    if kind == ENDED and start_first:
-                        events.extend(mapper.started(span))
-                    events.extend(mapper.started(span) if kind == STARTED else mapper.ended(span))
-                except UnmappableSpan:
-                    self.counters.add("unmapped_spans", 1)
+        chunk = _Chunk(data, self.clock())
+        if _compiled and b"\r" not in data:  # (splitlines would also split there)
+            mapper = writer.mapper
+            open_by_span, open_by_ray_id = mapper.open_tasks()
+            factory = mapper.factory
+            records = self.records
+
+            def miss(facts: TaskFacts, trace_id: bytes, span_id: bytes, flags: int) -> tuple[bytes, Any]:
+                return records.record_and_template(factory, facts, trace_id, span_id, flags, chunk.now)
+
+            context: tuple[Any, ...] = (
+                chunk.by_scope,
+                writer.scope_of,
+                writer.scope,
+                chunk.log_records,
+                open_by_span,
+                open_by_ray_id,
+                writer.started_refs,
+                writer.templates,
+                miss,
+                self.event_logs,
+                chunk.now,
+                [],
+            )
+            pos, size = 0, len(data)
+            while pos < size:
+                pos = _spool_lines.process(data, pos, context)
+                if pos >= size:
+                    break
+                newline = data.find(b"\n", pos)
+                if newline < 0:
+                    newline = size
+                self._line(state, chunk, data[pos:newline])
+                pos = newline + 1
+        else:
+            for line in data.splitlines():
+                self._line(state, chunk, line)
         pending: list[tuple[str, bytes, int]] = []
+        span_count = sum(len(spans) for _, spans in chunk.by_scope.values())
         if span_count:
-            groups = dict(by_scope.values())
+            groups = dict(chunk.by_scope.values())
             pending.append(("traces", resource_spans(writer.resource, groups), span_count))
-        if events:
-            now = self.clock()
-            record_of = self.records.record
-            log_records = [record_of(item, now) for item in events]
-            body = otlp_wire.logs_request(writer.resource_wire, self.scope_wire, log_records)
-            pending.append(("logs", body, len(log_records)))
+        if chunk.log_records:
+            body = otlp_wire.logs_request(writer.resource_wire, self.scope_wire, chunk.log_records)
+            pending.append(("logs", body, len(chunk.log_records)))
         state.pending = pending
         if not pending:
             self._ack(state, state.offset + len(data))
+
+    def _line(self, state: _File, chunk: _Chunk, line: bytes) -> None:
+        """One line's span and records into the chunk's (the compiled path's twin)."""
+        writer = state.writer
+        mapper = writer.mapper
+        event_logs = self.event_logs
+        try:
+            record = orjson.loads(line)
+        except ValueError as exc:
+            self.counters.add("dropped_lines", 1, reason="unreadable")
+            self._report("unreadable", f"{state.path}: a line that is not JSON: {exc!r}")
+            return
+        # An execution span's start is mostly a reference to its end line in the same write: the
+        # RUNNING record is made from the ended span there. A reference whose end is in a later
+        # chunk is kept for it.
+        start_first = False
+        span: ReadableSpan | None = None
+        scope: InstrumentationScope | None = None
+        try:
+            kind = record[0]
+            if kind == STARTED_REF:
+                later = chunk.ends().get(record[1])
+                if later is None:
+                    writer.started_refs.add(record[1])
+                    return
+                span = span_from_line(later, writer, event_logs)
+                kind = STARTED
+            elif kind == ENDED:
+                mapped = event_logs and record[1].endswith(_TASK_SUFFIXES)
+                plain = _plain_line(record)
+                if mapped or not plain:  # (its own line's span, whatever line its start referred to)
+                    span = span_from_line(record, writer, event_logs)
+                # the span as the endpoint gets it, from its line where the line is plain
+                if plain:
+                    wire, scope = _plain_span_wire(record, writer, event_logs)
+                else:
+                    assert span is not None
+                    wire, scope = span_wire(span), span.instrumentation_scope or None
+                start_first = record[4] in writer.started_refs
+                writer.started_refs.discard(record[4])
+                if not mapped:
+                    span = None
+            else:
+                span = span_from_line(record, writer, event_logs)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as exc:
+            self.counters.add("dropped_lines", 1, reason="unreadable")
+            self._report("unreadable", f"{state.path}: a line that is not a span: {exc!r}")
+            return
+        if kind == ENDED:
+            # by object: a writer's scopes are one object per (name, version, schema url)
+            group = chunk.by_scope.get(id(scope))
+            if group is None:
+                group = chunk.by_scope[id(scope)] = (scope, [])
+            group[1].append(span_field(wire))
+        if event_logs and span is not None:
+            events: list[SpanEvent] = []
+            try:
+                if kind == ENDED and start_first:
+                    events.extend(mapper.started(span))
+                events.extend(mapper.started(span) if kind == STARTED else mapper.ended(span))
+            except UnmappableSpan:
+                self.counters.add("unmapped_spans", 1)
+            record_of = self.records.record
+            chunk.log_records.extend([record_of(item, chunk.now) for item in events])
 
     def _send_pending(self, state: _File) -> None:
         while state.pending:
@@ -544,7 +658,7 @@ class Forwarder:
             if total <= self.spool.max_bytes:
                 break
             path = os.path.join(self.folder, name)
-            if not self._unlocked(path):
+            if self._written_to(path):
                 continue  # still being written: its writer moves on at its rotation size
             state = self.files.pop(path, None)
             offset = state.offset if state is not None else 0

@@ -12,10 +12,13 @@ uses its parent's connection.
 from __future__ import annotations
 
 import gzip
+import http.client
 import logging
 import os
 import random
+import ssl
 import time
+import urllib.parse
 
 import requests
 
@@ -27,6 +30,60 @@ logger = logging.getLogger("ray_otel_events.tracing")
 
 DROPPED = "dropped_records"  # labelled reason=queue_full|rejected|retries_exhausted
 RETRY = RetryPolicy(initial_backoff_s=0.1, max_backoff_s=2.0)
+
+
+class _KeptAlive:
+    """One kept-alive connection to the endpoint (http.client): about 0.3M instructions a request,
+    where requests' Session takes about 2M (its adapters, hooks, cookies and settings merges, for
+    features an OTLP post without a proxy or netrc does not use)."""
+
+    def __init__(self, endpoint: str, verify: bool | str, timeout_s: float) -> None:
+        url = urllib.parse.urlsplit(endpoint)
+        self.https = url.scheme == "https"
+        self.host = url.hostname or ""
+        self.port = url.port
+        self.path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        self.timeout_s = timeout_s
+        self.context: ssl.SSLContext | None = None
+        if self.https:
+            self.context = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
+            if verify is False:
+                self.context.check_hostname = False
+                self.context.verify_mode = ssl.CERT_NONE
+        self._conn: http.client.HTTPConnection | None = None
+
+    def post(self, body: bytes, headers: dict[str, str]) -> tuple[int, bytes, str | None]:
+        """(status, body, Retry-After) of one POST; OSError or HTTPException when it failed."""
+        for _ in range(2):
+            reused = self._conn is not None
+            if self._conn is None:
+                if self.https:
+                    self._conn = http.client.HTTPSConnection(
+                        self.host, self.port, timeout=self.timeout_s, context=self.context
+                    )
+                else:
+                    self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
+            try:
+                self._conn.request("POST", self.path, body, headers)
+                response = self._conn.getresponse()
+                content = response.read()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                self.close()
+                if reused:
+                    continue  # the endpoint closed the idle connection: once more, on a new one
+                raise
+            except BaseException:
+                self.close()
+                raise
+            if response.will_close:
+                self.close()
+            return response.status, content, response.getheader("Retry-After")
+        raise AssertionError("unreachable: the second attempt is on a new connection")
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
 
 class OtlpHttpPoster:
@@ -48,7 +105,7 @@ class OtlpHttpPoster:
         self._verify: bool | str = config.certificate or True
         self._rng = random.Random()
         self._warned = False
-        self._session: requests.Session | None = None
+        self._session: requests.Session | _KeptAlive | None = None
         self._session_pid = -1
 
     def post(self, body: bytes, items: int, deadline: float | None = None, *, what: str = "records") -> bool:
@@ -84,27 +141,53 @@ class OtlpHttpPoster:
         except Exception as exc:  # anything else the client raises: as a connection failure
             raise SendError(f"{self.config.endpoint}: {exc!r}", "connection", True) from exc
 
+    def _new_session(self) -> requests.Session | _KeptAlive:
+        """What posts: what requests takes from the environment (proxies, a CA bundle, ~/.netrc)
+        read once, here, not at every request (read per request it was most of the client's cost
+        of a request, and a forwarder sends dozens a second); a kept-alive http.client connection
+        where none of it applies, a requests Session with it otherwise."""
+        session = requests.Session()
+        endpoint = self.config.endpoint
+        settings = session.merge_environment_settings(endpoint, {}, None, self._verify, None)
+        auth = requests.utils.get_netrc_auth(endpoint)
+        if not auth and requests.utils.select_proxy(endpoint, settings["proxies"]) is None:
+            session.close()
+            verify = settings["verify"]
+            return _KeptAlive(endpoint, True if verify is None else verify, self.config.timeout_s)
+        session.trust_env = False
+        session.proxies.update(settings["proxies"])
+        session.verify = settings["verify"]
+        if auth:
+            session.auth = auth
+        return session
+
     def _send(self, body: bytes) -> None:
         if self._session is None or self._session_pid != os.getpid():
-            self._session = requests.Session()
+            self._session = self._new_session()
             self._session_pid = os.getpid()
-        try:
-            response = self._session.post(
-                self.config.endpoint,
-                data=body,
-                headers=self._headers,
-                timeout=self.config.timeout_s,
-                verify=self._verify,
-            )
-        except requests.RequestException as exc:
-            raise SendError(f"{self.config.endpoint}: {exc}", "connection", True) from exc
-        if response.status_code // 100 != 2:
-            raise status_error(
-                self.config.endpoint,
+        session = self._session
+        if isinstance(session, _KeptAlive):
+            try:
+                status, content, retry_after = session.post(body, self._headers)
+            except (OSError, http.client.HTTPException) as exc:
+                raise SendError(f"{self.config.endpoint}: {exc!r}", "connection", True) from exc
+        else:
+            try:
+                response = session.post(
+                    self.config.endpoint,
+                    data=body,
+                    headers=self._headers,
+                    timeout=self.config.timeout_s,
+                )
+            except requests.RequestException as exc:
+                raise SendError(f"{self.config.endpoint}: {exc}", "connection", True) from exc
+            status, content, retry_after = (
                 response.status_code,
                 response.content,
                 response.headers.get("Retry-After"),
             )
+        if status // 100 != 2:
+            raise status_error(self.config.endpoint, status, content, retry_after)
 
     def _warn(self, message: str) -> None:
         if not self._warned:
