@@ -1,10 +1,13 @@
 """The OTLP hook's forwarder presents its client certificate (OTEL_EXPORTER_OTLP_[SIGNAL_]
 CLIENT_CERTIFICATE / _CLIENT_KEY) and verifies the Collector with OTEL_EXPORTER_OTLP_CERTIFICATE,
 over http/protobuf and grpc, to real TLS servers that require client certificates; without one
-the failure is logged and counted, and the spool kept."""
+the failure is logged and counted, and the spool kept. The bridge's OTLP exporter, which reads the
+same settings, presents it too."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import os
 import shutil
 import ssl
@@ -22,6 +25,10 @@ import orjson
 import pytest
 from helpers.certs import Certs, make_certs
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from ray_otel_events.config import ConfigError, OtlpSignalConfig
+from ray_otel_events.exporters.otlp import RETRYABLE_FAILURES, OtlpHttpPublisherClient, OtlpPayload
+from ray_otel_events.exporters.retry import SendError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "spool"
 SPOOL = FIXTURES / "ray" / "26818.4433a69a.000001.spool"  # a Ray worker's spans (and task events)
@@ -197,3 +204,34 @@ def test_without_a_client_certificate_the_failure_is_logged_counted_and_kept(
     assert counters["retryable_failures"][0]["value"] >= 1 and "exported_spans" not in counters
     assert "traces not delivered, kept in the spool" in log
     assert [p.name for p in folder.glob("*.spool")] == [SPOOL.name]  # for the next forwarder
+
+
+def test_the_bridge_otlp_exporter_presents_the_client_certificate_too(certs: Certs) -> None:
+    """The same settings (`otlp_signal_config`) reach the bridge's OTLP exporter: with the client
+    certificate its request is taken; without, the refused handshake is a counted, retryable failure."""
+    received = Received()
+    with https_server(certs, received) as endpoint:
+        url = endpoint + "/v1/traces"
+        mtls = OtlpSignalConfig(
+            url,
+            certificate=str(certs.ca),
+            client_certificate=str(certs.client_cert),
+            client_key=str(certs.client_key),
+        )
+        client = OtlpHttpPublisherClient("traces", mtls)
+
+        async def send(client: OtlpHttpPublisherClient) -> None:
+            try:
+                await client.send(OtlpPayload(ExportTraceServiceRequest().SerializeToString(), 1))
+            finally:
+                await client.close()
+
+        asyncio.run(send(client))
+        assert [(path, who) for path, _, who in received.items] == [("/v1/traces", "test client")]
+        without = OtlpHttpPublisherClient("traces", OtlpSignalConfig(url, certificate=str(certs.ca)))
+        with pytest.raises(SendError) as refused:
+            asyncio.run(send(without))
+    assert refused.value.retryable and len(received.items) == 1
+    assert without.counters.get(RETRYABLE_FAILURES, signal="traces", status="connection") == 1
+    with pytest.raises(ConfigError, match="cannot load client certificate"):
+        OtlpHttpPublisherClient("traces", dataclasses.replace(mtls, client_key=str(certs.server_key)))
