@@ -1,7 +1,8 @@
 """The forwarder's compiled pass over spool lines (native/_spool_lines.c `process`) against its
 Python twin (`Forwarder._line`), on chunks of span lines as other processes write them to the
 spool (whole lines, the forwarder's chunks): the same trace and logs requests, byte for byte, and
-the same counters (lines dropped as unreadable, spans left unmapped), or the same failure."""
+the same counters (lines dropped as unreadable or invalid, spans left unmapped), and never a
+failure: a line no span or RayEvent can be made of is dropped, not a sweep that fails."""
 
 from __future__ import annotations
 

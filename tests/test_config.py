@@ -17,7 +17,7 @@ from ray_otel_events.config import (
     RecorderConfig,
     data_home,
     otlp_export_config,
-    otlp_sdk_only_settings,
+    otlp_signal_config,
     otlp_timeout_s,
     parse_exposable_event_types,
     serve_address,
@@ -154,10 +154,26 @@ def test_otlp_timeout_is_milliseconds_whatever_the_protocol() -> None:
     for raw, needle in (("soon", "OTEL_EXPORTER_OTLP_TIMEOUT='soon': expected a number"), ("0", "> 0")):
         with pytest.raises(ConfigError, match=needle):
             otlp_timeout_s("traces", {"OTEL_EXPORTER_OTLP_TIMEOUT": raw})
-    assert otlp_sdk_only_settings({"OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY": "/k.pem"}) == (
-        "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
-    )
-    assert otlp_sdk_only_settings({"OTEL_EXPORTER_OTLP_CLIENT_KEY": " "}) == ()
+
+
+def test_the_client_certificate_and_key_are_read_per_signal(caplog: pytest.LogCaptureFixture) -> None:
+    """Mutual TLS: OTEL_EXPORTER_OTLP_[SIGNAL_]CLIENT_CERTIFICATE / _CLIENT_KEY, the per-signal one
+    winning, in both protocols; a key without a certificate is named in a warning."""
+    env = {
+        "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE": "/c.pem",
+        "OTEL_EXPORTER_OTLP_CLIENT_KEY": "/k.pem",
+        "OTEL_EXPORTER_OTLP_LOGS_CLIENT_KEY": "/logs-k.pem",
+    }
+    traces, logs = otlp_signal_config("traces", env=env), otlp_signal_config("logs", env=env)
+    assert (traces.client_certificate, traces.client_key) == ("/c.pem", "/k.pem")
+    assert (logs.client_certificate, logs.client_key) == ("/c.pem", "/logs-k.pem")
+    grpc = otlp_export_config("logs", {**env, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
+    assert (grpc.protocol, grpc.client_certificate, grpc.client_key) == ("grpc", "/c.pem", "/logs-k.pem")
+    assert otlp_signal_config("traces", env={"OTEL_EXPORTER_OTLP_CLIENT_KEY": " "}).client_key == ""
+    with caplog.at_level(logging.WARNING):
+        alone = otlp_signal_config("traces", env={"OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY": "/k.pem"})
+    assert alone.client_certificate == ""
+    assert "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY is set without a client certificate" in caplog.text
 
 
 def test_the_commands_settings_and_their_defaults() -> None:

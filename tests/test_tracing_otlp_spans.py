@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind, Status, StatusCode, TraceState
 
-from ray_otel_events.config import OTLP_SDK_ONLY_SETTINGS, OtlpSignalConfig
+from ray_otel_events.config import OtlpSignalConfig
 from ray_otel_events.otel import otlp_wire
 from ray_otel_events.otel.otlp_span_encoder import spans_request
 from ray_otel_events.tracing.otlp import (
@@ -176,11 +176,18 @@ def test_a_refused_request_is_counted_and_reported_as_failed(
     assert exporter.export(spans) is SpanExportResult.SUCCESS and len(got) == 1
 
 
+CLIENT_TLS = tuple(
+    f"OTEL_EXPORTER_OTLP{signal}_{name}"
+    for signal in ("", "_TRACES")
+    for name in ("CLIENT_CERTIFICATE", "CLIENT_KEY")
+)
+
+
 def test_settings_the_sdk_reads_its_own_way_keep_the_sdk_exporter(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A client key or certificate, or a compression other than gzip: the SDK's exporter, as
-    before; and grpc is always the SDK's."""
+    """A compression other than gzip: the SDK's exporter; grpc is always the SDK's. A client
+    certificate and key are our exporter's own settings (mutual TLS)."""
     for name in (
-        *OTLP_SDK_ONLY_SETTINGS,
+        *CLIENT_TLS,
         "OTEL_EXPORTER_OTLP_TIMEOUT",
         "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
         "OTEL_EXPORTER_OTLP_COMPRESSION",
@@ -190,21 +197,25 @@ def test_settings_the_sdk_reads_its_own_way_keep_the_sdk_exporter(monkeypatch: p
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
     assert isinstance(otlp_span_exporter("http/protobuf"), OtlpHttpSpanExporter)
     assert isinstance(otlp_span_exporter("grpc"), PerProcessSpanExporter)
-    for name, value in (
-        ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "/cert.pem"),
-        ("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "/key.pem"),
-        ("OTEL_EXPORTER_OTLP_COMPRESSION", "deflate"),
-    ):
-        with monkeypatch.context() as patch:
-            patch.setenv(name, value)
-            assert isinstance(otlp_span_exporter("http/protobuf"), PerProcessSpanExporter), name
+    with monkeypatch.context() as patch:
+        patch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "deflate")
+        assert isinstance(otlp_span_exporter("http/protobuf"), PerProcessSpanExporter)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "/cert.pem")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "/key.pem")
+    ours = otlp_span_exporter("http/protobuf")
+    assert isinstance(ours, OtlpHttpSpanExporter)
+    assert (ours._poster.config.client_certificate, ours._poster.config.client_key) == (
+        "/cert.pem",
+        "/key.pem",
+    )
 
 
 def test_a_timeout_is_milliseconds_to_every_exporter_of_the_hook(monkeypatch: pytest.MonkeyPatch) -> None:
     """The spec's milliseconds, which our exporters read: the SDK's exporters (grpc, or HTTP with a
-    client certificate), which read the same variable as seconds, are given it in seconds."""
+    compression ours does not take), which read the same variable as seconds, are given it in
+    seconds."""
     for name in (
-        *OTLP_SDK_ONLY_SETTINGS,
+        *CLIENT_TLS,
         "OTEL_EXPORTER_OTLP_COMPRESSION",
         "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
         "OTEL_EXPORTER_OTLP_PROTOCOL",
@@ -216,8 +227,9 @@ def test_a_timeout_is_milliseconds_to_every_exporter_of_the_hook(monkeypatch: py
     assert isinstance(ours, OtlpHttpSpanExporter)
     assert ours._poster.config.timeout_s == 2.5
     sdk_made = [otlp_span_exporter("grpc"), otlp_log_exporter("grpc"), otlp_log_exporter("http/protobuf")]
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "/key.pem")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "deflate")
     sdk_made.append(otlp_span_exporter("http/protobuf"))
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_COMPRESSION")
     for exporter in sdk_made:
         assert isinstance(exporter, PerProcessSpanExporter | PerProcessLogRecordExporter)
         assert exporter._factory.keywords == {"timeout": 2.5}, exporter

@@ -637,12 +637,6 @@ def otlp_timeout_s(signal: str, env: Environ | None = None) -> float | None:
     return None
 
 
-def otlp_sdk_only_settings(env: Environ | None = None) -> tuple[str, ...]:
-    """The OTLP variables set that only the SDK's exporters read (a client certificate and key)."""
-    env = os.environ if env is None else env
-    return tuple(name for name in OTLP_SDK_ONLY_SETTINGS if env.get(name, "").strip())
-
-
 BRIDGE_MODES = ("full", "convert", "assemble")
 
 OTEL_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
@@ -653,13 +647,11 @@ OTEL_TIMEOUT_MS = "OTEL_EXPORTER_OTLP_TIMEOUT"
 OTEL_CERTIFICATE = "OTEL_EXPORTER_OTLP_CERTIFICATE"  # CA file that verifies an https endpoint
 OTEL_SERVICE_NAME = "OTEL_SERVICE_NAME"
 OTEL_INSECURE = "OTEL_EXPORTER_OTLP_INSECURE"  # gRPC only: true is no TLS; unset: TLS for https only
+# The client certificate (PEM, with its chain) and its key presented to a Collector that requires
+# client certificates (mutual TLS); the key may be in the certificate's file instead.
+OTEL_CLIENT_CERTIFICATE = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"
+OTEL_CLIENT_KEY = "OTEL_EXPORTER_OTLP_CLIENT_KEY"
 OTLP_PROTOCOLS = ("http/protobuf", "http/json")
-# Not read by our exporters (a client certificate and key): set, and the SDK's span exporter is used.
-OTLP_SDK_ONLY_SETTINGS = tuple(
-    f"OTEL_EXPORTER_OTLP{signal}_{name}"
-    for signal in ("", "_TRACES")
-    for name in ("CLIENT_CERTIFICATE", "CLIENT_KEY")
-)
 
 
 def _signal_var(base: str, signal: str) -> str:
@@ -690,6 +682,8 @@ class OtlpSignalConfig:
     timeout_s: float = 10.0
     certificate: str = ""
     insecure: bool | None = None  # grpc: no TLS when true; None: TLS only for an https endpoint
+    client_certificate: str = ""  # mutual TLS: presented when set (with `client_key`, if set)
+    client_key: str = ""
 
     def validate(self, source: str) -> None:
         _require(
@@ -732,6 +726,12 @@ def otlp_signal_config(
     compression_var, compression = pick(OTEL_COMPRESSION)
     timeout_var, timeout_raw = pick(OTEL_TIMEOUT_MS)
     _, certificate = pick(OTEL_CERTIFICATE)
+    _, client_certificate = pick(OTEL_CLIENT_CERTIFICATE)
+    client_key_var, client_key = pick(OTEL_CLIENT_KEY)
+    if client_key and not client_certificate:
+        logger.warning(
+            "%s is set without a client certificate: no client certificate is presented", client_key_var
+        )
     timeout_ms = env_float({timeout_var: timeout_raw} if timeout_raw else {}, timeout_var, 10_000.0)
     cfg = OtlpSignalConfig(
         endpoint=endpoint,
@@ -740,6 +740,8 @@ def otlp_signal_config(
         compression=(compression or "none").lower(),
         timeout_s=timeout_ms / 1000.0,
         certificate=certificate or "",
+        client_certificate=client_certificate or "",
+        client_key=client_key or "",
     )
     _require(
         cfg.protocol in OTLP_PROTOCOLS,

@@ -17,6 +17,7 @@ class RecordingReceiver:
     def __init__(self) -> None:
         self.statuses: list[int] = []
         self.requests: list[tuple[dict[str, str], bytes]] = []
+        self.paths: list[str] = []  # the path of each accepted request, in step with `requests`
         self.lock = threading.Lock()
 
 
@@ -31,6 +32,7 @@ def serve_receiver(receiver: RecordingReceiver) -> Iterator[str]:
                 status = receiver.statuses.pop(0) if receiver.statuses else 200
                 if status == 200:
                     receiver.requests.append((dict(self.headers), body))
+                    receiver.paths.append(self.path)
             self.send_response(status)
             if status == 503:
                 self.send_header("Retry-After", "0")

@@ -133,7 +133,10 @@ class OtlpHttpPublisherClient(PublisherClient[OtlpPayload]):
         self.config = config
         self.counters = counters if counters is not None else Counters(f"otlp_exporter:{signal}")
         transport = transport or HttpTransport()
-        self._ssl = HttpTransport.build({}, config.certificate).ssl if config.certificate else transport.ssl
+        self._ssl = transport.ssl
+        if config.certificate or config.client_certificate:
+            ca_file = config.certificate or transport.ca_file
+            self._ssl = HttpTransport.build({}, ca_file, config.client_certificate, config.client_key).ssl
         self._json = config.protocol == "http/json"
         self._request_type = ExportTraceServiceRequest if signal == "traces" else ExportLogsServiceRequest
         self._headers = {

@@ -22,17 +22,27 @@ class HttpTransport:
     headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # None: aiohttp's default verification against the system CAs (https) / nothing (http).
     ssl: ssl.SSLContext | None = None
+    ca_file: str = ""  # what `ssl` verifies against, for a context made again with a client certificate
 
     @classmethod
-    def build(cls, headers: Mapping[str, str], ca_file: str = "") -> HttpTransport:
-        """Headers as given; with `ca_file`, https destinations are verified against that CA only."""
+    def build(
+        cls, headers: Mapping[str, str], ca_file: str = "", client_cert: str = "", client_key: str = ""
+    ) -> HttpTransport:
+        """Headers as given; with `ca_file`, https destinations are verified against that CA only;
+        with `client_cert` (and `client_key`, unless the key is in its file), it is presented to
+        a server that requires client certificates (mutual TLS)."""
         context = None
-        if ca_file:
+        if ca_file or client_cert:
             try:
-                context = ssl.create_default_context(cafile=ca_file)
+                context = ssl.create_default_context(cafile=ca_file or None)
             except (OSError, ssl.SSLError) as exc:
                 raise ConfigError(f"cannot load CA file {ca_file!r}: {exc}") from None
-        return cls(MappingProxyType(dict(headers)), context)
+        if context is not None and client_cert:
+            try:
+                context.load_cert_chain(client_cert, client_key or None)
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigError(f"cannot load client certificate {client_cert!r}: {exc}") from None
+        return cls(MappingProxyType(dict(headers)), context, ca_file)
 
 
 def parse_header_flags(values: list[str] | None, source: str = "--export-header") -> dict[str, str]:

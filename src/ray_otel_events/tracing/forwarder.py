@@ -102,7 +102,9 @@ STALE_PENDING_S = 60.0
 EVENT_LOGS_ENV = "RAY_OTEL_EVENTS_EVENT_LOGS"
 
 # Counters (stage "spool_forwarder"): exported_spans, exported_records, dropped_spans /
-# dropped_records (reason=rejected), dropped_lines (reason=spool_full|torn|unreadable),
+# dropped_records (reason=rejected), dropped_lines (reason=spool_full|torn|unreadable|invalid:
+# unreadable, no span can be read from the line; invalid, the span's RayEvents cannot hold its
+# values, and the whole line is dropped),
 # retryable_failures (signal=...), unmapped_spans.
 
 
@@ -416,7 +418,10 @@ class Forwarder:
             if not isinstance(header, dict):
                 raise ValueError("no header line")
             attributes = header.get("resource") or {}
-            resource = Resource(attributes, header.get("schema_url") or None)
+            schema_url = header.get("schema_url") or None
+            if not isinstance(attributes, dict) or not isinstance(schema_url, str | None):
+                raise ValueError("a header whose resource is no object or schema URL no string")
+            resource = Resource(attributes, schema_url)
             writer = _Writer(
                 resource,
                 otlp_wire.attributes(attributes, b"\x0a") or b"",
@@ -425,7 +430,7 @@ class Forwarder:
             offset = newline + 1
             with contextlib.suppress(OSError, ValueError), open(path + ACK_SUFFIX, "rb") as ack:
                 offset = max(offset, int(ack.read() or 0))
-        except (OSError, ValueError) as exc:
+        except Exception as exc:  # whatever another process wrote there
             os.close(fd)
             if self._unlocked(path):  # complete and unreadable: nothing will ever come of it
                 self._report("unreadable", f"{path}: {exc}")
@@ -575,26 +580,33 @@ class Forwarder:
                     span = None
             else:
                 span = span_from_line(record, writer, event_logs)
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as exc:
+        except Exception as exc:  # any value, of any type, another process may have written
             self.counters.add("dropped_lines", 1, reason="unreadable")
             self._report("unreadable", f"{state.path}: a line that is not a span: {exc!r}")
             return
+        records: list[bytes] = []
+        if event_logs and span is not None:
+            events: list[SpanEvent] = []
+            try:
+                try:
+                    if kind == ENDED and start_first:
+                        events.extend(mapper.started(span))
+                    events.extend(mapper.started(span) if kind == STARTED else mapper.ended(span))
+                except UnmappableSpan:
+                    self.counters.add("unmapped_spans", 1)
+                record_of = self.records.record
+                records = [record_of(item, chunk.now) for item in events]
+            except Exception as exc:  # a value no RayEvent holds (a negative pid, an id too long)
+                self.counters.add("dropped_lines", 1, reason="invalid")
+                self._report("invalid", f"{state.path}: a span line no RayEvent can be made of: {exc!r}")
+                return
         if kind == ENDED:
             # by object: a writer's scopes are one object per (name, version, schema url)
             group = chunk.by_scope.get(id(scope))
             if group is None:
                 group = chunk.by_scope[id(scope)] = (scope, [])
             group[1].append(span_field(wire))
-        if event_logs and span is not None:
-            events: list[SpanEvent] = []
-            try:
-                if kind == ENDED and start_first:
-                    events.extend(mapper.started(span))
-                events.extend(mapper.started(span) if kind == STARTED else mapper.ended(span))
-            except UnmappableSpan:
-                self.counters.add("unmapped_spans", 1)
-            record_of = self.records.record
-            chunk.log_records.extend([record_of(item, chunk.now) for item in events])
+        chunk.log_records.extend(records)
 
     def _send_pending(self, state: _File) -> None:
         while state.pending:

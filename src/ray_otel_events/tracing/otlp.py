@@ -19,7 +19,7 @@ from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportRes
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from ray_otel_events.config import ConfigError, otlp_sdk_only_settings, otlp_signal_config, otlp_timeout_s
+from ray_otel_events.config import ConfigError, OtlpSignalConfig, otlp_signal_config, otlp_timeout_s
 from ray_otel_events.tracing.otlp_spans import OtlpHttpSpanExporter
 
 
@@ -87,18 +87,16 @@ def _sdk_factory(exporter_cls: Callable[..., Any], signal: str) -> Callable[[], 
 
 def otlp_span_exporter(protocol: str) -> SpanExporter:
     """A fork-safe OTLP span exporter for `grpc` or `http/protobuf`: over HTTP our own encoder
-    (tracing/otlp_spans.py) unless a setting is one only the SDK's exporter reads
-    (`config.OTLP_SDK_ONLY_SETTINGS`, or a compression other than gzip); the SDK's otherwise."""
+    (tracing/otlp_spans.py), client certificate included, unless a setting is one it does not take
+    (a compression other than gzip); the SDK's otherwise."""
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 
         return PerProcessSpanExporter(_sdk_factory(GrpcSpanExporter, "traces"))
-    config = None
-    if not otlp_sdk_only_settings():
-        try:
-            config = otlp_signal_config("traces")
-        except ConfigError:
-            config = None
+    try:
+        config: OtlpSignalConfig | None = otlp_signal_config("traces")
+    except ConfigError:
+        config = None
     if config is not None and config.protocol == "http/protobuf":
         return OtlpHttpSpanExporter(config)  # its HTTP session is made per process
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter

@@ -3,8 +3,10 @@
 The request bytes are the ones the HTTP transport posts (our encoders write them); the channel
 passes them through unparsed (no serializer), as the SDK's gRPC exporter would send the same
 messages. Settings are the SDK exporter's: the endpoint as given (scheme http means no TLS unless
-OTEL_EXPORTER_OTLP_INSECURE says otherwise), headers as metadata, gzip, timeout, CA certificate.
-Retryable status codes are the spec's; any other is permanent.
+OTEL_EXPORTER_OTLP_INSECURE says otherwise), headers as metadata, gzip, timeout, CA certificate,
+client certificate and key (mutual TLS). Retryable status codes are the spec's; any other is
+permanent. The channel is made at the first send: a certificate file that cannot be read fails the
+sends (retryably, logged and counted by the caller), not the process.
 """
 
 from __future__ import annotations
@@ -43,26 +45,36 @@ class OtlpGrpcSender:
         url = urlparse(config.endpoint)
         self.target = url.netloc or url.path
         self.metadata = tuple((key.lower(), value) for key, value in config.headers)
+        self.method = METHODS[signal]
+        self.insecure = config.insecure if config.insecure is not None else url.scheme != "https"
+        self._channel: grpc.Channel | None = None
+        self._call: grpc.UnaryUnaryMultiCallable | None = None
+
+    def _connect(self) -> grpc.UnaryUnaryMultiCallable:
+        config = self.config
         compression = (
             grpc.Compression.Gzip if config.compression == "gzip" else grpc.Compression.NoCompression
         )
-        insecure = config.insecure if config.insecure is not None else url.scheme != "https"
-        if insecure:
+        if self.insecure:
             channel = grpc.insecure_channel(self.target, compression=compression)
         else:
-            root = None
-            if config.certificate:
-                with open(config.certificate, "rb") as f:
-                    root = f.read()
-            channel = grpc.secure_channel(
-                self.target, grpc.ssl_channel_credentials(root_certificates=root), compression=compression
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=_read(config.certificate),
+                private_key=_read(config.client_key),
+                certificate_chain=_read(config.client_certificate),
             )
+            channel = grpc.secure_channel(self.target, credentials, compression=compression)
         self._channel = channel
-        self._call = channel.unary_unary(METHODS[signal])  # bytes in, bytes out
+        self._call = channel.unary_unary(self.method)  # bytes in, bytes out
+        return self._call
 
     def send_once(self, body: bytes) -> None:
         try:
-            self._call(body, timeout=self.config.timeout_s, metadata=self.metadata)
+            call = self._call or self._connect()
+        except (OSError, ValueError) as exc:
+            raise SendError(f"{self.target}: TLS settings: {exc!r}", "connection", True) from exc
+        try:
+            call(body, timeout=self.config.timeout_s, metadata=self.metadata)
         except grpc.RpcError as exc:
             code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
             detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)
@@ -71,4 +83,14 @@ class OtlpGrpcSender:
             ) from exc
 
     def close(self) -> None:
-        self._channel.close()
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = self._call = None
+
+
+def _read(path: str) -> bytes | None:
+    """A PEM file's bytes, None when no path is set."""
+    if not path:
+        return None
+    with open(path, "rb") as f:
+        return f.read()

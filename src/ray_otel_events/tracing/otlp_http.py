@@ -2,7 +2,8 @@
 
 Shared by the OTLP hook's forwarder (tracing/forwarder.py, one attempt at a time: what fails stays
 in its spool) and its in-process writers (event records, `otlp_event_logs`; spans, `otlp_spans`):
-the endpoint, headers, compression, timeout and certificate of `config.otlp_signal_config`.
+the endpoint, headers, compression, timeout, CA certificate and client certificate (mutual TLS) of
+`config.otlp_signal_config`.
 Retryable failures (connection, 429/502/503/504) are retried with backoff until the export timeout
 (or the caller's deadline); after that, or on a permanent status, the items are counted as dropped
 and reported once. The HTTP session is made in the process that posts, so a forked child never
@@ -37,7 +38,9 @@ class _KeptAlive:
     where requests' Session takes about 2M (its adapters, hooks, cookies and settings merges, for
     features an OTLP post without a proxy or netrc does not use)."""
 
-    def __init__(self, endpoint: str, verify: bool | str, timeout_s: float) -> None:
+    def __init__(
+        self, endpoint: str, verify: bool | str, timeout_s: float, cert: tuple[str, str | None] | None = None
+    ) -> None:
         url = urllib.parse.urlsplit(endpoint)
         self.https = url.scheme == "https"
         self.host = url.hostname or ""
@@ -50,6 +53,8 @@ class _KeptAlive:
             if verify is False:
                 self.context.check_hostname = False
                 self.context.verify_mode = ssl.CERT_NONE
+            if cert is not None:
+                self.context.load_cert_chain(*cert)
         self._conn: http.client.HTTPConnection | None = None
 
     def post(self, body: bytes, headers: dict[str, str]) -> tuple[int, bytes, str | None]:
@@ -103,6 +108,10 @@ class OtlpHttpPoster:
         if config.compression == "gzip":
             self._headers["Content-Encoding"] = "gzip"
         self._verify: bool | str = config.certificate or True
+        # the client certificate and its key (mutual TLS), as the SDK's exporter presents them
+        self._cert = (
+            (config.client_certificate, config.client_key or None) if config.client_certificate else None
+        )
         self._rng = random.Random()
         self._warned = False
         self._session: requests.Session | _KeptAlive | None = None
@@ -153,10 +162,13 @@ class OtlpHttpPoster:
         if not auth and requests.utils.select_proxy(endpoint, settings["proxies"]) is None:
             session.close()
             verify = settings["verify"]
-            return _KeptAlive(endpoint, True if verify is None else verify, self.config.timeout_s)
+            return _KeptAlive(endpoint, True if verify is None else verify, self.config.timeout_s, self._cert)
         session.trust_env = False
         session.proxies.update(settings["proxies"])
         session.verify = settings["verify"]
+        if self._cert is not None:
+            cert_file, key_file = self._cert
+            session.cert = (cert_file, key_file) if key_file else cert_file
         if auth:
             session.auth = auth
         return session
