@@ -12,7 +12,7 @@ import time
 from abc import abstractmethod
 
 from ray_otel_events.store import raw_events
-from ray_otel_events.store.backend import IngestResult, StoreError
+from ray_otel_events.store.backend import IngestResult, Retention, StoreError
 from ray_otel_events.store.posted_body import read_posted
 from ray_otel_events.store.sql_writes import RAW_INCOMPLETE, SqlWrites
 
@@ -84,20 +84,14 @@ class SqlUpkeep(SqlWrites):
             max_bytes is not None and self.used_bytes() > max_bytes
         )
 
-    def prune(
-        self,
-        *,
-        max_age_s: float | None,
-        max_rows: int | None,
-        max_bytes: int | None = None,
-        now: float | None = None,
-    ) -> int:
+    def prune(self, retention: Retention, *, now: float | None = None) -> int:
         """Apply the retention, a whole session at a time, oldest first; returns the state rows
         deleted. A session whose last event is older than `max_age_s` goes. While the store holds
         more than `max_rows` state rows or more than `max_bytes` in use, its oldest session goes,
         the newest one never: over a bound alone, it loses its oldest raw event blocks, then its
         least recently updated rows. Spans and log lines go by age."""
         d = self.dialect
+        max_age_s, max_rows, max_bytes = retention.max_age_s, retention.max_rows, retention.max_bytes
         current = time.time() if now is None else now
         deleted = 0
         times = self._session_times()
