@@ -14,11 +14,11 @@ the retention a whole session at a time, oldest first. The reads (`sql_reads`), 
 common parts (`sql_writes`, the fold loop in `row_fold`), retention and rebuild (`sql_upkeep`) are
 what both backends share, in this file's dialect; what is here is SQLite's own: the schema, the
 connections and the batch's transaction. One connection, guarded by a lock: the server calls it
-from worker threads. Checkpoints (copying the WAL into the file, which
-waits on the disk) run on a second connection in a background thread, so a write waits for
-neither. Where the compiled row writer is built, a batch's rows are folded a chunk at a time and
-each chunk's upserts run on its thread and connection (one transaction per batch) while the next
-chunk is folded: the SQL and the Python work of one batch use two cores.
+from worker threads. Checkpoints (copying the WAL into the file, which waits on the disk) run on a
+second connection in a background thread, so a write waits for neither. Where the compiled row
+writer is built, a batch's rows are folded a chunk at a time and each chunk's upserts run on its
+thread and connection (one transaction per batch) while the next chunk is folded: the SQL and the
+Python work of one batch use two cores.
 """
 
 from __future__ import annotations
