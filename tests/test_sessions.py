@@ -34,7 +34,7 @@ from selenium.webdriver.support.ui import Select
 from test_web_page import SCREENSHOTS, _console_errors, _wait, browser  # noqa: F401 (a fixture)
 
 from ray_otel_events.store import raw_events, sql_upkeep
-from ray_otel_events.store.backend import StoreError, open_store
+from ray_otel_events.store.backend import Retention, StoreError, open_store
 from ray_otel_events.store.sqlite_store import EventStore
 from ray_otel_events.store.views import StoreViews
 
@@ -269,20 +269,20 @@ def test_retention_drops_whole_sessions_oldest_first(
     per_session = store.size()["state_rows"] // 4
     assert store.sessions() == names
     # by age: a session whose last event is older than the bound goes, whole
-    assert store.prune(max_age_s=1500, max_rows=None, now=2600.0) == per_session
+    assert store.prune(Retention(max_age_s=1500), now=2600.0) == per_session
     assert store.sessions() == names[1:]
     # by rows: the oldest sessions go until the store is under the bound
-    assert store.prune(max_age_s=None, max_rows=2 * per_session, now=4100.0) == per_session
+    assert store.prune(Retention(max_rows=2 * per_session), now=4100.0) == per_session
     assert store.sessions() == names[2:]
     # by bytes in use: the oldest session goes; the newest is kept whole while dropping others helps
     used = store.used_bytes()
-    assert store.prune(max_age_s=None, max_rows=None, max_bytes=used - 1, now=4100.0) == per_session
+    assert store.prune(Retention(max_bytes=used - 1), now=4100.0) == per_session
     assert store.sessions() == ["session_d"] and store.size()["state_rows"] == per_session
     assert store.used_bytes() < used
     # the newest session alone over the bound: its oldest raw events go first, then its rows
     kept_rows = store.size()["state_rows"]
     assert store.raw_size()["blocks"] == 1
-    store.prune(max_age_s=None, max_rows=None, max_bytes=store.used_bytes() - 1, now=4100.0)
+    store.prune(Retention(max_bytes=store.used_bytes() - 1), now=4100.0)
     assert store.raw_size()["blocks"] == 0 and store.sessions() == ["session_d"]
     assert store.size()["state_rows"] <= kept_rows
     # its rows can no longer be rebuilt from raw events: a rebuild says so instead of losing them

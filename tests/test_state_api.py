@@ -19,7 +19,7 @@ import requests
 from helpers.agg_procs import FIXTURE, TASK_TYPES, CliServer, run_producer, start
 from helpers.postgres import serve_store_args
 
-from ray_otel_events.store.backend import ColumnFilter, open_store
+from ray_otel_events.store.backend import ColumnFilter, Retention, open_store
 from ray_otel_events.store.state_merge import TASKS
 
 EVENTS: list[dict[str, Any]] = [item.get("event", item) for item in json.loads(Path(FIXTURE).read_text())]
@@ -225,9 +225,9 @@ def test_sessions_kept_apart_and_retention(store_location: str | Path) -> None:
     first = EVENTS[0]["sessionName"]
     old = sum(len(rows(r, first)) for r in resources)
     assert old > 0
-    assert store.prune(max_age_s=500, max_rows=None, now=2100.0) == old
+    assert store.prune(Retention(max_age_s=500), now=2100.0) == old
     assert store.sessions() == ["session_other"]
-    assert store.prune(max_age_s=None, max_rows=3, now=2100.0) > 0
+    assert store.prune(Retention(max_rows=3), now=2100.0) > 0
     assert sum(len(rows(r)) for r in resources) == 3
     assert store.entity_rows(TASKS, FLAKY) == []  # pruned rows take their history with them
 

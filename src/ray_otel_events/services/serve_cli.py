@@ -54,6 +54,7 @@ from ray_otel_events.services.state_api import StateApi
 from ray_otel_events.services.state_intake import StateIntake
 from ray_otel_events.services.store_watch import StoreWatch
 from ray_otel_events.store.backend import (
+    Retention,
     Store,
     StoreError,
     StoreUnavailable,
@@ -251,14 +252,14 @@ def spool_path(store: Path) -> Path:
 
 
 async def _retention(store: Store, args: argparse.Namespace) -> None:
+    retention = Retention(
+        max_age_s=args.retention_hours * 3600,
+        max_rows=args.retention_rows,
+        max_bytes=int(args.retention_mb * 1e6),
+    )
     while True:
         try:
-            await asyncio.to_thread(
-                store.prune,
-                max_age_s=args.retention_hours * 3600,
-                max_rows=args.retention_rows,
-                max_bytes=int(args.retention_mb * 1e6),
-            )
+            await asyncio.to_thread(store.prune, retention)
         except StoreUnavailable as exc:  # the database is away: the next round tries again
             logger.warning("retention skipped: %s", exc)
         await asyncio.sleep(RETENTION_INTERVAL_S)

@@ -44,6 +44,16 @@ class IngestResult:
 
 
 @dataclass(frozen=True)
+class Retention:
+    """The bounds `prune` applies, each None when not bounded: a session's age since its last
+    event, the state rows, the bytes in use."""
+
+    max_age_s: float | None = None
+    max_rows: int | None = None
+    max_bytes: int | None = None
+
+
+@dataclass(frozen=True)
 class ColumnFilter:
     """`column = value` (or `!=` when not `equal`) on INDEXED_COLUMNS, entity_id, attempt or session.
     Text compares ignoring case; "", "none" and "null" also match a missing value, as Ray's do."""
@@ -143,14 +153,7 @@ class Store(Protocol):
 
     def rebuild(self, *, force: bool = False) -> IngestResult: ...
 
-    def prune(
-        self,
-        *,
-        max_age_s: float | None,
-        max_rows: int | None,
-        max_bytes: int | None = None,
-        now: float | None = None,
-    ) -> int: ...
+    def prune(self, retention: Retention, *, now: float | None = None) -> int: ...
 
 
 def is_url(location: str | Path) -> bool:

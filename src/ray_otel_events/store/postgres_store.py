@@ -1,7 +1,8 @@
 """The event store on PostgreSQL: the same rows, answers and retention as sqlite_store.EventStore,
-in a database several `serve` processes share. The reads (`sql_reads`), retention and rebuild
-(`sql_upkeep`) are the SQL both backends share, in this file's dialect; what is here is
-PostgreSQL's own: the schema and its migrations, the connections, the locks and the write path.
+in a database several `serve` processes share. The reads (`sql_reads`), the intake's common parts
+(`sql_writes`, the fold loop in `row_fold`), retention and rebuild (`sql_upkeep`) are what both
+backends share, in this file's dialect; what is here is PostgreSQL's own: the schema and its
+migrations, the connections, the locks and the batch's transaction.
 
 Why its own module: the SQLite store folds with compiled code that calls SQLite itself; here the
 fold runs in Python (`row_fold`, compiled where built, as everywhere) once per batch, and the database
@@ -34,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -43,20 +43,11 @@ import psycopg
 
 from ray_otel_events.store import raw_events
 from ray_otel_events.store.backend import IngestResult, StoreError, StoreUnavailable
-from ray_otel_events.store.posted_body import Accepted, accepted_events
-from ray_otel_events.store.row_fold import (
-    Pieces,
-    StoredRow,
-    count_folded,
-    fold_row,
-    fold_rows,
-    group_pieces,
-    upsert_values,
-)
+from ray_otel_events.store.row_fold import Pieces, StoredRow, fold_keys, group_pieces
 from ray_otel_events.store.sql_reads import TEXT_COLUMNS, SqlDialect
-from ray_otel_events.store.sql_upkeep import RAW_INCOMPLETE, SqlUpkeep
-from ray_otel_events.store.sqlite_store import log_line_row, span_row
-from ray_otel_events.store.state_merge import INDEXED_COLUMNS, Key, Prepared, prepare
+from ray_otel_events.store.sql_upkeep import SqlUpkeep
+from ray_otel_events.store.sql_writes import RAW_INCOMPLETE
+from ray_otel_events.store.state_merge import INDEXED_COLUMNS, Key, Prepared
 
 _LOCK_SPACE = 0x52_4F_45_53  # the first key of every advisory lock this store takes
 _MIGRATION_LOCK = -1  # its second key while migrating
@@ -316,21 +307,16 @@ def _fold_keys(
     counted in `result`. A row whose fold fails is folded again piece by piece, leaving out (naming)
     the bad ones."""
     rows = {key: _stored_row(stored.get(n)) for n, key in enumerate(keys)}
-    changed: list[tuple[Any, ...]] = []
-    done = 0
-    while done < len(keys):
-        done, duplicates = fold_rows(keys, done, pieces, rows, received, result.by_type, changed)
-        result.duplicates += duplicates
-        if done == len(keys):
-            break
-        key = keys[done]
-        rows[key] = _stored_row(stored.get(done))
-        columns, duplicates, folded = fold_row(key[0], rows[key], pieces[key], result.refused)
-        result.duplicates += duplicates
-        count_folded(result.by_type, folded)
-        if columns is not None:
-            changed.append(upsert_values(key, received, rows[key], columns))
-        done += 1
+    changed, duplicates = fold_keys(
+        keys,
+        pieces,
+        rows,
+        received,
+        result.by_type,
+        result.refused,
+        lambda key: _stored_row(stored.get(keys.index(key))),
+    )
+    result.duplicates += duplicates
     return changed
 
 
@@ -483,45 +469,12 @@ class PostgresStore(SqlUpkeep):
     def _committed(self, db: psycopg.Connection[Any]) -> None:
         db.execute("SELECT nextval('store_generation')")
 
-    def ingest(self, events: Iterable[Any], *, now: float | None = None) -> IngestResult:
-        """As EventStore.ingest: events that cannot be read are listed in `invalid`; the batch is
-        kept as raw events."""
-        events = events if isinstance(events, list) else list(events)
-        prepared: list[Prepared] = []
-        invalid: list[str] = []
-        for event in events:
-            try:
-                prepared.append(prepare(event))
-            except ValueError as exc:
-                invalid.append(str(exc))
-        texts, unwritten = raw_events.event_texts(events)
-        result = self._ingest(prepared, time.time() if now is None else now, texts)
-        if unwritten:
-            self._note_raw_incomplete(f"{unwritten} events could not be kept as JSON text")
-        result.invalid = invalid + [refusal.reason for refusal in result.refused]
-        return result
-
-    def ingest_posted(
-        self, posts: list[Accepted], *, now: float | None = None, bodies: Sequence[bytes] | None = None
-    ) -> IngestResult:
-        """Several POSTs' events, in order, in one transaction (read in Python here); `bodies` are
-        kept as raw events in it."""
-        texts = raw_events.merge_bodies(raw_events.by_session(body) for body in bodies or ())
-        events = [event for post in posts for event in accepted_events(post)]
-        return self._ingest(events, time.time() if now is None else now, texts)
-
-    def ingest_prepared(self, events: Iterable[Prepared], *, now: float | None = None) -> IngestResult:
-        """Folds a batch in one transaction (its sessions recorded, no raw text kept)."""
-        return self._ingest(events, time.time() if now is None else now, {})
-
-    def _ingest(
-        self, events: Iterable[Prepared], received: float, texts: dict[str, list[bytes]]
-    ) -> IngestResult:
+    def _ingest(self, events: list[Prepared], received: float, texts: dict[str, list[bytes]]) -> IngestResult:
         """One transaction: the batch's rows locked, folded and written (a statement each way), the
         raw texts and the sessions seen (in name order, so two writers never wait on each other's
         session records). A transaction PostgreSQL rolled back to break a deadlock with another
         writer is done again."""
-        pieces, ignored = group_pieces(events if isinstance(events, list) else list(events))
+        pieces, ignored = group_pieces(events)
         if not pieces and not texts:
             return IngestResult(ignored=ignored)
         pieces = _merged_case_variants(pieces)
@@ -625,27 +578,6 @@ class PostgresStore(SqlUpkeep):
                 self._committed(db)
         return len(rows)
 
-    def add_spans(self, spans: Sequence[dict[str, Any]], *, now: float | None = None) -> int:
-        """As EventStore.add_spans: a span sent twice is stored once (the later copy)."""
-        received = time.time() if now is None else now
-        columns = ("parent_span_id", "task_id", "name", "start_ns", "end_ns", "received", "data")
-        return self._write_many(
-            "INSERT INTO spans(trace_id, span_id, parent_span_id, task_id, name, start_ns, end_ns,"
-            " received, data) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-            " ON CONFLICT (trace_id, span_id) DO UPDATE SET "
-            + ", ".join(f"{c}=excluded.{c}" for c in columns),
-            [span_row(s, received) for s in spans],
-        )
-
-    def add_log_lines(self, lines: Sequence[dict[str, Any]], *, now: float | None = None) -> int:
-        """As EventStore.add_log_lines."""
-        received = time.time() if now is None else now
-        return self._write_many(
-            "INSERT INTO log_lines(ts_ns, trace_id, span_id, task_id, received, data)"
-            " VALUES (%s, %s, %s, %s, %s, %s)",
-            [log_line_row(line, received) for line in lines],
-        )
-
     # -- reading -------------------------------------------------------------------------------
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
@@ -655,13 +587,6 @@ class PostgresStore(SqlUpkeep):
     def _stored_bytes(self) -> int:
         """The database's bytes."""
         return int(self._query("SELECT pg_database_size(current_database())")[0][0])
-
-    def _note_raw_incomplete(self, reason: str) -> None:
-        with self._writing() as db:
-            db.execute(
-                "INSERT INTO store_notes(key, value) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                (RAW_INCOMPLETE, reason),
-            )
 
     # -- retention -----------------------------------------------------------------------------
 

@@ -6,7 +6,9 @@ Each row skips the event ids it has already folded (a retried POST, a spool repl
 (a value only its fold reads) can be folded again from what is stored, piece by piece, leaving out
 the pieces that fail. `fold_rows` is the loop over a chunk's rows: in `serve` it is most of the
 Python the fold thread runs per event, so it is compiled where a C compiler is present
-(`_state_fold.fold_rows`); `RAY_OTEL_EVENTS_PURE_PYTHON=1` uses this module's twin.
+(`_state_fold.fold_rows`); `RAY_OTEL_EVENTS_PURE_PYTHON=1` uses this module's twin. `fold_keys`,
+what both backends run between their read and their write, is that loop and the rare row folded
+again piece by piece.
 """
 
 from __future__ import annotations
@@ -142,3 +144,36 @@ if _state_fold is not None and native.ENABLED:
     _state_fold.bind_rows(ID_COLUMN, TASKS, FOLD_ERRORS)
     fold_rows = _state_fold.fold_rows
     group_pieces = _state_fold.group_pieces
+
+
+def fold_keys(
+    keys: list[Key],
+    pieces: Pieces,
+    rows: Rows,
+    received: float,
+    by_type: dict[str, int],
+    refused: list[Refusal],
+    reread: Callable[[Key], StoredRow],
+) -> tuple[Upserts, int]:
+    """The upsert values of the rows of `keys` that changed, folded onto `rows` (`fold_rows`), and
+    the duplicates skipped. Rarely, a value only the fold reads (a bad base64 id, timestamp or
+    number) or one of the wrong shape fails a row: that row is folded again from what is stored
+    (`reread`), each piece on a copy, the ones that fail left out and named in `refused`: never
+    the batch."""
+    changed: Upserts = []
+    duplicates = 0
+    done = 0
+    while done < len(keys):
+        done, skipped = fold_rows(keys, done, pieces, rows, received, by_type, changed)
+        duplicates += skipped
+        if done == len(keys):
+            break
+        key = keys[done]
+        rows[key] = reread(key)
+        columns, skipped, folded = fold_row(key[0], rows[key], pieces[key], refused)
+        duplicates += skipped
+        count_folded(by_type, folded)
+        if columns is not None:
+            changed.append(upsert_values(key, received, rows[key], columns))
+        done += 1
+    return changed, duplicates

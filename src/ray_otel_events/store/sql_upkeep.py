@@ -2,46 +2,29 @@
 `rebuild` from the kept raw events.
 
 One implementation, so a bound or a rebuild removes and refolds the same rows on SQLite and on
-PostgreSQL; a backend gives its write transaction (`_transaction`), what its bytes in use are
-(`used_bytes`) and its intake (`ingest_posted`, through which `rebuild` refolds).
+PostgreSQL; a backend gives, beside its writes (`sql_writes`, whose `ingest_posted` `rebuild` refolds
+through), what its bytes in use are (`used_bytes`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
 from abc import abstractmethod
-from collections.abc import Sequence
-from typing import Any
 
 from ray_otel_events.store import raw_events
-from ray_otel_events.store.backend import IngestResult, StoreError
-from ray_otel_events.store.posted_body import Accepted, read_posted
-from ray_otel_events.store.sql_reads import SqlReads
+from ray_otel_events.store.backend import IngestResult, Retention, StoreError
+from ray_otel_events.store.posted_body import read_posted
+from ray_otel_events.store.sql_writes import RAW_INCOMPLETE, SqlWrites
 
 DROP_CHUNK = 20_000  # rows deleted per transaction when a session is dropped
-# The store note saying why `rebuild` would lose rows: some were folded from events whose text is
-# not kept.
-RAW_INCOMPLETE = "raw_incomplete"
 
 
-class SqlUpkeep(SqlReads):
+class SqlUpkeep(SqlWrites):
     """Retention and rebuild over the backend's `_transaction` (see the module doc)."""
-
-    @abstractmethod
-    def _transaction(self) -> contextlib.AbstractContextManager[Any]:
-        """One write transaction, yielding what `execute`s in it (a connection); once it is
-        committed, the generation moves."""
 
     @abstractmethod
     def used_bytes(self) -> int:
         """The bytes `prune`'s `max_bytes` bounds."""
-
-    @abstractmethod
-    def ingest_posted(
-        self, posts: list[Accepted], *, now: float | None = None, bodies: Sequence[bytes] | None = None
-    ) -> Any:
-        """The backend's intake (returns an IngestResult)."""
 
     def rebuild(self, *, force: bool = False) -> IngestResult:
         """Fold the state rows again from the raw events alone, in the order they were stored and
@@ -101,20 +84,14 @@ class SqlUpkeep(SqlReads):
             max_bytes is not None and self.used_bytes() > max_bytes
         )
 
-    def prune(
-        self,
-        *,
-        max_age_s: float | None,
-        max_rows: int | None,
-        max_bytes: int | None = None,
-        now: float | None = None,
-    ) -> int:
+    def prune(self, retention: Retention, *, now: float | None = None) -> int:
         """Apply the retention, a whole session at a time, oldest first; returns the state rows
         deleted. A session whose last event is older than `max_age_s` goes. While the store holds
         more than `max_rows` state rows or more than `max_bytes` in use, its oldest session goes,
         the newest one never: over a bound alone, it loses its oldest raw event blocks, then its
         least recently updated rows. Spans and log lines go by age."""
         d = self.dialect
+        max_age_s, max_rows, max_bytes = retention.max_age_s, retention.max_rows, retention.max_bytes
         current = time.time() if now is None else now
         deleted = 0
         times = self._session_times()
@@ -133,11 +110,7 @@ class SqlUpkeep(SqlReads):
                 with self._transaction() as db:
                     blocks = int(db.execute("SELECT COUNT(*) FROM raw_events").fetchone()[0])
                     if blocks:
-                        db.execute(
-                            f"INSERT INTO store_notes(key, value) VALUES ({d.mark}, {d.mark})"
-                            " ON CONFLICT DO NOTHING",
-                            (RAW_INCOMPLETE, "retention dropped raw events of rows it kept"),
-                        )
+                        self._note_raw_incomplete(db, "retention dropped raw events of rows it kept")
                         db.execute(
                             f"DELETE FROM raw_events WHERE {d.serial} IN (SELECT {d.serial} FROM raw_events"
                             f" ORDER BY received, {d.serial} LIMIT {d.mark})",

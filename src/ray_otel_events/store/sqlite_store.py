@@ -10,14 +10,15 @@ filtered page in SQL however many rows there are. Spans and task log lines
 (from OTLP) are kept beside the rows, joined to a task by its id or by the span a line was
 written in. Each accepted event is also kept as its text, compressed, per session (`raw_events`):
 `rebuild` refolds the rows from it, and `new_fields` shows what a later Ray added. `prune` applies
-the retention a whole session at a time, oldest first. The reads (`sql_reads`), retention and
-rebuild (`sql_upkeep`) are the SQL both backends share, in this file's dialect; what is here is
-SQLite's own: the schema, the connections and the write path. One connection, guarded by a
-lock: the server calls it from worker threads. Checkpoints (copying the WAL into the file, which
-waits on the disk) run on a second connection in a background thread, so a write waits for
-neither. Where the compiled row writer is built, a batch's rows are folded a chunk at a time and
-each chunk's upserts run on its thread and connection (one transaction per batch) while the next
-chunk is folded: the SQL and the Python work of one batch use two cores.
+the retention a whole session at a time, oldest first. The reads (`sql_reads`), the intake's
+common parts (`sql_writes`, the fold loop in `row_fold`), retention and rebuild (`sql_upkeep`) are
+what both backends share, in this file's dialect; what is here is SQLite's own: the schema, the
+connections and the batch's transaction. One connection, guarded by a lock: the server calls it
+from worker threads. Checkpoints (copying the WAL into the file, which waits on the disk) run on a
+second connection in a background thread, so a write waits for neither. Where the compiled row
+writer is built, a batch's rows are folded a chunk at a time and each chunk's upserts run on its
+thread and connection (one transaction per batch) while the next chunk is folded: the SQL and the
+Python work of one batch use two cores.
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ import functools
 import logging
 import sqlite3
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,35 +38,17 @@ from ray_otel_events import config, native
 from ray_otel_events.durable.wal_checkpointer import WalCheckpointer
 from ray_otel_events.store import raw_events
 from ray_otel_events.store.backend import IngestResult, StoreError
-from ray_otel_events.store.posted_body import (
-    Accepted,
-    PostedBody,
-    accepted_events,
-    item_prepared,
-)
-from ray_otel_events.store.row_fold import (
-    Pieces,
-    StoredRow,
-    count_folded,
-    fold_row,
-    fold_rows,
-    group_pieces,
-    upsert_values,
-)
+from ray_otel_events.store.posted_body import Accepted, PostedBody, item_prepared
+from ray_otel_events.store.row_fold import Pieces, StoredRow, fold_keys, group_pieces
 from ray_otel_events.store.sql_reads import TEXT_COLUMNS, SqlDialect
-from ray_otel_events.store.sql_upkeep import RAW_INCOMPLETE, SqlUpkeep
+from ray_otel_events.store.sql_upkeep import SqlUpkeep
 from ray_otel_events.store.sqlite_library import (
     SqliteLibrary,
     compiled_library,
     compiled_writer_refusal,
     python_library,
 )
-from ray_otel_events.store.state_merge import (
-    INDEXED_COLUMNS,
-    Key,
-    Prepared,
-    prepare,
-)
+from ray_otel_events.store.state_merge import INDEXED_COLUMNS, Key, Prepared
 
 try:  # the upserts on a thread that needs no GIL (setup.py builds it where SQLite's headers are)
     from ray_otel_events.native import _row_writer
@@ -201,33 +183,6 @@ def _python_writer_reason(compiled_sqlite: Mapping[str, SqliteLibrary]) -> str |
     return f"not the SQLite library Python's sqlite3 uses: {refusal}" if refusal else None
 
 
-def span_row(span: dict[str, Any], received: float) -> tuple[Any, ...]:
-    """The spans table's columns of one span, on either backend."""
-    return (
-        span["trace_id"],
-        span["span_id"],
-        span.get("parent_span_id", ""),
-        span.get("task_id") or None,
-        span["name"],
-        span["start_ns"],
-        span["end_ns"],
-        received,
-        orjson.dumps(span).decode(),
-    )
-
-
-def log_line_row(line: dict[str, Any], received: float) -> tuple[Any, ...]:
-    """The log_lines table's columns of one line, on either backend."""
-    return (
-        line["ts_ns"],
-        line.get("trace_id", ""),
-        line.get("span_id", ""),
-        line.get("task_id") or None,
-        received,
-        orjson.dumps(line).decode(),
-    )
-
-
 class EventStore(SqlUpkeep):
     """State rows, history, spans and task logs in one SQLite file; see the module doc."""
 
@@ -290,7 +245,7 @@ class EventStore(SqlUpkeep):
             self._db.executescript(_SCHEMA)
             if not had_sessions and "state_rows" in known:
                 self._db.execute(_SESSIONS_FROM_ROWS)
-                self._note_raw_incomplete("rows were stored before raw events were kept")
+                self._note_raw_incomplete(self._db, "rows were stored before raw events were kept")
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._checkpointer = WalCheckpointer(self.path, name="store-checkpoint")
             self.writer_reason = _python_writer_reason(compiled_sqlite)
@@ -323,37 +278,9 @@ class EventStore(SqlUpkeep):
 
     # -- writing -------------------------------------------------------------------------------
 
-    def ingest(self, events: Iterable[Any], *, now: float | None = None) -> IngestResult:
-        """Fold a batch into the store in one transaction (see the module doc); events that cannot
-        be read are listed in `invalid`, the others stored. The batch is kept as raw events."""
-        events = events if isinstance(events, list) else list(events)
-        received = time.time() if now is None else now
-        prepared: list[Prepared] = []
-        invalid: list[str] = []
-        for event in events:
-            try:
-                prepared.append(prepare(event))
-            except ValueError as exc:
-                invalid.append(str(exc))
-        texts, unwritten = raw_events.event_texts(events)
-        result = self._ingest_prepared(prepared, received, texts)
-        if unwritten:
-            with self._transaction():
-                self._note_raw_incomplete(f"{unwritten} events could not be kept as JSON text")
-        result.invalid = invalid + [refusal.reason for refusal in result.refused]
-        return result
-
-    def ingest_prepared(self, events: Iterable[Prepared], *, now: float | None = None) -> IngestResult:
-        """`ingest` for events already read by `prepare` (the HTTP intake reads each as it parses).
-        Their sessions are recorded; their text is not kept (there is none here)."""
-        return self._ingest_prepared(events, time.time() if now is None else now, {})
-
-    def _ingest_prepared(
-        self, events: Iterable[Prepared], received: float, texts: dict[str, list[bytes]]
-    ) -> IngestResult:
+    def _ingest(self, events: list[Prepared], received: float, texts: dict[str, list[bytes]]) -> IngestResult:
         result = IngestResult()
-        listed = events if isinstance(events, list) else list(events)
-        pieces, result.ignored = group_pieces(listed)
+        pieces, result.ignored = group_pieces(events)
         if pieces or texts:
             with self._row_writes(texts, received) as write:
                 if pieces:
@@ -364,25 +291,15 @@ class EventStore(SqlUpkeep):
                 db.executemany(_SEEN, [(name, received, received) for name in unkept])
         return result
 
-    def ingest_posted(
-        self, posts: list[Accepted], *, now: float | None = None, bodies: Sequence[bytes] | None = None
-    ) -> IngestResult:
-        """`ingest_prepared` of several POSTs' accepted events, in order, in one transaction. Those
-        kept as their text (PostedBody) are folded from it by the compiled fold, all but the rows
-        it hands back, which are folded here as `ingest_prepared` folds them: the same rows.
-        `bodies` (the POSTs' texts, in order) are kept as raw events, per session, in the same
-        transaction."""
-        received = time.time() if now is None else now
-        texts = raw_events.merge_bodies(raw_events.by_session(body) for body in bodies or ())
-        return self._ingest_posted(posts, received, texts)
-
     def _ingest_posted(
         self, posts: list[Accepted], received: float, texts: dict[str, list[bytes]]
     ) -> IngestResult:
+        """Those kept as their text (PostedBody) are folded from it by the compiled fold, all but
+        the rows it hands back, which are folded here as `ingest_prepared` folds them: the same
+        rows."""
         folder = self._post_folder
         if folder is None or not any(isinstance(post, PostedBody) for post in posts):
-            events = [event for post in posts for event in accepted_events(post)]
-            return self._ingest_prepared(events, received, texts)
+            return super()._ingest_posted(posts, received, texts)
         result = IngestResult()
         with self._row_writes(texts, received) as write:
             result.by_type, result.duplicates, result.ignored, leftovers = folder.fold(posts, received)
@@ -416,25 +333,16 @@ class EventStore(SqlUpkeep):
         keys = list(pieces)
         for start in range(0, len(keys), _FOLD_CHUNK):
             chunk = keys[start : start + _FOLD_CHUNK]
-            rows = self._rows_for(set(chunk))
-            changed: list[tuple[Any, ...]] = []
-            done = 0
-            while done < len(chunk):
-                done, duplicates = fold_rows(chunk, done, pieces, rows, received, result.by_type, changed)
-                result.duplicates += duplicates
-                if done == len(chunk):
-                    break
-                # Rare: a value only the fold reads (a bad base64 id, timestamp or number) or one
-                # of the wrong shape failed a row. Fold that row again from what is stored, each
-                # piece on a copy, leaving out (and naming) the ones that fail: never the batch.
-                key = chunk[done]
-                rows[key] = self._rows_for({key})[key]
-                columns, duplicates, folded = fold_row(key[0], rows[key], pieces[key], result.refused)
-                result.duplicates += duplicates
-                count_folded(result.by_type, folded)
-                if columns is not None:
-                    changed.append(upsert_values(key, received, rows[key], columns))
-                done += 1
+            changed, duplicates = fold_keys(
+                chunk,
+                pieces,
+                self._rows_for(set(chunk)),
+                received,
+                result.by_type,
+                result.refused,
+                self._row_for,
+            )
+            result.duplicates += duplicates
             write(changed)
 
     def _in_chunks(self, sql: str, ids: Sequence[str], *leading: Any) -> Iterator[Any]:
@@ -462,6 +370,9 @@ class EventStore(SqlUpkeep):
         for key in keys - found.keys():
             found[key] = StoredRow({}, [])
         return found
+
+    def _row_for(self, key: Key) -> StoredRow:
+        return self._rows_for({key})[key]
 
     @contextlib.contextmanager
     def _committing(self) -> Iterator[None]:
@@ -517,25 +428,6 @@ class EventStore(SqlUpkeep):
             db.executemany(sql, rows)
         return len(rows)
 
-    def add_spans(self, spans: Sequence[dict[str, Any]], *, now: float | None = None) -> int:
-        """Spans as dicts with trace_id, span_id, parent_span_id (hex), name, start_ns, end_ns and
-        optionally task_id; the whole dict is kept. A span sent twice is stored once."""
-        received = time.time() if now is None else now
-        return self._write_many(
-            "INSERT OR REPLACE INTO spans(trace_id, span_id, parent_span_id, task_id, name, start_ns,"
-            " end_ns, received, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [span_row(s, received) for s in spans],
-        )
-
-    def add_log_lines(self, lines: Sequence[dict[str, Any]], *, now: float | None = None) -> int:
-        """Log lines as dicts with ts_ns, trace_id, span_id (hex, may be empty), task_id and body."""
-        received = time.time() if now is None else now
-        return self._write_many(
-            "INSERT INTO log_lines(ts_ns, trace_id, span_id, task_id, received, data)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            [log_line_row(line, received) for line in lines],
-        )
-
     # -- reading -------------------------------------------------------------------------------
 
     @property
@@ -551,11 +443,6 @@ class EventStore(SqlUpkeep):
         """The file's bytes, its WAL included."""
         wal = Path(str(self.path) + "-wal")
         return self.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
-
-    def _note_raw_incomplete(self, reason: str) -> None:
-        self._db.execute(
-            "INSERT OR IGNORE INTO store_notes(key, value) VALUES (?, ?)", (RAW_INCOMPLETE, reason)
-        )
 
     # -- retention -----------------------------------------------------------------------------
 
