@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
@@ -106,7 +108,12 @@ def serve_postgres(
         for proc in procs:
             proc.terminate()
             proc.wait(60)
+    with psycopg.connect(url) as db:  # the exited backends have flushed their counts
+        (deadlocks,) = db.execute(
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone() or (0,)
     return {
+        "deadlocks": deadlocks,
         "events": events,
         "events_per_s": events / wall,
         "cpu_us_per_event": (serve_cpu + database_cpu) / events * 1e6,
@@ -190,12 +197,12 @@ def _spread_lines(sqlite: dict[str, float], one: dict[str, float], two: dict[str
     base = sqlite["events_per_s"]
     return [
         f"| `serve` on SQLite, an attempt's pieces in three consecutive POSTs (baseline of the next two)"
-        f" | {sqlite['events']:,} | {base:,.0f} | 1.00 | {sqlite['cpu_us_per_event']:.1f} (serve only) |",
+        f" | {sqlite['events']:,} | {base:,.0f} | 1.00 | {sqlite['cpu_us_per_event']:.1f} (serve only) | |",
         *[
             f"| `serve` on PostgreSQL, {label}, the same POSTs | {row['events']:,}"
             f" | {row['events_per_s']:,.0f} | {row['events_per_s'] / base:.2f}"
             f" | {row['cpu_us_per_event']:.1f} ({serves} {row['serve_us']:.1f},"
-            f" PostgreSQL {row['database_us']:.1f}) |"
+            f" PostgreSQL {row['database_us']:.1f}) | {row['deadlocks']} |"
             for label, serves, row in (("one process", "serve", one), ("two processes", "both serve", two))
         ],
     ]
@@ -239,17 +246,20 @@ def main() -> int:
         "",
         __doc__.split("\n\n", 1)[1].strip(),
         "",
-        "| ingest | events | events/s | / SQLite | CPU µs/event |",
-        "|---|---|---|---|---|",
+        "| ingest | events | events/s | / SQLite | CPU µs/event | deadlocks |",
+        "|---|---|---|---|---|---|",
         f"| `serve` on SQLite, one process (baseline) | {sqlite['events']:,} | {base:,.0f} | 1.00"
-        f" | {sqlite['cpu_us_per_event']:.1f} (serve only) |",
+        f" | {sqlite['cpu_us_per_event']:.1f} (serve only) | |",
         f"| `serve` on PostgreSQL, one process | {one['events']:,} | {one['events_per_s']:,.0f}"
         f" | {one['events_per_s'] / base:.2f} | {one['cpu_us_per_event']:.1f} (serve {one['serve_us']:.1f},"
-        f" PostgreSQL {one['database_us']:.1f}) |",
+        f" PostgreSQL {one['database_us']:.1f}) | {one['deadlocks']} |",
         f"| `serve` on PostgreSQL, two processes | {two['events']:,} | {two['events_per_s']:,.0f}"
         f" | {two['events_per_s'] / base:.2f} | {two['cpu_us_per_event']:.1f}"
-        f" (both serve {two['serve_us']:.1f}, PostgreSQL {two['database_us']:.1f}) |",
+        f" (both serve {two['serve_us']:.1f}, PostgreSQL {two['database_us']:.1f}) | {two['deadlocks']} |",
         *_spread_lines(sqlite_spread, one_spread, two_spread),
+        "",
+        "Deadlocks: PostgreSQL's count for the database (`pg_stat_database`), each a batch rolled"
+        " back and folded again by its `serve`.",
         "",
         f"- two processes: **{two['events_per_s']:,.0f} events/s** (target >= 30,000):"
         f" **{'met' if two['events_per_s'] >= 30_000 else 'missed'}**.",
