@@ -12,6 +12,9 @@ temporary folder on this machine, so its CPU is counted in the machine's two cor
   POSTs by its own client at once (wall time until both clients' reads return; an attempt's three
   events may straddle two POSTs, so some rows are folded by both processes). CPU is of the serve
   processes and every PostgreSQL backend;
+* the same three rows with an attempt's three pieces in three consecutive POSTs, as a cluster
+  sends them (bench_store's (b') POSTs; with two processes every other POST goes to each, as a
+  load balancer deals them, so an attempt's pieces are folded by both);
 * `list tasks` (bench_store's queries, through `StoreViews` as `/api/v0/tasks` answers them) over
   1,000,000 attempts, median of 5. They are not sent through HTTP (3,000,000 events would take
   longer than the rest of `make bench`): the first 1,000 are folded by the store, the others are
@@ -32,11 +35,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 from bench_aggregator import read_ready_line, tree_cpu_seconds  # noqa: E402
-from bench_store import _CLIENT, batches, ingest_through_serve, listing_lines, query_latency  # noqa: E402
+from bench_store import (  # noqa: E402
+    _CLIENT,
+    batches,
+    ingest_through_serve,
+    listing_lines,
+    query_latency,
+    spread_batches,
+)
 from helpers.postgres import PostgresServer  # noqa: E402
 
 from ray_otel_events.store.postgres_store import PostgresStore  # noqa: E402
@@ -48,14 +60,19 @@ def _postgres_pids(server: PostgresServer) -> list[int]:
     return [int((server.data / "postmaster.pid").read_text().split()[0])]
 
 
-def serve_postgres(server: PostgresServer, attempts: int, processes: int, tmp: Path) -> dict[str, float]:
-    """`processes` serve processes on one fresh database, each fed 1/processes of the POSTs."""
-    url = server.new_database(f"bench{processes}")
-    bodies = [json.dumps(batch) for batch in batches(0, attempts)]
+def serve_postgres(
+    server: PostgresServer, attempts: int, processes: int, tmp: Path, spread: bool = False
+) -> dict[str, float]:
+    """`processes` serve processes on one fresh database, each fed 1/processes of the POSTs (every
+    other one with two, as a load balancer deals them); with `spread`, bench_store's POSTs holding
+    an attempt's three pieces in three consecutive POSTs."""
+    name = f"bench{processes}{'_spread' if spread else ''}"
+    url = server.new_database(name)
+    bodies = [json.dumps(batch) for batch in (spread_batches(attempts) if spread else batches(0, attempts))]
     events = sum(len(json.loads(b)) for b in bodies)
     files = []
     for n in range(processes):
-        path = tmp / f"bodies{processes}-{n}.jsonl"
+        path = tmp / f"bodies-{name}-{n}.jsonl"
         path.write_text("".join(b + "\n" for b in bodies[n::processes]))
         files.append(path)
     procs = [
@@ -68,7 +85,7 @@ def serve_postgres(server: PostgresServer, attempts: int, processes: int, tmp: P
                 "--store",
                 url,
                 "--spool",
-                str(tmp / f"sp{processes}-{n}"),
+                str(tmp / f"sp-{name}-{n}"),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -98,7 +115,12 @@ def serve_postgres(server: PostgresServer, attempts: int, processes: int, tmp: P
         for proc in procs:
             proc.terminate()
             proc.wait(60)
+    with psycopg.connect(url) as db:  # the exited backends have flushed their counts
+        (deadlocks,) = db.execute(
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone() or (0,)
     return {
+        "deadlocks": deadlocks,
         "events": events,
         "events_per_s": events / wall,
         "cpu_us_per_event": (serve_cpu + database_cpu) / events * 1e6,
@@ -176,6 +198,23 @@ def list_latency_postgres(server: PostgresServer, attempts: int) -> dict[str, An
     return {**filled, "rows": size["state_rows"], "bytes": size["bytes"], "latency_ms": latency}
 
 
+def _spread_lines(sqlite: dict[str, float], one: dict[str, float], two: dict[str, float]) -> list[str]:
+    """The rows of an attempt's pieces in three consecutive POSTs, as a cluster sends them (the
+    owner's pieces at submission, the executor's later), each against SQLite fed the same POSTs."""
+    base = sqlite["events_per_s"]
+    return [
+        f"| `serve` on SQLite, an attempt's pieces in three consecutive POSTs (baseline of the next two)"
+        f" | {sqlite['events']:,} | {base:,.0f} | 1.00 | {sqlite['cpu_us_per_event']:.1f} (serve only) | |",
+        *[
+            f"| `serve` on PostgreSQL, {label}, the same POSTs | {row['events']:,}"
+            f" | {row['events_per_s']:,.0f} | {row['events_per_s'] / base:.2f}"
+            f" | {row['cpu_us_per_event']:.1f} ({serves} {row['serve_us']:.1f},"
+            f" PostgreSQL {row['database_us']:.1f}) | {row['deadlocks']} |"
+            for label, serves, row in (("one process", "serve", one), ("two processes", "both serve", two))
+        ],
+    ]
+
+
 def _load() -> str:
     return " / ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -196,6 +235,9 @@ def main() -> int:
             sqlite = ingest_through_serve(args.attempts)
             one = serve_postgres(server, args.attempts, 1, tmp)
             two = serve_postgres(server, args.attempts, 2, tmp)
+            sqlite_spread = ingest_through_serve(args.attempts, spread=True)
+            one_spread = serve_postgres(server, args.attempts, 1, tmp, spread=True)
+            two_spread = serve_postgres(server, args.attempts, 2, tmp, spread=True)
         load_ingest = _load()
         listing = list_latency_postgres(server, args.listed)
     finally:
@@ -210,16 +252,20 @@ def main() -> int:
         "",
         __doc__.split("\n\n", 1)[1].strip(),
         "",
-        "| ingest | events | events/s | / SQLite | CPU µs/event |",
-        "|---|---|---|---|---|",
+        "| ingest | events | events/s | / SQLite | CPU µs/event | deadlocks |",
+        "|---|---|---|---|---|---|",
         f"| `serve` on SQLite, one process (baseline) | {sqlite['events']:,} | {base:,.0f} | 1.00"
-        f" | {sqlite['cpu_us_per_event']:.1f} (serve only) |",
+        f" | {sqlite['cpu_us_per_event']:.1f} (serve only) | |",
         f"| `serve` on PostgreSQL, one process | {one['events']:,} | {one['events_per_s']:,.0f}"
         f" | {one['events_per_s'] / base:.2f} | {one['cpu_us_per_event']:.1f} (serve {one['serve_us']:.1f},"
-        f" PostgreSQL {one['database_us']:.1f}) |",
+        f" PostgreSQL {one['database_us']:.1f}) | {one['deadlocks']} |",
         f"| `serve` on PostgreSQL, two processes | {two['events']:,} | {two['events_per_s']:,.0f}"
         f" | {two['events_per_s'] / base:.2f} | {two['cpu_us_per_event']:.1f}"
-        f" (both serve {two['serve_us']:.1f}, PostgreSQL {two['database_us']:.1f}) |",
+        f" (both serve {two['serve_us']:.1f}, PostgreSQL {two['database_us']:.1f}) | {two['deadlocks']} |",
+        *_spread_lines(sqlite_spread, one_spread, two_spread),
+        "",
+        "Deadlocks: PostgreSQL's count for the database (`pg_stat_database`), each a batch rolled"
+        " back and folded again by its `serve`.",
         "",
         f"- two processes: **{two['events_per_s']:,.0f} events/s** (target >= 30,000):"
         f" **{'met' if two['events_per_s'] >= 30_000 else 'missed'}**.",

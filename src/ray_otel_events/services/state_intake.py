@@ -13,7 +13,8 @@ logged and counted in `serve_rejected_events`, and the rest of its row is stored
 `/v1/traces` and `/v1/logs` are OTLP (the receiver speaks the protocol): spans are kept for trace
 trees, log records carrying a RayEvent become state like the POSTed ones, and every other log
 record is a task log line. While the store's database cannot be reached (`StoreWatch`), every
-intake answers 503 with Retry-After, so clients keep their batches until it is back.
+intake answers 503 with Retry-After, so clients keep their batches until it is back; so does an
+OTLP request whose write the database kept rolling back (`StoreBusy`: deadlocks with other writers).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from ray_otel_events.receivers.ray_events_http import (
 )
 from ray_otel_events.services.store_watch import RETRY_AFTER_S, StoreWatch
 from ray_otel_events.store import otlp_records
-from ray_otel_events.store.backend import IngestResult, Store, StoreUnavailable
+from ray_otel_events.store.backend import IngestResult, Store, StoreBusy, StoreUnavailable
 from ray_otel_events.store.background_fold import BackgroundFold
 from ray_otel_events.store.intake_spool import IntakeSpool
 from ray_otel_events.store.posted_body import Accepted, read_posted
@@ -103,6 +104,8 @@ class StateIntake(OtlpConsumer):
             self.spans += await asyncio.to_thread(self.store.add_spans, spans)
         except StoreUnavailable as exc:
             raise self._lost(exc) from None
+        except StoreBusy as exc:
+            raise QueueFullError(f"the store is busy: {exc}", RETRY_AFTER_S) from None
         return ConsumeResult()
 
     async def consume_logs(self, request: ExportLogsServiceRequest) -> ConsumeResult:
@@ -118,6 +121,8 @@ class StateIntake(OtlpConsumer):
                 self.log_lines += await asyncio.to_thread(self.store.add_log_lines, intake.lines)
         except StoreUnavailable as exc:
             raise self._lost(exc) from None
+        except StoreBusy as exc:
+            raise QueueFullError(f"the store is busy: {exc}", RETRY_AFTER_S) from None
         return ConsumeResult(len(rejected), rejected[0] if rejected else "")
 
     @property

@@ -78,6 +78,11 @@ class StoreUnavailable(StoreError):
     """The database server cannot be reached (at start, or lost while running)."""
 
 
+class StoreBusy(StoreError):
+    """The database rolled a write back each time it was tried (deadlocks with other writers): the
+    caller answers "try again later", as while the database is away."""
+
+
 class Store(Protocol):
     """What the rest of the code asks of a store (sqlite_store.EventStore, postgres_store.PostgresStore)."""
 

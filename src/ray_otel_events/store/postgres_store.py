@@ -34,20 +34,24 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import threading
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import orjson
 import psycopg
 
 from ray_otel_events.store import raw_events
-from ray_otel_events.store.backend import IngestResult, StoreError, StoreUnavailable
+from ray_otel_events.store.backend import IngestResult, StoreBusy, StoreError, StoreUnavailable
 from ray_otel_events.store.row_fold import Pieces, StoredRow, fold_keys, group_pieces
 from ray_otel_events.store.sql_reads import TEXT_COLUMNS, SqlDialect
 from ray_otel_events.store.sql_upkeep import SqlUpkeep
 from ray_otel_events.store.sql_writes import RAW_INCOMPLETE
 from ray_otel_events.store.state_merge import INDEXED_COLUMNS, Key, Prepared
+
+logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 _LOCK_SPACE = 0x52_4F_45_53  # the first key of every advisory lock this store takes
 _MIGRATION_LOCK = -1  # its second key while migrating
@@ -354,6 +358,7 @@ class PostgresStore(SqlUpkeep):
         self._read_lock = threading.Lock()
         self._writer: psycopg.Connection[Any] | None = None
         self._reader: psycopg.Connection[Any] | None = None
+        self.rolled_back = 0  # batches PostgreSQL rolled back (a deadlock) and this store did again
         with self._reading() as db:
             if read_only:
                 self._check_version(db)
@@ -480,22 +485,46 @@ class PostgresStore(SqlUpkeep):
         pieces = _merged_case_variants(pieces)
         seen = sorted({key[3] for key in pieces} | texts.keys())
         kept = [(_enc(session), received, raw_events.compress(parts)) for session, parts in texts.items()]
-        for tries in itertools.count(1):
+
+        def write(db: psycopg.Connection[Any]) -> IngestResult:
             result = IngestResult(ignored=ignored)
+            self._fold(db, pieces, received, result)
+            with db.cursor() as cursor:
+                if kept:
+                    cursor.executemany(_KEEP_RAW, kept)
+                cursor.executemany(_SEEN, [(_enc(name), received, received) for name in seen])
+            return result
+
+        return self._retried(write, f"a batch of {len(pieces)} rows")
+
+    def _retried(self, write: Callable[[psycopg.Connection[Any]], _T], what: str) -> _T:
+        """`write` in one transaction, done again (up to `_ROLLBACK_TRIES` in all) while PostgreSQL
+        rolls it back to break a deadlock with another writer; each retry logged and counted in
+        `rolled_back`. Still rolled back at the last try: StoreBusy, which `serve` answers with 503
+        and Retry-After (a folded POST stays in the intake spool and is tried again)."""
+        for tries in itertools.count(1):
             with self._writing() as db:
                 try:
                     with db.transaction():
-                        self._fold(db, pieces, received, result)
-                        with db.cursor() as cursor:
-                            if kept:
-                                cursor.executemany(_KEEP_RAW, kept)
-                            cursor.executemany(_SEEN, [(_enc(name), received, received) for name in seen])
-                except psycopg.errors.TransactionRollback:
-                    if tries >= _ROLLBACK_TRIES:
+                        done = write(db)
+                except psycopg.OperationalError as exc:
+                    if not _rolled_back(exc) or db.broken:
                         raise
+                    if tries >= _ROLLBACK_TRIES:
+                        raise StoreBusy(
+                            f"PostgreSQL rolled {what} back {tries} times: {_first_line(exc)}"
+                        ) from None
+                    self.rolled_back += 1
+                    logger.warning(
+                        "PostgreSQL rolled %s back (try %d of %d), doing it again: %s",
+                        what,
+                        tries,
+                        _ROLLBACK_TRIES,
+                        _first_line(exc),
+                    )
                     continue
                 self._committed(db)
-            return result
+            return done
         raise AssertionError("unreachable")
 
     def _fold(
@@ -572,10 +601,13 @@ class PostgresStore(SqlUpkeep):
 
     def _write_many(self, sql: str, rows: list[tuple[Any, ...]]) -> int:
         if rows:
-            with self._writing() as db:
-                with db.transaction(), db.cursor() as cursor:
-                    cursor.executemany(sql, _encoded(rows))
-                self._committed(db)
+            encoded = _encoded(rows)
+
+            def write(db: psycopg.Connection[Any]) -> None:
+                with db.cursor() as cursor:
+                    cursor.executemany(sql, encoded)
+
+            self._retried(write, f"{len(rows)} rows")
         return len(rows)
 
     # -- reading -------------------------------------------------------------------------------
@@ -594,6 +626,13 @@ class PostgresStore(SqlUpkeep):
         """The bytes of the data stored (rows, spans, lines, raw blocks): PostgreSQL's files keep
         freed space until VACUUM, so their size would not fall as retention deletes."""
         return int(self._query(_DATA_BYTES)[0][0])
+
+
+def _rolled_back(exc: psycopg.Error) -> bool:
+    """Whether PostgreSQL rolled the transaction back for it to be tried again (SQLSTATE class 40:
+    a deadlock, a serialization failure). By code: psycopg's DeadlockDetected is no subclass of its
+    TransactionRollback, so catching that class never caught a deadlock."""
+    return (exc.sqlstate or "").startswith("40")
 
 
 def _first_line(exc: BaseException) -> str:
