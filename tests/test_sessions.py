@@ -34,7 +34,8 @@ from selenium.webdriver.support.ui import Select
 from test_web_page import SCREENSHOTS, _console_errors, _wait, browser  # noqa: F401 (a fixture)
 
 from ray_otel_events.store import raw_events, sql_upkeep
-from ray_otel_events.store.backend import Retention, StoreError, open_store
+from ray_otel_events.store.backend import Retention, StoreError
+from ray_otel_events.store.location import open_store
 from ray_otel_events.store.sqlite_store import EventStore
 from ray_otel_events.store.views import StoreViews
 

@@ -19,7 +19,8 @@ import requests
 from helpers.agg_procs import FIXTURE, TASK_TYPES, CliServer, run_producer, start
 from helpers.postgres import serve_store_args
 
-from ray_otel_events.store.backend import ColumnFilter, Retention, open_store
+from ray_otel_events.store.backend import ColumnFilter, Retention
+from ray_otel_events.store.location import open_store
 from ray_otel_events.store.state_merge import TASKS
 
 EVENTS: list[dict[str, Any]] = [item.get("event", item) for item in json.loads(Path(FIXTURE).read_text())]

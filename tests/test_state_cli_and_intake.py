@@ -33,7 +33,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.store import state_query
-from ray_otel_events.store.backend import open_store
+from ray_otel_events.store.location import open_store
 from ray_otel_events.store.sqlite_store import EventStore
 from ray_otel_events.store.state_merge import TASKS, field_value
 from ray_otel_events.store.views import StoreViews

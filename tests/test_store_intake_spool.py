@@ -19,9 +19,10 @@ from helpers.agg_procs import FIXTURE, CliServer, start
 from helpers.postgres import serve_store_args
 
 from ray_otel_events.services.state_intake import spooled_events
-from ray_otel_events.store.backend import IngestResult, open_store
+from ray_otel_events.store.backend import IngestResult
 from ray_otel_events.store.background_fold import BackgroundFold
 from ray_otel_events.store.intake_spool import IntakeSpool
+from ray_otel_events.store.location import open_store
 from ray_otel_events.store.sqlite_store import EventStore
 from ray_otel_events.store.state_merge import prepare
 

@@ -23,7 +23,8 @@ from helpers.agg_procs import FIXTURE, CliServer, clean_env, start
 from helpers.postgres import PostgresServer, serve_store_args
 
 from ray_otel_events.store import postgres_store
-from ray_otel_events.store.backend import StoreError, open_store
+from ray_otel_events.store.backend import StoreError
+from ray_otel_events.store.location import open_store
 from ray_otel_events.store.postgres_store import SCHEMA_VERSION, PostgresStore
 from ray_otel_events.store.sqlite_store import EventStore
 from ray_otel_events.store.state_merge import prepare

@@ -30,7 +30,8 @@ from multidict import MultiDict
 from ray_otel_events import config
 from ray_otel_events.config import ClientSecurityConfig, ConfigError, parse_serve_address
 from ray_otel_events.services.serve_cli import chosen_store, default_store_path
-from ray_otel_events.store.backend import StoreError, open_store
+from ray_otel_events.store.backend import StoreError
+from ray_otel_events.store.location import open_store
 from ray_otel_events.store.state_query import BASE_COLUMNS, RESOURCES
 from ray_otel_events.store.views import StoreViews
 

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from ray_otel_events import config
 from ray_otel_events.services.serve_cli import chosen_store, default_store_path
-from ray_otel_events.store.backend import StoreError, UnsupportedStoreError, is_url, open_store
+from ray_otel_events.store.backend import StoreError, UnsupportedStoreError
+from ray_otel_events.store.location import is_url, open_store
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

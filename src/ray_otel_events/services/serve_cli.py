@@ -59,11 +59,9 @@ from ray_otel_events.store.backend import (
     StoreError,
     StoreUnavailable,
     UnsupportedStoreError,
-    check_location,
-    is_url,
-    open_store,
 )
 from ray_otel_events.store.intake_spool import IntakeSpool
+from ray_otel_events.store.location import check_location, is_url, open_store
 from ray_otel_events.store.ray_dashboard_views import RayDashboardViews
 from ray_otel_events.store.store_lock import StoreLock, StoreLockedError
 from ray_otel_events.store.views import StoreViews

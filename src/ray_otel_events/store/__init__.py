@@ -1,2 +1,2 @@
 """The event store: RayEvents folded into Ray's state rows and history, in SQLite or PostgreSQL
-(`backend.open_store` picks by the location: a file, or a `postgresql://` URL)."""
+(`location.open_store` picks by the location: a file, or a `postgresql://` URL)."""

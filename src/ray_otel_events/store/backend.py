@@ -1,27 +1,17 @@
-"""The store's interface, as `serve`, the CLI readers and the views use it, and `open_store`, which
-picks the backend from the `--store` argument: a file path is SQLite (one process, the embedded
-default), a `postgresql://` URL is PostgreSQL (several `serve` processes on one database).
-
-Everything else that looks like a URL (`mysql://`, `postgres:/x`, `sqlite://`) is refused by name
-rather than taken for a folder named after its scheme.
+"""The store's interface, as `serve`, the CLI readers and the views use it, and the values it
+takes and gives. Both backends (sqlite_store, postgres_store) implement it; `location.open_store`
+picks one, so this module imports neither.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 from ray_otel_events.store.posted_body import Accepted
 from ray_otel_events.store.row_fold import Refusal
 from ray_otel_events.store.state_merge import Prepared, Row
-
-POSTGRES_SCHEMES = ("postgresql", "postgres")
-# A scheme and a colon, then a slash: what a user means as a URL (a bare `C:` or `name:x` is a file).
-_URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:/")
-
 
 Window = tuple[float, float]  # received between, epoch seconds
 
@@ -159,40 +149,3 @@ class Store(Protocol):
     def rebuild(self, *, force: bool = False) -> IngestResult: ...
 
     def prune(self, retention: Retention, *, now: float | None = None) -> int: ...
-
-
-def is_url(location: str | Path) -> bool:
-    """Whether `--store` names a database server rather than a file."""
-    return isinstance(location, str) and bool(_URL_LIKE.match(location))
-
-
-def check_location(location: str | Path) -> None:
-    """Raises UnsupportedStoreError for a URL no backend takes (before anything is created)."""
-    if not is_url(location):
-        return
-    text = str(location)
-    scheme = text.split(":", 1)[0].lower()
-    if scheme not in POSTGRES_SCHEMES:
-        raise UnsupportedStoreError(
-            f"{scheme}:// is not a supported store; give a SQLite file path or postgresql://USER@HOST:PORT/DB"
-        )
-    if not text[len(scheme) :].startswith("://") or len(text) <= len(scheme) + 3:
-        raise UnsupportedStoreError(f"{text!r} is not a PostgreSQL URL; write postgresql://USER@HOST:PORT/DB")
-
-
-def open_store(location: str | Path, *, read_only: bool = False) -> Store:
-    """The store at `location`: a SQLite file, or the PostgreSQL database a `postgresql://` URL names
-    (schema created or migrated on open). Raises UnsupportedStoreError, StoreUnavailable (the
-    server cannot be reached) or StoreError."""
-    check_location(location)
-    if not is_url(location):
-        from ray_otel_events.store.sqlite_store import EventStore
-
-        return EventStore(location, read_only=read_only)
-    try:
-        from ray_otel_events.store.postgres_store import PostgresStore
-    except ImportError as exc:
-        raise UnsupportedStoreError(
-            f"a PostgreSQL store needs psycopg ({exc}): pip install 'ray-otel-events[postgres]'"
-        ) from None
-    return PostgresStore(str(location), read_only=read_only)
