@@ -297,3 +297,65 @@ def test_the_forwarder_sends_what_the_spans_themselves_encode_to(tmp_path: Path)
     )
     sent = ExportLogsServiceRequest.FromString(logs)
     assert any("task 4 broke" in str(r.body) for r in sent.resource_logs[0].scope_logs[0].log_records)
+
+
+def test_a_plain_spans_line_is_written_as_orjson_writes_the_list() -> None:
+    """A plain ended span's line (and a deferred submission's) is written in one formatting step:
+    byte for byte the line the general path writes, for the ids, parents, names and values that
+    vary (the general path is taken here by a status that is not the shared UNSET one)."""
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+    from ray_otel_events.tracing.direct_spans import UNSET_STATUS
+    from ray_otel_events.tracing.spool import submission_line
+
+    scopes = [
+        InstrumentationScope("ray.util.tracing", None),
+        InstrumentationScope('s"\\é', "1.0", "https://x/y"),
+    ]
+    trace_ids = [1, (1 << 128) - 1, 0x8000_0000_0000_0000_0000_0000_0000_0001]
+    parents = [
+        None,
+        SpanContext(trace_ids[1], 7, True),
+        SpanContext(trace_ids[1], (1 << 64) - 1, False),
+    ]
+    attributes = [{}, {"a": 1, "b": -2.5, "c": True, "d": ["x", "y"], "e": (1, 2), "é\n": 'q"'}]
+    checked = 0
+    for i, (trace_id, parent, attrs, scope) in enumerate(
+        (t, p, a, s) for t in trace_ids for p in parents for a in attributes for s in scopes
+    ):
+        flags = TraceFlags(i % 2)
+        context = SpanContext(trace_id, (1 << 64) - 1 - i, False, flags)
+        name = f'task {i} "ray.remote" ✓'
+        for kind in (SpanKind.PRODUCER, SpanKind.CONSUMER):
+            lines = [
+                span_line(
+                    ReadableSpan(
+                        name,
+                        context,
+                        parent,
+                        RESOURCE,
+                        attrs,
+                        kind=kind,
+                        status=status,
+                        start_time=1_700_000_000_000_000_000 + i,
+                        end_time=1_700_000_000_000_000_900 + i,
+                        instrumentation_scope=scope,
+                    ),
+                    ENDED,
+                )
+                for status in (Status(StatusCode.UNSET), UNSET_STATUS)
+            ]
+            assert lines[0] == lines[1]
+            if kind is SpanKind.PRODUCER:
+                tracer_scope = scope
+                assert lines[0] == submission_line(
+                    name,
+                    context,
+                    parent,
+                    1_700_000_000_000_000_000 + i,
+                    1_700_000_000_000_000_900 + i,
+                    attrs,
+                    tracer_scope,
+                )
+            checked += 1
+    assert checked == 72
