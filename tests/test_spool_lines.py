@@ -266,6 +266,23 @@ def test_mutated_lines_make_the_same_requests_and_counters_both_ways() -> None:
 
 
 @compiled
+def test_a_start_reference_and_its_end_line_read_once_or_apart_make_the_same_requests() -> None:
+    """A start reference followed at once by its end line has that line read once for both; an end
+    line that comes later, or one written twice (the last is the span's), goes the longer way."""
+    lines = ray_tasks(12).splitlines()
+    refs = [i for i, line in enumerate(lines) if line.startswith(b'["s",')]
+    direct = [i for i in refs if orjson.loads(lines[i + 1])[4] == orjson.loads(lines[i])[1]]
+    assert direct and len(direct) < len(refs)  # both shapes are in the chunk
+    assert_same(b"\n".join(lines) + b"\n")
+    for i in direct:
+        again = orjson.loads(lines[i + 1])
+        again[10] += 5  # the span written again: the last line is the one a reference reads
+        twice = [*lines[: i + 2], orjson.dumps(again), *lines[i + 2 :]]
+        assert_same(b"\n".join(twice) + b"\n")
+        assert_same(b"\n".join([*lines[: i + 1]]) + b"\n")  # the end in a later chunk
+
+
+@compiled
 def test_the_derived_task_id_is_task_spans_own() -> None:
     from ray_otel_events.native import _spool_lines
 

@@ -1124,9 +1124,32 @@ static PyObject *ends_index(Ctx *ctx, const char *data, Py_ssize_t n) {
     return rc < 0 ? NULL : ends;
 }
 
-/* 1: the line taken, 0: handed back, -1: an error. */
+/* An ended span's line read into `l` and `t`: its span, and its task's records (a RUNNING record
+ * first when an earlier chunk's start reference waits for it). 1: taken, -1: an error. */
+static int ended_line(Ctx *ctx, const Line *l, const Task *t, Buf *span_buf, Buf *vals, Buf *key) {
+    int mark = ctx->event_logs && (ends_with(l->name, SUBMIT_SUFFIX) || ends_with(l->name, EXECUTE_SUFFIX));
+    if (emit_span(ctx, l, mark, span_buf) < 0) return -1;
+    int start_first = 0;
+    PyObject *k = PyLong_FromUnsignedLongLong(l->span_id);
+    if (k == NULL) return -1;
+    start_first = PySet_Contains(ctx->started_refs, k);
+    if (start_first > 0 && PySet_Discard(ctx->started_refs, k) < 0) start_first = -1;
+    Py_DECREF(k);
+    if (start_first < 0) return -1;
+    if (t->role == ROLE_SUBMIT) return submit_ended(ctx, l, t, vals, key) < 0 ? -1 : 1;
+    if (t->role == ROLE_EXECUTE) {
+        if (start_first && execute_started(ctx, l, t, vals, key) < 0) return -1;
+        return execute_ended(ctx, l, t, vals, key) < 0 ? -1 : 1;
+    }
+    return 1;
+}
+
+/* 1: the line taken, 0: handed back, -1: an error; `*next`: where the first line not taken begins
+ * (past the line, or past its end line too where a start reference's end line follows it at once:
+ * that line is then read once for both). */
 static int one_line(Ctx *ctx, const char *data, Py_ssize_t n, const char *p, const char *line_end, Line *l,
-                    Buf *span_buf, Buf *vals, Buf *key) {
+                    Buf *span_buf, Buf *vals, Buf *key, const char **next) {
+    *next = line_end < data + n ? line_end + 1 : line_end;
     if (!read_line(p, line_end, l)) return 0;
     Task t;
     if (l->kind == 's') {
@@ -1144,27 +1167,21 @@ static int one_line(Ctx *ctx, const char *data, Py_ssize_t n, const char *p, con
         }
         Py_DECREF(k);
         Py_ssize_t from = PyLong_AsSsize_t(PyTuple_GET_ITEM(at, 0)), to = PyLong_AsSsize_t(PyTuple_GET_ITEM(at, 1));
+        if (from < 0 || to < from || to > n) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "process: an end line out of range");
+            return -1;
+        }
         if (!read_line(data + from, data + to, l) || l->kind != 'E' || !read_task(l, ctx->event_logs, &t)) return 0;
-        return t.role == ROLE_EXECUTE ? (execute_started(ctx, l, &t, vals, key) < 0 ? -1 : 1) : 1;
+        if (t.role == ROLE_EXECUTE && execute_started(ctx, l, &t, vals, key) < 0) return -1;
+        if (data + from != *next) return 1;
+        /* the end line is the next line: its span and records now, from what was just read */
+        *next = to < n ? data + to + 1 : data + to;
+        return ended_line(ctx, l, &t, span_buf, vals, key);
     }
     if (!read_task(l, ctx->event_logs, &t)) return 0;
     if (l->kind == 'S') /* its RUNNING record (`TaskSpanEvents.started`); its span comes with its end */
         return t.role == ROLE_EXECUTE ? (execute_started(ctx, l, &t, vals, key) < 0 ? -1 : 1) : 1;
-    int mark = ctx->event_logs && (ends_with(l->name, SUBMIT_SUFFIX) || ends_with(l->name, EXECUTE_SUFFIX));
-    if (emit_span(ctx, l, mark, span_buf) < 0) return -1;
-    int start_first = 0;
-    PyObject *k = PyLong_FromUnsignedLongLong(l->span_id);
-    if (k == NULL) return -1;
-    start_first = PySet_Contains(ctx->started_refs, k);
-    if (start_first > 0 && PySet_Discard(ctx->started_refs, k) < 0) start_first = -1;
-    Py_DECREF(k);
-    if (start_first < 0) return -1;
-    if (t.role == ROLE_SUBMIT) return submit_ended(ctx, l, &t, vals, key) < 0 ? -1 : 1;
-    if (t.role == ROLE_EXECUTE) {
-        if (start_first && execute_started(ctx, l, &t, vals, key) < 0) return -1;
-        return execute_ended(ctx, l, &t, vals, key) < 0 ? -1 : 1;
-    }
-    return 1;
+    return ended_line(ctx, l, &t, span_buf, vals, key);
 }
 
 static PyObject *process(PyObject *self, PyObject *args) {
@@ -1216,10 +1233,11 @@ static PyObject *process(PyObject *self, PyObject *args) {
         const char *p = text + pos;
         const char *nl = memchr(p, '\n', (size_t)(n - pos));
         const char *line_end = nl ? nl : text + n;
-        int taken = one_line(&ctx, text, n, p, line_end, l, &span_buf, &vals, &key);
+        const char *next;
+        int taken = one_line(&ctx, text, n, p, line_end, l, &span_buf, &vals, &key, &next);
         if (taken < 0) goto done;
         if (taken == 0) break;
-        pos = line_end - text + (nl ? 1 : 0);
+        pos = next - text;
     }
     result = PyLong_FromSsize_t(pos);
 done:
