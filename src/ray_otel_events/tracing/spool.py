@@ -73,55 +73,20 @@ def _plain(value: Any) -> Any:
 
 
 _KINDS = {kind: kind.value for kind in SpanKind}
-_SCOPES: dict[int, tuple[Any, str, str, str, bytes]] = {}  # id(scope) -> (scope, its fields, as JSON)
+_SCOPES: dict[int, tuple[Any, str, str, str]] = {}  # id(scope) -> (scope, name, version, schema url)
 _MASK64 = (1 << 64) - 1
 
 
-def _scope_entry(scope: Any) -> tuple[Any, str, str, str, bytes]:
-    """(scope, name, version, schema url, the three as a line writes them), kept per scope object."""
+def _scope_fields(scope: Any) -> tuple[str, str, str]:
+    """(name, version, schema url) of an instrumentation scope, kept per scope object."""
     known = _SCOPES.get(id(scope))
     if known is not None and known[0] is scope:
-        return known
+        return known[1], known[2], known[3]
     fields = ("", "", "") if scope is None else (scope.name, scope.version or "", scope.schema_url or "")
     if len(_SCOPES) >= 256:  # a few per process: a bound for safety only
         _SCOPES.clear()
-    entry = _SCOPES[id(scope)] = (scope, *fields, orjson.dumps(list(fields))[1:-1])
-    return entry
-
-
-# `span_line` of a plain ended span (no trace state, events or links, UNSET status), written in one
-# formatting step: the same bytes as orjson writes the whole list, at about half the Python work.
-_PLAIN_LINE = b'["E",%b,%d,%d,%d,%d,"",%d,%b,%d,%d,%d,0,"",%b,[],[],%b,%d,%d,%d]\n'
-
-
-def _plain_line(
-    name: str,
-    trace_id: int,
-    span_id: int,
-    flags: int,
-    parent: SpanContext | None,
-    kind: int,
-    start: int,
-    end: int,
-    attributes: Any,
-    scope: bytes,
-    dropped: tuple[int, int, int],
-) -> bytes:
-    return _PLAIN_LINE % (
-        orjson.dumps(name, default=_plain),
-        trace_id >> 64,
-        trace_id & _MASK64,
-        span_id,
-        flags,
-        0 if parent is None else parent.span_id,
-        b"true" if parent is not None and parent.is_remote else b"false",
-        kind,
-        start,
-        end,
-        orjson.dumps(attributes, default=_plain),
-        scope,
-        *dropped,
-    )
+    _SCOPES[id(scope)] = (scope, *fields)
+    return fields
 
 
 def span_line(span: ReadableSpan, kind: str) -> bytes:
@@ -145,32 +110,10 @@ def span_line(span: ReadableSpan, kind: str) -> bytes:
         attributes, events, links = span.attributes or {}, span.events, span.links
         dropped = (span.dropped_attributes, span.dropped_events, span.dropped_links)
     assert context is not None
-    _, scope_name, scope_version, scope_schema, scope_json = _scope_entry(span.instrumentation_scope)
+    scope_name, scope_version, scope_schema = _scope_fields(span.instrumentation_scope)
     trace_id = context.trace_id
     trace_state = context.trace_state
     started = kind == STARTED
-    if (
-        not started
-        and status is UNSET_STATUS
-        and not trace_state
-        and not events
-        and not links
-        and type(start) is int
-        and type(end) is int
-    ):
-        return _plain_line(
-            name,
-            trace_id,
-            context.span_id,
-            context.trace_flags,
-            parent,
-            _KINDS[span_kind],
-            start,
-            end,
-            attributes,
-            scope_json,
-            dropped,
-        )
     if started or status is UNSET_STATUS:
         code, description = 0, ""
     else:
@@ -231,21 +174,7 @@ def submission_line(
     (a deferred submission span), written from the fields without making the span."""
     trace_id = context.trace_id
     trace_state = context.trace_state
-    _, scope_name, scope_version, scope_schema, scope_json = _scope_entry(scope)
-    if not trace_state and type(start_ns) is int and type(end_ns) is int:
-        return _plain_line(
-            name,
-            trace_id,
-            context.span_id,
-            context.trace_flags,
-            parent,
-            _KINDS[SpanKind.PRODUCER],
-            start_ns,
-            end_ns,
-            attributes or {},
-            scope_json,
-            (0, 0, 0),
-        )
+    scope_name, scope_version, scope_schema = _scope_fields(scope)
     return orjson.dumps(
         [
             ENDED,
