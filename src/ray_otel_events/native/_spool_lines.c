@@ -438,6 +438,11 @@ typedef struct {
         PyObject *template;
     } cache[CACHED];
     int next_cached;
+    /* The scope group the last span went to, by its scope's text as written (most lines of a chunk
+     * share one scope): its spans list, a strong reference let go at the end. */
+    const char *last_scope_at;
+    Py_ssize_t last_scope_len;
+    PyObject *last_spans;
 } Ctx;
 
 /* A value slot: offsets into Ctx's value buffer. */
@@ -859,6 +864,12 @@ static int emit_span(Ctx *ctx, const Line *l, int mark, Buf *b) {
     o = put_varint(o, (uint64_t)b->len);
     put(o, b->data, b->len);
 
+    if (ctx->last_spans != NULL && ctx->last_scope_len == l->scope_len &&
+        memcmp(ctx->last_scope_at, l->scope_at, (size_t)l->scope_len) == 0) {
+        int rc = PyList_Append(ctx->last_spans, field);
+        Py_DECREF(field);
+        return rc;
+    }
     /* its scope: the writer's object for these three strings */
     PyObject *raw = PyBytes_FromStringAndSize(l->scope_at, l->scope_len);
     PyObject *scope = raw == NULL ? NULL : PyDict_GetItemWithError(ctx->scope_of, raw); /* borrowed */
@@ -891,7 +902,15 @@ static int emit_span(Ctx *ctx, const Line *l, int mark, Buf *b) {
         if (made != NULL && PyDict_SetItem(ctx->by_scope, id, made) == 0) group = made;
         Py_XDECREF(made);
     }
-    if (group != NULL) rc = PyList_Append(PyTuple_GET_ITEM(group, 1), field);
+    if (group != NULL) {
+        PyObject *spans = PyTuple_GET_ITEM(group, 1);
+        rc = PyList_Append(spans, field);
+        if (rc == 0 && PyList_CheckExact(spans)) {
+            ctx->last_scope_at = l->scope_at;
+            ctx->last_scope_len = l->scope_len;
+            Py_XSETREF(ctx->last_spans, Py_NewRef(spans));
+        }
+    }
     Py_XDECREF(id);
     Py_DECREF(field);
     return rc;
@@ -1130,12 +1149,14 @@ static int ended_line(Ctx *ctx, const Line *l, const Task *t, Buf *span_buf, Buf
     int mark = ctx->event_logs && (ends_with(l->name, SUBMIT_SUFFIX) || ends_with(l->name, EXECUTE_SUFFIX));
     if (emit_span(ctx, l, mark, span_buf) < 0) return -1;
     int start_first = 0;
-    PyObject *k = PyLong_FromUnsignedLongLong(l->span_id);
-    if (k == NULL) return -1;
-    start_first = PySet_Contains(ctx->started_refs, k);
-    if (start_first > 0 && PySet_Discard(ctx->started_refs, k) < 0) start_first = -1;
-    Py_DECREF(k);
-    if (start_first < 0) return -1;
+    if (PySet_GET_SIZE(ctx->started_refs)) { /* mostly none waits */
+        PyObject *k = PyLong_FromUnsignedLongLong(l->span_id);
+        if (k == NULL) return -1;
+        start_first = PySet_Contains(ctx->started_refs, k);
+        if (start_first > 0 && PySet_Discard(ctx->started_refs, k) < 0) start_first = -1;
+        Py_DECREF(k);
+        if (start_first < 0) return -1;
+    }
     if (t->role == ROLE_SUBMIT) return submit_ended(ctx, l, t, vals, key) < 0 ? -1 : 1;
     if (t->role == ROLE_EXECUTE) {
         if (start_first && execute_started(ctx, l, t, vals, key) < 0) return -1;
@@ -1242,6 +1263,7 @@ static PyObject *process(PyObject *self, PyObject *args) {
     result = PyLong_FromSsize_t(pos);
 done:
     for (int i = 0; i < CACHED; i++) Py_XDECREF(ctx.cache[i].template);
+    Py_XDECREF(ctx.last_spans);
     PyMem_Free(l);
     PyMem_Free(span_buf.data);
     PyMem_Free(vals.data);
