@@ -1007,11 +1007,19 @@ static PyObject *dict_pop(PyObject *dict, PyObject *key) {
 /* Bytes objects for dict keys. */
 static PyObject *bytes_of(const uint8_t *data, Py_ssize_t n) { return PyBytes_FromStringAndSize((const char *)data, n); }
 
-/* An execute span's RUNNING record at its start (`TaskSpanEvents.started`), its task kept open. */
-static int execute_started(Ctx *ctx, const Line *l, const Task *t, Buf *vals, Buf *key) {
-    uint8_t trace_id[16], span_id[8], task_id[24];
+/* An execute span's RUNNING record at its start (`TaskSpanEvents.started`), its task kept open, or,
+ * with `ends_now` (its end line read already, to be taken next), its task id there instead: its
+ * end closes it at once, and nothing is looked up in between. */
+static int execute_started(Ctx *ctx, const Line *l, const Task *t, Buf *vals, Buf *key, uint8_t *ends_now) {
+    uint8_t trace_id[16], span_id[8], own[24];
+    uint8_t *task_id = ends_now != NULL ? ends_now : own;
     trace_bytes(l, trace_id, span_id);
     derive_task_id(trace_id, l->parent_id ? l->parent_id : l->span_id, t->job, task_id);
+    if (ends_now != NULL) {
+        TransitionFacts f = {task_id, t->job, t->node, t->worker, t->node_n, t->worker_n, {running, 0},
+                             {l->start, 0}, 1, t->pid};
+        return transitions_record(ctx, vals, key, &f, trace_id, span_id, l->flags);
+    }
     PyObject *span_key = PyLong_FromUnsignedLongLong(l->span_id);
     PyObject *task = bytes_of(task_id, 24);
     int rc = span_key == NULL || task == NULL ? -1 : PyDict_SetItem(ctx->open_by_span, span_key, task);
@@ -1028,7 +1036,9 @@ static int execute_started(Ctx *ctx, const Line *l, const Task *t, Buf *vals, Bu
     return transitions_record(ctx, vals, key, &f, trace_id, span_id, l->flags);
 }
 
-static int execute_ended(Ctx *ctx, const Line *l, const Task *t, Buf *vals, Buf *key) {
+/* Its FINISHED record, its task closed; `started`: the task id its start just derived (the
+ * `ends_now` of `execute_started`), which the task kept open would have been. */
+static int execute_ended(Ctx *ctx, const Line *l, const Task *t, Buf *vals, Buf *key, const uint8_t *started) {
     uint8_t trace_id[16], span_id[8], task_id[24];
     trace_bytes(l, trace_id, span_id);
     PyObject *span_key = PyLong_FromUnsignedLongLong(l->span_id);
@@ -1036,7 +1046,9 @@ static int execute_ended(Ctx *ctx, const Line *l, const Task *t, Buf *vals, Buf 
     PyObject *open = dict_pop(ctx->open_by_span, span_key);
     Py_DECREF(span_key);
     if (open == NULL && PyErr_Occurred()) return -1;
-    if (open != NULL && PyBytes_CheckExact(open) && PyBytes_GET_SIZE(open) == 24) {
+    if (started != NULL) {
+        memcpy(task_id, started, 24);
+    } else if (open != NULL && PyBytes_CheckExact(open) && PyBytes_GET_SIZE(open) == 24) {
         memcpy(task_id, PyBytes_AS_STRING(open), 24);
     } else {
         derive_task_id(trace_id, l->parent_id ? l->parent_id : l->span_id, t->job, task_id);
@@ -1145,7 +1157,8 @@ static PyObject *ends_index(Ctx *ctx, const char *data, Py_ssize_t n) {
 
 /* An ended span's line read into `l` and `t`: its span, and its task's records (a RUNNING record
  * first when an earlier chunk's start reference waits for it). 1: taken, -1: an error. */
-static int ended_line(Ctx *ctx, const Line *l, const Task *t, Buf *span_buf, Buf *vals, Buf *key) {
+static int ended_line(Ctx *ctx, const Line *l, const Task *t, Buf *span_buf, Buf *vals, Buf *key,
+                      const uint8_t *started) {
     int mark = ctx->event_logs && (ends_with(l->name, SUBMIT_SUFFIX) || ends_with(l->name, EXECUTE_SUFFIX));
     if (emit_span(ctx, l, mark, span_buf) < 0) return -1;
     int start_first = 0;
@@ -1159,8 +1172,8 @@ static int ended_line(Ctx *ctx, const Line *l, const Task *t, Buf *span_buf, Buf
     }
     if (t->role == ROLE_SUBMIT) return submit_ended(ctx, l, t, vals, key) < 0 ? -1 : 1;
     if (t->role == ROLE_EXECUTE) {
-        if (start_first && execute_started(ctx, l, t, vals, key) < 0) return -1;
-        return execute_ended(ctx, l, t, vals, key) < 0 ? -1 : 1;
+        if (start_first && execute_started(ctx, l, t, vals, key, NULL) < 0) return -1;
+        return execute_ended(ctx, l, t, vals, key, start_first ? NULL : started) < 0 ? -1 : 1;
     }
     return 1;
 }
@@ -1193,16 +1206,18 @@ static int one_line(Ctx *ctx, const char *data, Py_ssize_t n, const char *p, con
             return -1;
         }
         if (!read_line(data + from, data + to, l) || l->kind != 'E' || !read_task(l, ctx->event_logs, &t)) return 0;
-        if (t.role == ROLE_EXECUTE && execute_started(ctx, l, &t, vals, key) < 0) return -1;
-        if (data + from != *next) return 1;
+        if (data + from != *next)
+            return t.role == ROLE_EXECUTE ? (execute_started(ctx, l, &t, vals, key, NULL) < 0 ? -1 : 1) : 1;
         /* the end line is the next line: its span and records now, from what was just read */
+        uint8_t task_id[24];
+        if (t.role == ROLE_EXECUTE && execute_started(ctx, l, &t, vals, key, task_id) < 0) return -1;
         *next = to < n ? data + to + 1 : data + to;
-        return ended_line(ctx, l, &t, span_buf, vals, key);
+        return ended_line(ctx, l, &t, span_buf, vals, key, t.role == ROLE_EXECUTE ? task_id : NULL);
     }
     if (!read_task(l, ctx->event_logs, &t)) return 0;
     if (l->kind == 'S') /* its RUNNING record (`TaskSpanEvents.started`); its span comes with its end */
-        return t.role == ROLE_EXECUTE ? (execute_started(ctx, l, &t, vals, key) < 0 ? -1 : 1) : 1;
-    return ended_line(ctx, l, &t, span_buf, vals, key);
+        return t.role == ROLE_EXECUTE ? (execute_started(ctx, l, &t, vals, key, NULL) < 0 ? -1 : 1) : 1;
+    return ended_line(ctx, l, &t, span_buf, vals, key, NULL);
 }
 
 static PyObject *process(PyObject *self, PyObject *args) {
