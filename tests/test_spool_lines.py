@@ -242,6 +242,7 @@ def _mutations(line: bytes) -> Iterator[bytes]:
     yield line.replace(b"ray.remote", b"ray.r\\u0065mote", 1)
     yield line.replace(b"__main__", "__mäin__".encode())
     yield line.replace(b",0,0,0]", b",0,0,-1]")
+    yield line.replace(b',"",0,0,0]', b",7,0,0,0]")  # a schema url that is no string
     yield line.replace(b",3,", b",1e3,", 1)
     yield line.replace(b",false,", b",0,", 1)
     yield line.replace(b'"ray.function":"__main__.noop"', b'"ray.function":null')
@@ -263,6 +264,23 @@ def test_mutated_lines_make_the_same_requests_and_counters_both_ways() -> None:
         for mutated in _mutations(line):
             context = b"\n".join([*lines[max(0, i - 2) : i], mutated, *lines[i + 1 : i + 3]]) + b"\n"
             assert_same(context)
+
+
+@compiled
+def test_a_start_reference_and_its_end_line_read_once_or_apart_make_the_same_requests() -> None:
+    """A start reference followed at once by its end line has that line read once for both; an end
+    line that comes later, or one written twice (the last is the span's), goes the longer way."""
+    lines = ray_tasks(12).splitlines()
+    refs = [i for i, line in enumerate(lines) if line.startswith(b'["s",')]
+    direct = [i for i in refs if orjson.loads(lines[i + 1])[4] == orjson.loads(lines[i])[1]]
+    assert direct and len(direct) < len(refs)  # both shapes are in the chunk
+    assert_same(b"\n".join(lines) + b"\n")
+    for i in direct:
+        again = orjson.loads(lines[i + 1])
+        again[10] += 5  # the span written again: the last line is the one a reference reads
+        twice = [*lines[: i + 2], orjson.dumps(again), *lines[i + 2 :]]
+        assert_same(b"\n".join(twice) + b"\n")
+        assert_same(b"\n".join([*lines[: i + 1]]) + b"\n")  # the end in a later chunk
 
 
 @compiled

@@ -438,6 +438,11 @@ typedef struct {
         PyObject *template;
     } cache[CACHED];
     int next_cached;
+    /* The scope group the last span went to, by its scope's text as written (most lines of a chunk
+     * share one scope): its spans list, a strong reference let go at the end. */
+    const char *last_scope_at;
+    Py_ssize_t last_scope_len;
+    PyObject *last_spans;
 } Ctx;
 
 /* A value slot: offsets into Ctx's value buffer. */
@@ -859,6 +864,12 @@ static int emit_span(Ctx *ctx, const Line *l, int mark, Buf *b) {
     o = put_varint(o, (uint64_t)b->len);
     put(o, b->data, b->len);
 
+    if (ctx->last_spans != NULL && ctx->last_scope_len == l->scope_len &&
+        memcmp(ctx->last_scope_at, l->scope_at, (size_t)l->scope_len) == 0) {
+        int rc = PyList_Append(ctx->last_spans, field);
+        Py_DECREF(field);
+        return rc;
+    }
     /* its scope: the writer's object for these three strings */
     PyObject *raw = PyBytes_FromStringAndSize(l->scope_at, l->scope_len);
     PyObject *scope = raw == NULL ? NULL : PyDict_GetItemWithError(ctx->scope_of, raw); /* borrowed */
@@ -891,7 +902,15 @@ static int emit_span(Ctx *ctx, const Line *l, int mark, Buf *b) {
         if (made != NULL && PyDict_SetItem(ctx->by_scope, id, made) == 0) group = made;
         Py_XDECREF(made);
     }
-    if (group != NULL) rc = PyList_Append(PyTuple_GET_ITEM(group, 1), field);
+    if (group != NULL) {
+        PyObject *spans = PyTuple_GET_ITEM(group, 1);
+        rc = PyList_Append(spans, field);
+        if (rc == 0 && PyList_CheckExact(spans)) {
+            ctx->last_scope_at = l->scope_at;
+            ctx->last_scope_len = l->scope_len;
+            Py_XSETREF(ctx->last_spans, Py_NewRef(spans));
+        }
+    }
     Py_XDECREF(id);
     Py_DECREF(field);
     return rc;
@@ -988,11 +1007,19 @@ static PyObject *dict_pop(PyObject *dict, PyObject *key) {
 /* Bytes objects for dict keys. */
 static PyObject *bytes_of(const uint8_t *data, Py_ssize_t n) { return PyBytes_FromStringAndSize((const char *)data, n); }
 
-/* An execute span's RUNNING record at its start (`TaskSpanEvents.started`), its task kept open. */
-static int execute_started(Ctx *ctx, const Line *l, const Task *t, Buf *vals, Buf *key) {
-    uint8_t trace_id[16], span_id[8], task_id[24];
+/* An execute span's RUNNING record at its start (`TaskSpanEvents.started`), its task kept open, or,
+ * with `ends_now` (its end line read already, to be taken next), its task id there instead: its
+ * end closes it at once, and nothing is looked up in between. */
+static int execute_started(Ctx *ctx, const Line *l, const Task *t, Buf *vals, Buf *key, uint8_t *ends_now) {
+    uint8_t trace_id[16], span_id[8], own[24];
+    uint8_t *task_id = ends_now != NULL ? ends_now : own;
     trace_bytes(l, trace_id, span_id);
     derive_task_id(trace_id, l->parent_id ? l->parent_id : l->span_id, t->job, task_id);
+    if (ends_now != NULL) {
+        TransitionFacts f = {task_id, t->job, t->node, t->worker, t->node_n, t->worker_n, {running, 0},
+                             {l->start, 0}, 1, t->pid};
+        return transitions_record(ctx, vals, key, &f, trace_id, span_id, l->flags);
+    }
     PyObject *span_key = PyLong_FromUnsignedLongLong(l->span_id);
     PyObject *task = bytes_of(task_id, 24);
     int rc = span_key == NULL || task == NULL ? -1 : PyDict_SetItem(ctx->open_by_span, span_key, task);
@@ -1009,7 +1036,9 @@ static int execute_started(Ctx *ctx, const Line *l, const Task *t, Buf *vals, Bu
     return transitions_record(ctx, vals, key, &f, trace_id, span_id, l->flags);
 }
 
-static int execute_ended(Ctx *ctx, const Line *l, const Task *t, Buf *vals, Buf *key) {
+/* Its FINISHED record, its task closed; `started`: the task id its start just derived (the
+ * `ends_now` of `execute_started`), which the task kept open would have been. */
+static int execute_ended(Ctx *ctx, const Line *l, const Task *t, Buf *vals, Buf *key, const uint8_t *started) {
     uint8_t trace_id[16], span_id[8], task_id[24];
     trace_bytes(l, trace_id, span_id);
     PyObject *span_key = PyLong_FromUnsignedLongLong(l->span_id);
@@ -1017,7 +1046,9 @@ static int execute_ended(Ctx *ctx, const Line *l, const Task *t, Buf *vals, Buf 
     PyObject *open = dict_pop(ctx->open_by_span, span_key);
     Py_DECREF(span_key);
     if (open == NULL && PyErr_Occurred()) return -1;
-    if (open != NULL && PyBytes_CheckExact(open) && PyBytes_GET_SIZE(open) == 24) {
+    if (started != NULL) {
+        memcpy(task_id, started, 24);
+    } else if (open != NULL && PyBytes_CheckExact(open) && PyBytes_GET_SIZE(open) == 24) {
         memcpy(task_id, PyBytes_AS_STRING(open), 24);
     } else {
         derive_task_id(trace_id, l->parent_id ? l->parent_id : l->span_id, t->job, task_id);
@@ -1124,9 +1155,35 @@ static PyObject *ends_index(Ctx *ctx, const char *data, Py_ssize_t n) {
     return rc < 0 ? NULL : ends;
 }
 
-/* 1: the line taken, 0: handed back, -1: an error. */
+/* An ended span's line read into `l` and `t`: its span, and its task's records (a RUNNING record
+ * first when an earlier chunk's start reference waits for it). 1: taken, -1: an error. */
+static int ended_line(Ctx *ctx, const Line *l, const Task *t, Buf *span_buf, Buf *vals, Buf *key,
+                      const uint8_t *started) {
+    int mark = ctx->event_logs && (ends_with(l->name, SUBMIT_SUFFIX) || ends_with(l->name, EXECUTE_SUFFIX));
+    if (emit_span(ctx, l, mark, span_buf) < 0) return -1;
+    int start_first = 0;
+    if (PySet_GET_SIZE(ctx->started_refs)) { /* mostly none waits */
+        PyObject *k = PyLong_FromUnsignedLongLong(l->span_id);
+        if (k == NULL) return -1;
+        start_first = PySet_Contains(ctx->started_refs, k);
+        if (start_first > 0 && PySet_Discard(ctx->started_refs, k) < 0) start_first = -1;
+        Py_DECREF(k);
+        if (start_first < 0) return -1;
+    }
+    if (t->role == ROLE_SUBMIT) return submit_ended(ctx, l, t, vals, key) < 0 ? -1 : 1;
+    if (t->role == ROLE_EXECUTE) {
+        if (start_first && execute_started(ctx, l, t, vals, key, NULL) < 0) return -1;
+        return execute_ended(ctx, l, t, vals, key, start_first ? NULL : started) < 0 ? -1 : 1;
+    }
+    return 1;
+}
+
+/* 1: the line taken, 0: handed back, -1: an error; `*next`: where the first line not taken begins
+ * (past the line, or past its end line too where a start reference's end line follows it at once:
+ * that line is then read once for both). */
 static int one_line(Ctx *ctx, const char *data, Py_ssize_t n, const char *p, const char *line_end, Line *l,
-                    Buf *span_buf, Buf *vals, Buf *key) {
+                    Buf *span_buf, Buf *vals, Buf *key, const char **next) {
+    *next = line_end < data + n ? line_end + 1 : line_end;
     if (!read_line(p, line_end, l)) return 0;
     Task t;
     if (l->kind == 's') {
@@ -1144,27 +1201,23 @@ static int one_line(Ctx *ctx, const char *data, Py_ssize_t n, const char *p, con
         }
         Py_DECREF(k);
         Py_ssize_t from = PyLong_AsSsize_t(PyTuple_GET_ITEM(at, 0)), to = PyLong_AsSsize_t(PyTuple_GET_ITEM(at, 1));
+        if (from < 0 || to < from || to > n) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "process: an end line out of range");
+            return -1;
+        }
         if (!read_line(data + from, data + to, l) || l->kind != 'E' || !read_task(l, ctx->event_logs, &t)) return 0;
-        return t.role == ROLE_EXECUTE ? (execute_started(ctx, l, &t, vals, key) < 0 ? -1 : 1) : 1;
+        if (data + from != *next)
+            return t.role == ROLE_EXECUTE ? (execute_started(ctx, l, &t, vals, key, NULL) < 0 ? -1 : 1) : 1;
+        /* the end line is the next line: its span and records now, from what was just read */
+        uint8_t task_id[24];
+        if (t.role == ROLE_EXECUTE && execute_started(ctx, l, &t, vals, key, task_id) < 0) return -1;
+        *next = to < n ? data + to + 1 : data + to;
+        return ended_line(ctx, l, &t, span_buf, vals, key, t.role == ROLE_EXECUTE ? task_id : NULL);
     }
     if (!read_task(l, ctx->event_logs, &t)) return 0;
     if (l->kind == 'S') /* its RUNNING record (`TaskSpanEvents.started`); its span comes with its end */
-        return t.role == ROLE_EXECUTE ? (execute_started(ctx, l, &t, vals, key) < 0 ? -1 : 1) : 1;
-    int mark = ctx->event_logs && (ends_with(l->name, SUBMIT_SUFFIX) || ends_with(l->name, EXECUTE_SUFFIX));
-    if (emit_span(ctx, l, mark, span_buf) < 0) return -1;
-    int start_first = 0;
-    PyObject *k = PyLong_FromUnsignedLongLong(l->span_id);
-    if (k == NULL) return -1;
-    start_first = PySet_Contains(ctx->started_refs, k);
-    if (start_first > 0 && PySet_Discard(ctx->started_refs, k) < 0) start_first = -1;
-    Py_DECREF(k);
-    if (start_first < 0) return -1;
-    if (t.role == ROLE_SUBMIT) return submit_ended(ctx, l, &t, vals, key) < 0 ? -1 : 1;
-    if (t.role == ROLE_EXECUTE) {
-        if (start_first && execute_started(ctx, l, &t, vals, key) < 0) return -1;
-        return execute_ended(ctx, l, &t, vals, key) < 0 ? -1 : 1;
-    }
-    return 1;
+        return t.role == ROLE_EXECUTE ? (execute_started(ctx, l, &t, vals, key, NULL) < 0 ? -1 : 1) : 1;
+    return ended_line(ctx, l, &t, span_buf, vals, key, NULL);
 }
 
 static PyObject *process(PyObject *self, PyObject *args) {
@@ -1216,14 +1269,16 @@ static PyObject *process(PyObject *self, PyObject *args) {
         const char *p = text + pos;
         const char *nl = memchr(p, '\n', (size_t)(n - pos));
         const char *line_end = nl ? nl : text + n;
-        int taken = one_line(&ctx, text, n, p, line_end, l, &span_buf, &vals, &key);
+        const char *next;
+        int taken = one_line(&ctx, text, n, p, line_end, l, &span_buf, &vals, &key, &next);
         if (taken < 0) goto done;
         if (taken == 0) break;
-        pos = line_end - text + (nl ? 1 : 0);
+        pos = next - text;
     }
     result = PyLong_FromSsize_t(pos);
 done:
     for (int i = 0; i < CACHED; i++) Py_XDECREF(ctx.cache[i].template);
+    Py_XDECREF(ctx.last_spans);
     PyMem_Free(l);
     PyMem_Free(span_buf.data);
     PyMem_Free(vals.data);

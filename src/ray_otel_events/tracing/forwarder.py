@@ -160,6 +160,11 @@ class _Writer:
     templates: dict[bytes, Any] = field(default_factory=dict)
 
     def scope(self, name: str, version: str, schema_url: str) -> InstrumentationScope:
+        if type(name) is not str or type(version) is not str or type(schema_url) is not str:
+            # (a line's own fault: it is dropped, not a request that cannot be written)
+            raise TypeError(
+                f"a scope's name, version and schema url are strings: {(name, version, schema_url)!r}"
+            )
         key = (name, version, schema_url)
         scope = self.scopes.get(key)
         if scope is None:
