@@ -96,6 +96,16 @@ def accepted_by_worker(exposition: str) -> dict[str, float]:
     return found
 
 
+def workers_in(exposition: str) -> set[str]:
+    """The `worker` labels of every sample in one /metrics scrape."""
+    return {
+        sample.labels["worker"]
+        for family in text_string_to_metric_families(exposition)
+        for sample in family.samples
+        if "worker" in sample.labels
+    }
+
+
 def run_full_bridge(
     tmp_path: Path, *extra: str, scrapes: list[str] | None = None
 ) -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
@@ -127,8 +137,10 @@ def test_two_workers_give_the_same_spans_as_one(reference: list[dict[str, Any]],
     spans, records, stats = run_full_bridge(tmp_path / "two", "--workers", "2", scrapes=scrapes)
     assert stats["workers"] == 2
     for exposition in scrapes:  # whichever worker answers, it speaks for both
+        assert workers_in(exposition) == {"0", "1"}
+        # (which worker accepts a connection is the kernel's choice: one may have taken every POST)
         accepted = accepted_by_worker(exposition)
-        assert set(accepted) == {"0", "1"}
+        assert set(accepted) <= {"0", "1"}
         assert sum(accepted.values()) == EVENTS_PER_SESSION * len(SESSIONS)
         assert exposition.count(f"# TYPE {ACCEPTED} counter") == 1  # one family, not one per worker
     assert records == EVENTS_PER_SESSION * len(SESSIONS)  # every event's record, once

@@ -101,13 +101,19 @@ class TraceIdRouter:
         assert self._session is not None, "start() first"
 
         async def scrape(index: int) -> tuple[str, bytes | None]:
-            try:
-                async with self._session.get(  # type: ignore[union-attr]
-                    self.peer_urls[index] + METRICS_PATH, headers={SECRET_HEADER: self.secret}
-                ) as response:
-                    return str(index), await response.read() if response.status == 200 else None
-            except (TimeoutError, aiohttp.ClientError):
-                return str(index), None  # a worker that cannot answer is missing from this scrape
+            # Tried twice: a pooled connection the peer has just closed fails at once (the GET is
+            # safe to repeat); a worker that still cannot answer is missing from this scrape.
+            for _ in range(2):
+                try:
+                    async with self._session.get(  # type: ignore[union-attr]
+                        self.peer_urls[index] + METRICS_PATH, headers={SECRET_HEADER: self.secret}
+                    ) as response:
+                        return str(index), await response.read() if response.status == 200 else None
+                except aiohttp.ClientConnectionError:
+                    continue
+                except (TimeoutError, aiohttp.ClientError):
+                    break
+            return str(index), None
 
         peers = [i for i in range(len(self.peer_urls)) if i != self.index]
         texts = {str(self.index): own}
