@@ -202,6 +202,16 @@ static int pack_value(PyObject *obj, RawBuf *b) {
     return 0;
 }
 
+/* Hand `chunk` to the writer's thread, after every chunk queued before it. */
+static void enqueue(Writer *w, Chunk *chunk) {
+    pthread_mutex_lock(&w->lock);
+    if (w->tail) w->tail->next = chunk;
+    else w->head = chunk;
+    w->tail = chunk;
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->lock);
+}
+
 /* Queue a chunk of `rows` packed rows (taking `data`): 0, or -1 when the writer is closed. */
 static int queue_packed(PyObject *writer, char *data, size_t size, Py_ssize_t rows) {
     (void)size;
@@ -210,12 +220,7 @@ static int queue_packed(PyObject *writer, char *data, size_t size, Py_ssize_t ro
     Chunk *chunk = PyMem_RawMalloc(sizeof(Chunk));
     if (chunk == NULL) return -1;
     *chunk = (Chunk){data, rows, NULL, NULL};
-    pthread_mutex_lock(&w->lock);
-    if (w->tail) w->tail->next = chunk;
-    else w->head = chunk;
-    w->tail = chunk;
-    pthread_cond_signal(&w->wake);
-    pthread_mutex_unlock(&w->lock);
+    enqueue(w, chunk);
     return 0;
 }
 
@@ -295,12 +300,7 @@ static PyObject *writer_keep(Writer *w, PyObject *args) {
         }
         job->parts[i] = raw_inner((const unsigned char *)PyBytes_AS_STRING(body), (size_t)PyBytes_GET_SIZE(body));
     }
-    pthread_mutex_lock(&w->lock);
-    if (w->tail) w->tail->next = chunk;
-    else w->head = chunk;
-    w->tail = chunk;
-    pthread_cond_signal(&w->wake);
-    pthread_mutex_unlock(&w->lock);
+    enqueue(w, chunk);
     Py_RETURN_NONE;
 nomem:
     if (chunk) free_chunk(chunk);
