@@ -202,6 +202,9 @@ def test_ray_init_hook_spans_link_across_processes(tmp_path: Path) -> None:
         env = script_env(tmp_path / "spans", RAY_ENV)
         summary = _run_driver("init", LOCAL_HOOK, temp_dir, env=env)
         _check_trace(tmp_path / "spans", summary)
+        # A processor that does not say it reads spans only would make every worker's spans SDK spans
+        # (the task-output keeper once did): twice the cost of a traced task in the worker.
+        assert summary["leaf"]["execution_span"] == "DirectSpan"
     finally:
         stop_cluster(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)

@@ -23,7 +23,9 @@ def _custom(name: str) -> dict[str, object]:
 
 @ray.remote
 def leaf(x: int) -> dict[str, object]:
-    return {"value": x + 1, **_custom("custom-in-task")}
+    # The execution span's class: ours stay direct with the workers' output captured (the default).
+    kind = type(trace.get_current_span()).__name__
+    return {"value": x + 1, "execution_span": kind, **_custom("custom-in-task")}
 
 
 @ray.remote

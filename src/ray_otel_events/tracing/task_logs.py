@@ -217,7 +217,9 @@ class _TeeStream:
 class TeeBeforeTasks(SpanProcessor):
     """Ray's worker replaces sys.stdout and sys.stderr after the hook ran (default_worker.py opens
     them again, unbuffered): each span start puts the tee back in front if it is gone, one type
-    check a span."""
+    check a span. It never reads the span, so spans may stay direct (tracing/direct_spans.py)."""
+
+    accepts_direct_spans = True
 
     def on_start(self, span: Span, parent_context: context.Context | None = None) -> None:
         if type(sys.stdout) is not _TeeStream:
