@@ -43,6 +43,7 @@ NATIVE_MODULES = (
     "_ray_json_encode",
     "_state_fold",
     "_spool_lines",
+    "_spool_line",
 )
 SQLITE_MODULES = ("_row_writer", "_post_fold")  # built only where SQLite's headers are
 ZLIB_MODULES = ("_raw_deflate",)  # built only where zlib's headers are (the row writer needs both)

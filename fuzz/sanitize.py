@@ -24,6 +24,7 @@ TESTS = [
     "tests/test_ray_json.py",
     "tests/test_bridge_ray_json_decode.py",
     "tests/test_spool_lines.py",
+    "tests/test_spool_line.py",
 ]
 
 # Run first, in the same environment: the tests must see the sanitized modules, not the source

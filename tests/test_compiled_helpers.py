@@ -44,6 +44,7 @@ from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.protobuf.events_task_lifecycle_event_pb2 import TaskLifecycleEvent
 from ray_otel_events.store import row_fold, sqlite_store, state_merge
 from ray_otel_events.store.sqlite_store import EventStore
+from ray_otel_events.tracing import spool
 from tests.helpers.examples import examples
 from tests.helpers.pure_python import needs_compiled as needs_compiled_twins
 from tests.helpers.pure_python import run_pure_python
@@ -86,6 +87,10 @@ try:
     from ray_otel_events.native import _span_json
 except ImportError:
     _span_json = None  # type: ignore[assignment]
+try:
+    from ray_otel_events.native import _spool_line
+except ImportError:
+    _spool_line = None  # type: ignore[assignment]
 try:
     from ray_otel_events.native import _state_fold
 except ImportError:
@@ -137,6 +142,7 @@ def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
         assert not event_heads._compiled
         assert span_json.ns_to_iso_str is span_json.python_ns_to_iso_str
         assert state_merge.prepare is state_merge._prepare_python
+        assert spool.compiled_span_line is spool._python_writes
         return
     assert _record_walk is not None, "setup.py should have built native/_record_walk.c"
     assert _ray_json_wire is not None, "setup.py should have built native/_ray_json_wire.c"
@@ -161,6 +167,9 @@ def test_the_helpers_are_compiled_where_a_c_compiler_is_present() -> None:
     assert state_merge.prepare is _state_fold.prepare
     assert state_merge.row_columns is _state_fold.row_columns
     assert row_fold.fold_rows is _state_fold.fold_rows
+    assert _spool_line is not None, "setup.py should have built native/_spool_line.c"
+    assert spool.compiled_span_line is _spool_line.span_line
+    assert spool.compiled_submission_line is _spool_line.submission_line
 
 
 def _plans() -> tuple[log_records._Plan, log_records._Plan]:

@@ -199,6 +199,41 @@ class DirectSpan(trace_api.Span, ReadableSpan):
             self._resource,
         )
 
+    def spool_fields(
+        self,
+    ) -> tuple[
+        str,
+        SpanContext | None,
+        SpanKind,
+        SpanContext | None,
+        int | None,
+        int | None,
+        Status,
+        dict[str, Any],
+        list[Event],
+        Sequence[Link],
+        InstrumentationScope | None,
+        int,
+        int,
+    ]:
+        """What its spool line is written from (`spool.span_line` and its compiled twin), read at once:
+        one call of this from C costs less than an attribute lookup there per field."""
+        return (
+            self._name,
+            self._context,
+            self._kind,
+            self._parent,
+            self._start_time,
+            self._end_time,
+            self._status,
+            self._attributes,  # type: ignore[return-value]  # always a dict here
+            self._events,
+            self._links,
+            self._instrumentation_scope,
+            self._dropped_attributes,
+            self._dropped_events,
+        )
+
     # -- what processors read that ReadableSpan would report as 0 for a plain dict/list --------
 
     @property

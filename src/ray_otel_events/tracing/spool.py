@@ -28,18 +28,25 @@ import subprocess
 import sys
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
-from opentelemetry.trace import SpanContext, SpanKind
+from opentelemetry.trace import SpanContext, SpanKind, StatusCode
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 
+from ray_otel_events import native
 from ray_otel_events.otel import semconv
 from ray_otel_events.tracing.background import BatchingQueue
 from ray_otel_events.tracing.direct_spans import UNSET_STATUS, DirectSpan
+
+try:  # the lines written compiled (setup.py builds it where a C compiler is present)
+    from ray_otel_events.native import _spool_line
+except ImportError:
+    _spool_line = None  # type: ignore[assignment]
 
 logger = logging.getLogger("ray_otel_events.tracing")
 
@@ -95,22 +102,26 @@ def span_line(span: ReadableSpan, kind: str) -> bytes:
     code, status description, attributes, events [[name, ns, attributes]], links [[trace id (hex),
     span id, flags, trace state, attributes, is remote]], scope name, scope version, scope schema
     url, dropped attributes, dropped events, dropped links]`. `kind` STARTED writes what is known at
-    the start (no end, status or events). Written on the task's thread for an execution span, so
-    a DirectSpan's fields are read directly rather than through the ReadableSpan properties."""
+    the start (no end, status or events), STARTED_REF the start reference `["s", span id]`. Written
+    on the task's thread for an execution span, so a DirectSpan's fields are read directly rather
+    than through the ReadableSpan properties. The Python twin of `_spool_line.span_line`."""
+    if kind == STARTED_REF:
+        return b'["s",%d]\n' % span.context.span_id
     attributes: Mapping[str, Any]
     events: Sequence[Event]
     if type(span) is DirectSpan:
-        name, context, span_kind, parent, start, end, status, attributes, events, links, _ = (
-            span.line_fields()
+        name, context, span_kind, parent, start, end, status, attributes, events, links, scope, *counts = (
+            span.spool_fields()
         )
-        dropped = (span._dropped_attributes, span._dropped_events, 0)
+        dropped = (counts[0], counts[1], 0)
     else:
         name, context, span_kind, parent = span.name, span.context, span.kind, span.parent
         start, end, status = span.start_time, span.end_time, span.status
         attributes, events, links = span.attributes or {}, span.events, span.links
+        scope = span.instrumentation_scope
         dropped = (span.dropped_attributes, span.dropped_events, span.dropped_links)
     assert context is not None
-    scope_name, scope_version, scope_schema = _scope_fields(span.instrumentation_scope)
+    scope_name, scope_version, scope_schema = _scope_fields(scope)
     trace_id = context.trace_id
     trace_state = context.trace_state
     started = kind == STARTED
@@ -171,7 +182,8 @@ def submission_line(
     scope: Any,
 ) -> bytes:
     """`span_line` of an ended PRODUCER span with these fields, UNSET status and no events or links
-    (a deferred submission span), written from the fields without making the span."""
+    (a deferred submission span), written from the fields without making the span. The Python twin
+    of `_spool_line.submission_line`."""
     trace_id = context.trace_id
     trace_state = context.trace_state
     scope_name, scope_version, scope_schema = _scope_fields(scope)
@@ -204,6 +216,29 @@ def submission_line(
         default=_plain,
         option=orjson.OPT_APPEND_NEWLINE,
     )
+
+
+def _python_writes(*_: Any) -> None:
+    """The compiled writers' answer when they are not built: the Python twin writes every line."""
+    return None
+
+
+# The compiled writers (the same bytes; None for what they leave to the twins above).
+compiled_span_line: Callable[[ReadableSpan, str], bytes | None] = _python_writes
+compiled_submission_line: Callable[..., bytes | None] = _python_writes
+if _spool_line is not None and native.ENABLED:
+    _spool_line.bind(
+        DirectSpan,
+        SpanContext,
+        tuple((kind, kind.value) for kind in SpanKind),
+        SpanKind.PRODUCER.value,
+        tuple((code, code.value) for code in StatusCode),
+        UNSET_STATUS,
+        DEFAULT_TRACE_STATE,
+        orjson.dumps,
+    )
+    compiled_span_line = _spool_line.span_line
+    compiled_submission_line = _spool_line.submission_line
 
 
 def header_line(resource: Resource) -> bytes:
@@ -414,7 +449,11 @@ class SpoolSpanProcessor(SpanProcessor):
         tracer: Any,
     ) -> bytes:
         """A deferred submission span's line, made without the span (tracing/deferred_spans.py)."""
-        return submission_line(name, context, parent, start_ns, end_ns, attributes, tracer.scope)
+        scope = tracer.scope
+        line = compiled_submission_line(name, context, parent, start_ns, end_ns, attributes, scope)
+        if line is not None:
+            return line
+        return submission_line(name, context, parent, start_ns, end_ns, attributes, scope)
 
     def write_lines(self, lines: list[bytes]) -> None:
         """Lines made elsewhere, written now on the calling thread (already a background one)
@@ -428,10 +467,11 @@ class SpoolSpanProcessor(SpanProcessor):
             try:
                 if kind is LINE:
                     lines.append(span)
-                elif kind is STARTED and id(span) in ending:
-                    lines.append(b'["s",%d]\n' % span.context.span_id)
-                else:
-                    lines.append(span_line(span, kind))
+                    continue
+                if kind is STARTED and id(span) in ending:
+                    kind = STARTED_REF
+                line = compiled_span_line(span, kind)
+                lines.append(line if line is not None else span_line(span, kind))
             except Exception as exc:  # one bad span must not cost the batch
                 self.writer.failed += 1
                 self.writer._report(f"cannot write span {span.name!r}: {exc!r}")
