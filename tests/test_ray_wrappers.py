@@ -4,6 +4,7 @@ the same with them as with Ray's helpers as shipped (`RAY_OTEL_EVENTS_RAY_WRAPPE
 
 from __future__ import annotations
 
+import logging
 import shutil
 import sys
 import tempfile
@@ -134,7 +135,9 @@ def test_spans_are_the_same_with_rays_helpers_as_shipped(tmp_path: Path) -> None
     assert ours == shipped
 
 
-def test_left_alone_when_rays_helpers_have_another_shape() -> None:
+def test_left_alone_when_rays_helpers_have_another_shape(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from ray.util.tracing import tracing_helper
 
     from ray_otel_events.tracing import ray_wrappers
@@ -148,3 +151,12 @@ def test_left_alone_when_rays_helpers_have_another_shape() -> None:
     del changed._DictPropagator  # type: ignore[attr-defined]
     changed._function_hydrate_span_args = tracing_helper._function_hydrate_span_args  # type: ignore[attr-defined]
     assert "_DictPropagator" in str(ray_wrappers._shape_mismatch(changed, "2.60.0"))
+    # install() on a helper module of another shape changes nothing and says why at debug.
+    monkeypatch.setitem(sys.modules, ray_wrappers.TRACING_HELPER, changed)
+    proxy = tracing_helper._OpenTelemetryProxy()
+    changed._opentelemetry = proxy  # type: ignore[attr-defined]
+    with caplog.at_level(logging.DEBUG, logger="ray_otel_events.tracing"):
+        assert ray_wrappers.install() is False
+    assert changed._opentelemetry is proxy  # type: ignore[attr-defined]
+    assert changed._use_context is tracing_helper._use_context  # type: ignore[attr-defined]
+    assert "left as they are: _DictPropagator" in caplog.text
