@@ -223,12 +223,16 @@ def child_ray(mode: str, n: int) -> dict[str, float]:
         "ours": LOCAL_HOOK,
         "ours-no-output": LOCAL_HOOK,
         "ours-otlp": OTLP_HOOK,
+        "ours-ray-helpers": LOCAL_HOOK,
+        "ours-otlp-ray-helpers": OTLP_HOOK,
         "ours-otlp-grpc": OTLP_HOOK,
         "sdk-docs": "bench_tracing:sdk_docs_hook",
         "sdk-docs-grpc": "bench_tracing:sdk_docs_hook",
     }[mode]
     if mode == "ours-no-output":  # the workers' prints not made log records: what capturing costs
         os.environ["RAY_OTEL_EVENTS_TASK_OUTPUT"] = "0"
+    if mode.endswith("-ray-helpers"):  # Ray's tracing helpers as shipped: what our stand-ins save
+        os.environ["RAY_OTEL_EVENTS_RAY_WRAPPERS"] = "0"
     temp_dir = tempfile.mkdtemp(prefix="rb", dir="/tmp")
     kwargs: dict[str, Any] = {"_tracing_startup_hook": hook} if hook else {}
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", _temp_dir=temp_dir, **kwargs)
@@ -445,6 +449,8 @@ def report(
                 "ours": "Ray + our local hook",
                 "ours-no-output": "Ray + our local hook, workers' prints not captured",
                 "ours-otlp": "Ray + our OTLP hook, http/protobuf (spans and event records)",
+                "ours-ray-helpers": "Ray + our local hook, Ray's tracing helpers as shipped",
+                "ours-otlp-ray-helpers": "Ray + our OTLP hook, http/protobuf, Ray's helpers as shipped",
                 "ours-otlp-grpc": "Ray + our OTLP hook, grpc (spans and event records)",
             },
             only,
@@ -496,6 +502,15 @@ def report(
             notes.append(text + ".")
         if "ray-bundled" in ray_results:
             notes.append(f"Ray's bundled hook: {ratio('ray-bundled'):.2f} ({added('ray-bundled'):+.1f} µs).")
+        for mode in ("ours", "ours-otlp"):
+            if mode in ray_results and f"{mode}-ray-helpers" in ray_results:
+                shipped = f"{mode}-ray-helpers"
+                notes.append(
+                    f"`{mode}` with Ray's tracing helpers as shipped: {ratio(shipped):.2f} of the do-nothing"
+                    f" hook; our stand-ins (tracing/ray_wrappers.py) save"
+                    f" {-over(mode, shipped, 'total_cpu_us'):+.1f} µs of CPU per task in all,"
+                    f" {-over(mode, shipped, 'submit_cpu_us'):+.1f} µs on the submitting thread."
+                )
         if "ours" in ray_results and "ours-no-output" in ray_results:
             notes.append(
                 "Capturing the workers' prints (a no-op task prints nothing) costs"

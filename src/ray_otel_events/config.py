@@ -433,6 +433,7 @@ SERVE_TRACING_EXPORTER = "RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH"
 EVENT_LOGS = "RAY_OTEL_EVENTS_EVENT_LOGS"
 SYNC_TASK_EVENTS = "RAY_OTEL_EVENTS_SYNC_TASK_EVENTS"
 TASK_OUTPUT = "RAY_OTEL_EVENTS_TASK_OUTPUT"  # 0: a Ray worker's prints are not made log records
+RAY_WRAPPERS = "RAY_OTEL_EVENTS_RAY_WRAPPERS"  # 0: Ray's tracing helpers left as shipped
 # Standard OTel names; the SDK exporters read the rest (endpoint, headers, timeout, compression).
 OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
 OTLP_TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
@@ -473,6 +474,8 @@ class TracingConfig:
     sync_task_events: bool = False
     # In a Ray worker, each line a task writes to stdout/stderr also as a log record with its ids.
     task_output: bool = True
+    # Ray's tracing wrappers call our cheaper, equivalent helpers (tracing/ray_wrappers.py).
+    ray_wrappers: bool = True
 
     @classmethod
     def from_env(cls, env: Environ | None = None) -> TracingConfig:
@@ -491,6 +494,7 @@ class TracingConfig:
             event_logs=env_bool(env, EVENT_LOGS, False) if env.get(EVENT_LOGS, "").strip() else None,
             sync_task_events=env_bool(env, SYNC_TASK_EVENTS, cls.sync_task_events),
             task_output=env_bool(env, TASK_OUTPUT, cls.task_output),
+            ray_wrappers=env_bool(env, RAY_WRAPPERS, cls.ray_wrappers),
         )
         cfg.validate()
         return cfg

@@ -4,8 +4,9 @@
 it the span processors (where spans go) and log record processors (where task logs, and event log
 records when `event_logs`, go); it adds the task-event processor in front (spans -> RayEvents ->
 recorder and log records), sets the global providers (and, in place of the SDK's default
-propagator, the same W3C one with its common case written out: tracing/propagation.py), puts an
-OTel handler on the root logger (so `logging` in a task carries its span's context), in a Ray
+propagator, the same W3C one with its common case written out: tracing/propagation.py), in a Ray
+process gives Ray's tracing wrappers cheaper helpers with the same results (tracing/ray_wrappers.py),
+puts an OTel handler on the root logger (so `logging` in a task carries its span's context), in a Ray
 worker makes each line its tasks print a log record too (tracing/task_logs.py), and makes sure
 everything is flushed when the process ends, including a multiprocessing child ending with
 `os._exit` (atexit does not run there; multiprocessing's own finalizers do).
@@ -22,6 +23,7 @@ import atexit
 import logging
 import multiprocessing.util
 import os
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +52,7 @@ from ray_otel_events.tracing.task_logs import capture_ray_worker_output, install
 logger = logging.getLogger("ray_otel_events.tracing")
 
 EXIT_FLUSH_TIMEOUT_S = 10.0
+RAY_TRACING_HELPER = "ray.util.tracing.tracing_helper"  # loaded: this is a Ray process with tracing on
 
 
 @dataclass
@@ -147,6 +150,8 @@ def install_tracing(
         resource = resource if resource is not None else Resource.create()
         tracer_provider, deferred_spans = _tracer_provider(resource)
         install_w3c_propagator()  # Ray's wrappers inject and extract through it every task
+        if config.ray_wrappers and RAY_TRACING_HELPER in sys.modules:
+            _install_ray_wrappers()
         recorder = recorder_from_config(config)
         sinks: list[EventSink] = [] if recorder is None else [RecorderSink(recorder)]
         logger_provider: LoggerProvider | None = None
@@ -183,6 +188,14 @@ def install_tracing(
         )
         _register_exit_flush()
         return _installation
+
+
+def _install_ray_wrappers() -> None:
+    """Ray's tracing wrappers call cheaper helpers that give the same spans (only imported in a
+    process that has Ray's tracing loaded: importing Ray elsewhere would cost a second)."""
+    from ray_otel_events.tracing import ray_wrappers
+
+    ray_wrappers.install()
 
 
 def _adopt_after_fork(installation: TracingInstallation) -> None:
