@@ -424,6 +424,20 @@ enum {
 #define TEMPLATES_MAX 4096
 #define CACHED 8
 #define CACHED_KEY_MAX 192
+#define PIECES_MAX 48
+/* (below the size where glibc's memcpy turns to `rep movsb`, which callgrind counts byte by byte) */
+#define SPANS_FLUSH 3072
+
+/* A template `(pieces, order)` read once into C: its pieces (borrowed from `template`, which the
+ * holder keeps), the value each piece is followed by, and the pieces' total size. */
+typedef struct {
+    PyObject *template;
+    int n_order;
+    const char *piece[PIECES_MAX];
+    Py_ssize_t piece_n[PIECES_MAX];
+    int order[PIECES_MAX];
+    Py_ssize_t fixed;
+} Template;
 
 typedef struct {
     PyObject *by_scope, *scope_of, *scope_fn, *records, *open_by_span, *open_by_ray_id, *started_refs, *templates,
@@ -435,7 +449,7 @@ typedef struct {
     struct {
         char key[CACHED_KEY_MAX];
         Py_ssize_t n;
-        PyObject *template;
+        Template t;
     } cache[CACHED];
     int next_cached;
     /* The scope group the last span went to, by its scope's text as written (most lines of a chunk
@@ -443,6 +457,10 @@ typedef struct {
     const char *last_scope_at;
     Py_ssize_t last_scope_len;
     PyObject *last_spans;
+    /* `ScopeSpans.spans` entries of the last scope group not yet handed over to `last_spans`: a
+     * bytes object per few spans (SPANS_FLUSH bytes), not per span. */
+    Buf spans_out;
+    Py_ssize_t spans_made, records_made;
 } Ctx;
 
 /* A value slot: offsets into Ctx's value buffer. */
@@ -462,46 +480,6 @@ static void value_end(Values *v, Buf *b) {
     v->count++;
 }
 
-/* One record from its template `(pieces, order)`: pieces[0], the value order[0] names, pieces[1]...
- * The values are the slot values, then the time (fixed64), trace id, span id and observed time. */
-static PyObject *filled(PyObject *template, const Values *v, const char *vals, uint64_t time_ns,
-                        const uint8_t *trace_id, const uint8_t *span_id, uint64_t observed) {
-    PyObject *pieces = PyTuple_GET_ITEM(template, 0), *order = PyTuple_GET_ITEM(template, 1);
-    Py_ssize_t n_pieces = PyTuple_GET_SIZE(pieces), n_order = PyTuple_GET_SIZE(order);
-    if (n_pieces != n_order + 1) {
-        PyErr_SetString(PyExc_ValueError, "a template's pieces and order do not agree");
-        return NULL;
-    }
-    char fixed[2][8];
-    put_fixed_bits(fixed[0], time_ns, 8);
-    put_fixed_bits(fixed[1], observed, 8);
-    const char *extra[4] = {fixed[0], (const char *)trace_id, (const char *)span_id, fixed[1]};
-    const Py_ssize_t extra_n[4] = {8, 16, 8, 8};
-    Py_ssize_t size = 0;
-    for (Py_ssize_t i = 0; i < n_pieces; i++) size += PyBytes_GET_SIZE(PyTuple_GET_ITEM(pieces, i));
-    for (Py_ssize_t i = 0; i < n_order; i++) {
-        Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(order, i));
-        if (index < 0 || index >= v->count + 4) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a template's value index is out of range");
-            return NULL;
-        }
-        size += index < v->count ? v->n[index] : extra_n[index - v->count];
-    }
-    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
-    if (out == NULL) return NULL;
-    char *o = PyBytes_AS_STRING(out);
-    for (Py_ssize_t i = 0; i < n_pieces; i++) {
-        PyObject *piece = PyTuple_GET_ITEM(pieces, i);
-        o = put(o, PyBytes_AS_STRING(piece), PyBytes_GET_SIZE(piece));
-        if (i < n_order) {
-            Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(order, i));
-            if (index < v->count) o = put(o, vals + v->at[index], v->n[index]);
-            else o = put(o, extra[index - v->count], extra_n[index - v->count]);
-        }
-    }
-    return out;
-}
-
 /* A template as the Python path hands it: a tuple (pieces: tuple of bytes, order: tuple of ints),
  * or None (no template for this shape: every record of it comes from `miss`). */
 static int template_ok(PyObject *t) {
@@ -516,19 +494,101 @@ static int template_ok(PyObject *t) {
     return 1;
 }
 
+/* `template` (checked by `template_ok`, not None) read into `out` for records of `count` values:
+ * 0, 1 when it has more pieces than a Template holds (its records then come from `miss`), -1 an
+ * error. */
+static int template_read(PyObject *template, int count, Template *out) {
+    PyObject *pieces = PyTuple_GET_ITEM(template, 0), *order = PyTuple_GET_ITEM(template, 1);
+    Py_ssize_t n_pieces = PyTuple_GET_SIZE(pieces), n_order = PyTuple_GET_SIZE(order);
+    if (n_pieces != n_order + 1) {
+        PyErr_SetString(PyExc_ValueError, "a template's pieces and order do not agree");
+        return -1;
+    }
+    if (n_pieces > PIECES_MAX) return 1;
+    out->template = template;
+    out->n_order = (int)n_order;
+    out->fixed = 0;
+    for (Py_ssize_t i = 0; i < n_pieces; i++) {
+        PyObject *piece = PyTuple_GET_ITEM(pieces, i);
+        out->piece[i] = PyBytes_AS_STRING(piece);
+        out->piece_n[i] = PyBytes_GET_SIZE(piece);
+        out->fixed += out->piece_n[i];
+    }
+    for (Py_ssize_t i = 0; i < n_order; i++) {
+        Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(order, i));
+        if (index < 0 || index >= count + 4) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a template's value index is out of range");
+            return -1;
+        }
+        out->order[i] = (int)index;
+    }
+    return 0;
+}
+
+/* A length-delimited field 2 (`ScopeLogs.log_records`, `ScopeSpans.spans`) of `n` bytes, into `out`. */
+static int put_entry(Buf *out, const char *record, Py_ssize_t n) {
+    if (buf_reserve(out, 1 + 10 + n) < 0) return -1;
+    char *o = out->data + out->len;
+    *o++ = 0x12;
+    o = put_varint(o, (uint64_t)n);
+    out->len = put(o, record, n) - out->data;
+    return 0;
+}
+
+/* One record from its template, as a `ScopeLogs.log_records` entry appended to the chunk's records:
+ * pieces[0], the value order[0] names, pieces[1]... The values are the slot values, then the time
+ * (fixed64), trace id, span id and observed time. (An object per record, a record being 1-2 KB:
+ * the request's join then copies pieces below the size where memcpy turns to `rep movsb`.) */
+static int filled(Ctx *ctx, const Template *t, const Values *v, const char *vals, uint64_t time_ns,
+                  const uint8_t *trace_id, const uint8_t *span_id) {
+    char fixed[2][8];
+    put_fixed_bits(fixed[0], time_ns, 8);
+    put_fixed_bits(fixed[1], ctx->observed, 8);
+    const char *value[12];
+    Py_ssize_t value_n[12];
+    for (int i = 0; i < v->count; i++) {
+        value[i] = vals + v->at[i];
+        value_n[i] = v->n[i];
+    }
+    value[v->count] = fixed[0], value_n[v->count] = 8;
+    value[v->count + 1] = (const char *)trace_id, value_n[v->count + 1] = 16;
+    value[v->count + 2] = (const char *)span_id, value_n[v->count + 2] = 8;
+    value[v->count + 3] = fixed[1], value_n[v->count + 3] = 8;
+    Py_ssize_t size = t->fixed;
+    for (int i = 0; i < t->n_order; i++) {
+        if (t->order[i] >= v->count + 4) {
+            PyErr_SetString(PyExc_ValueError, "a template's value index is out of range");
+            return -1;
+        }
+        size += value_n[t->order[i]];
+    }
+    PyObject *record = PyBytes_FromStringAndSize(NULL, 1 + varint_size((uint64_t)size) + size);
+    if (record == NULL) return -1;
+    char *o = PyBytes_AS_STRING(record);
+    *o++ = 0x12;
+    o = put_varint(o, (uint64_t)size);
+    o = put(o, t->piece[0], t->piece_n[0]);
+    for (int i = 0; i < t->n_order; i++) {
+        o = put(o, value[t->order[i]], value_n[t->order[i]]);
+        o = put(o, t->piece[i + 1], t->piece_n[i + 1]);
+    }
+    int rc = PyList_Append(ctx->records, record);
+    Py_DECREF(record);
+    return rc;
+}
+
 /* One event's record: from the template kept under `key`, or made by `miss(facts, trace id, span id,
  * flags)` (which answers (record, template)), the template then kept. */
 static int emit_record(Ctx *ctx, Buf *key, PyObject *(*facts_of)(void *), void *facts_arg, const Values *v,
                        const char *vals, uint64_t time_ns, const uint8_t *trace_id, const uint8_t *span_id,
                        uint64_t flags) {
     for (int i = 0; i < CACHED; i++) {
-        if (ctx->cache[i].template != NULL && ctx->cache[i].n == key->len &&
+        if (ctx->cache[i].t.template != NULL && ctx->cache[i].n == key->len &&
             memcmp(ctx->cache[i].key, key->data, (size_t)key->len) == 0) {
-            PyObject *record = filled(ctx->cache[i].template, v, vals, time_ns, trace_id, span_id, ctx->observed);
-            if (record == NULL) return -1;
-            int rc = PyList_Append(ctx->records, record);
-            Py_DECREF(record);
-            return rc;
+            if (filled(ctx, &ctx->cache[i].t, v, vals, time_ns, trace_id, span_id) < 0)
+                return -1;
+            ctx->records_made++;
+            return 0;
         }
     }
     PyObject *k = PyBytes_FromStringAndSize(key->data, key->len);
@@ -538,41 +598,71 @@ static int emit_record(Ctx *ctx, Buf *key, PyObject *(*facts_of)(void *), void *
         Py_DECREF(k);
         return -1;
     }
-    PyObject *record = NULL;
+    int rc = -1;
     if (template != NULL && template != Py_None) {
-        record = filled(template, v, vals, time_ns, trace_id, span_id, ctx->observed);
-        if (key->len <= CACHED_KEY_MAX) {
-            int at = ctx->next_cached;
-            ctx->next_cached = (at + 1) % CACHED;
-            Py_XSETREF(ctx->cache[at].template, Py_NewRef(template));
-            memcpy(ctx->cache[at].key, key->data, (size_t)key->len);
-            ctx->cache[at].n = key->len;
-        }
-    } else {
-        PyObject *facts = facts_of(facts_arg);
-        PyObject *answer = NULL;
-        if (facts != NULL)
-            answer = PyObject_CallFunction(ctx->miss, "Oy#y#K", facts, (const char *)trace_id, (Py_ssize_t)16,
-                                           (const char *)span_id, (Py_ssize_t)8, (unsigned long long)flags);
-        Py_XDECREF(facts);
-        if (answer != NULL) {
-            if (!PyTuple_CheckExact(answer) || PyTuple_GET_SIZE(answer) != 2 ||
-                !PyBytes_CheckExact(PyTuple_GET_ITEM(answer, 0)) || !template_ok(PyTuple_GET_ITEM(answer, 1))) {
-                PyErr_SetString(PyExc_TypeError, "miss must answer (record bytes, template or None)");
-            } else {
-                record = Py_NewRef(PyTuple_GET_ITEM(answer, 0));
-                if (template == NULL) {
-                    if (PyDict_GET_SIZE(ctx->templates) >= TEMPLATES_MAX) PyDict_Clear(ctx->templates);
-                    if (PyDict_SetItem(ctx->templates, k, PyTuple_GET_ITEM(answer, 1)) < 0) Py_CLEAR(record);
-                }
+        Template read;
+        int got = template_read(template, v->count, &read);
+        if (got == 0) {
+            rc = filled(ctx, &read, v, vals, time_ns, trace_id, span_id);
+            if (rc == 0 && key->len <= CACHED_KEY_MAX) {
+                int at = ctx->next_cached;
+                ctx->next_cached = (at + 1) % CACHED;
+                Py_XDECREF(ctx->cache[at].t.template);
+                ctx->cache[at].t = read;
+                Py_INCREF(template);
+                memcpy(ctx->cache[at].key, key->data, (size_t)key->len);
+                ctx->cache[at].n = key->len;
             }
-            Py_DECREF(answer);
+            Py_DECREF(k);
+            if (rc == 0) ctx->records_made++;
+            return rc;
+        }
+        if (got < 0) {
+            Py_DECREF(k);
+            return -1;
         }
     }
+    /* no template (yet), or one too long to read: the record from `miss` */
+    PyObject *facts = facts_of(facts_arg);
+    PyObject *answer = NULL;
+    if (facts != NULL)
+        answer = PyObject_CallFunction(ctx->miss, "Oy#y#K", facts, (const char *)trace_id, (Py_ssize_t)16,
+                                       (const char *)span_id, (Py_ssize_t)8, (unsigned long long)flags);
+    Py_XDECREF(facts);
+    if (answer != NULL) {
+        if (!PyTuple_CheckExact(answer) || PyTuple_GET_SIZE(answer) != 2 ||
+            !PyBytes_CheckExact(PyTuple_GET_ITEM(answer, 0)) || !template_ok(PyTuple_GET_ITEM(answer, 1))) {
+            PyErr_SetString(PyExc_TypeError, "miss must answer (record bytes, template or None)");
+        } else {
+            PyObject *record = PyTuple_GET_ITEM(answer, 0), *entry = NULL;
+            Py_ssize_t n = PyBytes_GET_SIZE(record);
+            entry = PyBytes_FromStringAndSize(NULL, 1 + varint_size((uint64_t)n) + n);
+            if (entry != NULL) {
+                char *o = PyBytes_AS_STRING(entry);
+                *o++ = 0x12;
+                put(put_varint(o, (uint64_t)n), PyBytes_AS_STRING(record), n);
+                rc = PyList_Append(ctx->records, entry);
+                Py_DECREF(entry);
+            }
+            if (rc == 0 && template == NULL) {
+                if (PyDict_GET_SIZE(ctx->templates) >= TEMPLATES_MAX) PyDict_Clear(ctx->templates);
+                rc = PyDict_SetItem(ctx->templates, k, PyTuple_GET_ITEM(answer, 1));
+            }
+        }
+        Py_DECREF(answer);
+    }
     Py_DECREF(k);
-    if (record == NULL) return -1;
-    int rc = PyList_Append(ctx->records, record);
-    Py_DECREF(record);
+    if (rc == 0) ctx->records_made++;
+    return rc;
+}
+
+/* The spans written since the last call, handed over to their scope group's list. */
+static int flush_spans(Ctx *ctx) {
+    if (!ctx->spans_out.len) return 0;
+    PyObject *b = PyBytes_FromStringAndSize(ctx->spans_out.data, ctx->spans_out.len);
+    ctx->spans_out.len = 0;
+    int rc = b == NULL ? -1 : PyList_Append(ctx->last_spans, b);
+    Py_XDECREF(b);
     return rc;
 }
 
@@ -766,6 +856,51 @@ static int put_attributes(Buf *b, const Attr *attrs_, int n, char tag, int mark)
     return 0;
 }
 
+/* The scope group of the line's span made the current one (`last_spans`), what was written for the
+ * one before handed over: the writer's scope object for the line's three strings, its group in
+ * `by_scope` (by the object's id). */
+static int span_group(Ctx *ctx, const Line *l) {
+    if (flush_spans(ctx) < 0) return -1;
+    PyObject *raw = PyBytes_FromStringAndSize(l->scope_at, l->scope_len);
+    PyObject *scope = raw == NULL ? NULL : PyDict_GetItemWithError(ctx->scope_of, raw); /* borrowed */
+    if (scope == NULL && raw != NULL && !PyErr_Occurred()) {
+        Cur c = {l->scope_at, l->scope_at + l->scope_len};
+        Str s[3] = {{"", 0}, {"", 0}, {"", 0}};
+        str(&c, &s[0]);
+        lit(&c, ",", 1);
+        str(&c, &s[1]);
+        lit(&c, ",", 1);
+        str(&c, &s[2]);
+        PyObject *made = PyObject_CallFunction(ctx->scope_fn, "s#s#s#", s[0].s, s[0].n, s[1].s, s[1].n, s[2].s, s[2].n);
+        if (made != NULL) {
+            if (PyDict_SetItem(ctx->scope_of, raw, made) == 0) scope = made;
+            Py_DECREF(made); /* the writer keeps it */
+        }
+    }
+    Py_XDECREF(raw);
+    if (scope == NULL) return -1;
+    PyObject *id = PyLong_FromVoidPtr(scope);
+    PyObject *group = id == NULL ? NULL : PyDict_GetItemWithError(ctx->by_scope, id);
+    if (group == NULL && id != NULL && !PyErr_Occurred()) {
+        PyObject *spans = PyList_New(0);
+        PyObject *made = spans == NULL ? NULL : PyTuple_Pack(2, scope, spans);
+        Py_XDECREF(spans);
+        if (made != NULL && PyDict_SetItem(ctx->by_scope, id, made) == 0) group = made;
+        Py_XDECREF(made);
+    }
+    Py_XDECREF(id);
+    if (group == NULL) return -1;
+    PyObject *spans = PyTuple_GET_ITEM(group, 1);
+    if (!PyList_CheckExact(spans)) {
+        PyErr_SetString(PyExc_TypeError, "a scope group's spans are not a list");
+        return -1;
+    }
+    ctx->last_scope_at = l->scope_at;
+    ctx->last_scope_len = l->scope_len;
+    Py_XSETREF(ctx->last_spans, Py_NewRef(spans));
+    return 0;
+}
+
 /* The span's `ScopeSpans.spans` entry (`plain_span_wire` framed by `span_field`), into its scope's
  * group. */
 static int emit_span(Ctx *ctx, const Line *l, int mark, Buf *b) {
@@ -857,63 +992,13 @@ static int emit_span(Ctx *ctx, const Line *l, int mark, Buf *b) {
     o = put_fixed_bits(o, l->parent_id && l->parent_remote ? 0x300 : 0x100, 4);
     b->len = o - b->data;
 
-    PyObject *field = PyBytes_FromStringAndSize(NULL, 1 + varint_size((uint64_t)b->len) + b->len);
-    if (field == NULL) return -1;
-    o = PyBytes_AS_STRING(field);
-    *o++ = 0x12;
-    o = put_varint(o, (uint64_t)b->len);
-    put(o, b->data, b->len);
-
-    if (ctx->last_spans != NULL && ctx->last_scope_len == l->scope_len &&
-        memcmp(ctx->last_scope_at, l->scope_at, (size_t)l->scope_len) == 0) {
-        int rc = PyList_Append(ctx->last_spans, field);
-        Py_DECREF(field);
-        return rc;
+    if (ctx->last_spans == NULL || ctx->last_scope_len != l->scope_len ||
+        memcmp(ctx->last_scope_at, l->scope_at, (size_t)l->scope_len) != 0) {
+        if (span_group(ctx, l) < 0) return -1;
     }
-    /* its scope: the writer's object for these three strings */
-    PyObject *raw = PyBytes_FromStringAndSize(l->scope_at, l->scope_len);
-    PyObject *scope = raw == NULL ? NULL : PyDict_GetItemWithError(ctx->scope_of, raw); /* borrowed */
-    if (scope == NULL && raw != NULL && !PyErr_Occurred()) {
-        Cur c = {l->scope_at, l->scope_at + l->scope_len};
-        Str s[3] = {{"", 0}, {"", 0}, {"", 0}};
-        str(&c, &s[0]);
-        lit(&c, ",", 1);
-        str(&c, &s[1]);
-        lit(&c, ",", 1);
-        str(&c, &s[2]);
-        PyObject *made = PyObject_CallFunction(ctx->scope_fn, "s#s#s#", s[0].s, s[0].n, s[1].s, s[1].n, s[2].s, s[2].n);
-        if (made != NULL) {
-            if (PyDict_SetItem(ctx->scope_of, raw, made) == 0) scope = made;
-            Py_DECREF(made); /* the writer keeps it */
-        }
-    }
-    Py_XDECREF(raw);
-    if (scope == NULL) {
-        Py_DECREF(field);
-        return -1;
-    }
-    PyObject *id = PyLong_FromVoidPtr(scope);
-    PyObject *group = id == NULL ? NULL : PyDict_GetItemWithError(ctx->by_scope, id);
-    int rc = -1;
-    if (group == NULL && id != NULL && !PyErr_Occurred()) {
-        PyObject *spans = PyList_New(0);
-        PyObject *made = spans == NULL ? NULL : PyTuple_Pack(2, scope, spans);
-        Py_XDECREF(spans);
-        if (made != NULL && PyDict_SetItem(ctx->by_scope, id, made) == 0) group = made;
-        Py_XDECREF(made);
-    }
-    if (group != NULL) {
-        PyObject *spans = PyTuple_GET_ITEM(group, 1);
-        rc = PyList_Append(spans, field);
-        if (rc == 0 && PyList_CheckExact(spans)) {
-            ctx->last_scope_at = l->scope_at;
-            ctx->last_scope_len = l->scope_len;
-            Py_XSETREF(ctx->last_spans, Py_NewRef(spans));
-        }
-    }
-    Py_XDECREF(id);
-    Py_DECREF(field);
-    return rc;
+    if (put_entry(&ctx->spans_out, b->data, b->len) < 0) return -1;
+    ctx->spans_made++;
+    return ctx->spans_out.len >= SPANS_FLUSH ? flush_spans(ctx) : 0;
 }
 
 static void trace_bytes(const Line *l, uint8_t trace_id[16], uint8_t span_id[8]) {
@@ -1275,9 +1360,11 @@ static PyObject *process(PyObject *self, PyObject *args) {
         if (taken == 0) break;
         pos = next - text;
     }
-    result = PyLong_FromSsize_t(pos);
+    if (flush_spans(&ctx) < 0) goto done;
+    result = Py_BuildValue("(nnn)", pos, ctx.spans_made, ctx.records_made);
 done:
-    for (int i = 0; i < CACHED; i++) Py_XDECREF(ctx.cache[i].template);
+    for (int i = 0; i < CACHED; i++) Py_XDECREF(ctx.cache[i].t.template);
+    PyMem_Free(ctx.spans_out.data);
     Py_XDECREF(ctx.last_spans);
     PyMem_Free(l);
     PyMem_Free(span_buf.data);
@@ -1326,7 +1413,8 @@ static PyObject *task_id(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"process", process, METH_VARARGS, "Take a chunk's lines from pos; the offset of the first line handed back."},
+    {"process", process, METH_VARARGS,
+     "Take a chunk's lines from pos: (the offset of the first line handed back, spans, records)."},
     {"bind", bind, METH_VARARGS, "The facts' types and enum values."},
     {"task_id", task_id, METH_VARARGS, "A normal task's derived id (for the tests)."},
     {NULL, NULL, 0, NULL}};
