@@ -1009,16 +1009,34 @@ static void trace_bytes(const Line *l, uint8_t trace_id[16], uint8_t span_id[8])
     }
 }
 
+/* Derived task ids kept by their input (the trace id and the submission's span id): a task's are
+ * derived at its submission's end and at its execution's start and end, in the driver's file and
+ * a worker's, mostly within a sweep or two. Direct-mapped by the span id's low bits (random). */
+#define DERIVED_SLOTS 2048
+static struct {
+    uint8_t in[24];
+    uint8_t digest[8];
+    int used;
+} derived[DERIVED_SLOTS];
+
 /* The derived task id of a normal task (`task_spans.derive_task_id` with the job's nil actor part). */
 static void derive_task_id(const uint8_t trace_id[16], uint64_t submit_span_id, const uint8_t job[4],
                            uint8_t out[24]) {
     uint8_t in[24];
     memcpy(in, trace_id, 16);
     for (int i = 0; i < 8; i++) in[16 + i] = (uint8_t)(submit_span_id >> (56 - 8 * i));
-    blake2b_8(in, 24, out);
-    int nil = 1;
-    for (int i = 0; i < 8; i++) nil &= out[i] == 0xff;
-    if (nil) out[0] = 0xfe;
+    size_t slot = (size_t)(submit_span_id % DERIVED_SLOTS);
+    if (derived[slot].used && memcmp(derived[slot].in, in, 24) == 0) {
+        memcpy(out, derived[slot].digest, 8);
+    } else {
+        blake2b_8(in, 24, out);
+        int nil = 1;
+        for (int i = 0; i < 8; i++) nil &= out[i] == 0xff;
+        if (nil) out[0] = 0xfe;
+        memcpy(derived[slot].in, in, 24);
+        memcpy(derived[slot].digest, out, 8);
+        derived[slot].used = 1;
+    }
     memset(out + 8, 0xff, 12);
     memcpy(out + 20, job, 4);
 }
