@@ -1214,13 +1214,43 @@ static int submit_ended(Ctx *ctx, const Line *l, const Task *t, Buf *vals, Buf *
 }
 
 /* The span id -> line of each ended span of the chunk (the last such line), made at the first start
- * reference; None where a line might be an ended span this module cannot read (any line but an
- * ended span's it reads, a start reference or a start line): its start references are then handed
- * back, the Python path finding their ends. */
+ * reference: an open-addressing table in a bytes object (kept in `ends_box` for the chunk's later
+ * calls), no object per line; None where a line might be an ended span this module cannot read
+ * (any line but an ended span's it reads, a start reference or a start line): its start
+ * references are then handed back, the Python path finding their ends. */
+typedef struct {
+    uint64_t span_id;
+    Py_ssize_t from, to; /* the line: data[from:to]; to 0, an empty slot */
+} EndAt;
+
+typedef struct {
+    Py_ssize_t mask; /* slots - 1 (slots a power of two) */
+    EndAt slot[];
+} Ends;
+
+static inline size_t ends_slot(const Ends *e, uint64_t span_id) {
+    return (size_t)((span_id * 0x9E3779B97F4A7C15ULL) >> 17) & (size_t)e->mask;
+}
+
+/* The line of `span_id`'s ended span, NULL when the chunk has none. */
+static const EndAt *ends_find(const Ends *e, uint64_t span_id) {
+    for (size_t i = ends_slot(e, span_id);; i = (i + 1) & (size_t)e->mask) {
+        if (e->slot[i].to == 0) return NULL;
+        if (e->slot[i].span_id == span_id) return &e->slot[i];
+    }
+}
+
 static PyObject *ends_index(Ctx *ctx, const char *data, Py_ssize_t n) {
     if (PyList_GET_SIZE(ctx->ends_box)) return PyList_GET_ITEM(ctx->ends_box, 0);
-    PyObject *ends = PyDict_New();
+    Py_ssize_t lines = 1;
+    for (const char *q = data; (q = memchr(q, '\n', (size_t)(data + n - q))) != NULL; q++) lines++;
+    Py_ssize_t slots = 16;
+    while (slots < 2 * lines) slots *= 2;
+    PyObject *ends = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(sizeof(Ends) + (size_t)slots * sizeof(EndAt)));
     if (ends == NULL) return NULL;
+    Ends *e = (Ends *)PyBytes_AS_STRING(ends);
+    memset(e->slot, 0, (size_t)slots * sizeof(EndAt));
+    e->mask = slots - 1;
     const char *p = data, *end = data + n;
     while (p < end) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -1230,15 +1260,11 @@ static PyObject *ends_index(Ctx *ctx, const char *data, Py_ssize_t n) {
         uint64_t skip, span_id;
         if (lit(&c, "[\"E\",", 5) && str(&c, &name) && lit(&c, ",", 1) && u64(&c, &skip) && lit(&c, ",", 1) &&
             u64(&c, &skip) && lit(&c, ",", 1) && u64(&c, &span_id)) {
-            PyObject *k = PyLong_FromUnsignedLongLong(span_id);
-            PyObject *v = Py_BuildValue("(nn)", (Py_ssize_t)(p - data), (Py_ssize_t)(line_end - data));
-            int rc = k == NULL || v == NULL ? -1 : PyDict_SetItem(ends, k, v);
-            Py_XDECREF(k);
-            Py_XDECREF(v);
-            if (rc < 0) {
-                Py_DECREF(ends);
-                return NULL;
-            }
+            size_t i = ends_slot(e, span_id);
+            while (e->slot[i].to != 0 && e->slot[i].span_id != span_id) i = (i + 1) & (size_t)e->mask;
+            e->slot[i].span_id = span_id;
+            e->slot[i].from = p - data;
+            e->slot[i].to = line_end - data;
         } else {
             Cur s = {p, line_end};
             uint64_t ref;
@@ -1294,18 +1320,22 @@ static int one_line(Ctx *ctx, const char *data, Py_ssize_t n, const char *p, con
         PyObject *ends = ends_index(ctx, data, n);
         if (ends == NULL) return -1;
         if (ends == Py_None) return 0;
-        PyObject *k = PyLong_FromUnsignedLongLong(ref);
-        if (k == NULL) return -1;
-        PyObject *at = PyDict_GetItemWithError(ends, k);
+        if (!PyBytes_CheckExact(ends) || PyBytes_GET_SIZE(ends) < (Py_ssize_t)sizeof(Ends) ||
+            PyBytes_GET_SIZE(ends) != (Py_ssize_t)(sizeof(Ends) + (size_t)(((const Ends *)PyBytes_AS_STRING(ends))->mask + 1) *
+                                                                     sizeof(EndAt))) {
+            PyErr_SetString(PyExc_TypeError, "process: the chunk's ends index is not this module's");
+            return -1;
+        }
+        const EndAt *at = ends_find((const Ends *)PyBytes_AS_STRING(ends), ref);
         if (at == NULL) {
-            int rc = PyErr_Occurred() ? -1 : PySet_Add(ctx->started_refs, k);
-            Py_DECREF(k);
+            PyObject *k = PyLong_FromUnsignedLongLong(ref);
+            int rc = k == NULL ? -1 : PySet_Add(ctx->started_refs, k);
+            Py_XDECREF(k);
             return rc < 0 ? -1 : 1;
         }
-        Py_DECREF(k);
-        Py_ssize_t from = PyLong_AsSsize_t(PyTuple_GET_ITEM(at, 0)), to = PyLong_AsSsize_t(PyTuple_GET_ITEM(at, 1));
+        Py_ssize_t from = at->from, to = at->to;
         if (from < 0 || to < from || to > n) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "process: an end line out of range");
+            PyErr_SetString(PyExc_ValueError, "process: an end line out of range");
             return -1;
         }
         if (!read_line(data + from, data + to, l) || l->kind != 'E' || !read_task(l, ctx->event_logs, &t)) return 0;
