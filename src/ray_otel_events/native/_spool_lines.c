@@ -129,20 +129,62 @@ static inline int lit(Cur *c, const char *text, Py_ssize_t n) {
     return 1;
 }
 
+/* Eight bytes at a time where the byte order allows (SWAR): a word's bytes tested at once. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define WORDS 1
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+static inline uint64_t load8(const char *p) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+}
+
+/* Nonzero when a byte of `w` is 0 (exact as a yes or no). */
+static inline uint64_t zero_byte(uint64_t w) { return (w - ONES) & ~w & HIGHS; }
+
+/* Nonzero when a byte of `w` ends or may not be in a string `str` reads: '"', '\\', below 0x20 or
+ * 0x7f and up. */
+static inline uint64_t string_stop(uint64_t w) {
+    return zero_byte(w ^ (ONES * '"')) | zero_byte(w ^ (ONES * '\\')) | zero_byte(w ^ (ONES * 0x7f)) |
+           ((w - ONES * 0x20) & ~w & HIGHS) | (w & HIGHS);
+}
+
+/* The value of eight ASCII digits (checked by the caller), the first the most significant. */
+static inline uint64_t eight_digits(uint64_t w) {
+    w -= ONES * '0';
+    w = w * 10 + (w >> 8);
+    return (((w & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32))) +
+            (((w >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >>
+           32;
+}
+
+static inline int all_digits(uint64_t w) {
+    return (w & (ONES * 0xf0)) == ONES * 0x30 && ((w + ONES * 0x06) & (ONES * 0xf0)) == ONES * 0x30;
+}
+#else
+#define WORDS 0
+#endif
+
 /* A string of printable ASCII without escapes (anything else: not ours to read). */
 static int str(Cur *c, Str *out) {
     if (c->p >= c->end || *c->p != '"') return 0;
-    const char *s = c->p + 1;
-    const char *q = memchr(s, '"', (size_t)(c->end - s));
-    if (q == NULL) return 0;
-    for (const char *p = s; p < q; p++) {
+    const char *s = c->p + 1, *p = s;
+#if WORDS
+    while (c->end - p >= 8 && !string_stop(load8(p))) p += 8;
+#endif
+    for (; p < c->end; p++) {
         unsigned char ch = (unsigned char)*p;
+        if (ch == '"') {
+            out->s = s;
+            out->n = p - s;
+            c->p = p + 1;
+            return 1;
+        }
         if ((unsigned char)(ch - 0x20) >= 0x5f || ch == '\\') return 0;
     }
-    out->s = s;
-    out->n = q - s;
-    c->p = q + 1;
-    return 1;
+    return 0;
 }
 
 /* An unsigned integer as JSON writes it (no leading zero, no sign), up to 2^64 - 1. */
@@ -155,14 +197,22 @@ static int u64(Cur *c, uint64_t *out) {
         return c->p >= c->end || (*c->p < '0' || *c->p > '9');
     }
     uint64_t v = 0;
+    int over = 0; /* past 2^64 - 1 (so is any number of more than 20 digits): refused */
     const char *q = p;
     unsigned d;
+#if WORDS
+    while (c->end - q >= 8 && all_digits(load8(q))) {
+        over |= __builtin_mul_overflow(v, 100000000ULL, &v);
+        over |= __builtin_add_overflow(v, eight_digits(load8(q)), &v);
+        q += 8;
+    }
+#endif
     while (q < c->end && (d = (unsigned)(unsigned char)*q - '0') <= 9) {
-        v = v * 10 + d; /* past 20 digits, or at 20 above 2^64 - 1, refused below */
+        over |= __builtin_mul_overflow(v, 10ULL, &v);
+        over |= __builtin_add_overflow(v, (uint64_t)d, &v);
         q++;
     }
-    Py_ssize_t digits = q - p;
-    if (digits > 20 || (digits == 20 && memcmp(p, "18446744073709551615", 20) > 0)) return 0;
+    if (over) return 0;
     c->p = q;
     *out = v;
     return q >= c->end || (*q != '.' && *q != 'e' && *q != 'E');
