@@ -172,19 +172,25 @@ static int str(Cur *c, Str *out) {
     if (c->p >= c->end || *c->p != '"') return 0;
     const char *s = c->p + 1, *p = s;
 #if WORDS
-    while (c->end - p >= 8 && !string_stop(load8(p))) p += 8;
+    for (; c->end - p >= 8; p += 8) {
+        uint64_t stop = string_stop(load8(p));
+        if (stop) { /* its lowest flag is its first such byte */
+            p += __builtin_ctzll(stop) >> 3;
+            goto stopped;
+        }
+    }
 #endif
     for (; p < c->end; p++) {
         unsigned char ch = (unsigned char)*p;
-        if (ch == '"') {
-            out->s = s;
-            out->n = p - s;
-            c->p = p + 1;
-            return 1;
-        }
-        if ((unsigned char)(ch - 0x20) >= 0x5f || ch == '\\') return 0;
+        if (ch == '"' || (unsigned char)(ch - 0x20) >= 0x5f || ch == '\\') goto stopped;
     }
     return 0;
+stopped:
+    if (p >= c->end || *p != '"') return 0;
+    out->s = s;
+    out->n = p - s;
+    c->p = p + 1;
+    return 1;
 }
 
 /* An unsigned integer as JSON writes it (no leading zero, no sign), up to 2^64 - 1. */
