@@ -16,6 +16,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 #include "civil_dates.h"
 #include "protobuf_wire.h"
 
@@ -171,6 +175,21 @@ static inline int all_digits(uint64_t w) {
 static int str(Cur *c, Str *out) {
     if (c->p >= c->end || *c->p != '"') return 0;
     const char *s = c->p + 1, *p = s;
+#ifdef __SSE2__
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20),
+                  del = _mm_set1_epi8(0x7f);
+    for (; c->end - p >= 16; p += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+        /* (signed: below 0x20 is also 0x80 and up) */
+        __m128i stops = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                                     _mm_or_si128(_mm_cmplt_epi8(v, space), _mm_cmpeq_epi8(v, del)));
+        int stop = _mm_movemask_epi8(stops);
+        if (stop) {
+            p += __builtin_ctz((unsigned)stop);
+            goto stopped;
+        }
+    }
+#endif
 #if WORDS
     for (; c->end - p >= 8; p += 8) {
         uint64_t stop = string_stop(load8(p));
