@@ -383,11 +383,11 @@ def log_record_entries(records: list[bytes]) -> bytes:
     )
 
 
-def logs_request_of_entries(resource: bytes, scope: bytes, entries: list[bytes]) -> bytes:
+def logs_request_of_entries(resource: bytes, scope: bytes, entries: list[bytes], size: int) -> bytes:
     """`logs_request` of LogRecords already written as `ScopeLogs.log_records` entries
-    (`log_record_entries`, any number to an element of `entries`)."""
+    (`log_record_entries`, any number to an element of `entries`, `size` bytes in all)."""
     head = [b"", b"\x0a", varint(len(resource)), resource, b"", b"\x0a", varint(len(scope)), scope]
-    scope_logs = 1 + len(head[6]) + len(scope) + sum(map(len, entries))
+    scope_logs = 1 + len(head[6]) + len(scope) + size
     head[4] = _framed(b"\x12", scope_logs)
     head[0] = _framed(b"\x0a", 1 + len(head[2]) + len(resource) + len(head[4]) + scope_logs)
     return b"".join(head + entries)

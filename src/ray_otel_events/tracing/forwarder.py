@@ -304,6 +304,7 @@ class _Chunk:
         self.log_records: list[bytes] = []
         self.spans = 0  # entries in by_scope's lists
         self.records = 0  # entries in log_records
+        self.record_bytes = 0  # their size
         self._ends: dict[Any, list[Any]] | None = None
 
     def ends(self) -> dict[Any, list[Any]]:
@@ -523,9 +524,10 @@ class Forwarder:
             )
             pos, size = 0, len(data)
             while pos < size:
-                pos, spans_made, records_made = _spool_lines.process(data, pos, context)
+                pos, spans_made, records_made, record_bytes = _spool_lines.process(data, pos, context)
                 chunk.spans += spans_made
                 chunk.records += records_made
+                chunk.record_bytes += record_bytes
                 if pos >= size:
                     break
                 newline = data.find(b"\n", pos)
@@ -541,7 +543,9 @@ class Forwarder:
             groups = dict(chunk.by_scope.values())
             pending.append(("traces", resource_spans(writer.resource, groups), chunk.spans))
         if chunk.records:
-            body = otlp_wire.logs_request_of_entries(writer.resource_wire, self.scope_wire, chunk.log_records)
+            body = otlp_wire.logs_request_of_entries(
+                writer.resource_wire, self.scope_wire, chunk.log_records, chunk.record_bytes
+            )
             pending.append(("logs", body, chunk.records))
         state.pending = pending
         if not pending:
@@ -618,8 +622,10 @@ class Forwarder:
             group[1].append(span_field(wire))
             chunk.spans += 1
         if records:
-            chunk.log_records.append(otlp_wire.log_record_entries(records))
+            entries = otlp_wire.log_record_entries(records)
+            chunk.log_records.append(entries)
             chunk.records += len(records)
+            chunk.record_bytes += len(entries)
 
     def _send_pending(self, state: _File) -> None:
         while state.pending:
