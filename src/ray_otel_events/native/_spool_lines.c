@@ -1,6 +1,8 @@
 /* The spool forwarder's lines, compiled: a chunk of span lines (tracing/spool.py's `span_line`) read
  * in one pass into each span's OTLP `ScopeSpans.spans` entry and the log records of the RayEvents a
- * normal task's spans imply, the bytes the Python path (tracing/forwarder.py, its twin) writes.
+ * normal task's spans imply, the bytes the Python path (tracing/forwarder.py, its twin) writes,
+ * handed over framed as the requests' entries (a few spans to a bytes object, one record to one)
+ * with their counts, so that Python only joins them.
  *
  * It takes what a traced task writes on the way: ended spans with no trace state, events or links,
  * an UNSET or OK status and plain attributes (strings, integers, booleans, nulls), the two spans of
@@ -164,9 +166,6 @@ static inline uint64_t eight_digits(uint64_t w) {
            32;
 }
 
-static inline int all_digits(uint64_t w) {
-    return (w & (ONES * 0xf0)) == ONES * 0x30 && ((w + ONES * 0x06) & (ONES * 0xf0)) == ONES * 0x30;
-}
 #else
 #define WORDS 0
 #endif
@@ -632,7 +631,7 @@ static int put_entry(Buf *out, const char *record, Py_ssize_t n) {
 /* One record from its template, as a `ScopeLogs.log_records` entry appended to the chunk's records:
  * pieces[0], the value order[0] names, pieces[1]... The values are the slot values, then the time
  * (fixed64), trace id, span id and observed time. (An object per record, a record being 1-2 KB:
- * the request's join then copies pieces below the size where memcpy turns to `rep movsb`.) */
+ * one object for a call's records counted more, the request's join copying it with `rep movsb`.) */
 static int filled(Ctx *ctx, const Template *t, const Values *v, const char *vals, uint64_t time_ns,
                   const uint8_t *trace_id, const uint8_t *span_id) {
     char fixed[2][8];
