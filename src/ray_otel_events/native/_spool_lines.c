@@ -1,6 +1,8 @@
 /* The spool forwarder's lines, compiled: a chunk of span lines (tracing/spool.py's `span_line`) read
  * in one pass into each span's OTLP `ScopeSpans.spans` entry and the log records of the RayEvents a
- * normal task's spans imply, the bytes the Python path (tracing/forwarder.py, its twin) writes.
+ * normal task's spans imply, the bytes the Python path (tracing/forwarder.py, its twin) writes,
+ * handed over framed as the requests' entries (a few spans to a bytes object, one record to one)
+ * with their counts, so that Python only joins them.
  *
  * It takes what a traced task writes on the way: ended spans with no trace state, events or links,
  * an UNSET or OK status and plain attributes (strings, integers, booleans, nulls), the two spans of
@@ -15,6 +17,10 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "civil_dates.h"
 #include "protobuf_wire.h"
@@ -129,19 +135,79 @@ static inline int lit(Cur *c, const char *text, Py_ssize_t n) {
     return 1;
 }
 
+/* Eight bytes at a time where the byte order allows (SWAR): a word's bytes tested at once. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define WORDS 1
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+static inline uint64_t load8(const char *p) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+}
+
+/* Nonzero when a byte of `w` is 0 (exact as a yes or no). */
+static inline uint64_t zero_byte(uint64_t w) { return (w - ONES) & ~w & HIGHS; }
+
+/* Nonzero when a byte of `w` ends or may not be in a string `str` reads: '"', '\\', below 0x20 or
+ * 0x7f and up. */
+static inline uint64_t string_stop(uint64_t w) {
+    return zero_byte(w ^ (ONES * '"')) | zero_byte(w ^ (ONES * '\\')) | zero_byte(w ^ (ONES * 0x7f)) |
+           ((w - ONES * 0x20) & ~w & HIGHS) | (w & HIGHS);
+}
+
+/* The value of eight ASCII digits (checked by the caller), the first the most significant. */
+static inline uint64_t eight_digits(uint64_t w) {
+    w -= ONES * '0';
+    w = w * 10 + (w >> 8);
+    return (((w & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32))) +
+            (((w >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >>
+           32;
+}
+
+#else
+#define WORDS 0
+#endif
+
 /* A string of printable ASCII without escapes (anything else: not ours to read). */
 static int str(Cur *c, Str *out) {
     if (c->p >= c->end || *c->p != '"') return 0;
-    const char *s = c->p + 1;
-    const char *q = memchr(s, '"', (size_t)(c->end - s));
-    if (q == NULL) return 0;
-    for (const char *p = s; p < q; p++) {
-        unsigned char ch = (unsigned char)*p;
-        if ((unsigned char)(ch - 0x20) >= 0x5f || ch == '\\') return 0;
+    const char *s = c->p + 1, *p = s;
+#ifdef __SSE2__
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20),
+                  del = _mm_set1_epi8(0x7f);
+    for (; c->end - p >= 16; p += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+        /* (signed: below 0x20 is also 0x80 and up) */
+        __m128i stops = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                                     _mm_or_si128(_mm_cmplt_epi8(v, space), _mm_cmpeq_epi8(v, del)));
+        int stop = _mm_movemask_epi8(stops);
+        if (stop) {
+            p += __builtin_ctz((unsigned)stop);
+            goto stopped;
+        }
     }
+#endif
+#if WORDS
+    for (; c->end - p >= 8; p += 8) {
+        uint64_t stop = string_stop(load8(p));
+        if (stop) { /* its lowest flag is its first such byte */
+            p += __builtin_ctzll(stop) >> 3;
+            goto stopped;
+        }
+    }
+#endif
+    for (; p < c->end; p++) {
+        unsigned char ch = (unsigned char)*p;
+        if (ch == '"' || (unsigned char)(ch - 0x20) >= 0x5f || ch == '\\') goto stopped;
+    }
+    return 0;
+stopped:
+    if (p >= c->end || *p != '"') return 0;
     out->s = s;
-    out->n = q - s;
-    c->p = q + 1;
+    out->n = p - s;
+    c->p = p + 1;
     return 1;
 }
 
@@ -154,15 +220,36 @@ static int u64(Cur *c, uint64_t *out) {
         *out = 0;
         return c->p >= c->end || (*c->p < '0' || *c->p > '9');
     }
-    uint64_t v = 0;
+    uint64_t v = 0; /* (modulo 2^64: past 20 digits, or at 20 above 2^64 - 1, refused below) */
     const char *q = p;
     unsigned d;
+#if WORDS
+    static const uint64_t tens[8] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000};
+    while (c->end - q >= 8) {
+        uint64_t w = load8(q);
+        /* a nonzero byte where a byte is no digit (a carry out of one only reaches those after it) */
+        uint64_t no = ((w & (ONES * 0xf0)) ^ (ONES * 0x30)) | (((w + ONES * 0x06) & (ONES * 0xf0)) ^ (ONES * 0x30));
+        if (no == 0) {
+            v = v * 100000000ULL + eight_digits(w);
+            q += 8;
+            continue;
+        }
+        int k = __builtin_ctzll(no) >> 3; /* the digits at its start */
+        if (k) {
+            v = v * tens[k] + eight_digits((w << (8 * (8 - k))) | ((ONES * '0') >> (8 * k))); /* "000ddddd" */
+            q += k;
+        }
+        goto read;
+    }
+#endif
     while (q < c->end && (d = (unsigned)(unsigned char)*q - '0') <= 9) {
-        v = v * 10 + d; /* past 20 digits, or at 20 above 2^64 - 1, refused below */
+        v = v * 10 + d;
         q++;
     }
-    Py_ssize_t digits = q - p;
-    if (digits > 20 || (digits == 20 && memcmp(p, "18446744073709551615", 20) > 0)) return 0;
+#if WORDS
+read:
+#endif
+    if (q - p > 20 || (q - p == 20 && memcmp(p, "18446744073709551615", 20) > 0)) return 0;
     c->p = q;
     *out = v;
     return q >= c->end || (*q != '.' && *q != 'e' && *q != 'E');
@@ -424,6 +511,22 @@ enum {
 #define TEMPLATES_MAX 4096
 #define CACHED 8
 #define CACHED_KEY_MAX 192
+#define PIECES_MAX 48
+/* Spans handed over a few to an object: fewer objects than spans, small ones (callgrind, a task:
+ * 1.5 KB 42.4k instructions, 3 KB 42.1k, 16 KB 43.5k; glibc's memcpy turns to `rep movsb` past
+ * 2 KB here, which callgrind counts byte by byte, so larger objects count more in the join). */
+#define SPANS_FLUSH 3072
+
+/* A template `(pieces, order)` read once into C: its pieces (borrowed from `template`, which the
+ * holder keeps), the value each piece is followed by, and the pieces' total size. */
+typedef struct {
+    PyObject *template;
+    int n_order;
+    const char *piece[PIECES_MAX];
+    Py_ssize_t piece_n[PIECES_MAX];
+    int order[PIECES_MAX];
+    Py_ssize_t fixed;
+} Template;
 
 typedef struct {
     PyObject *by_scope, *scope_of, *scope_fn, *records, *open_by_span, *open_by_ray_id, *started_refs, *templates,
@@ -435,7 +538,7 @@ typedef struct {
     struct {
         char key[CACHED_KEY_MAX];
         Py_ssize_t n;
-        PyObject *template;
+        Template t;
     } cache[CACHED];
     int next_cached;
     /* The scope group the last span went to, by its scope's text as written (most lines of a chunk
@@ -443,6 +546,14 @@ typedef struct {
     const char *last_scope_at;
     Py_ssize_t last_scope_len;
     PyObject *last_spans;
+    /* `ScopeSpans.spans` entries of the last scope group not yet handed over to `last_spans`: a
+     * bytes object per few spans (SPANS_FLUSH bytes), not per span. */
+    Buf spans_out;
+    Py_ssize_t spans_made, records_made, record_bytes;
+    /* The texts of the task id the last record held (a task's records come two at a time). */
+    uint8_t text_id[24];
+    char id_base64[32], id_hex[48];
+    int has_text_id;
 } Ctx;
 
 /* A value slot: offsets into Ctx's value buffer. */
@@ -462,46 +573,6 @@ static void value_end(Values *v, Buf *b) {
     v->count++;
 }
 
-/* One record from its template `(pieces, order)`: pieces[0], the value order[0] names, pieces[1]...
- * The values are the slot values, then the time (fixed64), trace id, span id and observed time. */
-static PyObject *filled(PyObject *template, const Values *v, const char *vals, uint64_t time_ns,
-                        const uint8_t *trace_id, const uint8_t *span_id, uint64_t observed) {
-    PyObject *pieces = PyTuple_GET_ITEM(template, 0), *order = PyTuple_GET_ITEM(template, 1);
-    Py_ssize_t n_pieces = PyTuple_GET_SIZE(pieces), n_order = PyTuple_GET_SIZE(order);
-    if (n_pieces != n_order + 1) {
-        PyErr_SetString(PyExc_ValueError, "a template's pieces and order do not agree");
-        return NULL;
-    }
-    char fixed[2][8];
-    put_fixed_bits(fixed[0], time_ns, 8);
-    put_fixed_bits(fixed[1], observed, 8);
-    const char *extra[4] = {fixed[0], (const char *)trace_id, (const char *)span_id, fixed[1]};
-    const Py_ssize_t extra_n[4] = {8, 16, 8, 8};
-    Py_ssize_t size = 0;
-    for (Py_ssize_t i = 0; i < n_pieces; i++) size += PyBytes_GET_SIZE(PyTuple_GET_ITEM(pieces, i));
-    for (Py_ssize_t i = 0; i < n_order; i++) {
-        Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(order, i));
-        if (index < 0 || index >= v->count + 4) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a template's value index is out of range");
-            return NULL;
-        }
-        size += index < v->count ? v->n[index] : extra_n[index - v->count];
-    }
-    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
-    if (out == NULL) return NULL;
-    char *o = PyBytes_AS_STRING(out);
-    for (Py_ssize_t i = 0; i < n_pieces; i++) {
-        PyObject *piece = PyTuple_GET_ITEM(pieces, i);
-        o = put(o, PyBytes_AS_STRING(piece), PyBytes_GET_SIZE(piece));
-        if (i < n_order) {
-            Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(order, i));
-            if (index < v->count) o = put(o, vals + v->at[index], v->n[index]);
-            else o = put(o, extra[index - v->count], extra_n[index - v->count]);
-        }
-    }
-    return out;
-}
-
 /* A template as the Python path hands it: a tuple (pieces: tuple of bytes, order: tuple of ints),
  * or None (no template for this shape: every record of it comes from `miss`). */
 static int template_ok(PyObject *t) {
@@ -516,19 +587,102 @@ static int template_ok(PyObject *t) {
     return 1;
 }
 
+/* `template` (checked by `template_ok`, not None) read into `out` for records of `count` values:
+ * 0, 1 when it has more pieces than a Template holds (its records then come from `miss`), -1 an
+ * error. */
+static int template_read(PyObject *template, int count, Template *out) {
+    PyObject *pieces = PyTuple_GET_ITEM(template, 0), *order = PyTuple_GET_ITEM(template, 1);
+    Py_ssize_t n_pieces = PyTuple_GET_SIZE(pieces), n_order = PyTuple_GET_SIZE(order);
+    if (n_pieces != n_order + 1) {
+        PyErr_SetString(PyExc_ValueError, "a template's pieces and order do not agree");
+        return -1;
+    }
+    if (n_pieces > PIECES_MAX) return 1;
+    out->template = template;
+    out->n_order = (int)n_order;
+    out->fixed = 0;
+    for (Py_ssize_t i = 0; i < n_pieces; i++) {
+        PyObject *piece = PyTuple_GET_ITEM(pieces, i);
+        out->piece[i] = PyBytes_AS_STRING(piece);
+        out->piece_n[i] = PyBytes_GET_SIZE(piece);
+        out->fixed += out->piece_n[i];
+    }
+    for (Py_ssize_t i = 0; i < n_order; i++) {
+        Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(order, i));
+        if (index < 0 || index >= count + 4) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a template's value index is out of range");
+            return -1;
+        }
+        out->order[i] = (int)index;
+    }
+    return 0;
+}
+
+/* A length-delimited field 2 (`ScopeLogs.log_records`, `ScopeSpans.spans`) of `n` bytes, into `out`. */
+static int put_entry(Buf *out, const char *record, Py_ssize_t n) {
+    if (buf_reserve(out, 1 + 10 + n) < 0) return -1;
+    char *o = out->data + out->len;
+    *o++ = 0x12;
+    o = put_varint(o, (uint64_t)n);
+    out->len = put(o, record, n) - out->data;
+    return 0;
+}
+
+/* One record from its template, as a `ScopeLogs.log_records` entry appended to the chunk's records:
+ * pieces[0], the value order[0] names, pieces[1]... The values are the slot values, then the time
+ * (fixed64), trace id, span id and observed time. (An object per record, a record being 1-2 KB:
+ * one object for a call's records counted more, the request's join copying it with `rep movsb`.) */
+static int filled(Ctx *ctx, const Template *t, const Values *v, const char *vals, uint64_t time_ns,
+                  const uint8_t *trace_id, const uint8_t *span_id) {
+    char fixed[2][8];
+    put_fixed_bits(fixed[0], time_ns, 8);
+    put_fixed_bits(fixed[1], ctx->observed, 8);
+    const char *value[12];
+    Py_ssize_t value_n[12];
+    for (int i = 0; i < v->count; i++) {
+        value[i] = vals + v->at[i];
+        value_n[i] = v->n[i];
+    }
+    value[v->count] = fixed[0], value_n[v->count] = 8;
+    value[v->count + 1] = (const char *)trace_id, value_n[v->count + 1] = 16;
+    value[v->count + 2] = (const char *)span_id, value_n[v->count + 2] = 8;
+    value[v->count + 3] = fixed[1], value_n[v->count + 3] = 8;
+    Py_ssize_t size = t->fixed;
+    for (int i = 0; i < t->n_order; i++) {
+        if (t->order[i] >= v->count + 4) {
+            PyErr_SetString(PyExc_ValueError, "a template's value index is out of range");
+            return -1;
+        }
+        size += value_n[t->order[i]];
+    }
+    PyObject *record = PyBytes_FromStringAndSize(NULL, 1 + varint_size((uint64_t)size) + size);
+    if (record == NULL) return -1;
+    char *o = PyBytes_AS_STRING(record);
+    *o++ = 0x12;
+    o = put_varint(o, (uint64_t)size);
+    o = put(o, t->piece[0], t->piece_n[0]);
+    for (int i = 0; i < t->n_order; i++) {
+        o = put(o, value[t->order[i]], value_n[t->order[i]]);
+        o = put(o, t->piece[i + 1], t->piece_n[i + 1]);
+    }
+    ctx->record_bytes += PyBytes_GET_SIZE(record);
+    int rc = PyList_Append(ctx->records, record);
+    Py_DECREF(record);
+    return rc;
+}
+
 /* One event's record: from the template kept under `key`, or made by `miss(facts, trace id, span id,
  * flags)` (which answers (record, template)), the template then kept. */
 static int emit_record(Ctx *ctx, Buf *key, PyObject *(*facts_of)(void *), void *facts_arg, const Values *v,
                        const char *vals, uint64_t time_ns, const uint8_t *trace_id, const uint8_t *span_id,
                        uint64_t flags) {
     for (int i = 0; i < CACHED; i++) {
-        if (ctx->cache[i].template != NULL && ctx->cache[i].n == key->len &&
+        if (ctx->cache[i].t.template != NULL && ctx->cache[i].n == key->len &&
             memcmp(ctx->cache[i].key, key->data, (size_t)key->len) == 0) {
-            PyObject *record = filled(ctx->cache[i].template, v, vals, time_ns, trace_id, span_id, ctx->observed);
-            if (record == NULL) return -1;
-            int rc = PyList_Append(ctx->records, record);
-            Py_DECREF(record);
-            return rc;
+            if (filled(ctx, &ctx->cache[i].t, v, vals, time_ns, trace_id, span_id) < 0)
+                return -1;
+            ctx->records_made++;
+            return 0;
         }
     }
     PyObject *k = PyBytes_FromStringAndSize(key->data, key->len);
@@ -538,41 +692,72 @@ static int emit_record(Ctx *ctx, Buf *key, PyObject *(*facts_of)(void *), void *
         Py_DECREF(k);
         return -1;
     }
-    PyObject *record = NULL;
+    int rc = -1;
     if (template != NULL && template != Py_None) {
-        record = filled(template, v, vals, time_ns, trace_id, span_id, ctx->observed);
-        if (key->len <= CACHED_KEY_MAX) {
-            int at = ctx->next_cached;
-            ctx->next_cached = (at + 1) % CACHED;
-            Py_XSETREF(ctx->cache[at].template, Py_NewRef(template));
-            memcpy(ctx->cache[at].key, key->data, (size_t)key->len);
-            ctx->cache[at].n = key->len;
-        }
-    } else {
-        PyObject *facts = facts_of(facts_arg);
-        PyObject *answer = NULL;
-        if (facts != NULL)
-            answer = PyObject_CallFunction(ctx->miss, "Oy#y#K", facts, (const char *)trace_id, (Py_ssize_t)16,
-                                           (const char *)span_id, (Py_ssize_t)8, (unsigned long long)flags);
-        Py_XDECREF(facts);
-        if (answer != NULL) {
-            if (!PyTuple_CheckExact(answer) || PyTuple_GET_SIZE(answer) != 2 ||
-                !PyBytes_CheckExact(PyTuple_GET_ITEM(answer, 0)) || !template_ok(PyTuple_GET_ITEM(answer, 1))) {
-                PyErr_SetString(PyExc_TypeError, "miss must answer (record bytes, template or None)");
-            } else {
-                record = Py_NewRef(PyTuple_GET_ITEM(answer, 0));
-                if (template == NULL) {
-                    if (PyDict_GET_SIZE(ctx->templates) >= TEMPLATES_MAX) PyDict_Clear(ctx->templates);
-                    if (PyDict_SetItem(ctx->templates, k, PyTuple_GET_ITEM(answer, 1)) < 0) Py_CLEAR(record);
-                }
+        Template read;
+        int got = template_read(template, v->count, &read);
+        if (got == 0) {
+            rc = filled(ctx, &read, v, vals, time_ns, trace_id, span_id);
+            if (rc == 0 && key->len <= CACHED_KEY_MAX) {
+                int at = ctx->next_cached;
+                ctx->next_cached = (at + 1) % CACHED;
+                Py_XDECREF(ctx->cache[at].t.template);
+                ctx->cache[at].t = read;
+                Py_INCREF(template);
+                memcpy(ctx->cache[at].key, key->data, (size_t)key->len);
+                ctx->cache[at].n = key->len;
             }
-            Py_DECREF(answer);
+            Py_DECREF(k);
+            if (rc == 0) ctx->records_made++;
+            return rc;
+        }
+        if (got < 0) {
+            Py_DECREF(k);
+            return -1;
         }
     }
+    /* no template (yet), or one too long to read: the record from `miss` */
+    PyObject *facts = facts_of(facts_arg);
+    PyObject *answer = NULL;
+    if (facts != NULL)
+        answer = PyObject_CallFunction(ctx->miss, "Oy#y#K", facts, (const char *)trace_id, (Py_ssize_t)16,
+                                       (const char *)span_id, (Py_ssize_t)8, (unsigned long long)flags);
+    Py_XDECREF(facts);
+    if (answer != NULL) {
+        if (!PyTuple_CheckExact(answer) || PyTuple_GET_SIZE(answer) != 2 ||
+            !PyBytes_CheckExact(PyTuple_GET_ITEM(answer, 0)) || !template_ok(PyTuple_GET_ITEM(answer, 1))) {
+            PyErr_SetString(PyExc_TypeError, "miss must answer (record bytes, template or None)");
+        } else {
+            PyObject *record = PyTuple_GET_ITEM(answer, 0), *entry = NULL;
+            Py_ssize_t n = PyBytes_GET_SIZE(record);
+            entry = PyBytes_FromStringAndSize(NULL, 1 + varint_size((uint64_t)n) + n);
+            if (entry != NULL) {
+                char *o = PyBytes_AS_STRING(entry);
+                *o++ = 0x12;
+                put(put_varint(o, (uint64_t)n), PyBytes_AS_STRING(record), n);
+                ctx->record_bytes += PyBytes_GET_SIZE(entry);
+                rc = PyList_Append(ctx->records, entry);
+                Py_DECREF(entry);
+            }
+            if (rc == 0 && template == NULL) {
+                if (PyDict_GET_SIZE(ctx->templates) >= TEMPLATES_MAX) PyDict_Clear(ctx->templates);
+                rc = PyDict_SetItem(ctx->templates, k, PyTuple_GET_ITEM(answer, 1));
+            }
+        }
+        Py_DECREF(answer);
+    }
     Py_DECREF(k);
-    if (record == NULL) return -1;
-    int rc = PyList_Append(ctx->records, record);
-    Py_DECREF(record);
+    if (rc == 0) ctx->records_made++;
+    return rc;
+}
+
+/* The spans written since the last call, handed over to their scope group's list. */
+static int flush_spans(Ctx *ctx) {
+    if (!ctx->spans_out.len) return 0;
+    PyObject *b = PyBytes_FromStringAndSize(ctx->spans_out.data, ctx->spans_out.len);
+    ctx->spans_out.len = 0;
+    int rc = b == NULL ? -1 : PyList_Append(ctx->last_spans, b);
+    Py_XDECREF(b);
     return rc;
 }
 
@@ -766,6 +951,51 @@ static int put_attributes(Buf *b, const Attr *attrs_, int n, char tag, int mark)
     return 0;
 }
 
+/* The scope group of the line's span made the current one (`last_spans`), what was written for the
+ * one before handed over: the writer's scope object for the line's three strings, its group in
+ * `by_scope` (by the object's id). */
+static int span_group(Ctx *ctx, const Line *l) {
+    if (flush_spans(ctx) < 0) return -1;
+    PyObject *raw = PyBytes_FromStringAndSize(l->scope_at, l->scope_len);
+    PyObject *scope = raw == NULL ? NULL : PyDict_GetItemWithError(ctx->scope_of, raw); /* borrowed */
+    if (scope == NULL && raw != NULL && !PyErr_Occurred()) {
+        Cur c = {l->scope_at, l->scope_at + l->scope_len};
+        Str s[3] = {{"", 0}, {"", 0}, {"", 0}};
+        str(&c, &s[0]);
+        lit(&c, ",", 1);
+        str(&c, &s[1]);
+        lit(&c, ",", 1);
+        str(&c, &s[2]);
+        PyObject *made = PyObject_CallFunction(ctx->scope_fn, "s#s#s#", s[0].s, s[0].n, s[1].s, s[1].n, s[2].s, s[2].n);
+        if (made != NULL) {
+            if (PyDict_SetItem(ctx->scope_of, raw, made) == 0) scope = made;
+            Py_DECREF(made); /* the writer keeps it */
+        }
+    }
+    Py_XDECREF(raw);
+    if (scope == NULL) return -1;
+    PyObject *id = PyLong_FromVoidPtr(scope);
+    PyObject *group = id == NULL ? NULL : PyDict_GetItemWithError(ctx->by_scope, id);
+    if (group == NULL && id != NULL && !PyErr_Occurred()) {
+        PyObject *spans = PyList_New(0);
+        PyObject *made = spans == NULL ? NULL : PyTuple_Pack(2, scope, spans);
+        Py_XDECREF(spans);
+        if (made != NULL && PyDict_SetItem(ctx->by_scope, id, made) == 0) group = made;
+        Py_XDECREF(made);
+    }
+    Py_XDECREF(id);
+    if (group == NULL) return -1;
+    PyObject *spans = PyTuple_GET_ITEM(group, 1);
+    if (!PyList_CheckExact(spans)) {
+        PyErr_SetString(PyExc_TypeError, "a scope group's spans are not a list");
+        return -1;
+    }
+    ctx->last_scope_at = l->scope_at;
+    ctx->last_scope_len = l->scope_len;
+    Py_XSETREF(ctx->last_spans, Py_NewRef(spans));
+    return 0;
+}
+
 /* The span's `ScopeSpans.spans` entry (`plain_span_wire` framed by `span_field`), into its scope's
  * group. */
 static int emit_span(Ctx *ctx, const Line *l, int mark, Buf *b) {
@@ -857,63 +1087,13 @@ static int emit_span(Ctx *ctx, const Line *l, int mark, Buf *b) {
     o = put_fixed_bits(o, l->parent_id && l->parent_remote ? 0x300 : 0x100, 4);
     b->len = o - b->data;
 
-    PyObject *field = PyBytes_FromStringAndSize(NULL, 1 + varint_size((uint64_t)b->len) + b->len);
-    if (field == NULL) return -1;
-    o = PyBytes_AS_STRING(field);
-    *o++ = 0x12;
-    o = put_varint(o, (uint64_t)b->len);
-    put(o, b->data, b->len);
-
-    if (ctx->last_spans != NULL && ctx->last_scope_len == l->scope_len &&
-        memcmp(ctx->last_scope_at, l->scope_at, (size_t)l->scope_len) == 0) {
-        int rc = PyList_Append(ctx->last_spans, field);
-        Py_DECREF(field);
-        return rc;
+    if (ctx->last_spans == NULL || ctx->last_scope_len != l->scope_len ||
+        memcmp(ctx->last_scope_at, l->scope_at, (size_t)l->scope_len) != 0) {
+        if (span_group(ctx, l) < 0) return -1;
     }
-    /* its scope: the writer's object for these three strings */
-    PyObject *raw = PyBytes_FromStringAndSize(l->scope_at, l->scope_len);
-    PyObject *scope = raw == NULL ? NULL : PyDict_GetItemWithError(ctx->scope_of, raw); /* borrowed */
-    if (scope == NULL && raw != NULL && !PyErr_Occurred()) {
-        Cur c = {l->scope_at, l->scope_at + l->scope_len};
-        Str s[3] = {{"", 0}, {"", 0}, {"", 0}};
-        str(&c, &s[0]);
-        lit(&c, ",", 1);
-        str(&c, &s[1]);
-        lit(&c, ",", 1);
-        str(&c, &s[2]);
-        PyObject *made = PyObject_CallFunction(ctx->scope_fn, "s#s#s#", s[0].s, s[0].n, s[1].s, s[1].n, s[2].s, s[2].n);
-        if (made != NULL) {
-            if (PyDict_SetItem(ctx->scope_of, raw, made) == 0) scope = made;
-            Py_DECREF(made); /* the writer keeps it */
-        }
-    }
-    Py_XDECREF(raw);
-    if (scope == NULL) {
-        Py_DECREF(field);
-        return -1;
-    }
-    PyObject *id = PyLong_FromVoidPtr(scope);
-    PyObject *group = id == NULL ? NULL : PyDict_GetItemWithError(ctx->by_scope, id);
-    int rc = -1;
-    if (group == NULL && id != NULL && !PyErr_Occurred()) {
-        PyObject *spans = PyList_New(0);
-        PyObject *made = spans == NULL ? NULL : PyTuple_Pack(2, scope, spans);
-        Py_XDECREF(spans);
-        if (made != NULL && PyDict_SetItem(ctx->by_scope, id, made) == 0) group = made;
-        Py_XDECREF(made);
-    }
-    if (group != NULL) {
-        PyObject *spans = PyTuple_GET_ITEM(group, 1);
-        rc = PyList_Append(spans, field);
-        if (rc == 0 && PyList_CheckExact(spans)) {
-            ctx->last_scope_at = l->scope_at;
-            ctx->last_scope_len = l->scope_len;
-            Py_XSETREF(ctx->last_spans, Py_NewRef(spans));
-        }
-    }
-    Py_XDECREF(id);
-    Py_DECREF(field);
-    return rc;
+    if (put_entry(&ctx->spans_out, b->data, b->len) < 0) return -1;
+    ctx->spans_made++;
+    return ctx->spans_out.len >= SPANS_FLUSH ? flush_spans(ctx) : 0;
 }
 
 static void trace_bytes(const Line *l, uint8_t trace_id[16], uint8_t span_id[8]) {
@@ -924,18 +1104,55 @@ static void trace_bytes(const Line *l, uint8_t trace_id[16], uint8_t span_id[8])
     }
 }
 
+/* Derived task ids kept by their input (the trace id and the submission's span id): a task's are
+ * derived at its submission's end and at its execution's start and end, in the driver's file and
+ * a worker's, mostly within a sweep or two. Direct-mapped by the span id's low bits (random). */
+#define DERIVED_SLOTS 2048
+static struct {
+    uint8_t in[24];
+    uint8_t digest[8];
+    int used;
+} derived[DERIVED_SLOTS];
+
 /* The derived task id of a normal task (`task_spans.derive_task_id` with the job's nil actor part). */
 static void derive_task_id(const uint8_t trace_id[16], uint64_t submit_span_id, const uint8_t job[4],
                            uint8_t out[24]) {
     uint8_t in[24];
     memcpy(in, trace_id, 16);
     for (int i = 0; i < 8; i++) in[16 + i] = (uint8_t)(submit_span_id >> (56 - 8 * i));
-    blake2b_8(in, 24, out);
-    int nil = 1;
-    for (int i = 0; i < 8; i++) nil &= out[i] == 0xff;
-    if (nil) out[0] = 0xfe;
+    size_t slot = (size_t)(submit_span_id % DERIVED_SLOTS);
+    if (derived[slot].used && memcmp(derived[slot].in, in, 24) == 0) {
+        memcpy(out, derived[slot].digest, 8);
+    } else {
+        blake2b_8(in, 24, out);
+        int nil = 1;
+        for (int i = 0; i < 8; i++) nil &= out[i] == 0xff;
+        if (nil) out[0] = 0xfe;
+        memcpy(derived[slot].in, in, 24);
+        memcpy(derived[slot].digest, out, 8);
+        derived[slot].used = 1;
+    }
     memset(out + 8, 0xff, 12);
     memcpy(out + 20, job, 4);
+}
+
+/* A task id's base64 and hex texts as two values (kept for the next record, mostly the same task's). */
+static int put_id_texts(Ctx *ctx, Values *v, Buf *vals, const uint8_t id[24]) {
+    if (!ctx->has_text_id || memcmp(ctx->text_id, id, 24) != 0) {
+        static const char digits[] = "0123456789abcdef";
+        put_base64(ctx->id_base64, id, 24);
+        for (int i = 0; i < 24; i++) {
+            ctx->id_hex[2 * i] = digits[id[i] >> 4];
+            ctx->id_hex[2 * i + 1] = digits[id[i] & 15];
+        }
+        memcpy(ctx->text_id, id, 24);
+        ctx->has_text_id = 1;
+    }
+    if (value_begin(v, vals) < 0 || buf_put(vals, ctx->id_base64, 32) < 0) return -1;
+    value_end(v, vals);
+    if (value_begin(v, vals) < 0 || buf_put(vals, ctx->id_hex, 48) < 0) return -1;
+    value_end(v, vals);
+    return 0;
 }
 
 /* The transitions record of a task (`TaskEventRecords._transitions`). */
@@ -946,10 +1163,7 @@ static int transitions_record(Ctx *ctx, Buf *vals, Buf *key, TransitionFacts *f,
     key->len = 0;
     if (value_begin(&v, vals) < 0 || put_timestamp_text(vals, f->times[0]) < 0) return -1;
     value_end(&v, vals);
-    if (value_begin(&v, vals) < 0 || put_base64_text(vals, f->task_id, 24) < 0) return -1;
-    value_end(&v, vals);
-    if (value_begin(&v, vals) < 0 || put_hex_text(vals, f->task_id, 24) < 0) return -1;
-    value_end(&v, vals);
+    if (put_id_texts(ctx, &v, vals, f->task_id) < 0) return -1;
     for (int i = 0; i < f->count; i++) {
         if (value_begin(&v, vals) < 0 || put_timestamp_text(vals, f->times[i]) < 0) return -1;
         value_end(&v, vals);
@@ -976,10 +1190,7 @@ static int definition_record(Ctx *ctx, Buf *vals, Buf *key, DefinitionFacts *f, 
     key->len = 0;
     if (value_begin(&v, vals) < 0 || put_timestamp_text(vals, f->start) < 0) return -1;
     value_end(&v, vals);
-    if (value_begin(&v, vals) < 0 || put_base64_text(vals, f->task_id, 24) < 0) return -1;
-    value_end(&v, vals);
-    if (value_begin(&v, vals) < 0 || put_hex_text(vals, f->task_id, 24) < 0) return -1;
-    value_end(&v, vals);
+    if (put_id_texts(ctx, &v, vals, f->task_id) < 0) return -1;
     if (value_begin(&v, vals) < 0 || put_base64_text(vals, f->parent, f->parent_n) < 0) return -1;
     value_end(&v, vals);
     if (value_begin(&v, vals) < 0 || put_hex_text(vals, f->parent, f->parent_n) < 0) return -1;
@@ -1111,13 +1322,43 @@ static int submit_ended(Ctx *ctx, const Line *l, const Task *t, Buf *vals, Buf *
 }
 
 /* The span id -> line of each ended span of the chunk (the last such line), made at the first start
- * reference; None where a line might be an ended span this module cannot read (any line but an
- * ended span's it reads, a start reference or a start line): its start references are then handed
- * back, the Python path finding their ends. */
+ * reference: an open-addressing table in a bytes object (kept in `ends_box` for the chunk's later
+ * calls), no object per line; None where a line might be an ended span this module cannot read
+ * (any line but an ended span's it reads, a start reference or a start line): its start
+ * references are then handed back, the Python path finding their ends. */
+typedef struct {
+    uint64_t span_id;
+    Py_ssize_t from, to; /* the line: data[from:to]; to 0, an empty slot */
+} EndAt;
+
+typedef struct {
+    Py_ssize_t mask; /* slots - 1 (slots a power of two) */
+    EndAt slot[];
+} Ends;
+
+static inline size_t ends_slot(const Ends *e, uint64_t span_id) {
+    return (size_t)((span_id * 0x9E3779B97F4A7C15ULL) >> 17) & (size_t)e->mask;
+}
+
+/* The line of `span_id`'s ended span, NULL when the chunk has none. */
+static const EndAt *ends_find(const Ends *e, uint64_t span_id) {
+    for (size_t i = ends_slot(e, span_id);; i = (i + 1) & (size_t)e->mask) {
+        if (e->slot[i].to == 0) return NULL;
+        if (e->slot[i].span_id == span_id) return &e->slot[i];
+    }
+}
+
 static PyObject *ends_index(Ctx *ctx, const char *data, Py_ssize_t n) {
     if (PyList_GET_SIZE(ctx->ends_box)) return PyList_GET_ITEM(ctx->ends_box, 0);
-    PyObject *ends = PyDict_New();
+    Py_ssize_t lines = 1;
+    for (const char *q = data; (q = memchr(q, '\n', (size_t)(data + n - q))) != NULL; q++) lines++;
+    Py_ssize_t slots = 16;
+    while (slots < 2 * lines) slots *= 2;
+    PyObject *ends = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(sizeof(Ends) + (size_t)slots * sizeof(EndAt)));
     if (ends == NULL) return NULL;
+    Ends *e = (Ends *)PyBytes_AS_STRING(ends);
+    memset(e->slot, 0, (size_t)slots * sizeof(EndAt));
+    e->mask = slots - 1;
     const char *p = data, *end = data + n;
     while (p < end) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -1127,15 +1368,11 @@ static PyObject *ends_index(Ctx *ctx, const char *data, Py_ssize_t n) {
         uint64_t skip, span_id;
         if (lit(&c, "[\"E\",", 5) && str(&c, &name) && lit(&c, ",", 1) && u64(&c, &skip) && lit(&c, ",", 1) &&
             u64(&c, &skip) && lit(&c, ",", 1) && u64(&c, &span_id)) {
-            PyObject *k = PyLong_FromUnsignedLongLong(span_id);
-            PyObject *v = Py_BuildValue("(nn)", (Py_ssize_t)(p - data), (Py_ssize_t)(line_end - data));
-            int rc = k == NULL || v == NULL ? -1 : PyDict_SetItem(ends, k, v);
-            Py_XDECREF(k);
-            Py_XDECREF(v);
-            if (rc < 0) {
-                Py_DECREF(ends);
-                return NULL;
-            }
+            size_t i = ends_slot(e, span_id);
+            while (e->slot[i].to != 0 && e->slot[i].span_id != span_id) i = (i + 1) & (size_t)e->mask;
+            e->slot[i].span_id = span_id;
+            e->slot[i].from = p - data;
+            e->slot[i].to = line_end - data;
         } else {
             Cur s = {p, line_end};
             uint64_t ref;
@@ -1191,18 +1428,22 @@ static int one_line(Ctx *ctx, const char *data, Py_ssize_t n, const char *p, con
         PyObject *ends = ends_index(ctx, data, n);
         if (ends == NULL) return -1;
         if (ends == Py_None) return 0;
-        PyObject *k = PyLong_FromUnsignedLongLong(ref);
-        if (k == NULL) return -1;
-        PyObject *at = PyDict_GetItemWithError(ends, k);
+        if (!PyBytes_CheckExact(ends) || PyBytes_GET_SIZE(ends) < (Py_ssize_t)sizeof(Ends) ||
+            PyBytes_GET_SIZE(ends) != (Py_ssize_t)(sizeof(Ends) + (size_t)(((const Ends *)PyBytes_AS_STRING(ends))->mask + 1) *
+                                                                     sizeof(EndAt))) {
+            PyErr_SetString(PyExc_TypeError, "process: the chunk's ends index is not this module's");
+            return -1;
+        }
+        const EndAt *at = ends_find((const Ends *)PyBytes_AS_STRING(ends), ref);
         if (at == NULL) {
-            int rc = PyErr_Occurred() ? -1 : PySet_Add(ctx->started_refs, k);
-            Py_DECREF(k);
+            PyObject *k = PyLong_FromUnsignedLongLong(ref);
+            int rc = k == NULL ? -1 : PySet_Add(ctx->started_refs, k);
+            Py_XDECREF(k);
             return rc < 0 ? -1 : 1;
         }
-        Py_DECREF(k);
-        Py_ssize_t from = PyLong_AsSsize_t(PyTuple_GET_ITEM(at, 0)), to = PyLong_AsSsize_t(PyTuple_GET_ITEM(at, 1));
+        Py_ssize_t from = at->from, to = at->to;
         if (from < 0 || to < from || to > n) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "process: an end line out of range");
+            PyErr_SetString(PyExc_ValueError, "process: an end line out of range");
             return -1;
         }
         if (!read_line(data + from, data + to, l) || l->kind != 'E' || !read_task(l, ctx->event_logs, &t)) return 0;
@@ -1275,9 +1516,11 @@ static PyObject *process(PyObject *self, PyObject *args) {
         if (taken == 0) break;
         pos = next - text;
     }
-    result = PyLong_FromSsize_t(pos);
+    if (flush_spans(&ctx) < 0) goto done;
+    result = Py_BuildValue("(nnnn)", pos, ctx.spans_made, ctx.records_made, ctx.record_bytes);
 done:
-    for (int i = 0; i < CACHED; i++) Py_XDECREF(ctx.cache[i].template);
+    for (int i = 0; i < CACHED; i++) Py_XDECREF(ctx.cache[i].t.template);
+    PyMem_Free(ctx.spans_out.data);
     Py_XDECREF(ctx.last_spans);
     PyMem_Free(l);
     PyMem_Free(span_buf.data);
@@ -1326,7 +1569,8 @@ static PyObject *task_id(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"process", process, METH_VARARGS, "Take a chunk's lines from pos; the offset of the first line handed back."},
+    {"process", process, METH_VARARGS,
+     "Take a chunk's lines from pos: (the offset of the first line handed back, spans, records, their bytes)."},
     {"bind", bind, METH_VARARGS, "The facts' types and enum values."},
     {"task_id", task_id, METH_VARARGS, "A normal task's derived id (for the tests)."},
     {NULL, NULL, 0, NULL}};

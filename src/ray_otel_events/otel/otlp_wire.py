@@ -371,6 +371,28 @@ def logs_request(resource: bytes, scope: bytes, records: list[bytes]) -> bytes:
     return b"".join(parts)
 
 
+def log_record_entries(records: list[bytes]) -> bytes:
+    """Serialized LogRecords as `ScopeLogs.log_records` entries, one after the other."""
+    small = _SMALL_VARINTS
+    return b"".join(
+        [
+            part
+            for r in records
+            for part in (b"\x12" + small[len(r)] if len(r) < 16384 else _framed(b"\x12", len(r)), r)
+        ]
+    )
+
+
+def logs_request_of_entries(resource: bytes, scope: bytes, entries: list[bytes], size: int) -> bytes:
+    """`logs_request` of LogRecords already written as `ScopeLogs.log_records` entries
+    (`log_record_entries`, any number to an element of `entries`, `size` bytes in all)."""
+    head = [b"", b"\x0a", varint(len(resource)), resource, b"", b"\x0a", varint(len(scope)), scope]
+    scope_logs = 1 + len(head[6]) + len(scope) + size
+    head[4] = _framed(b"\x12", scope_logs)
+    head[0] = _framed(b"\x0a", 1 + len(head[2]) + len(resource) + len(head[4]) + scope_logs)
+    return b"".join(head + entries)
+
+
 # -- one request from many one-item envelopes ------------------------------------------------------
 #
 # Queues hold each span or record as its own ResourceSpans/ResourceLogs (a self-contained item).

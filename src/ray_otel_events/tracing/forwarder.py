@@ -293,13 +293,18 @@ def _plain_span_wire(record: list[Any], writer: _Writer, mark: bool) -> tuple[by
 
 
 class _Chunk:
-    """What one chunk's lines make: spans by scope (by the scope object's id), records in order."""
+    """What one chunk's lines make: spans by scope (by the scope object's id), records in order,
+    each as its request's entries (`ScopeSpans.spans`, `ScopeLogs.log_records`) already framed,
+    one or many to a bytes object (the compiled pass hands over what it wrote in one)."""
 
     def __init__(self, data: bytes, now: int) -> None:
         self.data = data
         self.now = now  # the records' observed time
         self.by_scope: dict[int, tuple[InstrumentationScope | None, list[bytes]]] = {}
         self.log_records: list[bytes] = []
+        self.spans = 0  # entries in by_scope's lists
+        self.records = 0  # entries in log_records
+        self.record_bytes = 0  # their size
         self._ends: dict[Any, list[Any]] | None = None
 
     def ends(self) -> dict[Any, list[Any]]:
@@ -519,7 +524,10 @@ class Forwarder:
             )
             pos, size = 0, len(data)
             while pos < size:
-                pos = _spool_lines.process(data, pos, context)
+                pos, spans_made, records_made, record_bytes = _spool_lines.process(data, pos, context)
+                chunk.spans += spans_made
+                chunk.records += records_made
+                chunk.record_bytes += record_bytes
                 if pos >= size:
                     break
                 newline = data.find(b"\n", pos)
@@ -531,13 +539,14 @@ class Forwarder:
             for line in data.splitlines():
                 self._line(state, chunk, line)
         pending: list[tuple[str, bytes, int]] = []
-        span_count = sum(len(spans) for _, spans in chunk.by_scope.values())
-        if span_count:
+        if chunk.spans:
             groups = dict(chunk.by_scope.values())
-            pending.append(("traces", resource_spans(writer.resource, groups), span_count))
-        if chunk.log_records:
-            body = otlp_wire.logs_request(writer.resource_wire, self.scope_wire, chunk.log_records)
-            pending.append(("logs", body, len(chunk.log_records)))
+            pending.append(("traces", resource_spans(writer.resource, groups), chunk.spans))
+        if chunk.records:
+            body = otlp_wire.logs_request_of_entries(
+                writer.resource_wire, self.scope_wire, chunk.log_records, chunk.record_bytes
+            )
+            pending.append(("logs", body, chunk.records))
         state.pending = pending
         if not pending:
             self._ack(state, state.offset + len(data))
@@ -611,7 +620,12 @@ class Forwarder:
             if group is None:
                 group = chunk.by_scope[id(scope)] = (scope, [])
             group[1].append(span_field(wire))
-        chunk.log_records.extend(records)
+            chunk.spans += 1
+        if records:
+            entries = otlp_wire.log_record_entries(records)
+            chunk.log_records.append(entries)
+            chunk.records += len(records)
+            chunk.record_bytes += len(entries)
 
     def _send_pending(self, state: _File) -> None:
         while state.pending:
