@@ -166,6 +166,9 @@ def bench_ray(n: int, batch: int) -> dict[str, Any]:
         env.update(
             {
                 "RAY_USAGE_STATS_ENABLED": "0",
+                # The yardstick's agent takes requests without a token: a ~/.ray/auth_token left on
+                # the machine (Ray 2.60 writes one at a bare ray.init) must not make it refuse aggload.
+                "RAY_AUTH_MODE": "disabled",
                 "RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR": f"http://{sink.address}/",
                 "RAY_DASHBOARD_AGGREGATOR_AGENT_EXPOSABLE_EVENT_TYPES": "ALL",
             }

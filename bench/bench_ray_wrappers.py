@@ -5,7 +5,7 @@ Submit = Ray's submission wrapper around a no-op in place of `RemoteFunction._re
 attributes, the injected `_ray_trace_ctx`); execute = Ray's execution wrapper of a no-op given a
 `_ray_trace_ctx` (extract, attach, the span, its attributes); hydrate = the attributes alone.
 Thread CPU µs per call, median of 5 runs of N calls; both variants alternate twice. Spans go to
-our local hook's files in a temp folder. Prints one Markdown table.
+our local hook's files in a temp folder. Prints one Markdown section.
 
     python bench/bench_ray_wrappers.py [--calls N]
 """
@@ -87,6 +87,7 @@ def main() -> None:
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)
         shutil.rmtree(spans_dir, ignore_errors=True)
+    print("## Ray's tracing helpers: Ray's own against our stand-ins\n")
     print(f"Command: `python bench/bench_ray_wrappers.py --calls {args.calls}`; thread CPU µs per call\n")
     print("| process | path | Ray's helpers | ours | saved |")
     print("|---|---|---|---|---|")
