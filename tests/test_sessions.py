@@ -10,7 +10,9 @@ and answers the same; a field a later Ray adds shows in `get`.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import json
 import os
 import sqlite3
@@ -33,6 +35,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 from test_web_page import SCREENSHOTS, _console_errors, _wait, browser  # noqa: F401 (a fixture)
 
+from ray_otel_events import cli
 from ray_otel_events.store import raw_events, sql_upkeep
 from ray_otel_events.store.backend import Retention, StoreError
 from ray_otel_events.store.location import open_store
@@ -316,18 +319,25 @@ def test_a_store_from_before_raw_events_opens_and_refuses_a_rebuild(tmp_path: Pa
     assert forced.returncode == 0 and "rebuilt" in forced.stdout and " 0 state rows" in forced.stdout
 
 
+def _cli_here(*args: str) -> Any:
+    """Our CLI's JSON answer, run in this process: these commands only read the store file, and a
+    process per answer (nine a session, three times over) made this the suite's slowest test."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli.main(list(args))
+    assert code == 0, (args, code)
+    return json.loads(out.getvalue())
+
+
 def _answers(store: str, session: str) -> dict[str, Any]:
     """What our CLI lists and gets from a store file, for one session."""
     found: dict[str, Any] = {}
     for resource in RESOURCES:
-        listed = _cli(
+        listed = _cli_here(
             "list", resource, "--detail", "--format", "json", "--store", store, "--session", session
         )
-        assert listed.returncode == 0, listed.stderr
-        found[resource] = sorted(json.loads(listed.stdout), key=lambda row: json.dumps(row, sort_keys=True))
-    got = _cli("get", "tasks", FLAKY, "--store", store, "--session", session)
-    assert got.returncode == 0, got.stderr
-    found["get"] = json.loads(got.stdout)
+        found[resource] = sorted(listed, key=lambda row: json.dumps(row, sort_keys=True))
+    found["get"] = _cli_here("get", "tasks", FLAKY, "--store", store, "--session", session)
     return found
 
 
