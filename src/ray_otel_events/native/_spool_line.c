@@ -149,22 +149,7 @@ static int str_json(Buf *b, PyObject *text) {
             *o++ = (char)c;
             continue;
         }
-        *o++ = '\\';
-        switch (c) {
-        case '"': *o++ = '"'; break;
-        case '\\': *o++ = '\\'; break;
-        case '\b': *o++ = 'b'; break;
-        case '\t': *o++ = 't'; break;
-        case '\n': *o++ = 'n'; break;
-        case '\f': *o++ = 'f'; break;
-        case '\r': *o++ = 'r'; break;
-        default:
-            *o++ = 'u';
-            *o++ = '0';
-            *o++ = '0';
-            *o++ = hexdigits[c >> 4];
-            *o++ = hexdigits[c & 15];
-        }
+        o = put_escape(o, c);
     }
     *o++ = '"';
     b->len = o - b->data;

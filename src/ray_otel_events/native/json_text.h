@@ -81,6 +81,28 @@ static inline int utf8_valid(const uint8_t *s, Py_ssize_t n) {
     return 1;
 }
 
+/* `c` (a control character, `"` or `\`) escaped as orjson escapes it, at `o`, which has room for
+ * 6 bytes; returns its end. */
+static inline char *put_escape(char *o, unsigned c) {
+    *o++ = '\\';
+    switch (c) {
+    case '"': *o++ = '"'; break;
+    case '\\': *o++ = '\\'; break;
+    case '\b': *o++ = 'b'; break;
+    case '\t': *o++ = 't'; break;
+    case '\n': *o++ = 'n'; break;
+    case '\f': *o++ = 'f'; break;
+    case '\r': *o++ = 'r'; break;
+    default:
+        *o++ = 'u';
+        *o++ = '0';
+        *o++ = '0';
+        *o++ = "0123456789abcdef"[c >> 4];
+        *o++ = "0123456789abcdef"[c & 15];
+    }
+    return o;
+}
+
 /* A JSON string as orjson writes one (`n` bytes of valid UTF-8 at `s`), quotes included, at `o`,
  * which has room for 2 + 6 * n bytes; returns its end. `"` and `\` escaped, control characters as
  * \b \t \n \f \r or \u00xx, everything else (non-ASCII too) as it is. Needs no GIL. */
@@ -92,22 +114,7 @@ static inline char *put_string_json(char *o, const uint8_t *s, Py_ssize_t n) {
             *o++ = (char)c;
             continue;
         }
-        *o++ = '\\';
-        switch (c) {
-        case '"': *o++ = '"'; break;
-        case '\\': *o++ = '\\'; break;
-        case '\b': *o++ = 'b'; break;
-        case '\t': *o++ = 't'; break;
-        case '\n': *o++ = 'n'; break;
-        case '\f': *o++ = 'f'; break;
-        case '\r': *o++ = 'r'; break;
-        default:
-            *o++ = 'u';
-            *o++ = '0';
-            *o++ = '0';
-            *o++ = "0123456789abcdef"[c >> 4];
-            *o++ = "0123456789abcdef"[c & 15];
-        }
+        o = put_escape(o, c);
     }
     *o++ = '"';
     return o;
