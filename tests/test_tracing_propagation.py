@@ -16,9 +16,11 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from ray_otel_events.tracing.propagation import (
     W3CPropagator,
+    arrived_context,
     carrier_of,
     extract_from,
     install_w3c_propagator,
+    travelling_context,
 )
 from tests.helpers.examples import examples
 
@@ -85,6 +87,39 @@ def test_extract_equals_the_propagators(carrier: dict[str, str]) -> None:
     assert baggage.get_all(ours) == baggage.get_all(theirs)
 
 
+_TRAVELLING_CASES = [
+    SpanContext(TRACE_ID, SPAN_ID, False, TraceFlags(1)),
+    SpanContext(TRACE_ID, SPAN_ID, False, TraceFlags(0)),
+    SpanContext(1, 1, False, TraceFlags(3)),
+    SpanContext(TRACE_ID, SPAN_ID, False, TraceFlags(1), TraceState([("k", "v")])),
+    SpanContext(0, 0, False),
+]
+
+
+def _arrives_as_carried(span_context: SpanContext, base: context.Context | None = None) -> None:
+    """A pool task's travelling context arrives as the carrier of the same span would."""
+    travelled = travelling_context(span_context, base)
+    ours, theirs = arrived_context(travelled), extract_from(carrier_of(span_context, base))
+    assert _span_context(ours) == _span_context(theirs)
+    assert _span_context(ours).is_remote == _span_context(theirs).is_remote
+    assert _span_context(ours).trace_state == _span_context(theirs).trace_state
+    assert baggage.get_all(ours) == baggage.get_all(theirs)
+
+
+@pytest.mark.parametrize("span_context", _TRAVELLING_CASES)
+def test_travelling_context_arrives_as_the_carrier_would(span_context: SpanContext) -> None:
+    _arrives_as_carried(span_context)
+    if span_context == _TRAVELLING_CASES[0]:  # the common case travels as three ints, no header
+        assert travelling_context(span_context) == (TRACE_ID, SPAN_ID, 1)
+
+
+def test_travelling_context_keeps_baggage() -> None:
+    base = baggage.set_baggage("tenant", "a b", context.Context())
+    span_context = SpanContext(TRACE_ID, SPAN_ID, False, TraceFlags(1))
+    assert isinstance(travelling_context(span_context, base), dict)  # a carrier, baggage and all
+    _arrives_as_carried(span_context, base)
+
+
 @pytest.fixture
 def b3_like_propagator() -> Iterator[None]:
     """A global propagator that is not W3C: our direct path must step aside."""
@@ -109,6 +144,12 @@ def test_another_global_propagator_is_used_as_it_is() -> None:
     assert carrier["traceparent"] == "00-CECD7403D5AACD5CD39DA423C2FBDE3B-74949627EB922871-01"
     # The SDK's W3C extract rejects the uppercase header; so must we, through the same propagator.
     assert not _span_context(extract_from(carrier)).is_valid
+    travelled = travelling_context(span_context)
+    assert travelled == carrier  # not W3C's own: the carrier travels, through the same propagator
+    assert not _span_context(arrived_context(travelled)).is_valid
+    # Ints sent by a W3C submitter reach a worker whose propagator is another: through that one.
+    header = {"traceparent": f"00-{TRACE_ID:032x}-{SPAN_ID:016x}-01"}
+    assert _span_context(arrived_context((TRACE_ID, SPAN_ID, 1))) == _span_context(propagate.extract(header))
 
 
 # -- W3CPropagator: the SDK's default, with the common case written out ---------------------------

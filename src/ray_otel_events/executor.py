@@ -42,7 +42,7 @@ from ray_otel_events.otel.task_spans import FUNCTION, derive_task_id
 from ray_otel_events.tracing.deferred_spans import record_submit_span
 from ray_otel_events.tracing.hooks import run_hook_once
 from ray_otel_events.tracing.install import current_installation, flush_at_exit
-from ray_otel_events.tracing.propagation import extract_from
+from ray_otel_events.tracing.propagation import Travelling, arrived_context, travelling_context
 from ray_otel_events.tracing.task_logs import DriverEcho, Line, TaskOutput
 
 P = ParamSpec("P")
@@ -61,6 +61,7 @@ class _ProcessIdentity:
     node_hex: str
     worker_hex: str
     job_hex: str
+    pid_text: str
 
 
 _identity: _ProcessIdentity | None = None
@@ -71,11 +72,11 @@ _running_task: contextvars.ContextVar[tuple[str, str] | None] = contextvars.Cont
 
 
 def _process_identity() -> _ProcessIdentity:
-    """Made once per process (a forked child makes its own): the job of a top-level submitter is
-    derived from its pid, so tasks of one submitting process share one job id."""
+    """Made once per process (a forked child makes its own: `_forget_process_state`): the job of a
+    top-level submitter is derived from its pid, so tasks of one submitting process share one job id."""
     global _identity
-    pid = os.getpid()
-    if _identity is None or _identity.pid != pid:
+    if _identity is None:
+        pid = os.getpid()
         try:
             node = TracingConfig.from_env().node_id
         except ConfigError:
@@ -85,20 +86,44 @@ def _process_identity() -> _ProcessIdentity:
             node_hex=(node or ids.node_id_for_host(os.uname().nodename)).hex(),
             worker_hex=ids.new_unique_id().hex(),
             job_hex=ids.job_id(pid & 0xFFFFFFFF).hex(),
+            pid_text=str(pid),
         )
     return _identity
 
 
-_tracer_for_pid: tuple[int, trace.Tracer] | None = None
+_tracer: trace.Tracer | None = None
 
 
-def _worker_tracer(pid: int) -> trace.Tracer:
+def _worker_tracer() -> trace.Tracer:
     """One tracer per process (the SDK builds a new one per `get_tracer` call); the hook has run in
     the worker's initializer, before any task, so the provider it set is the one to keep."""
-    global _tracer_for_pid
-    if _tracer_for_pid is None or _tracer_for_pid[0] != pid:
-        _tracer_for_pid = (pid, trace.get_tracer(semconv.INSTRUMENTATION_SCOPE))
-    return _tracer_for_pid[1]
+    global _tracer
+    if _tracer is None:
+        _tracer = trace.get_tracer(semconv.INSTRUMENTATION_SCOPE)
+    return _tracer
+
+
+# Job hex -> the task id's actor part for that job (a worker sees one or a few jobs).
+_actor_parts: dict[str, bytes] = {}
+
+
+def _actor_part(job_hex: str) -> bytes:
+    part = _actor_parts.get(job_hex)
+    if part is None:
+        if len(_actor_parts) >= 1024:  # a bound for safety only
+            _actor_parts.clear()
+        part = _actor_parts[job_hex] = ids.nil_actor_id(bytes.fromhex(job_hex))
+    return part
+
+
+def _forget_process_state() -> None:
+    """In a forked child: its own pid, worker id and job, and a tracer found again."""
+    global _identity, _tracer
+    _identity = None
+    _tracer = None
+
+
+os.register_at_fork(after_in_child=_forget_process_state)
 
 
 def function_name(fn: Callable[..., Any]) -> str:
@@ -114,51 +139,54 @@ def _base_attributes(identity: _ProcessIdentity, function: str, job_hex: str) ->
     return {
         semconv.RAY_REMOTE: FUNCTION,
         semconv.RAY_FUNCTION: function,
-        semconv.RAY_PID: str(identity.pid),
+        semconv.RAY_PID: identity.pid_text,
         semconv.RAY_JOB_ID: job_hex,
         semconv.RAY_NODE_ID: identity.node_hex,
         semconv.RAY_WORKER_ID: identity.worker_hex,
     }
 
 
+# Each state's event attributes, made once: add_event copies them into the event.
+_STATE_ATTRIBUTES = {state: {semconv.RAY_STATE: name} for state, name in _STATE_NAMES.items()}
+
+
 def _state_event(span: trace.Span, state: int, timestamp_ns: int) -> None:
     name = _STATE_NAMES[state]
-    span.add_event(name, {semconv.RAY_STATE: name}, timestamp=timestamp_ns)
+    span.add_event(name, _STATE_ATTRIBUTES[state], timestamp=timestamp_ns)
 
 
-@dataclass(frozen=True)
-class _TracedCall:
-    """What travels to the worker with each call besides fn/args: name, job and trace context."""
-
-    name: str
-    job_hex: str
-    carrier: dict[str, str]
-
-
-def _run_traced(call: _TracedCall, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+def _run_traced(
+    name: str,
+    job_hex: str,
+    parent_context: Travelling,
+    fn: Callable[..., R],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> R:
     """Executes one task in a worker inside its CONSUMER span (child of the submitter's span).
 
+    The submission's name, job and trace context travel as plain arguments (no object of ours to
+    pickle and rebuild per call), the context in its travelling form (`propagation.Travelling`).
     What `with attached(carrier): with trace.use_span(span, end_on_exit=True): ...` does, written
     out: the two generator-based context managers cost more than the rest of an untraced task."""
-    identity = _process_identity()
-    tracer = _worker_tracer(identity.pid)
-    extracted = extract_from(call.carrier)
+    identity = _identity or _process_identity()
+    tracer = _tracer or _worker_tracer()
+    extracted = arrived_context(parent_context)
     token = context.attach(extracted)
     try:
         parent = trace.get_current_span(extracted).get_span_context()
-        attributes = _base_attributes(identity, call.name, call.job_hex)
+        attributes = _base_attributes(identity, name, job_hex)
         task_hex = ""
         if parent.is_valid:
-            job = bytes.fromhex(call.job_hex)
-            task_hex = derive_task_id(parent.trace_id, parent.span_id, ids.nil_actor_id(job)).hex()
+            task_hex = derive_task_id(parent.trace_id, parent.span_id, _actor_part(job_hex)).hex()
             attributes[semconv.RAY_TASK_ID] = task_hex
         span = tracer.start_span(
-            call.name + semconv.EXECUTE_SUFFIX, extracted, kind=SpanKind.CONSUMER, attributes=attributes
+            name + semconv.EXECUTE_SUFFIX, extracted, kind=SpanKind.CONSUMER, attributes=attributes
         )
         try:
             span_token = context.attach(trace.set_span_in_context(span))
             try:
-                return _run_in_span(span, call, task_hex, fn, args, kwargs)
+                return _run_in_span(span, name, job_hex, task_hex, fn, args, kwargs)
             finally:
                 context.detach(span_token)
         except Exception as exc:  # as use_span: Exception only (not GeneratorExit and the like)
@@ -174,7 +202,8 @@ def _run_traced(call: _TracedCall, fn: Callable[..., R], args: tuple[Any, ...], 
 
 def _run_in_span(
     span: trace.Span,
-    call: _TracedCall,
+    name: str,
+    job_hex: str,
     task_hex: str,
     fn: Callable[..., R],
     args: tuple[Any, ...],
@@ -183,12 +212,12 @@ def _run_in_span(
     """The task itself between its RUNNING and FINISHED (or FAILED) events."""
     if span.is_recording():
         _state_event(span, _RUNNING, time.time_ns())
-    running = _running_task.set((task_hex, call.job_hex)) if task_hex else None
+    running = _running_task.set((task_hex, job_hex)) if task_hex else None
     try:
         if _task_output is None:
             result = fn(*args, **kwargs)
         else:
-            with _task_output.capture(call.name.rsplit(".", 1)[-1], task_hex, call.job_hex):
+            with _task_output.capture(name.rsplit(".", 1)[-1], task_hex, job_hex):
                 result = fn(*args, **kwargs)
     except BaseException:
         if span.is_recording():
@@ -328,11 +357,12 @@ class TracedProcessPoolExecutor(Executor):
         # The span ends when the call is ready to hand over, before the pool sees it: a worker may
         # start it before submit() returns, and SUBMITTED_TO_WORKER (the span's end) must not come
         # after RUNNING. It is never made current, so nothing else can nest under it here.
-        carrier = record_submit_span(
-            self._tracer, name + semconv.SUBMIT_SUFFIX, attributes, self._deferred_spans
+        parent_context = record_submit_span(
+            self._tracer, name + semconv.SUBMIT_SUFFIX, attributes, self._deferred_spans, travelling_context
         )
-        call = _TracedCall(name, attributes[semconv.RAY_JOB_ID], carrier)
-        return self._pool.submit(_run_traced, call, fn, args, kwargs)
+        return self._pool.submit(
+            _run_traced, name, attributes[semconv.RAY_JOB_ID], parent_context, fn, args, kwargs
+        )
 
     def map(
         self,

@@ -20,9 +20,9 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from opentelemetry import context as context_api
 from opentelemetry import trace
@@ -35,12 +35,13 @@ from opentelemetry.util.types import Attributes
 from ray_otel_events.tracing.background import BatchingQueue
 from ray_otel_events.tracing.direct_spans import DirectTracer, new_span_context
 from ray_otel_events.tracing.files import SpanFileProcessor
-from ray_otel_events.tracing.propagation import carrier_of, inject_into
+from ray_otel_events.tracing.propagation import carrier_of
 from ray_otel_events.tracing.spool import SpoolSpanProcessor
 
 logger = logging.getLogger("ray_otel_events.tracing")
 
 _SDK_SAMPLERS_MODULE = "opentelemetry.sdk.trace.sampling"
+C = TypeVar("C")  # the form a carrier is returned in
 
 
 _getrandbits = random.getrandbits
@@ -117,13 +118,16 @@ class DeferredSpans:
             and type(tracer.sampler).__module__ == _SDK_SAMPLERS_MODULE
         )
 
-    def record(self, tracer: SdkTracer, name: str, attributes: Attributes) -> dict[str, str]:
-        """The carrier of a PRODUCER span starting and ending now; the span itself follows."""
+    def record(
+        self, tracer: SdkTracer, name: str, attributes: Attributes, encode: Callable[..., C] = carrier_of
+    ) -> C:
+        """The carrier (`encode`'s form of it) of a PRODUCER span starting and ending now; the span
+        itself follows."""
         start_ns = time.time_ns()
         parent_ctx = context_api.get_current()
         kind = SpanKind.PRODUCER
         parent, span_context, sampling = new_span_context(tracer, parent_ctx, name, kind, attributes, ())
-        carrier = carrier_of(span_context, parent_ctx)
+        carrier = encode(span_context, parent_ctx)
         if sampling.decision is not Decision.DROP:
             self.queue.append(
                 _Submission(
@@ -223,15 +227,21 @@ def _write_lines(files: SpanFileProcessor | SpoolSpanProcessor | None, lines: li
 
 
 def record_submit_span(
-    tracer: trace.Tracer, name: str, attributes: Attributes, deferred: DeferredSpans | None
-) -> dict[str, str]:
-    """A PRODUCER span covering this instant; returns the W3C carrier of its context.
+    tracer: trace.Tracer,
+    name: str,
+    attributes: Attributes,
+    deferred: DeferredSpans | None,
+    encode: Callable[..., C] = carrier_of,
+) -> C:
+    """A PRODUCER span covering this instant; returns the W3C carrier of its context (by default;
+    `encode(span context, context it started in)` chooses the form, `propagation.travelling_context`
+    for a pool task).
 
     Deferred when `deferred` can take this tracer, created synchronously otherwise.
     """
     if deferred is not None and deferred.can_defer(tracer):
-        return deferred.record(tracer, name, attributes)  # type: ignore[arg-type]
+        return deferred.record(tracer, name, attributes, encode)  # type: ignore[arg-type]
     span = tracer.start_span(name, kind=SpanKind.PRODUCER, attributes=attributes)
-    carrier = inject_into(trace.set_span_in_context(span))
+    carrier = encode(span.get_span_context(), context_api.get_current())
     span.end()
     return carrier

@@ -140,6 +140,32 @@ def carrier_of(span_context: SpanContext, base: context.Context | None = None) -
     return inject_into(trace.set_span_in_context(NonRecordingSpan(ctx), base))
 
 
+# A trace context as it travels with a pool task: (trace id, span id, flags) when the carrier would be
+# a canonical `traceparent` alone (smaller to pickle than the header, and read without parsing it),
+# else the carrier itself.
+Travelling = tuple[int, int, int] | dict[str, str]
+
+
+def travelling_context(span_context: SpanContext, base: context.Context | None = None) -> Travelling:
+    """What `carrier_of(span_context, base)` carries, in its travelling form (`Travelling`)."""
+    ctx = span_context
+    if ctx.is_valid and not ctx.trace_state and _w3c_default() and not baggage.get_all(base):
+        return (ctx.trace_id, ctx.span_id, int(ctx.trace_flags))
+    return inject_into(trace.set_span_in_context(NonRecordingSpan(ctx), base))
+
+
+def arrived_context(travelled: Travelling) -> context.Context:
+    """The context a travelling one describes, on an empty context: what `extract_from` returns for
+    the carrier it stands for."""
+    if type(travelled) is tuple:
+        trace_id, span_id, flags = travelled
+        if _w3c_default():
+            parent = SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags))
+            return trace.set_span_in_context(NonRecordingSpan(parent), context.Context())
+        return propagate.extract({TRACEPARENT: f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"})
+    return extract_from(cast(dict[str, str], travelled))
+
+
 def extract_from(carrier: Mapping[str, str] | None) -> context.Context:
     """The context a carrier describes, on an empty context: what `propagate.extract(carrier)` returns."""
     if not carrier:
