@@ -114,3 +114,41 @@ def test_without_a_hooks_handler_records_are_echoed_as_python_would_print_them()
     for word in ("careful", "ours"):
         found = re.findall(rf"^\(work pid=\d+\) ({word} \d)$", proc.stderr, re.M)
         assert sorted(found) == [f"{word} {n}" for n in range(3)], proc.stderr
+
+
+PARTIAL_SCRIPT = """
+import sys
+from ray_otel_events.executor import TracedProcessPoolExecutor
+
+def work(n):
+    if n % 2 == 0:
+        sys.stdout.write(f"part {n}")  # no newline: the line ends with the task
+    return n
+
+if __name__ == "__main__":
+    hook = "ray_otel_events.tracing.setup_local_tmp_tracing:setup_tracing"
+    with TracedProcessPoolExecutor(max_workers=1, tracing_startup_hook=hook) as pool:
+        assert list(pool.map(work, range(6))) == list(range(6))
+"""
+
+
+def test_each_task_s_lines_carry_its_own_ids_and_silent_tasks_none(tmp_path: Path) -> None:
+    """One worker runs every task, its line writers reused: a partial line is its task's, written
+    when the task ends, and a task that writes nothing leaves no record."""
+    env = {**os.environ, "RAY_OTEL_EVENTS_SPANS_DIR": str(tmp_path / "spans")}
+    proc = subprocess.run(
+        [sys.executable, "-c", PARTIAL_SCRIPT], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert re.findall(r"^\(work pid=\d+\) (part \d)$", proc.stdout, re.M) == ["part 0", "part 2", "part 4"]
+    spans = {s["context"]["span_id"]: s for s in _lines(tmp_path / "spans", ".json") if "context" in s}
+    records = _lines(tmp_path / "spans", ".logs.jsonl")
+    assert sorted(r["body"] for r in records) == ["part 0", "part 2", "part 4"]
+    task_ids = set()
+    for record in records:
+        span = spans[record["span_id"]]
+        assert record["attributes"]["ray.task_id"] == span["attributes"]["ray.task_id"]
+        assert str(record["attributes"]["process.pid"]) == span["attributes"]["ray.pid"]
+        assert record["attributes"]["code.function"] == "work"
+        task_ids.add(record["attributes"]["ray.task_id"])
+    assert len(task_ids) == 3

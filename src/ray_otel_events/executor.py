@@ -217,8 +217,11 @@ def _run_in_span(
         if _task_output is None:
             result = fn(*args, **kwargs)
         else:
-            with _task_output.capture(name.rsplit(".", 1)[-1], task_hex, job_hex):
+            begun = _task_output.begin(name.rpartition(".")[2], task_hex, job_hex)
+            try:
                 result = fn(*args, **kwargs)
+            finally:
+                _task_output.end(begun)
     except BaseException:
         if span.is_recording():
             _state_event(span, _FAILED, time.time_ns())

@@ -1,6 +1,6 @@
 """A task's output as log records tied to its span, and echoed where it was submitted, as Ray does.
 
-In a worker, `TaskOutput.capture` wraps one task: lines written to `sys.stdout` / `sys.stderr`
+In a worker, `TaskOutput.begin` and `end` wrap one task: lines written to `sys.stdout` / `sys.stderr`
 and records that reach the root logger become OTel log records of the global LoggerProvider
 (the hook's: beside the spans for the local hook, OTLP for the OTLP hook), emitted while the
 task's execution span is current, so they carry its trace and span ids, plus `ray.task_id`,
@@ -21,14 +21,14 @@ when a line is written: a task that prints nothing costs nothing more.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable
 from multiprocessing.queues import SimpleQueue
 from typing import Any, TextIO, cast
 
@@ -302,16 +302,28 @@ class _RecordCapture(logging.Handler):
         self._output.line("stderr", text, _level_severity(record.levelno), otel=otel, echo=echo)
 
 
+def _forget_pid_after_fork(ref: weakref.ref[TaskOutput]) -> None:
+    output = ref()
+    if output is not None:
+        output.pid = os.getpid()
+        output._attributes = None
+
+
 class TaskOutput:
-    """One per worker process; `capture` wraps each task (see the module doc)."""
+    """One per worker process; `begin` and `end` wrap each task (see the module doc). A task that
+    writes nothing costs swapping the two streams and back: the attributes of its lines are made
+    when it writes the first one, and the two line writers are the process's own, reused."""
 
     def __init__(self, to_driver: SimpleQueue[Line | None] | None) -> None:
         self.to_driver = to_driver
-        self.pid = os.getpid()
+        self.pid = os.getpid()  # a forked child's own after the fork
         self._logger = _logs.get_logger(SCOPE)
-        self._attributes: dict[str, Any] = {}
-        self._function = ""
+        self._task = ("", "", "")  # (task id, job id, function) of the task running, else the last one
+        self._attributes: dict[str, Any] | None = None  # made from `_task` at the first line
         self._saved: tuple[TextIO, TextIO] = (sys.stdout, sys.stderr)
+        self._writers = (_LineWriter(self, "stdout", sys.stdout), _LineWriter(self, "stderr", sys.stderr))
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _forget_pid_after_fork(ref))
 
     def line(
         self,
@@ -323,57 +335,70 @@ class TaskOutput:
         echo: bool = True,
     ) -> None:
         if otel:
+            attributes = self._attributes
+            if attributes is None:
+                task_hex, job_hex, function = self._task
+                attributes = self._attributes = {
+                    semconv.RAY_TASK_ID: task_hex,
+                    semconv.RAY_JOB_ID: job_hex,
+                    semconv.PROCESS_PID: self.pid,
+                    semconv.CODE_FUNCTION: function,
+                }
             number, level = severity or _SEVERITY[stream]
             self._logger.emit(
                 timestamp=time.time_ns(),
                 severity_number=number,
                 severity_text=level,
                 body=text,
-                attributes={**self._attributes, semconv.LOG_IOSTREAM: stream},
+                attributes={**attributes, semconv.LOG_IOSTREAM: stream},
             )
         if not echo:
             return
         if self.to_driver is not None:
-            self.to_driver.put((self._function, self.pid, stream, text))
+            self.to_driver.put((self._task[2], self.pid, stream, text))
         else:
             target = self._saved[1] if stream == "stderr" else self._saved[0]
             target.write(text + "\n")
 
-    @contextlib.contextmanager
-    def capture(self, function: str, task_hex: str, job_hex: str) -> Iterator[None]:
-        """Call inside the task's execution span, so records carry its trace context."""
-        if os.getpid() != self.pid:  # a fork of a worker: its own pid, same queue
-            self.pid = os.getpid()
-        self._function = function
-        self._attributes = {
-            semconv.RAY_TASK_ID: task_hex,
-            semconv.RAY_JOB_ID: job_hex,
-            semconv.PROCESS_PID: self.pid,
-            semconv.CODE_FUNCTION: function,
-        }
+    def begin(self, function: str, task_hex: str, job_hex: str) -> tuple[Any, ...]:
+        """Before a task, inside its execution span (so records carry its trace context); returns
+        what `end` restores."""
+        self._task = (task_hex, job_hex, function)
+        self._attributes = None
         global _active
         root = logging.getLogger()
         # With the hooks' TaskLogHandler on root, records are already OTel records and echoed by it.
         # Without it, a handler of our own does both for the task's duration: OTel records unless
         # another OTel handler makes them, echo where Python's last resort would have printed.
         records: _RecordCapture | None = None
-        if not any(isinstance(h, TaskLogHandler) for h in root.handlers):
-            otel = any(isinstance(h, LoggingHandler) for h in root.handlers)
-            others = any(not isinstance(h, LoggingHandler) for h in root.handlers)
+        handlers = root.handlers
+        if not any(isinstance(h, TaskLogHandler) for h in handlers):
+            otel = any(isinstance(h, LoggingHandler) for h in handlers)
+            others = any(not isinstance(h, LoggingHandler) for h in handlers)
             records = _RecordCapture(self, emit_otel=not otel, echo=not others)
             root.addHandler(records)
         saved = self._saved = (sys.stdout, sys.stderr)
-        writers = _LineWriter(self, "stdout", saved[0]), _LineWriter(self, "stderr", saved[1])
+        writers = self._writers
+        if _active is not None:  # a capture inside a capture: its own writers
+            writers = _LineWriter(self, "stdout", saved[0]), _LineWriter(self, "stderr", saved[1])
+        else:
+            writers[0]._original, writers[1]._original = saved
         sys.stdout, sys.stderr = writers
-        _active = self
-        try:
-            yield
-        finally:
-            _active = None
-            if records is not None:
-                root.removeHandler(records)
-            sys.stdout, sys.stderr = saved
-            for writer in writers:
+        previous, _active = _active, self
+        return saved, records, writers, previous
+
+    def end(self, begun: tuple[Any, ...]) -> None:
+        """After the task, however it ended: the streams and root's handlers as they were, and the
+        task's unfinished lines written."""
+        global _active
+        saved, records, writers, previous = begun
+        _active = previous
+        if records is not None:
+            logging.getLogger().removeHandler(records)
+        sys.stdout, sys.stderr = saved
+        self._saved = saved
+        for writer in writers:
+            if writer._pending:
                 writer.close_lines()
 
 
