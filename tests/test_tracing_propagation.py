@@ -99,7 +99,8 @@ _TRAVELLING_CASES = [
 def _arrives_as_carried(span_context: SpanContext, base: context.Context | None = None) -> None:
     """A pool task's travelling context arrives as the carrier of the same span would."""
     travelled = travelling_context(span_context, base)
-    ours, theirs = arrived_context(travelled), extract_from(carrier_of(span_context, base))
+    (ours, parent), theirs = arrived_context(travelled), extract_from(carrier_of(span_context, base))
+    assert parent == (_span_context(theirs) if _span_context(theirs).is_valid else None)
     assert _span_context(ours) == _span_context(theirs)
     assert _span_context(ours).is_remote == _span_context(theirs).is_remote
     assert _span_context(ours).trace_state == _span_context(theirs).trace_state
@@ -146,10 +147,12 @@ def test_another_global_propagator_is_used_as_it_is() -> None:
     assert not _span_context(extract_from(carrier)).is_valid
     travelled = travelling_context(span_context)
     assert travelled == carrier  # not W3C's own: the carrier travels, through the same propagator
-    assert not _span_context(arrived_context(travelled)).is_valid
+    assert not _span_context(arrived_context(travelled)[0]).is_valid
     # Ints sent by a W3C submitter reach a worker whose propagator is another: through that one.
     header = {"traceparent": f"00-{TRACE_ID:032x}-{SPAN_ID:016x}-01"}
-    assert _span_context(arrived_context((TRACE_ID, SPAN_ID, 1))) == _span_context(propagate.extract(header))
+    assert _span_context(arrived_context((TRACE_ID, SPAN_ID, 1))[0]) == _span_context(
+        propagate.extract(header)
+    )
 
 
 # -- W3CPropagator: the SDK's default, with the common case written out ---------------------------

@@ -40,6 +40,7 @@ from ray_otel_events.events.builders import TaskStatus
 from ray_otel_events.otel import semconv
 from ray_otel_events.otel.task_spans import FUNCTION, derive_task_id
 from ray_otel_events.tracing.deferred_spans import record_submit_span
+from ray_otel_events.tracing.direct_spans import DirectSpan
 from ray_otel_events.tracing.hooks import run_hook_once
 from ray_otel_events.tracing.install import current_installation, flush_at_exit
 from ray_otel_events.tracing.propagation import Travelling, arrived_context, travelling_context
@@ -146,13 +147,16 @@ def _base_attributes(identity: _ProcessIdentity, function: str, job_hex: str) ->
     }
 
 
-# Each state's event attributes, made once: add_event copies them into the event.
-_STATE_ATTRIBUTES = {state: {semconv.RAY_STATE: name} for state, name in _STATE_NAMES.items()}
+# Each state's name and event attributes, made once: the event copies them.
+_STATE_EVENTS = {state: (name, {semconv.RAY_STATE: name}) for state, name in _STATE_NAMES.items()}
 
 
-def _state_event(span: trace.Span, state: int, timestamp_ns: int) -> None:
-    name = _STATE_NAMES[state]
-    span.add_event(name, _STATE_ATTRIBUTES[state], timestamp=timestamp_ns)
+def _state_event(span: trace.Span, state: int) -> None:
+    name, attributes = _STATE_EVENTS[state]
+    if type(span) is DirectSpan:
+        span.add_string_event(name, attributes, time.time_ns())
+    else:
+        span.add_event(name, attributes, timestamp=time.time_ns())
 
 
 def _run_traced(
@@ -171,14 +175,14 @@ def _run_traced(
     out: the two generator-based context managers cost more than the rest of an untraced task."""
     identity = _identity or _process_identity()
     tracer = _tracer or _worker_tracer()
-    extracted = arrived_context(parent_context)
+    extracted, parent = arrived_context(parent_context)
     token = context.attach(extracted)
     try:
-        parent = trace.get_current_span(extracted).get_span_context()
         attributes = _base_attributes(identity, name, job_hex)
         task_hex = ""
-        if parent.is_valid:
-            task_hex = derive_task_id(parent.trace_id, parent.span_id, _actor_part(job_hex)).hex()
+        if parent is not None:
+            actor_part = _actor_parts.get(job_hex) or _actor_part(job_hex)
+            task_hex = derive_task_id(parent.trace_id, parent.span_id, actor_part).hex()
             attributes[semconv.RAY_TASK_ID] = task_hex
         span = tracer.start_span(
             name + semconv.EXECUTE_SUFFIX, extracted, kind=SpanKind.CONSUMER, attributes=attributes
@@ -211,7 +215,7 @@ def _run_in_span(
 ) -> R:
     """The task itself between its RUNNING and FINISHED (or FAILED) events."""
     if span.is_recording():
-        _state_event(span, _RUNNING, time.time_ns())
+        _state_event(span, _RUNNING)
     running = _running_task.set((task_hex, job_hex)) if task_hex else None
     try:
         if _task_output is None:
@@ -224,13 +228,13 @@ def _run_in_span(
                 _task_output.end(begun)
     except BaseException:
         if span.is_recording():
-            _state_event(span, _FAILED, time.time_ns())
+            _state_event(span, _FAILED)
         raise
     finally:
         if running is not None:
             _running_task.reset(running)
     if span.is_recording():
-        _state_event(span, _FINISHED, time.time_ns())
+        _state_event(span, _FINISHED)
     return result
 
 

@@ -9,8 +9,10 @@ and the installation flushes at interpreter exit and at multiprocessing child ex
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -53,12 +55,13 @@ class LineFileWriter(Generic[T]):
         self.format_line = format_line
         self.written = 0
         self.failed = 0
-        self._fd: int | None = None
-        self._fd_pid = -1
+        self._fd: int | None = None  # this process's: a forked child opens its own
         self._reported_pid = -1
         self.queue: BatchingQueue[T] = BatchingQueue(
             self._write_batch, name="ray_otel_events.files", linger_s=linger_s
         )
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _forget_file_after_fork(ref))
 
     @property
     def path(self) -> str:
@@ -84,7 +87,7 @@ class LineFileWriter(Generic[T]):
     def close(self) -> bool:
         failed = self.failed
         self.queue.close()
-        if self._fd is not None and self._fd_pid == os.getpid():
+        if self._fd is not None:
             os.close(self._fd)
         self._fd = None
         return self.failed == failed
@@ -114,17 +117,28 @@ class LineFileWriter(Generic[T]):
         self.written += len(lines)
 
     def _open(self) -> int:
-        pid = os.getpid()
-        if self._fd is None or self._fd_pid != pid:
+        fd = self._fd
+        if fd is None:
             os.makedirs(self.directory, exist_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            self._fd_pid = pid
-        return self._fd
+            fd = self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        return fd
+
+    def _after_fork_in_child(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)  # the parent's file: the child writes `<its pid><suffix>`
+        self._fd = None
 
     def _report(self, message: str) -> None:
         if self._reported_pid != os.getpid():
             self._reported_pid = os.getpid()
             logger.error("ray_otel_events: %s (reported once per process)", message)
+
+
+def _forget_file_after_fork(ref: weakref.ref[LineFileWriter[Any]]) -> None:
+    writer = ref()
+    if writer is not None:
+        writer._after_fork_in_child()
 
 
 class SpanFileProcessor(SpanProcessor):
@@ -147,8 +161,12 @@ class SpanFileProcessor(SpanProcessor):
         return None
 
     def on_end(self, span: ReadableSpan) -> None:
-        if span.context is not None and span.context.trace_flags.sampled:
-            if span.kind is SpanKind.CONSUMER and span.name.endswith(semconv.EXECUTE_SUFFIX):
+        if type(span) is DirectSpan:  # its fields, without a property call each
+            context, kind, name = span._context, span._kind, span._name
+        else:
+            context, kind, name = span.context, span.kind, span.name
+        if context is not None and context.trace_flags.sampled:
+            if kind is SpanKind.CONSUMER and name.endswith(semconv.EXECUTE_SUFFIX):
                 self.writer.write_now(span)  # no hand-over: the task's own thread pays, once
             else:
                 self.writer.append(span)

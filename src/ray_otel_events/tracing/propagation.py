@@ -154,16 +154,19 @@ def travelling_context(span_context: SpanContext, base: context.Context | None =
     return inject_into(trace.set_span_in_context(NonRecordingSpan(ctx), base))
 
 
-def arrived_context(travelled: Travelling) -> context.Context:
-    """The context a travelling one describes, on an empty context: what `extract_from` returns for
-    the carrier it stands for."""
+def arrived_context(travelled: Travelling) -> tuple[context.Context, SpanContext | None]:
+    """The context a travelling one describes, on an empty context (what `extract_from` returns for
+    the carrier it stands for), and its span's context when that is valid."""
     if type(travelled) is tuple:
         trace_id, span_id, flags = travelled
         if _w3c_default():
             parent = SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags))
-            return trace.set_span_in_context(NonRecordingSpan(parent), context.Context())
-        return propagate.extract({TRACEPARENT: f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"})
-    return extract_from(cast(dict[str, str], travelled))
+            return trace.set_span_in_context(NonRecordingSpan(parent), context.Context()), parent
+        extracted = propagate.extract({TRACEPARENT: f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"})
+    else:
+        extracted = extract_from(cast(dict[str, str], travelled))
+    found = trace.get_current_span(extracted).get_span_context()
+    return extracted, found if found.is_valid else None
 
 
 def extract_from(carrier: Mapping[str, str] | None) -> context.Context:

@@ -373,9 +373,9 @@ class SpoolWriter:
             self._report(f"cannot start the spool forwarder for {self.folder}: {exc!r}")
 
     def _file(self) -> int:
-        pid = os.getpid()
-        if self._fd is not None and self._pid == pid:
+        if self._fd is not None:  # this process's: a forked child's is reset at the fork
             return self._fd
+        pid = os.getpid()
         if self._pid != pid:
             self._pid, self._seq, self._nonce = pid, 0, secrets.token_hex(4)
             self._checked = 0.0
@@ -421,19 +421,25 @@ class SpoolSpanProcessor(SpanProcessor):
         )
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        context = span.context
+        if type(span) is DirectSpan:  # its fields, without a property call each
+            context, kind, name = span._context, span._kind, span._name
+        else:
+            context, kind, name = span.context, span.kind, span.name
         if (
-            span.kind is SpanKind.CONSUMER
+            kind is SpanKind.CONSUMER
             and context is not None
             and context.trace_flags.sampled
-            and span.name.endswith(semconv.EXECUTE_SUFFIX)
+            and name.endswith(semconv.EXECUTE_SUFFIX)
         ):
             self.queue.append((STARTED, span))
 
     def on_end(self, span: ReadableSpan) -> None:
-        context = span.context
+        if type(span) is DirectSpan:
+            context, kind, name = span._context, span._kind, span._name
+        else:
+            context, kind, name = span.context, span.kind, span.name
         if context is not None and context.trace_flags.sampled:
-            if span.kind is SpanKind.CONSUMER and span.name.endswith(semconv.EXECUTE_SUFFIX):
+            if kind is SpanKind.CONSUMER and name.endswith(semconv.EXECUTE_SUFFIX):
                 self.queue.handle_now((ENDED, span))  # no hand-over: the task's own thread pays, once
             else:
                 self.queue.append((ENDED, span))

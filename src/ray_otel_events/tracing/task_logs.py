@@ -366,13 +366,16 @@ class TaskOutput:
         self._task = (task_hex, job_hex, function)
         self._attributes = None
         global _active
-        root = logging.getLogger()
+        root = logging.root
         # With the hooks' TaskLogHandler on root, records are already OTel records and echoed by it.
         # Without it, a handler of our own does both for the task's duration: OTel records unless
         # another OTel handler makes them, echo where Python's last resort would have printed.
         records: _RecordCapture | None = None
         handlers = root.handlers
-        if not any(isinstance(h, TaskLogHandler) for h in handlers):
+        for handler in handlers:
+            if isinstance(handler, TaskLogHandler):
+                break
+        else:
             otel = any(isinstance(h, LoggingHandler) for h in handlers)
             others = any(not isinstance(h, LoggingHandler) for h in handlers)
             records = _RecordCapture(self, emit_otel=not otel, echo=not others)
@@ -394,7 +397,7 @@ class TaskOutput:
         saved, records, writers, previous = begun
         _active = previous
         if records is not None:
-            logging.getLogger().removeHandler(records)
+            logging.root.removeHandler(records)
         sys.stdout, sys.stderr = saved
         self._saved = saved
         for writer in writers:
