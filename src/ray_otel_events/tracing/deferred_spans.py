@@ -26,6 +26,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from opentelemetry import context as context_api
 from opentelemetry import trace
+from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Decision
@@ -42,6 +43,7 @@ logger = logging.getLogger("ray_otel_events.tracing")
 
 _SDK_SAMPLERS_MODULE = "opentelemetry.sdk.trace.sampling"
 C = TypeVar("C")  # the form a carrier is returned in
+Encode = Callable[[SpanContext, context_api.Context | None], C]  # (span context, context it started in)
 
 
 _getrandbits = random.getrandbits
@@ -106,23 +108,33 @@ class DeferredSpans:
         self.id_generator = PresetIdGenerator()
         self.created = 0
         self.mismatched = 0
+        self._deferrable: tuple[trace.Tracer, Any] | None = None  # (tracer, its sampler): can_defer
         self.queue: BatchingQueue[_Submission] = BatchingQueue(
             self._create, name="ray_otel_events.deferred_spans", linger_s=linger_s
         )
 
     def can_defer(self, tracer: trace.Tracer) -> bool:
-        """True for a tracer of the provider using our ids, with one of the SDK's own samplers."""
-        return (
+        """True for a tracer of the provider using our ids, with one of the SDK's own samplers. The
+        last tracer found so, with its sampler then, is kept: a submitter asks with one tracer, and
+        the answer changes only with the sampler (`provider.replace_sampler`)."""
+        known = self._deferrable
+        if known is not None and known[0] is tracer and known[1] is getattr(tracer, "sampler", None):
+            return True
+        if (
             isinstance(tracer, SdkTracer)
             and tracer.id_generator is self.id_generator
             and type(tracer.sampler).__module__ == _SDK_SAMPLERS_MODULE
-        )
+        ):
+            self._deferrable = (tracer, tracer.sampler)
+            return True
+        return False
 
-    def record(
-        self, tracer: SdkTracer, name: str, attributes: Attributes, encode: Callable[..., C] = carrier_of
-    ) -> C:
-        """The carrier (`encode`'s form of it) of a PRODUCER span starting and ending now; the span
-        itself follows."""
+    def record(self, tracer: SdkTracer, name: str, attributes: Attributes) -> dict[str, str]:
+        """The carrier of a PRODUCER span starting and ending now; the span itself follows."""
+        return self.record_as(carrier_of, tracer, name, attributes)
+
+    def record_as(self, encode: Encode[C], tracer: SdkTracer, name: str, attributes: Attributes) -> C:
+        """`record`, the carrier in `encode`'s form (`encode(span context, context it started in)`)."""
         start_ns = time.time_ns()
         parent_ctx = context_api.get_current()
         kind = SpanKind.PRODUCER
@@ -152,11 +164,16 @@ class DeferredSpans:
         preset = self.id_generator.preset
         lines: list[Any] = []  # submission lines made without their spans, for `lines_to`
         lines_to: SpanFileProcessor | SpoolSpanProcessor | None = None
+        last_tracer: SdkTracer | None = None
+        direct: DirectTracer | None = None
+        files: SpanProcessor | None = None
         try:
             for item in batch:
                 tracer = item.tracer
-                direct = tracer if isinstance(tracer, DirectTracer) and tracer.direct() else None
-                files = direct.sole_processor() if direct is not None else None
+                if tracer is not last_tracer:  # a batch mostly comes from one tracer: asked once
+                    last_tracer = tracer
+                    direct = tracer if isinstance(tracer, DirectTracer) and tracer.direct() else None
+                    files = direct.sole_processor() if direct is not None else None
                 attributes = item.sampled_attributes
                 # Only our span files or spool would read the span (a hook without event
                 # processors) and they write its attributes as given: its line is written from the
@@ -227,20 +244,22 @@ def _write_lines(files: SpanFileProcessor | SpoolSpanProcessor | None, lines: li
 
 
 def record_submit_span(
-    tracer: trace.Tracer,
-    name: str,
-    attributes: Attributes,
-    deferred: DeferredSpans | None,
-    encode: Callable[..., C] = carrier_of,
-) -> C:
-    """A PRODUCER span covering this instant; returns the W3C carrier of its context (by default;
-    `encode(span context, context it started in)` chooses the form, `propagation.travelling_context`
-    for a pool task).
+    tracer: trace.Tracer, name: str, attributes: Attributes, deferred: DeferredSpans | None
+) -> dict[str, str]:
+    """A PRODUCER span covering this instant; returns the W3C carrier of its context.
 
     Deferred when `deferred` can take this tracer, created synchronously otherwise.
     """
+    return record_submit_span_as(carrier_of, tracer, name, attributes, deferred)
+
+
+def record_submit_span_as(
+    encode: Encode[C], tracer: trace.Tracer, name: str, attributes: Attributes, deferred: DeferredSpans | None
+) -> C:
+    """`record_submit_span`, the carrier in `encode`'s form (`propagation.travelling_context` for a
+    pool task)."""
     if deferred is not None and deferred.can_defer(tracer):
-        return deferred.record(tracer, name, attributes, encode)  # type: ignore[arg-type]
+        return deferred.record_as(encode, tracer, name, attributes)  # type: ignore[arg-type]
     span = tracer.start_span(name, kind=SpanKind.PRODUCER, attributes=attributes)
     carrier = encode(span.get_span_context(), context_api.get_current())
     span.end()

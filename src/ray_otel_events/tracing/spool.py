@@ -421,8 +421,9 @@ class SpoolSpanProcessor(SpanProcessor):
         )
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        if type(span) is DirectSpan:  # its fields, without a property call each
-            context, kind, name = span._context, span._kind, span._name
+        started: Any = span  # typed as the SDK's Span, often a DirectSpan
+        if type(started) is DirectSpan:  # its fields, without a property call each
+            context, kind, name = started._context, started._kind, started._name
         else:
             context, kind, name = span.context, span.kind, span.name
         if (
