@@ -171,37 +171,34 @@ def _run_traced(
 
     The submission's name, job and trace context travel as plain arguments (no object of ours to
     pickle and rebuild per call), the context in its travelling form (`propagation.Travelling`).
-    What `with attached(carrier): with trace.use_span(span, end_on_exit=True): ...` does, written
-    out: the two generator-based context managers cost more than the rest of an untraced task."""
+    What `with trace.use_span(span, end_on_exit=True): ...` in the extracted context does, written
+    out: the generator-based context manager costs more than the rest of an untraced task."""
     identity = _identity or _process_identity()
     tracer = _tracer or _worker_tracer()
     extracted, parent = arrived_context(parent_context)
-    token = context.attach(extracted)
+    attributes = _base_attributes(identity, name, job_hex)
+    task_hex = ""
+    if parent is not None:
+        actor_part = _actor_parts.get(job_hex) or _actor_part(job_hex)
+        task_hex = derive_task_id(parent.trace_id, parent.span_id, actor_part).hex()
+        attributes[semconv.RAY_TASK_ID] = task_hex
+    span = tracer.start_span(
+        name + semconv.EXECUTE_SUFFIX, extracted, kind=SpanKind.CONSUMER, attributes=attributes
+    )
     try:
-        attributes = _base_attributes(identity, name, job_hex)
-        task_hex = ""
-        if parent is not None:
-            actor_part = _actor_parts.get(job_hex) or _actor_part(job_hex)
-            task_hex = derive_task_id(parent.trace_id, parent.span_id, actor_part).hex()
-            attributes[semconv.RAY_TASK_ID] = task_hex
-        span = tracer.start_span(
-            name + semconv.EXECUTE_SUFFIX, extracted, kind=SpanKind.CONSUMER, attributes=attributes
-        )
+        # The span in the extracted context (its baggage kept), current while the task runs.
+        token = context.attach(trace.set_span_in_context(span, extracted))
         try:
-            span_token = context.attach(trace.set_span_in_context(span))
-            try:
-                return _run_in_span(span, name, job_hex, task_hex, fn, args, kwargs)
-            finally:
-                context.detach(span_token)
-        except Exception as exc:  # as use_span: Exception only (not GeneratorExit and the like)
-            if span.is_recording():
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-            raise
+            return _run_in_span(span, name, job_hex, task_hex, fn, args, kwargs)
         finally:
-            span.end()
+            context.detach(token)
+    except Exception as exc:  # as use_span: Exception only (not GeneratorExit and the like)
+        if span.is_recording():
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        raise
     finally:
-        context.detach(token)
+        span.end()
 
 
 def _run_in_span(
