@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -196,3 +198,37 @@ def test_a_users_own_hook_from_our_building_blocks(tmp_path: Path) -> None:
     assert len(_pairs(spans, summary["pid"], SQUARE)) == 3
     assert all(consumer is not None for _, consumer in _pairs(spans, summary["pid"], SQUARE)), stderr
     assert not (tmp_path / "unused").exists()
+
+
+BAGGAGE_SCRIPT = """
+import json, sys
+from opentelemetry import baggage, context, trace
+from ray_otel_events.executor import TracedProcessPoolExecutor
+
+def seen():
+    span_context = trace.get_current_span().get_span_context()
+    return baggage.get_baggage("tenant"), span_context.trace_id
+
+if __name__ == "__main__":
+    with TracedProcessPoolExecutor(1, tracing_startup_hook=sys.argv[1]) as pool:
+        token = context.attach(baggage.set_baggage("tenant", "a b"))
+        with trace.get_tracer("t").start_as_current_span("outer") as outer:
+            with_baggage = pool.submit(seen).result()
+        context.detach(token)
+        plain = pool.submit(seen).result()
+    print(json.dumps([with_baggage[0], with_baggage[1] == outer.get_span_context().trace_id, plain[0]]))
+"""
+
+
+def test_baggage_travels_with_the_task_and_only_with_it(tmp_path: Path) -> None:
+    """A submitter's baggage makes the task's context travel as a full carrier: the task sees it,
+    in the submitter's trace; a task submitted without baggage sees none."""
+    proc = subprocess.run(
+        [sys.executable, "-c", BAGGAGE_SCRIPT, LOCAL_HOOK],
+        env=script_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["a b", True, None]
