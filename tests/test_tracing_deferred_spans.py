@@ -26,6 +26,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from ray_otel_events.tracing.deferred_spans import DeferredSpans, PresetIdGenerator, record_submit_span
 from ray_otel_events.tracing.direct_spans import DirectSpan, DirectTracer
 from ray_otel_events.tracing.files import SpanFileProcessor
+from ray_otel_events.tracing.propagation import carrier_of
 from ray_otel_events.tracing.provider import CachingTracerProvider
 
 PARENT_BASED = ParentBased(ALWAYS_ON)  # the SDK's default sampler
@@ -54,7 +55,7 @@ def test_a_root_submission_becomes_the_span_its_carrier_names(direct: bool) -> N
     deferred, provider, exporter = _provider(direct=direct)
     tracer = provider.get_tracer("t")
     assert deferred.can_defer(tracer)
-    carrier = record_submit_span(tracer, "m.f ray.remote", ATTRS, deferred)
+    carrier = record_submit_span(tracer, "m.f ray.remote", ATTRS, deferred, carrier_of)
     assert exporter.get_finished_spans() == ()  # nothing created on the submitting thread
     deferred.flush()
     (span,) = exporter.get_finished_spans()
@@ -79,7 +80,7 @@ def test_a_nested_submission_keeps_its_parent_and_trace_state(direct: bool) -> N
     )
     token = context_api.attach(trace.set_span_in_context(NonRecordingSpan(parent)))
     try:
-        carrier = record_submit_span(tracer, "m.f ray.remote", ATTRS, deferred)
+        carrier = record_submit_span(tracer, "m.f ray.remote", ATTRS, deferred, carrier_of)
     finally:
         context_api.detach(token)
     assert carrier["tracestate"] == "k=v"
@@ -94,7 +95,7 @@ def test_a_nested_submission_keeps_its_parent_and_trace_state(direct: bool) -> N
 
 def test_unsampled_submissions_propagate_but_create_nothing() -> None:
     deferred, provider, exporter = _provider(ALWAYS_OFF)
-    carrier = record_submit_span(provider.get_tracer("t"), "m.f ray.remote", ATTRS, deferred)
+    carrier = record_submit_span(provider.get_tracer("t"), "m.f ray.remote", ATTRS, deferred, carrier_of)
     assert carrier["traceparent"].endswith("-02")  # not sampled (random trace id flag only)
     deferred.flush()
     assert exporter.get_finished_spans() == () and deferred.created == 0
@@ -104,7 +105,7 @@ def test_unsampled_submissions_propagate_but_create_nothing() -> None:
 def test_ratio_sampling_agrees_with_what_was_propagated(direct: bool) -> None:
     deferred, provider, exporter = _provider(TraceIdRatioBased(0.5), direct=direct)
     tracer = provider.get_tracer("t")
-    carriers = [record_submit_span(tracer, "m.f ray.remote", ATTRS, deferred) for _ in range(400)]
+    carriers = [record_submit_span(tracer, "m.f ray.remote", ATTRS, deferred, carrier_of) for _ in range(400)]
     deferred.flush()
     sampled = {_context_of(c).span_id for c in carriers if _context_of(c).trace_flags.sampled}
     assert 100 < len(sampled) < 300
@@ -128,7 +129,9 @@ def test_other_providers_get_their_span_synchronously(case: str) -> None:
         provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("t")
     assert not deferred.can_defer(tracer) or case == "no deferral"
-    carrier = record_submit_span(tracer, "m.f ray.remote", ATTRS, None if case == "no deferral" else deferred)
+    carrier = record_submit_span(
+        tracer, "m.f ray.remote", ATTRS, None if case == "no deferral" else deferred, carrier_of
+    )
     (span,) = exporter.get_finished_spans()  # already there, no flush needed
     assert span.context is not None and span.context.span_id == _context_of(carrier).span_id
     assert deferred.created == 0
@@ -137,7 +140,7 @@ def test_other_providers_get_their_span_synchronously(case: str) -> None:
 def test_spans_created_elsewhere_on_the_provider_get_random_ids() -> None:
     deferred, provider, _ = _provider()
     tracer = provider.get_tracer("t")
-    record_submit_span(tracer, "m.f ray.remote", ATTRS, deferred)
+    record_submit_span(tracer, "m.f ray.remote", ATTRS, deferred, carrier_of)
     ids = {tracer.start_span("x").get_span_context().span_id for _ in range(100)}
     deferred.flush()
     ids |= {tracer.start_span("x").get_span_context().span_id for _ in range(100)}
@@ -172,11 +175,13 @@ def test_with_only_span_files_a_submission_spans_line_is_written_from_what_was_r
     provider.add_span_processor(files)
     tracer = provider.get_tracer("t")
     assert isinstance(tracer, DirectTracer)
-    deferred.record(tracer, "m.f ray.remote", ATTRS)
+    deferred.record(tracer, "m.f ray.remote", ATTRS, carrier_of)
     with trace.use_span(tracer.start_span("parent")):  # never ended: no line of its own
-        deferred.record(tracer, "m.f ray.remote", {**ATTRS, "x": "y", "ray.task_id": "ab"})
-    deferred.record(tracer, "m.g ray.remote", None)
-    deferred.record(tracer, "m.h ray.remote", {"n": 1, "s": '\u00e9"q'})  # not all strings: made as a span
+        deferred.record(tracer, "m.f ray.remote", {**ATTRS, "x": "y", "ray.task_id": "ab"}, carrier_of)
+    deferred.record(tracer, "m.g ray.remote", None, carrier_of)
+    deferred.record(
+        tracer, "m.h ray.remote", {"n": 1, "s": '\u00e9"q'}, carrier_of
+    )  # not all strings: made as a span
     items = list(deferred.queue._items)
     deferred.flush()
     assert files.force_flush()
@@ -209,6 +214,6 @@ def test_submission_lines_are_written_by_the_deferred_thread_not_handed_to_the_w
     provider.add_span_processor(files)
     tracer = provider.get_tracer("t")
     for _ in range(3):
-        deferred.record(tracer, "m.f ray.remote", ATTRS)
+        deferred.record(tracer, "m.f ray.remote", ATTRS, carrier_of)
     deferred.flush()
     assert files.writer.written == 3 and files.writer.queue._thread is None  # never started

@@ -39,7 +39,7 @@ from ray_otel_events.events import ids
 from ray_otel_events.events.builders import TaskStatus
 from ray_otel_events.otel import semconv
 from ray_otel_events.otel.task_spans import FUNCTION, derive_task_id
-from ray_otel_events.tracing.deferred_spans import record_submit_span_as
+from ray_otel_events.tracing.deferred_spans import record_submit_span
 from ray_otel_events.tracing.direct_spans import DirectSpan
 from ray_otel_events.tracing.hooks import run_hook_once
 from ray_otel_events.tracing.install import current_installation, flush_at_exit
@@ -361,8 +361,8 @@ class TracedProcessPoolExecutor(Executor):
         # The span ends when the call is ready to hand over, before the pool sees it: a worker may
         # start it before submit() returns, and SUBMITTED_TO_WORKER (the span's end) must not come
         # after RUNNING. It is never made current, so nothing else can nest under it here.
-        parent_context = record_submit_span_as(
-            travelling_context, self._tracer, name + semconv.SUBMIT_SUFFIX, attributes, self._deferred_spans
+        parent_context = record_submit_span(
+            self._tracer, name + semconv.SUBMIT_SUFFIX, attributes, self._deferred_spans, travelling_context
         )
         return self._pool.submit(
             _run_traced, name, attributes[semconv.RAY_JOB_ID], parent_context, fn, args, kwargs

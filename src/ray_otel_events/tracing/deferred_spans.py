@@ -36,7 +36,6 @@ from opentelemetry.util.types import Attributes
 from ray_otel_events.tracing.background import BatchingQueue
 from ray_otel_events.tracing.direct_spans import DirectTracer, new_span_context
 from ray_otel_events.tracing.files import SpanFileProcessor
-from ray_otel_events.tracing.propagation import carrier_of
 from ray_otel_events.tracing.spool import SpoolSpanProcessor
 
 logger = logging.getLogger("ray_otel_events.tracing")
@@ -129,12 +128,10 @@ class DeferredSpans:
             return True
         return False
 
-    def record(self, tracer: SdkTracer, name: str, attributes: Attributes) -> dict[str, str]:
-        """The carrier of a PRODUCER span starting and ending now; the span itself follows."""
-        return self.record_as(carrier_of, tracer, name, attributes)
-
-    def record_as(self, encode: Encode[C], tracer: SdkTracer, name: str, attributes: Attributes) -> C:
-        """`record`, the carrier in `encode`'s form (`encode(span context, context it started in)`)."""
+    def record(self, tracer: SdkTracer, name: str, attributes: Attributes, encode: Encode[C]) -> C:
+        """The carrier of a PRODUCER span starting and ending now, in `encode`'s form (`encode(span
+        context, context it started in)`: `propagation.carrier_of` for a W3C carrier); the span
+        itself follows."""
         start_ns = time.time_ns()
         parent_ctx = context_api.get_current()
         kind = SpanKind.PRODUCER
@@ -244,22 +241,15 @@ def _write_lines(files: SpanFileProcessor | SpoolSpanProcessor | None, lines: li
 
 
 def record_submit_span(
-    tracer: trace.Tracer, name: str, attributes: Attributes, deferred: DeferredSpans | None
-) -> dict[str, str]:
-    """A PRODUCER span covering this instant; returns the W3C carrier of its context.
+    tracer: trace.Tracer, name: str, attributes: Attributes, deferred: DeferredSpans | None, encode: Encode[C]
+) -> C:
+    """A PRODUCER span covering this instant; returns the carrier of its context in `encode`'s form
+    (`propagation.carrier_of`: the W3C carrier; `propagation.travelling_context`: a pool task's).
 
     Deferred when `deferred` can take this tracer, created synchronously otherwise.
     """
-    return record_submit_span_as(carrier_of, tracer, name, attributes, deferred)
-
-
-def record_submit_span_as(
-    encode: Encode[C], tracer: trace.Tracer, name: str, attributes: Attributes, deferred: DeferredSpans | None
-) -> C:
-    """`record_submit_span`, the carrier in `encode`'s form (`propagation.travelling_context` for a
-    pool task)."""
     if deferred is not None and deferred.can_defer(tracer):
-        return deferred.record_as(encode, tracer, name, attributes)  # type: ignore[arg-type]
+        return deferred.record(tracer, name, attributes, encode)  # type: ignore[arg-type]
     span = tracer.start_span(name, kind=SpanKind.PRODUCER, attributes=attributes)
     carrier = encode(span.get_span_context(), context_api.get_current())
     span.end()
