@@ -353,7 +353,7 @@ class TracedProcessPoolExecutor(Executor):
     def _submit_named(
         self, name: str, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Future[R]:
-        identity = _process_identity()
+        identity = _identity or _process_identity()
         running = _running_task.get()
         attributes = _base_attributes(identity, name, running[1] if running else identity.job_hex)
         if running is not None:

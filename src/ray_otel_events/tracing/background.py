@@ -109,11 +109,14 @@ class BatchingQueue(Generic[T]):
     def _drain(self, *extra: T) -> None:
         with self._drain_lock:
             items = self._items
-            batch: list[T] = []
-            while items:
-                batch.append(items.popleft())
-            batch.extend(extra)
-            if not batch:
+            if items:
+                batch: list[T] = []
+                while items:
+                    batch.append(items.popleft())
+                batch.extend(extra)
+            elif extra:
+                batch = list(extra)
+            else:
                 return
             try:
                 self.handle(batch)

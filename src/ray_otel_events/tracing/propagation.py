@@ -27,6 +27,7 @@ from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 
 TRACEPARENT = "traceparent"
 # What our inject writes (version 00, lowercase hex): anything else is left to the propagator.
@@ -149,7 +150,13 @@ Travelling = tuple[int, int, int] | dict[str, str]
 def travelling_context(span_context: SpanContext, base: context.Context | None = None) -> Travelling:
     """What `carrier_of(span_context, base)` carries, in its travelling form (`Travelling`)."""
     ctx = span_context
-    if ctx.is_valid and not ctx.trace_state and _w3c_default() and not baggage.get_all(base):
+    trace_state = ctx.trace_state
+    if (
+        ctx.is_valid
+        and (trace_state is DEFAULT_TRACE_STATE or not trace_state)
+        and _w3c_default()
+        and not baggage.get_all(base)
+    ):
         return (ctx.trace_id, ctx.span_id, int(ctx.trace_flags))
     return inject_into(trace.set_span_in_context(NonRecordingSpan(ctx), base))
 
