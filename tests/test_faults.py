@@ -115,9 +115,9 @@ def test_sink_status_codes(
 
 
 def test_slow_sink_keeps_memory_bounded(servers: list[CliServer], tmp_path: Path) -> None:
-    """A sink taking 2 s per POST: the buffer holds at most its bound, the excess is counted."""
+    """A sink taking 0.5 s per POST: the buffer holds at most its bound, the excess is counted."""
     out = tmp_path / "out.jsonl"
-    sink = start(servers, "sink", "--out", str(out), "--delay", "2")
+    sink = start(servers, "sink", "--out", str(out), "--delay", "0.5")
     agg, metrics = start_aggregator(servers, sink, "--max-buffer-size", "300", "--max-batch-size", "100")
     peak = 0.0
     sent = 0
