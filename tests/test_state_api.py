@@ -18,6 +18,7 @@ import pytest
 import requests
 from helpers.agg_procs import FIXTURE, TASK_TYPES, CliServer, run_producer, start
 from helpers.postgres import serve_store_args
+from helpers.ray_cluster import ray_cli_answers
 
 from ray_otel_events.store.backend import ColumnFilter, Retention
 from ray_otel_events.store.location import open_store
@@ -26,7 +27,6 @@ from ray_otel_events.store.state_merge import TASKS
 EVENTS: list[dict[str, Any]] = [item.get("event", item) for item in json.loads(Path(FIXTURE).read_text())]
 FLAKY = "e0dc174c83599034ffffffffffffffffffffffff01000000"  # attempt 0 failed, attempt 1 pending
 RAY = str(Path(sys.executable).with_name("ray"))
-RAY_CLI_BATCH = Path(__file__).parent / "helpers" / "ray_cli_batch.py"
 
 
 def _post(server: CliServer, events: list[Any]) -> requests.Response:
@@ -65,22 +65,9 @@ def filled(servers: list[CliServer], tmp_path: Path, store_location: str | Path)
 
 
 def _ray_batch(*commands: list[str]) -> list[subprocess.CompletedProcess[str]]:
-    """Each command's answer as `ray ARGS` gives it, all asked of one interpreter (helpers/
-    ray_cli_batch.py): Ray's CLI takes over a second to start, eight starts a backend."""
+    """Ray's CLI asked all at once (eight starts of it a backend cost eight seconds)."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    out = subprocess.run(
-        [sys.executable, str(RAY_CLI_BATCH), json.dumps(commands)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd="/tmp",
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return [
-        subprocess.CompletedProcess([RAY, *a["args"]], a["returncode"], a["stdout"], a["stderr"])
-        for a in json.loads(out.stdout.strip().splitlines()[-1])
-    ]
+    return ray_cli_answers(list(commands), env, cwd="/tmp")
 
 
 def test_ray_cli_lists_gets_and_summarizes_our_store(filled: CliServer) -> None:

@@ -7,6 +7,7 @@ file of the cluster's temp dir (RAY_AUTH_TOKEN_PATH), never the user's ~/.ray.""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -25,6 +26,26 @@ from helpers.agg_procs import free_port
 
 def ray_bin() -> str:
     return str(Path(sys.executable).with_name("ray"))
+
+
+def ray_cli_answers(
+    commands: list[list[str]], env: dict[str, str], cwd: str | None = None
+) -> list[subprocess.CompletedProcess[str]]:
+    """Each command's answer as `ray ARGS` gives it (exit code, stdout, stderr), all asked of one
+    interpreter (helpers/ray_cli_batch.py): Ray's CLI takes over a second to start."""
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("ray_cli_batch.py")), json.dumps(commands)],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return [
+        subprocess.CompletedProcess([ray_bin(), *a["args"]], a["returncode"], a["stdout"], a["stderr"])
+        for a in json.loads(out.stdout.strip().splitlines()[-1])
+    ]
 
 
 @dataclass
