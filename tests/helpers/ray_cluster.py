@@ -190,17 +190,18 @@ def _lingers(pid: int) -> bool:
     return any(arg.rsplit(b"/", 1)[-1] in _LINGERING for arg in args[:3])
 
 
-def stop_cluster(temp_dir: str) -> None:
+def stop_cluster(temp_dir: str, grace_s: float = 3.0) -> None:
     """SIGTERM (a worker and Ray's aggregator flush at exit), then SIGKILL what is left, of this
     cluster's processes only.
 
     A job's workers are gone once its driver has disconnected, so the daemons need no grace here:
-    the wait for SIGTERM ends as soon as only the daemons that ignore it (`_LINGERING`) are left.
+    the wait for SIGTERM (at most `grace_s`) ends as soon as only the daemons that ignore it
+    (`_LINGERING`) are left.
     """
     for pid in pids_of(temp_dir):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 3.0
+    deadline = time.monotonic() + grace_s
     while not all(_lingers(pid) for pid in pids_of(temp_dir)) and time.monotonic() < deadline:
         time.sleep(0.05)
     for pid in pids_of(temp_dir):
