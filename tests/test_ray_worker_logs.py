@@ -23,7 +23,7 @@ pytestmark = pytest.mark.ray
 
 HOOK = "ray_otel_events.tracing.setup_otlp_tracing:setup_tracing"
 WORKLOAD = """
-import json, logging, os, sys, time, urllib.error, urllib.request
+import json, logging, os, sys, time
 import ray
 ray.init()
 
@@ -53,25 +53,7 @@ task_id, pid = ray.get(chatty.remote(7))
 ray.get(quiet.remote())
 speaker = Speaker.remote()
 method_id, actor_id = ray.get(speaker.speak.remote())
-
-# Ray ends the job's workers without exit hooks once this driver goes: wait until serve holds their
-# lines (the hook's log batches go out every 100 ms here).
-def stored(task):
-    url = os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] + f"/api/ui/tasks/{task}/logs"
-    try:
-        with urllib.request.urlopen(url, timeout=10) as answer:
-            return {line["body"] for line in json.load(answer)["logs"]}
-    except urllib.error.HTTPError:  # not stored yet
-        return set()
-
-wanted = {
-    task_id: {"hello from chatty 7", "a line to stderr", "logged warning 7"},
-    method_id: {"actor speaks"},
-    "ffffffffffffffff" + actor_id: {"actor constructed"},
-}
-deadline = time.monotonic() + 60
-while not all(bodies <= stored(task) for task, bodies in wanted.items()) and time.monotonic() < deadline:
-    time.sleep(0.1)
+time.sleep(1.5)  # the hook's log batches go out every 100 ms here; Ray ends actors without exit hooks
 print(json.dumps({"task_id": task_id, "pid": pid, "method_id": method_id, "actor_id": actor_id,
                   "job_id": ray.get_runtime_context().get_job_id()}))
 """
@@ -145,7 +127,7 @@ def test_worker_prints_and_logging_are_stored_with_rays_ids(servers: list[CliSer
 
 
 LOCAL_WORKLOAD = """
-import json, os, pathlib, sys, time
+import json, sys, time
 import ray
 ray.init()
 
@@ -155,13 +137,7 @@ def chatty():
     return ray.get_runtime_context().get_task_id()
 
 task_id = ray.get(chatty.remote())
-# Ray ends the job's workers once this driver goes: wait until the line is in a file.
-spans = pathlib.Path(os.environ["RAY_OTEL_EVENTS_SPANS_DIR"])
-deadline = time.monotonic() + 30
-while time.monotonic() < deadline and not any(
-    "local hook line" in path.read_text() for path in spans.glob("*.logs.jsonl")
-):
-    time.sleep(0.05)
+time.sleep(0.5)
 print(json.dumps({"task_id": task_id}))
 """
 
