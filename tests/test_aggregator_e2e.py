@@ -15,10 +15,12 @@ from typing import Any
 
 import grpc
 import pytest
+import requests
 from helpers.agg_procs import (
     FIXTURE,
     TASK_TYPES,
     CliServer,
+    free_port,
     read_jsonl,
     refused_by_cli,
     run_producer,
@@ -42,6 +44,20 @@ def start_pair(
     sink = start(servers, "sink", "--out", str(out), *sink_args)
     agg = start(servers, "aggregator", "--export-addr", f"http://{sink.address}/v1/events", *agg_args, **kw)
     return sink, agg
+
+
+def _wait_for_metric(port: int, name: str, at_least: float, timeout_s: float = 30.0) -> None:
+    """Until the aggregator's counter `name` (all its series) reaches `at_least`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        value = sum(
+            float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{")
+        )
+        if value >= at_least:
+            return
+        assert time.monotonic() < deadline, f"{name} is {value}, not {at_least}"
+        time.sleep(0.05)
 
 
 def publisher_stats(stats: dict[str, Any]) -> dict[str, Any]:
@@ -142,9 +158,16 @@ def test_sink_failing_first_requests_then_accepting(servers: list[CliServer], tm
 
 def test_max_retries_exhausted_events_are_counted_dropped(servers: list[CliServer], tmp_path: Path) -> None:
     out = tmp_path / "events.jsonl"
-    _sink, agg = start_pair(servers, out, agg_args=("--max-retries", "1"), sink_args=("--fail-first", "2"))
+    metrics_port = free_port()
+    _sink, agg = start_pair(
+        servers,
+        out,
+        agg_args=("--max-retries", "1", "--metrics-port", str(metrics_port)),
+        sink_args=("--fail-first", "2"),
+    )
     first = run_producer(agg.address, "--fixture", FIXTURE, "--count", "30", "--types", TASK_TYPES)
-    time.sleep(1.0)  # lets the first batch fail twice and be given up before more arrive
+    # The first batch fails twice and is given up before more arrive.
+    _wait_for_metric(metrics_port, "ray_otel_events_publisher_dropped_after_retries_total", 1)
     second = run_producer(agg.address, "--fixture", FIXTURE, "--count", "20", "--types", TASK_TYPES)
     sent = {
         "sent": first["sent"] + second["sent"],
@@ -164,9 +187,20 @@ def test_sink_down_then_up(servers: list[CliServer], tmp_path: Path) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = tmp_path / "events.jsonl"
-    agg = start(servers, "aggregator", "--export-addr", f"http://127.0.0.1:{port}/", "--max-backoff", "0.5")
+    metrics_port = free_port()
+    agg = start(
+        servers,
+        "aggregator",
+        "--export-addr",
+        f"http://127.0.0.1:{port}/",
+        "--max-backoff",
+        "0.5",
+        "--metrics-port",
+        str(metrics_port),
+    )
     sent = run_producer(agg.address, "--fixture", FIXTURE, "--count", "40", "--types", TASK_TYPES)
-    time.sleep(2.0)  # the publisher meets a closed port meanwhile
+    # The publisher meets the closed port, five times as its backoff grows.
+    _wait_for_metric(metrics_port, "ray_otel_events_publisher_failed_attempts_total", 5)
     start(servers, "sink", "--out", str(out), "--port", str(port))
     events = wait_for_lines(out, 40)
     stats = agg.stop()

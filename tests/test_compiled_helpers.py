@@ -424,7 +424,7 @@ def test_every_real_event_head_is_read_as_upb_reads_it() -> None:
 
 
 @needs_compiled
-@settings(max_examples=examples(400), deadline=None)
+@settings(max_examples=examples(200), deadline=None)  # fuzz/fuzz_event_head.py fuzzes the same reader
 @given(ray_events())
 def test_random_event_heads_are_read_as_upb_reads_them(event: RayEvent) -> None:
     """Every payload type with random fields, ids of any length, negative attempts, unknown enum
@@ -546,7 +546,7 @@ def test_odd_definitions_are_kept_slim_as_python_keeps_them(wire: bytes) -> None
 
 
 @needs_compiled
-@settings(max_examples=examples(300), deadline=None)
+@settings(max_examples=examples(150), deadline=None)  # fuzz/fuzz_event_head.py fuzzes `slim` too
 @given(ray_events())
 def test_definitions_are_kept_slim_as_python_keeps_them(event: RayEvent) -> None:
     """What an open task keeps of its definition: the same bytes either way."""
@@ -581,7 +581,7 @@ def _parts_both_ways(
 
 @needs_compiled
 @needs_bound_core
-@settings(max_examples=examples(400), deadline=None)
+@settings(max_examples=examples(200), deadline=None)  # fuzz/fuzz_entity_spans.py: the same comparison
 @given(ray_events(), ray_events(), st.booleans())
 def test_a_tasks_parts_are_read_as_upb_reads_them(first: RayEvent, second: RayEvent, actor: bool) -> None:
     """A definition (either kind, kept slim or whole) and two lifecycle pieces merged, random fields:

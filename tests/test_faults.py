@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -52,6 +53,20 @@ def wait_for_ids(path: Path, wanted: set[str], timeout_s: float = 60.0) -> set[s
         time.sleep(0.05)
 
 
+def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} within {timeout_s} s"
+        time.sleep(0.05)
+
+
+def _failed_attempts(metrics_port: int) -> float:
+    """The aggregator's publisher_failed_attempts_total, as its metrics port reads now."""
+    text = requests.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
+    name = "ray_otel_events_publisher_failed_attempts_total{"
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
 def total(per_type: dict[str, int]) -> int:
     return sum(per_type.values())
 
@@ -59,9 +74,20 @@ def total(per_type: dict[str, int]) -> int:
 def test_sink_down_for_a_while_then_back(servers: list[CliServer], tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
     port = free_port()
-    agg = start(servers, "aggregator", "--export-addr", f"http://127.0.0.1:{port}/e", "--max-backoff", "0.2")
+    metrics_port = free_port()
+    agg = start(
+        servers,
+        "aggregator",
+        "--export-addr",
+        f"http://127.0.0.1:{port}/e",
+        "--max-backoff",
+        "0.2",
+        "--metrics-port",
+        str(metrics_port),
+    )
     sent = run_producer(agg.address, "--fixture", FIXTURE, "--count", "200", "--types", TASK_TYPES)
-    time.sleep(1.0)  # several connection failures
+    # several connection failures
+    _wait_for(lambda: _failed_attempts(metrics_port) >= 3, "three failed attempts")
     start(servers, "sink", "--out", str(out), "--port", str(port))
     got = wait_for_ids(out, set(sent["event_ids"]))
     assert set(sent["event_ids"]) <= got
@@ -115,9 +141,9 @@ def test_sink_status_codes(
 
 
 def test_slow_sink_keeps_memory_bounded(servers: list[CliServer], tmp_path: Path) -> None:
-    """A sink taking 2 s per POST: the buffer holds at most its bound, the excess is counted."""
+    """A sink taking 0.5 s per POST: the buffer holds at most its bound, the excess is counted."""
     out = tmp_path / "out.jsonl"
-    sink = start(servers, "sink", "--out", str(out), "--delay", "2")
+    sink = start(servers, "sink", "--out", str(out), "--delay", "0.5")
     agg, metrics = start_aggregator(servers, sink, "--max-buffer-size", "300", "--max-batch-size", "100")
     peak = 0.0
     sent = 0
@@ -315,7 +341,8 @@ def test_producer_keeps_events_until_the_aggregator_is_up(servers: list[CliServe
                 function=python_function("m", "f"),
             )
         )
-    time.sleep(0.6)  # several export attempts fail: nothing listens yet
+    # several export attempts fail: nothing listens yet
+    _wait_for(lambda: (recorder.stats()["failed_rpcs"] or 0) >= 3, "three failed RPCs")
     assert recorder.pending() >= 10
     sink = start(servers, "sink", "--out", str(out))
     start(servers, "aggregator", "--grpc-port", str(port), "--export-addr", f"http://{sink.address}/e")

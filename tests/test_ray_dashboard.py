@@ -150,14 +150,14 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
             deadline = time.monotonic() + 120
             while not (_settled(cluster.dashboard) and _settled(ours)):
                 assert time.monotonic() < deadline, "the live cluster or our store never settled"
-                time.sleep(2)
+                time.sleep(0.5)
             job_id = _get(cluster.dashboard, LIVE_PATHS["jobs"])[0]["job_id"]
             timeline = f"/api/v0/tasks/timeline?job_id={job_id}"
             while (mine := _slices(_get(ours, timeline))) != (
                 theirs := _slices(_get(cluster.dashboard, timeline))
             ):
                 assert time.monotonic() < deadline, (sorted(mine - theirs)[:6], sorted(theirs - mine)[:6])
-                time.sleep(2)  # (a worker sends its profile events a second or so after its tasks)
+                time.sleep(0.5)  # (a worker sends its profile events a second or so after its tasks)
             live = {name: _get(cluster.dashboard, path) for name, path in LIVE_PATHS.items()}
             live["summary"] = _get(cluster.dashboard, _summary_path(job_id))
             live["timeline"] = _get(cluster.dashboard, timeline)

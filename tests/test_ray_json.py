@@ -7,6 +7,7 @@ the schema is covered and a field added to the protos is covered without touchin
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import math
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor, OneofDescriptor
 from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -88,6 +89,7 @@ _nanos = st.one_of(
 _seconds = st.one_of(st.sampled_from([TS_MIN, TS_MAX, 0, -1, 1795311450]), st.integers(TS_MIN, TS_MAX))
 
 
+@functools.cache  # one strategy per field: drawing from a new one costs its validation every time
 def scalar_values(field: FieldDescriptor) -> st.SearchStrategy[Any]:
     t = field.type
     if t in _INT_BOUNDS:
@@ -123,11 +125,7 @@ def messages(draw: st.DrawFn, descriptor: Descriptor, budget: int = 6) -> Messag
         msg.seconds = draw(_seconds)
         msg.nanos = draw(_nanos)
         return msg
-    chosen_oneof_member = {
-        o.name: draw(st.sampled_from([None, *[f.name for f in o.fields]]))
-        for o in descriptor.oneofs
-        if len(o.fields) > 1
-    }
+    chosen_oneof_member = {o.name: draw(_oneof_members(o)) for o in descriptor.oneofs if len(o.fields) > 1}
     for f in descriptor.fields:
         oneof = f.containing_oneof
         if oneof is not None and oneof.name in chosen_oneof_member:
@@ -137,6 +135,23 @@ def messages(draw: st.DrawFn, descriptor: Descriptor, budget: int = 6) -> Messag
             continue  # unset message field / unset `optional`
         set_field(draw, msg, f, budget)
     return msg
+
+
+# The strategies `messages` draws from, made once each (as `scalar_values`'s): a strategy made anew
+# for every draw was validated anew too, half of the drawing time of a random event.
+@functools.cache
+def _oneof_members(oneof: OneofDescriptor) -> st.SearchStrategy[str | None]:
+    return st.sampled_from([None, *[f.name for f in oneof.fields]])
+
+
+@functools.cache
+def _messages(descriptor: Descriptor, budget: int) -> st.SearchStrategy[Message]:
+    return messages(descriptor, budget)
+
+
+@functools.cache
+def _message_lists(descriptor: Descriptor, budget: int, max_size: int) -> st.SearchStrategy[list[Message]]:
+    return st.lists(_messages(descriptor, budget), max_size=max_size)
 
 
 def set_field(draw: st.DrawFn, msg: Message, f: FieldDescriptor, budget: int) -> None:
@@ -149,20 +164,20 @@ def set_field(draw: st.DrawFn, msg: Message, f: FieldDescriptor, budget: int) ->
         max_size = nested_max if value_field.type == T.TYPE_MESSAGE else 3
         for key in draw(st.lists(scalar_values(key_field), max_size=max_size, unique=True)):
             if value_field.type == T.TYPE_MESSAGE:
-                _assign_message(container[key], draw(messages(value_field.message_type, budget - 1)))
+                _assign_message(container[key], draw(_messages(value_field.message_type, budget - 1)))
             else:
                 container[key] = draw(scalar_values(value_field))
     elif f.is_repeated:
         container = getattr(msg, f.name)
         if f.type == T.TYPE_MESSAGE:
-            for item in draw(st.lists(messages(f.message_type, budget - 1), max_size=nested_max)):
+            for item in draw(_message_lists(f.message_type, budget - 1, nested_max)):
                 container.add().MergeFrom(item)
         else:
             container.extend(draw(st.lists(scalar_values(f), max_size=3)))
     elif f.type == T.TYPE_MESSAGE:
         empty = budget <= 1 or draw(st.integers(0, 4)) == 0
         value = message_factory.GetMessageClass(f.message_type)() if empty else None
-        _assign_message(getattr(msg, f.name), value or draw(messages(f.message_type, budget - 1)))
+        _assign_message(getattr(msg, f.name), value or draw(_messages(f.message_type, budget - 1)))
     else:
         setattr(msg, f.name, draw(scalar_values(f)))  # may be the default: "set to default"
 
@@ -170,13 +185,13 @@ def set_field(draw: st.DrawFn, msg: Message, f: FieldDescriptor, budget: int) ->
 @st.composite
 def ray_events(draw: st.DrawFn) -> RayEvent:
     """A random envelope with one payload of every type in turn (and sometimes a second one)."""
-    event = draw(messages(RayEvent.DESCRIPTOR))
+    event = draw(_messages(RayEvent.DESCRIPTOR, 6))
     assert isinstance(event, RayEvent)
     for f in PAYLOAD_FIELDS:
         if draw(st.integers(0, 5)) != 0:
             event.ClearField(f.name)
     payload = draw(st.sampled_from(PAYLOAD_FIELDS))
-    _assign_message(getattr(event, payload.name), draw(messages(payload.message_type, 5)))
+    _assign_message(getattr(event, payload.name), draw(_messages(payload.message_type, 5)))
     return event
 
 

@@ -21,7 +21,7 @@ import pytest
 import requests
 from helpers.agg_procs import FIXTURE, CliServer, clean_env, refused_by_cli
 from helpers.otlp_logs import STDERR_LINE, STDOUT_LINE, export_log_lines
-from helpers.ray_cluster import ray_bin
+from helpers.ray_cluster import ray_bin, ray_cli_answers
 
 EVENTS: list[dict[str, Any]] = json.loads(Path(FIXTURE).read_text())
 CLI_TIMEOUT_S = 120
@@ -68,6 +68,10 @@ def _ray(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     )
 
 
+def _ray_batch(*commands: list[str]) -> list[subprocess.CompletedProcess[str]]:
+    return ray_cli_answers(list(commands), _env())
+
+
 def _serve(store: Path, env: dict[str, str] | None = None) -> tuple[CliServer, str, str]:
     """`serve` over `store`, its Ray dashboard's and its GCS facade's HOST:PORT."""
     serve = CliServer(
@@ -102,12 +106,14 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_ray_logs_task_and_actor_from_the_store(store: Path) -> None:
     serve, _, gcs = _serve(store)
     try:
-        out = _ray("logs", "task", "--id", TASK, "--address", gcs)
+        out, err, actor = _ray_batch(
+            ["logs", "task", "--id", TASK, "--address", gcs],
+            ["logs", "task", "--id", TASK, "--err", "--address", gcs],
+            ["logs", "actor", "--id", ACTOR, "--address", gcs],
+        )
         assert out.returncode == 0, out.stdout + out.stderr
         assert out.stdout.rstrip().endswith(STDOUT_LINE) and STDERR_LINE not in out.stdout, out.stdout
-        err = _ray("logs", "task", "--id", TASK, "--err", "--address", gcs)
         assert err.returncode == 0 and err.stdout.rstrip().endswith(STDERR_LINE), err.stdout + err.stderr
-        actor = _ray("logs", "actor", "--id", ACTOR, "--address", gcs)
         assert actor.returncode == 0 and STDOUT_LINE in actor.stdout, actor.stdout + actor.stderr
 
         # An id the store never saw: Ray's CLI says so with the dashboard's reason.
@@ -131,12 +137,14 @@ def test_ray_logs_worker_files_and_pids_from_the_store(store: Path) -> None:
         files = [w.strip("- ") for w in listed.stdout.split() if w.startswith("worker-")]
         out_file = next(f for f in files if f.endswith(".out"))
         assert out_file.replace(".out", ".err") in files, listed.stdout
-        shown = _ray("logs", out_file, "--node-ip", NODE_IP, "--address", gcs)
+        pid = str(BY_PID["workerPid"])
+        shown, by_pid = _ray_batch(
+            ["logs", out_file, "--node-ip", NODE_IP, "--address", gcs],
+            ["logs", "worker", "--pid", pid, "--err", "--node-ip", NODE_IP, "--address", gcs],
+        )
         assert shown.returncode == 0 and shown.stdout.rstrip().endswith(STDOUT_LINE), (
             shown.stdout + shown.stderr
         )
-        pid = str(BY_PID["workerPid"])
-        by_pid = _ray("logs", "worker", "--pid", pid, "--err", "--node-ip", NODE_IP, "--address", gcs)
         assert by_pid.returncode == 0, by_pid.stdout + by_pid.stderr
         assert by_pid.stdout.rstrip().endswith(STDERR_LINE), by_pid.stdout
         serve.stop()

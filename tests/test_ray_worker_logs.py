@@ -10,14 +10,13 @@ attempt, job id, actor id, worker pid and the span's trace and span ids.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.agg_procs import CliServer, run_json_script, start
+from helpers.agg_procs import CliServer, cli_in_process, run_json_script, start
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
@@ -61,12 +60,9 @@ print(json.dumps({"task_id": task_id, "pid": pid, "method_id": method_id, "actor
 
 
 def _logs(task_id: str, *source: str) -> list[dict[str, Any]]:
-    out = subprocess.run(
-        [sys.executable, "-m", "ray_otel_events", "logs", task_id, *source, "--format", "json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    """`ray-otel-events logs TASK_ID --format json`, answered in this process (a reader: half a
+    second saved per answer, and the waits below ask again and again)."""
+    out = cli_in_process("logs", task_id, *source, "--format", "json")
     assert out.returncode == 0, out.stderr
     lines: list[dict[str, Any]] = json.loads(out.stdout)
     return lines

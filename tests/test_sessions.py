@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 import pytest
 import requests
-from helpers.agg_procs import FIXTURE, CliServer, start
+from helpers.agg_procs import FIXTURE, CliServer, cli_in_process, start
 from helpers.postgres import serve_store_args
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -194,36 +194,38 @@ def test_every_reader_answers_for_one_session(
     assert ray.returncode == 0, ray.stderr
     assert _of_second(_names(json.loads(ray.stdout)))
 
-    # our CLI, asking the server and reading the file: the same answers
+    # our CLI, asking the server and reading the file: the same answers (read in this process:
+    # sixteen interpreter starts made this test the slowest of its module; the refusal below is a
+    # real process)
     store = str(store_location)
     for source in (["--address", server.address], ["--store", store]):
-        shown = _cli("sessions", *source)
+        shown = cli_in_process("sessions", *source)
         assert shown.returncode == 0, shown.stderr
         assert f"{SECOND} (newest)" in shown.stdout and FIRST in shown.stdout
         assert shown.stdout.index(SECOND) < shown.stdout.index(FIRST)
-        default = _cli("list", "tasks", "--format", "json", *source)
+        default = cli_in_process("list", "tasks", "--format", "json", *source)
         assert default.returncode == 0 and _of_second(_names(json.loads(default.stdout))), default.stderr
-        chosen = _cli("list", "tasks", "--format", "json", "--session", FIRST, *source)
+        chosen = cli_in_process("list", "tasks", "--format", "json", "--session", FIRST, *source)
         assert chosen.returncode == 0 and _of_first(_names(json.loads(chosen.stdout))), chosen.stderr
-        summary_cli = _cli("summary", "tasks", "--session", FIRST, *source)
+        summary_cli = cli_in_process("summary", "tasks", "--session", FIRST, *source)
         assert (
             summary_cli.returncode == 0
             and "\nflaky " in summary_cli.stdout
             and "b_" not in summary_cli.stdout
         )
-        got = _cli("get", "tasks", FLAKY, "--session", FIRST, *source)
+        got = cli_in_process("get", "tasks", FLAKY, "--session", FIRST, *source)
         assert got.returncode == 0, got.stderr
         # both attempts, this session's (the second has had no definition event)
         assert [(row["attempt_number"], row["name"]) for row in json.loads(got.stdout)] == [
             (0, "flaky"),
             (1, ""),
         ]
-        assert json.loads(_cli("get", "tasks", FLAKY, *source).stdout)[0]["name"] == "b_flaky"
+        assert json.loads(cli_in_process("get", "tasks", FLAKY, *source).stdout)[0]["name"] == "b_flaky"
         out = tmp_path / "timeline.json"
-        timeline = _cli("timeline", "--out", str(out), "--session", FIRST, *source)
+        timeline = cli_in_process("timeline", "--out", str(out), "--session", FIRST, *source)
         assert timeline.returncode == 0, timeline.stderr
         assert len([e for e in json.loads(out.read_text()) if e.get("cat") == "task"]) == len(started)
-        logs = _cli("logs", FLAKY, "--session", FIRST, *source)
+        logs = cli_in_process("logs", FLAKY, "--session", FIRST, *source)
         assert logs.returncode == 0, logs.stderr
         missing = _cli("list", "tasks", "--session", "nope", *source)
         assert missing.returncode == 1 and "no session 'nope'" in missing.stderr

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import requests
 from google.protobuf import json_format
-from helpers.agg_procs import FIXTURE, CliServer, clean_env, start
+from helpers.agg_procs import FIXTURE, CliServer, clean_env, cli_in_process, start
 from helpers.otlp_logs import emit_ray_events
 from helpers.postgres import serve_store_args
 from multidict import MultiDict
@@ -67,25 +67,29 @@ def test_commands_answer_alike_from_the_file_and_the_server(
     server = start(servers, "serve", *serve_store_args(store_file, tmp_path))
     by_file = ["--store", str(store_file)]
     by_server = ["--address", f"http://{server.address}"]
-    listed = [_cli("list", "tasks", *source, "--format", "json") for source in (by_file, by_server)]
+    # The answers are read in this process (an interpreter start each cost half a second); the
+    # refusals and the environment's part further down are real processes.
+    listed = [cli_in_process("list", "tasks", *source, "--format", "json") for source in (by_file, by_server)]
     assert all(p.returncode == 0 for p in listed), [p.stderr for p in listed]
     assert json.loads(listed[0].stdout) == json.loads(listed[1].stdout)
     assert len(json.loads(listed[0].stdout)) == 8  # 9 attempts stored, the driver's left out as Ray does
 
-    failed = _cli("list", "tasks", *by_file, "--filter", "state=FAILED", "--filter", "type!=ACTOR_TASK")
+    failed = cli_in_process(
+        "list", "tasks", *by_file, "--filter", "state=FAILED", "--filter", "type!=ACTOR_TASK"
+    )
     assert failed.returncode == 0 and "2 of 2 matching" in failed.stdout and "flaky" in failed.stdout
-    got = _cli("get", "tasks", FLAKY, *by_server)
+    got = cli_in_process("get", "tasks", FLAKY, *by_server)
     attempts = json.loads(got.stdout)
     assert [(a["attempt_number"], a["state"]) for a in attempts] == [(0, "FAILED"), (1, "PENDING_ARGS_AVAIL")]
     assert (
         attempts[0]["error_type"] == "TASK_EXECUTION_EXCEPTION"
         and "first attempt" in attempts[0]["error_message"]
     )
-    summary = _cli("summary", "tasks", *by_file)
+    summary = cli_in_process("summary", "tasks", *by_file)
     assert summary.returncode == 0 and "flaky" in summary.stdout and "FAILED: 1" in summary.stdout
 
     out = tmp_path / "timeline.json"
-    timeline = _cli("timeline", "--out", str(out), *by_server)
+    timeline = cli_in_process("timeline", "--out", str(out), *by_server)
     assert timeline.returncode == 0, timeline.stderr
     trace_events = json.loads(out.read_text())
     slices = [e for e in trace_events if e["ph"] == "X" and e["cat"] == "task"]

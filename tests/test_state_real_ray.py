@@ -102,7 +102,7 @@ def test_live_cluster_and_our_store_list_the_same_tasks(servers: list[CliServer]
                 missing = _comparable(live) - _comparable(ours)
                 extra = _comparable(ours) - _comparable(live)
                 raise AssertionError(f"not the same tasks:\nonly live: {missing}\nonly ours: {extra}")
-            time.sleep(2)
+            time.sleep(0.5)
         summary = subprocess.run(
             [ray_bin(), "summary", "tasks", "--address", ours_url], env=env, capture_output=True, text=True
         )

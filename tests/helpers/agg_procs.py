@@ -6,6 +6,8 @@ SIGTERM, `stats {json}`. stderr goes to a file (kept for failure messages), neve
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import select
@@ -15,10 +17,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ray_otel_events import config
+from ray_otel_events import cli, config
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 60.0
@@ -144,6 +147,38 @@ def refused_by_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.
     assert out.returncode == 2, out.stdout + out.stderr
     assert "Traceback" not in out.stderr, out.stderr
     return out
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """os.environ is `values` inside, what it was after."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def cli_in_process(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`ray-otel-events ARGS` answered in this process, with the environment a `clean_env(env)`
+    process would have, as a CompletedProcess. For the store readers' answers (list, get, summary,
+    timeline, logs, sessions: they only read a store or ask a server): an interpreter start costs
+    half a second, and the state tests ask a dozen questions per backend. How a command refuses bad
+    input (exit status, message, no traceback) is checked with real processes (`refused_by_cli`)."""
+    out, err = io.StringIO(), io.StringIO()
+    with (
+        _environment(clean_env(env)),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
+        try:
+            code = cli.main(list(args))
+        except SystemExit as exc:  # argparse's refusals
+            code = exc.code if isinstance(exc.code, int) else 1
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 def run_json_script(args: list[str], env: dict[str, str] | None, timeout_s: float) -> tuple[Any, str, str]:

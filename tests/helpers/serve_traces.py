@@ -69,7 +69,9 @@ def serve_cluster(hook: str, env: dict[str, str], ratio: float) -> Iterator[dict
         start_head(env, temp_dir, port, tracing_hook=hook)
         yield env
     finally:
-        stop_cluster(temp_dir)
+        # No grace: the tests have read every span by now, and Serve's controller, proxy and
+        # replicas at times outwait SIGTERM by ten seconds (so the 3 s grace was spent in vain).
+        stop_cluster(temp_dir, grace_s=0.0)
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
