@@ -152,3 +152,40 @@ def test_each_task_s_lines_carry_its_own_ids_and_silent_tasks_none(tmp_path: Pat
         assert record["attributes"]["code.function"] == "work"
         task_ids.add(record["attributes"]["ray.task_id"])
     assert len(task_ids) == 3
+
+
+KEPT_STREAM_SCRIPT = """
+import sys, threading, time
+from ray_otel_events.executor import TracedProcessPoolExecutor
+
+def keep():
+    stream = sys.stdout  # the task's stream, written to by a thread after the task ended
+    threading.Thread(target=lambda: (time.sleep(0.3), stream.write("late part"))).start()
+
+def next_task():
+    print("next line")
+
+if __name__ == "__main__":
+    hook = "ray_otel_events.tracing.setup_local_tmp_tracing:setup_tracing"
+    with TracedProcessPoolExecutor(max_workers=1, tracing_startup_hook=hook) as pool:
+        pool.submit(keep).result()
+        time.sleep(1.0)
+        pool.submit(next_task).result()
+"""
+
+
+def test_text_left_in_a_kept_stream_is_not_given_to_the_next_task(tmp_path: Path) -> None:
+    """A task's thread may keep `sys.stdout` and write a partial line to it after the task ended:
+    that text is written out before the next task starts, never joined to the next task's first
+    line or given its ids."""
+    env = {**os.environ, "RAY_OTEL_EVENTS_SPANS_DIR": str(tmp_path / "spans")}
+    proc = subprocess.run(
+        [sys.executable, "-c", KEPT_STREAM_SCRIPT], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    records = {r["body"]: r for r in _lines(tmp_path / "spans", ".logs.jsonl")}
+    assert set(records) == {"late part", "next line"}, records
+    spans = {s["context"]["span_id"]: s for s in _lines(tmp_path / "spans", ".json") if "context" in s}
+    next_span = spans[records["next line"]["span_id"]]
+    assert "next_task" in next_span["name"]
+    assert records["late part"]["attributes"]["code.function"] != "next_task"

@@ -363,9 +363,13 @@ class TaskOutput:
     def begin(self, function: str, task_hex: str, job_hex: str) -> tuple[Any, ...]:
         """Before a task, inside its execution span (so records carry its trace context); returns
         what `end` restores."""
+        global _active
+        if _active is None:  # text written after the last task ended, through a stream it kept
+            for writer in self._writers:
+                if writer._pending:
+                    writer.close_lines()
         self._task = (task_hex, job_hex, function)
         self._attributes = None
-        global _active
         root = logging.root
         # With the hooks' TaskLogHandler on root, records are already OTel records and echoed by it.
         # Without it, a handler of our own does both for the task's duration: OTel records unless
