@@ -17,17 +17,24 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 logger = logging.getLogger("ray_otel_events.tracing")
 
 T = TypeVar("T")
 
 
-def _reinit_after_fork(ref: weakref.ref[BatchingQueue[Any]]) -> None:
-    queue = ref()
-    if queue is not None:
-        queue._after_fork_in_child()
+def at_fork_in_child(method: Callable[[], object]) -> None:
+    """Calls a bound method in every child forked from now on, for as long as its object lives:
+    the object is held weakly, as `os.register_at_fork` keeps what it is given for good."""
+    ref = weakref.WeakMethod(method)
+
+    def call() -> None:
+        bound = ref()
+        if bound is not None:
+            bound()
+
+    os.register_at_fork(after_in_child=call)
 
 
 class BatchingQueue(Generic[T]):
@@ -47,8 +54,7 @@ class BatchingQueue(Generic[T]):
         self.max_pending = max_pending
         self._closed = False
         self._init_process_state()
-        ref = weakref.ref(self)
-        os.register_at_fork(after_in_child=lambda: _reinit_after_fork(ref))
+        at_fork_in_child(self._after_fork_in_child)
 
     def _init_process_state(self) -> None:
         self._items: collections.deque[T] = collections.deque()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -28,7 +27,7 @@ from ray_otel_events.otel.span_json import (
     span_fields_to_json_line,
     span_to_json_line,
 )
-from ray_otel_events.tracing.background import BatchingQueue
+from ray_otel_events.tracing.background import BatchingQueue, at_fork_in_child
 from ray_otel_events.tracing.direct_spans import DirectSpan
 
 logger = logging.getLogger("ray_otel_events.tracing")
@@ -60,8 +59,7 @@ class LineFileWriter(Generic[T]):
         self.queue: BatchingQueue[T] = BatchingQueue(
             self._write_batch, name="ray_otel_events.files", linger_s=linger_s
         )
-        ref = weakref.ref(self)
-        os.register_at_fork(after_in_child=lambda: _forget_file_after_fork(ref))
+        at_fork_in_child(self._after_fork_in_child)
 
     @property
     def path(self) -> str:
@@ -133,12 +131,6 @@ class LineFileWriter(Generic[T]):
         if self._reported_pid != os.getpid():
             self._reported_pid = os.getpid()
             logger.error("ray_otel_events: %s (reported once per process)", message)
-
-
-def _forget_file_after_fork(ref: weakref.ref[LineFileWriter[Any]]) -> None:
-    writer = ref()
-    if writer is not None:
-        writer._after_fork_in_child()
 
 
 class SpanFileProcessor(SpanProcessor):

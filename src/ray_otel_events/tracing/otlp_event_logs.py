@@ -23,10 +23,8 @@ own connection.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-import weakref
 from typing import Any
 
 from ray_otel_events.config import OtlpSignalConfig
@@ -35,16 +33,10 @@ from ray_otel_events.metrics import Counters
 from ray_otel_events.otel import otlp_wire, semconv
 from ray_otel_events.otel.task_records import TaskEventRecords
 from ray_otel_events.otel.task_spans import SpanEvent
-from ray_otel_events.tracing.background import PromptFlusher
+from ray_otel_events.tracing.background import PromptFlusher, at_fork_in_child
 from ray_otel_events.tracing.otlp_http import DROPPED, RETRY, OtlpHttpPoster
 
 EXPORTED = "exported_records"
-
-
-def _reset_after_fork(ref: weakref.ref[OtlpEventLogSink]) -> None:
-    sink = ref()
-    if sink is not None:
-        sink._init_process_state()
 
 
 class OtlpEventLogSink:
@@ -75,8 +67,7 @@ class OtlpEventLogSink:
             self._send_pending, name="ray_otel_events.event_logs", min_interval_s=interval_s
         )
         self._init_process_state()
-        ref = weakref.ref(self)
-        os.register_at_fork(after_in_child=lambda: _reset_after_fork(ref))
+        at_fork_in_child(self._init_process_state)
 
     def _init_process_state(self) -> None:
         self._lock = threading.Lock()

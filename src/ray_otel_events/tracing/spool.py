@@ -27,7 +27,6 @@ import secrets
 import subprocess
 import sys
 import time
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -40,7 +39,7 @@ from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 
 from ray_otel_events import native
 from ray_otel_events.otel import semconv
-from ray_otel_events.tracing.background import BatchingQueue
+from ray_otel_events.tracing.background import BatchingQueue, at_fork_in_child
 from ray_otel_events.tracing.direct_spans import UNSET_STATUS, DirectSpan
 
 try:  # the lines written compiled (setup.py builds it where a C compiler is present)
@@ -308,12 +307,6 @@ def ensure_forwarder(folder: str) -> bool:
 # -- the writer: one file at a time per process --------------------------------------------------
 
 
-def _reset_after_fork(ref: weakref.ref[SpoolWriter]) -> None:
-    writer = ref()
-    if writer is not None:
-        writer._after_fork_in_child()
-
-
 class SpoolWriter:
     """Appends lines to this process's current spool file, holding its lock; a new file every
     `rotate_bytes`, and a check that the forwarder runs at the first write and every
@@ -335,8 +328,7 @@ class SpoolWriter:
         self._file_bytes = 0
         self._checked = 0.0
         self._reported_pid = -1
-        ref = weakref.ref(self)
-        os.register_at_fork(after_in_child=lambda: _reset_after_fork(ref))
+        at_fork_in_child(self._after_fork_in_child)
 
     def _after_fork_in_child(self) -> None:
         if self._fd is not None:

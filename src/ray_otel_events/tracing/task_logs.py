@@ -27,7 +27,6 @@ import os
 import sys
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from multiprocessing.queues import SimpleQueue
 from typing import Any, TextIO, cast
@@ -39,6 +38,7 @@ from opentelemetry.sdk._logs import LoggingHandler
 from opentelemetry.sdk.trace import Span, SpanProcessor
 
 from ray_otel_events.otel import semconv
+from ray_otel_events.tracing.background import at_fork_in_child
 
 SCOPE = "ray_otel_events.task_logs"
 # What the queue carries: (function, pid, stream, text).
@@ -302,13 +302,6 @@ class _RecordCapture(logging.Handler):
         self._output.line("stderr", text, _level_severity(record.levelno), otel=otel, echo=echo)
 
 
-def _forget_pid_after_fork(ref: weakref.ref[TaskOutput]) -> None:
-    output = ref()
-    if output is not None:
-        output.pid = os.getpid()
-        output._attributes = None
-
-
 class TaskOutput:
     """One per worker process; `begin` and `end` wrap each task (see the module doc). A task that
     writes nothing costs swapping the two streams and back: the attributes of its lines are made
@@ -322,8 +315,11 @@ class TaskOutput:
         self._attributes: dict[str, Any] | None = None  # made from `_task` at the first line
         self._saved: tuple[TextIO, TextIO] = (sys.stdout, sys.stderr)
         self._writers = (_LineWriter(self, "stdout", sys.stdout), _LineWriter(self, "stderr", sys.stderr))
-        ref = weakref.ref(self)
-        os.register_at_fork(after_in_child=lambda: _forget_pid_after_fork(ref))
+        at_fork_in_child(self._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        self.pid = os.getpid()
+        self._attributes = None
 
     def line(
         self,
