@@ -158,7 +158,7 @@ def travelling_context(span_context: SpanContext, base: context.Context | None =
         and not baggage.get_all(base)
     ):
         return (ctx.trace_id, ctx.span_id, int(ctx.trace_flags))
-    return inject_into(trace.set_span_in_context(NonRecordingSpan(ctx), base))
+    return carrier_of(ctx, base)
 
 
 def arrived_context(travelled: Travelling) -> tuple[context.Context, SpanContext | None]:
@@ -166,12 +166,11 @@ def arrived_context(travelled: Travelling) -> tuple[context.Context, SpanContext
     the carrier it stands for), and its span's context when that is valid."""
     if type(travelled) is tuple:
         trace_id, span_id, flags = travelled
+        parent = SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags))
         if _w3c_default():
-            parent = SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags))
             return trace.set_span_in_context(NonRecordingSpan(parent), context.Context()), parent
-        extracted = propagate.extract({TRACEPARENT: f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"})
-    else:
-        extracted = extract_from(cast(dict[str, str], travelled))
+        travelled = {TRACEPARENT: _traceparent(parent)}  # for the propagator this process has
+    extracted = extract_from(cast(dict[str, str], travelled))
     found = trace.get_current_span(extracted).get_span_context()
     return extracted, found if found.is_valid else None
 
