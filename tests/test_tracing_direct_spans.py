@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -210,3 +210,23 @@ def test_default_sampler_decided_as_the_sdk_decides(parent: SpanContext | None) 
         theirs.trace_state,
     )
     assert span_context.trace_flags.sampled == (theirs.decision is Decision.RECORD_AND_SAMPLE)
+
+
+@pytest.mark.parametrize(
+    "limits", [SpanLimits(), SpanLimits(max_events=2), SpanLimits(max_attribute_length=3)], ids=str
+)
+def test_a_string_event_is_what_add_event_makes(limits: SpanLimits) -> None:
+    """`add_string_event` (the executor's state events) makes what `add_event` makes, within the
+    event limit, under an attribute length limit and once the span has ended."""
+    made = []
+    for add in ("add_event", "add_string_event"):
+        provider = CachingTracerProvider(span_limits=limits)
+        span = provider.get_tracer("t").start_span("s")
+        assert type(span) is DirectSpan
+        for i in range(3):
+            getattr(span, add)(f"e{i}", {"ray.state": "RUNNING"}, 1_700_000_000_000_000_000 + i)
+        span.end()
+        getattr(span, add)("late", {"ray.state": "FINISHED"}, 1_700_000_001_000_000_000)  # refused
+        made.append((json.loads(span.to_json(indent=None))["events"], span.dropped_events))
+    assert made[0] == made[1]
+    assert len(made[0][0]) == (2 if limits.max_events == 2 else 3)

@@ -301,18 +301,17 @@ class DirectSpan(trace_api.Span, ReadableSpan):
 
     def add_string_event(self, name: str, attributes: dict[str, str], timestamp: int) -> None:
         """`add_event` for a caller whose attributes are known to be non-empty string keys and
-        string values (what `add_event` checks per event): the executor's state events."""
-        if self._end_time is not None:
-            self._ended("add_event")
-            return
-        limits = self._tracer.limits
-        if limits.max_attribute_length is not None:
+        string values (what `add_event` checks per event): the executor's state events. An ended
+        span, a length limit or a full event list is left to `add_event`."""
+        limits, events = self._tracer.limits, self._events
+        if (
+            self._end_time is not None
+            or limits.max_attribute_length is not None
+            or (limits.max_events is not None and len(events) >= limits.max_events)
+        ):
             self.add_event(name, attributes, timestamp)
             return
-        if limits.max_events is not None and len(self._events) >= limits.max_events:
-            self._dropped_events += 1
-            return
-        self._events.append(Event(name, dict(attributes), timestamp))
+        events.append(Event(name, dict(attributes), timestamp))
 
     def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
         if self._ended("add_link") or not context.is_valid:
