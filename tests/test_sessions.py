@@ -10,9 +10,7 @@ and answers the same; a field a later Ray adds shows in `get`.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import io
 import json
 import os
 import sqlite3
@@ -35,7 +33,6 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 from test_web_page import SCREENSHOTS, _console_errors, _wait, browser  # noqa: F401 (a fixture)
 
-from ray_otel_events import cli
 from ray_otel_events.store import raw_events, sql_upkeep
 from ray_otel_events.store.backend import Retention, StoreError
 from ray_otel_events.store.location import open_store
@@ -322,13 +319,11 @@ def test_a_store_from_before_raw_events_opens_and_refuses_a_rebuild(tmp_path: Pa
 
 
 def _cli_here(*args: str) -> Any:
-    """Our CLI's JSON answer, run in this process: these commands only read the store file, and a
-    process per answer (nine a session, three times over) made this the suite's slowest test."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = cli.main(list(args))
-    assert code == 0, (args, code)
-    return json.loads(out.getvalue())
+    """Our CLI's JSON answer, run in this process (`cli_in_process`): these commands only read the
+    store file, and a process per answer (nine a session, three times over) was slow."""
+    answer = cli_in_process(*args)
+    assert answer.returncode == 0, (args, answer.returncode, answer.stderr)
+    return json.loads(answer.stdout)
 
 
 def _answers(store: str, session: str) -> dict[str, Any]:
