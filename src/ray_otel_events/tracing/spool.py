@@ -460,16 +460,6 @@ class SpoolSpanProcessor(SpanProcessor):
         self.queue.handle_now(*[(LINE, line) for line in lines])
 
     def _write_batch(self, items: list[tuple[str, Any]]) -> None:
-        if len(items) == 2:  # mostly a task's start and end, written when it ends
-            (first_kind, first), (second_kind, second) = items
-            if first_kind is STARTED and second_kind is ENDED and first is second:
-                try:
-                    ended = compiled_span_line(second, ENDED) or span_line(second, ENDED)
-                except Exception:  # the general path below counts and reports it
-                    pass
-                else:
-                    self.writer.write(span_line(first, STARTED_REF) + ended, 2)
-                    return
         lines = []
         ending = {id(span) for kind, span in items if kind is ENDED} if len(items) > 1 else ()
         for kind, span in items:
