@@ -25,6 +25,7 @@ TESTS = [
     "tests/test_bridge_ray_json_decode.py",
     "tests/test_spool_lines.py",
     "tests/test_spool_line.py",
+    "tests/test_tracing_span_json.py",
 ]
 
 # Run first, in the same environment: the tests must see the sanitized modules, not the source

@@ -117,17 +117,11 @@ static int ascii_string_json(Buf *b, PyObject *text) {
             *o++ = (char)c;
             continue;
         }
-        *o++ = '\\';
-        switch (c) {
-        case '\\': *o++ = '\\'; continue;
-        case '"': *o++ = '"'; continue;
-        case '\b': *o++ = 'b'; continue;
-        case '\f': *o++ = 'f'; continue;
-        case '\n': *o++ = 'n'; continue;
-        case '\r': *o++ = 'r'; continue;
-        case '\t': *o++ = 't'; continue;
-        default: break;
+        if (c < ' ' || c == '\\' || c == '"') {
+            o = put_escape(o, c); /* as orjson escapes them, which is what json.dumps writes too */
+            continue;
         }
+        *o++ = '\\'; /* DEL and beyond: \uXXXX, a surrogate pair past the BMP */
         if (c >= 0x10000) {
             Py_UCS4 v = c - 0x10000;
             Py_UCS4 high = 0xd800 | ((v >> 10) & 0x3ff);
