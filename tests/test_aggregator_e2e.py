@@ -8,24 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-import requests
 from helpers.agg_procs import (
     FIXTURE,
     TASK_TYPES,
     CliServer,
     free_port,
+    metric_total,
     read_jsonl,
     refused_by_cli,
     run_producer,
     start,
     wait_for_lines,
+    wait_until,
 )
 
 from ray_otel_events.config import AggregatorConfig
@@ -44,20 +44,6 @@ def start_pair(
     sink = start(servers, "sink", "--out", str(out), *sink_args)
     agg = start(servers, "aggregator", "--export-addr", f"http://{sink.address}/v1/events", *agg_args, **kw)
     return sink, agg
-
-
-def _wait_for_metric(port: int, name: str, at_least: float, timeout_s: float = 30.0) -> None:
-    """Until the aggregator's counter `name` (all its series) reaches `at_least`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
-        value = sum(
-            float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{")
-        )
-        if value >= at_least:
-            return
-        assert time.monotonic() < deadline, f"{name} is {value}, not {at_least}"
-        time.sleep(0.05)
 
 
 def publisher_stats(stats: dict[str, Any]) -> dict[str, Any]:
@@ -167,7 +153,10 @@ def test_max_retries_exhausted_events_are_counted_dropped(servers: list[CliServe
     )
     first = run_producer(agg.address, "--fixture", FIXTURE, "--count", "30", "--types", TASK_TYPES)
     # The first batch fails twice and is given up before more arrive.
-    _wait_for_metric(metrics_port, "ray_otel_events_publisher_dropped_after_retries_total", 1)
+    wait_until(
+        lambda: metric_total(metrics_port, "ray_otel_events_publisher_dropped_after_retries_total") >= 1,
+        "ray_otel_events_publisher_dropped_after_retries_total >= 1",
+    )
     second = run_producer(agg.address, "--fixture", FIXTURE, "--count", "20", "--types", TASK_TYPES)
     sent = {
         "sent": first["sent"] + second["sent"],
@@ -200,7 +189,10 @@ def test_sink_down_then_up(servers: list[CliServer], tmp_path: Path) -> None:
     )
     sent = run_producer(agg.address, "--fixture", FIXTURE, "--count", "40", "--types", TASK_TYPES)
     # The publisher meets the closed port, five times as its backoff grows.
-    _wait_for_metric(metrics_port, "ray_otel_events_publisher_failed_attempts_total", 5)
+    wait_until(
+        lambda: metric_total(metrics_port, "ray_otel_events_publisher_failed_attempts_total") >= 5,
+        "ray_otel_events_publisher_failed_attempts_total >= 5",
+    )
     start(servers, "sink", "--out", str(out), "--port", str(port))
     events = wait_for_lines(out, 40)
     stats = agg.stop()

@@ -13,7 +13,6 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -24,11 +23,13 @@ from helpers.agg_procs import (
     TASK_TYPES,
     CliServer,
     free_port,
+    metric_total,
     read_jsonl,
     run_producer,
     start,
     start_aggregator,
     wait_for_lines,
+    wait_until,
 )
 
 from ray_otel_events.config import RecorderConfig
@@ -53,20 +54,6 @@ def wait_for_ids(path: Path, wanted: set[str], timeout_s: float = 60.0) -> set[s
         time.sleep(0.05)
 
 
-def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"no {what} within {timeout_s} s"
-        time.sleep(0.05)
-
-
-def _failed_attempts(metrics_port: int) -> float:
-    """The aggregator's publisher_failed_attempts_total, as its metrics port reads now."""
-    text = requests.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
-    name = "ray_otel_events_publisher_failed_attempts_total{"
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
-
-
 def total(per_type: dict[str, int]) -> int:
     return sum(per_type.values())
 
@@ -87,7 +74,10 @@ def test_sink_down_for_a_while_then_back(servers: list[CliServer], tmp_path: Pat
     )
     sent = run_producer(agg.address, "--fixture", FIXTURE, "--count", "200", "--types", TASK_TYPES)
     # several connection failures
-    _wait_for(lambda: _failed_attempts(metrics_port) >= 3, "three failed attempts")
+    wait_until(
+        lambda: metric_total(metrics_port, "ray_otel_events_publisher_failed_attempts_total") >= 3,
+        "three failed attempts",
+    )
     start(servers, "sink", "--out", str(out), "--port", str(port))
     got = wait_for_ids(out, set(sent["event_ids"]))
     assert set(sent["event_ids"]) <= got
@@ -342,7 +332,7 @@ def test_producer_keeps_events_until_the_aggregator_is_up(servers: list[CliServe
             )
         )
     # several export attempts fail: nothing listens yet
-    _wait_for(lambda: (recorder.stats()["failed_rpcs"] or 0) >= 3, "three failed RPCs")
+    wait_until(lambda: (recorder.stats()["failed_rpcs"] or 0) >= 3, "three failed RPCs")
     assert recorder.pending() >= 10
     sink = start(servers, "sink", "--out", str(out))
     start(servers, "aggregator", "--grpc-port", str(port), "--export-addr", f"http://{sink.address}/e")

@@ -17,9 +17,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import requests
 
 from ray_otel_events import cli, config
 
@@ -226,3 +228,17 @@ def start_aggregator(servers: list[CliServer], sink: CliServer, *args: str) -> t
         *args,
     )
     return aggregator, f"http://127.0.0.1:{metrics_port}"
+
+
+def metric_total(port: int, name: str) -> float:
+    """Counter `name` summed over all its series, as the /metrics endpoint on `port` reads now."""
+    text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    """Polls `condition` until it holds; fails the test naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} within {timeout_s} s"
+        time.sleep(0.05)
