@@ -42,7 +42,12 @@ from ray_otel_events.services.lifecycle import (
     settle_heap,
     stop_on_signals,
 )
-from ray_otel_events.services.ray_dashboard import DashboardUnavailable, RayDashboard, dashboard_build
+from ray_otel_events.services.ray_dashboard import (
+    DashboardUnavailable,
+    RayDashboard,
+    dashboard_build,
+    ray_page_elsewhere,
+)
 from ray_otel_events.services.ray_gcs_facade import (
     GcsProtocolUnavailable,
     RayGcsFacade,
@@ -309,12 +314,21 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
         middlewares=[token.open_pages(["/"], ("/static/", "/task/")).http_middleware()] if token else [],
     )
     app.add_routes(token.http_routes() if token else no_authentication_routes())
-    app.add_routes([*observability_routes(metrics, ready), *intake.routes(), *api.routes()])
+    build = getattr(args, "ray_dashboard_build", None)
+    dashboard = RayDashboard(RayDashboardViews(api.views), api, build)
+    page_port: list[int] = []  # the dashboard port, once listening: named to whoever asks here
+    app.add_routes(
+        [
+            *observability_routes(metrics, ready),
+            *intake.routes(),
+            *dashboard.cli_routes(),
+            web.get("/{tail:(logical|nodes|events)(/.*)?}", ray_page_elsewhere(args.host, page_port)),
+            *api.routes(),
+        ]
+    )
     runner = web.AppRunner(app, access_log=None, auto_decompress=False)
     runners = [runner]
-    build = getattr(args, "ray_dashboard_build", None)
     if build is not None:
-        dashboard = RayDashboard(RayDashboardViews(api.views), api, build)
         runners.append(web.AppRunner(dashboard.app(token), access_log=None))
     tls = security.tls
     started: list[web.AppRunner] = []
@@ -347,6 +361,8 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
                 await up.cleanup()
             return 1
     address: Any = runner.addresses[0]
+    if len(runners) > 1:
+        page_port.append(runners[1].addresses[0][1])
     stop = stop_on_signals()
     retention = asyncio.create_task(_retention(store, args))
     watching = asyncio.create_task(watch.run())
