@@ -57,6 +57,7 @@ _PROFILING_DEFAULTS = {
 }
 # Ray's task-log suffixes: logging goes to a worker's stderr, as Ray's default handler writes it.
 _STREAMS = {"out": ("stdout",), "err": ("stderr", "log")}
+_DRIVER_LOG = re.compile(r"job-driver-(.+)\.log")  # Ray's job manager's file of a submitted job's driver
 _WORKER_FILE = re.compile(r"worker-([0-9a-f]+)-([0-9a-f]+)-(\d+)\.(out|err)")
 NOT_RECORDED = "not recorded in the event store: this dashboard is served from stored events"
 CONSTRUCTOR_FAILED = "creation_task_failure_context"
@@ -637,6 +638,8 @@ class RayDashboardViews:
         elif worker_file:
             worker, _job, _pid, suffix = worker_file.groups()
             tasks = [t["task_id"] for t in self._rows(TASKS, ("worker_id", worker))]
+        elif driver_log := _DRIVER_LOG.fullmatch(params.get("filename") or ""):
+            return 200, DRIVER_LOGS_NOT_COLLECTED.format(job=driver_log[1])  # the job page's "Driver logs"
         elif params.get("filename"):
             return 404, f"{params['filename']} is {NOT_RECORDED}; only workers' task output is kept"
         else:
