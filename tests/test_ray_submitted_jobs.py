@@ -412,6 +412,11 @@ def test_the_pages_in_chromium(recorded: Recorded) -> None:
         ),
         ("job", f"jobs/{recorded.job_id}", [SUBMISSION, "SUCCEEDED", "python workload.py", "Task Timeline"]),
         (
+            "job-by-submission",
+            f"jobs/{SUBMISSION}",
+            [recorded.job_id, "SUCCEEDED", "was not collected by this store"],
+        ),
+        (
             "overview",
             "overview",
             [
@@ -438,6 +443,11 @@ def test_the_pages_in_chromium(recorded: Recorded) -> None:
                     missing = [t for t in texts if t not in body]
                     raise AssertionError(f"{route}: {missing} not on the page:\n{body[:3000]}")
                 time.sleep(0.3)
+            if name == "overview":  # the Events card is below the fold
+                card = browser.find_element(
+                    By.XPATH, f"//*[contains(text(), 'Started a ray job {SUBMISSION}')]"
+                )
+                browser.execute_script("arguments[0].scrollIntoView()", card)
             browser.save_screenshot(str(SCREENSHOTS / f"ray-jobs-{name}.png"))
             body = browser.find_element(By.TAG_NAME, "body").text
             for wrong in ("Job Query Error", "Request Status: Error", "Something went wrong", "bundle_group"):
