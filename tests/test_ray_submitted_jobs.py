@@ -460,3 +460,30 @@ def test_the_pages_in_chromium(recorded: Recorded) -> None:
             assert not failed, f"{route}: {failed}"
     finally:
         browser.quit()
+
+
+def test_serve_without_the_dashboard_port_names_it_and_refuses_changes(tmp_path: Path) -> None:
+    serve = CliServer("serve", "--store", str(tmp_path / "s.sqlite3"))
+    try:
+        main = f"http://{serve.address}"
+        elsewhere = requests.get(main + "/nodes?view=summary", timeout=30)
+        assert elsewhere.status_code == 404 and "started with --ray-dashboard-port" in elsewhere.text
+        assert _get(main, "/api/jobs/") == []
+        events = _get(main, "/api/v0/cluster_events")["data"]["result"]
+        assert events["result"] == [] and events["total"] == 0
+        bad = requests.get(main + "/api/v0/cluster_events?limit=many", timeout=30)
+        assert bad.status_code == 400 and "limit must be an integer" in bad.text
+        for method, path, what in (
+            ("POST", "/api/jobs/", "submit jobs"),
+            ("POST", "/api/jobs/raysubmit_x/stop", "stop jobs"),
+            ("DELETE", "/api/jobs/raysubmit_x", "delete jobs"),
+            ("PUT", "/api/packages/gcs/_ray_pkg_x.zip", "take a job's working directory"),
+        ):
+            refused = requests.request(method, main + path, timeout=30)
+            assert refused.status_code == 405 and f"it cannot {what}" in refused.text, (path, refused.text)
+        missing = requests.get(main + "/api/jobs/raysubmit_x/logs/tail", timeout=30)
+        assert missing.status_code == 404 and "raysubmit_x" in missing.text
+        assert requests.get(main + "/api/jobs/raysubmit_x/logs", timeout=30).status_code == 404
+        serve.stop()
+    finally:
+        serve.close()
