@@ -31,12 +31,15 @@ _GZIP = frozenset({"gzip", "x-gzip"})
 class BodyError(Exception):
     """A body the server will not take; `status` is the HTTP status to answer with."""
 
-    def __init__(self, status: int, reason: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, status: int, reason: str, headers: dict[str, str] | None = None, close: bool | None = None
+    ) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
         self.headers = headers
-        self.close = status in (408, 503)  # the rest of the body is not read: close the connection
+        # The rest of the body is not worth reading (a timeout, the budget): close the connection.
+        self.close = status in (408, 503) if close is None else close
 
 
 def content_encoding(request: web.Request) -> str:
@@ -69,14 +72,19 @@ async def read_body(request: web.Request, max_bytes: int, decoded_by_server: boo
     if declared is not None and declared > max_wire:
         raise BodyError(413, f"body of {declared} bytes exceeds the limit of {max_bytes} bytes")
     ticket: BodyTicket | None = request.get(BODY_TICKET)
-    if ticket is None:
-        return await _read(request, max_bytes, max_wire, gunzip, None)
     try:
+        if ticket is None:
+            return await _read(request, max_bytes, max_wire, gunzip, None)
         async with asyncio.timeout(ticket.body_timeout_s):
             return await _read(request, max_bytes, max_wire, gunzip, ticket)
     except TimeoutError:
+        assert ticket is not None  # (only its timeout raises this)
         ticket.slow()
         raise BodyError(408, f"the body did not arrive within {ticket.body_timeout_s:g} s") from None
+    except ConnectionError:  # the client went away mid-body: its error, and no one to answer
+        if ticket is not None:
+            ticket.cut_short()
+        raise BodyError(400, "the connection closed before the whole body came", close=True) from None
 
 
 async def _read(

@@ -31,6 +31,7 @@ UNDECODABLE_GRPC = "undecodable_grpc_message"
 UNIMPLEMENTED_GRPC = "unimplemented_grpc_method"
 BODIES_BUDGET = "bodies_budget_exceeded"
 SLOW_BODY = "slow_body"
+BODY_CUT_SHORT = "body_cut_short"
 TOO_MANY_CONNECTIONS = "too_many_connections"
 
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")

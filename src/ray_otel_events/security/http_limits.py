@@ -33,6 +33,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from ray_otel_events.config import ServerLimitsConfig
 from ray_otel_events.security.client_errors import (
     BODIES_BUDGET,
+    BODY_CUT_SHORT,
     MALFORMED_HTTP,
     SLOW_BODY,
     TOO_MANY_CONNECTIONS,
@@ -92,6 +93,9 @@ class BodyTicket:
         self.guard.errors.report(
             SLOW_BODY, f"a body took longer than {self.body_timeout_s:g} s; answered 408 and closed"
         )
+
+    def cut_short(self) -> None:
+        self.guard.errors.report(BODY_CUT_SHORT, "a client closed its connection before its whole body")
 
     def release(self) -> None:
         self.guard.given_back(self.held)
