@@ -272,6 +272,26 @@ def test_connections_past_the_cap_are_refused_and_admitted_work_completes(tmp_pa
         assert metric(sink.address, "ray_otel_events_server_refused_connections_total") == 3
 
 
+def test_grpc_connections_past_the_cap_are_refused(tmp_path: Path) -> None:
+    method = "/ray.rpc.events.EventAggregatorService/AddEvents"
+    with server("aggregator", "--max-connections", "2", tmp_path=tmp_path) as aggregator:
+        # A channel of its own each (no shared subchannel): one connection a channel.
+        channels = [
+            grpc.insecure_channel(aggregator.address, options=[("grpc.use_local_subchannel_pool", 1)])
+            for _ in range(3)
+        ]
+        try:
+            for channel in channels[:2]:
+                channel.unary_unary(method)(b"", timeout=30)
+            with pytest.raises(grpc.RpcError) as refused:
+                channels[2].unary_unary(method)(b"", timeout=5)
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+            channels[0].unary_unary(method)(b"", timeout=30)  # the admitted ones are still served
+        finally:
+            for channel in channels:
+                channel.close()
+
+
 def _served(sink: CliServer) -> bool:
     try:
         return requests.get(f"http://{sink.address}/healthz", timeout=5).status_code == 200

@@ -4,11 +4,13 @@ One `ServerGuard` a server process (shared by its ports) gives:
 
 * a budget for the bytes of every request body in flight, wire and inflated bytes both
   (`receivers/http_body.read_body` charges it as it reads; past it, 503 with Retry-After and the
-  connection closed), given back when the request's handler returns;
+  connection closed), given back when the request's handler returns (and, once much came back,
+  glibc's heap trimmed, so that RSS falls back after a burst instead of staying at its peak);
 * the whole body within `body_timeout_s` (`read_body`: 408 and the connection closed);
 * idle connections, and those whose request head is not complete, closed `idle_timeout_s` after
-  they opened or after their last answer (aiohttp's keep-alive timer, which starts at the
-  connection's first byte too); a TLS handshake gets the same time;
+  they opened or after their last answer (aiohttp's keep-alive timer, which runs from the
+  connection's opening too, and fires only while no request is being handled); a TLS handshake
+  gets the same time;
 * at most `max_connections` open connections: one past it is answered 503 with Retry-After and
   closed at once, so the descriptors stay for the work already admitted (and the soft descriptor
   limit is raised, within the hard one, to hold the cap and a reserve);

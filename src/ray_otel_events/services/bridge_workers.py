@@ -208,11 +208,11 @@ async def _run_worker(args: _WorkerArgs, conn: Connection) -> None:
     public = guard.runner(app, auto_decompress=False)
     private_app = web.Application(client_max_size=config.max_body_bytes)
     private_app.add_routes(_private_routes(service, args.secret))
-    private = web.AppRunner(private_app, access_log=None)
+    private = guard.runner(private_app)  # loopback and a secret, but its descriptors are the worker's
     await public.setup()
     await private.setup()
     ssl_context = args.security.tls.ssl_context() if args.security.tls else None
-    await web.SockSite(private, args.private).start()
+    await guard.listen(private, sock=args.private)
     await guard.listen(public, ssl_context=ssl_context, sock=args.public)
     await router.start()
     service.start()
