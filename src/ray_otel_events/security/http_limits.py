@@ -48,6 +48,10 @@ BODY_TICKET = "ray_otel_events.body_ticket"  # the request's share of the budget
 RETRY_AFTER_S = 1
 FD_RESERVE = 256  # descriptors kept beyond the connections: store, spool, gRPC port, threads
 REFUSED_CONNECTIONS = "refused_connections"  # counter (the guard's `counters`)
+# After answering a request whose body it did not read (a refusal), aiohttp reads and drops the
+# rest for this long, so the client sees the answer rather than a reset, then closes (its 10 s
+# would let a client hold a refused connection five times as long).
+LINGER_S = 2.0
 TRIM_AFTER_BYTES = 64 * 1024 * 1024
 TRIM_DELAY_S = 0.5
 
@@ -149,7 +153,11 @@ class ServerGuard:
     def runner_kwargs(self) -> dict[str, Any]:
         """What `web.AppRunner` takes from the guard: the idle timer, and the log that keeps a
         client's malformed request to one counted line."""
-        return {"keepalive_timeout": self.config.idle_timeout_s, "logger": _ServerLog(self.errors)}
+        return {
+            "keepalive_timeout": self.config.idle_timeout_s,
+            "lingering_time": LINGER_S,
+            "logger": _ServerLog(self.errors),
+        }
 
     def runner(self, app: web.Application, **kwargs: Any) -> web.AppRunner:
         """A runner of `app` under the guard (its middleware first in the app's, which must not
