@@ -1,4 +1,5 @@
-"""The security flags every server takes, and what they turn into."""
+"""The security flags every server takes (TLS, token, and the limits on what a client may hold),
+and what they turn into."""
 
 from __future__ import annotations
 
@@ -60,8 +61,8 @@ def add_security_arguments(parser: argparse.ArgumentParser) -> None:
     limits.add_argument(
         "--max-connections",
         type=int,
-        help=f"open HTTP connections; past it 503 and closed (env {MAX_CONNECTIONS}, "
-        f"default {defaults.max_connections})",
+        help=f"open connections, HTTP (past it 503 and closed) and gRPC (grpc's own cap) "
+        f"(env {MAX_CONNECTIONS}, default {defaults.max_connections})",
     )
     limits.add_argument(
         "--idle-timeout",
