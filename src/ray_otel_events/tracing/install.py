@@ -40,6 +40,7 @@ from ray_otel_events.producer.recorder import RayEventRecorder
 from ray_otel_events.tracing.deferred_spans import DeferredSpans
 from ray_otel_events.tracing.propagation import install_w3c_propagator
 from ray_otel_events.tracing.provider import CachingTracerProvider
+from ray_otel_events.tracing.ray_session import with_ray_session
 from ray_otel_events.tracing.report import report_setup_failure
 from ray_otel_events.tracing.task_events import (
     EventLogEmitter,
@@ -146,7 +147,7 @@ def install_tracing(
             if _installation.pid != os.getpid():
                 _adopt_after_fork(_installation)
             return _installation
-        config = config if config is not None else TracingConfig.from_env()
+        config = with_ray_session(config if config is not None else TracingConfig.from_env())
         resource = resource if resource is not None else Resource.create()
         tracer_provider, deferred_spans = _tracer_provider(resource)
         install_w3c_propagator()  # Ray's wrappers inject and extract through it every task
