@@ -3,7 +3,8 @@
 A live Ray 2.60 cluster (with its dashboard) exports its events to `serve`, and the OTLP hook sends
 the same cluster's spans, task logs and its own task events there too, as the docs set it up to
 keep workers' output. A workload runs tasks, nested tasks, a failing task, a retried one and actors
-(one named). Ray's CLI is asked `ray list tasks`, `ray list actors` and `ray summary tasks` of the
+(one named). The hook is also given an aggregator of ours that exports to `serve`, its recorder's
+path there. Ray's CLI is asked `ray list tasks`, `ray list actors` and `ray summary tasks` of the
 live dashboard; once the cluster is stopped it must answer the same from `serve`: the hook's
 records add spans and log lines, never another session or another name or state.
 """
@@ -154,6 +155,8 @@ def _same(live: Answers, ours: Answers) -> bool:
 def composed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Composed]:
     folder = tmp_path_factory.mktemp("compose")
     serve = CliServer("serve", "--store", str(folder / "events.sqlite3"), "--ray-dashboard-port", "0")
+    # The hooks' recorder path to serve too (RAY_OTEL_EVENTS_AGGREGATOR_ADDRESS): our aggregator.
+    aggregator = CliServer("aggregator", "--export-addr", f"http://{serve.address}/v1/ray-events")
     try:
         line = serve.read_line(30)
         assert line.startswith("listening ray-dashboard=127.0.0.1:"), line
@@ -164,6 +167,7 @@ def composed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Composed]:
             "OTEL_BLRP_SCHEDULE_DELAY": "100",
             "OTEL_BSP_SCHEDULE_DELAY": "100",
             "RAY_OTEL_EVENTS_SPOOL_DIR": str(folder / "spool"),
+            "RAY_OTEL_EVENTS_AGGREGATOR_ADDRESS": aggregator.address,
         }
         with ray_cluster(
             f"{base}/v1/ray-events", dashboard=True, tracing_hook=OTLP_HOOK, extra_env=otel
@@ -183,8 +187,11 @@ def composed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Composed]:
             if time.monotonic() > deadline:
                 break  # the tests below say what differs
             time.sleep(0.5)
+        aggregator.stop()  # flushes what it holds to serve
+        ours = _ask(base, env)
         yield Composed(live, ours, base, dashboard)
     finally:
+        aggregator.close()
         serve.close()
 
 

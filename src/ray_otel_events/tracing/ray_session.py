@@ -28,10 +28,11 @@ def connected_session_name() -> str:
     return name if isinstance(name, str) else ""
 
 
-def with_ray_session(config: TracingConfig) -> TracingConfig:
-    """`config` with the session of the Ray cluster this process is connected to, which wins over
-    `RAY_OTEL_EVENTS_SESSION_NAME` (Ray's own events carry it); unchanged elsewhere."""
-    name = connected_session_name()
+def with_ray_session(config: TracingConfig, name: str | None = None) -> TracingConfig:
+    """`config` with the session of the Ray cluster this process is connected to (`name`, else
+    read), which wins over `RAY_OTEL_EVENTS_SESSION_NAME` (Ray's own events carry it); unchanged
+    elsewhere."""
+    name = connected_session_name() if name is None else name
     if not name or name == config.session_name:
         return config
     return dataclasses.replace(config, session_name=name)
