@@ -34,8 +34,7 @@ def destination_key(config: TracingConfig) -> dict[str, str]:
     """What decides where and how the forwarder sends: processes that differ get their own folder."""
     key = otlp_exporter_settings()
     key["event_logs"] = str(config.event_logs is not False)
-    key["session"] = config.session_name
-    return key
+    return key  # not the session: each spool file's header names its own
 
 
 def setup_tracing() -> None:
