@@ -105,6 +105,7 @@ class Composed:
     ours: Answers
     serve: str  # http://HOST:PORT of serve's own port
     dashboard: str  # http://HOST:PORT of serve's Ray dashboard port
+    server: CliServer
 
 
 def _ask(address: str, env: dict[str, str]) -> Answers:
@@ -189,7 +190,7 @@ def composed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Composed]:
             time.sleep(0.5)
         aggregator.stop()  # flushes what it holds to serve
         ours = _ask(base, env)
-        yield Composed(live, ours, base, dashboard)
+        yield Composed(live, ours, base, dashboard, serve)
     finally:
         aggregator.close()
         serve.close()
@@ -226,3 +227,6 @@ def test_one_session_with_the_clusters_name_and_the_hooks_records_in_it(composed
     leaf = next(r for r in composed.ours.tasks if r["func_or_class_name"] == "leaf")
     lines = requests.get(composed.serve + f"/api/ui/tasks/{leaf['task_id']}/logs", timeout=30).json()
     assert any(line["body"].startswith("leaf says") for line in lines["logs"]), lines
+    # and its own event records, set aside (Ray's events are the state), none refused
+    stats = composed.server.stop()
+    assert stats["hook_events"] > 0 and stats["rejected_events"] == 0, stats
