@@ -253,6 +253,31 @@ def test_spans_and_log_lines_of_a_task_id_two_sessions_share(store_location: str
     assert logs.returncode == 0 and "first run" in logs.stdout and "second run" not in logs.stdout
 
 
+def test_a_session_without_rows_never_hides_one_that_has_them(store_location: str | Path) -> None:
+    """Events of a session that make no row (here a type with no state, under the empty name a
+    hook without Ray's session sent) arrive last: every reader still answers for the session with
+    rows, until the rowless one has rows of its own."""
+    store = open_store(store_location)
+    store.ingest(EVENTS, now=1000.0)
+    rowless = {"eventId": "cm93bGVzcw==", "eventType": "PLATFORM_EVENT", "sessionName": ""}
+    store.ingest([rowless], now=2000.0)
+    assert store.sessions() == [FIRST, ""]  # the empty one stored last
+    views = StoreViews(store)
+    for _ in range(2):  # the second read from what the first remembered
+        assert store.newest_session() == FIRST
+        status, listed = views.answer("/api/sessions", MultiDict())
+        assert status == 200 and listed["current"] == listed["newest"] == FIRST
+        status, tasks = views.answer("/api/v0/tasks", MultiDict())
+        assert status == 200 and _of_first(_names(tasks["data"]["result"]["result"]))
+    store.close()
+    shown = _cli("sessions", "--store", str(store_location))
+    assert shown.returncode == 0 and f"{FIRST} (newest)" in shown.stdout, shown.stdout
+    store = open_store(store_location)
+    store.ingest(_renamed(EVENTS, "", "c_"), now=3000.0)  # now it has rows, and is the newest
+    assert store.newest_session() == ""
+    store.close()
+
+
 def _padded(events: list[dict[str, Any]], session: str, prefix: str) -> list[dict[str, Any]]:
     """A session with incompressible padding in a field this version does not read (kept raw)."""
     out = _renamed(events, session, prefix)

@@ -30,13 +30,17 @@ from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import SpanContext
 
+from ray_otel_events.events.builders import EventFactory, TaskStatus, python_function
+from ray_otel_events.otel.task_spans import SpanEvent
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.store import state_query
 from ray_otel_events.store.location import open_store
 from ray_otel_events.store.sqlite_store import EventStore
 from ray_otel_events.store.state_merge import TASKS, field_value
 from ray_otel_events.store.views import StoreViews
+from ray_otel_events.tracing.task_events import EventLogEmitter
 
 EVENTS: list[dict[str, Any]] = json.loads(Path(FIXTURE).read_text())
 FLAKY = "e0dc174c83599034ffffffffffffffffffffffff01000000"  # attempt 0 failed, attempt 1 pending
@@ -238,3 +242,37 @@ def test_lifecycle_pieces_without_transitions_are_stored(store_location: str | P
     assert result.invalid == [] and result.stored == 2
     assert store.size()["state_rows"] == 2
     store.close()
+
+
+def test_our_hooks_event_records_never_change_the_state_rays_events_give(
+    servers: list[CliServer], tmp_path: Path
+) -> None:
+    """Ray's events POSTed, and records from the hook's own sink (`EventLogEmitter`, as the hooks
+    make them) sent over OTLP to the same `serve`: the hook says the flaky task's second attempt
+    finished, under the same session, a minute later. Ray's state stands, the hook's records are
+    counted, not rejected (the forwarder would report each batch as refused)."""
+    server = start(servers, "serve", "--store", str(tmp_path / "events.sqlite3"))
+    base = f"http://{server.address}"
+    assert requests.post(f"{base}/v1/ray-events", json=EVENTS, timeout=10).status_code == 200
+    before = requests.get(f"{base}/api/v0/tasks?detail=1&limit=100", timeout=10).json()["data"]["result"]
+    session = EVENTS[0]["sessionName"]
+    factory = EventFactory(session_name=session, clock_ns=lambda: 2_000_000_000_000_000_000)
+    flaky, job = bytes.fromhex(FLAKY), b"\x01\0\0\0"
+    said = [
+        factory.task_definition(task_id=flaky, job_id=job, name="other", function=python_function("m", "f")),
+        factory.task_lifecycle(task_id=flaky, job_id=job, state=TaskStatus.FINISHED, attempt=1),
+        factory.task_definition(  # a task id the hook derived: a task Ray never had
+            task_id=b"\x07" * 8 + flaky[8:], job_id=job, name="derived", function=python_function("m", "g")
+        ),
+    ]
+    logs = LoggerProvider()
+    logs.add_log_record_processor(SimpleLogRecordProcessor(OTLPLogExporter(endpoint=f"{base}/v1/logs")))
+    context = SpanContext(trace_id=1, span_id=2, is_remote=False)
+    EventLogEmitter(logs.get_logger("test")).consume([SpanEvent(context, event=e) for e in said], False)
+    logs.shutdown()
+    after = requests.get(f"{base}/api/v0/tasks?detail=1&limit=100", timeout=10).json()["data"]["result"]
+    assert after == before
+    sessions = requests.get(f"{base}/api/sessions", timeout=10).json()["sessions"]
+    assert [s["name"] for s in sessions] == [session]
+    stats = server.stop()
+    assert stats["hook_events"] == len(said) and stats["rejected_events"] == 0

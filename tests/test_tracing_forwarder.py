@@ -42,6 +42,7 @@ from ray_otel_events.tracing.spool import ENDED, STARTED_REF, SpoolWriter, heade
 from ray_otel_events.tracing.task_events import PRODUCER
 
 RESOURCE = Resource({"service.name": "spool-test", "n": 3})
+SESSION = "session_2026-12-02_00-39-55_034171_10213"
 
 
 def _spans(n: int) -> list[ReadableSpan]:
@@ -253,10 +254,11 @@ def _task_spans() -> tuple[list[tuple[str, ReadableSpan]], list[ReadableSpan]]:
 
 def test_the_forwarder_sends_what_the_spans_themselves_encode_to(tmp_path: Path) -> None:
     """Spans and event records sent from a spool are byte for byte the SDK spans' request and
-    the records of the RayEvents the same spans map to (`log_record_wire`, event by event)."""
+    the records of the RayEvents the same spans map to (`log_record_wire`, event by event), in the
+    session the writer's header names (its Ray cluster's)."""
     order, ended = _task_spans()
     folder = tmp_path / "spool" / "dest"
-    writer = SpoolWriter(str(folder), header_line(RESOURCE), start_forwarder=False)
+    writer = SpoolWriter(str(folder), header_line(RESOURCE, SESSION), start_forwarder=False)
     lines = [
         span_line(span, ENDED) if kind == ENDED else orjson.dumps([STARTED_REF, span.context.span_id]) + b"\n"
         for kind, span in order
@@ -272,7 +274,7 @@ def test_the_forwarder_sends_what_the_spans_themselves_encode_to(tmp_path: Path)
     (_, traces), (_, logs) = receiver.requests
     assert traces == spans_request(ended)
 
-    mapper = TaskSpanEvents(EventFactory())
+    mapper = TaskSpanEvents(EventFactory(SESSION))
     events = []
     for kind, span in order:
         events += mapper.started(span) if kind == STARTED_REF else mapper.ended(span)
@@ -297,3 +299,4 @@ def test_the_forwarder_sends_what_the_spans_themselves_encode_to(tmp_path: Path)
     )
     sent = ExportLogsServiceRequest.FromString(logs)
     assert any("task 4 broke" in str(r.body) for r in sent.resource_logs[0].scope_logs[0].log_records)
+    assert SESSION in str(sent.resource_logs[0].scope_logs[0].log_records[0].body)

@@ -266,6 +266,13 @@ AGGREGATOR_ADDRESS = "RAY_OTEL_EVENTS_AGGREGATOR_ADDRESS"
 # Ray's master switch. Ray's default is off; ours is on (a recorder exists because it was asked
 # for), so only an explicit RAY_enable_ray_event=0 turns recording off (events counted "disabled").
 ENABLE_RAY_EVENT = "RAY_enable_ray_event"
+# With it, Ray's core workers export their own task events (Ray 2.60: both off by default).
+CORE_WORKER_RAY_EVENTS = "RAY_enable_core_worker_ray_event_to_aggregator"
+
+
+def ray_flag(env: Environ, name: str) -> bool:
+    """A boolean of Ray's config as Ray reads it from `RAY_<name>`: on for `1` or `true`."""
+    return env.get(name, "").strip().lower() in ("1", "true")
 
 
 @dataclass(frozen=True)
@@ -541,6 +548,9 @@ class TracingConfig:
     task_output: bool = True
     # Ray's tracing wrappers call our cheaper, equivalent helpers (tracing/ray_wrappers.py).
     ray_wrappers: bool = True
+    # Ray's core workers export their own task events: in a Ray process, no recorder of ours sends
+    # the same tasks again under the ids a hook derives.
+    ray_exports_task_events: bool = False
 
     @classmethod
     def from_env(cls, env: Environ | None = None) -> TracingConfig:
@@ -560,6 +570,7 @@ class TracingConfig:
             sync_task_events=env_bool(env, SYNC_TASK_EVENTS, cls.sync_task_events),
             task_output=env_bool(env, TASK_OUTPUT, cls.task_output),
             ray_wrappers=env_bool(env, RAY_WRAPPERS, cls.ray_wrappers),
+            ray_exports_task_events=ray_flag(env, ENABLE_RAY_EVENT) and ray_flag(env, CORE_WORKER_RAY_EVENTS),
         )
         cfg.validate()
         return cfg

@@ -270,9 +270,9 @@ def _sessions(source: _Source, args: argparse.Namespace) -> int:
             **entry,
             "first_seen": _when(entry["first_seen"]),
             "last_seen": _when(entry["last_seen"]),
-            "name": entry["name"] + (" (newest)" if i == 0 else ""),
+            "name": entry["name"] + (" (newest)" if entry["name"] == body.get("newest") else ""),
         }
-        for i, entry in enumerate(body["sessions"])
+        for entry in body["sessions"]
     ]
     print(f"{len(rows)} sessions stored, newest first")
     if rows:

@@ -48,6 +48,8 @@ EVENT_NAME_PREFIX = "ray."
 
 # Bookkeeping of this package.
 PRODUCER_ATTR = "ray_otel_events.producer"  # which of our components made the span or record
+# Its value on the spans the hooks' task-event processor handles and on the event records it makes.
+TASK_EVENT_PRODUCER = "task_event_span_processor"
 INCOMPLETE_ATTR = "ray_otel_events.incomplete"  # span closed by a time limit or shutdown
 INSTRUMENTATION_SCOPE = "ray_otel_events"
 

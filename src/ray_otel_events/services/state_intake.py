@@ -11,10 +11,11 @@ answers as the bridge does: an event that cannot be read is rejected and named i
 only the fold reads (a bad base64 id deep in a piece) is found after the answer: that piece is
 logged and counted in `serve_rejected_events`, and the rest of its row is stored.
 `/v1/traces` and `/v1/logs` are OTLP (the receiver speaks the protocol): spans are kept for trace
-trees, log records carrying a RayEvent become state like the POSTed ones, and every other log
-record is a task log line. While the store's database cannot be reached (`StoreWatch`), every
-intake answers 503 with Retry-After, so clients keep their batches until it is back; so does an
-OTLP request whose write the database kept rolling back (`StoreBusy`: deadlocks with other writers).
+trees, log records carrying a RayEvent become state like the POSTed ones (our hooks' own event
+records are only counted: `store.otlp_records`), and every other log record is a task log line.
+While the store's database cannot be reached (`StoreWatch`), every intake answers 503 with
+Retry-After, so clients keep their batches until it is back; so does an OTLP request whose write
+the database kept rolling back (`StoreBusy`: deadlocks with other writers).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class StateIntake(OtlpConsumer):
         self.fold = BackgroundFold(store, spool, self._count, spooled_events)
         self.spans = 0
         self.log_lines = 0
+        self.hook_events = 0  # our hooks' event records: Ray's events are the state
         self.otlp = OtlpHttpReceiver(self, MAX_BODY_BYTES)
         self.ray_events = RayEventsHttpReceiver(self, MAX_BODY_BYTES)
 
@@ -112,6 +114,7 @@ class StateIntake(OtlpConsumer):
         self._refuse_while_unavailable()
         intake = otlp_records.from_logs(request)
         rejected = list(intake.rejected)
+        self.hook_events += intake.hook_events
         try:
             if intake.ray_events:
                 result = await asyncio.to_thread(self.store.ingest, list(intake.ray_events))
@@ -143,6 +146,7 @@ class StateIntake(OtlpConsumer):
             "refused_posts": self.refused_posts,
             "spans": self.spans,
             "log_lines": self.log_lines,
+            "hook_events": self.hook_events,
         }
 
 

@@ -1,7 +1,12 @@
 """OTLP requests turned into what the store keeps: span dicts, task log lines, and RayEvents.
 
 A log record whose event name says it carries a RayEvent becomes that event (JSON form, as the
-aggregator POSTs it), so `/v1/logs` feeds the same state rows as `/v1/ray-events`. Any other log
+aggregator POSTs it), so `/v1/logs` feeds the same state rows as `/v1/ray-events`; but not the
+event records of our tracing hooks (`ray_otel_events.producer = task_event_span_processor`): they
+are the hook's reading of its own spans, whose task ids it derives (it cannot know Ray's when a
+task is submitted), so as state they would be tasks Ray never had, or overrule what Ray's own
+events say of an actor. Ray's events are the state; the hook's spans, which say what its records
+say, are kept. Those records are only counted. Any other log
 record is a log line, tied to a task by its `ray.task_id` attribute or, failing that, by the span
 it was written in. Spans keep their ids in hex, their times in ns, and the task they belong to.
 """
@@ -39,6 +44,7 @@ class LogsIntake:
     ray_events: list[dict[str, Any]] = field(default_factory=list)
     lines: list[dict[str, Any]] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
+    hook_events: int = 0  # our hooks' own event records: counted, not state (see the module doc)
 
 
 def _text(value: Any) -> str:
@@ -64,6 +70,13 @@ def log_line(record: LogRecord, resource: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _from_our_hook(record: LogRecord) -> bool:
+    for attribute in record.attributes:
+        if attribute.key == semconv.PRODUCER_ATTR:
+            return attribute.value.string_value == semconv.TASK_EVENT_PRODUCER
+    return False
+
+
 def from_logs(request: ExportLogsServiceRequest) -> LogsIntake:
     out = LogsIntake()
     for resource_logs in request.resource_logs:
@@ -71,6 +84,9 @@ def from_logs(request: ExportLogsServiceRequest) -> LogsIntake:
         for scope_logs in resource_logs.scope_logs:
             for record in scope_logs.log_records:
                 if claims_ray_event(record):
+                    if _from_our_hook(record):
+                        out.hook_events += 1
+                        continue
                     try:
                         out.ray_events.append(_ENCODER.to_dict(ray_event_from_log_record(record)))
                     except NotARayEventError as exc:

@@ -124,6 +124,8 @@ class SqlReads(ABC):
         self._totals: dict[tuple[str, str | None], tuple[int, int]] = {}
         self._session_names: tuple[int, list[str]] = (-1, [])
         self._session_counts: tuple[int, dict[str, dict[str, int]]] = (-1, {})
+        self._sessions_with_rows: set[str] = set()  # once a session has a row, it keeps it
+        self._rowless: dict[str, int] = {}  # session -> the generation it was found with no row
 
     @property
     @abstractmethod
@@ -285,9 +287,31 @@ class SqlReads(ABC):
         return [(d.dec(name), float(first), float(last)) for name, first, last in found]
 
     def newest_session(self) -> str | None:
-        """The session whose last event was stored last (None in an empty store)."""
+        """The session whose last event was stored last, of those with state rows: a session whose
+        events made none (another producer's records under a name of their own, say) never hides
+        one that has them. None in an empty store."""
         names = self.sessions()
+        self._sessions_with_rows.intersection_update(names)  # a session deleted by upkeep
+        for name in reversed(names):
+            if self._has_rows(name):
+                return name
         return names[-1] if names else None
+
+    def _has_rows(self, session: str) -> bool:
+        """Whether `session` has a state row: remembered once it has, asked again each generation
+        while it has not (a scan, but only for a session without rows, which is rare)."""
+        if session in self._sessions_with_rows:
+            return True
+        generation = self.generation
+        if self._rowless.get(session) == generation:
+            return False
+        d = self.dialect
+        if self._query(f"SELECT 1 FROM state_rows WHERE session = {d.mark} LIMIT 1", [d.enc(session)]):
+            self._sessions_with_rows.add(session)
+            self._rowless.pop(session, None)
+            return True
+        self._rowless[session] = generation
+        return False
 
     def session_list(self) -> list[dict[str, Any]]:
         """Every session, newest first: name, first and last event stored (epoch seconds), and its

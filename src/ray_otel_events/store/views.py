@@ -6,7 +6,7 @@ An answer is `(HTTP status, JSON body)`. Ray's paths answer in Ray's envelope an
 answer plain JSON, `{"error": reason}` with 400 or 404 when they cannot.
 
 Every answer is about one session (a cluster's run): the one asked for, else the newest (whose last
-event was stored last). `/api/sessions` lists them.
+event was stored last, of those with state rows). `/api/sessions` lists them.
 """
 
 from __future__ import annotations
@@ -171,8 +171,13 @@ class StoreViews:
     # -- sessions and raw events ---------------------------------------------------------------
 
     def sessions(self, _: Params, session: str | None) -> Answer:
-        """Every session, newest first, and the one answered for by default or by choice."""
-        return 200, {"current": session, "sessions": self.store.session_list()}
+        """Every session, newest first, the one answered for by default (`newest`: the newest with
+        state rows) and the one answered for now (`current`: by default or by choice)."""
+        return 200, {
+            "current": session,
+            "newest": self.store.newest_session(),
+            "sessions": self.store.session_list(),
+        }
 
     def get(self, _: Params, session: str | None, resource: str, entity_id: str) -> Answer:
         """One entity's rows with every detail column, and the fields of its kept events that this

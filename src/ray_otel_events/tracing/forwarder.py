@@ -330,7 +330,7 @@ class Forwarder:
         senders: dict[str, Sender],
         *,
         event_logs: bool = True,
-        factory: Callable[[], EventFactory] | None = None,
+        factory: Callable[[str | None], EventFactory] | None = None,
         counters: Counters | None = None,
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
@@ -339,7 +339,8 @@ class Forwarder:
         self.spool = spool
         self.senders = senders
         self.event_logs = event_logs
-        self.factory = factory or EventFactory
+        # A writer's events in the session its header names (None: a header from before it did).
+        self.factory = factory or (lambda session: EventFactory(session_name=session or ""))
         self.counters = counters if counters is not None else Counters("spool_forwarder")
         self.records = TaskEventRecords(
             otlp_wire.attributes({semconv.PRODUCER_ATTR: PRODUCER}, otlp_wire.LOG_RECORD_ATTRIBUTES)
@@ -431,11 +432,14 @@ class Forwarder:
             schema_url = header.get("schema_url") or None
             if not isinstance(attributes, dict) or not isinstance(schema_url, str | None):
                 raise ValueError("a header whose resource is no object or schema URL no string")
+            session = header.get("session")
+            if not isinstance(session, str | None):
+                raise ValueError("a header whose session is no string")
             resource = Resource(attributes, schema_url)
             writer = _Writer(
                 resource,
                 otlp_wire.attributes(attributes, b"\x0a") or b"",
-                TaskSpanEvents(self.factory()),
+                TaskSpanEvents(self.factory(session)),
             )
             offset = newline + 1
             with contextlib.suppress(OSError, ValueError), open(path + ACK_SUFFIX, "rb") as ack:
@@ -811,7 +815,7 @@ def main(argv: list[str] | None = None) -> int:
         spool,
         senders_from_env(counters),
         event_logs=event_logs,
-        factory=lambda: EventFactory(session_name=tracing.session_name),
+        factory=lambda session: EventFactory(tracing.session_name if session is None else session),
         counters=counters,
     )
     forwarder.run(stop)

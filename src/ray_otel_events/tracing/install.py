@@ -33,13 +33,14 @@ from opentelemetry.sdk._logs import LoggerProvider, LogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
-from ray_otel_events.config import RecorderConfig, TracingConfig
+from ray_otel_events.config import CORE_WORKER_RAY_EVENTS, RecorderConfig, TracingConfig
 from ray_otel_events.events.builders import EventFactory
 from ray_otel_events.otel import semconv
 from ray_otel_events.producer.recorder import RayEventRecorder
 from ray_otel_events.tracing.deferred_spans import DeferredSpans
 from ray_otel_events.tracing.propagation import install_w3c_propagator
 from ray_otel_events.tracing.provider import CachingTracerProvider
+from ray_otel_events.tracing.ray_session import connected_session_name, with_ray_session
 from ray_otel_events.tracing.report import report_setup_failure
 from ray_otel_events.tracing.task_events import (
     EventLogEmitter,
@@ -101,6 +102,22 @@ def recorder_from_config(config: TracingConfig) -> RayEventRecorder | None:
     return recorder
 
 
+def _ray_sends_them(config: TracingConfig) -> bool:
+    """Whether Ray's core workers export this process's task events themselves: then a recorder
+    would send the same tasks again, under the task ids a hook derives from its spans (it cannot
+    know Ray's when a task is submitted), as tasks Ray never had. Ray's events are the state."""
+    if config.aggregator_address and config.ray_exports_task_events:
+        logger.info(
+            "ray_otel_events: Ray's core workers export their own task events (%s=1), so the hook "
+            "sends none to %s (pid %d)",
+            CORE_WORKER_RAY_EVENTS,
+            config.aggregator_address,
+            os.getpid(),
+        )
+        return True
+    return False
+
+
 def _tracer_provider(resource: Resource) -> tuple[TracerProvider, DeferredSpans | None]:
     """The global SDK provider if someone already set one (we add to it), else a new global one
     whose ids let submission spans be created off the submitting thread and whose tracers are
@@ -146,13 +163,14 @@ def install_tracing(
             if _installation.pid != os.getpid():
                 _adopt_after_fork(_installation)
             return _installation
-        config = config if config is not None else TracingConfig.from_env()
+        ray_session = connected_session_name()
+        config = with_ray_session(config if config is not None else TracingConfig.from_env(), ray_session)
         resource = resource if resource is not None else Resource.create()
         tracer_provider, deferred_spans = _tracer_provider(resource)
         install_w3c_propagator()  # Ray's wrappers inject and extract through it every task
         if config.ray_wrappers and RAY_TRACING_HELPER in sys.modules:
             _install_ray_wrappers()
-        recorder = recorder_from_config(config)
+        recorder = None if ray_session and _ray_sends_them(config) else recorder_from_config(config)
         sinks: list[EventSink] = [] if recorder is None else [RecorderSink(recorder)]
         logger_provider: LoggerProvider | None = None
         if log_processors:

@@ -24,6 +24,7 @@ from opentelemetry.sdk.resources import Resource
 from ray_otel_events.config import OtlpProtocols, SpoolConfig, TracingConfig, otlp_exporter_settings
 from ray_otel_events.tracing.install import install_tracing, run_setup_hook
 from ray_otel_events.tracing.otlp import otlp_log_exporter
+from ray_otel_events.tracing.ray_session import with_ray_session
 from ray_otel_events.tracing.spool import SpoolSpanProcessor, ensure_forwarder, spool_folder
 
 HOOK = "ray_otel_events.tracing.setup_otlp_tracing:setup_tracing"
@@ -33,8 +34,7 @@ def destination_key(config: TracingConfig) -> dict[str, str]:
     """What decides where and how the forwarder sends: processes that differ get their own folder."""
     key = otlp_exporter_settings()
     key["event_logs"] = str(config.event_logs is not False)
-    key["session"] = config.session_name
-    return key
+    return key  # not the session: each spool file's header names its own
 
 
 def setup_tracing() -> None:
@@ -42,12 +42,12 @@ def setup_tracing() -> None:
 
 
 def _install() -> None:
-    config = TracingConfig.from_env()
+    config = with_ray_session(TracingConfig.from_env())
     protocols = OtlpProtocols.from_env()
     spool = SpoolConfig.from_env()
     resource = Resource.create()
     folder = spool_folder(spool.root, destination_key(config))
-    processor = SpoolSpanProcessor(folder, resource)
+    processor = SpoolSpanProcessor(folder, resource, session_name=config.session_name)
     ensure_forwarder(folder)
     install_tracing(
         [processor],

@@ -240,9 +240,16 @@ if _spool_line is not None and native.ENABLED:
     compiled_submission_line = _spool_line.submission_line
 
 
-def header_line(resource: Resource) -> bytes:
+def header_line(resource: Resource, session_name: str = "") -> bytes:
+    """A spool file's first line: the writer's resource and pid, and the session its event records
+    carry (the forwarder's default when empty)."""
     return orjson.dumps(
-        {"resource": dict(resource.attributes), "schema_url": resource.schema_url, "pid": os.getpid()},
+        {
+            "resource": dict(resource.attributes),
+            "schema_url": resource.schema_url,
+            "pid": os.getpid(),
+            "session": session_name,
+        },
         default=_plain,
         option=orjson.OPT_APPEND_NEWLINE,
     )
@@ -405,9 +412,11 @@ class SpoolSpanProcessor(SpanProcessor):
 
     accepts_direct_spans = True  # reads ended spans through ReadableSpan only
 
-    def __init__(self, folder: str, resource: Resource, *, linger_s: float = 0.05) -> None:
+    def __init__(
+        self, folder: str, resource: Resource, *, session_name: str = "", linger_s: float = 0.05
+    ) -> None:
         self.folder = folder
-        self.writer = SpoolWriter(folder, header_line(resource))
+        self.writer = SpoolWriter(folder, header_line(resource, session_name))
         self.queue: BatchingQueue[tuple[str, Any]] = BatchingQueue(
             self._write_batch, name="ray_otel_events.spool", linger_s=linger_s
         )

@@ -39,7 +39,7 @@ logger = logging.getLogger("ray_otel_events.tracing")
 
 _STARTED = 0
 _ENDED = 1
-PRODUCER = "task_event_span_processor"  # value of semconv.PRODUCER_ATTR on spans and records we handle
+PRODUCER = semconv.TASK_EVENT_PRODUCER  # value of semconv.PRODUCER_ATTR on spans and records we handle
 
 
 class EventSink(Protocol):

@@ -290,12 +290,12 @@ function chosenSession() {
 
 // Every answer is about one session: the cookie's (set here), else the newest.
 async function loadSessions() {
-  const { current, sessions } = await getJson("/api/sessions");
+  const { current, newest, sessions } = await getJson("/api/sessions");
   const picker = $("#session-picker");
   const chosen = chosenSession();
   const when = (s) => new Date(s * 1000).toLocaleString([], { hour12: false });
   picker.replaceChildren(
-    el("option", { value: "", text: sessions.length ? `newest (${sessions[0].name})` : "no sessions yet" }),
+    el("option", { value: "", text: sessions.length ? `newest (${newest})` : "no sessions yet" }),
     ...sessions.map((s) => el("option", {
       value: s.name,
       text: `${s.name} · ${s.tasks} tasks · ${when(s.last_seen)}`,
