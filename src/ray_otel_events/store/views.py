@@ -6,17 +6,21 @@ An answer is `(HTTP status, JSON body)`. Ray's paths answer in Ray's envelope an
 answer plain JSON, `{"error": reason}` with 400 or 404 when they cannot.
 
 Every answer is about one session (a cluster's run): the one asked for, else the newest (whose last
-event was stored last). `/api/sessions` lists them.
+event was stored last). `/api/sessions` lists them, each with the kinds of event it lacks
+(`missing`, store/session_checks.py).
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
+from ray_otel_events.config import DEFAULT_WIRING_CHECK_DELAY_S
 from ray_otel_events.store import state_query
 from ray_otel_events.store.backend import ColumnFilter, Store
+from ray_otel_events.store.session_checks import missing_events
 from ray_otel_events.store.sql_reads import ORDERS
 from ray_otel_events.store.state_merge import ACTORS, ID_COLUMN, JOBS, TASKS, Row, field_value
 
@@ -87,12 +91,22 @@ def _int_param(params: Params, name: str, default: int, low: int, high: int) -> 
     return value
 
 
+EVIDENCE_MAX_AGE_S = 2.0
+
+
 class StoreViews:
     """The answers over one store (see the module doc)."""
 
-    def __init__(self, store: Store, session_name: str = "ray-otel-events") -> None:
+    def __init__(
+        self,
+        store: Store,
+        session_name: str = "ray-otel-events",
+        wiring_delay_s: float = DEFAULT_WIRING_CHECK_DELAY_S,
+    ) -> None:
         self.store = store
         self.session_name = session_name
+        self.wiring_delay_s = wiring_delay_s  # evidence this old before a missing kind is reported
+        self._evidence: tuple[int, float, dict[str, dict[str, int]]] = (-1, 0.0, {})
         self._routes: list[tuple[re.Pattern[str], Callable[..., Answer]]] = [
             (re.compile(r"/api/version"), self.version),
             (re.compile(r"/api/sessions"), self.sessions),
@@ -171,8 +185,27 @@ class StoreViews:
     # -- sessions and raw events ---------------------------------------------------------------
 
     def sessions(self, _: Params, session: str | None) -> Answer:
-        """Every session, newest first, and the one answered for by default or by choice."""
-        return 200, {"current": session, "sessions": self.store.session_list()}
+        """Every session, newest first, with what it lacks, and the one answered for by default or
+        by choice."""
+        return 200, {"current": session, "sessions": self.session_list()}
+
+    def session_list(self) -> list[dict[str, Any]]:
+        """`Store.session_list` with each session's `missing` kinds of event (none: an empty list)."""
+        return [
+            {**entry, "missing": missing_events(self._session_evidence().get(entry["name"], {}))}
+            for entry in self.store.session_list()
+        ]
+
+    def _session_evidence(self) -> dict[str, dict[str, int]]:
+        """`Store.session_evidence` (a pass over every row), again only when the store changed or
+        EVIDENCE_MAX_AGE_S passed (its evidence settles as time passes)."""
+        generation, when, evidence = self._evidence
+        now = time.time()
+        if generation != self.store.generation or now - when > EVIDENCE_MAX_AGE_S:
+            generation = self.store.generation
+            evidence = self.store.session_evidence(now - self.wiring_delay_s)
+            self._evidence = (generation, now, evidence)
+        return evidence
 
     def get(self, _: Params, session: str | None, resource: str, entity_id: str) -> Answer:
         """One entity's rows with every detail column, and the fields of its kept events that this
