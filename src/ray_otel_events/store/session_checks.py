@@ -47,7 +47,7 @@ CHECKS: tuple[SessionCheck, ...] = (
     SessionCheck(
         "task_definitions",
         lambda c: _n(c, "tasks_settled") > 0,
-        lambda c: _n(c, "tasks_typed") == 0,
+        lambda c: _n(c, "tasks_defined") == 0,
         ("TASK_DEFINITION_EVENT", "ACTOR_TASK_DEFINITION_EVENT"),
         "task lifecycle events but no task definitions (names, types, jobs)",
     ),
