@@ -5,9 +5,10 @@
 
 Prints `export NAME=VALUE` lines (shell-quoted) for the Ray release installed here, or the one
 `--ray-version` names (a node whose Ray differs from this machine's). The lines come from
-events/ray_releases.py, one per variable and release. No token is printed: Ray's aggregator agent
-posts with no token and no custom header (Ray 2.60), so a `serve` with `--auth-token-file` cannot be
-reached by it; under `RAY_AUTH_MODE=token` alone, `serve` leaves those POSTs open.
+events/ray_releases.py, one per variable and release. No `--token-file`: Ray's aggregator agent
+posts with no token and no custom header (Ray 2.60), so there is no variable to print; a `serve`
+with `--auth-token-file` cannot be reached by it, and under `RAY_AUTH_MODE=token` alone `serve`
+leaves those POSTs open.
 """
 
 from __future__ import annotations

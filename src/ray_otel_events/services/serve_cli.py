@@ -4,8 +4,10 @@
     ray-otel-events serve --port 8265 --store postgresql://USER@HOST:5432/DB   # several may share it
     ray list tasks --address http://127.0.0.1:8265
 
-Point Ray's aggregator (or ours: `aggregator --export-addr http://HOST:PORT/v1/ray-events`) at it,
-and OTLP exporters (`OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:PORT`) for spans and task logs.
+Point Ray's aggregator at it (`eval "$(ray-otel-events ray-env http://HOST:PORT)"` before `ray
+start`, logged at start with this serve's address; or ours: `aggregator --export-addr
+http://HOST:PORT/v1/ray-events`), and OTLP exporters (`OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:PORT`)
+for spans and task logs. A cluster wired wrong is told once (services/wiring_watch.py).
 Stdout carries `listening http=HOST:PORT` once it accepts requests and a summary after
 SIGTERM/SIGINT; GET /healthz, /readyz and /metrics on the same port; the page at /. With
 `--ray-dashboard-port`, Ray's own dashboard page (from the installed `ray` package) over the same
