@@ -24,6 +24,8 @@ from helpers.agg_procs import FIXTURE, CliServer, clean_env, start
 from helpers.postgres import serve_store_args
 from helpers.ray_cluster import ray_bin, ray_cluster, ray_env
 
+from ray_otel_events.config import ConfigError, wiring_check_delay_s
+
 EVENTS: list[dict[str, Any]] = [item.get("event", item) for item in json.loads(Path(FIXTURE).read_text())]
 
 # What a Ray 2.60 node emits when wired by ray-env (seen live; the test below checks each arrives).
@@ -362,3 +364,32 @@ def test_a_cluster_wired_by_ray_env_sends_everything_and_one_wired_wrong_is_told
     assert sessions[right]["missing"] == [] and sessions[right]["tasks"] > 0
     serve.stop()
     assert sum(WARNING_NOTHING in w for w in _warnings(serve)) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["--wiring-check-delay", "0"], {}, "--wiring-check-delay must be above 0 seconds, got 0.0"),
+        ([], {"RAY_OTEL_EVENTS_WIRING_CHECK_DELAY_SECONDS": "soon"}, "expected a number"),
+        ([], {"RAY_OTEL_EVENTS_WIRING_CHECK_DELAY_SECONDS": "-1"}, "expected a number of seconds above 0"),
+    ],
+)
+def test_serve_refuses_a_bad_wiring_check_delay(
+    args: list[str], env: dict[str, str], message: str, tmp_path: Path
+) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "ray_otel_events", "serve", "--store", str(tmp_path / "e.sqlite3"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(env),
+    )
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+    assert "listening" not in out.stdout
+
+
+def test_the_wiring_delay_setting() -> None:
+    assert wiring_check_delay_s({}) == 60.0
+    assert wiring_check_delay_s({"RAY_OTEL_EVENTS_WIRING_CHECK_DELAY_SECONDS": "2.5"}) == 2.5
+    with pytest.raises(ConfigError, match="above 0"):
+        wiring_check_delay_s({"RAY_OTEL_EVENTS_WIRING_CHECK_DELAY_SECONDS": "0"})

@@ -18,7 +18,7 @@ WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
 
 def serve_url(host: str, port: int, tls: bool) -> str:
     """The URL a Ray node reaches this serve at: a wildcard bind is named by this machine's name."""
-    name = socket.getfqdn() if host in WILDCARD_HOSTS else host
+    name = socket.gethostname() if host in WILDCARD_HOSTS else host
     name = f"[{name}]" if ":" in name and not name.startswith("[") else name
     return f"{'https' if tls else 'http'}://{name}:{port}"
 
