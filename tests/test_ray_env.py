@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ from helpers.postgres import serve_store_args
 from helpers.ray_cluster import ray_bin, ray_cluster, ray_env
 
 from ray_otel_events.config import ConfigError, wiring_check_delay_s
+from ray_otel_events.services.wiring_watch import serve_url
 
 EVENTS: list[dict[str, Any]] = [item.get("event", item) for item in json.loads(Path(FIXTURE).read_text())]
 
@@ -393,3 +395,11 @@ def test_the_wiring_delay_setting() -> None:
     assert wiring_check_delay_s({"RAY_OTEL_EVENTS_WIRING_CHECK_DELAY_SECONDS": "2.5"}) == 2.5
     with pytest.raises(ConfigError, match="above 0"):
         wiring_check_delay_s({"RAY_OTEL_EVENTS_WIRING_CHECK_DELAY_SECONDS": "0"})
+
+
+def test_the_url_serve_names_is_one_a_node_can_reach() -> None:
+    assert serve_url("127.0.0.1", 8265, tls=False) == "http://127.0.0.1:8265"
+    assert serve_url("0.0.0.0", 8265, tls=False) == f"http://{socket.gethostname()}:8265"
+    assert serve_url("::1", 8443, tls=True) == "https://[::1]:8443"
+    # and ray-env takes each of them
+    assert _ray_env(serve_url("::1", 8443, tls=True)).returncode == 0
