@@ -264,6 +264,7 @@ def test_serve_names_what_each_session_lacks_once(
     assert (
         "warning: session session_no_nodes lacks NODE_DEFINITION_EVENT, NODE_LIFECYCLE_EVENT" in listed.stderr
     )
+    assert f"`{fix}`" in listed.stderr
     serve.stop()
     assert sum(WARNING_NOTHING in w for w in _warnings(serve)) == 1
     assert len([w for w in _warnings(serve) if w.startswith("session ")]) == len(told)

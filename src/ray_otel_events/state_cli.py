@@ -282,12 +282,12 @@ def _sessions(source: _Source, args: argparse.Namespace) -> int:
         print(
             _table(rows, ["name", "first_seen", "last_seen", "jobs", "tasks", "actors", "nodes", "missing"])
         )
+    serve = source.address or "http://SERVE_HOST:PORT"
     for entry in body["sessions"]:
         for missing in entry.get("missing", []):
             print(
                 f"warning: session {entry['name']} lacks {', '.join(missing['events'])}: {missing['why']};"
-                ' wire its nodes with `eval "$(ray-otel-events ray-env http://SERVE_HOST:PORT)"` and'
-                " start them again",
+                f' wire its nodes with `eval "$(ray-otel-events ray-env {serve})"` and start them again',
                 file=sys.stderr,
             )
     return 0
