@@ -198,10 +198,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         locked = Path(location)
         spool = args.spool or spool_path(locked)
-    try:
-        lock = StoreLock(
-            locked, spool=is_url(location)
-        )  # one writer a store file: a second `serve` would race the first's folds
+    try:  # one writer a store file: a second `serve` would race the first's folds
+        lock = StoreLock(locked, spool=is_url(location))
     except StoreLockedError as exc:
         print(f"ray-otel-events serve: {exc}", file=sys.stderr)
         return 2

@@ -106,7 +106,7 @@ class StoreViews:
         self.store = store
         self.session_name = session_name
         self.wiring_delay_s = wiring_delay_s  # evidence this old before a missing kind is reported
-        self._evidence: tuple[int, float, dict[str, dict[str, int]]] = (-1, 0.0, {})
+        self._evidence: tuple[float, dict[str, dict[str, int]]] = (-EVIDENCE_MAX_AGE_S, {})  # (when, what)
         self._routes: list[tuple[re.Pattern[str], Callable[..., Answer]]] = [
             (re.compile(r"/api/version"), self.version),
             (re.compile(r"/api/sessions"), self.sessions),
@@ -191,20 +191,21 @@ class StoreViews:
 
     def session_list(self) -> list[dict[str, Any]]:
         """`Store.session_list` with each session's `missing` kinds of event (none: an empty list)."""
+        evidence = self._session_evidence()
         return [
-            {**entry, "missing": missing_events(self._session_evidence().get(entry["name"], {}))}
+            {**entry, "missing": missing_events(evidence.get(entry["name"], {}))}
             for entry in self.store.session_list()
         ]
 
     def _session_evidence(self) -> dict[str, dict[str, int]]:
-        """`Store.session_evidence` (a pass over every row), again only when the store changed or
-        EVIDENCE_MAX_AGE_S passed (its evidence settles as time passes)."""
-        generation, when, evidence = self._evidence
-        now = time.time()
-        if generation != self.store.generation or now - when > EVIDENCE_MAX_AGE_S:
-            generation = self.store.generation
-            evidence = self.store.session_evidence(now - self.wiring_delay_s)
-            self._evidence = (generation, now, evidence)
+        """`Store.session_evidence`, a pass over every row: asked again only once EVIDENCE_MAX_AGE_S
+        passed, however often the page asks while events stream in (a kind is reported missing
+        only after the wiring delay anyway)."""
+        when, evidence = self._evidence
+        now = time.monotonic()
+        if now - when > EVIDENCE_MAX_AGE_S:
+            evidence = self.store.session_evidence(time.time() - self.wiring_delay_s)
+            self._evidence = (now, evidence)
         return evidence
 
     def get(self, _: Params, session: str | None, resource: str, entity_id: str) -> Answer:
