@@ -177,10 +177,12 @@ def _warnings(server: CliServer) -> list[str]:
     return _messages(server, "WARNING")
 
 
-def _wait_for(condition: Callable[[], Any], what: str, timeout_s: float = 120.0) -> Any:
+def _wait_for(condition: Callable[[], Any], what: str | Callable[[], str], timeout_s: float = 120.0) -> Any:
     deadline = time.monotonic() + timeout_s
     while not (found := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, (
+            f"timed out waiting for {what if isinstance(what, str) else what()}"
+        )
         time.sleep(0.2)
     return found
 
@@ -297,6 +299,17 @@ pg = placement_group([{"CPU": 0.25}])
 ray.get(pg.ready())
 acc = Acc.options(placement_group=pg, num_cpus=0.25).remote()
 assert ray.get(acc.add.remote(2)) == 2
+
+# A driver's core worker sends its events every second and at exit only as best it can: stay
+# connected until serve has stored every type (when asked to), so none is lost with the driver.
+import os, re, time, urllib.request
+wanted = set(filter(None, os.environ.get("WAIT_FOR_TYPES", "").split(",")))
+deadline = time.monotonic() + 120
+while wanted and time.monotonic() < deadline:
+    metrics = urllib.request.urlopen(os.environ["SERVE_METRICS"], timeout=10).read().decode()
+    if wanted <= set(re.findall(r'serve_events_stored_total[{]event_type="(\\w+)"', metrics)):
+        break
+    time.sleep(0.2)
 """
 
 
@@ -321,8 +334,13 @@ def test_a_cluster_wired_by_ray_env_sends_everything_and_one_wired_wrong_is_told
 
     # Wired only by ray-env (the helper's variables are its output): every type 2.60 emits arrives.
     with ray_cluster(f"{url}/v1/ray-events", dashboard=True) as cluster:
+        waits = {"WAIT_FOR_TYPES": ",".join(sorted(RAY_2_60_EMITS)), "SERVE_METRICS": f"{url}/metrics"}
         run = subprocess.run(
-            [sys.executable, "-c", DRIVER], env=cluster.env, capture_output=True, text=True, timeout=300
+            [sys.executable, "-c", DRIVER],
+            env={**cluster.env, **waits},
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         assert run.returncode == 0, run.stdout + run.stderr
         assert cluster.dashboard is not None
@@ -345,7 +363,10 @@ def test_a_cluster_wired_by_ray_env_sends_everything_and_one_wired_wrong_is_told
             timeout=300,
         )
         assert submitted.returncode == 0, submitted.stdout + submitted.stderr
-        _wait_for(lambda: set(_stored_types(serve)) >= RAY_2_60_EMITS, "every type Ray 2.60 emits")
+        _wait_for(
+            lambda: set(_stored_types(serve)) >= RAY_2_60_EMITS,
+            lambda: f"every type Ray 2.60 emits; stored: {_stored_types(serve)}",
+        )
     right = next(iter(_sessions(serve)))
 
     # Without the core workers' switch: jobs, nodes and workers but no task, and the session is told.
