@@ -3,10 +3,11 @@ reaches `serve`: one line per variable (or exposed event type) and the releases 
 
 `ray-otel-events ray-env` prints these; `serve` names the types when a session lacks some. A new
 release, variable or type is one more line in `SETTINGS` or `EXPOSED_TYPES` (issues 44-46 add
-theirs), nothing else. Facts checked in each release's installed package: the `RAY_enable_*`
-switches in `ray/_raylet.so`'s config names, the exposable-type filter in
+theirs), nothing else. Ray 2.60's lines were read from its package (the `RAY_enable_*` switches
+among `ray/_raylet.so`'s config names, the exposable-type filter in
 `ray/dashboard/modules/aggregator/publisher/`, the Python event switch in
-`ray/_private/ray_constants.py`.
+`ray/_private/ray_constants.py`) and proved on a live cluster (tests/test_ray_env.py); the other
+releases' lines come from reading the 2.49.2, 2.52.1 and 2.55.0 packages, not from a live run here.
 """
 
 from __future__ import annotations
