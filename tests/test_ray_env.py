@@ -382,10 +382,10 @@ def test_a_cluster_wired_by_ray_env_sends_everything_and_one_wired_wrong_is_told
     sessions = _sessions(serve)
     wrong = next(name for name in sessions if name != right)
     assert [m["check"] for m in sessions[wrong]["missing"]] == ["task_events"], sessions[wrong]
-    assert len(told) == 1 and told[0].startswith(f"session {wrong} lacks TASK_DEFINITION_EVENT")
+    assert len(told) == 1 and told[0].startswith(f"session {wrong} lacks TASK_DEFINITION_EVENT"), told
     assert f'eval "$(ray-otel-events ray-env {url})"' in told[0]
     # The right session's rows all settled before the wrong one's that were judged: no false alarm.
-    assert sessions[right]["missing"] == [] and sessions[right]["tasks"] > 0
+    assert sessions[right]["missing"] == [] and sessions[right]["tasks"] > 0, sessions[right]
     serve.stop()
     assert sum(WARNING_NOTHING in w for w in _warnings(serve)) == 1
 
