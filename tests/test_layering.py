@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         frozenset({"receivers", "exporters", "store", "producer", "tracing"}),
     ),
     ("services", frozenset({"services"})),
-    ("commands", frozenset({"__main__", "cli", "state_cli", "store_cli", "demo", "executor"})),
+    ("commands", frozenset({"__main__", "cli", "state_cli", "store_cli", "ray_env_cli", "demo", "executor"})),
 )
 RANK = {unit: rank for rank, (_, units) in enumerate(LAYERS) for unit in units}
 

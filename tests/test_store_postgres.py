@@ -294,6 +294,17 @@ def test_two_serve_processes_share_one_database(
     assert [s["name"] for s in sessions] == ["session_1", EVENTS[0]["sessionName"]]
     assert len(_tasks(second)) == len(expected)
     assert {row["task_id"] for row in _tasks(second)} == {row["task_id"] for row in expected}
+    # A third on the first's spool is refused, told the fix: a spool of its own.
+    third = subprocess.run(
+        [sys.executable, "-m", "ray_otel_events", "serve", *serve_store_args(url, tmp_path / "a")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(),
+    )
+    assert third.returncode == 2, third.stderr
+    assert f"in use by another ray-otel-events serve (pid {first.proc.pid}" in third.stderr
+    assert "give this one another --spool" in third.stderr and "--store" not in third.stderr
     stats = [server.stop() for server in (first, second)]
     assert sum(s["events_stored"] for s in stats) == 2 * len(EVENTS)
     assert sum(s["duplicates"] for s in stats) == 7

@@ -995,6 +995,19 @@ def serve_address(env: Environ = os.environ) -> str | None:
     return parse_serve_address(raw, ADDRESS) if raw.strip() else None
 
 
+# How long `serve` waits before it tells a cluster wired wrong: no event at all this long after it
+# started, or a session lacking a kind of event for this long after the events that need it.
+WIRING_CHECK_DELAY_S = "RAY_OTEL_EVENTS_WIRING_CHECK_DELAY_SECONDS"
+DEFAULT_WIRING_CHECK_DELAY_S = 60.0
+
+
+def wiring_check_delay_s(env: Environ = os.environ) -> float:
+    """`serve --wiring-check-delay`'s default (seconds, > 0)."""
+    delay = env_float(env, WIRING_CHECK_DELAY_S, DEFAULT_WIRING_CHECK_DELAY_S)
+    _require(delay > 0, f"{WIRING_CHECK_DELAY_S}={delay}: expected a number of seconds above 0")
+    return delay
+
+
 def timezone_name(env: Environ = os.environ) -> str:
     """This machine's zone name: `$TZ`, else the zone /etc/localtime links to, else UTC."""
     zone = env.get(TIMEZONE) or "UTC"

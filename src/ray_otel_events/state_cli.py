@@ -97,7 +97,9 @@ class _Source:
         if self.address is None:
             path = chosen_store(args.store)
             try:
-                self.views = StoreViews(open_store(path, read_only=True))
+                self.views = StoreViews(
+                    open_store(path, read_only=True), wiring_delay_s=config.wiring_check_delay_s()
+                )
             except (StoreError, sqlite3.Error) as exc:
                 raise Unanswered(f"cannot read the store {path}: {exc}") from None
         else:
@@ -271,12 +273,23 @@ def _sessions(source: _Source, args: argparse.Namespace) -> int:
             "first_seen": _when(entry["first_seen"]),
             "last_seen": _when(entry["last_seen"]),
             "name": entry["name"] + (" (newest)" if entry["name"] == body.get("newest") else ""),
+            "missing": ",".join(m["check"] for m in entry.get("missing", [])),
         }
         for entry in body["sessions"]
     ]
     print(f"{len(rows)} sessions stored, newest first")
     if rows:
-        print(_table(rows, ["name", "first_seen", "last_seen", "jobs", "tasks", "actors", "nodes"]))
+        print(
+            _table(rows, ["name", "first_seen", "last_seen", "jobs", "tasks", "actors", "nodes", "missing"])
+        )
+    serve = source.address or "http://SERVE_HOST:PORT"
+    for entry in body["sessions"]:
+        for missing in entry.get("missing", []):
+            print(
+                f"warning: session {entry['name']} lacks {', '.join(missing['events'])}: {missing['why']};"
+                f' wire its nodes with `eval "$(ray-otel-events ray-env {serve})"` and start them again',
+                file=sys.stderr,
+            )
     return 0
 
 

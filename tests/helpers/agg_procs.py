@@ -87,6 +87,10 @@ class CliServer:
     def stderr(self) -> str:
         return "stderr: " + Path(self._stderr.name).read_text(errors="replace")[-4000:]
 
+    def log_lines(self) -> list[str]:
+        """Every line the process wrote to stderr so far."""
+        return Path(self._stderr.name).read_text(errors="replace").splitlines()
+
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = STOP_TIMEOUT_S) -> dict[str, Any]:
         """Signal, wait for exit 0 and return the parsed `stats` line."""
         self.proc.send_signal(sig)

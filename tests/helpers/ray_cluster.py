@@ -1,6 +1,9 @@
 """A real Ray 2.60 head node for a test: its own ports and temp dir, its aggregator exporting to a
 URL of ours; only its own processes are stopped (by pid, found through /proc).
 
+Its event variables are what `ray-otel-events ray-env` prints (the real command, its export lines
+parsed), so every live-Ray test is wired as the docs tell a user to wire a cluster.
+
 Token authentication is off unless `token` is given: then RAY_AUTH_MODE=token with the token in a
 file of the cluster's temp dir (RAY_AUTH_TOKEN_PATH), never the user's ~/.ray."""
 
@@ -9,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -18,6 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -26,6 +31,37 @@ from helpers.agg_procs import free_port
 
 def ray_bin() -> str:
     return str(Path(sys.executable).with_name("ray"))
+
+
+def ray_env(url: str, *args: str) -> dict[str, str]:
+    """The variables `ray-otel-events ray-env URL ARGS` exports, parsed as a shell would."""
+    out = subprocess.run(
+        [sys.executable, "-m", "ray_otel_events", "ray-env", url, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    found: dict[str, str] = {}
+    for line in out.stdout.splitlines():
+        if line.startswith("#"):
+            continue
+        words = shlex.split(line)
+        assert len(words) == 2 and words[0] == "export" and "=" in words[1], line
+        name, value = words[1].split("=", 1)
+        found[name] = value
+    return found
+
+
+def cluster_event_env(export_url: str) -> dict[str, str]:
+    """`ray-env`'s variables for `export_url`: serve's receiver, or (a test's own receiver at
+    another path) its scheme and host given to `ray-env` and the export address kept as given."""
+    variables = ray_env(export_url) if export_url.rstrip("/").endswith("/v1/ray-events") else {}
+    if not variables:
+        parts = urlsplit(export_url)
+        variables = ray_env(f"{parts.scheme}://{parts.netloc}")
+        variables["RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR"] = export_url
+    return variables
 
 
 def ray_cli_answers(
@@ -79,9 +115,7 @@ def ray_cluster(
         **{k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")},
         "RAY_USAGE_STATS_ENABLED": "0",
         **auth,
-        "RAY_enable_ray_event": "1",
-        "RAY_enable_core_worker_ray_event_to_aggregator": "1",
-        "RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR": export_url,
+        **cluster_event_env(export_url),
         "RAY_ADDRESS": f"127.0.0.1:{port}",
         **(extra_env or {}),
     }

@@ -4,8 +4,10 @@
     ray-otel-events serve --port 8265 --store postgresql://USER@HOST:5432/DB   # several may share it
     ray list tasks --address http://127.0.0.1:8265
 
-Point Ray's aggregator (or ours: `aggregator --export-addr http://HOST:PORT/v1/ray-events`) at it,
-and OTLP exporters (`OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:PORT`) for spans and task logs.
+Point Ray's aggregator at it (`eval "$(ray-otel-events ray-env http://HOST:PORT)"` before `ray
+start`, logged at start with this serve's address; or ours: `aggregator --export-addr
+http://HOST:PORT/v1/ray-events`), and OTLP exporters (`OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:PORT`)
+for spans and task logs. A cluster wired wrong is told once (services/wiring_watch.py).
 Stdout carries `listening http=HOST:PORT` once it accepts requests and a summary after
 SIGTERM/SIGINT; GET /healthz, /readyz and /metrics on the same port; the page at /. With
 `--ray-dashboard-port`, Ray's own dashboard page (from the installed `ray` package) over the same
@@ -61,6 +63,7 @@ from ray_otel_events.services.ray_gcs_facade import (
 from ray_otel_events.services.state_api import StateApi
 from ray_otel_events.services.state_intake import StateIntake
 from ray_otel_events.services.store_watch import StoreWatch
+from ray_otel_events.services.wiring_watch import WiringWatch, serve_url, wiring_command
 from ray_otel_events.store.backend import (
     Retention,
     Store,
@@ -146,6 +149,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the address --ray-gcs-port binds (default: --host). Ray's CLI dials the machine's own "
         "address when given a loopback one, unless RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 is set for it",
     )
+    parser.add_argument(
+        "--wiring-check-delay",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="warn (once) when no Ray event arrived this long after start, or a session lacks a kind"
+        f" of event this long after the events that need it (default ${config.WIRING_CHECK_DELAY_S},"
+        f" else {config.DEFAULT_WIRING_CHECK_DELAY_S:.0f})",
+    )
     add_security_arguments(parser)
     add_logging_arguments(parser)
 
@@ -174,6 +186,10 @@ def run(args: argparse.Namespace) -> int:
             args.ray_gcs_protocol = load_ray_gcs_protocol()
         except GcsProtocolUnavailable as exc:
             raise ConfigError(f"--ray-gcs-port: {exc}") from None
+    if args.wiring_check_delay is None:
+        args.wiring_check_delay = config.wiring_check_delay_s()
+    elif args.wiring_check_delay <= 0:
+        raise ConfigError(f"--wiring-check-delay must be above 0 seconds, got {args.wiring_check_delay}")
     if args.retention_hours <= 0 or args.retention_rows <= 0 or args.retention_mb <= 0:
         raise ConfigError("--retention-hours, --retention-rows and --retention-mb must be positive")
     configure_logging(args.log_level, args.log_format)
@@ -190,8 +206,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         locked = Path(location)
         spool = args.spool or spool_path(locked)
-    try:
-        lock = StoreLock(locked)  # one writer a store file: a second `serve` would race the first's folds
+    try:  # one writer a store file: a second `serve` would race the first's folds
+        lock = StoreLock(locked, spool=is_url(location))
     except StoreLockedError as exc:
         print(f"ray-otel-events serve: {exc}", file=sys.stderr)
         return 2
@@ -283,7 +299,9 @@ async def _retention(store: Store, args: argparse.Namespace) -> None:
 async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerSecurity) -> int:
     store = intake.store
     watch = intake.watch or StoreWatch(store)
-    api = StateApi(StoreViews(store), intake.settled, watch)
+    delay = getattr(args, "wiring_check_delay", config.DEFAULT_WIRING_CHECK_DELAY_S)
+    views = StoreViews(store, wiring_delay_s=delay)
+    api = StateApi(views, intake.settled, watch)
     metrics = ServerMetrics("serve")
     metrics.add_total(
         "serve_events_stored",
@@ -394,7 +412,16 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
         print(f"listening ray-dashboard={args.host}:{runners[1].addresses[0][1]}", flush=True)
     if gcs is not None:
         print(f"listening ray-gcs={args.host}:{gcs_port}", flush=True)
+    url = serve_url(args.host, address[1], tls is not None)
+    logger.info(
+        "wire a Ray cluster to this serve: on every node, before `ray start`, run: %s", wiring_command(url)
+    )
+    wiring = WiringWatch(
+        url, delay, lambda: intake.stats()["posts"] > 0 or bool(intake.events_by_type), views.session_list
+    )
+    wiring_checks = asyncio.create_task(wiring.run())
     await stop.wait()
+    wiring_checks.cancel()
     retention.cancel()
     watching.cancel()
     if gcs is not None:

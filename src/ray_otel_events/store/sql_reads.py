@@ -335,6 +335,36 @@ class SqlReads(ABC):
             for name, first, last in reversed(self._session_times())
         ]
 
+    def session_evidence(self, settled_before: float) -> dict[str, dict[str, int]]:
+        """Per session, the row counts the wiring checks weigh (store/session_checks.py): rows of
+        each resource (`tasks`) and those last written before `settled_before` (`tasks_settled`),
+        task rows with a definition (a function, or a driver's: `tasks_defined`; a row from
+        lifecycle events alone has neither, its type defaulting to NORMAL_TASK) or a state (a
+        lifecycle event: `tasks_stated`), and settled rows of actor creations and of defined
+        non-driver tasks (`user_tasks_settled`)."""
+        mark = self.dialect.mark
+        found = self._query(
+            "SELECT session, resource, COUNT(*),"
+            f" SUM(CASE WHEN updated <= {mark} THEN 1 ELSE 0 END),"
+            " SUM(CASE WHEN (func IS NOT NULL AND func <> '') OR kind = 'DRIVER_TASK' THEN 1 ELSE 0 END),"
+            " SUM(CASE WHEN state IS NOT NULL AND state <> '' AND state <> 'NIL' THEN 1 ELSE 0 END),"
+            f" SUM(CASE WHEN updated <= {mark} AND kind = 'ACTOR_CREATION_TASK' THEN 1 ELSE 0 END),"
+            f" SUM(CASE WHEN updated <= {mark} AND func IS NOT NULL AND func <> '' THEN 1 ELSE 0 END)"
+            " FROM state_rows GROUP BY session, resource",
+            [settled_before] * 3,
+        )
+        evidence: dict[str, dict[str, int]] = {}
+        for session, resource, total, settled, defined, stated, creations, user_tasks in found:
+            counts = evidence.setdefault(self.dialect.dec(session), {})
+            counts[resource] = int(total)
+            counts[f"{resource}_settled"] = int(settled or 0)
+            if resource == "tasks":
+                counts["tasks_defined"] = int(defined or 0)
+                counts["tasks_stated"] = int(stated or 0)
+                counts["actor_creations_settled"] = int(creations or 0)
+                counts["user_tasks_settled"] = int(user_tasks or 0)
+        return evidence
+
     def session_window(self, name: str | None) -> Window | None:
         """When spans and log lines of session `name` were received, as near as the store knows
         (they carry no session): from its first event stored to its last, with WINDOW_SLACK_S either

@@ -26,9 +26,10 @@ def lock_path(store: Path) -> Path:
 class StoreLock:
     """The exclusive lock of one store file, held until `release` (or the process's end)."""
 
-    def __init__(self, store: Path) -> None:
+    def __init__(self, store: Path, *, spool: bool = False) -> None:
         """Raises StoreLockedError naming the holder when another process holds it, OSError when
-        the lock file cannot be made."""
+        the lock file cannot be made. `spool`: `store` is a PostgreSQL store's intake spool (the
+        database takes many writers, each with a spool of its own), so the fix is another --spool."""
         self.path = lock_path(store)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -37,9 +38,14 @@ class StoreLock:
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
+            fix = (
+                "another --spool (serves sharing a database each need their own)"
+                if spool
+                else "another --store"
+            )
             raise StoreLockedError(
                 f"{store} is in use by another ray-otel-events serve (pid {holder}, lock {self.path});"
-                " stop it or give this one another --store"
+                f" stop it or give this one {fix}"
             ) from None
         except BaseException:
             os.close(fd)

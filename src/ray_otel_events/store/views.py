@@ -6,17 +6,21 @@ An answer is `(HTTP status, JSON body)`. Ray's paths answer in Ray's envelope an
 answer plain JSON, `{"error": reason}` with 400 or 404 when they cannot.
 
 Every answer is about one session (a cluster's run): the one asked for, else the newest (whose last
-event was stored last, of those with state rows). `/api/sessions` lists them.
+event was stored last, of those with state rows). `/api/sessions` lists them, each with the kinds of
+event it lacks (`missing`, store/session_checks.py).
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
+from ray_otel_events.config import DEFAULT_WIRING_CHECK_DELAY_S
 from ray_otel_events.store import state_query
 from ray_otel_events.store.backend import ColumnFilter, Store
+from ray_otel_events.store.session_checks import missing_events
 from ray_otel_events.store.sql_reads import ORDERS
 from ray_otel_events.store.state_merge import ACTORS, ID_COLUMN, JOBS, TASKS, Row, field_value
 
@@ -87,12 +91,22 @@ def _int_param(params: Params, name: str, default: int, low: int, high: int) -> 
     return value
 
 
+EVIDENCE_MAX_AGE_S = 2.0
+
+
 class StoreViews:
     """The answers over one store (see the module doc)."""
 
-    def __init__(self, store: Store, session_name: str = "ray-otel-events") -> None:
+    def __init__(
+        self,
+        store: Store,
+        session_name: str = "ray-otel-events",
+        wiring_delay_s: float = DEFAULT_WIRING_CHECK_DELAY_S,
+    ) -> None:
         self.store = store
         self.session_name = session_name
+        self.wiring_delay_s = wiring_delay_s  # evidence this old before a missing kind is reported
+        self._evidence: tuple[float, dict[str, dict[str, int]]] = (-EVIDENCE_MAX_AGE_S, {})  # (when, what)
         self._routes: list[tuple[re.Pattern[str], Callable[..., Answer]]] = [
             (re.compile(r"/api/version"), self.version),
             (re.compile(r"/api/sessions"), self.sessions),
@@ -171,13 +185,33 @@ class StoreViews:
     # -- sessions and raw events ---------------------------------------------------------------
 
     def sessions(self, _: Params, session: str | None) -> Answer:
-        """Every session, newest first, the one answered for by default (`newest`: the newest with
-        state rows) and the one answered for now (`current`: by default or by choice)."""
+        """Every session, newest first, with what it lacks; the one answered for by default
+        (`newest`: the newest with state rows) and the one answered for now (`current`: by default
+        or by choice)."""
         return 200, {
             "current": session,
             "newest": self.store.newest_session(),
-            "sessions": self.store.session_list(),
+            "sessions": self.session_list(),
         }
+
+    def session_list(self) -> list[dict[str, Any]]:
+        """`Store.session_list` with each session's `missing` kinds of event (none: an empty list)."""
+        evidence = self._session_evidence()
+        return [
+            {**entry, "missing": missing_events(evidence.get(entry["name"], {}))}
+            for entry in self.store.session_list()
+        ]
+
+    def _session_evidence(self) -> dict[str, dict[str, int]]:
+        """`Store.session_evidence`, a pass over every row: asked again only once EVIDENCE_MAX_AGE_S
+        passed, however often the page asks while events stream in (a kind is reported missing
+        only after the wiring delay anyway)."""
+        when, evidence = self._evidence
+        now = time.monotonic()
+        if now - when > EVIDENCE_MAX_AGE_S:
+            evidence = self.store.session_evidence(time.time() - self.wiring_delay_s)
+            self._evidence = (now, evidence)
+        return evidence
 
     def get(self, _: Params, session: str | None, resource: str, entity_id: str) -> Answer:
         """One entity's rows with every detail column, and the fields of its kept events that this
