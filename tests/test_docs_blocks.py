@@ -6,6 +6,7 @@ How a block is run, and what it gets in place of fixed ports and ids: tests/help
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 import yaml
@@ -49,13 +50,15 @@ def test_blocks_that_cannot_run_match_the_help_of_what_they_run() -> None:
         0,
         "sh",
         "ray-otel-events list tasks --no-such-flag\nray-otel-events list rows\n"
-        "ray job list --no-such-flag --address http://h:1\nmake no-such-target\n",
+        "ray job list --no-such-flag --address http://h:1\nmake no-such-target\n"
+        ".venv/bin/python fuzz/run.py --seconds 1 --no-such-flag\n",
         "the check's own negative example",
         False,
     )
     problems = doc_blocks.help_problems([*marked, wrong], clean_env({"RAY_USAGE_STATS_ENABLED": "0"}))
-    # Only the negative example's four errors: the docs' own commands all match.
+    # Only the negative example's five errors: the docs' own commands all match.
     assert sorted(p.rsplit(": ", 1)[1] for p in problems) == [
+        "--no-such-flag is not in its --help",
         "--no-such-flag is not in its --help",
         "--no-such-flag is not in its --help",
         "no Makefile target no-such-target",
@@ -83,6 +86,15 @@ def test_the_runner_reads_a_story() -> None:
         assert (
             run.substitute("ray-otel-events spans /tmp/spans\n")
             == f"ray-otel-events spans {run.root}/spans\n"
+        )
+        # `ray stop` in a block stops the story's cluster only (an empty one here), never Ray's own stop.
+        story = run.root / "s-test"
+        (story / "tmp" / "ray").mkdir(parents=True)
+        stopped = subprocess.run(
+            ["ray", "stop"], env=run.env(story), capture_output=True, text=True, timeout=120
+        )
+        assert stopped.returncode == 0 and stopped.stdout == "stopped the Ray cluster of this story\n", (
+            stopped
         )
     finally:
         run.close()

@@ -24,15 +24,21 @@ What a block gets in place of what it says, and nothing else:
 - `/tmp/spans` (the local hook's default folder) becomes a folder of the file's own, and
   RAY_OTEL_EVENTS_SPANS_DIR names it;
 - `ray` is a shim first on PATH: `ray start --head ...` gets `--port=GCS --node-ip-address=127.0.0.1
-  --ray-client-server-port=P --include-dashboard=false --dashboard-agent-listen-port=0
-  --temp-dir=$TMPDIR/ray --disable-usage-stats` appended (tests/helpers/ray_cluster.py's ports; no
-  block uses Ray's own dashboard, which costs seconds of CPU to start); `ray stop` stops that
-  cluster's processes only (by its temp dir); any other `ray ...` is Ray's CLI as installed;
+  --ray-client-server-port=P --dashboard-host=127.0.0.1 --dashboard-port=D --num-cpus=1
+  --dashboard-agent-listen-port=0 --temp-dir=$TMPDIR/ray --disable-usage-stats` appended
+  (tests/helpers/ray_cluster.py's ports; D is the block's own `--dashboard-port`, else what the
+  file's blocks turn Ray's default 8265 into, so a block that gives 8265 to another server
+  collides with Ray's dashboard as it would for a user; one CPU starts one worker ahead rather
+  than one per core); `ray stop` stops that
+  cluster's processes only (by its temp dir); any other `ray ...` is Ray's CLI as installed,
+  imported once and forked per call (tests/helpers/ray_cli_server.py: the same arguments,
+  environment, working directory and streams; a few seconds saved a call);
 - `my_driver.py` is tests/fixtures/docs/my_driver.py, a small Ray driver (tasks, one failing on
   purpose, an actor, prints);
-- the placeholders TASK_ID, ACTOR_ID, JOB_ID, NODE_IP, WORKER_ID, PID and a session name
-  (`session_2026-...`) become the ids of what the file's default store holds when the command
-  runs (waited for, with a deadline);
+- the placeholders TASK_ID (a FAILED task, else any), JOB_ID, WORKER_ID and PID (its job's, and
+  those of the worker that ran it), ACTOR_ID, NODE_IP and a session name (`session_2026-...`)
+  become the ids of what the file's default store holds when the command runs (waited for, with
+  a deadline);
 - the environment is a fresh shell's: HOME the file's own, TMPDIR the story's (hence the OTLP
   hook's spool, and the default Ray temp dir where a driver finds the cluster `ray start` wrote),
   no RAY_*, OTEL_* or RAY_OTEL_EVENTS_* variable of the test run's (Ray's CLI lets RAY_ADDRESS
@@ -90,6 +96,13 @@ EXPECTED_OUTPUT: tuple[tuple[str, str], ...] = (
     (r"^ray summary tasks\b", r"Tasks Summary"),
     (r"list_tasks\(", r"TaskState\("),
     (r"^ray job list\b", r"JobDetails|submission_id"),
+    (r"^ray job status 01000000\b", r"Job '01000000' succeeded"),
+    # A log line of my_driver.py's: the FAILED task (TASK_ID) prints one before it raises.
+    (r"^ray logs task\b", r"fail: about to raise"),
+    (r"^ray-otel-events logs\b", r"fail: about to raise"),
+    (r"^ray logs worker\b", r"fail: about to raise"),
+    # The files kept, or, when there is one, its lines (as Ray's `ray logs cluster` answers).
+    (r"^ray logs cluster\b", r"worker-[0-9a-f]+-|fail: about to raise"),
 )
 
 READY = re.compile(r"(?m)^listening \S+=")
@@ -281,10 +294,17 @@ def help_problems(marked: list[Block], env: dict[str, str]) -> list[str]:
                 problems += [
                     f"{what}: no Makefile target {t}" for t in path if "=" not in t and t not in targets
                 ]
-            elif program.endswith("python") and path[1:2] and path[1].endswith(".py"):
-                script = ROOT / path[1]
+            elif program.endswith("python") and path[:1] and path[0].endswith(".py"):
+                script = ROOT / path[0]
                 if not script.is_file():
-                    problems.append(f"{what}: no script {path[1]}")
+                    problems.append(f"{what}: no script {path[0]}")
+                    continue
+                answer = subprocess.run(
+                    [sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120
+                )
+                if answer.returncode != 0:
+                    problems.append(f"{what}: `{path[0]} --help` exited {answer.returncode}")
+                problems += _flag_problems(what, answer.stdout, flags)
     if ray_questions:
         answers = ray_cli_answers([q for _, q, _ in ray_questions], env)
         for (what, question, flags), answer in zip(ray_questions, answers, strict=True):
@@ -397,7 +417,7 @@ class FileRun:
     def __post_init__(self) -> None:
         # Short: Ray puts unix sockets in the temp dirs under it.
         self.root = Path(tempfile.mkdtemp(prefix="dk", dir="/tmp"))
-        for sub in ("home", "spans", "bin", "work"):
+        for sub in ("home", "spans", "bin", "work", "rc"):
             (self.root / sub).mkdir()
         shutil.copy(DRIVER, self.root / "work" / "my_driver.py")
         self._write_shims()
@@ -414,22 +434,32 @@ class FileRun:
 # The docs' `ray` (tests/helpers/doc_blocks.py): own ports and temp dir for `ray start --head`,
 # `ray stop` for this story's cluster only; anything else is Ray's CLI.
 if [ "$1" = start ]; then
+    # Ray's dashboard port: the block's own (substituted), else Ray's default 8265 as the file's
+    # blocks substitute it, so a block that gives 8265 to something else collides as for a user.
+    dashboard_port="$DOCS_PORT_8265"
+    prev=
+    for a in "$@"; do
+        case "$a" in --dashboard-port=*) dashboard_port="${{a#*=}}" ;; esac
+        [ "$prev" = --dashboard-port ] && dashboard_port="$a"
+        prev="$a"
+    done
     for a in "$@"; do
         if [ "$a" = --head ]; then
             exec {ray_bin()} "$@" --port="$DOCS_GCS_PORT" --node-ip-address=127.0.0.1 \\
-                --ray-client-server-port="$DOCS_CLIENT_PORT" --include-dashboard=false \\
-                --dashboard-agent-listen-port=0 \\
+                --ray-client-server-port="$DOCS_CLIENT_PORT" --dashboard-host=127.0.0.1 \\
+                --dashboard-port="$dashboard_port" --num-cpus=1 --dashboard-agent-listen-port=0 \\
                 --temp-dir="$DOCS_RAY_TEMP_DIR" --disable-usage-stats
         fi
     done
 fi
 if [ "$1" = stop ]; then
-    exec {sys.executable} -c 'import sys; sys.path.insert(0, sys.argv[1])
+    # The temp dir through the environment: stop_cluster ends what names it in its command line.
+    exec {sys.executable} -c 'import os, sys; sys.path.insert(0, sys.argv[1])
 from helpers.ray_cluster import stop_cluster
-stop_cluster(sys.argv[2])
-print("stopped the Ray cluster of this story")' "{tests}" "$DOCS_RAY_TEMP_DIR"
+stop_cluster(os.environ["DOCS_RAY_TEMP_DIR"])
+print("stopped the Ray cluster of this story")' "{tests}"
 fi
-exec {ray_bin()} "$@"
+exec {sys.executable} {tests / "helpers" / "ray_cli_server.py"} call "$@"
 """
         )
         (bindir / "docs-placeholder").write_text(
@@ -465,7 +495,9 @@ exec {ray_bin()} "$@"
             "DOCS_GCS_PORT": str(free_port()),
             "DOCS_CLIENT_PORT": str(free_port()),
             "DOCS_RAY_TEMP_DIR": str(story_dir / "tmp" / "ray"),
-            "DOCS_STORE_HOME": str(self.root / "home"),
+            "DOCS_STORY_DIR": str(story_dir),
+            "DOCS_RAY_CLI_DIR": str(self.root / "rc"),
+            "DOCS_PORT_8265": self.ports.setdefault("8265", str(free_port())),
         }
 
     def run_story(self, story: list[Block]) -> list[str]:
@@ -618,9 +650,15 @@ def _failure(block: Block, code: int | None, output: str, why: str) -> str:
     return f"{block.where}: block failed (exit {code}{', ' + why if why else ''}):\n{output[-4000:]}"
 
 
+# A traceback printed (not one inside stored data), or a line Ray logs at ERROR (`... ERROR services.py:1500
+# -- Failed to bind to 127.0.0.1:8265 ...`): a block that works prints neither.
+_TROUBLE = re.compile(r"(?m)^Traceback \(most recent call last\):|^\S+ \S+\s+ERROR \S+:\d+ -- .*")
+
+
 def _traceback(block: Block, output: str) -> list[str]:
-    if re.search(r"(?m)^Traceback \(most recent call last\):", output):  # printed, not a stored one
-        return [f"{block.where}: a traceback in the output:\n{output[-4000:]}"]
+    found = _TROUBLE.search(output)
+    if found:
+        return [f"{block.where}: {found.group(0)!r} in the output:\n{output[-4000:]}"]
     return []
 
 
@@ -629,12 +667,15 @@ def _traceback(block: Block, output: str) -> list[str]:
 
 
 def placeholder_main(name: str) -> int:
-    """Print the value of one placeholder, from the default store under DOCS_STORE_HOME, waiting
-    (within OUTPUT_DEADLINE_S) until the store holds one."""
+    """Print the value of one placeholder, from the default store, waiting (within
+    OUTPUT_DEADLINE_S) until the store holds one; the same value for the rest of the story."""
+    cache = Path(os.environ["DOCS_STORY_DIR"]) / "placeholders.json"
+    known = json.loads(cache.read_text()) if cache.exists() else {}
     deadline = time.monotonic() + OUTPUT_DEADLINE_S
     while True:
-        value = _placeholder(name)
+        value = known.get(name) or _placeholder(name)
         if value:
+            cache.write_text(json.dumps({**known, name: value}))
             print(value)
             return 0
         if time.monotonic() > deadline:
@@ -643,43 +684,50 @@ def placeholder_main(name: str) -> int:
         time.sleep(0.5)
 
 
-def _listed(resource: str) -> list[dict[str, object]]:
-    out = subprocess.run(
-        ["ray-otel-events", "list", resource, "--format", "json", "--limit", "1000"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    if out.returncode != 0:
-        return []
-    rows = json.loads(out.stdout or "[]")
+def _ours(*args: str) -> list[dict[str, object]]:
+    """`ray-otel-events ARGS --format json` on the default store, in this process."""
+    from ray_otel_events import cli
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            code = cli.main([*args, "--format", "json"])
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    rows = json.loads(out.getvalue() or "[]") if code == 0 else []
     return rows if isinstance(rows, list) else []
+
+
+def _listed(resource: str) -> list[dict[str, object]]:
+    return _ours("list", resource, "--limit", "1000")
 
 
 def _placeholder(name: str) -> str | None:
     if name == "SESSION":
-        out = subprocess.run(
-            ["ray-otel-events", "sessions", "--format", "json"], capture_output=True, text=True, timeout=60
-        )
-        sessions = json.loads(out.stdout or "[]") if out.returncode == 0 else []
+        sessions = _ours("sessions")
         return str(sessions[0]["name"]) if sessions else None
     if name == "TASK_ID":
-        tasks = [t for t in _listed("tasks") if t.get("type") == "NORMAL_TASK"]
-        failed = [t for t in tasks if t.get("state") == "FAILED"]
-        return str((failed or tasks)[0]["task_id"]) if tasks else None
+        task = _chosen_task()
+        return str(task["task_id"]) if task else None
     if name == "ACTOR_ID":
         actors = _listed("actors")
         return str(actors[0]["actor_id"]) if actors else None
     if name == "NODE_IP":
         nodes = _listed("nodes")
         return str(nodes[0]["node_ip"]) if nodes else None
-    if name == "JOB_ID":
-        jobs = _listed("jobs")
-        return str(jobs[0]["job_id"]) if jobs else None
-    workers = [w for w in _listed("workers") if w.get("worker_type") == "WORKER"]
-    if not workers:
+    # JOB_ID, WORKER_ID and PID: TASK_ID's job, and the worker that ran it (its lines are its file's).
+    task = _chosen_task()
+    if task is None or not task.get("worker_id"):
         return None
-    return str(workers[0]["worker_id"] if name == "WORKER_ID" else workers[0]["pid"])
+    if name == "JOB_ID":
+        return str(task["job_id"])
+    return str(task["worker_id"] if name == "WORKER_ID" else task["worker_pid"])
+
+
+def _chosen_task() -> dict[str, object] | None:
+    tasks = [t for t in _listed("tasks") if t.get("type") == "NORMAL_TASK"]
+    failed = [t for t in tasks if t.get("state") == "FAILED"]
+    return (failed or tasks or [None])[0]
 
 
 @contextlib.contextmanager
