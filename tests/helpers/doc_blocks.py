@@ -91,7 +91,7 @@ _PLACEHOLDER = re.compile(r"\b(" + "|".join(PLACEHOLDERS) + r")\b")
 EXPECTED_OUTPUT: tuple[tuple[str, str], ...] = (
     (r"^ray-otel-events spans\b", r"^trace 0x[0-9a-f]{32} "),
     (r"^ray-otel-events sessions\b", r"session_[0-9]{4}-"),
-    (r"^ray (?:list tasks|ray-otel-events list tasks).*state=FAILED", r"FAILED"),
+    (r"^ray list tasks.*state=FAILED", r"FAILED"),
     (r"^ray-otel-events list tasks.*state=FAILED", r"FAILED"),
     (r"^ray summary tasks\b", r"Tasks Summary"),
     (r"list_tasks\(", r"TaskState\("),
@@ -413,6 +413,7 @@ class FileRun:
     path: str
     root: Path = field(init=False)
     ports: dict[str, str] = field(default_factory=dict)
+    background: dict[str, str] = field(default_factory=dict)  # name -> the command, as run
 
     def __post_init__(self) -> None:
         # Short: Ray puts unix sockets in the temp dirs under it.
@@ -423,8 +424,12 @@ class FileRun:
         self._write_shims()
 
     def close(self) -> None:
-        stop_cluster(str(self.root))  # anything of the file's left (a detached forwarder)
+        """Ends the Ray CLI servers; anything else of the file's still running is a leak, named."""
+        left = [_cmdline(pid) for pid in pids_of(str(self.root))]
+        stop_cluster(str(self.root))
         shutil.rmtree(self.root, ignore_errors=True)
+        leaked = [cmd for cmd in left if cmd.strip() and "ray_cli_server.py serve" not in cmd]
+        assert not leaked, f"processes of {self.path}'s blocks outlived them: {leaked}"
 
     def _write_shims(self) -> None:
         bindir = self.root / "bin"
@@ -557,6 +562,10 @@ exec {sys.executable} {tests / "helpers" / "ray_cli_server.py"} call "$@"
                 problems.append(
                     f"{block.where}: background command exited {rc} after SIGTERM:\n{output[-3000:]}"
                 )
+            ours = re.match(r"ray-otel-events (\w+)", " ".join(words(self.background[name])))
+            if ours and not re.search(rf"(?m)^{ours.group(1)} summary$|^stats {{", output):
+                # Every server of ours prints its summary (or `stats {json}`) as it exits.
+                problems.append(f"{block.where}: no `{ours.group(1)} summary` at exit:\n{output[-3000:]}")
             problems += _traceback(block, output)
         return problems
 
@@ -576,6 +585,7 @@ exec {sys.executable} {tests / "helpers" / "ray_cli_server.py"} call "$@"
             for i, command in enumerate(commands(self.substitute(block.text)), 1):
                 if re.search(r"(?<!&)&\s*(#.*)?$", command):
                     name = f"bg{block.line}-{i}"
+                    self.background[name] = command
                     body = re.sub(r"&\s*(#.*)?$", "", command)
                     log, rc = story_dir / f"{name}.log", story_dir / f"{name}.rc"
                     parts.append(_head(i, command))
@@ -627,6 +637,13 @@ def _step(i: int, command: str, expected: str | None) -> str:
     else:
         run = f"docs_until {shlex.quote(expected)} <<'__DOCS_CMD__'\n{command}\n__DOCS_CMD__"
     return f'{head}\n{run}\nrc=$?; if [ $rc -ne 0 ]; then echo "::docs-failed {i} exit $rc::"; exit $rc; fi'
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""  # gone
 
 
 def _block_done(proc: subprocess.Popen[bytes], log: Path) -> bool:
@@ -737,7 +754,3 @@ def file_run(path: str) -> Iterator[FileRun]:
         yield run
     finally:
         run.close()
-
-
-def still_running(run: FileRun) -> list[int]:
-    return pids_of(str(run.root))
