@@ -104,6 +104,24 @@ def _to_run(path: str) -> list[list[doc_blocks.Block]]:
     return [s for s in doc_blocks.stories(path) if doc_blocks.covering(s) is None]
 
 
+def test_the_runner_fails_a_block_that_fails() -> None:
+    """A command that exits non-zero ends its block, named; a server started with `&` is waited
+    on by its ready line and must exit 0 with its summary after SIGTERM."""
+    with doc_blocks.file_run("README.md") as run:
+        block = doc_blocks.Block(
+            "README.md",
+            0,
+            "sh",
+            "ray-otel-events sink --port 4999 --out sink.jsonl &\necho first\nfalse\necho never\n",
+            None,
+            False,
+        )
+        problems = run.run_story([block])
+    assert len(problems) == 1, problems
+    assert "::docs-failed 3 exit 1::" in problems[0] and "first" in problems[0]
+    assert "::docs-cmd 4 " not in problems[0]  # the block stopped at its failing command
+
+
 @pytest.mark.parametrize("path", [p for p in doc_blocks.DOC_FILES if _to_run(p)])
 def test_doc_blocks_run(path: str) -> None:
     """Each story of the file, in order (a story another one repeats whole runs there); every

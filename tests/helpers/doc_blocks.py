@@ -667,9 +667,10 @@ def _failure(block: Block, code: int | None, output: str, why: str) -> str:
     return f"{block.where}: block failed (exit {code}{', ' + why if why else ''}):\n{output[-4000:]}"
 
 
-# A traceback printed (not one inside stored data), or a line Ray logs at ERROR (`... ERROR services.py:1500
-# -- Failed to bind to 127.0.0.1:8265 ...`): a block that works prints neither.
-_TROUBLE = re.compile(r"(?m)^Traceback \(most recent call last\):|^\S+ \S+\s+ERROR \S+:\d+ -- .*")
+# A traceback printed (not one inside stored data), or a line logged at ERROR, Ray's (`DATE TIME\tERROR
+# services.py:1500 -- Failed to bind to 127.0.0.1:8265 ...`) or ours (`DATE TIME ERROR module: ...`):
+# a block that works prints neither.
+_TROUBLE = re.compile(r"(?m)^Traceback \(most recent call last\):|^\d{4}-\d\d-\d\d \S+\s+ERROR .*")
 
 
 def _traceback(block: Block, output: str) -> list[str]:
