@@ -1,21 +1,28 @@
-"""A job submitted with `ray job submit`, and Ray's dashboard and CLI over the store, compared with
-the live cluster that ran it.
+"""A Ray user's path as README's "See your cluster" writes it, end to end, on one live cluster.
 
-One live Ray 2.60 cluster (with its dashboard) exports every event type to
-`serve --ray-dashboard-port 0`. `ray job submit` runs a workload (a named actor, an actor whose
-constructor raises, an actor in a placement group asking for 0.25 CPU, tasks) and a plain driver
-runs one task. While the cluster is up, its dashboard and Ray's CLI are asked; once it is stopped,
-`serve`'s two ports must give the same answers: `ray job list|status|logs`, `ray list
-tasks|actors`, `ray summary tasks`, the jobs list and a job, actors (resources, exit detail, a failed
-constructor's stderr, death causes), the Overview's events and the node. Ray's CLI works against
-either port; what would change a cluster is refused, saying why. Headless Chromium shows the
-pages; screenshots go to build/screenshots/ray-jobs-*.png.
+`serve --ray-dashboard-port 0` runs; a live Ray 2.60 head (with its dashboard) is wired ONLY by
+`ray-otel-events ray-env` (helpers/ray_cluster.py runs the real command) and started with the OTLP
+tracing hook pointed at the same `serve` (OTEL_EXPORTER_OTLP_ENDPOINT, its recorder's path through
+an aggregator of ours that exports there too). `ray job submit` runs a workload (a named actor, an
+actor whose constructor raises, an actor in a placement group asking for 0.25 CPU, tasks) and a
+plain driver runs nested tasks, a failing task, a retried one and another actor. While the cluster
+is up its dashboard and Ray's CLI are asked; once it is stopped, `serve`'s two ports must give the
+same answers: `ray list tasks|actors`, `ray summary tasks`, `ray job list|status|logs`, the jobs
+list and a job, actors (resources, exit detail, a failed constructor's stderr, death causes), the
+Overview's events and the node; the hook's records add spans and log lines in the one real
+session, never another session, name or state. Ray's CLI works against either port; what would
+change a cluster is refused, saying why. Headless Chromium shows the pages; screenshots go to
+build/screenshots/ray-jobs-*.png.
+
+One cluster serves every test here (a live cluster costs most of a minute); the last test stops
+`serve` to read its exit stats.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -28,9 +35,12 @@ import pytest
 import requests
 from helpers.agg_procs import CliServer, clean_env
 from helpers.ray_cluster import ray_bin, ray_cli_answers, ray_cluster
+from helpers.tracing_procs import OTLP_HOOK
 from test_ray_dashboard import ABSENT, CLOCK_READS_MS, SCREENSHOTS, _get, _wait_click
 
 from ray_otel_events.store.state_merge import SUBMITTED_MESSAGE
+
+pytestmark = pytest.mark.ray
 
 SUBMISSION = "raysubmit_ledger"
 WORKLOAD = """
@@ -68,7 +78,7 @@ class Grouped:
 
 assert ray.get([square.remote(i) for i in range(3)]) == [0, 1, 4]
 ledger = Ledger.options(name="ledger").remote()
-assert ray.get(ledger.add.remote(2)) == 2
+assert ray.get([ledger.add.remote(1), ledger.add.remote(2)]) == [1, 3]
 broken = Broken.remote()
 try:
     ray.get(broken.f.remote())
@@ -85,22 +95,43 @@ import ray
 ray.init()
 
 @ray.remote
-def hello():
-    return "hi"
+def leaf(x):
+    print(f"leaf says {x}")
+    return x
 
-assert ray.get(hello.remote()) == "hi"
+@ray.remote
+def parent(n):
+    return sum(ray.get([leaf.remote(i) for i in range(n)]))
+
+@ray.remote
+def boom():
+    raise ValueError("compose test failure")
+
+@ray.remote(max_retries=1, retry_exceptions=True)
+def flaky():
+    raise RuntimeError("fails every attempt")
+
+@ray.remote
+class Plain:
+    def get(self):
+        return 1
+
+assert ray.get(parent.remote(3)) == 3
+assert ray.get([leaf.remote(i) for i in range(2)]) == [0, 1]
+for failing in (boom, flaky):
+    try:
+        ray.get(failing.remote())
+    except ray.exceptions.RayTaskError:
+        pass
+plain = Plain.remote()
+assert ray.get(plain.get.remote()) == 1
+assert ray.get(leaf.remote(9)) == 9
 """
-# Every event type the store folds, submission jobs' included: Ray 2.60 sends none of those (its
-# job manager only writes them to files with the Export API on), and the Python switch is given
-# so that a Ray that does send them is covered by the same setup.
-EXPOSED = (
-    "TASK_DEFINITION_EVENT,TASK_LIFECYCLE_EVENT,TASK_PROFILE_EVENT,ACTOR_TASK_DEFINITION_EVENT,"
-    "DRIVER_JOB_DEFINITION_EVENT,DRIVER_JOB_LIFECYCLE_EVENT,ACTOR_DEFINITION_EVENT,ACTOR_LIFECYCLE_EVENT,"
-    "NODE_DEFINITION_EVENT,NODE_LIFECYCLE_EVENT,WORKER_DEFINITION_EVENT,WORKER_LIFECYCLE_EVENT,"
-    "PLACEMENT_GROUP_DEFINITION_EVENT,PLACEMENT_GROUP_LIFECYCLE_EVENT,"
-    "SUBMISSION_JOB_DEFINITION_EVENT,SUBMISSION_JOB_LIFECYCLE_EVENT"
-)
-PYTHON_EVENTS = "PLATFORM_EVENT,SUBMISSION_JOB_DEFINITION_EVENT,SUBMISSION_JOB_LIFECYCLE_EVENT"
+# Task attempts: the driver's 12 (parent, 6 leaves, boom, flaky twice, Plain's two); the submitted
+# job's at least 10 (3 squares, Ledger's three, Broken's constructor, Grouped's two, the supervisor's
+# constructor). Actors: Ledger, Broken, Grouped, Plain and the job's supervisor.
+TASKS_AT_LEAST = 22
+ACTORS = 5
 # Ray's job table takes a submitted job's start when it is submitted and its end when its
 # supervisor saw the entrypoint exit; the store has the supervisor actor's first and last
 # transitions, which Ray's GCS stamps after those (by ~0.4 s and ~15 ms on this machine, more
@@ -117,14 +148,28 @@ JOB_KEYS = (
     "driver_node_id",
     "driver_info",
 )
+# `ray list tasks` without --detail: the attempt's identity, name and state, compared row by row
+TASK_FIELDS = (
+    "task_id",
+    "attempt_number",
+    "name",
+    "state",
+    "type",
+    "job_id",
+    "func_or_class_name",
+    "error_type",
+)
+ACTOR_FIELDS = ("actor_id", "class_name", "name", "state", "job_id", "pid", "node_id", "ray_namespace")
 
 
 @dataclass
 class Recorded:
     live: dict[str, Any]  # the live dashboard's HTTP answers
     live_cli: dict[str, subprocess.CompletedProcess[str]]  # Ray's CLI against the live dashboard
+    our_cli: dict[str, subprocess.CompletedProcess[str]]  # the same, against our dashboard port
     ours: str  # http://HOST:PORT of our dashboard port
     main: str  # http://HOST:PORT of serve's own port
+    server: CliServer  # serve
     job_id: str  # the submitted job's driver job
     driver_job: str  # the plain driver's job
     broken: str  # the actor whose constructor raised
@@ -134,32 +179,38 @@ class Recorded:
 
 
 def _cli_commands(address: str, job_id: str) -> dict[str, list[str]]:
+    listed = ["--address", address, "--format", "json", "--limit", "1000"]
     return {
         "job list": ["job", "list", "--address", address],
         "job status": ["job", "status", SUBMISSION, "--address", address],
         "job status by id": ["job", "status", job_id, "--address", address],
         "job logs": ["job", "logs", SUBMISSION, "--address", address],
-        "list tasks": ["list", "tasks", "--address", address, "--format", "json", "--detail"],
-        "list actors": ["list", "actors", "--address", address, "--format", "json", "--detail"],
+        "list tasks": ["list", "tasks", *listed, "--detail"],
+        "list actors": ["list", "actors", *listed, "--detail"],
+        "list tasks brief": ["list", "tasks", *listed],
+        "list actors brief": ["list", "actors", *listed],
         "summary tasks": ["summary", "tasks", "--address", address],
     }
 
 
+def _cli_env() -> dict[str, str]:
+    return {k: v for k, v in clean_env({"RAY_AUTH_MODE": "disabled"}).items() if k != "RAY_ADDRESS"}
+
+
 def ask_ray_cli(address: str, job_id: str) -> dict[str, subprocess.CompletedProcess[str]]:
-    env = {k: v for k, v in clean_env({"RAY_AUTH_MODE": "disabled"}).items() if k != "RAY_ADDRESS"}
     commands = _cli_commands(address, job_id)
-    return dict(zip(commands, ray_cli_answers(list(commands.values()), env), strict=True))
+    return dict(zip(commands, ray_cli_answers(list(commands.values()), _cli_env()), strict=True))
 
 
 def _settled(base: str) -> bool:
-    """Both jobs ended, every task ended, the four actors (the supervisor's included) dead."""
+    """Both jobs ended, every task ended, every actor (the supervisor's included) dead."""
     tasks = _get(base, "/api/v0/tasks?detail=1&limit=10000")["data"]["result"]["result"]
     actors = _get(base, "/logical/actors")["data"]["actors"].values()
     jobs = _get(base, "/api/jobs/")
     return (
-        len(tasks) >= 10
+        len(tasks) >= TASKS_AT_LEAST
         and all(t["state"] in ("FINISHED", "FAILED") for t in tasks)
-        and len(actors) == 4
+        and len(actors) == ACTORS
         and all(a["state"] == "DEAD" for a in actors)
         and len(jobs) == 2
         and all(j["status"] == "SUCCEEDED" for j in jobs)
@@ -181,25 +232,51 @@ def _live_paths(job_id: str, broken: str, node_id: str) -> dict[str, str]:
     }
 
 
+def _brief(cli: dict[str, subprocess.CompletedProcess[str]]) -> tuple[set[tuple[Any, ...]], ...]:
+    """`ray list tasks|actors` (no --detail) as sets of rows, and `ray summary tasks` untimed."""
+    for name in ("list tasks brief", "list actors brief", "summary tasks"):
+        assert cli[name].returncode == 0, (name, cli[name].stdout + cli[name].stderr)
+    tasks = {tuple(row.get(k) for k in TASK_FIELDS) for row in json.loads(cli["list tasks brief"].stdout)}
+    actors = {tuple(row.get(k) for k in ACTOR_FIELDS) for row in json.loads(cli["list actors brief"].stdout)}
+    stats, rows = _untimed(cli["summary tasks"].stdout)
+    return tasks, actors, {(tuple(stats), tuple(rows))}
+
+
+def _untimed(summary: str) -> tuple[list[str], list[tuple[str, ...]]]:
+    """`ray summary tasks`: its stats lines, and its table's rows (name, counts, type) in name
+    order (Ray lists them in its task table's order), without the time it was asked."""
+    lines = [line for line in summary.splitlines() if line.strip()]
+    table = next(i for i, line in enumerate(lines) if line.startswith("Table"))
+    rows = sorted(tuple(re.split(r"\s{2,}", line.strip())[1:]) for line in lines[table + 3 :])
+    return lines[1:table], rows
+
+
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
     pytest.importorskip("ray")
-    work = tmp_path_factory.mktemp("jobs")
+    work = tmp_path_factory.mktemp("user_path")
     (work / "app").mkdir()
     (work / "app" / "workload.py").write_text(WORKLOAD)
     serve = CliServer("serve", "--store", str(work / "events.sqlite3"), "--ray-dashboard-port", "0")
+    # The hooks' recorder path to serve too (RAY_OTEL_EVENTS_AGGREGATOR_ADDRESS): our aggregator.
+    aggregator = CliServer("aggregator", "--export-addr", f"http://{serve.address}/v1/ray-events")
     try:
         line = serve.read_line(30)
         assert line.startswith("listening ray-dashboard=127.0.0.1:"), line
         ours = "http://" + line.split("=", 1)[1]
         main = f"http://{serve.address}"
-        extra = {
-            "RAY_DASHBOARD_AGGREGATOR_AGENT_EXPOSABLE_EVENT_TYPES": EXPOSED,
-            "RAY_ENABLE_PYTHON_RAY_EVENT_TYPES": PYTHON_EVENTS,
+        not_wiring = {  # the hook's settings (README: OTEL_EXPORTER_OTLP_ENDPOINT), and the PATH
+            "OTEL_EXPORTER_OTLP_ENDPOINT": main,
+            "OTEL_BLRP_SCHEDULE_DELAY": "100",
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+            "RAY_OTEL_EVENTS_SPOOL_DIR": str(work / "spool"),
+            "RAY_OTEL_EVENTS_AGGREGATOR_ADDRESS": aggregator.address,
             # the entrypoint's `python` is this interpreter
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
-        with ray_cluster(f"{main}/v1/ray-events", dashboard=True, extra_env=extra) as cluster:
+        with ray_cluster(
+            f"{main}/v1/ray-events", dashboard=True, tracing_hook=OTLP_HOOK, extra_env=not_wiring
+        ) as cluster:
             live_url = cluster.dashboard
             assert live_url is not None
             submit = [ray_bin(), "job", "submit", "--address", live_url, "--submission-id", SUBMISSION]
@@ -230,11 +307,21 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
             paths = _live_paths(job_id, broken, node_id)
             live = {name: _answer(live_url, path) for name, path in paths.items()}
             live_cli = ask_ray_cli(live_url, job_id)
+        # `ray stop`: what the hook's forwarder and Ray's aggregator held goes out at exit
+        deadline = time.monotonic() + 60
+        while _brief(our_cli := ask_ray_cli(ours, job_id)) != _brief(live_cli):
+            if time.monotonic() > deadline:
+                break  # the tests below say what differs
+            time.sleep(0.5)
+        aggregator.stop()  # flushes what it holds to serve
+        our_cli = ask_ray_cli(ours, job_id)
         yield Recorded(
             live,
             live_cli,
+            our_cli,
             ours,
             main,
+            serve,
             job_id,
             jobs["DRIVER"]["job_id"],
             broken,
@@ -242,8 +329,10 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
             node_id,
             captured_ms,
         )
-        serve.stop()
+        if serve.returncode is None:
+            serve.stop()
     finally:
+        aggregator.close()
         serve.close()
 
 
@@ -268,15 +357,8 @@ def _same_job(mine: dict[str, Any], theirs: dict[str, Any], captured_ms: int) ->
         assert times[2] - 1 <= times[0] <= times[3] and times[3] - 1 <= times[1] <= captured_ms, times
 
 
-@pytest.fixture(scope="module")
-def our_cli(recorded: Recorded) -> dict[str, subprocess.CompletedProcess[str]]:
-    return ask_ray_cli(recorded.ours, recorded.job_id)
-
-
-def test_the_submitted_job_as_the_live_cluster_showed_it(
-    recorded: Recorded, our_cli: dict[str, subprocess.CompletedProcess[str]]
-) -> None:
-    live = recorded.live
+def test_the_submitted_job_as_the_live_cluster_showed_it(recorded: Recorded) -> None:
+    live, our_cli = recorded.live, recorded.our_cli
     mine = {j["job_id"]: j for j in _get(recorded.ours, "/api/jobs/")}
     theirs = {j["job_id"]: j for j in live["jobs"]}
     assert set(mine) == set(theirs) == {recorded.job_id, recorded.driver_job}
@@ -314,10 +396,8 @@ def test_the_submitted_job_as_the_live_cluster_showed_it(
     assert "Traceback" not in logs
 
 
-def test_ray_lists_and_summary_match(
-    recorded: Recorded, our_cli: dict[str, subprocess.CompletedProcess[str]]
-) -> None:
-    live = recorded.live_cli
+def test_ray_lists_and_summary_match(recorded: Recorded) -> None:
+    live, our_cli = recorded.live_cli, recorded.our_cli
     keys = ("name", "func_or_class_name", "type", "state", "job_id", "required_resources", "error_type")
     tasks = [json.loads(answer["list tasks"].stdout) for answer in (our_cli, live)]
     mine, theirs = ({tuple(json.dumps(t[k], sort_keys=True) for k in keys) for t in found} for found in tasks)
@@ -341,6 +421,48 @@ def test_ray_lists_and_summary_match(
     assert any(
         row.startswith("ledger:Ledger.__init__ FINISHED: 1") for row in table(our_cli["summary tasks"])
     )
+
+
+def test_rays_brief_lists_and_summary_row_by_row(recorded: Recorded) -> None:
+    """`ray list tasks|actors` without --detail, every attempt's id and state, and the summary's
+    stats lines too: the hook's records never add a task, a session, a name or a state."""
+    live, ours = _brief(recorded.live_cli), _brief(recorded.our_cli)
+    only_live, only_ours = live[0] - ours[0], ours[0] - live[0]
+    assert not only_live and not only_ours, f"tasks differ:\nonly live: {only_live}\nonly ours: {only_ours}"
+    ours_tasks = json.loads(recorded.our_cli["list tasks brief"].stdout)
+    assert len(ours_tasks) == len(json.loads(recorded.live_cli["list tasks brief"].stdout))
+    assert len(ours_tasks) >= TASKS_AT_LEAST
+    assert ours[1] == live[1]
+    assert ours[2] == live[2]
+    (stats_rows,) = ours[2]
+    assert ("ledger:Ledger.__init__", "FINISHED: 1", "ACTOR_CREATION_TASK") in stats_rows[1]
+    names = {row["func_or_class_name"] for row in ours_tasks}
+    assert {"leaf", "parent", "boom", "flaky", "Ledger.__init__", "Ledger.add", "Plain.get"} <= names
+    flaky = sorted(
+        (r for r in ours_tasks if r["func_or_class_name"] == "flaky"), key=lambda r: r["attempt_number"]
+    )
+    assert [(r["attempt_number"], r["state"]) for r in flaky] == [(0, "FAILED"), (1, "FAILED")]
+    actors = json.loads(recorded.our_cli["list actors brief"].stdout)
+    assert len(actors) == ACTORS
+    assert {r["name"] for r in actors} == {"ledger", "", f"_ray_internal_job_actor_{SUBMISSION}"}
+
+
+def test_one_session_with_the_clusters_name_and_the_hooks_records_in_it(recorded: Recorded) -> None:
+    sessions = requests.get(recorded.main + "/api/sessions", timeout=30).json()
+    names = [s["name"] for s in sessions["sessions"]]
+    assert len(names) == 1 and names[0].startswith("session_"), sessions
+    assert sessions["current"] == names[0]
+    live_tasks = json.loads(recorded.live_cli["list tasks brief"].stdout)
+    for base in (recorded.main, recorded.ours):  # our state API, and Ray's dashboard views
+        listed = requests.get(base + "/api/v0/tasks?limit=1000", timeout=30).json()
+        assert len(listed["data"]["result"]["result"]) == len(live_tasks), base
+    # The hook's records arrived: the tasks' spans, and the lines they printed.
+    traces = requests.get(recorded.main + "/api/ui/traces?limit=100", timeout=30).json()["traces"]
+    assert traces, "no spans stored"
+    ours_tasks = json.loads(recorded.our_cli["list tasks brief"].stdout)
+    leaf = next(r for r in ours_tasks if r["func_or_class_name"] == "leaf")
+    lines = requests.get(recorded.main + f"/api/ui/tasks/{leaf['task_id']}/logs", timeout=30).json()
+    assert any(line["body"].startswith("leaf says") for line in lines["logs"]), lines
 
 
 def test_actors_events_and_node_as_the_live_dashboard_showed_them(recorded: Recorded) -> None:
@@ -393,13 +515,11 @@ def test_actors_events_and_node_as_the_live_dashboard_showed_them(recorded: Reco
             assert mine_node["raylet"][key] == theirs_node["raylet"][key], key
 
 
-def test_ray_cli_on_either_port(
-    recorded: Recorded, our_cli: dict[str, subprocess.CompletedProcess[str]]
-) -> None:
+def test_ray_cli_on_either_port(recorded: Recorded) -> None:
     """`ray job ...`, `ray list ...` answer alike on serve's port and its dashboard port; what would
     change a cluster is refused with the reason; Ray's page requests on serve's port name the
     dashboard port."""
-    env = {k: v for k, v in clean_env({"RAY_AUTH_MODE": "disabled"}).items() if k != "RAY_ADDRESS"}
+    our_cli = recorded.our_cli
     on_main = ask_ray_cli(recorded.main, recorded.job_id)
     for name, answer in on_main.items():
         assert answer.returncode == 0, (name, answer)
@@ -411,7 +531,7 @@ def test_ray_cli_on_either_port(
             ["job", "submit", "--address", recorded.ours, "--", "echo", "hi"],
             ["job", "logs", SUBMISSION, "--follow", "--address", recorded.ours],
         ],
-        env,
+        _cli_env(),
     )
     for answer in refused[:2]:
         assert answer.returncode != 0 and "stored events of Ray clusters" in answer.stdout + answer.stderr
@@ -455,7 +575,7 @@ def test_the_pages_in_chromium(recorded: Recorded) -> None:
         ),
         ("actor-broken", f"actors/{recorded.broken}", ["Broken", "DEAD", "RuntimeError: constructor fails"]),
         ("actor-grouped", f"actors/{recorded.grouped}", ["Grouped", "DEAD", '"CPU": 0.25']),
-        ("node", f"cluster/nodes/{recorded.node_id}", ["Node details fetched", "ACTOR (4)"]),
+        ("node", f"cluster/nodes/{recorded.node_id}", ["Node details fetched", f"ACTOR ({ACTORS})"]),
     ]
     hostname = _get(recorded.ours, "/nodes?view=summary")["data"]["summary"][0]["hostname"]
     pages[-1][2].append(hostname)
@@ -516,3 +636,11 @@ def test_serve_without_the_dashboard_port_names_it_and_refuses_changes(tmp_path:
         serve.stop()
     finally:
         serve.close()
+
+
+def test_serve_kept_the_hooks_event_records_aside_and_refused_none(recorded: Recorded) -> None:
+    """Last: it stops `serve` for its exit stats. The hook's own event records arrived (through our
+    aggregator) and were set aside, Ray's events being the state; no event was refused."""
+    stats = recorded.server.stop()
+    assert stats["hook_events"] > 0 and stats["rejected_events"] == 0, stats
+    assert stats["spans"] > 0 and stats["log_lines"] > 0, stats
