@@ -10,7 +10,9 @@ is up its dashboard and Ray's CLI are asked; once it is stopped, `serve`'s two p
 same answers: `ray list tasks|actors`, `ray summary tasks`, `ray job list|status|logs`, the jobs
 list and a job, actors (resources, exit detail, a failed constructor's stderr, death causes), the
 Overview's events and the node; the hook's records add spans and log lines in the one real
-session, never another session, name or state. Ray's CLI works against either port; what would
+session, never another session, name or state. Once `serve` has stopped too, the store file alone
+gives a worker's prints and `logging` lines (`ray-otel-events logs TASK_ID --store FILE`) with Ray's
+task, attempt, job, actor and worker ids and the span's. Ray's CLI works against either port; what would
 change a cluster is refused, saying why. Headless Chromium shows the pages; screenshots go to
 build/screenshots/ray-jobs-*.png.
 
@@ -33,7 +35,7 @@ from typing import Any
 
 import pytest
 import requests
-from helpers.agg_procs import CliServer, clean_env
+from helpers.agg_procs import CliServer, clean_env, cli_in_process
 from helpers.ray_cluster import ray_bin, ray_cli_answers, ray_cluster
 from helpers.tracing_procs import OTLP_HOOK
 from test_ray_dashboard import ABSENT, CLOCK_READS_MS, SCREENSHOTS, _get, _wait_click
@@ -91,6 +93,7 @@ assert ray.get(grouped.ping.remote()) == "pong"
 print("workload done")
 """
 DRIVER = """
+import json, logging, os, sys, time
 import ray
 ray.init()
 
@@ -126,12 +129,45 @@ for failing in (boom, flaky):
 plain = Plain.remote()
 assert ray.get(plain.get.remote()) == 1
 assert ray.get(leaf.remote(9)) == 9
+
+@ray.remote
+def chatty(x):
+    print(f"hello from chatty {x}")
+    print("a line to stderr", file=sys.stderr)
+    logging.getLogger("user.code").warning("logged warning %d", x)
+    print("no newline at the end", end="")
+    return ray.get_runtime_context().get_task_id(), os.getpid()
+
+@ray.remote
+def quiet():
+    return 1
+
+@ray.remote
+class Speaker:
+    def __init__(self):
+        print("actor constructed")
+
+    def speak(self):
+        print("actor speaks")
+        ctx = ray.get_runtime_context()
+        return ctx.get_task_id(), ctx.get_actor_id()
+
+task_id, pid = ray.get(chatty.remote(7))
+ray.get(quiet.remote())
+speaker = Speaker.remote()
+method_id, actor_id = ray.get(speaker.speak.remote())
+time.sleep(1.5)  # the hook's log batches go out every 100 ms here; Ray ends actors without exit hooks
+print("ids", json.dumps({"task_id": task_id, "pid": pid, "method_id": method_id, "actor_id": actor_id,
+                  "job_id": ray.get_runtime_context().get_job_id()}))
 """
-# Task attempts: the driver's 12 (parent, 6 leaves, boom, flaky twice, Plain's two); the submitted
-# job's at least 10 (3 squares, Ledger's three, Broken's constructor, Grouped's two, the supervisor's
-# constructor). Actors: Ledger, Broken, Grouped, Plain and the job's supervisor.
-TASKS_AT_LEAST = 22
-ACTORS = 5
+# Task attempts: the driver's 16 (parent, 6 leaves, boom, flaky twice, Plain's two, chatty, quiet,
+# Speaker's two); the submitted job's at least 10 (3 squares, Ledger's three, Broken's constructor,
+# Grouped's two, the supervisor's constructor). Actors: Ledger, Broken, Grouped, Plain, Speaker and
+# the job's supervisor.
+TASKS_AT_LEAST = 26
+ACTORS = 6
+# What the driver's `chatty` task wrote: printed to stdout and stderr, and logged
+CHATTY_LINES = {"hello from chatty 7", "a line to stderr", "logged warning 7"}
 # Ray's job table takes a submitted job's start when it is submitted and its end when its
 # supervisor saw the entrypoint exit; the store has the supervisor actor's first and last
 # transitions, which Ray's GCS stamps after those (by ~0.4 s and ~15 ms on this machine, more
@@ -170,6 +206,8 @@ class Recorded:
     ours: str  # http://HOST:PORT of our dashboard port
     main: str  # http://HOST:PORT of serve's own port
     server: CliServer  # serve
+    store: Path  # serve's store file
+    driver_ids: dict[str, Any]  # what the driver printed: chatty's task id and pid, Speaker's ids
     job_id: str  # the submitted job's driver job
     driver_job: str  # the plain driver's job
     broken: str  # the actor whose constructor raised
@@ -293,6 +331,12 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
                 [sys.executable, "-c", DRIVER], env=cluster.env, capture_output=True, text=True, timeout=300
             )
             assert run.returncode == 0, run.stdout + run.stderr
+            # Ray's own echo to the driver still works: the hook's capture only adds to the streams
+            # (and its echoed lines may come after the driver's own last line).
+            assert "hello from chatty 7" in run.stdout + run.stderr
+            driver_ids = next(
+                json.loads(line[4:]) for line in run.stdout.splitlines() if line.startswith("ids ")
+            )
             deadline = time.monotonic() + 120
             while not (_settled(live_url) and _settled(ours)):
                 assert time.monotonic() < deadline, "the live cluster or our store never settled"
@@ -322,6 +366,8 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
             ours,
             main,
             serve,
+            work / "events.sqlite3",
+            driver_ids,
             job_id,
             jobs["DRIVER"]["job_id"],
             broken,
@@ -638,9 +684,75 @@ def test_serve_without_the_dashboard_port_names_it_and_refuses_changes(tmp_path:
         serve.close()
 
 
-def test_serve_kept_the_hooks_event_records_aside_and_refused_none(recorded: Recorded) -> None:
-    """Last: it stops `serve` for its exit stats. The hook's own event records arrived (through our
-    aggregator) and were set aside, Ray's events being the state; no event was refused."""
-    stats = recorded.server.stop()
+def _logs(task_id: str, *source: str) -> list[dict[str, Any]]:
+    """`ray-otel-events logs TASK_ID --format json`, answered in this process (a reader: half a
+    second saved per answer, and the waits below ask again and again)."""
+    out = cli_in_process("logs", task_id, *source, "--format", "json")
+    assert out.returncode == 0, out.stderr
+    lines: list[dict[str, Any]] = json.loads(out.stdout)
+    return lines
+
+
+def _wait_for_lines(task_id: str, address: str, bodies: set[str], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not bodies <= {line["body"] for line in _logs(task_id, "--address", address)}:
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"{task_id}: not all of {bodies} stored: {_logs(task_id, '--address', address)}"
+            )
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def serve_stats(recorded: Recorded) -> dict[str, Any]:
+    """`serve`'s exit stats, once the workers' lines have reached it: the tests that use this come
+    last in this file, since they find `serve` stopped and only the store file left."""
+    _wait_for_lines(recorded.driver_ids["task_id"], recorded.main, CHATTY_LINES)
+    _wait_for_lines(recorded.driver_ids["method_id"], recorded.main, {"actor speaks"})
+    return recorded.server.stop()
+
+
+def test_serve_kept_the_hooks_event_records_aside_and_refused_none(serve_stats: dict[str, Any]) -> None:
+    """The hook's own event records arrived (through our aggregator) and were set aside, Ray's
+    events being the state; no event was refused."""
+    stats = serve_stats
     assert stats["hook_events"] > 0 and stats["rejected_events"] == 0, stats
     assert stats["spans"] > 0 and stats["log_lines"] > 0, stats
+
+
+def test_worker_prints_and_logging_kept_in_the_store_file_with_rays_ids(
+    recorded: Recorded, serve_stats: dict[str, Any]
+) -> None:
+    """The cluster and `serve` both gone: `ray-otel-events logs TASK_ID --store FILE` shows each
+    line a worker wrote with Ray's own task id, attempt, job id, actor id, worker pid and the span's
+    trace and span ids."""
+    ids, store = recorded.driver_ids, str(recorded.store)
+    lines = _logs(ids["task_id"], "--store", store)
+    by_body = {line["body"]: line for line in lines}
+    assert sorted(line["body"] for line in lines if line["body"] in CHATTY_LINES) == sorted(CHATTY_LINES), (
+        lines
+    )
+    assert not any(body.startswith(":task_name:") for body in by_body)  # Ray's markers are not output
+    for body in CHATTY_LINES:
+        line = by_body[body]
+        assert line["task_id"] == ids["task_id"] and line["attempt"] == 0, line
+        assert line["job_id"] == ids["job_id"] and line["pid"] == ids["pid"], line
+        assert line["actor_id"] is None
+        assert len(line["trace_id"]) == 32 and line["trace_id"] != "0" * 32, line
+        assert len(line["span_id"]) == 16 and line["span_id"] != "0" * 16, line
+    assert by_body["hello from chatty 7"]["stream"] == "stdout"
+    assert by_body["a line to stderr"]["stream"] == "stderr"
+    assert (
+        by_body["logged warning 7"]["severity"] == "WARN" and by_body["logged warning 7"]["stream"] == "log"
+    )
+    assert len({by_body[b]["span_id"] for b in CHATTY_LINES}) == 1  # all inside the one execution span
+    method_lines = _logs(ids["method_id"], "--store", store)
+    speaks = next(line for line in method_lines if line["body"] == "actor speaks")
+    assert speaks["actor_id"] == ids["actor_id"] and speaks["task_id"] == ids["method_id"], speaks
+    # The actor's constructor ran as its creation task: its line is tied to that task.
+    creation = [
+        line
+        for line in _logs("ffffffffffffffff" + ids["actor_id"], "--store", store)
+        if line["body"] == "actor constructed"
+    ]
+    assert creation and creation[0]["actor_id"] == ids["actor_id"], creation

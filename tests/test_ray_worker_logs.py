@@ -1,10 +1,9 @@
-"""Real Ray workers' output kept after the cluster is gone.
+"""Real Ray workers' output kept by the local tracing hook, beside its spans.
 
-`ray start --tracing-startup-hook=<our OTLP hook>` with OTLP going to `serve` (and Ray's own events
-too): a task prints to stdout and stderr and logs a warning, an actor prints in its constructor and
-in a method. Once the cluster is stopped, `ray-otel-events logs TASK_ID` (against `serve`, and
-against the store file after `serve` has stopped too) shows each line with Ray's own task id,
-attempt, job id, actor id, worker pid and the span's trace and span ids.
+`ray start --tracing-startup-hook=<our local hook>`: a task's print is written, with Ray's task id
+and attempt and the span's ids, as a JSON line in `<spans dir>/<pid>.logs.jsonl`. (The OTLP hook's
+side, lines stored by `serve` and read back from its store file, runs on the shared cluster of
+tests/test_ray_user_path.py.)
 """
 
 from __future__ import annotations
@@ -16,115 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.agg_procs import CliServer, cli_in_process, run_json_script, start
+from helpers.agg_procs import run_json_script
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
-
-HOOK = "ray_otel_events.tracing.setup_otlp_tracing:setup_tracing"
-WORKLOAD = """
-import json, logging, os, sys, time
-import ray
-ray.init()
-
-@ray.remote
-def chatty(x):
-    print(f"hello from chatty {x}")
-    print("a line to stderr", file=sys.stderr)
-    logging.getLogger("user.code").warning("logged warning %d", x)
-    print("no newline at the end", end="")
-    return ray.get_runtime_context().get_task_id(), os.getpid()
-
-@ray.remote
-def quiet():
-    return 1
-
-@ray.remote
-class Speaker:
-    def __init__(self):
-        print("actor constructed")
-
-    def speak(self):
-        print("actor speaks")
-        ctx = ray.get_runtime_context()
-        return ctx.get_task_id(), ctx.get_actor_id()
-
-task_id, pid = ray.get(chatty.remote(7))
-ray.get(quiet.remote())
-speaker = Speaker.remote()
-method_id, actor_id = ray.get(speaker.speak.remote())
-time.sleep(1.5)  # the hook's log batches go out every 100 ms here; Ray ends actors without exit hooks
-print(json.dumps({"task_id": task_id, "pid": pid, "method_id": method_id, "actor_id": actor_id,
-                  "job_id": ray.get_runtime_context().get_job_id()}))
-"""
-
-
-def _logs(task_id: str, *source: str) -> list[dict[str, Any]]:
-    """`ray-otel-events logs TASK_ID --format json`, answered in this process (a reader: half a
-    second saved per answer, and the waits below ask again and again)."""
-    out = cli_in_process("logs", task_id, *source, "--format", "json")
-    assert out.returncode == 0, out.stderr
-    lines: list[dict[str, Any]] = json.loads(out.stdout)
-    return lines
-
-
-def _wait_for_lines(task_id: str, address: str, bodies: set[str], timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not bodies <= {line["body"] for line in _logs(task_id, "--address", address)}:
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"{task_id}: not all of {bodies} stored: {_logs(task_id, '--address', address)}"
-            )
-        time.sleep(0.5)
-
-
-def test_worker_prints_and_logging_are_stored_with_rays_ids(servers: list[CliServer], tmp_path: Path) -> None:
-    from helpers.ray_cluster import ray_cluster
-
-    store = tmp_path / "events.sqlite3"
-    serve = start(servers, "serve", "--store", str(store))
-    base = f"http://{serve.address}"
-    otel = {
-        "OTEL_EXPORTER_OTLP_ENDPOINT": base,
-        "OTEL_BLRP_SCHEDULE_DELAY": "100",
-        "OTEL_BSP_SCHEDULE_DELAY": "100",
-    }
-    with ray_cluster(f"{base}/v1/ray-events", tracing_hook=HOOK, extra_env=otel) as cluster:
-        ids, stdout, stderr = run_json_script([sys.executable, "-c", WORKLOAD], cluster.env, 300)
-        # Ray's own echo to the driver still works: our capture only adds to the streams.
-        assert "hello from chatty 7" in stdout + stderr
-    task_bodies = {"hello from chatty 7", "a line to stderr", "logged warning 7"}
-    _wait_for_lines(ids["task_id"], base, task_bodies)
-    _wait_for_lines(ids["method_id"], base, {"actor speaks"})
-    serve.stop()  # the cluster and serve both gone: the store file alone answers
-    lines = _logs(ids["task_id"], "--store", str(store))
-    by_body = {line["body"]: line for line in lines}
-    assert sorted(line["body"] for line in lines if line["body"] in task_bodies) == sorted(task_bodies), lines
-    assert not any(body.startswith(":task_name:") for body in by_body)  # Ray's markers are not output
-    for body in task_bodies:
-        line = by_body[body]
-        assert line["task_id"] == ids["task_id"] and line["attempt"] == 0, line
-        assert line["job_id"] == ids["job_id"] and line["pid"] == ids["pid"], line
-        assert line["actor_id"] is None
-        assert len(line["trace_id"]) == 32 and line["trace_id"] != "0" * 32, line
-        assert len(line["span_id"]) == 16 and line["span_id"] != "0" * 16, line
-    assert by_body["hello from chatty 7"]["stream"] == "stdout"
-    assert by_body["a line to stderr"]["stream"] == "stderr"
-    assert (
-        by_body["logged warning 7"]["severity"] == "WARN" and by_body["logged warning 7"]["stream"] == "log"
-    )
-    assert len({by_body[b]["span_id"] for b in task_bodies}) == 1  # all inside the one execution span
-    method_lines = _logs(ids["method_id"], "--store", str(store))
-    speaks = next(line for line in method_lines if line["body"] == "actor speaks")
-    assert speaks["actor_id"] == ids["actor_id"] and speaks["task_id"] == ids["method_id"], speaks
-    # The actor's constructor ran as its creation task: its line is tied to that task.
-    creation = [
-        line
-        for line in _logs("ffffffffffffffff" + ids["actor_id"], "--store", str(store))
-        if line["body"] == "actor constructed"
-    ]
-    assert creation and creation[0]["actor_id"] == ids["actor_id"], creation
-
 
 LOCAL_WORKLOAD = """
 import json, sys, time
