@@ -11,8 +11,6 @@ build/screenshots/ray-dashboard-*.png.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import socket
 import subprocess
 import sys
@@ -81,13 +79,6 @@ LIVE_PATHS = {
 # Ray's GCS stamps a job's or actor's start and end in its tables with one clock read and the
 # event it exports with another, a millisecond or a few later: the stream carries the second.
 CLOCK_READS_MS = 100
-# Ray's aggregator keeps profile events to itself unless told (its default list, plus them), and
-# the timeline is built from them.
-EXPOSED = (
-    "TASK_DEFINITION_EVENT,TASK_LIFECYCLE_EVENT,TASK_PROFILE_EVENT,ACTOR_TASK_DEFINITION_EVENT,"
-    "DRIVER_JOB_DEFINITION_EVENT,DRIVER_JOB_LIFECYCLE_EVENT,ACTOR_DEFINITION_EVENT,ACTOR_LIFECYCLE_EVENT,"
-    "NODE_DEFINITION_EVENT,NODE_LIFECYCLE_EVENT,WORKER_DEFINITION_EVENT,WORKER_LIFECYCLE_EVENT"
-)
 TASK_FIELDS = ("task_id", "attempt_number", "name", "state", "type", "func_or_class_name", "error_type")
 # What Ray's own dashboard answers with an error status when that part is absent (no Prometheus,
 # Grafana, Serve, Ray Data or platform events): the browser logs each as a failed load.
@@ -138,10 +129,9 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         ours = "http://" + line.split("=", 1)[1]
         gcs = serve.read_line(30)
         assert gcs.startswith("listening ray-gcs=127.0.0.1:"), gcs
-        with (
-            _environ(RAY_DASHBOARD_AGGREGATOR_AGENT_EXPOSABLE_EVENT_TYPES=EXPOSED),
-            ray_cluster(f"http://{serve.address}/v1/ray-events", dashboard=True) as cluster,
-        ):
+        # wired by ray-env alone (the cluster helper runs it): its type list has the profile
+        # events the timeline is built from
+        with ray_cluster(f"http://{serve.address}/v1/ray-events", dashboard=True) as cluster:
             assert cluster.dashboard is not None
             run = subprocess.run(
                 [sys.executable, "-c", WORKLOAD], env=cluster.env, capture_output=True, text=True, timeout=300
@@ -176,21 +166,6 @@ def _slices(trace: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
         for e in trace
         if e["ph"] == "X"
     }
-
-
-@contextlib.contextmanager
-def _environ(**values: str) -> Iterator[None]:
-    """Variables `ray start` reads (the cluster helper passes this process's environment on)."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _summary_path(job_id: str) -> str:
