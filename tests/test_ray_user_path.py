@@ -483,7 +483,18 @@ def test_rays_brief_lists_and_summary_row_by_row(recorded: Recorded) -> None:
     (stats_rows,) = ours[2]
     assert ("ledger:Ledger.__init__", "FINISHED: 1", "ACTOR_CREATION_TASK") in stats_rows[1]
     names = {row["func_or_class_name"] for row in ours_tasks}
-    assert {"leaf", "parent", "boom", "flaky", "Ledger.__init__", "Ledger.add", "Plain.get"} <= names
+    assert {
+        "leaf",
+        "parent",
+        "boom",
+        "flaky",
+        "Ledger.__init__",
+        "Ledger.add",
+        "Plain.__init__",
+        "Plain.get",
+    } <= names
+    boom = next(r for r in ours_tasks if r["func_or_class_name"] == "boom")
+    assert boom["state"] == "FAILED" and boom["error_type"] == "TASK_EXECUTION_EXCEPTION", boom
     flaky = sorted(
         (r for r in ours_tasks if r["func_or_class_name"] == "flaky"), key=lambda r: r["attempt_number"]
     )
