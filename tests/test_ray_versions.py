@@ -11,6 +11,7 @@ against its own dashboard). `make test-ray-versions` runs the same against live 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -30,7 +31,8 @@ from helpers.ray_versions import (
     session_of,
 )
 
-from ray_otel_events.store import state_merge
+from ray_otel_events.protobuf.events_task_lifecycle_event_pb2 import TaskLifecycleEvent
+from ray_otel_events.store import fold_schema, raw_events, state_merge
 
 # What a release does not send, so our store cannot show it: Ray 2.49 exports task events only, and
 # Ray 2.52.1's GCS sent none of its own (actors, jobs, nodes) to the agent with the switches that
@@ -126,3 +128,17 @@ def test_a_2_49_state_map_of_the_wrong_shape_is_refused() -> None:
     prepared = state_merge.prepare(_execution_event(["2026-12-02T00:43:03Z"]))
     with pytest.raises(TypeError, match="taskState is a list"):
         state_merge.apply({}, prepared.piece)  # type: ignore[arg-type]
+
+
+def test_a_task_field_no_fold_reads_shows_in_the_detail() -> None:
+    """`get` and the task page add the fields of a task's events that no fold reads: those a later
+    Ray sends and those our schema names but the folds do not read, so a field `make proto` adds
+    shows with no other edit (the folds' keys are fold_schema's, not the schema's)."""
+    lifecycle = TaskLifecycleEvent.DESCRIPTOR.fields
+    read = {*dataclasses.astuple(fold_schema.RAY_KEYS), "taskId", "taskAttempt"}  # the route's keys too
+    unread = [f for f in lifecycle if f.json_name not in read]
+    assert {f.name for f in unread} >= {"is_debugger_paused", "actor_repr_name"}
+    payload: dict[str, Any] = {f.json_name: f"value of {f.name}" for f in unread}
+    payload.update(taskId="AAAAAAAAAAAAAAAAAQAAAA==", taskAttempt=0, laterRayField={"x": 1}, nodeId="AQ==")
+    shown = raw_events.new_fields([{"eventType": "TASK_LIFECYCLE_EVENT", "taskLifecycleEvent": payload}])
+    assert shown == {**{f.name: f"value of {f.name}" for f in unread}, "later_ray_field": {"x": 1}}
