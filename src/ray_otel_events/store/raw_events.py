@@ -134,7 +134,9 @@ _KNOWN: dict[str, frozenset[str]] = {
 # fold reads) shows in `get` and the task page with no other edit.
 _TASK_FOLDED = frozenset(getattr(RAY_KEYS, f.name) for f in dataclasses.fields(RAY_KEYS))
 for _payload in ("task_definition_event", "actor_task_definition_event", "task_lifecycle_event"):
-    _fields = _EVENT.fields_by_name[_payload].message_type.fields_by_name
+    _message = _EVENT.fields_by_name[_payload].message_type
+    assert _message is not None  # a payload is a message
+    _fields = _message.fields_by_name
     _KNOWN[_EVENT.fields_by_name[_payload].json_name] = _TASK_FOLDED | {
         _fields["task_id"].json_name,
         _fields["task_attempt"].json_name,
