@@ -190,6 +190,11 @@ def ours(serve_url: str, session: str) -> LiveAnswers:
     return LiveAnswers(rows("tasks", True), rows("actors", False), rows("jobs", False))
 
 
-def venvs_root() -> Path:
-    """Where `make test-ray-versions` keeps the releases' venvs."""
-    return Path(os.environ.get("RAY_VERSIONS_VENVS", "build/ray-versions")).resolve()
+VENVS_VARIABLE = "RAY_VERSIONS_VENVS"
+
+
+def venvs_root() -> Path | None:
+    """Where `make test-ray-versions` keeps the releases' venvs (it sets RAY_VERSIONS_VENVS); None
+    outside it, so `make test` does not run the live matrix."""
+    named = os.environ.get(VENVS_VARIABLE)
+    return Path(named).resolve() if named else None

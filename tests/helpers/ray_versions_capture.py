@@ -40,7 +40,7 @@ def _wait_quiet(path: Path, timeout_s: float = 60.0) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("version")
-    parser.add_argument("--venvs", type=Path, default=venvs_root())
+    parser.add_argument("--venvs", type=Path, default=venvs_root() or Path("build/ray-versions"))
     args = parser.parse_args()
     out = FIXTURES / "ray-versions" / args.version
     out.mkdir(parents=True, exist_ok=True)
