@@ -31,6 +31,9 @@ from helpers.ray_versions import (
     session_of,
 )
 
+from ray_otel_events.otel import posted_events
+from ray_otel_events.protobuf.common_pb2 import TaskStatus
+from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.protobuf.events_task_lifecycle_event_pb2 import TaskLifecycleEvent
 from ray_otel_events.store import fold_schema, raw_events, state_merge
 
@@ -142,3 +145,30 @@ def test_a_task_field_no_fold_reads_shows_in_the_detail() -> None:
     payload.update(taskId="AAAAAAAAAAAAAAAAAQAAAA==", taskAttempt=0, laterRayField={"x": 1}, nodeId="AQ==")
     shown = raw_events.new_fields([{"eventType": "TASK_LIFECYCLE_EVENT", "taskLifecycleEvent": payload}])
     assert shown == {**{f.name: f"value of {f.name}" for f in unread}, "later_ray_field": {"x": 1}}
+
+
+def test_the_bridge_reads_2_49_events_as_later_releases_send_them() -> None:
+    """The bridge's reader (compiled where built, else the Python path) takes every event 2.49 sent:
+    its execution events as TASK_LIFECYCLE_EVENTs with the states of their `taskState` maps."""
+    events, live = _recorded("2.49.2")
+    parts, errors = posted_events.read_posted_events(json.dumps(events).encode())
+    assert errors == [] and len(parts) == len(events)
+    read = [RayEvent.FromString(p.wire) for p in parts]
+    assert sum(e.event_type == RayEvent.TASK_LIFECYCLE_EVENT for e in read) == sum(
+        e["eventType"] == "TASK_EXECUTION_EVENT" for e in events
+    )
+    last_state: dict[tuple[str, int], tuple[int, int]] = {}
+    for event in read:
+        if event.event_type == RayEvent.TASK_LIFECYCLE_EVENT:
+            body = event.task_lifecycle_event
+            for t in body.state_transitions:
+                key = (body.task_id.hex(), body.task_attempt)
+                last_state[key] = max(last_state.get(key, (0, 0)), (t.timestamp.ToNanoseconds(), t.state))
+    listed = {(t["task_id"], t["attempt_number"]): t["state"] for t in live.tasks}  # not the driver's
+    assert {key: TaskStatus.Name(last_state[key][1]) for key in listed} == listed
+
+
+def test_a_2_49_event_of_the_wrong_shape_is_named() -> None:
+    bad = json.dumps([_execution_event("not a map")]).encode()
+    parts, errors = posted_events.read_posted_events(bad)
+    assert parts == [] and errors == ["[0]: TASK_EXECUTION_EVENT: taskState is a str, not a map"]

@@ -192,19 +192,3 @@ TASK_VALUES = TaskValues(
     running=(_task_status(common_pb2.RUNNING),),
     ended=(_task_status(common_pb2.FINISHED), _task_status(common_pb2.FAILED)),
 )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Ray249Names:
-    """Ray 2.49's task execution events, which our protos (Ray 2.60's) no longer describe, so typed
-    here: the event type (number 2, later TASK_LIFECYCLE_EVENT), its payload's key (field 9, later
-    `taskLifecycleEvent`) and its map of TaskStatus number to time (later `stateTransitions`), as
-    Ray 2.49.2's events_task_execution_event.proto names them. Its other fields (taskId,
-    taskAttempt, rayErrorInfo, nodeId, workerId, workerPid) have TaskLifecycleEvent's JSON names."""
-
-    event_type: str = "TASK_EXECUTION_EVENT"
-    payload: str = "taskExecutionEvent"
-    task_state: str = "taskState"
-
-
-RAY_2_49 = Ray249Names()

@@ -22,10 +22,9 @@ from typing import Any, NamedTuple
 import orjson
 
 from ray_otel_events import native
+from ray_otel_events.encoding.older_releases import RAY_2_49, execution_as_lifecycle
 from ray_otel_events.events.registry import ET, REGISTRY, event_type_name
-from ray_otel_events.protobuf.common_pb2 import TaskStatus
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
-from ray_otel_events.store.fold_schema import RAY_2_49
 from ray_otel_events.store.fold_schema import RAY_KEYS as KEY
 from ray_otel_events.store.fold_schema import TASK_ROW as FIELD
 from ray_otel_events.store.fold_schema import TASK_VALUES as VALUE
@@ -206,29 +205,9 @@ def _task_lifecycle(row: Row, body: dict[str, Any]) -> None:
     row[FIELD.creation_time_ms], row[FIELD.start_time_ms], row[FIELD.end_time_ms] = created, started, ended
 
 
-def _status_name(number: str) -> str:
-    """A TaskStatus number (a key of 2.49's map, JSON text) as the name later releases send; one
-    our protos do not know is kept as its number, not read as another state."""
-    value = int(number)
-    return TaskStatus.Name(value) if value in TaskStatus.values() else number
-
-
-def as_lifecycle(body: dict[str, Any]) -> dict[str, Any]:
-    """Ray 2.49's task execution payload as a TaskLifecycleEvent's: its `taskState` map (state
-    number to time) becomes `stateTransitions`; its other fields already have the same names."""
-    states = body.get(RAY_2_49.task_state) or {}
-    if not isinstance(states, dict):
-        raise TypeError(f"{RAY_2_49.task_state} is a {type(states).__name__}, not a map")
-    lifecycle = {key: value for key, value in body.items() if key != RAY_2_49.task_state}
-    lifecycle[KEY.state_transitions] = [
-        {KEY.state: _status_name(number), KEY.timestamp: time} for number, time in states.items()
-    ]
-    return lifecycle
-
-
 def _task_execution(row: Row, body: dict[str, Any]) -> None:
     """Ray 2.49's TASK_EXECUTION_EVENT, folded as the lifecycle event later releases send."""
-    _task_lifecycle(row, as_lifecycle(body))
+    _task_lifecycle(row, execution_as_lifecycle(body))
 
 
 def _task_profile(row: Row, body: dict[str, Any]) -> None:
