@@ -10,6 +10,7 @@ against the recorded fixtures (tests/test_ray_versions.py).
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -38,8 +39,7 @@ if VENVS is None:
         allow_module_level=True,
     )
 
-# Ray 2.49 exports task events only; Ray 2.52.1's GCS sent none of its own (actors, jobs, nodes).
-TASKS_ONLY = frozenset({"2.49.2", "2.52.1"})
+TASKS_ONLY = frozenset({"2.49.2"})  # Ray 2.49 exports task events only
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def _sessions(url: str) -> set[str]:
     return {row["name"] for row in requests.get(f"{url}/api/sessions", timeout=30).json()["sessions"]}
 
 
-def _differences(release: str, live: LiveAnswers, store: LiveAnswers) -> list[str]:
+def _differences(release: str, live: LiveAnswers, store: LiveAnswers, tasks_only: bool) -> list[str]:
     found = []
     if project(store.tasks, TASK_FIELDS) != project(live.tasks, TASK_FIELDS):
         found.append(
@@ -63,7 +63,7 @@ def _differences(release: str, live: LiveAnswers, store: LiveAnswers) -> list[st
         )
     if actor_tasks(store.tasks) != actor_tasks(live.tasks):
         found.append("actor tasks' actor ids")
-    if release in TASKS_ONLY:
+    if tasks_only:
         if store.actors or store.jobs:
             found.append("actors or jobs from a release that sends none")
     else:
@@ -82,14 +82,19 @@ def test_a_live_release_and_our_store_list_the_same(serve: str, release: str) ->
     if release != OWN_RELEASE and not (VENVS / release / "bin" / "ray").exists():
         pytest.fail(f"no venv of Ray {release} under {VENVS}: run `make test-ray-versions`")
     before = _sessions(serve)
-    with live_release(release, VENVS, f"{serve}/v1/ray-events") as (_, ask_live):
+    with live_release(release, VENVS, f"{serve}/v1/ray-events") as run:
+        # A GCS that gave up on its agent (a loaded machine: helpers.ray_versions.GCS_GAVE_UP) sends
+        # no actor, job or node: the store must then show none, and the tasks as the live cluster.
+        tasks_only = release in TASKS_ONLY or run.gcs_gave_up()
         deadline = time.monotonic() + 120
         while True:  # the agent sends on its own schedule: wait for our store to have it all
-            live = ask_live()
+            live = run.ask()
             new = _sessions(serve) - before
             store = ours(serve, next(iter(new))) if len(new) == 1 else None
             differences = (
-                ["no session of its own yet"] if store is None else _differences(release, live, store)
+                ["no session of its own yet"]
+                if store is None
+                else _differences(release, live, store, tasks_only)
             )
             if not differences:
                 break
@@ -97,5 +102,9 @@ def test_a_live_release_and_our_store_list_the_same(serve: str, release: str) ->
             time.sleep(1.0)
         session = next(iter(new))
     after = ours(serve, session)  # the cluster is gone: the store still answers the same
-    assert not _differences(release, live, after)
+    assert not _differences(release, live, after, tasks_only)
     assert len(after.tasks) == 14
+    if tasks_only and release not in TASKS_ONLY:
+        warnings.warn(
+            f"Ray {release}: its GCS gave up on its agent; actors and jobs not compared", stacklevel=1
+        )

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,11 +83,31 @@ _ENDED = ("FINISHED", "FAILED")
 START_TRIES = 5
 
 
+# What Ray's GCS (2.52 onwards) logs when its exporter agent (the dashboard agent, which holds the
+# aggregator) was not up within its 30 retries of a second: it then exports no event of its own
+# (actors, jobs, nodes) for the cluster's life. A loaded machine gets there (the agent took 54 s
+# to start in one of our runs); the cores' task events still flow, through their own clients.
+GCS_GAVE_UP = "Failed to establish connection to the event+metrics exporter agent"
+
+
+def gcs_gave_up(temp_dir: str) -> bool:
+    """Whether this cluster's GCS gave up on its exporter agent (`GCS_GAVE_UP` in its log)."""
+    logs = Path(temp_dir, "session_latest", "logs")
+    return any(GCS_GAVE_UP in f.read_text(errors="replace") for f in logs.glob("gcs_server.*"))
+
+
+@dataclass
+class LiveRelease:
+    answers: LiveAnswers  # once every task attempt had ended
+    ask: Callable[[], LiveAnswers]  # the live cluster's answers now
+    gcs_gave_up: Callable[[], bool]  # its GCS exports none of its events (GCS_GAVE_UP)
+
+
 @contextlib.contextmanager
-def live_release(version: str, venvs: Path, export_url: str) -> Iterator[tuple[LiveAnswers, Any]]:
+def live_release(version: str, venvs: Path, export_url: str) -> Iterator[LiveRelease]:
     """A head of `version` exporting to `export_url` runs the matrix workload; yields the live
-    cluster's answers once every task attempt has ended (and a function asking again), and stops
-    the cluster's own processes (SIGTERM first: the agent flushes) on the way out."""
+    cluster once every task attempt has ended, and stops the cluster's own processes (SIGTERM
+    first: the agent flushes) on the way out."""
     bin_dir = release_bin(version, venvs)
     temp_dir = tempfile.mkdtemp(prefix="rv", dir="/tmp")  # short: Ray puts unix sockets in it
     port, dashboard_port = free_port(), free_port()
@@ -130,7 +150,7 @@ def live_release(version: str, venvs: Path, export_url: str) -> Iterator[tuple[L
                 break
             assert time.monotonic() < deadline, f"{version}: tasks never all ended: {live.tasks}"
             time.sleep(1.0)
-        yield live, lambda: _ask_live(bin_dir, dashboard, cli_env)
+        yield LiveRelease(live, lambda: _ask_live(bin_dir, dashboard, cli_env), lambda: gcs_gave_up(temp_dir))
     finally:
         stop_cluster(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)

@@ -5,7 +5,9 @@ the expected values.
 
     python tests/helpers/ray_versions_capture.py VERSION [--venvs build/ray-versions]
 
-writes tests/fixtures/ray-versions/VERSION/{events.jsonl,tasks.json,actors.json,jobs.json}.
+writes tests/fixtures/ray-versions/VERSION/{events.jsonl,tasks.json,actors.json,jobs.json} and
+capture.json (the counts, and whether the cluster's GCS gave up on its exporter agent: then the
+recording has no actor, job or node event, whatever the release sends).
 """
 
 from __future__ import annotations
@@ -48,11 +50,10 @@ def main() -> int:
         events_file = Path(tmp) / "events.jsonl"
         sink = CliServer("sink", "--out", str(events_file))
         try:
-            with live_release(args.version, args.venvs.resolve(), f"http://{sink.address}/v1/events") as (
-                live,
-                _,
-            ):
+            with live_release(args.version, args.venvs.resolve(), f"http://{sink.address}/v1/events") as run:
                 _wait_quiet(events_file)
+                gave_up = run.gcs_gave_up()
+            live = run.answers
             _wait_quiet(events_file)  # what the agent flushed as it stopped
             sink.stop()
         finally:
@@ -61,7 +62,13 @@ def main() -> int:
     (out / "events.jsonl").write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in events))
     for name, rows in (("tasks", live.tasks), ("actors", live.actors), ("jobs", live.jobs)):
         (out / f"{name}.json").write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n")
-    print(json.dumps({"version": args.version, "events": len(events), "tasks": len(live.tasks)}))
+    summary = {
+        "version": args.version,
+        "events": len(events),
+        "tasks": len(live.tasks),
+        "gcs_gave_up": gave_up,
+    }
+    print(json.dumps(summary))
     return 0
 
 
