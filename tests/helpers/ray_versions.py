@@ -157,9 +157,8 @@ def live_release(version: str, venvs: Path, export_url: str) -> Iterator[LiveRel
 
 
 # -- what is compared ----------------------------------------------------------------------
-# The fields Ray lists that come from the events. Not compared: an actor creation task's actor_id,
-# which Ray's GCS takes from the task's spec and no release's events carry (our store lists None;
-# an actor task's actor_id is compared, in `actor_tasks`).
+# The fields Ray lists that come from the events (an actor creation task's actor_id comes from its
+# task id: no release's events carry it).
 TASK_FIELDS = (
     "task_id",
     "attempt_number",
@@ -169,6 +168,7 @@ TASK_FIELDS = (
     "job_id",
     "func_or_class_name",
     "error_type",
+    "actor_id",
     "parent_task_id",
     "node_id",
     "worker_id",
