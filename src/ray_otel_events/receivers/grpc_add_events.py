@@ -13,8 +13,9 @@ whose payload is elsewhere, or missing, comes from a Ray whose numbers are not o
 passed on (a destination would read it as the type its number names here): it is counted
 (`unrecognized`, by type number) and its exact bytes kept, the newest UNRECOGNIZED_KEPT of them,
 for `unrecognized_events` (the aggregator's GET /unrecognized). A type number this schema does not
-know (a newer Ray's) names nothing here to misread it as: it is passed on as it came, counted by its
-number. Ray 2.49's TASK_EXECUTION_EVENT is type 2 in field 9, wire-compatible with
+know (a newer Ray's) names nothing here to misread it as: it is passed on as it came, counted as
+received like any other. `unrecognized` is labelled by a number the registry knows, so its series
+are bounded. Ray 2.49's TASK_EXECUTION_EVENT is type 2 in field 9, wire-compatible with
 TaskLifecycleEvent (its `taskState` map entries are StateTransitions on the wire), so taken as one.
 
 Replies are Ray's: an empty AddEventsReply on success. Unlike Ray, a malformed request gets
