@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-pure bench proto lint venv clean browser database sanitize fuzz
+.PHONY: demo test test-pure test-ray-versions bench proto lint venv clean browser database sanitize fuzz
 
 venv: $(STAMP)
 
@@ -24,6 +24,21 @@ test: $(STAMP) browser database
 # both; a test of a compiled module itself is skipped, saying so).
 test-pure: $(STAMP) browser database
 	RAY_OTEL_EVENTS_PURE_PYTHON=1 $(BIN)/python -m pytest -q
+
+# Live clusters of other Ray releases, each from PyPI in a venv of its own (cached under
+# RAY_VERSIONS_DIR), exporting to our `serve`: their own `ray list` answers must be ours
+# (tests/test_ray_versions_live.py; docs/ray-versions.md). The project's .venv is the 2.60 one.
+RAY_VERSIONS ?= 2.49.2 2.52.1 2.55.0
+RAY_VERSIONS_DIR ?= build/ray-versions
+
+$(RAY_VERSIONS_DIR)/%/.installed:
+	test -x $(RAY_VERSIONS_DIR)/$*/bin/python || $(PYTHON) -m venv $(RAY_VERSIONS_DIR)/$*
+	$(RAY_VERSIONS_DIR)/$*/bin/python -m pip install --quiet --upgrade pip
+	$(RAY_VERSIONS_DIR)/$*/bin/python -m pip install --quiet 'ray[default]==$*'
+	touch $@
+
+test-ray-versions: $(STAMP) $(foreach v,$(RAY_VERSIONS),$(RAY_VERSIONS_DIR)/$(v)/.installed)
+	RAY_VERSIONS_VENVS=$(RAY_VERSIONS_DIR) $(BIN)/python -m pytest -q tests/test_ray_versions_live.py
 
 # The page's tests need a real Chromium: installed with apt when missing.
 browser:

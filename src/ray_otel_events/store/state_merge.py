@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from ray_otel_events import native
+from ray_otel_events.encoding.older_releases import RAY_2_49, execution_as_lifecycle
 from ray_otel_events.events.registry import ET, REGISTRY, event_type_name
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.store.fold_schema import RAY_KEYS as KEY
@@ -203,6 +204,11 @@ def _task_lifecycle(row: Row, body: dict[str, Any]) -> None:
         elif state in VALUE.ended:
             ended = event[created_ms]
     row[FIELD.creation_time_ms], row[FIELD.start_time_ms], row[FIELD.end_time_ms] = created, started, ended
+
+
+def _task_execution(row: Row, body: dict[str, Any]) -> None:
+    """Ray 2.49's TASK_EXECUTION_EVENT, folded as the lifecycle event later releases send."""
+    _task_lifecycle(row, execution_as_lifecycle(body))
 
 
 def _task_profile(row: Row, body: dict[str, Any]) -> None:
@@ -442,6 +448,15 @@ _ROUTES: dict[str, tuple[str, str, str, str | None, Fold]] = {
         (ET.PLACEMENT_GROUP_LIFECYCLE_EVENT, PLACEMENT_GROUPS, "placement_group_id", None, _pg_lifecycle),
     )
 }
+
+# Ray 2.49's execution events, routed by the names 2.49 gives them (their type name is unknown to
+# our protos; its number, 2, is TASK_LIFECYCLE_EVENT's, so by name only) to the lifecycle fold. The
+# compiled folds are not given a fold of theirs: they hand these pieces to Python (fold 0).
+_ROUTES[RAY_2_49.event_type] = (
+    RAY_2_49.payload,
+    *_ROUTES[event_type_name(ET.TASK_LIFECYCLE_EVENT)][1:4],
+    _task_execution,
+)
 
 ID_COLUMN = {
     TASKS: FIELD.task_id,

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ray_otel_events.events import ids
+from ray_otel_events.protobuf.common_pb2 import ACTOR_CREATION_TASK, TaskType
 from ray_otel_events.store.backend import ColumnFilter, Selection, Store
 from ray_otel_events.store.state_merge import (
     ACTORS,
@@ -243,12 +245,21 @@ def columns(resource: str, detail: bool) -> list[str]:
     return BASE_COLUMNS[resource] + (DETAIL_COLUMNS[resource] if detail else [])
 
 
+_ACTOR_CREATION = TaskType.Name(ACTOR_CREATION_TASK)
+
+
 def shape(resource: str, row: Row, detail: bool) -> Row:
     """A row with exactly its mode's columns (Ray's `filter_fields`)."""
     out = {column: field_value(resource, row, column) for column in columns(resource, detail)}
+    if resource != TASKS:
+        return out
     events = out.get("events")
-    if resource == TASKS and events:
+    if events:
         out["events"] = [{"state": e["state"], "created_ms": e["created_ms"]} for e in events]
+    if "actor_id" in out and out["actor_id"] is None and row.get("type") == _ACTOR_CREATION:
+        # No release's definition event carries the actor of its creation task (Ray's GCS takes it
+        # from the task's spec); its id ends with it (Ray's id layout).
+        out["actor_id"] = ids.actor_of_task(bytes.fromhex(row["task_id"])).hex()
     return out
 
 
