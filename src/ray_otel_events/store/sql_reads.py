@@ -19,10 +19,11 @@ import orjson
 
 from ray_otel_events.store import raw_events
 from ray_otel_events.store.backend import ColumnFilter, Selection, Window
-from ray_otel_events.store.state_merge import INDEXED_COLUMNS, Row
+from ray_otel_events.store.state_merge import INDEXED_COLUMNS, INT64, Row
 
 # The indexed columns holding text, compared ignoring case (the others are integers).
 TEXT_COLUMNS = ("state", "job", "name", "func", "node", "worker", "kind", "error")
+INTEGER_COLUMNS = ("attempt", "start_ms", "end_ms")  # the ones filters compare as integers
 SESSION_COUNTED = ("jobs", "tasks", "actors", "nodes")
 WINDOW_SLACK_S = 60.0  # spans and log lines may arrive this long before or after a session's events
 
@@ -74,10 +75,14 @@ class SqlDialect:
         if f.column not in (*INDEXED_COLUMNS, "entity_id", "attempt", "session"):
             raise ValueError(f"{f.column!r} is not an indexed column")
         params: list[Any]
-        if f.column in ("attempt", "start_ms", "end_ms"):
+        if f.column in INTEGER_COLUMNS:
             try:
-                sql, params = f"{f.column} = {self.mark}", [int(f.value)]
+                number = int(f.value)
             except ValueError:
+                number = None
+            if number is not None and INT64[0] <= number <= INT64[1]:
+                sql, params = f"{f.column} = {self.mark}", [number]
+            else:  # no row holds text there, nor an integer past 64 bits (which the driver refuses)
                 sql, params = self.false, []
         else:
             sql, params = f"{f.column} = {self.mark}", [self.enc(f.value)]
