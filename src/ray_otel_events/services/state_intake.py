@@ -141,6 +141,7 @@ class StateIntake(OtlpConsumer):
             "duplicates": self.duplicates,
             "rejected_events": self.rejected_events,
             "refused_posts": self.refused_posts,
+            "set_aside": self.fold.set_aside,
             "spans": self.spans,
             "log_lines": self.log_lines,
         }

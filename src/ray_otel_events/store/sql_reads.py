@@ -63,6 +63,8 @@ class SqlDialect:
     missing_table: tuple[type[Exception], ...] = ()
     enc: Callable[[Any], Any] = _same  # a parameter as stored
     dec: Callable[[Any], Any] = _same  # a stored text as it was given
+    indexed: Callable[[Any], Any] = _same  # a stored value (`enc`) as `indexed_columns` hold it
+    indexed_columns: tuple[str, ...] = ()
 
     def decoded(self, rows: list[Any]) -> list[Any]:
         """`rows` with every value as it was given."""
@@ -85,7 +87,11 @@ class SqlDialect:
             else:  # no row holds text there, nor an integer past 64 bits (which the driver refuses)
                 sql, params = self.false, []
         else:
-            sql, params = f"{f.column} = {self.mark}", [self.enc(f.value)]
+            value = self.enc(f.value)
+            sql, params = (
+                f"{f.column} = {self.mark}",
+                [self.indexed(value) if f.column in self.indexed_columns else value],
+            )
             if null_like(f.value):
                 sql = f"({sql} OR {f.column} IS NULL OR {f.column} = '')"
         return (sql, params) if f.equal else (self.negated.format(sql), params)
@@ -431,6 +437,27 @@ class SqlReads(ABC):
             return raw_events.new_fields(self.raw_texts(session, d.dec(ids).split(), updated))
         except d.missing_table:  # a store written before raw events were kept, opened read-only
             return {}
+
+    def refused_events(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The events set aside because their fold failed (`set_aside`), oldest first: id, time
+        received, reason and JSON text."""
+        d = self.dialect
+        try:
+            found = self._query(
+                "SELECT event_id, received, reason, data FROM refused_events ORDER BY received, digest"
+                + ("" if limit is None else f" LIMIT {int(limit)}")
+            )
+        except d.missing_table:  # a store written before events were set aside, opened read-only
+            return []
+        return [
+            {
+                "event_id": d.dec(event_id),
+                "received": float(received),
+                "reason": d.dec(reason),
+                "text": bytes(data),
+            }
+            for event_id, received, reason, data in found
+        ]
 
     def raw_size(self) -> dict[str, int]:
         """Raw event blocks kept and their compressed bytes."""

@@ -8,11 +8,20 @@ through), what its bytes in use are (`used_bytes`).
 
 from __future__ import annotations
 
+import hashlib
 import time
 from abc import abstractmethod
 
 from ray_otel_events.store import raw_events
-from ray_otel_events.store.backend import IngestResult, Retention, StoreError
+from ray_otel_events.store.backend import (
+    IngestResult,
+    Retention,
+    SetAside,
+    StoreBusy,
+    StoreError,
+    StoreUnavailable,
+    first_line,
+)
 from ray_otel_events.store.posted_body import read_posted
 from ray_otel_events.store.sql_writes import RAW_INCOMPLETE, SqlWrites
 
@@ -51,7 +60,37 @@ class SqlUpkeep(SqlWrites):
             for event_type, count in result.by_type.items():
                 total.by_type[event_type] = total.by_type.get(event_type, 0) + count
         self._totals.clear()
+        self.refold_refused()
         return total
+
+    def refold_refused(self) -> tuple[int, list[SetAside]]:
+        """Folds again the events set aside because their fold failed (after an upgrade that folds
+        them): each that folds now is removed from `refused_events`; returns how many folded, and
+        why each of the others still fails. The store being away (StoreError subclasses for it)
+        stops it; running it again goes on."""
+        folded = 0
+        still: list[SetAside] = []
+        for event in self.refused_events():
+            text: bytes = event["text"]
+            body = b"[" + text + b"]"
+            try:
+                posted, invalid = read_posted(body)
+                result = self.ingest_posted([posted], now=event["received"], bodies=[body])
+                reasons = invalid + [refusal.reason for refusal in result.refused]
+            except (StoreUnavailable, StoreBusy):
+                raise
+            except Exception as exc:  # whatever failed it before may fail it again
+                reasons = [first_line(exc)]
+            if reasons:
+                still.append(SetAside(event["event_id"], reasons[0], text))
+                continue
+            with self._transaction() as db:
+                db.execute(
+                    f"DELETE FROM refused_events WHERE digest = {self.dialect.mark}",
+                    (hashlib.sha256(text).hexdigest(),),
+                )
+            folded += 1
+        return folded, still
 
     def drop_session(self, name: str) -> int:
         """Delete a session's rows, raw events and record; returns its rows deleted. The rows go
