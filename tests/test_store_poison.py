@@ -11,6 +11,7 @@ import base64
 import copy
 import json
 import random
+import sqlite3
 import string
 import subprocess
 import sys
@@ -20,8 +21,10 @@ from typing import Any
 import requests
 from helpers.agg_procs import FIXTURE, CliServer, clean_env, start, wait_until
 from helpers.postgres import serve_store_args
+from psycopg.conninfo import conninfo_to_dict
 
 from ray_otel_events.store.backend import ColumnFilter
+from ray_otel_events.store.intake_spool import IntakeSpool
 from ray_otel_events.store.location import open_store
 
 EVENTS: list[dict[str, Any]] = [item.get("event", item) for item in json.loads(Path(FIXTURE).read_text())]
@@ -171,3 +174,82 @@ def test_an_event_the_store_cannot_take_is_set_aside_and_the_rest_stored(
     assert refold.returncode == 0, refold.stderr
     assert f"0 set-aside events folded, {len(aside)} still refused" in refold.stdout
     assert _store_cli("refused", "--store", str(store_location)).stdout == listed.stdout
+
+
+def _places(store_location: str | Path, tmp_path: Path) -> list[str]:
+    """What /readyz must never name: the store's file and folder, or its database's host, port
+    and name."""
+    if isinstance(store_location, Path):
+        return [str(tmp_path), store_location.name]
+    info = conninfo_to_dict(store_location)
+    return [str(info[k]) for k in ("host", "port", "dbname") if info.get(k)]
+
+
+def _spool_folder(store_location: str | Path, tmp_path: Path) -> Path:
+    """Where `serve` (started with serve_store_args) keeps the POSTs it has not folded yet."""
+    if isinstance(store_location, Path):
+        return store_location.with_name(store_location.name + ".intake")
+    return tmp_path / "spool"
+
+
+def test_a_spool_replayed_at_start_sets_the_poison_aside_again_and_does_not_stick(
+    servers: list[CliServer], store_location: str | Path, tmp_path: Path
+) -> None:
+    """A body answered and not folded (the process stopped before its fold) is folded at the next
+    start: its poison is set aside, the rest stored, and /readyz says ready. Replayed once more (a
+    crash between the fold and the spool's mark), nothing is set aside or stored twice."""
+    poison, aside = _poison(store_location)
+    body = json.dumps([*EVENTS[:3], *poison, *EVENTS[3:]]).encode()
+    for run in range(2):
+        spool = IntakeSpool(_spool_folder(store_location, tmp_path))
+        spool.append(body)
+        spool.close()
+        server = start(servers, "serve", *serve_store_args(store_location, tmp_path))
+        assert {(r["task_id"], r["attempt_number"]) for r in _tasks(server)} == _attempts(EVENTS)
+        ready = requests.get(f"http://{server.address}/readyz", timeout=30)
+        assert ready.status_code == 200 and ready.json()["checks"]["store_folding"]["ok"] is True
+        for place in _places(store_location, tmp_path):
+            assert place not in ready.text, place
+        stats = server.stop()
+        assert stats["events_stored"] == (len(EVENTS) + 2 - len(aside) if run == 0 else 0)
+        assert stats["set_aside"] == len(aside)  # set aside again: one copy kept
+        assert "Traceback" not in server.stderr()
+    listed = _store_cli("refused", "--store", str(store_location))
+    assert sorted(line.split()[1] for line in listed.stdout.splitlines()) == sorted(aside)
+
+
+def test_readyz_turns_false_while_folding_is_stuck_naming_why_and_not_where(
+    servers: list[CliServer], tmp_path: Path
+) -> None:
+    """Another process holds the SQLite store's write lock: the fold cannot write (not the events'
+    fault, so nothing is set aside), /readyz answers 503 saying so, without the file's path; once
+    the lock is let go, the fold goes on and every event answered is stored."""
+    store = tmp_path / "held.sqlite3"
+    server = start(servers, "serve", "--store", str(store))
+    _post(server, EVENTS)
+    assert _tasks(server)  # folded: the tables are there
+    later = [dict(e, sessionName="session_later", eventId="later-" + e["eventId"]) for e in EVENTS]
+    holder = sqlite3.connect(store, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        _post(server, later)
+
+        def stuck() -> bool:
+            return requests.get(f"http://{server.address}/readyz", timeout=30).status_code == 503
+
+        wait_until(stuck, "/readyz turning false", timeout_s=60)
+        ready = requests.get(f"http://{server.address}/readyz", timeout=30)
+        folding = ready.json()["checks"]["store_folding"]
+        assert folding["ok"] is False and "busy or cannot be written now" in folding["detail"]
+        for place in _places(store, tmp_path):
+            assert place not in ready.text, place
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    wait_until(lambda: not stuck(), "/readyz turning true again", timeout_s=60)
+    assert {(r["task_id"], r["attempt_number"]) for r in _tasks(server)} == _attempts(later)
+    stats = server.stop()
+    assert stats["set_aside"] == 0 and stats["events_stored"] == 2 * len(EVENTS)
+    log = server.stderr()
+    assert log.count("trying again every") == 1, log  # once per stop, not once a second
+    assert "Traceback" not in log
