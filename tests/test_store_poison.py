@@ -18,14 +18,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import requests
 from helpers.agg_procs import FIXTURE, CliServer, clean_env, start, wait_until
-from helpers.postgres import serve_store_args
+from helpers.postgres import PostgresServer, serve_store_args
 from psycopg.conninfo import conninfo_to_dict
 
-from ray_otel_events.store.backend import ColumnFilter
+from ray_otel_events.store import postgres_store
+from ray_otel_events.store.backend import ColumnFilter, SetAside
 from ray_otel_events.store.intake_spool import IntakeSpool
 from ray_otel_events.store.location import open_store
+from ray_otel_events.store.postgres_store import PostgresStore
 
 EVENTS: list[dict[str, Any]] = [item.get("event", item) for item in json.loads(Path(FIXTURE).read_text())]
 # Text a btree entry cannot hold (about 2.7 KB on PostgreSQL), and that does not compress below it.
@@ -253,3 +256,66 @@ def test_readyz_turns_false_while_folding_is_stuck_naming_why_and_not_where(
     log = server.stderr()
     assert log.count("trying again every") == 1, log  # once per stop, not once a second
     assert "Traceback" not in log
+
+
+def test_migration_gives_long_text_stored_before_its_indexed_form(postgres_server: PostgresServer) -> None:
+    """A database at schema step 3 holding a name long enough for the new form (but short enough
+    for its index): step 4 gives its column the form the writes now give (the same prefix and
+    hash, computed in SQL), so a filter on the whole value still finds it."""
+    url = postgres_server.new_database("before_long_text")
+    name = "Ab" * 300
+    with psycopg.connect(url, autocommit=True) as db:  # the schema as step 3 left it
+        for _, sql in postgres_store.MIGRATIONS[:3]:
+            db.execute(sql)
+        db.execute("CREATE TABLE schema_migrations (version integer PRIMARY KEY, applied_at timestamptz)")
+        db.execute("INSERT INTO schema_migrations(version) VALUES (1), (2), (3)")
+        db.execute(
+            "INSERT INTO state_rows(resource, entity_id, attempt, session, updated, data, event_ids,"
+            " name, func) ('tasks', 'ab', 0, 's', 1.0, %s, 'e1', %s, %s)",
+            (json.dumps({"task_id": "ab", "name": name, "func_or_class_name": name}), name, name),
+        )
+    store = PostgresStore(url)
+    try:
+        for column in ("name", "func"):
+            for value in (name, name.lower()):
+                found = store.select("tasks", [ColumnFilter(column, True, value)]).rows
+                assert [row["name"] for row in found] == [name], (column, value[:4])
+        assert store.select("tasks", [ColumnFilter("name", True, name + "x")]).rows == []
+        with psycopg.connect(url) as db:
+            (stored,) = db.execute("SELECT name::text FROM state_rows").fetchone() or ("",)
+        assert len(stored) < 200 and stored.startswith(name[:100])
+        # A row written now with the same name has the same form: one filter finds both.
+        store.ingest([_definition("same-name", taskName=name)])
+        assert len(store.select("tasks", [ColumnFilter("name", True, name)]).rows) == 2
+    finally:
+        store.close()
+
+
+def test_refold_refused_folds_what_now_folds_and_keeps_the_rest(
+    servers: list[CliServer], store_location: str | Path, tmp_path: Path
+) -> None:
+    """Events an older version set aside (here: the 10 KB task name, which PostgreSQL refused before
+    migration step 4) and one that still fails: `store refold-refused` folds the first into its
+    row and drops it from the list, and keeps the other listed with its reason."""
+    good = _definition("was-refused", taskName=LONG)
+    poison, _ = _poison(store_location)
+    wrong_type = poison[0]
+    store = open_store(store_location)
+    try:
+        store.set_aside(
+            [
+                SetAside("was-refused", "index row size exceeds btree maximum", json.dumps(good).encode()),
+                SetAside("wrong-type", "TASK_DEFINITION_EVENT: wrong type", json.dumps(wrong_type).encode()),
+            ]
+        )
+    finally:
+        store.close()
+    out = _store_cli("refold-refused", "--store", str(store_location))
+    assert out.returncode == 0, out.stderr
+    assert "1 set-aside events folded, 1 still refused" in out.stdout, out.stdout
+    assert "wrong-type" in out.stdout and "was-refused" not in out.stdout
+    listed = _store_cli("refused", "--store", str(store_location))
+    assert [line.split()[1] for line in listed.stdout.splitlines()] == ["wrong-type"]
+    server = start(servers, "serve", *serve_store_args(store_location, tmp_path))
+    assert [row["name"] for row in _tasks(server)] == [LONG]
+    server.stop()
