@@ -271,7 +271,7 @@ def test_migration_gives_long_text_stored_before_its_indexed_form(postgres_serve
         db.execute("INSERT INTO schema_migrations(version) VALUES (1), (2), (3)")
         db.execute(
             "INSERT INTO state_rows(resource, entity_id, attempt, session, updated, data, event_ids,"
-            " name, func) ('tasks', 'ab', 0, 's', 1.0, %s, 'e1', %s, %s)",
+            " name, func) VALUES ('tasks', 'ab', 0, 's', 1.0, %s, 'e1', %s, %s)",
             (json.dumps({"task_id": "ab", "name": name, "func_or_class_name": name}), name, name),
         )
     store = PostgresStore(url)
