@@ -95,12 +95,20 @@ def test_a_10kb_task_name_is_stored_whole_and_found_by_filter(
     servers: list[CliServer], store_location: str | Path, tmp_path: Path
 ) -> None:
     server = start(servers, "serve", *serve_store_args(store_location, tmp_path))
-    long_one = _definition("long-name", taskName=LONG, taskId="AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
+    function = {"pythonFunctionDescriptor": {"functionName": LONG[::-1], "moduleName": "m", "className": ""}}
+    long_one = _definition(
+        "long-name", taskName=LONG, taskFunc=function, taskId="AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+    )
     _post(server, [long_one])
     _post(server, EVENTS)  # answered and stored after it
     rows = _tasks(server)
     named = [row for row in rows if row["name"] == LONG]
     assert len(named) == 1, [len(row["name"]) for row in rows]
+    assert named[0]["func_or_class_name"] == LONG[::-1]
+    summary = requests.get(f"http://{server.address}/api/v0/tasks/summarize", timeout=30)
+    assert summary.status_code == 200, summary.text
+    groups = summary.json()["data"]["result"]["result"]["node_id_to_summary"]["cluster"]["summary"]
+    assert groups[LONG[::-1]]["state_counts"] == {"NIL": 1}  # counted in SQL, named whole
     assert {(row["task_id"], row["attempt_number"]) for row in rows} == _attempts([*EVENTS, long_one])
     stats = server.stop()
     assert stats["set_aside"] == 0

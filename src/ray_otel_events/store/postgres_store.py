@@ -98,6 +98,15 @@ def _indexed(value: Any) -> Any:
     return value
 
 
+def _is_indexed_form(value: Any) -> bool:
+    """Whether a value read from an _INDEXED_TEXT column is `_indexed`'s form of a longer one."""
+    return (
+        isinstance(value, str)
+        and len(value) == _PREFIX_CHARS + 1 + _HASH_CHARS
+        and value[_PREFIX_CHARS] == "\u2026"
+    )
+
+
 # Numbered steps, applied in order and recorded in schema_migrations; never edit a released one:
 # append the next.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
@@ -389,6 +398,7 @@ class PostgresStore(SqlUpkeep):
         dec=_dec,
         indexed=_indexed,
         indexed_columns=_INDEXED_TEXT,
+        is_indexed_form=_is_indexed_form,
     )
 
     writer = "python"

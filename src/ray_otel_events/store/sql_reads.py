@@ -19,7 +19,7 @@ import orjson
 
 from ray_otel_events.store import raw_events
 from ray_otel_events.store.backend import ColumnFilter, Selection, Window
-from ray_otel_events.store.state_merge import INDEXED_COLUMNS, INT64, Row
+from ray_otel_events.store.state_merge import INDEXED_COLUMNS, INDEXED_FIELDS, INT64, Row
 
 # The indexed columns holding text, compared ignoring case (the others are integers).
 TEXT_COLUMNS = ("state", "job", "name", "func", "node", "worker", "kind", "error")
@@ -65,6 +65,7 @@ class SqlDialect:
     dec: Callable[[Any], Any] = _same  # a stored text as it was given
     indexed: Callable[[Any], Any] = _same  # a stored value (`enc`) as `indexed_columns` hold it
     indexed_columns: tuple[str, ...] = ()
+    is_indexed_form: Callable[[Any], bool] = lambda _: False  # a value `indexed` shortened
 
     def decoded(self, rows: list[Any]) -> list[Any]:
         """`rows` with every value as it was given."""
@@ -237,7 +238,32 @@ class SqlReads(ABC):
         found = self._query(
             f"SELECT {selected}, COUNT(*) FROM state_rows WHERE {clause} GROUP BY {names}", params
         )
-        return self.dialect.decoded(found)
+        d = self.dialect
+        shortened = [c in d.indexed_columns for c in columns]
+        if not any(shortened):
+            return d.decoded(found)
+        return [
+            (
+                *(
+                    self._whole(resource, column, value)
+                    if short and d.is_indexed_form(value)
+                    else d.dec(value)
+                    for column, short, value in zip(columns, shortened, row, strict=False)
+                ),
+                row[-1],
+            )
+            for row in found
+        ]
+
+    def _whole(self, resource: str, column: str, form: str) -> Any:
+        """The whole value a column holds as `dialect.indexed` shortened it: from a row's JSON."""
+        d = self.dialect
+        found = self._query(
+            f"SELECT data FROM state_rows WHERE resource = {d.mark} AND {column} = {d.mark} LIMIT 1",
+            (resource, form),
+        )
+        field = INDEXED_FIELDS[resource].get(column)
+        return orjson.loads(found[0][0]).get(field, form) if found and field else d.dec(form)
 
     def entity_rows(
         self, resource: str, entity_id: str, session: str | None = None
