@@ -20,10 +20,16 @@ from typing import Any
 
 import psycopg
 import requests
+from google.protobuf import json_format
 from helpers.agg_procs import FIXTURE, CliServer, clean_env, start, wait_until
+from helpers.otlp_logs import emit_ray_events
 from helpers.postgres import PostgresServer, serve_store_args
+from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from psycopg.conninfo import conninfo_to_dict
 
+from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.store import postgres_store
 from ray_otel_events.store.backend import ColumnFilter, SetAside
 from ray_otel_events.store.intake_spool import IntakeSpool
@@ -327,3 +333,31 @@ def test_refold_refused_folds_what_now_folds_and_keeps_the_rest(
     server = start(servers, "serve", *serve_store_args(store_location, tmp_path))
     assert [row["name"] for row in _tasks(server)] == [LONG]
     server.stop()
+
+
+def test_otlp_ray_events_the_store_cannot_take_are_set_aside(
+    servers: list[CliServer], postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """RayEvents carried by OTLP log records (one export request for all): the one PostgreSQL
+    cannot index (a 10 KB session name) is set aside and answered as rejected, the rest stored."""
+    url = postgres_server.new_database("otlp_poison")
+    server = start(servers, "serve", *serve_store_args(url, tmp_path))
+    provider = LoggerProvider()
+    provider.add_log_record_processor(
+        BatchLogRecordProcessor(OTLPLogExporter(endpoint=f"http://{server.address}/v1/logs"))
+    )
+    long_session = _definition("long-session", sessionName=LONG, taskId="AgICAgICAgICAgICAgICAgICAgIC")
+    events = [*EVENTS[:4], long_session, *EVENTS[4:]]
+    emit_ray_events(provider.get_logger("test"), (json_format.ParseDict(e, RayEvent()) for e in events))
+    assert provider.force_flush(30_000)
+    provider.shutdown()
+    assert {(r["task_id"], r["attempt_number"]) for r in _tasks(server)} == _attempts(EVENTS)
+    stats = server.stop()
+    assert stats["events_stored"] == len(EVENTS) and stats["set_aside"] == 1
+    store = open_store(url, read_only=True)
+    try:
+        (kept,) = store.refused_events()
+        assert "index row" in kept["reason"]  # (its id as the OTLP record carried it)
+        assert json.loads(kept["text"])["sessionName"] == LONG
+    finally:
+        store.close()

@@ -28,6 +28,7 @@ from ray_otel_events import config
 from ray_otel_events.services.serve_cli import chosen_store, default_store_path
 from ray_otel_events.store.backend import Store, StoreError, UnsupportedStoreError
 from ray_otel_events.store.location import is_url, open_store
+from ray_otel_events.store.set_aside import shown
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -94,17 +95,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _shown(text: str, limit: int = 200) -> str:
-    """Text from outside on one line, cut short: an event id or a reason may be anything."""
-    one = text.encode("unicode_escape").decode("ascii")
-    return one if len(one) <= limit else one[:limit] + f"... ({len(text)} characters)"
-
-
 def _refold(store: Store) -> int:
     folded, still = store.refold_refused()
     print(f"{folded} set-aside events folded, {len(still)} still refused")
     for event in still:
-        print(f"  {_shown(event.event_id, 80)}: {_shown(event.reason)}")
+        print(f"  {shown(event.event_id, 80)}: {shown(event.reason)}")
     return 0
 
 
@@ -124,7 +119,7 @@ def _list_refused(store: Store, as_json: bool) -> int:
             )
         else:
             received = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(event["received"]))
-            print(f"{received}  {_shown(event['event_id'], 80)}  {_shown(event['reason'])}")
+            print(f"{received}  {shown(event['event_id'], 80)}  {shown(event['reason'])}")
     if not as_json:
         print(f"{len(events)} events set aside", file=sys.stderr)
     return 0

@@ -20,8 +20,11 @@ OTLP request whose write the database kept rolling back (`StoreBusy`: deadlocks 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
+from typing import Any
 
+import orjson
 from aiohttp import web
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -36,10 +39,13 @@ from ray_otel_events.receivers.ray_events_http import (
 )
 from ray_otel_events.services.store_watch import RETRY_AFTER_S, StoreWatch
 from ray_otel_events.store import otlp_records
-from ray_otel_events.store.backend import IngestResult, Store, StoreBusy, StoreUnavailable
+from ray_otel_events.store.backend import IngestResult, Store, StoreBusy, StoreUnavailable, first_line
 from ray_otel_events.store.background_fold import BackgroundFold
 from ray_otel_events.store.intake_spool import IntakeSpool
 from ray_otel_events.store.posted_body import Accepted, read_posted
+from ray_otel_events.store.set_aside import fold_apart
+
+logger = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
@@ -114,7 +120,7 @@ class StateIntake(OtlpConsumer):
         rejected = list(intake.rejected)
         try:
             if intake.ray_events:
-                result = await asyncio.to_thread(self.store.ingest, list(intake.ray_events))
+                result = await asyncio.to_thread(self._ingest_or_set_aside, list(intake.ray_events))
                 self._count(result)
                 rejected += result.invalid
             if intake.lines:
@@ -124,6 +130,24 @@ class StateIntake(OtlpConsumer):
         except StoreBusy as exc:
             raise QueueFullError(f"the store is busy: {exc}", RETRY_AFTER_S) from None
         return ConsumeResult(len(rejected), rejected[0] if rejected else "")
+
+    def _ingest_or_set_aside(self, events: list[Any]) -> IngestResult:
+        """RayEvents from OTLP log records, folded as one batch; if that fails for a reason of
+        theirs, folded apart and each event that fails alone set aside (as the POSTs' fold does)
+        and answered as rejected."""
+        try:
+            return self.store.ingest(events)
+        except (StoreUnavailable, StoreBusy):
+            raise
+        except Exception as exc:  # one of its events, maybe: found by halving the batch
+            logger.warning(
+                "folding %d OTLP RayEvents failed (%s); folding them apart", len(events), first_line(exc)
+            )
+        body = orjson.dumps(events, default=str)
+        result, failed = fold_apart(self.store, [body])
+        self.fold.keep_aside(failed)
+        result.invalid = [refusal.reason for refusal in result.refused] + [e.reason for e in failed]
+        return result
 
     @property
     def rejected_events(self) -> int:

@@ -30,7 +30,7 @@ from ray_otel_events.store.backend import (
 )
 from ray_otel_events.store.intake_spool import IntakeSpool, Position
 from ray_otel_events.store.posted_body import Accepted
-from ray_otel_events.store.set_aside import fold_apart, refused_texts
+from ray_otel_events.store.set_aside import fold_apart, refused_texts, shown
 
 logger = logging.getLogger(__name__)
 
@@ -192,15 +192,23 @@ class BackgroundFold:
         except Exception as exc:  # one of its events, maybe: found by halving the batch
             logger.warning("folding %d POSTs failed (%s); folding them apart", len(taken), first_line(exc))
             result, failed = fold_apart(self._store, bodies)
-        aside = failed + refused_texts(result.refused, bodies)
-        if aside:
-            self._store.set_aside(aside)
-            for event in aside[:LOGGED_REFUSALS]:
-                logger.warning("event %s set aside, its fold failed: %s", event.event_id, event.reason)
-            if len(aside) > LOGGED_REFUSALS:
-                logger.warning("and %d more events set aside", len(aside) - LOGGED_REFUSALS)
-            self.set_aside += len(aside)
+        self.keep_aside(failed + refused_texts(result.refused, bodies))
         return result
+
+    def keep_aside(self, aside: list[SetAside]) -> None:
+        """Sets events aside in the store, each logged once (up to LOGGED_REFUSALS a batch) and
+        counted in `set_aside`."""
+        if not aside:
+            return
+        self._store.set_aside(aside)
+        for event in aside[:LOGGED_REFUSALS]:
+            logger.warning(
+                "event %s set aside, its fold failed: %s", shown(event.event_id), shown(event.reason)
+            )
+        if len(aside) > LOGGED_REFUSALS:
+            logger.warning("and %d more events set aside", len(aside) - LOGGED_REFUSALS)
+        with self._changed:  # counted from the fold thread and from OTLP requests' threads
+            self.set_aside += len(aside)
 
     def close(self) -> None:
         """Folds everything accepted, then stops."""
