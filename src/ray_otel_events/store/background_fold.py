@@ -158,7 +158,10 @@ class BackgroundFold:
                     self.failures += 1
                     if self.stuck is None:  # once per stop, not once per try
                         logger.warning(
-                            "folding %d events failed; trying again every %.0f s: %s", count, RETRY_S, exc
+                            "folding %d events failed; trying again every %.0f s: %s",
+                            count,
+                            RETRY_S,
+                            first_line(exc),
                         )
                     self.stuck = _why_stuck(exc)
                     if self._closing:  # a stop is not held up for good: the next start folds them
@@ -190,7 +193,10 @@ class BackgroundFold:
         except (StoreUnavailable, StoreBusy):
             raise
         except Exception as exc:  # one of its events, maybe: found by halving the batch
-            logger.warning("folding %d POSTs failed (%s); folding them apart", len(taken), first_line(exc))
+            if self.stuck is None:  # (tried again each second while stuck: said once)
+                logger.warning(
+                    "folding %d POSTs failed (%s); folding them apart", len(taken), first_line(exc)
+                )
             result, failed = fold_apart(self._store, bodies)
         self.keep_aside(failed + refused_texts(result.refused, bodies))
         return result

@@ -268,6 +268,10 @@ _UPDATE_ROW = (
     + ", ".join(f"{c} = %s" for c in _ROW_COLUMNS[4:])
     + " WHERE resource = %s AND entity_id = %s::citext AND attempt = %s AND session = %s"
 )
+# SQLSTATE classes of a server that cannot write now (out of disk or memory, shutting down, an I/O
+# error): no event's fault, so a failed batch is tried again whole, not searched for one
+# (set_aside). Any other error of a live connection (an index entry too large, say) is the batch's.
+_NOT_NOW = ("53", "57", "58")
 _ROLLBACK_TRIES = 5  # a batch's transaction rolled back by PostgreSQL (a deadlock), then it fails
 _UPSERT_ROW = (
     _INSERT_ROW.removesuffix(" DO NOTHING")
@@ -447,6 +451,8 @@ class PostgresStore(SqlUpkeep):
                 yield db
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 if not (db.closed or db.broken):
+                    if (getattr(exc, "sqlstate", None) or "")[:2] in _NOT_NOW:
+                        raise StoreBusy(f"PostgreSQL cannot write now: {first_line(exc)}") from None
                     raise StoreError(f"PostgreSQL refused the transaction: {first_line(exc)}") from None
                 with contextlib.suppress(Exception):
                     db.close()
