@@ -36,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     rebuild = actions.add_parser("rebuild", help="fold the state rows again from the kept raw events")
     refused = actions.add_parser("refused", help="list the events set aside because their fold failed")
     refold = actions.add_parser(
-        "refold-refused", help="fold the set-aside events again; those that fold now are no longer listed"
+        "refold-refused",
+        help="fold the set-aside events again (stop serve first); those that fold now are no longer listed",
     )
     for action in (rebuild, refused, refold):
         action.add_argument(
