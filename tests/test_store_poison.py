@@ -15,6 +15,7 @@ import sqlite3
 import string
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.store import postgres_store
-from ray_otel_events.store.backend import ColumnFilter, SetAside
+from ray_otel_events.store.backend import ColumnFilter, Retention, SetAside
 from ray_otel_events.store.intake_spool import IntakeSpool
 from ray_otel_events.store.location import open_store
 from ray_otel_events.store.postgres_store import PostgresStore
@@ -359,5 +360,25 @@ def test_otlp_ray_events_the_store_cannot_take_are_set_aside(
         (kept,) = store.refused_events()
         assert "index row" in kept["reason"]  # (its id as the OTLP record carried it)
         assert json.loads(kept["text"])["sessionName"] == LONG
+    finally:
+        store.close()
+
+
+def test_retention_bounds_the_events_set_aside(store_location: str | Path) -> None:
+    """Set-aside events are data like any other: they go by age, and first when the store is over
+    its bytes (an attacker's stream of poison cannot fill the disk past the bound)."""
+    store = open_store(store_location)
+    try:
+        now = time.time()
+        old = [SetAside(f"old-{n}", "x", json.dumps({"n": n, "pad": LONG}).encode()) for n in range(3)]
+        store.set_aside(old, now=now - 7200)
+        store.set_aside([SetAside("new", "x", b'{"n": "new"}')], now=now)
+        store.prune(Retention(max_age_s=3600), now=now)
+        assert [e["event_id"] for e in store.refused_events()] == ["new"]
+        store.set_aside(
+            [SetAside(f"big-{n}", "x", json.dumps([n, LONG]).encode()) for n in range(20)], now=now
+        )
+        store.prune(Retention(max_bytes=store.used_bytes() - 50_000), now=now)
+        assert len(store.refused_events()) < 21
     finally:
         store.close()

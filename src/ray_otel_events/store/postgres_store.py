@@ -73,6 +73,7 @@ _DATA_BYTES = (
     " + (SELECT COALESCE(SUM(octet_length(data)), 0) FROM spans)"
     " + (SELECT COALESCE(SUM(octet_length(data)), 0) FROM log_lines)"
     " + (SELECT COALESCE(SUM(octet_length(data)), 0) FROM raw_events)"
+    " + (SELECT COALESCE(SUM(octet_length(data)), 0) FROM refused_events)"
 )
 
 # The indexed text columns with an index on them: a value longer than _WHOLE_CHARS is stored there
