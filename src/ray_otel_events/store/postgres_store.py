@@ -648,8 +648,8 @@ class PostgresStore(SqlUpkeep):
             for i in _TEXT_AT:
                 if i != _DATA_AT:  # the rows' JSON never holds NUL (orjson writes it as \\u0000)
                     columns[i] = _encoded_texts(columns[i])
-                if i in _INDEXED_AT:
-                    columns[i] = [_indexed(v) for v in columns[i]]
+                if i in _INDEXED_AT and max(map(len, filter(None, columns[i])), default=0) > _WHOLE_CHARS:
+                    columns[i] = [_indexed(v) for v in columns[i]]  # (rare: the lengths looked at in C)
             cursor = db.execute(many, columns)
             if many is _INSERT_ROWS and cursor.rowcount != len(plain):
                 written = {tuple(_dec(v) for v in key) for key in cursor.fetchall()}
