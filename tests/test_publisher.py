@@ -255,12 +255,12 @@ def test_default_filter_drops_profile_and_unknown_types_all_passes_them() -> Non
     server, publisher = run(publish(DEFAULT_EXPOSABLE_EVENT_TYPES))
     assert [e["eventType"] for e in server.posted_events] == ["NODE_DEFINITION_EVENT"]
     assert count(publisher, pub.FILTERED, event_type="TASK_PROFILE_EVENT") == 2
-    assert count(publisher, pub.FILTERED, event_type="18") == 1
+    assert count(publisher, pub.FILTERED, event_type="unknown") == 1
 
     server, publisher = run(publish(None))
     types = [e["eventType"] for e in server.posted_events]
     assert types == ["TASK_PROFILE_EVENT", "TASK_PROFILE_EVENT", "NODE_DEFINITION_EVENT", 18]
-    assert count(publisher, pub.PUBLISHED, event_type="18") == 1
+    assert count(publisher, pub.PUBLISHED, event_type="unknown") == 1
     assert count(publisher, pub.FILTERED) == 0
 
 

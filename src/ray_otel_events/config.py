@@ -189,6 +189,71 @@ class ClientSecurityConfig:
 
 
 # ---------------------------------------------------------------------------------------------
+# What one client may hold of a server (every HTTP server, and the gRPC ports where gRPC allows):
+# memory, connections and time, bounded by these settings rather than by the client.
+
+MAX_BODIES_BYTES = "RAY_OTEL_EVENTS_MAX_BODIES_BYTES"
+MAX_CONNECTIONS = "RAY_OTEL_EVENTS_MAX_CONNECTIONS"
+IDLE_TIMEOUT_S = "RAY_OTEL_EVENTS_IDLE_TIMEOUT_SECONDS"
+BODY_TIMEOUT_S = "RAY_OTEL_EVENTS_BODY_TIMEOUT_SECONDS"
+CLIENT_ERROR_LOG_INTERVAL_S = "RAY_OTEL_EVENTS_CLIENT_ERROR_LOG_INTERVAL_SECONDS"
+
+
+@dataclass(frozen=True)
+class ServerLimitsConfig:
+    """The bounds of one server process (README, "Limits on input", says why these defaults)."""
+
+    # Request bodies held at once, wire bytes and inflated bytes both: two of the largest body
+    # (64 MiB, inflated, plus its gzip) and room for the ~1 MB POSTs a cluster sends meanwhile.
+    max_bodies_bytes: int = 256 * 1024 * 1024
+    # Open connections (one a Ray node's aggregator or exporter keeps); descriptors beyond them
+    # stay for the store, the spool and the gRPC port.
+    max_connections: int = 4096
+    # A connection that has sent no complete request head this long after it opened or after its
+    # last answer is closed (idle keep-alive and a slowloris' headers alike). Longer than the 15 s
+    # aiohttp's and the OTel SDK's clients keep an idle connection, so they close first.
+    idle_timeout_s: float = 60.0
+    # The whole body of one request must arrive within this: a 64 MiB body at 1.1 MB/s.
+    body_timeout_s: float = 60.0
+    client_error_log_interval_s: float = 60.0
+
+    @classmethod
+    def from_env(cls, env: Environ | None = None) -> ServerLimitsConfig:
+        env = os.environ if env is None else env
+        cfg = cls(
+            max_bodies_bytes=env_int(env, MAX_BODIES_BYTES, cls.max_bodies_bytes),
+            max_connections=env_int(env, MAX_CONNECTIONS, cls.max_connections),
+            idle_timeout_s=env_float(env, IDLE_TIMEOUT_S, cls.idle_timeout_s),
+            body_timeout_s=env_float(env, BODY_TIMEOUT_S, cls.body_timeout_s),
+            client_error_log_interval_s=env_float(
+                env, CLIENT_ERROR_LOG_INTERVAL_S, cls.client_error_log_interval_s
+            ),
+        )
+        cfg.validate()
+        return cfg
+
+    def with_overrides(self, **overrides: Any) -> ServerLimitsConfig:
+        """Apply command-line values (None means "not given") and validate the result."""
+        cfg = dataclasses.replace(self, **{k: v for k, v in overrides.items() if v is not None})
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        positive: dict[str, float] = {
+            MAX_BODIES_BYTES: self.max_bodies_bytes,
+            MAX_CONNECTIONS: self.max_connections,
+            IDLE_TIMEOUT_S: self.idle_timeout_s,
+            BODY_TIMEOUT_S: self.body_timeout_s,
+        }
+        for name, value in positive.items():
+            _require(value > 0, f"{name} must be > 0, got {value}")
+        _require(
+            self.client_error_log_interval_s >= 0,
+            f"{CLIENT_ERROR_LOG_INTERVAL_S} must be >= 0, got {self.client_error_log_interval_s}",
+        )
+
+
+# ---------------------------------------------------------------------------------------------
 # Producer side: the recorder in every process that emits events.
 
 RECORDER_MAX_QUEUED = "RAY_ray_event_recorder_max_queued_events"

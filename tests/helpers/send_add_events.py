@@ -21,7 +21,7 @@ from collections import Counter
 import grpc
 from google.protobuf import json_format
 
-from ray_otel_events.events.registry import event_type_name
+from ray_otel_events.events.registry import event_type_label
 from ray_otel_events.protobuf import events_event_aggregator_service_pb2 as svc
 from ray_otel_events.protobuf import events_event_aggregator_service_pb2_grpc as svc_grpc
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
@@ -76,7 +76,7 @@ def main() -> int:
         json.dumps(
             {
                 "sent": len(events),
-                "by_type": dict(Counter(event_type_name(e.event_type) for e in events)),
+                "by_type": dict(Counter(event_type_label(e.event_type) for e in events)),
                 "event_ids": [base64.b64encode(e.event_id).decode() for e in events],
             }
         )

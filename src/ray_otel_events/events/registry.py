@@ -205,6 +205,21 @@ def event_type_name(event_type: int) -> str:
     return _NAMES.get(event_type) or str(event_type)
 
 
+UNKNOWN_LABEL = "unknown"
+_KNOWN_NAMES = frozenset(_NAMES.values())
+
+
+def event_type_label(event_type: int) -> str:
+    """The enum name as a metric's label: every type this schema does not know is `unknown`, so
+    numbers a client makes up cannot add series without bound."""
+    return _NAMES.get(event_type) or UNKNOWN_LABEL
+
+
+def event_type_name_label(name: str) -> str:
+    """`event_type_label` of a type given by its name (as the store counts them)."""
+    return name if name in _KNOWN_NAMES else UNKNOWN_LABEL
+
+
 def payload_of(event: RayEvent) -> Any:
     """The nested payload message that matches the event's type."""
     spec = REGISTRY.get(event.event_type)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from ray_otel_events.events.registry import event_type_name
+from ray_otel_events.events.registry import event_type_label
 from ray_otel_events.exporters.retry import RetryPolicy, failure_status, is_retryable
 from ray_otel_events.metrics import Counters
 from ray_otel_events.processors.event_buffer import EventBatch, MultiConsumerEventBuffer
@@ -210,7 +210,7 @@ class EventPublisher(Generic[PayloadT]):
 
     def _count_dropped_unread(self) -> None:
         for etype, n in self._buffer.discard_unread(self.name).items():
-            self.counters.add(DROPPED_AT_SHUTDOWN, n, publisher=self.name, event_type=event_type_name(etype))
+            self.counters.add(DROPPED_AT_SHUTDOWN, n, publisher=self.name, event_type=event_type_label(etype))
 
     async def shutdown(self, timeout_s: float) -> None:
         """Flush for at most `timeout_s`, then stop. The buffer's owner closes the buffer first, so
@@ -245,7 +245,7 @@ class EventPublisher(Generic[PayloadT]):
 
     def _count(self, counter: str, types: Iterable[int]) -> None:
         for etype, n in Counter(types).items():
-            self.counters.add(counter, n, publisher=self.name, event_type=event_type_name(etype))
+            self.counters.add(counter, n, publisher=self.name, event_type=event_type_label(etype))
 
     async def _prepare(self, number: int, kept: EventBatch) -> PreparedBatch[PayloadT] | None:
         """Encode; None when nothing is left to send (counted as failed)."""

@@ -8,21 +8,29 @@ from typing import Any
 
 from aiohttp import web
 
+from ray_otel_events.security.http_limits import ServerGuard
+
 
 class AdminHttpServer:
     def __init__(
-        self, host: str, port: int, app: web.Application, ssl_context: ssl.SSLContext | None
+        self,
+        host: str,
+        port: int,
+        app: web.Application,
+        ssl_context: ssl.SSLContext | None,
+        guard: ServerGuard,
     ) -> None:
         self.host = host
         self._requested_port = port
         self.port = 0
-        self._runner = web.AppRunner(app, access_log=None)
+        self._guard = guard
+        self._runner = guard.runner(app)
         self._ssl = ssl_context
 
     async def start(self) -> int:
         await self._runner.setup()
         try:
-            await web.TCPSite(self._runner, self.host, self._requested_port, ssl_context=self._ssl).start()
+            await self._guard.listen(self._runner, self.host, self._requested_port, self._ssl)
         except OSError as exc:
             await self._runner.cleanup()
             raise OSError(f"cannot listen for metrics on {self.host}:{self._requested_port}: {exc}") from exc

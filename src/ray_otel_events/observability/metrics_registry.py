@@ -22,6 +22,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from ray_otel_events.metrics import Counters
+from ray_otel_events.security.http_limits import ServerGuard
 
 NAMESPACE = "ray_otel_events"
 
@@ -80,6 +81,10 @@ class _CountersCollector(Collector):
             yield family
 
 
+def _unlabelled(read: Callable[[], float]) -> Callable[[], GaugeValues]:
+    return lambda: {(): read()}
+
+
 class ServerMetrics:
     """The registry of one server and the few metrics that are not counters of a stage."""
 
@@ -105,6 +110,13 @@ class ServerMetrics:
 
     def add_counters(self, subsystem: str, counters: Counters) -> None:
         self._collector.sources.append((subsystem, counters))
+
+    def add_guard(self, guard: ServerGuard) -> None:
+        """The server's limits at work: clients' errors and refused connections (counters,
+        `ray_otel_events_server_*_total`), bodies in flight and open connections (gauges)."""
+        self.add_counters("server", guard.counters)
+        for name, (doc, read) in guard.gauges().items():
+            self.add_gauge(name, doc, _unlabelled(read))
 
     def add_gauge(
         self, name: str, doc: str, read: Callable[[], GaugeValues], labels: tuple[str, ...] = ()

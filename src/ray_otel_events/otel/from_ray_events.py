@@ -42,7 +42,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from ray_otel_events import native
 from ray_otel_events.events import ids
 from ray_otel_events.events.builders import ActorState, JobState, TaskStatus, TaskType
-from ray_otel_events.events.registry import event_type_name
+from ray_otel_events.events.registry import event_type_label
 from ray_otel_events.metrics import Counters
 from ray_otel_events.otel import otlp_wire, semconv
 from ray_otel_events.otel.event_heads import (
@@ -550,7 +550,7 @@ class RayEventsToOtel:
                 filed = key_bytes[key] = entity_key_bytes(key)
             taken.append((filed, parts))
         for event_type, count in types.items():
-            self.counters.add(EVENTS, count, event_type=event_type_name(event_type))
+            self.counters.add(EVENTS, count, event_type=event_type_label(event_type))
         # Readiness is judged once the whole batch is in: the pieces of one POST arrive together.
         for entity in touched.values():
             if entity.terminal:
@@ -743,7 +743,7 @@ class RayEventsToOtel:
         for kind, count in late.items():
             add(LATE_EVENTS, count, kind=kind)
         for event_type, count in types.items():
-            add(EVENTS, count, event_type=event_type_name(event_type))
+            add(EVENTS, count, event_type=event_type_label(event_type))
         for reason, count in evicted.items():
             add(EVICTED, count, reason=reason)
         self._span_counts = spans

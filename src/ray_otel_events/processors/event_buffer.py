@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ray_otel_events.events.registry import event_type_name
+from ray_otel_events.events.registry import event_type_label
 from ray_otel_events.metrics import Counters
 
 # Approximate CPython cost of one record besides its payload: the bytes object header (33) and
@@ -173,7 +173,7 @@ class MultiConsumerEventBuffer:
                     first = consumer.cursor - self._start
                     for etype, n in Counter(self._types[first:new_head]).items():
                         self.counters.add(
-                            EVICTED, n, consumer=consumer.name, event_type=event_type_name(etype)
+                            EVICTED, n, consumer=consumer.name, event_type=event_type_label(etype)
                         )
                     consumer.cursor = new_head_seq
         self._bytes -= sum(map(len, self._wires[head:new_head]))

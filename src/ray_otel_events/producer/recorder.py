@@ -30,7 +30,7 @@ from ray_otel_events.config import (
     RecorderConfig,
 )
 from ray_otel_events.events import ids
-from ray_otel_events.events.registry import entity_key, event_type_name, merge_into
+from ray_otel_events.events.registry import entity_key, event_type_label, merge_into
 from ray_otel_events.metrics import Counters
 from ray_otel_events.producer.aggregator_client import GrpcAggregatorExporter, RayEventExporter
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
@@ -116,7 +116,7 @@ class RayEventRecorder:
                 if self._stopped or not self.config.enabled:
                     self._count_drop(event, 1, reason="stopped" if self._stopped else "disabled")
                     continue
-                self.counters.add("recorded", 1, event_type=event_type_name(event.event_type))
+                self.counters.add("recorded", 1, event_type=event_type_label(event.event_type))
                 self._buffer.append(event)
                 self._buffered_raw += 1
             self._enforce_bound()
@@ -145,7 +145,7 @@ class RayEventRecorder:
             "dropped",
             raw_count,
             source=_source_name(event),
-            event_type=event_type_name(event.event_type),
+            event_type=event_type_label(event.event_type),
             reason=reason,
         )
 
@@ -242,7 +242,7 @@ class RayEventRecorder:
                 self._refused = False
                 logger.warning("ray event recorder: the aggregator accepts this process's calls again")
             for item in batch:
-                name = event_type_name(item.event.event_type)
+                name = event_type_label(item.event.event_type)
                 self.counters.add("sent", 1, event_type=name)
                 self.counters.add("sent_raw", item.raw_count, event_type=name)
         finally:
@@ -284,7 +284,7 @@ class RayEventRecorder:
                 group = groups[key]
                 merge_into(group.event, entry)
                 group.raw_count += 1
-                self.counters.add("merged", 1, event_type=event_type_name(entry.event_type))
+                self.counters.add("merged", 1, event_type=event_type_label(entry.event_type))
                 continue
             sealed = _Sealed(entry, 1)
             out.append(sealed)

@@ -22,7 +22,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from ray_otel_events.durable.recent_ids import RecentIds
-from ray_otel_events.events.registry import event_type_name
+from ray_otel_events.events.registry import event_type_label
 from ray_otel_events.metrics import Counters
 from ray_otel_events.processors.event_buffer import BufferClosedError
 from ray_otel_events.protobuf.add_events_views_pb2 import RawAddEventsRequest, TypesAddEventsRequest
@@ -141,7 +141,7 @@ class AddEventsReceiver:
             )
         duplicates = parsed.without_duplicates(self.recent_ids) if self.recent_ids is not None else []
         for etype, n in Counter(duplicates).items():
-            self.counters.add(DUPLICATES, n, event_type=event_type_name(etype))
+            self.counters.add(DUPLICATES, n, event_type=event_type_label(etype))
         if self._sink is not None and parsed.wires:
             try:
                 self._sink.add_many(parsed.wires, parsed.types)
@@ -160,7 +160,7 @@ class AddEventsReceiver:
         self.counters.add(PRODUCER_DROPPED_TASK_ATTEMPTS, parsed.dropped_task_attempts)
         counted = NOT_PROCESSED if self._sink is None else None
         for etype, n in Counter(parsed.types).items():
-            name = event_type_name(etype)
+            name = event_type_label(etype)
             self.counters.add(RECEIVED, n, event_type=name)
             if counted is not None:
                 self.counters.add(counted, n, event_type=name)

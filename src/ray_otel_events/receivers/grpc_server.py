@@ -29,6 +29,7 @@ class GrpcServer:
         interceptors: Sequence[Any] = (),
         add_services: Callable[[Any], None] | None = None,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        options: Sequence[tuple[str, int]] = (),
     ) -> None:
         self.receiver = receiver
         self.max_message_bytes = max_message_bytes  # larger: RESOURCE_EXHAUSTED, before it is read
@@ -37,6 +38,7 @@ class GrpcServer:
         self._credentials = credentials
         self._interceptors = tuple(interceptors)
         self._add_services = add_services  # more services on the same port (grpc.health.v1)
+        self._options = list(options)  # more grpc core options (the server's limits)
         self.port = 0
         self._server: Any = None
 
@@ -46,6 +48,7 @@ class GrpcServer:
             options=[
                 ("grpc.max_receive_message_length", self.max_message_bytes),
                 ("grpc.so_reuseport", 0),
+                *self._options,
             ],
         )
         server.add_generic_rpc_handlers((self.receiver.handler(),))

@@ -132,6 +132,10 @@ class OtlpHttpReceiver:
         try:
             body = await read_body(request, self.max_body_bytes, self.decoded_by_server)
         except BodyError as exc:
+            if exc.close:  # what is left of the body is not read: the connection goes
+                response = self._refuse(signal, kind, exc.status, exc.reason, exc.headers)
+                response.force_close()
+                return response
             return await self._refuse_unread(request, signal, kind, exc.status, exc.reason)
         try:
             taken = None

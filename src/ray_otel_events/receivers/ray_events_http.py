@@ -115,7 +115,10 @@ class RayEventsHttpReceiver(Generic[BatchT]):
             body = await read_body(request, self.max_body_bytes, self.decoded_by_server)
             events, errors = self.consumer.read_ray_events(body)
         except BodyError as exc:
-            return self._refuse(exc.status, exc.reason)
+            response = self._refuse(exc.status, exc.reason, exc.headers)
+            if exc.close:  # what is left of the body is not read: the connection goes
+                response.force_close()
+            return response
         except NotAnArrayError as exc:
             return self._refuse(400, str(exc))
         if events:

@@ -22,7 +22,11 @@ from aiohttp import web
 OPEN_HTTP_PATHS = frozenset(
     {"/healthz", "/readyz", "/favicon.ico", "/api/authentication_mode", "/api/authenticate"}
 )
-OPEN_GRPC_PREFIX = "/grpc.health.v1.Health/"
+# The health service's methods by their whole names: a prefix would let any name under it (CR/LF
+# included) through to the server's other handlers and their logs.
+OPEN_GRPC_METHODS = frozenset(
+    {"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch", "/grpc.health.v1.Health/List"}
+)
 RAY_AUTHORIZATION_HEADER = "X-Ray-Authorization"
 RAY_TOKEN_COOKIE = "ray-authentication-token"
 COOKIE_MAX_AGE_S = 30 * 24 * 60 * 60  # Ray's: 30 days
@@ -154,7 +158,7 @@ class _TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self._deny = grpc.unary_unary_rpc_method_handler(deny)
 
     async def intercept_service(self, continuation: Any, details: Any) -> Any:
-        if details.method.startswith(OPEN_GRPC_PREFIX):
+        if details.method in OPEN_GRPC_METHODS:
             return await continuation(details)
         metadata = dict(details.invocation_metadata or ())
         if self._token.accepts(metadata.get("authorization")):

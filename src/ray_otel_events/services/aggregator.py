@@ -7,7 +7,7 @@ buffer is bounded by bytes as well as count, and shutdown flushes the buffer bef
 
     {
       "version": 1,
-      "received": {TYPE: n},          events taken by AddEvents, per type name (unknown: the number)
+      "received": {TYPE: n},          events taken by AddEvents, per type name (or "unknown")
       "received_total": n,
       "not_processed": {TYPE: n},     taken while no destination is enabled (kept nowhere, like Ray)
       "requests": n,                  AddEvents calls answered OK
@@ -57,6 +57,8 @@ from ray_otel_events.processors.event_buffer import EVICTED, MultiConsumerEventB
 from ray_otel_events.processors.exposable_filter import ExposableFilter
 from ray_otel_events.receivers import grpc_add_events as rx
 from ray_otel_events.receivers.grpc_server import GrpcServer
+from ray_otel_events.security.grpc_guard import grpc_interceptors, grpc_options
+from ray_otel_events.security.http_limits import ServerGuard
 from ray_otel_events.security.options import ServerSecurity
 from ray_otel_events.services.pipeline_metrics import register_buffers, register_publishers
 
@@ -134,13 +136,15 @@ class AggregatorService:
         self.receiver = rx.AddEventsReceiver(sink, recent_ids=self.recent_ids)
         self.health = HealthServicer()
         token = self.security.token
+        self.guard = ServerGuard(self.security.limits)
         self.server = GrpcServer(
             self.receiver,
             config.host,
             config.grpc_port,
             credentials=self.security.tls.grpc_credentials() if self.security.tls else None,
-            interceptors=[token.grpc_interceptor()] if token else [],
+            interceptors=grpc_interceptors(self.guard.errors, token),
             add_services=lambda server: health_pb2_grpc.add_HealthServicer_to_server(self.health, server),
+            options=grpc_options(self.security.limits),
         )
         self.metrics = self._build_metrics()
         self.admin: AdminHttpServer | None = None
@@ -149,12 +153,13 @@ class AggregatorService:
             app.add_routes(observability_routes(self.metrics, self.readiness))
             tls = self.security.tls
             self.admin = AdminHttpServer(
-                config.host, config.metrics_port, app, tls.ssl_context() if tls else None
+                config.host, config.metrics_port, app, tls.ssl_context() if tls else None, self.guard
             )
         self._listening = False
 
     def _build_metrics(self) -> ServerMetrics:
         metrics = ServerMetrics("aggregator")
+        metrics.add_guard(self.guard)
         metrics.add_counters("receiver", self.receiver.counters)
         register_buffers(metrics, {"events": self.buffer})
         register_publishers(metrics, self.publishers)

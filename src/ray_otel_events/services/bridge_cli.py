@@ -15,11 +15,11 @@ import os
 import sys
 from typing import Any
 
-from aiohttp import web
-
 from ray_otel_events.config import BridgeConfig
 from ray_otel_events.exporters.transport import HttpTransport, parse_header_flags
 from ray_otel_events.receivers.grpc_server import GrpcServer
+from ray_otel_events.security.grpc_guard import grpc_interceptors, grpc_options
+from ray_otel_events.security.http_limits import ServerGuard
 from ray_otel_events.security.options import ServerSecurity, add_security_arguments, security_from_args
 from ray_otel_events.services.bridge import BridgeService
 from ray_otel_events.services.bridge_workers import run_workers
@@ -175,12 +175,13 @@ async def serve(
 ) -> int:
     config = service.config
     security = security or ServerSecurity()
-    runner = web.AppRunner(service.build_app(security.token), access_log=None, auto_decompress=False)
+    guard = ServerGuard(security.limits)
+    service.metrics.add_guard(guard)
+    runner = guard.runner(service.build_app(security.token), auto_decompress=False)
     await runner.setup()
     try:
         ssl_context = security.tls.ssl_context() if security.tls else None
-        site = web.TCPSite(runner, config.host, config.port, ssl_context=ssl_context)
-        await site.start()
+        await guard.listen(runner, config.host, config.port, ssl_context)
     except OSError as exc:
         print(f"ray-otel-events bridge: cannot listen on {config.host}:{config.port}: {exc}", file=sys.stderr)
         await runner.cleanup()
@@ -192,8 +193,9 @@ async def serve(
             config.host,
             config.grpc_port,
             credentials=security.tls.grpc_credentials() if security.tls else None,
-            interceptors=[security.token.grpc_interceptor()] if security.token else [],
+            interceptors=grpc_interceptors(guard.errors, security.token),
             max_message_bytes=config.max_body_bytes,  # the same limit as its HTTP bodies
+            options=grpc_options(security.limits),
         )
         try:
             await grpc_server.start()

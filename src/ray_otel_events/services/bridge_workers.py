@@ -45,6 +45,7 @@ from ray_otel_events.observability.merged_metrics import merge_expositions
 from ray_otel_events.otel.from_ray_events import routing_groups
 from ray_otel_events.otel.posted_events import EventParts, decode_pieces, encode_pieces
 from ray_otel_events.receivers.otlp_http import QueueFullError
+from ray_otel_events.security.http_limits import ServerGuard
 from ray_otel_events.security.options import ServerSecurity
 from ray_otel_events.services.bridge import BridgeService
 from ray_otel_events.services.lifecycle import print_exit_summary, settle_heap
@@ -202,15 +203,17 @@ async def _run_worker(args: _WorkerArgs, conn: Connection) -> None:
     if config.mode != "convert":  # converting alone holds no state: any worker will do
         service.router = router
     app = service.build_app(args.security.token, lambda: router.scrape_all(service.metrics.render()))
-    public = web.AppRunner(app, access_log=None, auto_decompress=False)
+    guard = ServerGuard(args.security.limits)  # each worker's memory and descriptors are its own
+    service.metrics.add_guard(guard)
+    public = guard.runner(app, auto_decompress=False)
     private_app = web.Application(client_max_size=config.max_body_bytes)
     private_app.add_routes(_private_routes(service, args.secret))
-    private = web.AppRunner(private_app, access_log=None)
+    private = guard.runner(private_app)  # loopback and a secret, but its descriptors are the worker's
     await public.setup()
     await private.setup()
     ssl_context = args.security.tls.ssl_context() if args.security.tls else None
-    await web.SockSite(private, args.private).start()
-    await web.SockSite(public, args.public, ssl_context=ssl_context).start()
+    await guard.listen(private, sock=args.private)
+    await guard.listen(public, ssl_context=ssl_context, sock=args.public)
     await router.start()
     service.start()
     settle_heap()

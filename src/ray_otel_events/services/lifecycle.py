@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ray_otel_events.config import ConfigError
+from ray_otel_events.security.client_errors import MAX_LOG_MESSAGE, log_text
 
 LOG_FORMATS = ("text", "json")
 SummaryRows = Sequence[tuple[str, int | float | str]]
@@ -34,6 +35,15 @@ def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class _TextFormatter(logging.Formatter):
+    """One record, one line: its message's control characters escaped (a value quoted from a
+    client cannot start a line of its own) and its length bounded. A traceback, ours, follows."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = log_text(record.message, MAX_LOG_MESSAGE)
+        return super().formatMessage(record)
+
+
 class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
@@ -41,7 +51,7 @@ class _JsonFormatter(logging.Formatter):
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": log_text(record.getMessage(), MAX_LOG_MESSAGE),
         }
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
@@ -57,7 +67,7 @@ def configure_logging(level_name: str, log_format: str = "text") -> None:
     if log_format == "json":
         handler.setFormatter(_JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(_TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level, handlers=[handler], force=True)
     # Library chatter below WARNING (aiohttp access, asyncio) is not ours to report.
     for noisy in ("aiohttp", "asyncio", "grpc"):

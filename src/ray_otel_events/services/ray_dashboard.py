@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import importlib.util
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import orjson
@@ -61,13 +62,57 @@ def dashboard_build() -> Path:
     return build
 
 
-class RayDashboard:
-    """aiohttp routes for Ray's page and its requests."""
+READ_ONLY = (
+    "ray-otel-events serve answers from stored events of Ray clusters; it cannot {what}. "
+    "Give Ray's CLI the live cluster's dashboard address (http://HEAD:8265)."
+)
 
-    def __init__(self, answers: RayDashboardViews, state_api: StateApi, build: Path) -> None:
+
+class RayDashboard:
+    """aiohttp routes for Ray's page and its requests (`build`: the page's files; None where only
+    Ray's CLI is answered, on `serve`'s main port)."""
+
+    def __init__(self, answers: RayDashboardViews, state_api: StateApi, build: Path | None) -> None:
         self.answers = answers
         self.state_api = state_api
-        self.build = build.resolve()
+        self.build = build.resolve() if build is not None else Path()
+
+    def cli_routes(self) -> list[web.RouteDef]:
+        """What Ray's CLI asks a dashboard (`ray job list|status|logs`, `ray list jobs`,
+        `ray list cluster-events`), answered alike on both of `serve`'s ports; what would change a
+        cluster (`ray job submit|stop|delete`) is refused, saying why."""
+        return [
+            web.get("/api/jobs/{job_id}/logs/tail", self.tail_job_logs),
+            web.get("/api/jobs{tail:(/.*)?}", self.read),
+            web.get("/api/v0/jobs", self.read),
+            web.get("/api/v0/cluster_events", self.read),
+            web.post("/api/jobs/", self.refuse("submit jobs")),
+            web.post("/api/jobs/{job_id}/stop", self.refuse("stop jobs")),
+            web.delete("/api/jobs/{job_id}", self.refuse("delete jobs")),
+            web.put("/api/packages/{tail:.*}", self.refuse("take a job's working directory")),
+        ]
+
+    @staticmethod
+    def refuse(what: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def refused(_: web.Request) -> web.Response:
+            return web.Response(status=405, text=READ_ONLY.format(what=what))
+
+        return refused
+
+    async def tail_job_logs(self, request: web.Request) -> web.StreamResponse:
+        """`ray job logs --follow`: the answer `ray job logs` gives, then the end of the stream."""
+        await self.state_api.settle()
+        session = requested_session(request, self.answers.views.store)
+        path = f"/api/jobs/{request.match_info['job_id']}/logs"
+        found = await asyncio.to_thread(self.answers.answer, path, request.query, session)
+        status, body = found if found is not None else (404, "no such job")
+        if status != 200 or not isinstance(body, dict):
+            return web.Response(status=status, text=str(body))
+        socket = web.WebSocketResponse()
+        await socket.prepare(request)
+        await socket.send_str(str(body["logs"]))
+        await socket.close()
+        return socket
 
     def app(self, token: BearerToken | None = None) -> web.Application:
         """With a token, every request but the page's own files carries it, as on Ray's dashboard;
@@ -80,6 +125,7 @@ class RayDashboard:
             opened = copy.copy(token).open_pages(["/", *shell], ("/static/", "/speedscope-"))
             app = web.Application(middlewares=[opened.http_middleware()])
             app.add_routes(token.http_routes())
+        app.add_routes(self.cli_routes())
         app.add_routes(
             [
                 web.get("/", self.index),
@@ -125,3 +171,18 @@ class RayDashboard:
             return web.Response(status=404, text="no such file")
         kind = _TYPES.get(wanted.suffix, "application/octet-stream")
         return web.Response(body=wanted.read_bytes(), content_type=kind)
+
+
+def ray_page_elsewhere(host: str, page_port: list[int]) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """What `serve`'s main port answers for the requests of Ray's page (`/logical/actors`,
+    `/nodes`, `/events`): where that page is served, as a 404 that names the port."""
+
+    async def elsewhere(request: web.Request) -> web.Response:
+        where = (
+            f"on serve's --ray-dashboard-port: http://{host}:{page_port[0]}{request.path_qs}"
+            if page_port
+            else "only when serve is started with --ray-dashboard-port PORT"
+        )
+        return web.Response(status=404, text=f"Ray's dashboard page and its requests are answered {where}")
+
+    return elsewhere

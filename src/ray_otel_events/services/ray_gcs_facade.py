@@ -26,6 +26,8 @@ from typing import Any
 
 import grpc
 
+from ray_otel_events.security.client_errors import UNIMPLEMENTED_GRPC, ClientErrors, log_text
+
 logger = logging.getLogger(__name__)
 
 NOT_A_CLUSTER = (
@@ -80,9 +82,14 @@ class RayGcsFacade(grpc.GenericRpcHandler):  # type: ignore[misc]
     """GetClusterId and InternalKVGet of the dashboard's address; UNIMPLEMENTED for the rest."""
 
     def __init__(
-        self, protocol: RayGcsProtocol, dashboard_address: str, cluster_id: bytes | None = None
+        self,
+        protocol: RayGcsProtocol,
+        dashboard_address: str,
+        cluster_id: bytes | None = None,
+        errors: ClientErrors | None = None,
     ) -> None:
         self.protocol = protocol
+        self.errors = errors if errors is not None else ClientErrors(logger)
         self.dashboard_address = dashboard_address.encode()
         self.cluster_id = cluster_id or os.urandom(CLUSTER_ID_BYTES)
         pb = protocol.messages
@@ -101,7 +108,8 @@ class RayGcsFacade(grpc.GenericRpcHandler):  # type: ignore[misc]
     def service(self, handler_call_details: Any) -> grpc.RpcMethodHandler:
         found = self._handlers.get(handler_call_details.method)
         if found is None:
-            logger.info("ray-gcs: %s is not answered by a history store", handler_call_details.method)
+            method = log_text(handler_call_details.method)
+            self.errors.report(UNIMPLEMENTED_GRPC, f"ray-gcs: {method} is not answered by a history store")
             return self._unimplemented
         return found
 
@@ -138,12 +146,13 @@ async def start_gcs_server(
     port: int,
     credentials: grpc.ServerCredentials | None = None,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    options: Sequence[tuple[str, int]] = (),
 ) -> tuple[grpc.aio.Server, int]:
     """A started server listening on one port on every host: with port 0, the first host picks
     it and the others take the same (tried again with another when one of them has it in use)."""
     last_error: Exception | None = None
     for _ in range(BIND_ATTEMPTS if port == 0 else 1):
-        server = grpc.aio.server(interceptors=list(interceptors))
+        server = grpc.aio.server(interceptors=list(interceptors), options=list(options))
         server.add_generic_rpc_handlers((facade,))
         chosen = port
         try:

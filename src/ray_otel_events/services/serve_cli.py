@@ -31,9 +31,12 @@ from aiohttp import web
 
 from ray_otel_events import config
 from ray_otel_events.config import ConfigError
+from ray_otel_events.events.registry import event_type_name_label
 from ray_otel_events.observability.http_endpoints import Readiness, observability_routes
 from ray_otel_events.observability.metrics_registry import ServerMetrics
 from ray_otel_events.security.auth import no_authentication_routes
+from ray_otel_events.security.grpc_guard import grpc_interceptors, grpc_options
+from ray_otel_events.security.http_limits import ServerGuard
 from ray_otel_events.security.options import ServerSecurity, add_security_arguments, security_from_args
 from ray_otel_events.services.lifecycle import (
     add_logging_arguments,
@@ -42,7 +45,12 @@ from ray_otel_events.services.lifecycle import (
     settle_heap,
     stop_on_signals,
 )
-from ray_otel_events.services.ray_dashboard import DashboardUnavailable, RayDashboard, dashboard_build
+from ray_otel_events.services.ray_dashboard import (
+    DashboardUnavailable,
+    RayDashboard,
+    dashboard_build,
+    ray_page_elsewhere,
+)
 from ray_otel_events.services.ray_gcs_facade import (
     GcsProtocolUnavailable,
     RayGcsFacade,
@@ -230,6 +238,15 @@ def conninfo_parts(url: str) -> str:
     return host_db
 
 
+def events_by_label(by_type: dict[str, int]) -> dict[tuple[str, ...], float]:
+    """Stored events by their type's metric label (a type the schema does not know: `unknown`)."""
+    out: dict[tuple[str, ...], float] = {}
+    for name, count in by_type.items():
+        key = (event_type_name_label(name),)
+        out[key] = out.get(key, 0) + count
+    return out
+
+
 def default_spool(url: str) -> Path:
     """A PostgreSQL store's spool: under the data folder, named after the database."""
     name = "".join(c if c.isalnum() or c in "-." else "_" for c in conninfo_parts(url))
@@ -263,7 +280,7 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
     metrics.add_total(
         "serve_events_stored",
         "events folded into the store, by type",
-        lambda: {(t,): n for t, n in intake.events_by_type.items()},
+        lambda: events_by_label(intake.events_by_type),
         ("event_type",),
     )
     metrics.add_total("serve_duplicates", "events skipped as already stored", lambda: {(): intake.duplicates})
@@ -311,25 +328,36 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
         )
 
     token = security.token
+    guard = ServerGuard(security.limits)  # one for both HTTP ports: one process's memory and descriptors
+    metrics.add_guard(guard)
     app = web.Application(
         client_max_size=0,
         middlewares=[token.open_pages(["/"], ("/static/", "/task/")).http_middleware()] if token else [],
     )
     app.add_routes(token.http_routes() if token else no_authentication_routes())
-    app.add_routes([*observability_routes(metrics, ready), *intake.routes(), *api.routes()])
-    runner = web.AppRunner(app, access_log=None, auto_decompress=False)
-    runners = [runner]
     build = getattr(args, "ray_dashboard_build", None)
+    dashboard = RayDashboard(RayDashboardViews(api.views), api, build)
+    page_port: list[int] = []  # the dashboard port, once listening: named to whoever asks here
+    app.add_routes(
+        [
+            *observability_routes(metrics, ready),
+            *intake.routes(),
+            *dashboard.cli_routes(),
+            web.get("/{tail:(logical|nodes|events)(/.*)?}", ray_page_elsewhere(args.host, page_port)),
+            *api.routes(),
+        ]
+    )
+    runner = guard.runner(app, auto_decompress=False)
+    runners = [runner]
     if build is not None:
-        dashboard = RayDashboard(RayDashboardViews(api.views), api, build)
-        runners.append(web.AppRunner(dashboard.app(token), access_log=None))
+        runners.append(guard.runner(dashboard.app(token)))
     tls = security.tls
     started: list[web.AppRunner] = []
     for one, port in zip(runners, (args.port, args.ray_dashboard_port), strict=False):
         await one.setup()
         started.append(one)
         try:
-            await web.TCPSite(one, args.host, port, ssl_context=tls.ssl_context() if tls else None).start()
+            await guard.listen(one, args.host, port, tls.ssl_context() if tls else None)
         except OSError as exc:
             print(f"ray-otel-events serve: cannot listen on {args.host}:{port}: {exc}", file=sys.stderr)
             for up in reversed(started):
@@ -342,11 +370,12 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
         gcs_host = args.ray_gcs_host or args.host
         try:
             gcs, gcs_port = await start_gcs_server(
-                RayGcsFacade(protocol, ray_dashboard),
+                RayGcsFacade(protocol, ray_dashboard, errors=guard.errors),
                 [gcs_host],
                 args.ray_gcs_port,
                 credentials=tls.grpc_credentials() if tls else None,
-                interceptors=[token.grpc_interceptor()] if token else [],
+                interceptors=grpc_interceptors(guard.errors, token),
+                options=grpc_options(security.limits),
             )
         except OSError as exc:
             print(f"ray-otel-events serve: --ray-gcs-port: {exc}", file=sys.stderr)
@@ -354,6 +383,8 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
                 await up.cleanup()
             return 1
     address: Any = runner.addresses[0]
+    if len(runners) > 1:
+        page_port.append(runners[1].addresses[0][1])
     stop = stop_on_signals()
     retention = asyncio.create_task(_retention(store, args))
     watching = asyncio.create_task(watch.run())

@@ -4,12 +4,14 @@ It stands in for an external event store in tests and the demo. Routes live in a
 catch-all route takes a JSON array of events (what Ray's aggregator posts) on any path; more
 specific routes (e.g. OTLP's /v1/traces and /v1/logs) are added with `extra_routes` and win over
 the catch-all. `fail_first` answers the first N POSTs on any route with an error status, to
-exercise a publisher's retries.
+exercise a publisher's retries. Bodies are read (and gunzipped) by `read_body`, under the same
+limit after inflation as every other server's: a gzip bomb is stopped as it inflates.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -17,9 +19,11 @@ from typing import IO, Any
 import orjson
 from aiohttp import web
 
+from ray_otel_events.receivers.http_body import BodyError, read_body
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-MAX_BODY_BYTES = 512 * 1024 * 1024
+MAX_BODY_BYTES = 64 * 1024 * 1024  # after inflation, as the other servers'
 
 
 class JsonLinesSink:
@@ -77,7 +81,8 @@ class JsonLinesSink:
                 await asyncio.sleep(self.delay_s)
             if self.requests <= self.fail_first:
                 self.failed_on_purpose += 1
-                await request.read()
+                with contextlib.suppress(BodyError):  # read as a real failure would, then dropped
+                    await read_body(request, MAX_BODY_BYTES)
                 return web.json_response(
                     {"error": f"failing on purpose ({self.requests} of the first {self.fail_first})"},
                     status=self.fail_status,
@@ -86,7 +91,13 @@ class JsonLinesSink:
         return await handler(request)
 
     async def handle_json_array(self, request: web.Request) -> web.StreamResponse:
-        body = await request.read()
+        try:
+            body = await read_body(request, MAX_BODY_BYTES)
+        except BodyError as exc:
+            response = web.json_response({"error": exc.reason}, status=exc.status, headers=exc.headers)
+            if exc.close:
+                response.force_close()
+            return response
         try:
             events = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
@@ -115,9 +126,8 @@ def build_app(
     extra_routes: Sequence[web.RouteDef] = (),
     middlewares: Sequence[Any] = (),
 ) -> web.Application:
-    """The route table: specific routes first, then the catch-all JSON array route."""
-    app = web.Application(
-        client_max_size=MAX_BODY_BYTES, middlewares=[*list(middlewares), sink.fail_first_middleware]
-    )
+    """The route table: specific routes first, then the catch-all JSON array route. Run it with
+    aiohttp's decompression off (`read_body` gunzips)."""
+    app = web.Application(client_max_size=0, middlewares=[*list(middlewares), sink.fail_first_middleware])
     app.add_routes([*extra_routes, web.post("/{tail:.*}", sink.handle_json_array)])
     return app

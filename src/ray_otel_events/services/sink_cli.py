@@ -13,11 +13,10 @@ import asyncio
 import sys
 from typing import Any
 
-from aiohttp import web
-
 from ray_otel_events.config import ConfigError
 from ray_otel_events.observability.http_endpoints import Readiness, in_flight_middleware, observability_routes
 from ray_otel_events.observability.metrics_registry import ServerMetrics
+from ray_otel_events.security.http_limits import ServerGuard
 from ray_otel_events.security.options import ServerSecurity, add_security_arguments, security_from_args
 from ray_otel_events.services.lifecycle import (
     add_logging_arguments,
@@ -88,17 +87,18 @@ async def serve(
         print(f"ray-otel-events sink: cannot open {sink.out_path}: {exc}", file=sys.stderr)
         return 1
     metrics = sink_metrics(sink)
+    guard = ServerGuard(security.limits)
+    metrics.add_guard(guard)
     middlewares: list[Any] = [in_flight_middleware(metrics, "http")]
     if security.token is not None:
         middlewares.insert(0, security.token.http_middleware())
     ready = lambda: Readiness().add("output_open", sink.is_open, str(sink.out_path))  # noqa: E731
     routes = [*observability_routes(metrics, ready), *otlp_routes(sink)]
-    runner = web.AppRunner(build_app(sink, routes, middlewares), access_log=None)
+    runner = guard.runner(build_app(sink, routes, middlewares), auto_decompress=False)
     await runner.setup()
     try:
         ssl_context = security.tls.ssl_context() if security.tls else None
-        site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
-        await site.start()
+        await guard.listen(runner, host, port, ssl_context)
     except OSError as exc:
         print(f"ray-otel-events sink: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
         await runner.cleanup()

@@ -31,6 +31,6 @@ class OtlpJsonLinesConsumer(OtlpConsumer):
 
 
 def otlp_routes(sink: JsonLinesSink) -> list[web.RouteDef]:
-    """`/v1/traces` and `/v1/logs` for the sink's app (whose server decompresses gzip itself)."""
-    receiver = OtlpHttpReceiver(OtlpJsonLinesConsumer(sink), MAX_BODY_BYTES, decoded_by_server=True)
+    """`/v1/traces` and `/v1/logs` for the sink's app."""
+    receiver = OtlpHttpReceiver(OtlpJsonLinesConsumer(sink), MAX_BODY_BYTES)
     return receiver.routes()

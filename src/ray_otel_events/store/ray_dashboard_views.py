@@ -14,6 +14,7 @@ An answer is `(HTTP status, body)`: a str body is plain text, anything else is J
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import re
 import time
 from collections.abc import Callable
@@ -56,8 +57,37 @@ _PROFILING_DEFAULTS = {
 }
 # Ray's task-log suffixes: logging goes to a worker's stderr, as Ray's default handler writes it.
 _STREAMS = {"out": ("stdout",), "err": ("stderr", "log")}
+_DRIVER_LOG = re.compile(r"job-driver-(.+)\.log")  # Ray's job manager's file of a submitted job's driver
 _WORKER_FILE = re.compile(r"worker-([0-9a-f]+)-([0-9a-f]+)-(\d+)\.(out|err)")
 NOT_RECORDED = "not recorded in the event store: this dashboard is served from stored events"
+CONSTRUCTOR_FAILED = "creation_task_failure_context"
+_ACTOR_DIED = "ray.exceptions.ActorDiedError: "  # the error a failed constructor is raised as
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# The actor Ray's job manager starts per submitted job (JOB_ACTOR_NAME_TEMPLATE in
+# ray/dashboard/modules/job/common.py): created when the job is submitted, it exits once the job
+# ended, so its times are the submission's, as Ray's job table keeps them.
+SUPERVISOR_CLASS, SUPERVISOR_PREFIX = "JobSupervisor", "_ray_internal_job_actor_"
+_ENDED = ("SUCCEEDED", "FAILED", "STOPPED")
+# A placement group's resources as the scheduler names them: `CPU_group_<pg>`,
+# `CPU_group_<bundle>_<pg>`, and the `bundle_group_...` marker every bundle adds.
+_GROUP_RESOURCE = re.compile(r"(.+)_group_(?:\d+_)?[0-9a-f]{36}")
+DRIVER_LOGS_NOT_COLLECTED = (
+    "The driver's output of job {job} was not collected by this store: Ray keeps a submitted "
+    "job's driver log on its head node, and the event stream does not carry it.\n"
+)
+
+
+def requested_resources(resources: dict[str, float]) -> dict[str, float]:
+    """What an actor asked for (`{"CPU": 0.25}`), as Ray's actor page shows it, from the
+    resources of its placement group's bundle it was scheduled with."""
+    asked: dict[str, float] = {}
+    for name, amount in resources.items():
+        grouped = _GROUP_RESOURCE.fullmatch(name)
+        if grouped is None:
+            asked[name] = amount
+        elif grouped[1] != "bundle":
+            asked[grouped[1]] = amount
+    return asked
 
 
 def rest(message: str, ok: bool = True, **data: Any) -> dict[str, Any]:
@@ -74,10 +104,10 @@ def exit_detail(death_cause: dict[str, Any] | None) -> str:
     """The message Ray's node head shows for a dead actor, from its death cause."""
     cause = death_cause or {}
     for context, key in (
-        ("actorDiedErrorContext", "errorMessage"),
-        ("runtimeEnvFailedContext", "errorMessage"),
-        ("actorUnschedulableContext", "errorMessage"),
-        ("creationTaskFailureContext", "formattedExceptionString"),
+        ("actor_died_error_context", "error_message"),
+        ("runtime_env_failed_context", "error_message"),
+        ("actor_unschedulable_context", "error_message"),
+        (CONSTRUCTOR_FAILED, "formatted_exception_string"),
     ):
         if context in cause:
             return str(cause[context].get(key, "-"))
@@ -122,6 +152,8 @@ class RayDashboardViews:
             (re.compile(r"/nodes"), self.nodes),
             (re.compile(r"/nodes/([0-9a-fA-F]+)"), self.node),
             (re.compile(r"/events"), self.events),
+            (re.compile(r"/api/v0/cluster_events"), self.cluster_events),
+            (re.compile(r"/api/v0/jobs"), self.list_jobs),
             (re.compile(r"/api/cluster_status"), self.cluster_status),
             (re.compile(r"/api/grafana_health"), self.grafana_health),
             (re.compile(r"/api/prometheus_health"), self.prometheus_health),
@@ -173,25 +205,95 @@ class RayDashboardViews:
             "session_name": self.session_name(),
         }
 
+    def _job_details(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Job rows completed as Ray's job head answers them: a submitted job's times are its
+        supervisor actor's (submitted, ended), the driver's IP is its node's, and only a
+        submitted job names the driver's node."""
+        supervisors = {
+            row.get("name", "")[len(SUPERVISOR_PREFIX) :]: row
+            for row in self._rows(ACTORS, ("class_name", SUPERVISOR_CLASS))
+            if row.get("name", "").startswith(SUPERVISOR_PREFIX)
+        }
+        ips = self._node_ips()
+        for job in jobs:
+            driver = job.get("driver_info")
+            if driver and not driver.get("node_ip_address"):
+                driver["node_ip_address"] = ips.get(job.get("driver_node_id") or "", "")
+            if job.get("type") == "DRIVER" and "driver_node_id" in job:
+                job["driver_node_id"] = None  # Ray's job table has it of submitted jobs only
+            supervisor = supervisors.get(job.get("submission_id") or "")
+            if supervisor is None:
+                continue
+            events = supervisor.get("events") or []
+            if "start_time" in job and events:
+                job["start_time"] = events[0]["created_ms"]
+            ended = _first_ms(supervisor, "DEAD")
+            if "end_time" in job and ended is not None and job.get("status") in _ENDED:
+                job["end_time"] = ended
+        return jobs
+
+    def _jobs(self) -> list[dict[str, Any]]:
+        return self._job_details([state_query.shape(JOBS, row, detail=True) for row in self._rows(JOBS)])
+
     def jobs(self, _: Params) -> Answer:
         """JobDetails of every job, as `/api/jobs/` lists them (and `ray job list` reads them)."""
-        return 200, [state_query.shape(JOBS, row, detail=True) for row in self._rows(JOBS)]
+        return 200, self._jobs()
+
+    def list_jobs(self, params: Params) -> Answer:
+        """`ray list jobs`: the state API's list, each job completed as `/api/jobs/` completes it."""
+        status, body = self.views.answer("/api/v0/jobs", params, self.session)
+        if status == 200:
+            self._job_details(body["data"]["result"]["result"])
+        return status, body
 
     def job(self, _: Params, job_or_submission_id: str) -> Answer:
-        for row in self._rows(JOBS):
-            if job_or_submission_id in (row.get("submission_id"), row.get("job_id")):
-                return 200, state_query.shape(JOBS, row, detail=True)
+        """One job by submission id, else by job id (Ray's job head tries both)."""
+        jobs = self._jobs()
+        for key in ("submission_id", "job_id"):
+            for job in jobs:
+                if job.get(key) == job_or_submission_id:
+                    return 200, job
         return 404, f"Job {job_or_submission_id} does not exist"
 
     def job_logs(self, params: Params, job_or_submission_id: str) -> Answer:
-        """`ray job logs`: Ray keeps a submitted job's driver output on the head node, which the
-        event stream does not carry, so it is empty here; a driver's own job has none in Ray."""
+        """`ray job logs`: Ray keeps a submitted job's driver output in a file on its head node,
+        which the event stream does not carry; the answer says so, in the logs Ray's CLI prints.
+        A driver's own job has none in Ray either."""
         status, job = self.job(params, job_or_submission_id)
         if status != 200:
             return status, job
         if job.get("type") != "SUBMISSION":
             return 400, "Can only get logs of submission type jobs"
-        return 200, {"logs": ""}
+        return 200, {"logs": DRIVER_LOGS_NOT_COLLECTED.format(job=job_or_submission_id)}
+
+    def _job_events(self) -> list[dict[str, Any]]:
+        """The events Ray's job manager logs for a submitted job (`job_manager.py`): started when
+        submitted, completed with its status when it ended; from the host of its driver's node."""
+        hosts = {r["node_id"]: r.get("hostname") or r.get("node_ip", "") for r in self._rows(NODES)}
+        events = []
+        for job in self._jobs():
+            submission = job.get("submission_id")
+            if not submission:
+                continue
+            happened = [(job.get("start_time"), "INFO", f"Started a ray job {submission}.")]
+            if job.get("status") in _ENDED:
+                severity = "ERROR" if job["status"] == "FAILED" else "INFO"
+                message = f"Completed a ray job {submission} with a status {job['status']}."
+                happened.append((job.get("end_time"), severity, message))
+            for ms, severity, message in happened:
+                events.append(
+                    {
+                        "eventId": hashlib.sha1(message.encode()).hexdigest()[:36],
+                        "sourceType": "JOBS",
+                        "sourceHostname": hosts.get(job.get("driver_node_id") or "", ""),
+                        "message": message,
+                        "timestamp": str((ms or 0) // 1000),
+                        "customFields": {"submissionId": submission},
+                        "severity": severity,
+                        "label": "",
+                    }
+                )
+        return events
 
     # -- actors ------------------------------------------------------------------------------
 
@@ -229,7 +331,7 @@ class RayDashboardViews:
             "reprName": row.get("repr_name") or "",
             "labelSelector": row.get("label_selector") or {},
             "exitDetail": exit_detail(row.get("death_cause")),
-            "requiredResources": row.get("required_resources") or {},
+            "requiredResources": requested_resources(row.get("required_resources") or {}),
             "callSite": row.get("call_site"),
             "gpus": [],
             "tpus": [],
@@ -262,11 +364,12 @@ class RayDashboardViews:
         node_id = row.get("node_id", "")
         resources = row.get("resources_total") or {}
         ip = row.get("node_ip", "")
+        hostname = row.get("hostname") or row.get("node_name") or ip
         state = row.get("state", "ALIVE")
         raylet = {
             "nodeId": node_id,
             "nodeManagerAddress": ip,
-            "nodeManagerHostname": row.get("node_name", ip),
+            "nodeManagerHostname": hostname,
             "nodeName": row.get("node_name", ip),
             "isHeadNode": bool(row.get("is_head_node")),
             "state": state,
@@ -280,7 +383,7 @@ class RayDashboardViews:
             "coreWorkersStats": [],
         }
         return {
-            "hostname": row.get("node_name", ip),
+            "hostname": hostname,
             "ip": ip,
             "cpu": 0,
             "cpus": [int(resources.get("CPU", 0))] * 2,
@@ -326,7 +429,9 @@ class RayDashboardViews:
                 },
             )
         if (view or "").lower() == "hostnamelist":
-            alive = sorted({row.get("node_name", "") for row in rows if row.get("state") == "ALIVE"})
+            alive = sorted(
+                {r.get("hostname") or r.get("node_name", "") for r in rows if r.get("state") == "ALIVE"}
+            )
             return 200, rest("Node hostname list fetched.", hostNameList=alive)
         return 400, rest(f"Unknown view {view}", ok=False)
 
@@ -378,11 +483,41 @@ class RayDashboardViews:
     # -- what the store has nothing to say about ----------------------------------------------
 
     def events(self, params: Params) -> Answer:
-        """Ray's event head serves events from its log files, which the event stream does not carry."""
+        """Ray's event head's events by job (the Overview's Events card): Ray reads them from its
+        nodes' event files; here the submitted jobs' start and end, which Ray files under
+        "global" (they carry a submission id, no job id), are made from the stored jobs."""
         job_id = params.get("job_id")
+        events = self._job_events()
         if job_id is None:
-            return 200, rest("All events fetched.", events={})
-        return 200, rest("Job events fetched.", jobId=job_id, events=[])
+            return 200, rest("All events fetched.", events={"global": events} if events else {})
+        return 200, rest("Job events fetched.", jobId=job_id, events=events if job_id == "global" else [])
+
+    def cluster_events(self, params: Params) -> Answer:
+        """`ray list cluster-events`: the same events as the state API lists them."""
+        rows = [
+            {
+                "severity": event["severity"],
+                "time": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(int(event["timestamp"]))),
+                "source_type": event["sourceType"],
+                "message": event["message"],
+                "event_id": event["eventId"],
+            }
+            for event in self._job_events()
+        ]
+        try:
+            limit = int(params.get("limit", "100"))
+        except ValueError:
+            return 400, state_query.envelope(None, ok=False, message="limit must be an integer")
+        return 200, state_query.envelope(
+            {
+                "total": len(rows),
+                "num_after_truncation": len(rows),
+                "num_filtered": len(rows),
+                "result": rows[:limit],
+                "partial_failure_warning": "",
+                "warnings": None,
+            }
+        )
 
     def grafana_health(self, _: Params) -> Answer:
         return 500, rest("Grafana healthcheck failed", ok=False, exception=f"Grafana is {NOT_RECORDED}")
@@ -485,7 +620,10 @@ class RayDashboardViews:
             if not self.views.store.entity_rows(TASKS, tasks[0], self.session):
                 return 404, f"Could not find the task {params['task_id']}"
         elif params.get("actor_id"):
-            tasks = [t["task_id"] for t in self._rows(TASKS, ("actor_id", params["actor_id"].lower()))]
+            actor_id = params["actor_id"].lower()
+            # its constructor's task id is the actor's, after a nil task part
+            methods = self._rows(TASKS, ("actor_id", actor_id))
+            tasks = [NIL_ID[:16] + actor_id, *(t["task_id"] for t in methods)]
         elif params.get("pid"):
             if not params["pid"].isdigit():
                 return 400, f"pid must be an integer, got {params['pid']!r}"
@@ -500,6 +638,8 @@ class RayDashboardViews:
         elif worker_file:
             worker, _job, _pid, suffix = worker_file.groups()
             tasks = [t["task_id"] for t in self._rows(TASKS, ("worker_id", worker))]
+        elif driver_log := _DRIVER_LOG.fullmatch(params.get("filename") or ""):
+            return 200, DRIVER_LOGS_NOT_COLLECTED.format(job=driver_log[1])  # the job page's "Driver logs"
         elif params.get("filename"):
             return 404, f"{params['filename']} is {NOT_RECORDED}; only workers' task output is kept"
         else:
@@ -511,9 +651,25 @@ class RayDashboardViews:
             if line.get("stream", "log") in _STREAMS[suffix]
         ]
         lines.sort(key=lambda line: line.get("ts_ns", 0))
+        texts = [str(line.get("body", "")).rstrip("\n") for line in lines]
+        if not texts and suffix == "err" and params.get("actor_id"):
+            texts = self._constructor_failure(params["actor_id"].lower())
+        if params.get("filter_ansi_code", "").lower() == "true":
+            texts = [_ANSI.sub("", text) for text in texts]
         if limit >= 0:
-            lines = lines[-limit:] if limit else []
-        return 200, "".join(str(line.get("body", "")).rstrip("\n") + "\n" for line in lines)
+            texts = texts[-limit:] if limit else []
+        return 200, "".join(text + "\n" for text in texts)
+
+    def _constructor_failure(self, actor_id: str) -> list[str]:
+        """What an actor whose constructor raised wrote to its stderr, as Ray's worker prints it,
+        from the traceback its death cause keeps (for when its worker's lines were not sent)."""
+        rows = self._rows(ACTORS, ("actor_id", actor_id))
+        failure = ((rows[0].get("death_cause") or {}) if rows else {}).get(CONSTRUCTOR_FAILED) or {}
+        traceback = str(failure.get("formatted_exception_string") or "")
+        if not traceback:
+            return []
+        _, found, last = traceback.rpartition(_ACTOR_DIED)
+        return f"Exception raised in creation task: {last if found else traceback}".rstrip("\n").split("\n")
 
 
 def ray_chrome_trace(rows: list[Row], node_ips: dict[str, str]) -> list[dict[str, Any]]:

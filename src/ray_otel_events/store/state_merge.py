@@ -14,6 +14,7 @@ import binascii
 import datetime
 import functools
 import json
+import re
 import reprlib
 from collections.abc import Callable
 from operator import itemgetter
@@ -259,17 +260,54 @@ def _actor_lifecycle(row: Row, body: dict[str, Any]) -> None:
         if transition.get("reprName"):
             row["repr_name"] = transition["reprName"]
         if transition.get("deathCause"):
-            row["death_cause"] = transition["deathCause"]
+            row["death_cause"] = ray_message_dict(transition["deathCause"])
     row["num_restarts"] = max(0, sum(1 for e in row["events"] if e["state"] == "ALIVE") - 1)
 
 
+# Ray's state API decodes these fields of a message (at any depth) from bytes to hex
+# (`protobuf_message_to_dict(fields_to_decode=...)` in its state aggregator).
+_DECODED_IDS = frozenset({"actor_id", "owner_id", "job_id", "node_id", "placement_group_id", "worker_id"})
+_CAMEL_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def ray_message_dict(value: Any) -> Any:
+    """A message of RayEvent JSON (lowerCamelCase keys, base64 bytes) as Ray's state API gives it:
+    snake_case keys, ids in hex (an actor's `death_cause`)."""
+    if isinstance(value, list):
+        return [ray_message_dict(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        name = _CAMEL_HUMP.sub("_", key).lower()
+        out[name] = hex_id(item) if name in _DECODED_IDS and isinstance(item, str) else ray_message_dict(item)
+    return out
+
+
+# The metadata Ray's job supervisor gives a submitted job's driver (job_supervisor.py): the
+# submission id, and the job's name (the submission id unless the user named it).
+SUBMISSION_ID_KEY, JOB_NAME_KEY = "job_submission_id", "job_name"
+SUBMITTED_MESSAGE = (
+    "The job's driver finished. Ray 2.60 exports no submission-job events, so the entrypoint's "
+    "exit code and Ray's status message were not recorded."
+)
+
+
 def _job_definition(row: Row, body: dict[str, Any]) -> None:
+    """A driver started by `ray job submit` carries its submission id in its metadata: its row is
+    the submission's, as Ray's job head ties the two (`dashboard/modules/job/utils.py`), with the
+    user's metadata only."""
     config = body.get("config") or {}
+    metadata = dict(config.get("metadata") or {})
+    submission_id = metadata.pop(SUBMISSION_ID_KEY, None)
+    if submission_id and metadata.get(JOB_NAME_KEY) == submission_id:
+        del metadata[JOB_NAME_KEY]
     row.update(
         {
-            "type": "DRIVER",
+            "type": "SUBMISSION" if submission_id else "DRIVER",
+            "submission_id": submission_id or None,
             "entrypoint": body.get("entrypoint", ""),
-            "metadata": config.get("metadata", {}),
+            "metadata": metadata,
             "runtime_env": json.loads(config.get("serializedRuntimeEnv") or "{}"),
             "driver_node_id": hex_id(body.get("driverNodeId")),
             "driver_info": {
@@ -279,15 +317,24 @@ def _job_definition(row: Row, body: dict[str, Any]) -> None:
             },
         }
     )
+    _submitted_message(row)
 
 
 _JOB_STATUS = {"CREATED": "RUNNING", "FINISHED": "SUCCEEDED"}
+
+
+def _submitted_message(row: Row) -> None:
+    """A submitted job's status message, once its driver finished (in whichever order its
+    definition and lifecycle pieces came)."""
+    if row.get("submission_id") and row.get("state") == "FINISHED":
+        row["message"] = SUBMITTED_MESSAGE
 
 
 def _job_lifecycle(row: Row, body: dict[str, Any]) -> None:
     _transitions(row, body)
     if "state" in row:  # a piece with no transitions says nothing of it
         row["status"] = _JOB_STATUS.get(row["state"], row["state"])
+    _submitted_message(row)
     row["start_time"] = _first_ms(row, "CREATED")
     row["end_time"] = _last_ms(row, "FINISHED")
 
@@ -298,6 +345,7 @@ def _node_definition(row: Row, body: dict[str, Any]) -> None:
         {
             "node_ip": body.get("nodeIpAddress", ""),
             "node_name": body.get("nodeName", ""),
+            "hostname": body.get("hostname", ""),
             "labels": labels,
             "start_time_ms": _ms(rfc3339_ns(body.get("startTimestamp"))) or None,
         }

@@ -369,7 +369,7 @@ def _task_summary(counts: list[tuple[Any, ...]]) -> dict[str, Any]:
     for func, name, kind, state, count in counts:
         if kind == "DRIVER_TASK":  # Ray's summary leaves the driver out, as its lists do
             continue
-        key = func or name or ""
+        key = name or func or ""  # Ray's rule: a named actor's constructor is `name:Class.__init__`
         entry = summary.setdefault(key, {"func_or_class_name": key, "type": kind, "state_counts": {}})
         entry["state_counts"][state] = entry["state_counts"].get(state, 0) + count
         totals[kind if kind in totals else "other"] += count
