@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 
 from ray_otel_events import config
+from ray_otel_events.security.client_errors import log_text
 from ray_otel_events.services.serve_cli import chosen_store, default_store_path
 from ray_otel_events.store.backend import Store, StoreError, UnsupportedStoreError
 from ray_otel_events.store.location import is_url, open_store
-from ray_otel_events.store.set_aside import shown
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -100,7 +100,7 @@ def _refold(store: Store) -> int:
     folded, still = store.refold_refused()
     print(f"{folded} set-aside events folded, {len(still)} still refused")
     for event in still:
-        print(f"  {shown(event.event_id, 80)}: {shown(event.reason)}")
+        print(f"  {log_text(event.event_id, 80)}: {log_text(event.reason)}")
     return 0
 
 
@@ -120,7 +120,7 @@ def _list_refused(store: Store, as_json: bool) -> int:
             )
         else:
             received = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(event["received"]))
-            print(f"{received}  {shown(event['event_id'], 80)}  {shown(event['reason'])}")
+            print(f"{received}  {log_text(event['event_id'], 80)}  {log_text(event['reason'])}")
     if not as_json:
         print(f"{len(events)} events set aside", file=sys.stderr)
     return 0

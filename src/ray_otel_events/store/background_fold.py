@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
+from ray_otel_events.security.client_errors import log_text
 from ray_otel_events.store.backend import (
     IngestResult,
     SetAside,
@@ -30,7 +31,7 @@ from ray_otel_events.store.backend import (
 )
 from ray_otel_events.store.intake_spool import IntakeSpool, Position
 from ray_otel_events.store.posted_body import Accepted
-from ray_otel_events.store.set_aside import fold_apart, refused_texts, shown
+from ray_otel_events.store.set_aside import fold_apart, refused_texts
 
 logger = logging.getLogger(__name__)
 
@@ -209,7 +210,7 @@ class BackgroundFold:
         self._store.set_aside(aside)
         for event in aside[:LOGGED_REFUSALS]:
             logger.warning(
-                "event %s set aside, its fold failed: %s", shown(event.event_id), shown(event.reason)
+                "event %s set aside, its fold failed: %s", log_text(event.event_id), log_text(event.reason)
             )
         if len(aside) > LOGGED_REFUSALS:
             logger.warning("and %d more events set aside", len(aside) - LOGGED_REFUSALS)

@@ -133,10 +133,3 @@ def refused_texts(refused: list[Refusal], bodies: list[bytes]) -> list[SetAside]
         for refusal in refused
         if refusal.event_id in by_id
     ]
-
-
-def shown(text: str, limit: int = 200) -> str:
-    """Text from outside (an event id, a reason quoting a value) on one line and cut short, for a
-    log line or the `store refused` listing."""
-    one = text.encode("unicode_escape").decode("ascii")
-    return one if len(one) <= limit else one[:limit] + f"... ({len(text)} characters)"
