@@ -238,21 +238,13 @@ def _run_locked(
         store.close()
         return 1
     intake = StateIntake(store, spool, StoreWatch(store))
-    args.store_name = store_name(location)
+    args.store_kind = "postgresql" if is_url(location) else "sqlite"
     try:
         return asyncio.run(serve(intake, args, security))
     finally:
         intake.close()  # (when serve() did not get to it)
         spool.close()
         store.close()
-
-
-def store_name(location: str | Path) -> str:
-    """The store as /readyz names it: the file, or the database's host, port and name (no password)."""
-    if not is_url(location):
-        return str(location)
-    info = conninfo_parts(str(location))
-    return f"postgresql://{info}"
 
 
 def conninfo_parts(url: str) -> str:
@@ -313,6 +305,11 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
     metrics.add_total(
         "serve_rejected_events", "events that could not be read", lambda: {(): intake.rejected_events}
     )
+    metrics.add_total(
+        "serve_set_aside_events",
+        "events whose fold failed, kept apart (`ray-otel-events store refused` lists them)",
+        lambda: {(): intake.fold.set_aside},
+    )
     metrics.add_total("serve_refused_posts", "POSTs answered 4xx or 5xx", lambda: {(): intake.refused_posts})
     metrics.add_total("serve_spans", "spans stored", lambda: {(): intake.spans})
     metrics.add_gauge(
@@ -333,10 +330,20 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
     writer = store.writer + (f": {store.writer_reason}" if store.writer_reason else "")
 
     def ready() -> Readiness:
-        name = getattr(args, "store_name", "")
-        reachable = (watch.unavailable is None, watch.unavailable or name)
-        ready = Readiness().add("store_open", True, name).add("store_reachable", *reachable)
-        return ready.add("store_writer", True, writer)
+        """Open by design (a probe carries no token): it says what is wrong, never where the store
+        is (its file, host, port or database are in the log)."""
+        kind = getattr(args, "store_kind", "")
+        reachable = watch.unavailable is None
+        stuck = intake.fold.stuck
+        return (
+            Readiness()
+            .add("store_open", True, kind)
+            .add(
+                "store_reachable", reachable, "yes" if reachable else "the store's database cannot be reached"
+            )
+            .add("store_folding", stuck is None, stuck or "folding")
+            .add("store_writer", True, writer)
+        )
 
     token = security.token
     guard = ServerGuard(security.limits)  # one for both HTTP ports: one process's memory and descriptors

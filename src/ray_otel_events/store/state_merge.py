@@ -493,7 +493,7 @@ def piece_of(event: dict[str, Any]) -> Piece | None:
     if not isinstance(body, dict) or not body.get(id_key):
         raise ValueError(f"{event_type} without {key}.{id_key}")
     attempt = int(body.get(attempt_key, 0) or 0) if attempt_key else 0
-    if not _SQLITE_INT[0] <= attempt <= _SQLITE_INT[1]:  # a key the file cannot hold: every fold would fail
+    if not INT64[0] <= attempt <= INT64[1]:  # a key the file cannot hold: every fold would fail
         raise ValueError(f"{key}.{attempt_key} {attempt} does not fit in 64 bits")
     return Piece(event_type, resource, hex_id(body[id_key]), attempt, fold, body)
 
@@ -614,7 +614,7 @@ def indexed_values(resource: str, row: Row) -> tuple[Any, ...]:
     )
 
 
-_SQLITE_INT = (-(1 << 63), (1 << 63) - 1)
+INT64 = (-(1 << 63), (1 << 63) - 1)  # what an SQL integer column holds
 
 
 def _row_columns_python(resource: str, row: Row) -> tuple[str, tuple[Any, ...]]:
@@ -623,7 +623,7 @@ def _row_columns_python(resource: str, row: Row) -> tuple[str, tuple[Any, ...]]:
     for column, value in zip(INDEXED_COLUMNS, indexed, strict=True):
         kind = type(value)
         if kind is int:
-            if not _SQLITE_INT[0] <= value <= _SQLITE_INT[1]:
+            if not INT64[0] <= value <= INT64[1]:
                 raise ValueError(f"{INDEXED_FIELDS[resource][column]} {value} does not fit in 64 bits")
         elif value is not None and kind is not str and kind is not float and kind is not bool:
             raise TypeError(f"{INDEXED_FIELDS[resource][column]} is a {kind.__name__}, not text or a number")

@@ -16,10 +16,12 @@ from typing import Any
 from ray_otel_events.events import ids
 from ray_otel_events.protobuf.common_pb2 import ACTOR_CREATION_TASK, TaskType
 from ray_otel_events.store.backend import ColumnFilter, Selection, Store
+from ray_otel_events.store.sql_reads import INTEGER_COLUMNS
 from ray_otel_events.store.state_merge import (
     ACTORS,
     ID_COLUMN,
     INDEXED_FIELDS,
+    INT64,
     JOBS,
     NODES,
     PLACEMENT_GROUPS,
@@ -215,6 +217,8 @@ def parse_query(resource: str, params: Any) -> ListQuery:
             )
         if predicate not in PREDICATES:
             raise QueryError(f"Unsupported filter predicate {predicate!r}; supported: {list(PREDICATES)}")
+        if store_column(resource, key) in INTEGER_COLUMNS and not _fits_64_bits(value):
+            raise QueryError(f"filter {key}={value!r}: an integer past 64 bits (no row holds one)")
         filters.append((key, predicate, value))
     return ListQuery(
         resource,
@@ -223,6 +227,16 @@ def parse_query(resource: str, params: Any) -> ListQuery:
         _flag(params.get("exclude_driver"), True, "exclude_driver"),
         filters,
     )
+
+
+def _fits_64_bits(value: str) -> bool:
+    """Whether an integer filter's value is one the store's integer columns can hold (text that is
+    no integer matches no row, as in Ray)."""
+    try:
+        number = int(value)
+    except ValueError:
+        return True
+    return INT64[0] <= number <= INT64[1]
 
 
 def _matches(value: Any, wanted: str) -> bool:
