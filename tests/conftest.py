@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers.agg_procs import CliServer
+from helpers.agg_procs import CliServer, close_all
 from helpers.postgres import PostgresServer
 from helpers.pure_python import COMPILED_ONLY
 from hypothesis import settings
@@ -84,11 +84,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 @pytest.fixture
 def servers() -> Iterator[list[CliServer]]:
-    """Every server a test starts (helpers.agg_procs.start); closed at the end whatever happened."""
+    """Every server a test starts (helpers.agg_procs.start); closed at the end whatever happened, and
+    checked (helpers.agg_procs.close_all): an exit the test did not ask for, or a traceback, fails it."""
     started: list[CliServer] = []
     yield started
-    for server in started:
-        server.close()
+    close_all(started)
 
 
 @pytest.fixture(scope="session")

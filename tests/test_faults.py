@@ -176,7 +176,7 @@ def test_kill_9_of_the_aggregator_with_a_queue_dir_loses_nothing(
     agg = start(servers, "aggregator", *args)
     sent = run_producer(agg.address, "--fixture", FIXTURE, "--count", "2000", "--types", TASK_TYPES)
     time.sleep(0.5)  # a few batches delivered, most still queued
-    agg.proc.send_signal(signal.SIGKILL)
+    agg.send_signal(signal.SIGKILL)
     agg.proc.wait(10)
     delivered_before = len(read_jsonl(out))
     assert 0 < delivered_before < 2000, "the kill must land mid-stream"

@@ -84,7 +84,7 @@ def test_kill_9_of_a_durable_bridge_mid_stream(tmp_path: Path) -> None:
         first = group.bridge(*args)
         post_all(first, bodies[:half])  # accepted while the OTLP destination is down
         time.sleep(0.5)  # some spans complete and wait on disk for the destination
-        first.proc.send_signal(signal.SIGKILL)
+        first.send_signal(signal.SIGKILL)
         first.proc.wait(10)
         _otlp_sink, otlp_path = group.sink("otlp", "--port", str(port))
         second = group.bridge(*args)

@@ -130,7 +130,7 @@ def test_events_answered_survive_kill_9(
         for body in bodies:
             answer = session.post(f"http://{server.address}/v1/ray-events", json=body, timeout=30)
             assert answer.status_code == 200 and answer.json()["accepted"] == len(body)
-    server.proc.send_signal(signal.SIGKILL)  # straight after the last 200, folded or not
+    server.send_signal(signal.SIGKILL)  # straight after the last 200, folded or not
     server.proc.wait(10)
     # folds what the killed one had not
     start(servers, "serve", *serve_store_args(store_location, tmp_path)).stop()
