@@ -18,14 +18,17 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
 
 from ray_otel_events import cli, config
+
+T = TypeVar("T")
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 60.0
@@ -297,3 +300,25 @@ def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0
     while not condition():
         assert time.monotonic() < deadline, f"no {what} within {timeout_s} s"
         time.sleep(0.05)
+
+
+def returns(call: Callable[[], T], what: str, timeout_s: float = 60.0) -> T:
+    """`call()`'s result, for a call that must return (a bounded stop or flush, say): run on a
+    thread, so the test fails naming `what` if it has not returned after `timeout_s`, rather than
+    hanging. The deadline only fails a call that never returns: no bound on how long it took."""
+    result: list[T] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(call())
+        except BaseException as error:  # handed to the test's thread, raised there
+            errors.append(error)
+
+    thread = threading.Thread(target=run, name=what, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if errors:
+        raise errors[0]
+    assert result, f"{what} did not return within {timeout_s} s"
+    return result[0]
