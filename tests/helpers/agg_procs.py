@@ -49,23 +49,32 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 _TRACEBACK = "Traceback (most recent call last)"
 
 
-def ended_badly(argv: list[str], returncode: int | None, stderr: str) -> str | None:
+def ended_badly(
+    argv: list[str], returncode: int | None, stderr: str, expected: tuple[str, ...] = ()
+) -> str | None:
     """What went wrong with a server process a test started, or None: an exit status other than 0
     it was not asked for (`returncode` None: the test ended it, by a signal it chose or a kill at
-    the end), or a traceback in what it logged. Every helper that starts one of our servers asks."""
+    the end), or a traceback in what it logged, but in a log line naming one of `expected` (a
+    failure the test makes, which the server logs with its traceback by design). Every helper that
+    starts one of our servers asks."""
     problems = []
     if returncode not in (None, 0):
         problems.append(f"exited {returncode} of itself")
-    if _TRACEBACK in stderr:
-        start = stderr.index(_TRACEBACK)
+    unexpected = [
+        line for line in stderr.splitlines() if _TRACEBACK in line and not any(e in line for e in expected)
+    ]
+    if unexpected:  # (a JSON log line holds its whole traceback)
+        start = stderr.index(unexpected[0])
         problems.append(f"logged a traceback: {stderr[max(0, start - 500) : start + 3000]}")
     return f"{argv}: {'; '.join(problems)}" if problems else None
 
 
-def check_ended_well(proc: subprocess.Popen[Any], stderr: str, *, ended_by_test: bool) -> None:
+def check_ended_well(
+    proc: subprocess.Popen[Any], stderr: str, *, ended_by_test: bool, expected: tuple[str, ...] = ()
+) -> None:
     """Fails naming what went wrong when `ended_badly` finds something; `proc` has exited."""
     argv = [str(arg) for arg in proc.args] if isinstance(proc.args, list) else [str(proc.args)]
-    problem = ended_badly(argv, None if ended_by_test else proc.returncode, stderr)
+    problem = ended_badly(argv, None if ended_by_test else proc.returncode, stderr, expected)
     assert problem is None, problem
 
 
@@ -83,6 +92,7 @@ class CliServer:
         )
         self._pending = b""
         self.ended_by_test = False  # stop(), send_signal() or a failed start: the exit is the test's
+        self.expected_tracebacks: tuple[str, ...] = ()  # see expect_tracebacks
         self.returncode: int | None = None
         self.stats: dict[str, Any] | None = None
         line = self.read_line(READY_TIMEOUT_S)
@@ -121,6 +131,11 @@ class CliServer:
         """Everything the server wrote to stderr so far (its JSON log lines)."""
         return Path(self._stderr.name).read_text(errors="replace")
 
+    def expect_tracebacks(self, *messages: str) -> None:
+        """Tracebacks logged with one of these messages are the test's doing (a database it takes
+        away, say), logged so by design: close() lets them pass, and fails on any other."""
+        self.expected_tracebacks = messages
+
     def send_signal(self, sig: int) -> None:
         """Sends `sig` as the test's doing (a crash it makes, say): the exit that follows is expected."""
         self.ended_by_test = True
@@ -151,7 +166,12 @@ class CliServer:
             self.proc.stdout.close()
         self._stderr.close()
         os.unlink(self._stderr.name)
-        check_ended_well(self.proc, logged, ended_by_test=self.ended_by_test or not exited_alone)
+        check_ended_well(
+            self.proc,
+            logged,
+            ended_by_test=self.ended_by_test or not exited_alone,
+            expected=self.expected_tracebacks,
+        )
 
 
 def close_all(servers: list[CliServer]) -> None:
