@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ pytestmark = pytest.mark.ray
 
 HOOK = "ray_otel_events.tracing.setup_otlp_tracing:setup_tracing"
 WORKLOAD = """
-import json, logging, os, sys, time
+import json, logging, os, sys, time, urllib.error, urllib.request
 import ray
 ray.init()
 
@@ -53,7 +52,25 @@ task_id, pid = ray.get(chatty.remote(7))
 ray.get(quiet.remote())
 speaker = Speaker.remote()
 method_id, actor_id = ray.get(speaker.speak.remote())
-time.sleep(1.5)  # the hook's log batches go out every 100 ms here; Ray ends actors without exit hooks
+
+def stored(task):
+    try:
+        with urllib.request.urlopen(f"{sys.argv[1]}/api/ui/tasks/{task}/logs", timeout=10) as answer:
+            return {line["body"] for line in json.load(answer)["logs"]}
+    except urllib.error.HTTPError:
+        return set()
+
+# Ray ends the job's workers and actors without exit hooks: the job lasts until serve holds their
+# lines (the hook sends its log batches every 100 ms here).
+wanted = {
+    task_id: {"hello from chatty 7", "a line to stderr", "logged warning 7"},
+    method_id: {"actor speaks"},
+    "ffffffffffffffff" + actor_id: {"actor constructed"},
+}
+deadline = time.monotonic() + 60
+while not all(bodies <= stored(task) for task, bodies in wanted.items()):
+    assert time.monotonic() < deadline, {task: stored(task) for task in wanted}
+    time.sleep(0.1)
 print(json.dumps({"task_id": task_id, "pid": pid, "method_id": method_id, "actor_id": actor_id,
                   "job_id": ray.get_runtime_context().get_job_id()}))
 """
@@ -68,16 +85,6 @@ def _logs(task_id: str, *source: str) -> list[dict[str, Any]]:
     return lines
 
 
-def _wait_for_lines(task_id: str, address: str, bodies: set[str], timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not bodies <= {line["body"] for line in _logs(task_id, "--address", address)}:
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"{task_id}: not all of {bodies} stored: {_logs(task_id, '--address', address)}"
-            )
-        time.sleep(0.5)
-
-
 def test_worker_prints_and_logging_are_stored_with_rays_ids(servers: list[CliServer], tmp_path: Path) -> None:
     from helpers.ray_cluster import ray_cluster
 
@@ -90,12 +97,10 @@ def test_worker_prints_and_logging_are_stored_with_rays_ids(servers: list[CliSer
         "OTEL_BSP_SCHEDULE_DELAY": "100",
     }
     with ray_cluster(f"{base}/v1/ray-events", tracing_hook=HOOK, extra_env=otel) as cluster:
-        ids, stdout, stderr = run_json_script([sys.executable, "-c", WORKLOAD], cluster.env, 300)
+        ids, stdout, stderr = run_json_script([sys.executable, "-c", WORKLOAD, base], cluster.env, 300)
         # Ray's own echo to the driver still works: our capture only adds to the streams.
         assert "hello from chatty 7" in stdout + stderr
     task_bodies = {"hello from chatty 7", "a line to stderr", "logged warning 7"}
-    _wait_for_lines(ids["task_id"], base, task_bodies)
-    _wait_for_lines(ids["method_id"], base, {"actor speaks"})
     serve.stop()  # the cluster and serve both gone: the store file alone answers
     lines = _logs(ids["task_id"], "--store", str(store))
     by_body = {line["body"]: line for line in lines}
@@ -128,6 +133,7 @@ def test_worker_prints_and_logging_are_stored_with_rays_ids(servers: list[CliSer
 
 LOCAL_WORKLOAD = """
 import json, sys, time
+from pathlib import Path
 import ray
 ray.init()
 
@@ -137,7 +143,11 @@ def chatty():
     return ray.get_runtime_context().get_task_id()
 
 task_id = ray.get(chatty.remote())
-time.sleep(0.5)
+# the job lasts until the worker has written its line (Ray ends workers without exit hooks)
+deadline = time.monotonic() + 60
+while not any("local hook line" in p.read_text() for p in Path(sys.argv[1]).glob("*.logs.jsonl")):
+    assert time.monotonic() < deadline, "the worker's line was never written"
+    time.sleep(0.1)
 print(json.dumps({"task_id": task_id}))
 """
 
@@ -150,7 +160,9 @@ def test_local_hook_writes_worker_output_beside_the_spans(tmp_path: Path) -> Non
     local_hook = "ray_otel_events.tracing.setup_local_tmp_tracing:setup_tracing"
     env = {"RAY_OTEL_EVENTS_SPANS_DIR": str(spans_dir)}
     with ray_cluster("http://127.0.0.1:9/unused", tracing_hook=local_hook, extra_env=env) as cluster:
-        task_id = run_json_script([sys.executable, "-c", LOCAL_WORKLOAD], cluster.env, 300)[0]["task_id"]
+        task_id = run_json_script([sys.executable, "-c", LOCAL_WORKLOAD, str(spans_dir)], cluster.env, 300)[
+            0
+        ]["task_id"]
 
         def found() -> dict[str, Any] | None:
             for path in spans_dir.glob("*.logs.jsonl"):
@@ -160,11 +172,7 @@ def test_local_hook_writes_worker_output_beside_the_spans(tmp_path: Path) -> Non
                         return record
             return None
 
-        deadline = time.monotonic() + 30
-        record = found()
-        while record is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-            record = found()
+        record = found()  # the driver waited for it
     assert record is not None, list(spans_dir.iterdir())
     attributes = record["attributes"]
     assert attributes["ray.task_id"] == task_id and attributes["ray.task_attempt"] == 0, record

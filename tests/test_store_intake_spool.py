@@ -8,6 +8,7 @@ import asyncio
 import json
 import resource
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -78,11 +79,25 @@ def test_background_fold_merges_posts_and_settles_reads(tmp_path: Path, store_lo
     results: list[IngestResult] = []
     fold = BackgroundFold(store, spool, results.append, spooled_events, batch_events=10 * len(EVENTS))
     bodies = _copies(0, 30)
+    # The first fold is held until every other POST is accepted, so they wait together (as POSTs
+    # arriving during a fold do) and go in transactions of up to 10: 1 + 10 + 10 + 9.
+    folding, go_on = threading.Event(), threading.Event()
+    ingest_posted = store.ingest_posted
+
+    def held_ingest(*args: Any, **kwargs: Any) -> IngestResult:
+        folding.set()
+        assert go_on.wait(60), "the test never let the first fold go on"
+        return ingest_posted(*args, **kwargs)
+
+    store.ingest_posted = held_ingest  # type: ignore[method-assign]
 
     async def post_all_then_read() -> int:
-        for body in bodies:
+        for number, body in enumerate(bodies):
             await fold.room()
             fold.put([prepare(e) for e in body], orjson.dumps(body))
+            if number == 0:
+                assert folding.wait(60), "the first POST was never folded"
+        go_on.set()
         await fold.settled()
         return int(store.size()["state_rows"])
 
@@ -97,7 +112,7 @@ def test_background_fold_merges_posts_and_settles_reads(tmp_path: Path, store_lo
     assert rows == reference.size()["state_rows"] > 0  # settled: everything answered is readable
     reference.close()
     assert sum(r.stored for r in results) == 30 * len(EVENTS)
-    assert fold.batches < 30  # several POSTs to a transaction
+    assert fold.batches == 4  # the POSTs that waited, 10 to a transaction
     assert not list((tmp_path / "s.sqlite3.intake").glob("*.spool"))  # all folded: nothing kept
 
 
@@ -130,7 +145,7 @@ def test_events_answered_survive_kill_9(
         for body in bodies:
             answer = session.post(f"http://{server.address}/v1/ray-events", json=body, timeout=30)
             assert answer.status_code == 200 and answer.json()["accepted"] == len(body)
-    server.proc.send_signal(signal.SIGKILL)  # straight after the last 200, folded or not
+    server.send_signal(signal.SIGKILL)  # straight after the last 200, folded or not
     server.proc.wait(10)
     # folds what the killed one had not
     start(servers, "serve", *serve_store_args(store_location, tmp_path)).stop()

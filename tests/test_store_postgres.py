@@ -318,6 +318,7 @@ def test_database_lost_and_back_while_serve_runs(
     client got a 200 for is stored, once."""
     url = postgres_server.new_database("faults")
     server = start(servers, "serve", *serve_store_args(url, tmp_path))
+    server.expect_tracebacks("folding ")  # the fold says why each try failed while the server is down
     sent: list[int] = []
     refused: list[requests.Response] = []
     stop = threading.Event()

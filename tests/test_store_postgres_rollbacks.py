@@ -191,6 +191,7 @@ def test_serve_answers_503_while_the_database_rolls_writes_back_and_loses_nothin
     through again; what was stored before stays. The client's retry is then stored, once."""
     url = postgres_server.new_database("serve_rolled_back")
     server = start(servers, "serve", *serve_store_args(url, tmp_path))
+    server.expect_tracebacks("folding ")  # the fold says why each try failed while writes roll back
     assert _post(server, _session_copy(EVENTS, 0)).status_code == 200
     assert _tasks(server)  # waits for the fold
     _refusing(url, True)
