@@ -7,7 +7,8 @@ Ray's `worker_process_setup_hook` and runs nested tasks, a sync and an async act
 succeeds on its retry and one that fails, each starting a span and writing a line inside and
 outside it. At `serve`, every user span has the trace and, as its parent, the span the bridge made
 for the very attempt it ran in; the lines carry the same ids; the driver's span sits under the
-job's span.
+job's span. Last, a second, small cluster started with `ray-env --lineage`'s variable sets up the
+workers of a driver that gives no runtime_env (the cluster-wide way).
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 from helpers.agg_procs import CliServer
 from helpers.bridge_procs import start_bridge, url
-from helpers.ray_cluster import ray_cluster
+from helpers.ray_cluster import ray_cluster, ray_env
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -32,6 +34,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanContext, TraceFlags
 
 from ray_otel_events.config import ConfigError, LineageConfig
+from ray_otel_events.events.ray_releases import WORKER_SETUP_HOOK_VARIABLE
 from ray_otel_events.tracing.lineage import (
     HOOK,
     LineageLogProcessor,
@@ -347,3 +350,72 @@ def test_lines_carry_the_attempts_ids_outside_a_span_and_the_users_inside(run: R
             run.trace_id,
             user["span_id"],
         )
+
+
+# -- the whole cluster, by ray-env --lineage: a driver that gives no runtime_env --------------------
+CLUSTER_WIDE = """
+import json
+import ray
+from opentelemetry import trace
+from ray_otel_events.tracing import lineage
+
+ray.init()
+lineage.setup()
+
+
+@ray.remote
+def work():
+    task = ray.get_runtime_context().get_task_id()
+    tracer = trace.get_tracer("lineage-test")
+    with tracer.start_as_current_span("user work", attributes={"test.task_id": task}):
+        return task
+
+
+task = ray.get(work.remote())
+with trace.get_tracer("lineage-test").start_as_current_span("driver") as span:
+    trace_id = format(span.get_span_context().trace_id, "032x")
+print(json.dumps({"trace_id": trace_id, "task": task}))
+"""
+
+
+@pytest.mark.ray
+def test_ray_env_lineage_sets_up_every_worker_of_the_cluster(tmp_path: Path) -> None:
+    serve = CliServer("serve", "--store", str(tmp_path / "events.sqlite3"))
+    base = f"http://{serve.address}"
+    bridge = start_bridge("--otlp-endpoint", base, "--terminal-grace", "1")
+    wiring = ray_env(base, "--lineage")
+    assert wiring[WORKER_SETUP_HOOK_VARIABLE] == HOOK
+    otel = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": base,
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        WORKER_SETUP_HOOK_VARIABLE: wiring[WORKER_SETUP_HOOK_VARIABLE],  # ray-env's line, at `ray start`
+    }
+    try:
+        with ray_cluster(
+            url(bridge, "/v1/ray-events"),
+            extra_env=otel,
+        ) as cluster:
+            run = subprocess.run(
+                [sys.executable, "-c", CLUSTER_WIDE],
+                env=cluster.env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert run.returncode == 0, run.stdout + run.stderr
+            reported = json.loads(next(x for x in run.stdout.splitlines() if x.startswith('{"trace_id"')))
+
+            def found() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+                spans = _trace(base, reported["trace_id"])
+                return _user_spans(spans), _task_spans(spans).get(reported["task"], [])
+
+            deadline = time.monotonic() + 90
+            while not all(found()):
+                assert time.monotonic() < deadline, f"the user span or its task's never arrived: {found()}"
+                time.sleep(0.5)
+        (user,), (attempt,) = found()
+        assert user["attributes"]["test.task_id"] == reported["task"]
+        assert (user["trace_id"], user["parent_span_id"]) == (attempt["trace_id"], attempt["span_id"])
+    finally:
+        bridge.close()
+        serve.close()
