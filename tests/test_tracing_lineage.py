@@ -117,11 +117,17 @@ def test_a_bad_traceparent_is_named(raw: str) -> None:
         LineageConfig.from_env({"TRACEPARENT": raw})
 
 
+def test_ray_env_prints_the_setup_hook_line_only_when_asked() -> None:
+    assert ray_env("http://127.0.0.1:8265", "--lineage")[WORKER_SETUP_HOOK_VARIABLE] == HOOK
+    assert WORKER_SETUP_HOOK_VARIABLE not in ray_env("http://127.0.0.1:8265")
+
+
 # -- live -------------------------------------------------------------------------------------------
 WORKLOAD = f"""
 import asyncio
 import json
 import logging
+import threading
 import ray
 from opentelemetry import trace
 from ray_otel_events.tracing import lineage
@@ -148,6 +154,11 @@ def leaf(i):
 @ray.remote
 def parent(n):
     mark("parent")
+    seen = []  # a thread the task starts: Ray gives it a made-up task id, no attempt of ours
+    thread = threading.Thread(target=lambda: seen.append(lineage.attempt_span_context()))
+    thread.start()
+    thread.join()
+    assert seen == [None], seen
     return sum(ray.get([leaf.remote(i) for i in range(n)]))
 
 

@@ -16,6 +16,8 @@ Spans and records go out over OTLP (OTEL_EXPORTER_OTLP_ENDPOINT and the other st
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -40,6 +42,7 @@ from ray_otel_events.tracing.ray_session import RAY_WORKER_MODULE, connected_ses
 
 # Ray loads a worker_process_setup_hook named as a string by its last dot (`module.function`).
 HOOK = "ray_otel_events.tracing.lineage.setup"
+logger = logging.getLogger("ray_otel_events.tracing")
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
@@ -65,6 +68,8 @@ def attempt_span_context() -> tuple[SpanContext, bool] | None:
         if task.is_nil():
             return None
         task_id = task.binary()
+        if ids.actor_of_task(task_id) != _actor_part(worker, task_id):
+            return None  # a thread the task started: Ray gives it a made-up task id of its own
         attempt = core.get_current_task_attempt_number()
         trace_id = trace_id_for_job(session, ids.job_of_task(task_id))
         span_id = task_span_id(session, task_id, attempt)
@@ -74,6 +79,14 @@ def attempt_span_context() -> tuple[SpanContext, bool] | None:
         trace_id, span_id = trace_id_for_job(session, job), job_span_id(session, job)
         return SpanContext(_int(trace_id), _int(span_id), is_remote=True, trace_flags=_SAMPLED), True
     return None
+
+
+def _actor_part(worker: Any, task_id: bytes) -> bytes:
+    """The actor part every task this worker runs has: its actor's id, or nil with the job's."""
+    actor = getattr(worker, "actor_id", None)
+    if actor is not None and not actor.is_nil():
+        return bytes(actor.binary())
+    return ids.nil_actor_id(ids.job_of_task(task_id))
 
 
 Lineage = Callable[[], "tuple[SpanContext, bool] | None"]
@@ -204,8 +217,16 @@ def setup() -> None:
 def _install() -> None:
     config = LineageConfig.from_env()
     resource = Resource.create()
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+    existing = trace.get_tracer_provider()
+    if not isinstance(existing, TracerProvider):
         trace.set_tracer_provider(LineageTracerProvider(caller_links=caller_links(config), resource=resource))
+    elif not isinstance(existing, LineageTracerProvider):
+        logger.warning(
+            "ray_otel_events: a tracer provider was set before the lineage mode's (%s): spans are"
+            " exported but not parented by Ray's lineage (pid %d)",
+            type(existing).__name__,
+            os.getpid(),
+        )
     install_tracing(
         [BatchSpanProcessor(otlp_span_exporter(config.protocols.traces))],
         [LineageLogProcessor(), BatchLogRecordProcessor(otlp_log_exporter(config.protocols.logs))],
