@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -607,6 +608,44 @@ class OtlpProtocols:
         return cls(
             traces=otlp_protocol(env, OTLP_TRACES_PROTOCOL), logs=otlp_protocol(env, OTLP_LOGS_PROTOCOL)
         )
+
+
+# The lineage mode (tracing/lineage.py): no tracing hook, user spans parented by Ray's runtime
+# context. A driver given the W3C `traceparent` of its caller links its spans to the caller's
+# (the variable name of OpenTelemetry's environment-carrier convention).
+TRACEPARENT_ENV = "TRACEPARENT"
+_TRACEPARENT_RE = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+
+
+@dataclass(frozen=True)
+class LineageConfig:
+    """What the lineage mode reads: the caller's span context, the OTLP protocols (the endpoint,
+    headers and timeouts are the standard OTEL_EXPORTER_OTLP_* variables the exporters read)."""
+
+    # (trace id, span id, trace flags) of the caller, from TRACEPARENT; None when unset.
+    caller: tuple[int, int, int] | None = None
+    protocols: OtlpProtocols = OtlpProtocols()
+    task_output: bool = True
+
+    @classmethod
+    def from_env(cls, env: Environ | None = None) -> LineageConfig:
+        env = os.environ if env is None else env
+        raw = env.get(TRACEPARENT_ENV, "").strip()
+        return cls(
+            caller=parse_traceparent(raw, TRACEPARENT_ENV) if raw else None,
+            protocols=OtlpProtocols.from_env(env),
+            task_output=env_bool(env, TASK_OUTPUT, cls.task_output),
+        )
+
+
+def parse_traceparent(raw: str, source: str) -> tuple[int, int, int]:
+    """A W3C `traceparent` (version 00) as (trace id, span id, flags); all-zero ids are invalid."""
+    match = _TRACEPARENT_RE.fullmatch(raw.strip().lower())
+    _require(match is not None, f"{source}={raw!r}: expected a W3C traceparent 00-<32 hex>-<16 hex>-<2 hex>")
+    assert match is not None
+    trace_id, span_id, flags = (int(group, 16) for group in match.groups())
+    _require(trace_id != 0 and span_id != 0, f"{source}={raw!r}: all-zero trace or span id")
+    return trace_id, span_id, flags
 
 
 # ---------------------------------------------------------------------------------------------
