@@ -515,10 +515,12 @@ BOUNDS = {
         " PostgreSQL's `shared_buffers` (its default, 128 MiB) counted in the PSS of its processes"
     ),
     "bridge": (
-        "open task attempts (`RAY_OTEL_EVENTS_BRIDGE_MAX_OPEN_ENTITIES`, `..._MAX_OPEN_BYTES`,"
-        " `..._ENTITY_TTL_SECONDS`), the duplicate filter (`..._DEDUP_WINDOW`, 200,000 ids), the export"
-        " queue (`..._QUEUE_SIZE`, `..._QUEUE_BYTES`), request bodies in flight"
-        " (`RAY_OTEL_EVENTS_MAX_BODIES_BYTES`)"
+        "entities still open (an actor or worker alive, a task not ended): at most"
+        " `RAY_OTEL_EVENTS_BRIDGE_MAX_OPEN_ENTITIES` (100,000) and `..._MAX_OPEN_BYTES` (256 MiB), each"
+        " dropped `..._ENTITY_TTL_SECONDS` (600 s) after its last event, so under a steady stream they"
+        " grow for the first 10 minutes and then stay level; the duplicate filter (`..._DEDUP_WINDOW`,"
+        " 200,000 ids); the export queue (`..._QUEUE_SIZE` 100,000, `..._QUEUE_BYTES` 256 MiB); request"
+        " bodies in flight (`RAY_OTEL_EVENTS_MAX_BODIES_BYTES`)"
     ),
 }
 

@@ -22,6 +22,7 @@ from ray_otel_events.config import (
     parse_exposable_event_types,
     serve_address,
     serve_tracing_exporter,
+    store_max_pending_bytes,
     timezone_name,
 )
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
@@ -200,3 +201,11 @@ def test_store_rebuild_help_names_the_store_variable_and_the_data_home(tmp_path:
     )
     assert proc.returncode == 0, proc.stderr
     assert f"$RAY_OTEL_EVENTS_STORE, else {tmp_path}/ray-otel-events/events.sqlite3" in proc.stdout
+
+
+def test_store_max_pending_bytes_is_read_and_checked() -> None:
+    assert store_max_pending_bytes({}) == 64 * 1024 * 1024
+    assert store_max_pending_bytes({"RAY_OTEL_EVENTS_STORE_MAX_PENDING_BYTES": "1000"}) == 1000
+    for bad in ("0", "-5", "lots"):
+        with pytest.raises(ConfigError, match="RAY_OTEL_EVENTS_STORE_MAX_PENDING_BYTES"):
+            store_max_pending_bytes({"RAY_OTEL_EVENTS_STORE_MAX_PENDING_BYTES": bad})
