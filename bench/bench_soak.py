@@ -501,18 +501,22 @@ def run_bridge(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 
 # -- the report ----------------------------------------------------------------------------------
 
+_SERVE_BOUNDS = (
+    "POST bodies answered and not yet folded (`RAY_OTEL_EVENTS_STORE_MAX_PENDING_BYTES`, 64 MiB, and"
+    " 200,000 events): what grows while the fold is behind the stream; the fold's id cache"
+    " (`state_merge.hex_id`, 65,536 ids); request bodies in flight (`RAY_OTEL_EVENTS_MAX_BODIES_BYTES`,"
+    " 256 MiB); connections (`RAY_OTEL_EVENTS_MAX_CONNECTIONS`, 4,096)"
+)
 BOUNDS = {
     "serve (SQLite)": (
-        "the writer connection's page cache (`PRAGMA cache_size=-65536`: 64 MiB) and the compiled"
-        " fold's reader (16 MiB); the store file mapped (`mmap_size` 2 GiB: file-backed pages, the"
-        " kernel's to drop, counted in RSS as they are touched); fold batches read from the intake"
-        " spool a batch at a time; request bodies in flight (`RAY_OTEL_EVENTS_MAX_BODIES_BYTES`,"
-        " 256 MiB); connections (`RAY_OTEL_EVENTS_MAX_CONNECTIONS`, 4,096)"
+        _SERVE_BOUNDS + "; SQLite's page caches (the writer's `cache_size` 64 MiB, the compiled fold's"
+        " reader 16 MiB: 66 MiB measured once full), which fill as the file grows past them; the file"
+        " mapped (`mmap_size` 2 GiB): file-backed pages, counted in RSS as they are touched, the"
+        " kernel's to drop under pressure"
     ),
     "serve (PostgreSQL)": (
-        "request bodies in flight (`RAY_OTEL_EVENTS_MAX_BODIES_BYTES`, 256 MiB) and connections"
-        " (`RAY_OTEL_EVENTS_MAX_CONNECTIONS`); fold batches from the intake spool a batch at a time;"
-        " PostgreSQL's `shared_buffers` (its default, 128 MiB) counted in the PSS of its processes"
+        _SERVE_BOUNDS + "; PostgreSQL's `shared_buffers` (its default, 128 MiB), counted in the PSS of"
+        " its processes as they touch it"
     ),
     "bridge": (
         "entities still open (an actor or worker alive, a task not ended): at most"
