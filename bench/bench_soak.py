@@ -509,8 +509,9 @@ _SERVE_BOUNDS = (
 )
 BOUNDS = {
     "serve (SQLite)": (
-        _SERVE_BOUNDS + "; SQLite's page caches (the writer's `cache_size` 64 MiB, the compiled fold's"
-        " reader 16 MiB: 66 MiB measured once full), which fill as the file grows past them; the file"
+        _SERVE_BOUNDS + "; SQLite's page caches (`cache_size`: the store's connection and the compiled"
+        " row writer's 64 MiB each, the compiled fold's reader's 16 MiB; one connection's measured 66 MiB"
+        " once full), which fill as the file grows past them; the file"
         " mapped (`mmap_size` 2 GiB): file-backed pages, counted in RSS as they are touched, the"
         " kernel's to drop under pressure"
     ),
