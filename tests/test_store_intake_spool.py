@@ -73,6 +73,40 @@ def test_spool_gives_back_what_is_not_folded_and_stops_at_a_cut_record(tmp_path:
     final.close()
 
 
+def test_background_fold_holds_posts_within_its_byte_bound(
+    tmp_path: Path, store_location: str | Path
+) -> None:
+    """A POST waits for room once the bodies answered and not yet folded reach the byte bound
+    (serve's memory while its store is behind), and goes in once the fold has taken them."""
+    store = open_store(store_location)
+    spool = IntakeSpool(tmp_path / "s.sqlite3.intake")
+    first, second = (orjson.dumps(body) for body in _copies(0, 2))
+    fold = BackgroundFold(store, spool, lambda _: None, spooled_events, max_pending_bytes=len(first))
+    events = [prepare(e) for e in EVENTS]
+
+    async def post_two() -> tuple[bool, int]:
+        await fold.room()  # nothing pending: room at once
+        fold.put(events, first)
+        waiting = asyncio.ensure_future(fold.room())
+        for _ in range(20):  # the loop turns; the fold has not started, so nothing can make room
+            await asyncio.sleep(0)
+        held = not waiting.done()
+        pending = fold.pending_bytes
+        fold.start()
+        await asyncio.wait_for(waiting, 60)
+        fold.put(events, second)
+        await fold.settled()
+        return held, pending
+
+    held, pending = asyncio.run(post_two())
+    assert held and pending == len(first)
+    assert fold.pending_bytes == 0 and fold.pending_events == 0
+    assert _rows_of(store_location) > 0
+    fold.close()
+    spool.close()
+    store.close()
+
+
 def test_background_fold_merges_posts_and_settles_reads(tmp_path: Path, store_location: str | Path) -> None:
     store = open_store(store_location)
     spool = IntakeSpool(tmp_path / "s.sqlite3.intake")

@@ -995,6 +995,11 @@ def compiled_enabled(env: Environ = os.environ) -> bool:
 # The store `serve` writes and the state commands read.
 
 STORE = "RAY_OTEL_EVENTS_STORE"  # a SQLite file or postgresql://USER@HOST:PORT/DB, as --store takes
+# The POST bodies `serve` holds answered but not yet folded (each is also in the intake spool on
+# disk); past this a POST waits for the fold. It is most of what `serve`'s memory grows by when the
+# store falls behind the stream: 200,000 events (its other bound) of a real stream are ~220 MB.
+STORE_MAX_PENDING_BYTES = "RAY_OTEL_EVENTS_STORE_MAX_PENDING_BYTES"
+DEFAULT_STORE_MAX_PENDING_BYTES = 64 * 1024 * 1024
 
 
 ADDRESS = "RAY_OTEL_EVENTS_ADDRESS"  # a running serve the state commands ask, as --address takes
@@ -1005,6 +1010,13 @@ TIMEZONE = "TZ"  # the zone `serve`'s dashboard reports, as Ray's head does
 def store_location(env: Environ = os.environ) -> str | None:
     """The store named in the environment (None: the default file); `--store` wins over it."""
     return env.get(STORE) or None
+
+
+def store_max_pending_bytes(env: Environ = os.environ) -> int:
+    """`STORE_MAX_PENDING_BYTES`, checked."""
+    value = env_int(env, STORE_MAX_PENDING_BYTES, DEFAULT_STORE_MAX_PENDING_BYTES)
+    _require(value > 0, f"{STORE_MAX_PENDING_BYTES} must be > 0, got {value}")
+    return value
 
 
 def data_home(env: Environ = os.environ) -> str:

@@ -41,7 +41,7 @@ from ray_otel_events.receivers.ray_events_http import (
 from ray_otel_events.services.store_watch import RETRY_AFTER_S, StoreWatch
 from ray_otel_events.store import otlp_records
 from ray_otel_events.store.backend import IngestResult, Store, StoreBusy, StoreUnavailable, first_line
-from ray_otel_events.store.background_fold import BackgroundFold
+from ray_otel_events.store.background_fold import MAX_PENDING_BYTES, BackgroundFold
 from ray_otel_events.store.intake_spool import IntakeSpool
 from ray_otel_events.store.posted_body import Accepted, read_posted
 from ray_otel_events.store.set_aside import fold_apart
@@ -54,13 +54,21 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 class StateIntake(OtlpConsumer):
     """Routes for the intake, and counts of what they stored."""
 
-    def __init__(self, store: Store, spool: IntakeSpool, watch: StoreWatch | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        spool: IntakeSpool,
+        watch: StoreWatch | None = None,
+        max_pending_bytes: int = MAX_PENDING_BYTES,
+    ) -> None:
         self.store = store
         self.watch = watch
         self.events_by_type: Counter[str] = Counter()  # new events, duplicates not counted
         self.duplicates = 0
         self.fold_refused = 0  # accepted, then refused by their fold (a value only it reads)
-        self.fold = BackgroundFold(store, spool, self._count, spooled_events)
+        self.fold = BackgroundFold(
+            store, spool, self._count, spooled_events, max_pending_bytes=max_pending_bytes
+        )
         self.spans = 0
         self.log_lines = 0
         self.hook_events = 0  # our hooks' event records: Ray's events are the state

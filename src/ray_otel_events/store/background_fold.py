@@ -37,6 +37,9 @@ logger = logging.getLogger(__name__)
 
 BATCH_EVENTS = 10_000  # events folded in one transaction, at most (one POST may be larger)
 MAX_PENDING_EVENTS = 200_000  # accepted, not yet folded: beyond this a POST waits for room
+# ...and the bytes of their bodies (config.STORE_MAX_PENDING_BYTES): what bounds serve's memory
+# while the fold is behind, whatever the size of an event.
+MAX_PENDING_BYTES = 64 * 1024 * 1024
 LOGGED_REFUSALS = 10  # set-aside events logged per batch, each with its id and reason; the rest counted
 RETRY_S = 1.0  # after the store failed a batch (it is kept, and tried again)
 
@@ -60,6 +63,7 @@ class BackgroundFold:
         *,
         batch_events: int = BATCH_EVENTS,
         max_pending_events: int = MAX_PENDING_EVENTS,
+        max_pending_bytes: int = MAX_PENDING_BYTES,
     ) -> None:
         self._store = store
         self._spool = spool
@@ -67,8 +71,10 @@ class BackgroundFold:
         self._read_spooled = read_spooled  # a spooled body's events, as its POST read them
         self._batch_events = batch_events
         self._max_pending = max_pending_events
+        self._max_pending_bytes = max_pending_bytes
         self._queue: collections.deque[_Accepted] = collections.deque()
         self._pending_events = 0
+        self._pending_bytes = 0
         self._put_ticket = 0
         self._folded_ticket = 0
         self._closing = False
@@ -100,15 +106,23 @@ class BackgroundFold:
             self._put_ticket += 1
             self._queue.append(_Accepted(self._put_ticket, events, body, position))
             self._pending_events += len(events)
+            self._pending_bytes += len(body)
             self._changed.notify()
 
     @property
     def pending_events(self) -> int:
         return self._pending_events
 
+    @property
+    def pending_bytes(self) -> int:
+        return self._pending_bytes
+
     async def room(self) -> None:
-        """Waits while the accepted, unfolded events are over the bound."""
-        await self._wait_until(lambda: self._pending_events < self._max_pending)
+        """Waits while the accepted, unfolded events, or their bodies' bytes, are over their bound
+        (a body larger than the byte bound still goes in once nothing else is pending)."""
+        await self._wait_until(
+            lambda: self._pending_events < self._max_pending and self._pending_bytes < self._max_pending_bytes
+        )
 
     async def settled(self) -> None:
         """Waits until every event accepted before this call is folded."""
@@ -179,6 +193,7 @@ class BackgroundFold:
                 logger.warning("cannot mark the intake spool folded: %s", exc)
             with self._changed:
                 self._pending_events -= count
+                self._pending_bytes -= sum(len(accepted.body) for accepted in taken)
                 self._folded_ticket = taken[-1].ticket
             self.batches += 1
             self._wake_waiters()
