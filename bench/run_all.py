@@ -16,7 +16,7 @@ from importlib import metadata
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["encoder", "aggregator", "production", "tracing", "ray_wrappers", "bridge", "store"]
+ORDER = ["encoder", "aggregator", "production", "tracing", "ray_wrappers", "bridge", "store", "soak"]
 
 
 def _machine() -> str:

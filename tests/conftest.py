@@ -8,9 +8,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers.agg_procs import CliServer
+from helpers.agg_procs import CliServer, close_all
 from helpers.postgres import PostgresServer
+from helpers.pure_python import COMPILED_ONLY
 from hypothesis import settings
+from skip_allowlist import ALLOWED, PURE_PYTHON_SKIPS
+
+from ray_otel_events import native
 
 # No per-example deadline: speed is measured in bench/, and on a loaded machine hypothesis's default
 # 200 ms deadline fails a correct example (a timing assertion in all but name).
@@ -22,13 +26,69 @@ settings.register_profile("sanitized", deadline=None, max_examples=10)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "no-deadline"))
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--whole-suite",
+        action="store_true",
+        help="this run is the whole suite: hold its compiled-only skips to tests/skip_allowlist.py's count",
+    )
+
+
+_skips: dict[str, str] = {}  # node id -> reason, of every test or module skipped in this run
+_skip_problems: list[str] = []
+
+
+def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped:
+        _skips[report.nodeid] = _skip_reason(report)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.skipped:
+        _skips[report.nodeid] = _skip_reason(report)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run on a skip tests/skip_allowlist.py does not list: a skip passes quietly, so a
+    module that did not build or an extra not installed would leave tests unrun in a green run.
+    With the compiled helpers off, a check of a compiled half may skip (its reason says so), and
+    over the whole suite exactly as many as the allowlist counts."""
+    compiled_only = 0
+    for nodeid, reason in sorted(_skips.items()):
+        if nodeid in ALLOWED:
+            continue
+        if not native.ENABLED and reason.endswith(COMPILED_ONLY):
+            compiled_only += 1
+            continue
+        _skip_problems.append(f"{nodeid} skipped, not on tests/skip_allowlist.py's list: {reason}")
+    if not native.ENABLED and session.config.getoption("whole_suite") and compiled_only != PURE_PYTHON_SKIPS:
+        _skip_problems.append(
+            f"{compiled_only} compiled-only skips where tests/skip_allowlist.py counts {PURE_PYTHON_SKIPS}"
+        )
+    if _skip_problems and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _skip_problems:
+        terminalreporter.section("skips not allowed", sep="=", red=True, bold=True)
+        for problem in _skip_problems:
+            terminalreporter.line(problem, red=True)
+
+
 @pytest.fixture
 def servers() -> Iterator[list[CliServer]]:
-    """Every server a test starts (helpers.agg_procs.start); closed at the end whatever happened."""
+    """Every server a test starts (helpers.agg_procs.start); closed at the end whatever happened, and
+    checked (helpers.agg_procs.close_all): an exit the test did not ask for, or a traceback, fails it."""
     started: list[CliServer] = []
     yield started
-    for server in started:
-        server.close()
+    close_all(started)
 
 
 @pytest.fixture(scope="session")

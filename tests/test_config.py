@@ -23,6 +23,7 @@ from ray_otel_events.config import (
     parse_exposable_event_types,
     serve_address,
     serve_tracing_exporter,
+    store_max_pending_bytes,
     timezone_name,
 )
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
@@ -219,3 +220,11 @@ def test_server_limits_from_env_and_flags_with_errors_naming_the_variable() -> N
         ServerLimitsConfig.from_env({"RAY_OTEL_EVENTS_MAX_CONNECTIONS": "0"})
     with pytest.raises(ConfigError, match="RAY_OTEL_EVENTS_BODY_TIMEOUT_SECONDS"):
         ServerLimitsConfig().with_overrides(body_timeout_s=-1.0)
+
+
+def test_store_max_pending_bytes_is_read_and_checked() -> None:
+    assert store_max_pending_bytes({}) == 64 * 1024 * 1024
+    assert store_max_pending_bytes({"RAY_OTEL_EVENTS_STORE_MAX_PENDING_BYTES": "1000"}) == 1000
+    for bad in ("0", "-5", "lots"):
+        with pytest.raises(ConfigError, match="RAY_OTEL_EVENTS_STORE_MAX_PENDING_BYTES"):
+            store_max_pending_bytes({"RAY_OTEL_EVENTS_STORE_MAX_PENDING_BYTES": bad})

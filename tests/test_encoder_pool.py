@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from google.protobuf import json_format
-from helpers.agg_procs import clean_env, read_jsonl, run_producer
+from helpers.agg_procs import check_ended_well, clean_env, read_jsonl, run_producer
 
 from ray_otel_events.encoding.process_pool import EncoderProcessPool
 from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
@@ -48,9 +48,11 @@ def test_pool_output_equals_encoding_on_the_loop() -> None:
 def test_ctrl_c_to_the_whole_process_group_still_flushes(tmp_path: Path) -> None:
     """A terminal's Ctrl-C reaches the aggregator and its workers; workers must keep encoding."""
     out = tmp_path / "events.jsonl"
+    sink_log, agg_log = tmp_path / "sink.stderr", tmp_path / "aggregator.stderr"
     sink = subprocess.Popen(
         [sys.executable, "-m", "ray_otel_events", "sink", "--port", "0", "--out", str(out)],
         stdout=subprocess.PIPE,
+        stderr=sink_log.open("w"),
         text=True,
         env=clean_env(),
     )
@@ -80,6 +82,7 @@ def test_ctrl_c_to_the_whole_process_group_still_flushes(tmp_path: Path) -> None
                 "2",
             ],
             stdout=subprocess.PIPE,
+            stderr=agg_log.open("w"),
             text=True,
             env=clean_env(),
             start_new_session=True,  # its own process group, as under a terminal
@@ -99,3 +102,5 @@ def test_ctrl_c_to_the_whole_process_group_still_flushes(tmp_path: Path) -> None
         sink.send_signal(signal.SIGTERM)
         sink.wait(30)
     assert len(read_jsonl(out)) == 300
+    check_ended_well(agg, agg_log.read_text(), ended_by_test=False)
+    check_ended_well(sink, sink_log.read_text(), ended_by_test=False)

@@ -5,11 +5,11 @@ as an undisturbed run."""
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
-from helpers.agg_procs import free_port
+from helpers.agg_procs import free_port, metric_total
+from helpers.agg_procs import wait_until as wait_for_condition
 from helpers.bridge_capture import run_e_bodies
 from helpers.bridge_procs import (
     ServerGroup,
@@ -83,8 +83,15 @@ def test_kill_9_of_a_durable_bridge_mid_stream(tmp_path: Path) -> None:
         )
         first = group.bridge(*args)
         post_all(first, bodies[:half])  # accepted while the OTLP destination is down
-        time.sleep(0.5)  # some spans complete and wait on disk for the destination
-        first.proc.send_signal(signal.SIGKILL)
+        # some spans complete, and wait on disk (the bridge is durable) for the destination, down
+        wait_for_condition(
+            lambda: (
+                metric_total(first.port, "ray_otel_events_assembler_spans_total") > 0
+                and metric_total(first.port, "ray_otel_events_publisher_failed_attempts_total") > 0
+            ),
+            "completed spans the bridge failed to send",
+        )
+        first.send_signal(signal.SIGKILL)
         first.proc.wait(10)
         _otlp_sink, otlp_path = group.sink("otlp", "--port", str(port))
         second = group.bridge(*args)

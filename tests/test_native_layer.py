@@ -8,7 +8,6 @@ build needed for the first part."""
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import importlib
 import re
@@ -23,21 +22,15 @@ from ray_otel_events import native
 from ray_otel_events.encoding import ray_json, ray_json_decode
 from ray_otel_events.otel import plain_records
 from ray_otel_events.protobuf._pool import field_numbers
+from tests.helpers.built_modules import build_problem, setup_modules
+from tests.helpers.pure_python import skip_unless_compiled
 
 ROOT = Path(__file__).resolve().parent.parent
 NATIVE = ROOT / "src" / "ray_otel_events" / "native"
 
 
 def _setup_modules() -> set[str]:
-    """NATIVE_MODULES, SQLITE_MODULES and ZLIB_MODULES, read from setup.py's text (running it would build)."""
-    tree = ast.parse((ROOT / "setup.py").read_text())
-    found: dict[str, tuple[str, ...]] = {}
-    for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
-        if isinstance(target, ast.Name) and target.id in ("NATIVE_MODULES", "SQLITE_MODULES", "ZLIB_MODULES"):
-            found[target.id] = ast.literal_eval(node.value)  # type: ignore[attr-defined]
-    assert set(found) == {"NATIVE_MODULES", "SQLITE_MODULES", "ZLIB_MODULES"}
-    modules = [*found["NATIVE_MODULES"], *found["SQLITE_MODULES"], *found["ZLIB_MODULES"]]
+    modules = setup_modules()
     assert len(modules) == len(set(modules)), "a module listed twice in setup.py"
     return set(modules)
 
@@ -60,6 +53,15 @@ def test_the_readme_points_to_the_list_instead_of_keeping_its_own() -> None:
     readme = (ROOT / "README.md").read_text()
     assert "(docs/native.md)" in readme
     assert not re.search(r"^- `native/_[a-z_]+\.c`", readme, flags=re.MULTILINE)
+
+
+@pytest.mark.parametrize("name", sorted(_setup_modules()))
+def test_every_module_setup_py_lists_is_built(name: str) -> None:
+    """setup.py builds each module optionally (a user's install goes on without a compiler or the
+    headers, running the Python twins), so a module that failed to build would only turn its tests
+    into skips: the suite (`make test` installs what the builds need) holds the build to all of them."""
+    problem = build_problem(name)
+    assert problem is None, problem
 
 
 def _built(name: str) -> types.ModuleType:
@@ -128,8 +130,7 @@ def test_the_core_refuses_a_binding_that_does_not_name_what_it_reads() -> None:
     module = _built("_entity_spans")
     from ray_otel_events.otel import from_ray_events
 
-    if not from_ray_events._compiled:
-        pytest.skip("the compiled core is off")
+    skip_unless_compiled(from_ray_events._compiled, "the compiled core")
     good = from_ray_events._CORE_BINDING
     missing = "ray.rpc.RayErrorInfo.error_type"
     renamed = [("kind" if f == "task_type" else f, Any) for f in from_ray_events._TaskParts._fields]
@@ -161,8 +162,7 @@ def test_the_head_reader_refuses_a_binding_without_its_fields() -> None:
     module = _built("_event_head")
     from ray_otel_events.otel import event_heads
 
-    if not event_heads._compiled:
-        pytest.skip("the compiled head reader is off")
+    skip_unless_compiled(event_heads._compiled, "the compiled head reader")
     numbers = field_numbers(module.RAY_FIELDS)
     assert numbers["ray.rpc.events.RayEvent.node_id"] == 18
     assert numbers["ray.rpc.PythonFunctionDescriptor.function_hash"] == 4
@@ -237,8 +237,7 @@ def test_the_folds_refuse_a_table_without_a_name_they_read(name: str) -> None:
     module = _built(name)
     from ray_otel_events.store import fold_schema, state_merge
 
-    if not native.ENABLED:
-        pytest.skip("the compiled folds are off (state_merge binds them only when on)")
+    skip_unless_compiled(True, "the compiled folds (state_merge binds them only when on)")
 
     keys, row, values = fold_schema.RAY_KEYS, fold_schema.TASK_ROW, fold_schema.TASK_VALUES
     fields = [field.name for field in dataclasses.fields(row) if field.name != "created_ns"]

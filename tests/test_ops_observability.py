@@ -16,6 +16,7 @@ from helpers.agg_procs import (
     FIXTURE,
     TASK_TYPES,
     CliServer,
+    check_ended_well,
     clean_env,
     read_jsonl,
     run_producer,
@@ -23,6 +24,7 @@ from helpers.agg_procs import (
     start_aggregator,
     wait_for_lines,
 )
+from helpers.bridge_procs import otlp_log_records, otlp_spans
 from prometheus_client.parser import text_string_to_metric_families
 
 from ray_otel_events.config import AggregatorConfig, RecorderConfig
@@ -132,8 +134,14 @@ def test_bridge_metrics_count_what_it_did(servers: list[CliServer], tmp_path: Pa
     assert m["ray_otel_events_ray_events_receiver_accepted_events_total"] == len(events)
     assert "ray_otel_events_assembler_open_entities" in m
     assert requests.get(f"http://{bridge.address}/readyz", timeout=5).json()["ready"] is True
-    bridge.stop()
-    wait_for_lines(out, 1)
+    stats = bridge.stop()  # flushes: the spans (done or not) and the events' log records go out
+    exported = {
+        signal: sum(s["value"] for s in c["exported_items"]) for signal, c in stats["otlp_exporter"].items()
+    }
+    spans = sum(s["value"] for s in stats["ray_events_to_otel"]["spans"])
+    assert exported == {"traces": spans, "logs": len(events)} and spans > 0
+    wait_for_lines(out, 2)  # one OTLP request of each signal, as the sink received them
+    assert len(otlp_spans(out)) == spans and len(otlp_log_records(out)) == len(events)
 
 
 def test_text_logs_and_exit_table_for_people(tmp_path: Path) -> None:
@@ -152,7 +160,7 @@ def test_text_logs_and_exit_table_for_people(tmp_path: Path) -> None:
     requests.post(f"http://{address}/x", json=[{"a": 1}, {"a": 2}], timeout=5)
     proc.terminate()
     out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0
+    check_ended_well(proc, err, ended_by_test=False)  # exit 0, no traceback
     lines = out.splitlines()
     assert lines[0] == "sink summary"
     assert any(line.split() == ["events", "2"] for line in lines), out
@@ -172,6 +180,7 @@ def test_json_logs_are_one_object_per_line(tmp_path: Path) -> None:
     assert proc.stdout.readline().startswith("listening grpc=")
     proc.terminate()
     out, err = proc.communicate(timeout=30)
+    check_ended_well(proc, err, ended_by_test=False)
     records = [json.loads(line) for line in err.splitlines() if line.strip()]
     assert records and all({"time", "level", "logger", "message"} <= set(r) for r in records)
     assert any("ready" in r["message"] for r in records)

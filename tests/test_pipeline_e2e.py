@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.agg_procs import CliServer, clean_env, free_port, read_jsonl, wait_for_lines
+from helpers.agg_procs import CliServer, clean_env, read_jsonl, wait_for_lines
 
 PRODUCER = Path(__file__).parent / "helpers" / "record_events.py"
 
@@ -84,9 +84,16 @@ def test_events_recorded_while_the_aggregator_is_down_arrive_once_it_is_up(
 ) -> None:
     """Ray's recorder drops a batch whose RPC fails; ours keeps it and sends it later."""
     sink_server, out = sink
-    port = free_port()
-    producer = start_producer(f"127.0.0.1:{port}", "--tasks", "50", "--start-first", "--interval-ms", "50")
-    time.sleep(1.0)  # several export ticks fail: nothing listens yet
+    with socket.socket() as listener:  # where the aggregator will listen, answering nothing yet
+        listener.bind(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+        listener.listen()
+        listener.settimeout(60)
+        producer = start_producer(
+            f"127.0.0.1:{port}", "--tasks", "50", "--start-first", "--interval-ms", "50"
+        )
+        connection, _ = listener.accept()  # the recorder's first export: closed unanswered, it fails
+        connection.close()
     aggregator = CliServer(
         "aggregator", "--grpc-port", str(port), "--export-addr", f"http://{sink_server.address}/e"
     )

@@ -66,7 +66,16 @@ try:
 except ray.exceptions.RayActorError:
     pass
 ray.kill(counter)
-time.sleep(1)
+# the job ends once the cluster itself has every task done and both actors dead (their last events
+# sent, not cut off by the driver's exit)
+from ray.util.state import list_actors, list_tasks
+deadline = time.monotonic() + 60
+while not (
+    all(t.state in ("FINISHED", "FAILED") for t in list_tasks())
+    and [a.state for a in list_actors()] == ["DEAD", "DEAD"]
+):
+    assert time.monotonic() < deadline, (list_tasks(), list_actors())
+    time.sleep(0.2)
 """
 LIVE_PATHS = {
     "jobs": "/api/jobs/",

@@ -314,7 +314,10 @@ def test_token_cluster_recorder_aggregator_serve_and_ray_list(
     no_token = {**env, "RAY_AUTH_MODE": "disabled", "HOME": str(tmp_path / "nohome")}
     no_token.pop("RAY_AUTH_TOKEN_PATH", None)
     denied = subprocess.run(listing, env=no_token, capture_output=True, text=True, timeout=120)
-    assert denied.returncode != 0
+    said = denied.stdout + denied.stderr
+    assert denied.returncode != 0, said
+    # Ray words a 401 so (format_authentication_http_error), with serve's reason in it
+    assert "Authentication required" in said and "missing bearer token" in said, said[-3000:]
 
 
 @pytest.mark.ray

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ pytestmark = pytest.mark.ray
 
 LOCAL_WORKLOAD = """
 import json, sys, time
+from pathlib import Path
 import ray
 ray.init()
 
@@ -31,7 +31,11 @@ def chatty():
     return ray.get_runtime_context().get_task_id()
 
 task_id = ray.get(chatty.remote())
-time.sleep(0.5)
+# the job lasts until the worker has written its line (Ray ends workers without exit hooks)
+deadline = time.monotonic() + 60
+while not any("local hook line" in p.read_text() for p in Path(sys.argv[1]).glob("*.logs.jsonl")):
+    assert time.monotonic() < deadline, "the worker's line was never written"
+    time.sleep(0.1)
 print(json.dumps({"task_id": task_id}))
 """
 
@@ -44,7 +48,9 @@ def test_local_hook_writes_worker_output_beside_the_spans(tmp_path: Path) -> Non
     local_hook = "ray_otel_events.tracing.setup_local_tmp_tracing:setup_tracing"
     env = {"RAY_OTEL_EVENTS_SPANS_DIR": str(spans_dir)}
     with ray_cluster("http://127.0.0.1:9/unused", tracing_hook=local_hook, extra_env=env) as cluster:
-        task_id = run_json_script([sys.executable, "-c", LOCAL_WORKLOAD], cluster.env, 300)[0]["task_id"]
+        task_id = run_json_script([sys.executable, "-c", LOCAL_WORKLOAD, str(spans_dir)], cluster.env, 300)[
+            0
+        ]["task_id"]
 
         def found() -> dict[str, Any] | None:
             for path in spans_dir.glob("*.logs.jsonl"):
@@ -54,11 +60,7 @@ def test_local_hook_writes_worker_output_beside_the_spans(tmp_path: Path) -> Non
                         return record
             return None
 
-        deadline = time.monotonic() + 30
-        record = found()
-        while record is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-            record = found()
+        record = found()  # the driver waited for it
     assert record is not None, list(spans_dir.iterdir())
     attributes = record["attributes"]
     assert attributes["ray.task_id"] == task_id and attributes["ray.task_attempt"] == 0, record

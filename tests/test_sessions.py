@@ -16,7 +16,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +113,7 @@ def _of_first(names: set[str]) -> bool:
 def two_sessions(servers: list[CliServer], tmp_path: Path, store_location: str | Path) -> CliServer:
     server = start(servers, "serve", *serve_store_args(store_location, tmp_path))
     _post(server, EVENTS)
-    time.sleep(0.05)  # the second session's events are stored later: it is the newest
+    _get(server, "/api/sessions")  # a read waits until they are folded: the second session's are later
     _post(server, SECOND_EVENTS)
     return server
 
@@ -493,7 +492,7 @@ def test_rays_dashboard_answers_for_the_session_its_page_chose(
     server = start(servers, "serve", "--store", str(tmp_path / "s.sqlite3"), "--ray-dashboard-port", "0")
     dashboard = "http://" + server.read_line(30).split("=", 1)[1]
     _post(server, EVENTS)
-    time.sleep(0.05)
+    _get(server, "/api/sessions")  # a read waits until they are folded: the second session's are later
     _post(server, SECOND_EVENTS)
     _get(server, "/api/sessions")  # (waits until both are folded)
 

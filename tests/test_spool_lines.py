@@ -22,13 +22,12 @@ from ray_otel_events.otel import otlp_wire
 from ray_otel_events.otel.task_spans import TaskSpanEvents, derive_task_id
 from ray_otel_events.tracing import forwarder
 from ray_otel_events.tracing.forwarder import Forwarder, _File, _Writer
+from tests.helpers.pure_python import needs_compiled
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "spool"
 NOW = 1_795_783_529_976_631_930
 
-compiled = pytest.mark.skipif(
-    not forwarder._compiled, reason="the compiled pass is not built or is turned off"
-)
+compiled = needs_compiled(forwarder._spool_lines, "the compiled pass")
 
 
 def requests_of(

@@ -8,6 +8,7 @@ import asyncio
 import json
 import resource
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -72,17 +73,65 @@ def test_spool_gives_back_what_is_not_folded_and_stops_at_a_cut_record(tmp_path:
     final.close()
 
 
+def test_background_fold_holds_posts_within_its_byte_bound(
+    tmp_path: Path, store_location: str | Path
+) -> None:
+    """A POST waits for room once the bodies answered and not yet folded reach the byte bound
+    (serve's memory while its store is behind), and goes in once the fold has taken them."""
+    store = open_store(store_location)
+    spool = IntakeSpool(tmp_path / "s.sqlite3.intake")
+    first, second = (orjson.dumps(body) for body in _copies(0, 2))
+    fold = BackgroundFold(store, spool, lambda _: None, spooled_events, max_pending_bytes=len(first))
+    events = [prepare(e) for e in EVENTS]
+
+    async def post_two() -> tuple[bool, int]:
+        await fold.room()  # nothing pending: room at once
+        fold.put(events, first)
+        waiting = asyncio.ensure_future(fold.room())
+        for _ in range(20):  # the loop turns; the fold has not started, so nothing can make room
+            await asyncio.sleep(0)
+        held = not waiting.done()
+        pending = fold.pending_bytes
+        fold.start()
+        await asyncio.wait_for(waiting, 60)
+        fold.put(events, second)
+        await fold.settled()
+        return held, pending
+
+    held, pending = asyncio.run(post_two())
+    assert held and pending == len(first)
+    assert fold.pending_bytes == 0 and fold.pending_events == 0
+    assert _rows_of(store_location) > 0
+    fold.close()
+    spool.close()
+    store.close()
+
+
 def test_background_fold_merges_posts_and_settles_reads(tmp_path: Path, store_location: str | Path) -> None:
     store = open_store(store_location)
     spool = IntakeSpool(tmp_path / "s.sqlite3.intake")
     results: list[IngestResult] = []
     fold = BackgroundFold(store, spool, results.append, spooled_events, batch_events=10 * len(EVENTS))
     bodies = _copies(0, 30)
+    # The first fold is held until every other POST is accepted, so they wait together (as POSTs
+    # arriving during a fold do) and go in transactions of up to 10: 1 + 10 + 10 + 9.
+    folding, go_on = threading.Event(), threading.Event()
+    ingest_posted = store.ingest_posted
+
+    def held_ingest(*args: Any, **kwargs: Any) -> IngestResult:
+        folding.set()
+        assert go_on.wait(60), "the test never let the first fold go on"
+        return ingest_posted(*args, **kwargs)
+
+    store.ingest_posted = held_ingest  # type: ignore[method-assign]
 
     async def post_all_then_read() -> int:
-        for body in bodies:
+        for number, body in enumerate(bodies):
             await fold.room()
             fold.put([prepare(e) for e in body], orjson.dumps(body))
+            if number == 0:
+                assert folding.wait(60), "the first POST was never folded"
+        go_on.set()
         await fold.settled()
         return int(store.size()["state_rows"])
 
@@ -97,7 +146,7 @@ def test_background_fold_merges_posts_and_settles_reads(tmp_path: Path, store_lo
     assert rows == reference.size()["state_rows"] > 0  # settled: everything answered is readable
     reference.close()
     assert sum(r.stored for r in results) == 30 * len(EVENTS)
-    assert fold.batches < 30  # several POSTs to a transaction
+    assert fold.batches == 4  # the POSTs that waited, 10 to a transaction
     assert not list((tmp_path / "s.sqlite3.intake").glob("*.spool"))  # all folded: nothing kept
 
 
@@ -130,7 +179,7 @@ def test_events_answered_survive_kill_9(
         for body in bodies:
             answer = session.post(f"http://{server.address}/v1/ray-events", json=body, timeout=30)
             assert answer.status_code == 200 and answer.json()["accepted"] == len(body)
-    server.proc.send_signal(signal.SIGKILL)  # straight after the last 200, folded or not
+    server.send_signal(signal.SIGKILL)  # straight after the last 200, folded or not
     server.proc.wait(10)
     # folds what the killed one had not
     start(servers, "serve", *serve_store_args(store_location, tmp_path)).stop()

@@ -111,7 +111,7 @@ def test_a_database_from_before_sessions_gets_them_from_its_rows(
     old.ingest_prepared([prepare(event) for event in EVENTS], now=1000.0)
     old.close()
     with psycopg.connect(url, autocommit=True) as db:  # as the first step left it
-        db.execute("DROP TABLE sessions, raw_events, store_notes")
+        db.execute("DROP TABLE sessions, raw_events, store_notes, refused_events")
         db.execute("DELETE FROM schema_migrations WHERE version > 1")
     store = PostgresStore(url)
     assert store.sessions() == [EVENTS[0]["sessionName"]]
@@ -318,6 +318,7 @@ def test_database_lost_and_back_while_serve_runs(
     client got a 200 for is stored, once."""
     url = postgres_server.new_database("faults")
     server = start(servers, "serve", *serve_store_args(url, tmp_path))
+    server.expect_tracebacks("folding ")  # the fold says why each try failed while the server is down
     sent: list[int] = []
     refused: list[requests.Response] = []
     stop = threading.Event()
@@ -342,8 +343,16 @@ def test_database_lost_and_back_while_serve_runs(
         _wait_for(lambda: len(sent) >= 3)
         postgres_server.stop_server()
         # (a Response is falsy when not 2xx: wrapped)
-        (ready,) = _wait_for(lambda: (r := _get(server, "/readyz")).status_code == 503 and [r])
-        assert ready.json()["checks"]["store_reachable"]["ok"] is False
+        # (the fold may find the database gone first: /readyz says so under store_folding)
+        (ready,) = _wait_for(
+            lambda: (
+                (r := _get(server, "/readyz")).status_code == 503
+                and not r.json()["checks"]["store_reachable"]["ok"]
+                and [r]
+            )
+        )
+        assert "cannot be reached" in ready.json()["checks"]["store_reachable"]["detail"]
+        assert f":{postgres_server.port}" not in ready.text and "faults" not in ready.text  # nor where
         _wait_for(lambda: refused)
         assert refused[-1].status_code == 503 and int(refused[-1].headers["Retry-After"]) >= 1
         assert "the store is unavailable" in refused[-1].json()["error"]

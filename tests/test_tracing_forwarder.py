@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import orjson
-from helpers.agg_procs import free_port
+from helpers.agg_procs import free_port, wait_until
 from helpers.otlp_receiver import RecordingReceiver, serve_receiver
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -170,12 +169,10 @@ def test_a_live_file_lingers_for_fewer_larger_requests(tmp_path: Path) -> None:
     with serve_receiver(receiver) as endpoint:
         forwarder = _forwarder(folder, endpoint, linger_s=0.3)
         writer.write(span_line(spans[0], ENDED), 1)
-        assert not forwarder.pass_once()  # waits for more
+        assert not forwarder.pass_once() and not receiver.requests  # waits for more
         writer.write(b"".join(span_line(s, ENDED) for s in spans[1:]), len(spans) - 1)
-        assert not forwarder.pass_once() and not receiver.requests
-        time.sleep(0.35)
-        assert forwarder.pass_once()  # waited long enough: all of it, in one request
-        assert len(receiver.requests) == 1
+        wait_until(forwarder.pass_once, "the lines sent once they waited linger_s")
+        assert len(receiver.requests) == 1  # both writes' lines, in one request
         big = _forwarder(folder, endpoint, linger_s=60.0, linger_bytes=1)
         writer.write(span_line(spans[0], ENDED), 1)
         assert big.pass_once()  # past linger_bytes: at once

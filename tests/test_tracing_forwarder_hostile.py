@@ -12,6 +12,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from helpers.agg_procs import check_ended_well
 from helpers.otlp_receiver import RecordingReceiver, serve_receiver
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -82,6 +83,7 @@ def _run_forwarder(folder: Path, endpoint: str, pure_python: bool) -> int:
             process.kill()
             process.wait()
             pytest.fail("the forwarder did not finish its spool: a line blocks it")
+    check_ended_well(process, (folder / "forwarder.log").read_text(errors="replace"), ended_by_test=False)
     return process.returncode
 
 

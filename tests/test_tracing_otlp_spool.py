@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.agg_procs import free_port, run_json_script
+from helpers.agg_procs import free_port, run_json_script, wait_until
 from helpers.otlp_counting_receiver import OtlpReceiver, value_of
 from helpers.ray_cluster import start_head, stop_cluster
 from helpers.tracing_procs import HELPERS, OTLP_HOOK, run_pool, script_env
@@ -271,7 +271,16 @@ def test_pool_workers_ending_with_os_exit_and_an_endpoint_up_later(spool_root: P
         )
         assert summary["squares"] == [i * i for i in range(20)]
         assert "Traceback" not in stderr, stderr
-        time.sleep(0.5)
+        folder = _folder(spool_root)
+
+        def failed_to_send() -> bool:
+            stats = folder / STATS_FILE
+            counters = json.loads(stats.read_text())["counters"] if stats.exists() else {}
+            return bool(counters.get("retryable_failures"))
+
+        # the pool is gone, its forwarder has failed to send and still retries: then the endpoint comes up
+        wait_until(failed_to_send, "the forwarder's failed sends")
+        assert forwarder_pid(str(folder)) is not None, "the forwarder gave up before the endpoint came up"
         receiver.start()
 
         tasks = 20 + 4  # and the script's pid_of tasks, which find the workers

@@ -156,20 +156,32 @@ def test_each_task_s_lines_carry_its_own_ids_and_silent_tasks_none(tmp_path: Pat
 
 KEPT_STREAM_SCRIPT = """
 import sys, threading, time
+from pathlib import Path
 from ray_otel_events.executor import TracedProcessPoolExecutor
 
-def keep():
+def keep(folder):
     stream = sys.stdout  # the task's stream, written to by a thread after the task ended
-    threading.Thread(target=lambda: (time.sleep(0.3), stream.write("late part"))).start()
+    ended, written = Path(folder, "ended"), Path(folder, "written")
+
+    def late():
+        while not ended.exists():  # the submitter has the task's result: it has ended
+            time.sleep(0.01)
+        stream.write("late part")
+        written.touch()
+
+    threading.Thread(target=late).start()
 
 def next_task():
     print("next line")
 
 if __name__ == "__main__":
+    folder = sys.argv[1]  # (the test's run of this script has a timeout: no deadline here)
     hook = "ray_otel_events.tracing.setup_local_tmp_tracing:setup_tracing"
     with TracedProcessPoolExecutor(max_workers=1, tracing_startup_hook=hook) as pool:
-        pool.submit(keep).result()
-        time.sleep(1.0)
+        pool.submit(keep, folder).result()
+        Path(folder, "ended").touch()
+        while not Path(folder, "written").exists():  # the late part is written before the next task
+            time.sleep(0.01)
         pool.submit(next_task).result()
 """
 
@@ -180,7 +192,11 @@ def test_text_left_in_a_kept_stream_is_not_given_to_the_next_task(tmp_path: Path
     line or given its ids."""
     env = {**os.environ, "RAY_OTEL_EVENTS_SPANS_DIR": str(tmp_path / "spans")}
     proc = subprocess.run(
-        [sys.executable, "-c", KEPT_STREAM_SCRIPT], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", KEPT_STREAM_SCRIPT, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     records = {r["body"]: r for r in _lines(tmp_path / "spans", ".logs.jsonl")}

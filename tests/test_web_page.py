@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import requests
+from helpers.agg_procs import check_ended_well
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
@@ -58,7 +59,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "ray_otel_events", "demo", "--tasks", str(TASKS), "--workdir", str(workdir)],
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=(workdir / "demo.stderr").open("w"),
         text=True,
     )
     lines: queue.Queue[str] = queue.Queue()
@@ -76,7 +77,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield address
     finally:
         proc.send_signal(signal.SIGINT)  # as Ctrl-C on `make demo`
-        assert proc.wait(timeout=60) == 0
+        proc.wait(timeout=60)
+        check_ended_well(proc, (workdir / "demo.stderr").read_text(), ended_by_test=False)
 
 
 def headless_chromium(height: int) -> WebDriver:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -609,6 +610,44 @@ class OtlpProtocols:
         )
 
 
+# The lineage mode (tracing/lineage.py): no tracing hook, user spans parented by Ray's runtime
+# context. A driver given the W3C `traceparent` of its caller links its spans to the caller's
+# (the variable name of OpenTelemetry's environment-carrier convention).
+TRACEPARENT_ENV = "TRACEPARENT"
+_TRACEPARENT_RE = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+
+
+@dataclass(frozen=True)
+class LineageConfig:
+    """What the lineage mode reads: the caller's span context, the OTLP protocols (the endpoint,
+    headers and timeouts are the standard OTEL_EXPORTER_OTLP_* variables the exporters read)."""
+
+    # (trace id, span id, trace flags) of the caller, from TRACEPARENT; None when unset.
+    caller: tuple[int, int, int] | None = None
+    protocols: OtlpProtocols = OtlpProtocols()
+    task_output: bool = True
+
+    @classmethod
+    def from_env(cls, env: Environ | None = None) -> LineageConfig:
+        env = os.environ if env is None else env
+        raw = env.get(TRACEPARENT_ENV, "").strip()
+        return cls(
+            caller=parse_traceparent(raw, TRACEPARENT_ENV) if raw else None,
+            protocols=OtlpProtocols.from_env(env),
+            task_output=env_bool(env, TASK_OUTPUT, cls.task_output),
+        )
+
+
+def parse_traceparent(raw: str, source: str) -> tuple[int, int, int]:
+    """A W3C `traceparent` (version 00) as (trace id, span id, flags); all-zero ids are invalid."""
+    match = _TRACEPARENT_RE.fullmatch(raw.strip().lower())
+    _require(match is not None, f"{source}={raw!r}: expected a W3C traceparent 00-<32 hex>-<16 hex>-<2 hex>")
+    assert match is not None
+    trace_id, span_id, flags = (int(group, 16) for group in match.groups())
+    _require(trace_id != 0 and span_id != 0, f"{source}={raw!r}: all-zero trace or span id")
+    return trace_id, span_id, flags
+
+
 # ---------------------------------------------------------------------------------------------
 # The bridge: OTLP/HTTP in -> RayEvent JSON out, and RayEvent JSON in -> OTLP out.
 # Its OTLP exporter reads the standard OTEL_EXPORTER_OTLP_* variables (HTTP only) and
@@ -956,6 +995,11 @@ def compiled_enabled(env: Environ = os.environ) -> bool:
 # The store `serve` writes and the state commands read.
 
 STORE = "RAY_OTEL_EVENTS_STORE"  # a SQLite file or postgresql://USER@HOST:PORT/DB, as --store takes
+# The POST bodies `serve` holds answered but not yet folded (each is also in the intake spool on
+# disk); past this a POST waits for the fold. It is most of what `serve`'s memory grows by when the
+# store falls behind the stream: 200,000 events (its other bound) of a real stream are ~220 MB.
+STORE_MAX_PENDING_BYTES = "RAY_OTEL_EVENTS_STORE_MAX_PENDING_BYTES"
+DEFAULT_STORE_MAX_PENDING_BYTES = 64 * 1024 * 1024
 
 
 ADDRESS = "RAY_OTEL_EVENTS_ADDRESS"  # a running serve the state commands ask, as --address takes
@@ -966,6 +1010,13 @@ TIMEZONE = "TZ"  # the zone `serve`'s dashboard reports, as Ray's head does
 def store_location(env: Environ = os.environ) -> str | None:
     """The store named in the environment (None: the default file); `--store` wins over it."""
     return env.get(STORE) or None
+
+
+def store_max_pending_bytes(env: Environ = os.environ) -> int:
+    """`STORE_MAX_PENDING_BYTES`, checked."""
+    value = env_int(env, STORE_MAX_PENDING_BYTES, DEFAULT_STORE_MAX_PENDING_BYTES)
+    _require(value > 0, f"{STORE_MAX_PENDING_BYTES} must be > 0, got {value}")
+    return value
 
 
 def data_home(env: Environ = os.environ) -> str:

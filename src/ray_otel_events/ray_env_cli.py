@@ -8,7 +8,8 @@ Prints `export NAME=VALUE` lines (shell-quoted) for the Ray release installed he
 events/ray_releases.py, one per variable and release. No `--token-file`: Ray's aggregator agent
 posts with no token and no custom header (Ray 2.60), so there is no variable to print; a `serve`
 with `--auth-token-file` cannot be reached by it, and under `RAY_AUTH_MODE=token` alone `serve`
-leaves those POSTs open.
+leaves those POSTs open. With `--lineage`, one more line sets every worker of the node up for the
+lineage mode (tracing/lineage.py; the variable's story is in events/ray_releases.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ray_otel_events.events.ray_releases import (
     OLDEST,
     UnknownRelease,
     events_url,
+    lineage_environment,
     node_environment,
     parse_release,
 )
@@ -41,6 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="X.Y.Z",
         help="the Ray release on the cluster's nodes (default: the one installed here)",
+    )
+    parser.add_argument(
+        "--lineage",
+        action="store_true",
+        help="also set up every worker for the lineage mode (docs/tracing.md): user spans under the"
+        " spans Ray's events give each task attempt; set OTEL_EXPORTER_OTLP_ENDPOINT for where they go",
     )
 
 
@@ -74,6 +82,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     origin = "--ray-version" if args.ray_version else "installed here"
     print(f"# ray-otel-events ray-env: Ray {version} ({origin}), events to {url}")
-    for name, value in node_environment(url, release):
+    settings = node_environment(url, release)
+    if args.lineage:
+        from ray_otel_events.tracing.lineage import HOOK  # only then: it loads the OTel SDK
+
+        settings += lineage_environment(HOOK)
+    for name, value in settings:
         print(f"export {name}={shlex.quote(value)}")
     return 0

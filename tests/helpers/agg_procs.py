@@ -1,7 +1,9 @@
 """Start `ray-otel-events` CLI servers as real subprocesses and read their stdout protocol.
 
 A server prints `listening grpc=HOST:PORT` or `listening http=HOST:PORT` when ready and, after
-SIGTERM, `stats {json}`. stderr goes to a file (kept for failure messages), never a pipe.
+SIGTERM, `stats {json}`. stderr goes to a file (kept for failure messages), never a pipe. However a
+test ends, each server it started is checked as it is closed (`ended_badly`): a server that exited on
+its own with a failure, or logged a traceback, fails the test.
 """
 
 from __future__ import annotations
@@ -16,14 +18,17 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
 
 from ray_otel_events import cli, config
+
+T = TypeVar("T")
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 60.0
@@ -41,6 +46,38 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+_TRACEBACK = "Traceback (most recent call last)"
+
+
+def ended_badly(
+    argv: list[str], returncode: int | None, stderr: str, expected: tuple[str, ...] = ()
+) -> str | None:
+    """What went wrong with a server process a test started, or None: an exit status other than 0
+    it was not asked for (`returncode` None: the test ended it, by a signal it chose or a kill at
+    the end), or a traceback in what it logged, but in a log line naming one of `expected` (a
+    failure the test makes, which the server logs with its traceback by design). Every helper that
+    starts one of our servers asks."""
+    problems = []
+    if returncode not in (None, 0):
+        problems.append(f"exited {returncode} of itself")
+    unexpected = [
+        line for line in stderr.splitlines() if _TRACEBACK in line and not any(e in line for e in expected)
+    ]
+    if unexpected:  # (a JSON log line holds its whole traceback)
+        start = stderr.index(unexpected[0])
+        problems.append(f"logged a traceback: {stderr[max(0, start - 500) : start + 3000]}")
+    return f"{argv}: {'; '.join(problems)}" if problems else None
+
+
+def check_ended_well(
+    proc: subprocess.Popen[Any], stderr: str, *, ended_by_test: bool, expected: tuple[str, ...] = ()
+) -> None:
+    """Fails naming what went wrong when `ended_badly` finds something; `proc` has exited."""
+    argv = [str(arg) for arg in proc.args] if isinstance(proc.args, list) else [str(proc.args)]
+    problem = ended_badly(argv, None if ended_by_test else proc.returncode, stderr, expected)
+    assert problem is None, problem
+
+
 class CliServer:
     """One `python -m ray_otel_events <command> ...` process."""
 
@@ -54,10 +91,13 @@ class CliServer:
             self.argv, stdout=subprocess.PIPE, stderr=self._stderr, env=clean_env(env), bufsize=0
         )
         self._pending = b""
+        self.ended_by_test = False  # stop(), send_signal() or a failed start: the exit is the test's
+        self.expected_tracebacks: tuple[str, ...] = ()  # see expect_tracebacks
         self.returncode: int | None = None
         self.stats: dict[str, Any] | None = None
         line = self.read_line(READY_TIMEOUT_S)
         if not line.startswith("listening "):
+            self.ended_by_test = True
             self.kill()
             raise AssertionError(f"{self.argv} printed {line!r} instead of a ready line; {self.stderr()}")
         # `listening http=HOST:PORT` (or grpc=), maybe followed by more `kind=HOST:PORT` pairs.
@@ -85,7 +125,21 @@ class CliServer:
         return line.decode()
 
     def stderr(self) -> str:
-        return "stderr: " + Path(self._stderr.name).read_text(errors="replace")[-4000:]
+        return "stderr: " + self.logged()[-4000:]
+
+    def logged(self) -> str:
+        """Everything the server wrote to stderr so far (its JSON log lines)."""
+        return Path(self._stderr.name).read_text(errors="replace")
+
+    def expect_tracebacks(self, *messages: str) -> None:
+        """Tracebacks logged with one of these messages are the test's doing (a database it takes
+        away, say), logged so by design: close() lets them pass, and fails on any other."""
+        self.expected_tracebacks = messages
+
+    def send_signal(self, sig: int) -> None:
+        """Sends `sig` as the test's doing (a crash it makes, say): the exit that follows is expected."""
+        self.ended_by_test = True
+        self.proc.send_signal(sig)
 
     def log_lines(self) -> list[str]:
         """Every line the process wrote to stderr so far."""
@@ -93,7 +147,7 @@ class CliServer:
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = STOP_TIMEOUT_S) -> dict[str, Any]:
         """Signal, wait for exit 0 and return the parsed `stats` line."""
-        self.proc.send_signal(sig)
+        self.send_signal(sig)
         line = self.read_line(timeout_s)
         self.returncode = self.proc.wait(timeout_s)
         assert self.returncode == 0, f"{self.argv} exited {self.returncode}; {self.stderr()}"
@@ -107,11 +161,33 @@ class CliServer:
             self.proc.wait(10)
 
     def close(self) -> None:
+        """Ends the process (a kill, if the test left it running: it did not crash) and checks how
+        it ended (`check_ended_well`), after cleaning up whatever the check finds."""
+        exited_alone = self.proc.poll() is not None
         self.kill()
+        logged = self.logged()
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         self._stderr.close()
         os.unlink(self._stderr.name)
+        check_ended_well(
+            self.proc,
+            logged,
+            ended_by_test=self.ended_by_test or not exited_alone,
+            expected=self.expected_tracebacks,
+        )
+
+
+def close_all(servers: list[CliServer]) -> None:
+    """Closes every server, the last started first, then fails naming each that ended badly."""
+    problems = []
+    for server in reversed(servers):
+        try:
+            server.close()
+        except AssertionError as error:
+            problems.append(str(error))
+    servers.clear()
+    assert not problems, "\n".join(problems)
 
 
 def free_port() -> int:
@@ -131,12 +207,14 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def wait_for_lines(path: Path, n: int, timeout_s: float = 60.0) -> list[dict[str, Any]]:
-    """Poll a sink's JSON Lines file until it holds at least n events."""
+    """Poll a sink's JSON Lines file until it holds at least n events; fails the test, saying how
+    many came, when they do not within `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while True:
         events = read_jsonl(path)
-        if len(events) >= n or time.monotonic() > deadline:
+        if len(events) >= n:
             return events
+        assert time.monotonic() < deadline, f"{path}: {len(events)} of {n} lines within {timeout_s} s"
         time.sleep(0.05)
 
 
@@ -246,3 +324,25 @@ def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0
     while not condition():
         assert time.monotonic() < deadline, f"no {what} within {timeout_s} s"
         time.sleep(0.05)
+
+
+def returns(call: Callable[[], T], what: str, timeout_s: float = 60.0) -> T:
+    """`call()`'s result, for a call that must return (a bounded stop or flush, say): run on a
+    thread, so the test fails naming `what` if it has not returned after `timeout_s`, rather than
+    hanging. The deadline only fails a call that never returns: no bound on how long it took."""
+    result: list[T] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(call())
+        except BaseException as error:  # handed to the test's thread, raised there
+            errors.append(error)
+
+    thread = threading.Thread(target=run, name=what, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if errors:
+        raise errors[0]
+    assert result, f"{what} did not return within {timeout_s} s"
+    return result[0]

@@ -9,7 +9,7 @@ from typing import Any
 
 import requests
 
-from helpers.agg_procs import CliServer, read_jsonl
+from helpers.agg_procs import CliServer, close_all, read_jsonl
 
 # The bridge's OTLP side reads these; the developer's shell must not change what a test sees.
 _OTEL_VARS = [
@@ -45,12 +45,14 @@ def post_ray_events(bridge: CliServer, body: bytes) -> dict[str, Any]:
 
 
 def wait_until(read: Callable[[], list[Any]], n: int, timeout_s: float = 60.0) -> list[Any]:
-    """Poll `read()` until it returns at least n items (or the timeout passes)."""
+    """Poll `read()` until it returns at least n items; fails the test, saying how many came, when
+    they do not within `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while True:
         items = read()
-        if len(items) >= n or time.monotonic() > deadline:
+        if len(items) >= n:
             return items
+        assert time.monotonic() < deadline, f"{len(items)} of {n} items within {timeout_s} s"
         time.sleep(0.05)
 
 
@@ -117,9 +119,7 @@ class ServerGroup:
         return server
 
     def close(self) -> None:
-        for server in reversed(self.started):
-            server.close()
-        self.started.clear()
+        close_all(self.started)
 
     def __enter__(self) -> ServerGroup:
         return self

@@ -30,10 +30,23 @@ def _import_path() -> dict[str, str]:
     return {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
 
 
+COMPILED_ONLY = f"{config.PURE_PYTHON}=1 runs the Python twins"
+"""How the reason of every compiled-only skip ends: tests/conftest.py allows these skips, and only
+these, with the compiled helpers off."""
+
+
 def needs_compiled(built: object, what: str) -> pytest.MarkDecorator:
     """Skip a test that checks the compiled half of a twin: when the run turned the compiled helpers
     off (RAY_OTEL_EVENTS_PURE_PYTHON=1, the suite's second pass in CI, where the Python half runs
     everywhere instead), or when `built` (the module, or the twin's flag) says the build has none."""
     if not native.ENABLED:
-        return pytest.mark.skip(reason=f"{what}: {config.PURE_PYTHON}=1 runs the Python twins")
+        return pytest.mark.skip(reason=f"{what}: {COMPILED_ONLY}")
     return pytest.mark.skipif(not built, reason=f"{what} is not built (no C compiler or headers)")
+
+
+def skip_unless_compiled(built: object, what: str) -> None:
+    """needs_compiled inside a test, for a compiled half found only once the test has run a little."""
+    if not native.ENABLED:
+        pytest.skip(f"{what}: {COMPILED_ONLY}")
+    if not built:
+        pytest.skip(f"{what} is not built (no C compiler or headers)")

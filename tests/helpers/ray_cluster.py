@@ -65,12 +65,13 @@ def cluster_event_env(export_url: str) -> dict[str, str]:
 
 
 def ray_cli_answers(
-    commands: list[list[str]], env: dict[str, str], cwd: str | None = None
+    commands: list[list[str]], env: dict[str, str], cwd: str | None = None, python: str | None = None
 ) -> list[subprocess.CompletedProcess[str]]:
     """Each command's answer as `ray ARGS` gives it (exit code, stdout, stderr), all asked of one
-    interpreter (helpers/ray_cli_batch.py): Ray's CLI takes over a second to start."""
+    interpreter (helpers/ray_cli_batch.py): Ray's CLI takes over a second to start. `python` is
+    another Ray release's interpreter (the version matrix), else this one."""
     out = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("ray_cli_batch.py")), json.dumps(commands)],
+        [python or sys.executable, str(Path(__file__).with_name("ray_cli_batch.py")), json.dumps(commands)],
         env=env,
         cwd=cwd,
         capture_output=True,
@@ -149,10 +150,12 @@ def start_head(
     dashboard_port: int | None = None,
     tracing_hook: str | None = None,
     agent_grpc_port: int | None = None,
+    ray: str | None = None,
 ) -> None:
     """`ray start --head` on 127.0.0.1:PORT with its own ports and TEMP_DIR (which names its
-    processes for `stop_cluster`); the dashboard and the agent's gRPC port only when given. Fails
-    the test with Ray's output when the head does not start."""
+    processes for `stop_cluster`); the dashboard and the agent's gRPC port only when given. `ray`
+    is another release's `ray` (the version matrix), else this venv's. Fails the test with Ray's
+    output when the head does not start."""
     dashboard_args = (
         ["--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}"]
         if dashboard_port is not None
@@ -160,7 +163,7 @@ def start_head(
     )
     started = subprocess.run(
         [
-            ray_bin(),
+            ray or ray_bin(),
             "start",
             "--head",
             f"--num-cpus={num_cpus}",

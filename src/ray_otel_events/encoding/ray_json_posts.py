@@ -14,6 +14,7 @@ from typing import Any, NamedTuple, TypeVar
 import orjson
 from google.protobuf import json_format
 
+from ray_otel_events.encoding.older_releases import as_current
 from ray_otel_events.encoding.ray_json_decode import event_wires, read_event
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
@@ -41,15 +42,16 @@ def parse_posted_event(item: Any) -> PostedEvent:
     """`parse_event`, keeping the object when it stands for the event."""
     if not isinstance(item, dict):
         raise ValueError(f"expected a RayEvent object, got {type(item).__name__}")
+    current = as_current(item)  # an older Ray's event, by its JSON names, as 2.60 sends it
     try:
-        event, whole = read_event(item, ignore_unknown_fields=True)
+        event, whole = read_event(current, ignore_unknown_fields=True)
     except json_format.ParseError as exc:
         raise ValueError(str(exc)) from None
     if event.event_type == RayEvent.EVENT_TYPE_UNSPECIFIED:
         # ignore_unknown_fields also passes unknown enum names; an event without a type is useless.
         given = item.get("eventType", item.get("event_type"))
         raise ValueError(f"eventType {given!r} is missing or unknown")
-    return PostedEvent(event, item if whole else None)
+    return PostedEvent(event, item if whole and current is item else None)
 
 
 def parse_posted_events(items: list[Any]) -> tuple[list[PostedEvent], list[str]]:

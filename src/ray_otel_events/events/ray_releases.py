@@ -68,6 +68,22 @@ SETTINGS: tuple[Setting, ...] = (
     ),
 )
 
+# The lineage mode for every job of a cluster (`ray-env --lineage`, tracing/lineage.py). Ray has no
+# documented cluster-wide worker_process_setup_hook (only the per-job runtime_env field, and
+# RAY_RUNTIME_ENV_HOOK, which rewrites a driver's runtime_env in that driver's process alone). Its
+# default_worker.py runs the hook a job's runtime_env turned into this variable, read from the
+# worker's environment, which it inherits from the node's: set at `ray start`, it sets up every
+# worker of every job (a job giving its own hook replaces it for its workers). A Ray-internal name,
+# the same in 2.49.2, 2.52.1, 2.55.0 and 2.60.0's packages; proved live on 2.60
+# (tests/test_tracing_lineage.py).
+WORKER_SETUP_HOOK_VARIABLE = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
+
+
+def lineage_environment(hook: str) -> list[tuple[str, str]]:
+    """(name, value) that makes every worker of a node run `hook` (`module.function`) at start."""
+    return [(WORKER_SETUP_HOOK_VARIABLE, hook)]
+
+
 # Checked in 2.49.2, 2.52.1, 2.55.0 and 2.60.0. Between two of those a type's first release is
 # not known, so its line starts at the earliest it may: the agent compares the names literally, so
 # a name its release does not emit lets nothing extra through and costs nothing.

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _POOL.AddSerializedFile(b'\n/ray_otel_events/protobuf/add_events_views.proto\x12\x15ray_otel_events.views\"=\n\rRawEventsData\x12\x0e\n\x06\x65vents\x18\x01 \x03(\x0c\x12\x1c\n\x14task_events_metadata\x18\x02 \x01(\x0c\"P\n\x13RawAddEventsRequest\x12\x39\n\x0b\x65vents_data\x18\x01 \x01(\x0b\x32$.ray_otel_events.views.RawEventsData\"5\n\rEventTypeView\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x0c\x12\x12\n\nevent_type\x18\x03 \x01(\x05\"G\n\x0fTypesEventsData\x12\x34\n\x06\x65vents\x18\x01 \x03(\x0b\x32$.ray_otel_events.views.EventTypeView\"T\n\x15TypesAddEventsRequest\x12;\n\x0b\x65vents_data\x18\x01 \x01(\x0b\x32&.ray_otel_events.views.TypesEventsDatab\x06proto3')
+DESCRIPTOR = _POOL.AddSerializedFile(b'\n/ray_otel_events/protobuf/add_events_views.proto\x12\x15ray_otel_events.views\"=\n\rRawEventsData\x12\x0e\n\x06\x65vents\x18\x01 \x03(\x0c\x12\x1c\n\x14task_events_metadata\x18\x02 \x01(\x0c\"P\n\x13RawAddEventsRequest\x12\x39\n\x0b\x65vents_data\x18\x01 \x01(\x0b\x32$.ray_otel_events.views.RawEventsData\"\xb7\t\n\rEventTypeView\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x0c\x12\x12\n\nevent_type\x18\x03 \x01(\x05\x12\"\n\x15task_definition_event\x18\x08 \x01(\x0cH\x00\x88\x01\x01\x12!\n\x14task_lifecycle_event\x18\t \x01(\x0cH\x01\x88\x01\x01\x12(\n\x1b\x61\x63tor_task_definition_event\x18\n \x01(\x0cH\x02\x88\x01\x01\x12 \n\x13task_profile_events\x18\x0b \x01(\x0cH\x03\x88\x01\x01\x12(\n\x1b\x64river_job_definition_event\x18\x0c \x01(\x0cH\x04\x88\x01\x01\x12\'\n\x1a\x64river_job_lifecycle_event\x18\r \x01(\x0cH\x05\x88\x01\x01\x12\"\n\x15node_definition_event\x18\x0e \x01(\x0cH\x06\x88\x01\x01\x12!\n\x14node_lifecycle_event\x18\x0f \x01(\x0cH\x07\x88\x01\x01\x12#\n\x16\x61\x63tor_definition_event\x18\x10 \x01(\x0cH\x08\x88\x01\x01\x12\"\n\x15\x61\x63tor_lifecycle_event\x18\x11 \x01(\x0cH\t\x88\x01\x01\x12-\n placement_group_definition_event\x18\x13 \x01(\x0cH\n\x88\x01\x01\x12,\n\x1fplacement_group_lifecycle_event\x18\x14 \x01(\x0cH\x0b\x88\x01\x01\x12,\n\x1fsubmission_job_definition_event\x18\x15 \x01(\x0cH\x0c\x88\x01\x01\x12+\n\x1esubmission_job_lifecycle_event\x18\x16 \x01(\x0cH\r\x88\x01\x01\x12\x1b\n\x0eplatform_event\x18\x17 \x01(\x0cH\x0e\x88\x01\x01\x12#\n\x16worker_lifecycle_event\x18\x18 \x01(\x0cH\x0f\x88\x01\x01\x12$\n\x17worker_definition_event\x18\x19 \x01(\x0cH\x10\x88\x01\x01\x42\x18\n\x16_task_definition_eventB\x17\n\x15_task_lifecycle_eventB\x1e\n\x1c_actor_task_definition_eventB\x16\n\x14_task_profile_eventsB\x1e\n\x1c_driver_job_definition_eventB\x1d\n\x1b_driver_job_lifecycle_eventB\x18\n\x16_node_definition_eventB\x17\n\x15_node_lifecycle_eventB\x19\n\x17_actor_definition_eventB\x18\n\x16_actor_lifecycle_eventB#\n!_placement_group_definition_eventB\"\n _placement_group_lifecycle_eventB\"\n _submission_job_definition_eventB!\n\x1f_submission_job_lifecycle_eventB\x11\n\x0f_platform_eventB\x19\n\x17_worker_lifecycle_eventB\x1a\n\x18_worker_definition_event\"G\n\x0fTypesEventsData\x12\x34\n\x06\x65vents\x18\x01 \x03(\x0b\x32$.ray_otel_events.views.EventTypeView\"T\n\x15TypesAddEventsRequest\x12;\n\x0b\x65vents_data\x18\x01 \x01(\x0b\x32&.ray_otel_events.views.TypesEventsDatab\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,10 +35,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RAWEVENTSDATA']._serialized_end=135
   _globals['_RAWADDEVENTSREQUEST']._serialized_start=137
   _globals['_RAWADDEVENTSREQUEST']._serialized_end=217
-  _globals['_EVENTTYPEVIEW']._serialized_start=219
-  _globals['_EVENTTYPEVIEW']._serialized_end=272
-  _globals['_TYPESEVENTSDATA']._serialized_start=274
-  _globals['_TYPESEVENTSDATA']._serialized_end=345
-  _globals['_TYPESADDEVENTSREQUEST']._serialized_start=347
-  _globals['_TYPESADDEVENTSREQUEST']._serialized_end=431
+  _globals['_EVENTTYPEVIEW']._serialized_start=220
+  _globals['_EVENTTYPEVIEW']._serialized_end=1427
+  _globals['_TYPESEVENTSDATA']._serialized_start=1429
+  _globals['_TYPESEVENTSDATA']._serialized_end=1500
+  _globals['_TYPESADDEVENTSREQUEST']._serialized_start=1502
+  _globals['_TYPESADDEVENTSREQUEST']._serialized_end=1586
 # @@protoc_insertion_point(module_scope)

@@ -21,12 +21,46 @@ class RawAddEventsRequest(_message.Message):
     def __init__(self, events_data: _Optional[_Union[RawEventsData, _Mapping]] = ...) -> None: ...
 
 class EventTypeView(_message.Message):
-    __slots__ = ("event_id", "event_type")
+    __slots__ = ("event_id", "event_type", "task_definition_event", "task_lifecycle_event", "actor_task_definition_event", "task_profile_events", "driver_job_definition_event", "driver_job_lifecycle_event", "node_definition_event", "node_lifecycle_event", "actor_definition_event", "actor_lifecycle_event", "placement_group_definition_event", "placement_group_lifecycle_event", "submission_job_definition_event", "submission_job_lifecycle_event", "platform_event", "worker_lifecycle_event", "worker_definition_event")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     EVENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    TASK_DEFINITION_EVENT_FIELD_NUMBER: _ClassVar[int]
+    TASK_LIFECYCLE_EVENT_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_TASK_DEFINITION_EVENT_FIELD_NUMBER: _ClassVar[int]
+    TASK_PROFILE_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_JOB_DEFINITION_EVENT_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_JOB_LIFECYCLE_EVENT_FIELD_NUMBER: _ClassVar[int]
+    NODE_DEFINITION_EVENT_FIELD_NUMBER: _ClassVar[int]
+    NODE_LIFECYCLE_EVENT_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_DEFINITION_EVENT_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_LIFECYCLE_EVENT_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_GROUP_DEFINITION_EVENT_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_GROUP_LIFECYCLE_EVENT_FIELD_NUMBER: _ClassVar[int]
+    SUBMISSION_JOB_DEFINITION_EVENT_FIELD_NUMBER: _ClassVar[int]
+    SUBMISSION_JOB_LIFECYCLE_EVENT_FIELD_NUMBER: _ClassVar[int]
+    PLATFORM_EVENT_FIELD_NUMBER: _ClassVar[int]
+    WORKER_LIFECYCLE_EVENT_FIELD_NUMBER: _ClassVar[int]
+    WORKER_DEFINITION_EVENT_FIELD_NUMBER: _ClassVar[int]
     event_id: bytes
     event_type: int
-    def __init__(self, event_id: _Optional[bytes] = ..., event_type: _Optional[int] = ...) -> None: ...
+    task_definition_event: bytes
+    task_lifecycle_event: bytes
+    actor_task_definition_event: bytes
+    task_profile_events: bytes
+    driver_job_definition_event: bytes
+    driver_job_lifecycle_event: bytes
+    node_definition_event: bytes
+    node_lifecycle_event: bytes
+    actor_definition_event: bytes
+    actor_lifecycle_event: bytes
+    placement_group_definition_event: bytes
+    placement_group_lifecycle_event: bytes
+    submission_job_definition_event: bytes
+    submission_job_lifecycle_event: bytes
+    platform_event: bytes
+    worker_lifecycle_event: bytes
+    worker_definition_event: bytes
+    def __init__(self, event_id: _Optional[bytes] = ..., event_type: _Optional[int] = ..., task_definition_event: _Optional[bytes] = ..., task_lifecycle_event: _Optional[bytes] = ..., actor_task_definition_event: _Optional[bytes] = ..., task_profile_events: _Optional[bytes] = ..., driver_job_definition_event: _Optional[bytes] = ..., driver_job_lifecycle_event: _Optional[bytes] = ..., node_definition_event: _Optional[bytes] = ..., node_lifecycle_event: _Optional[bytes] = ..., actor_definition_event: _Optional[bytes] = ..., actor_lifecycle_event: _Optional[bytes] = ..., placement_group_definition_event: _Optional[bytes] = ..., placement_group_lifecycle_event: _Optional[bytes] = ..., submission_job_definition_event: _Optional[bytes] = ..., submission_job_lifecycle_event: _Optional[bytes] = ..., platform_event: _Optional[bytes] = ..., worker_lifecycle_event: _Optional[bytes] = ..., worker_definition_event: _Optional[bytes] = ...) -> None: ...
 
 class TypesEventsData(_message.Message):
     __slots__ = ("events",)

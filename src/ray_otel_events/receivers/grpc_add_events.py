@@ -6,6 +6,18 @@ bytes (so the buffer keeps the producer's exact bytes, unknown fields included),
 only each event's `event_type` number. Both parses run in C (upb); per event the receiver does no
 Python work beyond list building.
 
+An event is taken as the type its number names only when its payload is in that type's field
+(the registry's `payload_field`): RayEvent has no version field, and Ray's branches numbered types
+differently (submission-job events were 11/12 in some, placement groups' numbers here), so an event
+whose payload is elsewhere, or missing, comes from a Ray whose numbers are not ours. It is not
+passed on (a destination would read it as the type its number names here): it is counted
+(`unrecognized`, by type number) and its exact bytes kept, the newest UNRECOGNIZED_KEPT of them,
+for `unrecognized_events` (the aggregator's GET /unrecognized). A type number this schema does not
+know (a newer Ray's) names nothing here to misread it as: it is passed on as it came, counted as
+received like any other. `unrecognized` is labelled by a number the registry knows, so its series
+are bounded. Ray 2.49's TASK_EXECUTION_EVENT is type 2 in field 9, wire-compatible with
+TaskLifecycleEvent (its `taskState` map entries are StateTransitions on the wire), so taken as one.
+
 Replies are Ray's: an empty AddEventsReply on success. Unlike Ray, a malformed request gets
 INVALID_ARGUMENT and a request arriving during shutdown gets UNAVAILABLE, so the producer knows
 its events were not taken (the producer's recorder keeps and re-sends them).
@@ -13,16 +25,18 @@ its events were not taken (the producer's recorder keeps and re-sends them).
 
 from __future__ import annotations
 
+import base64
 import logging
 import sqlite3
-from collections import Counter
+import time
+from collections import Counter, deque
 from typing import Any, NoReturn, Protocol
 
 import grpc
 from google.protobuf.message import DecodeError
 
 from ray_otel_events.durable.recent_ids import RecentIds
-from ray_otel_events.events.registry import event_type_label
+from ray_otel_events.events.registry import REGISTRY, event_type_label
 from ray_otel_events.metrics import Counters
 from ray_otel_events.processors.event_buffer import BufferClosedError
 from ray_otel_events.protobuf.add_events_views_pb2 import RawAddEventsRequest, TypesAddEventsRequest
@@ -40,6 +54,11 @@ REQUESTS = "requests"
 REJECTED_REQUESTS = "rejected_requests"  # labelled reason
 PRODUCER_DROPPED_TASK_ATTEMPTS = "producer_dropped_task_attempts"
 DUPLICATES = "duplicates"  # labelled event_type: an eventId seen in the recent-id window, not taken again
+UNRECOGNIZED = "unrecognized"  # labelled event_type (its number): payload not in its type's field
+UNRECOGNIZED_KEPT = 1000
+
+# type number -> the view's field its payload must be in
+_PAYLOAD_FIELDS = {number: spec.payload_field for number, spec in REGISTRY.items()}
 
 # Ray's agent accepts messages up to 512 MiB; the buffer's byte bound protects memory, not this.
 
@@ -47,15 +66,21 @@ _EMPTY_REPLY = b""  # AddEventsReply() serialized: Ray's aggregator always answe
 
 
 class ParsedRequest:
-    __slots__ = ("dropped_task_attempts", "ids", "types", "wires")
+    __slots__ = ("dropped_task_attempts", "ids", "types", "unrecognized", "wires")
 
     def __init__(
-        self, wires: list[bytes], types: list[int], dropped_task_attempts: int, ids: list[bytes] | None = None
+        self,
+        wires: list[bytes],
+        types: list[int],
+        dropped_task_attempts: int,
+        ids: list[bytes] | None = None,
+        unrecognized: list[tuple[int, bytes]] | None = None,
     ) -> None:
         self.wires = wires
         self.types = types
         self.dropped_task_attempts = dropped_task_attempts
         self.ids = ids if ids is not None else [b""] * len(wires)
+        self.unrecognized = unrecognized or []  # (type number, wire bytes): not passed on
 
     def without_duplicates(self, recent: RecentIds) -> list[int]:
         """Drop events whose id was seen recently (in place); returns the dropped events' types."""
@@ -87,7 +112,16 @@ def parse_add_events_request(data: bytes) -> ParsedRequest:
         dropped = len(
             TaskEventsMetadata.FromString(raw.events_data.task_events_metadata).dropped_task_attempts
         )
-    return ParsedRequest(wires, types, dropped, ids)
+    payload = _PAYLOAD_FIELDS.get
+    misplaced = [
+        i
+        for i, (t, seen) in enumerate(zip(types, views, strict=True))
+        if (f := payload(t)) and not seen.HasField(f)
+    ]
+    unrecognized = [(types[i], wires[i]) for i in misplaced]
+    for i in reversed(misplaced):
+        del wires[i], types[i], ids[i]
+    return ParsedRequest(wires, types, dropped, ids, unrecognized)
 
 
 class EventSink(Protocol):
@@ -108,6 +142,12 @@ class AddEventsReceiver:
         self.recent_ids = recent_ids
         self._shutting_down = False
         self.in_flight = 0  # calls being handled now (a gauge)
+        self._unrecognized: deque[dict[str, Any]] = deque(maxlen=UNRECOGNIZED_KEPT)
+
+    def unrecognized_events(self) -> list[dict[str, Any]]:
+        """The newest events not taken as their number's type, oldest first: their type number,
+        when they came (seconds) and their exact bytes (base64)."""
+        return list(self._unrecognized)
 
     def begin_shutdown(self) -> None:
         """From now on every call is refused with UNAVAILABLE."""
@@ -138,6 +178,12 @@ class AddEventsReceiver:
                 grpc.StatusCode.INVALID_ARGUMENT,
                 "malformed",
                 f"malformed AddEventsRequest ({len(request)} bytes): {exc}",
+            )
+        received = time.time()
+        for etype, wire in parsed.unrecognized:
+            self.counters.add(UNRECOGNIZED, event_type=event_type_label(etype))
+            self._unrecognized.append(
+                {"event_type": etype, "received": received, "wire": base64.b64encode(wire).decode()}
             )
         duplicates = parsed.without_duplicates(self.recent_ids) if self.recent_ids is not None else []
         for etype, n in Counter(duplicates).items():

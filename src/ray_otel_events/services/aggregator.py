@@ -151,11 +151,16 @@ class AggregatorService:
         if config.metrics_port is not None:
             app = web.Application(middlewares=[token.http_middleware()] if token else [])
             app.add_routes(observability_routes(self.metrics, self.readiness))
+            app.add_routes([web.get("/unrecognized", self._unrecognized)])
             tls = self.security.tls
             self.admin = AdminHttpServer(
                 config.host, config.metrics_port, app, tls.ssl_context() if tls else None, self.guard
             )
         self._listening = False
+
+    async def _unrecognized(self, _request: web.Request) -> web.Response:
+        """The events not taken as the type their number names here (grpc_add_events)."""
+        return web.json_response({"events": self.receiver.unrecognized_events()})
 
     def _build_metrics(self) -> ServerMetrics:
         metrics = ServerMetrics("aggregator")

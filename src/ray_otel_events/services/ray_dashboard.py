@@ -19,7 +19,13 @@ import orjson
 from aiohttp import web
 
 from ray_otel_events.security.auth import BearerToken, no_authentication_routes
-from ray_otel_events.services.state_api import SESSION_COOKIE, SESSION_PARAM, StateApi, requested_session
+from ray_otel_events.services.state_api import (
+    SESSION_COOKIE,
+    SESSION_PARAM,
+    StateApi,
+    requested_session,
+    served_file,
+)
 from ray_otel_events.store.ray_dashboard_views import RayDashboardViews
 
 BUILD = Path("dashboard") / "client" / "build"
@@ -160,9 +166,9 @@ class RayDashboard:
 
     async def file(self, request: web.Request) -> web.Response:
         """A file of the built page; nothing outside it."""
-        wanted = (self.build / request.match_info["path"]).resolve()
-        if not wanted.is_relative_to(self.build) or not wanted.is_file():
-            return web.Response(status=404, text=f"no such file {request.match_info['path']}")
+        wanted = served_file(self.build, request.match_info["path"])
+        if wanted is None:
+            return web.Response(status=404, text="no such file")
         kind = _TYPES.get(wanted.suffix, "application/octet-stream")
         return web.Response(body=wanted.read_bytes(), content_type=kind)
 

@@ -192,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--wiring-check-delay must be above 0 seconds, got {args.wiring_check_delay}")
     if args.retention_hours <= 0 or args.retention_rows <= 0 or args.retention_mb <= 0:
         raise ConfigError("--retention-hours, --retention-rows and --retention-mb must be positive")
+    args.max_pending_bytes = config.store_max_pending_bytes()
     configure_logging(args.log_level, args.log_format)
     security = security_from_args(args)
     location = chosen_store(args.store)
@@ -237,22 +238,14 @@ def _run_locked(
         print(f"ray-otel-events serve: cannot open the intake spool: {exc}", file=sys.stderr)
         store.close()
         return 1
-    intake = StateIntake(store, spool, StoreWatch(store))
-    args.store_name = store_name(location)
+    intake = StateIntake(store, spool, StoreWatch(store), args.max_pending_bytes)
+    args.store_kind = "postgresql" if is_url(location) else "sqlite"
     try:
         return asyncio.run(serve(intake, args, security))
     finally:
         intake.close()  # (when serve() did not get to it)
         spool.close()
         store.close()
-
-
-def store_name(location: str | Path) -> str:
-    """The store as /readyz names it: the file, or the database's host, port and name (no password)."""
-    if not is_url(location):
-        return str(location)
-    info = conninfo_parts(str(location))
-    return f"postgresql://{info}"
 
 
 def conninfo_parts(url: str) -> str:
@@ -313,6 +306,11 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
     metrics.add_total(
         "serve_rejected_events", "events that could not be read", lambda: {(): intake.rejected_events}
     )
+    metrics.add_total(
+        "serve_set_aside_events",
+        "events whose fold failed, kept apart (`ray-otel-events store refused` lists them)",
+        lambda: {(): intake.fold.set_aside},
+    )
     metrics.add_total("serve_refused_posts", "POSTs answered 4xx or 5xx", lambda: {(): intake.refused_posts})
     metrics.add_total("serve_spans", "spans stored", lambda: {(): intake.spans})
     metrics.add_gauge(
@@ -333,10 +331,20 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
     writer = store.writer + (f": {store.writer_reason}" if store.writer_reason else "")
 
     def ready() -> Readiness:
-        name = getattr(args, "store_name", "")
-        reachable = (watch.unavailable is None, watch.unavailable or name)
-        ready = Readiness().add("store_open", True, name).add("store_reachable", *reachable)
-        return ready.add("store_writer", True, writer)
+        """Open by design (a probe carries no token): it says what is wrong, never where the store
+        is (its file, host, port or database are in the log)."""
+        kind = getattr(args, "store_kind", "")
+        reachable = watch.unavailable is None
+        stuck = intake.fold.stuck
+        return (
+            Readiness()
+            .add("store_open", True, kind)
+            .add(
+                "store_reachable", reachable, "yes" if reachable else "the store's database cannot be reached"
+            )
+            .add("store_folding", stuck is None, stuck or "folding")
+            .add("store_writer", True, writer)
+        )
 
     token = security.token
     guard = ServerGuard(security.limits)  # one for both HTTP ports: one process's memory and descriptors

@@ -75,6 +75,12 @@ class JsonLinesSink:
 
     @web.middleware
     async def fail_first_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await self._fail_first(request, handler)
+        except ConnectionResetError:  # the sender went away mid-POST (killed, say): nothing was written
+            return web.json_response({"error": "the connection was lost before the body arrived"}, status=400)
+
+    async def _fail_first(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.method == "POST":
             self.requests += 1
             if self.delay_s:

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from importlib import resources
+from pathlib import Path
 
 import orjson
 from aiohttp import web
@@ -100,7 +101,18 @@ class StateApi:
     async def static(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         suffix = name[name.rfind(".") :] if "." in name else ""
-        item = _WEB / name
-        if "/" in name or name.startswith(".") or suffix not in _TYPES or not item.is_file():
-            return web.Response(status=404, text=f"no such file {name}")
+        plain = "/" not in name and not name.startswith(".") and suffix in _TYPES
+        item = served_file(Path(str(_WEB)), name) if plain else None
+        if item is None:
+            return web.Response(status=404, text="no such file")
         return web.Response(body=item.read_bytes(), content_type=_TYPES[suffix])
+
+
+def served_file(root: Path, name: str) -> Path | None:
+    """The file `name` names under `root` (resolved: nothing outside it), or None; a name the OS
+    cannot take (a NUL, a segment past its length limit) names no file rather than failing."""
+    try:
+        wanted = (root / name).resolve()
+        return wanted if wanted.is_relative_to(root) and wanted.is_file() else None
+    except (OSError, ValueError):
+        return None

@@ -21,8 +21,11 @@ the database kept rolling back (`StoreBusy`: deadlocks with other writers).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
+from typing import Any
 
+import orjson
 from aiohttp import web
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -37,10 +40,13 @@ from ray_otel_events.receivers.ray_events_http import (
 )
 from ray_otel_events.services.store_watch import RETRY_AFTER_S, StoreWatch
 from ray_otel_events.store import otlp_records
-from ray_otel_events.store.backend import IngestResult, Store, StoreBusy, StoreUnavailable
-from ray_otel_events.store.background_fold import BackgroundFold
+from ray_otel_events.store.backend import IngestResult, Store, StoreBusy, StoreUnavailable, first_line
+from ray_otel_events.store.background_fold import MAX_PENDING_BYTES, BackgroundFold
 from ray_otel_events.store.intake_spool import IntakeSpool
 from ray_otel_events.store.posted_body import Accepted, read_posted
+from ray_otel_events.store.set_aside import fold_apart
+
+logger = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
@@ -48,13 +54,21 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 class StateIntake(OtlpConsumer):
     """Routes for the intake, and counts of what they stored."""
 
-    def __init__(self, store: Store, spool: IntakeSpool, watch: StoreWatch | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        spool: IntakeSpool,
+        watch: StoreWatch | None = None,
+        max_pending_bytes: int = MAX_PENDING_BYTES,
+    ) -> None:
         self.store = store
         self.watch = watch
         self.events_by_type: Counter[str] = Counter()  # new events, duplicates not counted
         self.duplicates = 0
         self.fold_refused = 0  # accepted, then refused by their fold (a value only it reads)
-        self.fold = BackgroundFold(store, spool, self._count, spooled_events)
+        self.fold = BackgroundFold(
+            store, spool, self._count, spooled_events, max_pending_bytes=max_pending_bytes
+        )
         self.spans = 0
         self.log_lines = 0
         self.hook_events = 0  # our hooks' event records: Ray's events are the state
@@ -117,7 +131,7 @@ class StateIntake(OtlpConsumer):
         self.hook_events += intake.hook_events
         try:
             if intake.ray_events:
-                result = await asyncio.to_thread(self.store.ingest, list(intake.ray_events))
+                result = await asyncio.to_thread(self._ingest_or_set_aside, list(intake.ray_events))
                 self._count(result)
                 rejected += result.invalid
             if intake.lines:
@@ -127,6 +141,24 @@ class StateIntake(OtlpConsumer):
         except StoreBusy as exc:
             raise QueueFullError(f"the store is busy: {exc}", RETRY_AFTER_S) from None
         return ConsumeResult(len(rejected), rejected[0] if rejected else "")
+
+    def _ingest_or_set_aside(self, events: list[Any]) -> IngestResult:
+        """RayEvents from OTLP log records, folded as one batch; if that fails for a reason of
+        theirs, folded apart and each event that fails alone set aside (as the POSTs' fold does)
+        and answered as rejected."""
+        try:
+            return self.store.ingest(events)
+        except (StoreUnavailable, StoreBusy):
+            raise
+        except Exception as exc:  # one of its events, maybe: found by halving the batch
+            logger.warning(
+                "folding %d OTLP RayEvents failed (%s); folding them apart", len(events), first_line(exc)
+            )
+        body = orjson.dumps(events, default=str)
+        result, failed = fold_apart(self.store, [body])
+        self.fold.keep_aside(failed)
+        result.invalid = [refusal.reason for refusal in result.refused] + [e.reason for e in failed]
+        return result
 
     @property
     def rejected_events(self) -> int:
@@ -144,6 +176,7 @@ class StateIntake(OtlpConsumer):
             "duplicates": self.duplicates,
             "rejected_events": self.rejected_events,
             "refused_posts": self.refused_posts,
+            "set_aside": self.fold.set_aside,
             "spans": self.spans,
             "log_lines": self.log_lines,
             "hook_events": self.hook_events,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ray_otel_events.store.posted_body import Accepted
 from ray_otel_events.store.row_fold import Refusal
@@ -31,6 +31,15 @@ class IngestResult:
     @property
     def stored(self) -> int:
         return sum(self.by_type.values())
+
+
+class SetAside(NamedTuple):
+    """An event whose fold failed, kept apart from the rows: its id, why, and its JSON text (what
+    `refold_refused` folds again)."""
+
+    event_id: str
+    reason: str
+    text: bytes
 
 
 @dataclass(frozen=True)
@@ -150,4 +159,15 @@ class Store(Protocol):
 
     def rebuild(self, *, force: bool = False) -> IngestResult: ...
 
+    def set_aside(self, events: Sequence[SetAside], *, now: float | None = None) -> int: ...
+
+    def refused_events(self, limit: int | None = None) -> list[dict[str, Any]]: ...
+
+    def refold_refused(self) -> tuple[int, list[SetAside]]: ...
+
     def prune(self, retention: Retention, *, now: float | None = None) -> int: ...
+
+
+def first_line(exc: BaseException) -> str:
+    """An error's first line (a driver's message may go on with context), for a log or an answer."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -20,15 +20,27 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from ray_otel_events.store.backend import IngestResult, Store
+from ray_otel_events.security.client_errors import log_text
+from ray_otel_events.store.backend import (
+    IngestResult,
+    SetAside,
+    Store,
+    StoreBusy,
+    StoreUnavailable,
+    first_line,
+)
 from ray_otel_events.store.intake_spool import IntakeSpool, Position
 from ray_otel_events.store.posted_body import Accepted
+from ray_otel_events.store.set_aside import fold_apart, refused_texts
 
 logger = logging.getLogger(__name__)
 
 BATCH_EVENTS = 10_000  # events folded in one transaction, at most (one POST may be larger)
 MAX_PENDING_EVENTS = 200_000  # accepted, not yet folded: beyond this a POST waits for room
-LOGGED_REFUSALS = 10  # per batch, each with its event id; the rest counted
+# ...and the bytes of their bodies (config.STORE_MAX_PENDING_BYTES): what bounds serve's memory
+# while the fold is behind, whatever the size of an event.
+MAX_PENDING_BYTES = 64 * 1024 * 1024
+LOGGED_REFUSALS = 10  # set-aside events logged per batch, each with its id and reason; the rest counted
 RETRY_S = 1.0  # after the store failed a batch (it is kept, and tried again)
 
 
@@ -51,6 +63,7 @@ class BackgroundFold:
         *,
         batch_events: int = BATCH_EVENTS,
         max_pending_events: int = MAX_PENDING_EVENTS,
+        max_pending_bytes: int = MAX_PENDING_BYTES,
     ) -> None:
         self._store = store
         self._spool = spool
@@ -58,8 +71,10 @@ class BackgroundFold:
         self._read_spooled = read_spooled  # a spooled body's events, as its POST read them
         self._batch_events = batch_events
         self._max_pending = max_pending_events
+        self._max_pending_bytes = max_pending_bytes
         self._queue: collections.deque[_Accepted] = collections.deque()
         self._pending_events = 0
+        self._pending_bytes = 0
         self._put_ticket = 0
         self._folded_ticket = 0
         self._closing = False
@@ -67,6 +82,8 @@ class BackgroundFold:
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self.batches = 0  # transactions folded
         self.failures = 0  # folds the store refused (each tried again)
+        self.set_aside = 0  # events whose fold failed, kept apart (`Store.set_aside`)
+        self.stuck: str | None = None  # why folding waits for the store, while it does
         self._thread = threading.Thread(target=self._run, name="store-fold", daemon=True)
 
     def start(self) -> int:
@@ -89,15 +106,23 @@ class BackgroundFold:
             self._put_ticket += 1
             self._queue.append(_Accepted(self._put_ticket, events, body, position))
             self._pending_events += len(events)
+            self._pending_bytes += len(body)
             self._changed.notify()
 
     @property
     def pending_events(self) -> int:
         return self._pending_events
 
+    @property
+    def pending_bytes(self) -> int:
+        return self._pending_bytes
+
     async def room(self) -> None:
-        """Waits while the accepted, unfolded events are over the bound."""
-        await self._wait_until(lambda: self._pending_events < self._max_pending)
+        """Waits while the accepted, unfolded events, or their bodies' bytes, are over their bound
+        (a body larger than the byte bound still goes in once nothing else is pending)."""
+        await self._wait_until(
+            lambda: self._pending_events < self._max_pending and self._pending_bytes < self._max_pending_bytes
+        )
 
     async def settled(self) -> None:
         """Waits until every event accepted before this call is folded."""
@@ -139,25 +164,28 @@ class BackgroundFold:
 
     def _run(self) -> None:
         while (taken := self._take()) is not None:
-            posts = [accepted.events for accepted in taken]
-            count = sum(len(events) for events in posts)
+            count = sum(len(accepted.events) for accepted in taken)
             while True:
                 try:
-                    result = self._store.ingest_posted(posts, bodies=[accepted.body for accepted in taken])
+                    result = self._fold(taken)
                     break
-                except Exception:  # kept in the spool and here: tried again, never dropped
+                except Exception as exc:  # kept in the spool and here: tried again, never dropped
                     self.failures += 1
+                    if self.stuck is None:  # once per stop, not once per try
+                        logger.warning(
+                            "folding %d events failed; trying again every %.0f s: %s",
+                            count,
+                            RETRY_S,
+                            first_line(exc),
+                        )
+                    self.stuck = _why_stuck(exc)
                     if self._closing:  # a stop is not held up for good: the next start folds them
-                        logger.exception("folding %d events failed; left in the intake spool", count)
+                        logger.warning("folding %d events failed; left in the intake spool", count)
                         return
-                    logger.exception("folding %d events failed; trying again in %.0f s", count, RETRY_S)
                     time.sleep(RETRY_S)
-            for refusal in result.refused[:LOGGED_REFUSALS]:
-                logger.warning("event refused by its fold (%s): %s", refusal.event_id, refusal.reason)
-            if len(result.refused) > LOGGED_REFUSALS:
-                logger.warning(
-                    "and %d more events refused by their fold", len(result.refused) - LOGGED_REFUSALS
-                )
+            if self.stuck is not None:
+                logger.warning("folding again after %d failed tries", self.failures)
+                self.stuck = None
             self._on_result(result)
             try:
                 self._spool.mark_folded(taken[-1].position)
@@ -165,9 +193,44 @@ class BackgroundFold:
                 logger.warning("cannot mark the intake spool folded: %s", exc)
             with self._changed:
                 self._pending_events -= count
+                self._pending_bytes -= sum(len(accepted.body) for accepted in taken)
                 self._folded_ticket = taken[-1].ticket
             self.batches += 1
             self._wake_waiters()
+
+    def _fold(self, taken: list[_Accepted]) -> IngestResult:
+        """The POSTs folded in one transaction; if that fails for a reason of theirs, folded again
+        apart (`set_aside.fold_apart`) and each event that fails alone set aside. Events the fold
+        refused one by one are set aside too. Each set-aside event is logged once with its reason."""
+        bodies = [accepted.body for accepted in taken]
+        try:
+            result = self._store.ingest_posted([accepted.events for accepted in taken], bodies=bodies)
+            failed: list[SetAside] = []
+        except (StoreUnavailable, StoreBusy):
+            raise
+        except Exception as exc:  # one of its events, maybe: found by halving the batch
+            if self.stuck is None:  # (tried again each second while stuck: said once)
+                logger.warning(
+                    "folding %d POSTs failed (%s); folding them apart", len(taken), first_line(exc)
+                )
+            result, failed = fold_apart(self._store, bodies)
+        self.keep_aside(failed + refused_texts(result.refused, bodies))
+        return result
+
+    def keep_aside(self, aside: list[SetAside]) -> None:
+        """Sets events aside in the store, each logged once (up to LOGGED_REFUSALS a batch) and
+        counted in `set_aside`."""
+        if not aside:
+            return
+        self._store.set_aside(aside)
+        for event in aside[:LOGGED_REFUSALS]:
+            logger.warning(
+                "event %s set aside, its fold failed: %s", log_text(event.event_id), log_text(event.reason)
+            )
+        if len(aside) > LOGGED_REFUSALS:
+            logger.warning("and %d more events set aside", len(aside) - LOGGED_REFUSALS)
+        with self._changed:  # counted from the fold thread and from OTLP requests' threads
+            self.set_aside += len(aside)
 
     def close(self) -> None:
         """Folds everything accepted, then stops."""
@@ -177,6 +240,16 @@ class BackgroundFold:
         if self._thread.is_alive():
             self._thread.join()
         self._wake_waiters()
+
+
+def _why_stuck(exc: Exception) -> str:
+    """Why folding waits, as /readyz says it: the kind of failure, never the store's file, host or
+    database (the log has the whole message)."""
+    if isinstance(exc, StoreUnavailable):
+        return "the store's database cannot be reached; folding waits for it"
+    if isinstance(exc, StoreBusy):
+        return "the store's database is busy or cannot be written now; folding tries again"
+    return f"the store cannot take what it folds ({type(exc).__name__}); folding tries again"
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

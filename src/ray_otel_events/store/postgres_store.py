@@ -33,8 +33,10 @@ again, so `serve` comes back by itself when the server does.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import logging
+import string
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -43,7 +45,7 @@ import orjson
 import psycopg
 
 from ray_otel_events.store import raw_events
-from ray_otel_events.store.backend import IngestResult, StoreBusy, StoreError, StoreUnavailable
+from ray_otel_events.store.backend import IngestResult, StoreBusy, StoreError, StoreUnavailable, first_line
 from ray_otel_events.store.row_fold import Pieces, StoredRow, fold_keys, group_pieces
 from ray_otel_events.store.sql_reads import TEXT_COLUMNS, SqlDialect
 from ray_otel_events.store.sql_upkeep import SqlUpkeep
@@ -71,7 +73,40 @@ _DATA_BYTES = (
     " + (SELECT COALESCE(SUM(octet_length(data)), 0) FROM spans)"
     " + (SELECT COALESCE(SUM(octet_length(data)), 0) FROM log_lines)"
     " + (SELECT COALESCE(SUM(octet_length(data)), 0) FROM raw_events)"
+    " + (SELECT COALESCE(SUM(octet_length(data)), 0) FROM refused_events)"
 )
+
+# The indexed text columns with an index on them: a value longer than _WHOLE_CHARS is stored there
+# as its first _PREFIX_CHARS characters, an ellipsis and a hash of the whole (ASCII letters
+# lowered, as the column compares): an index entry stays small, and a filter given the whole value
+# compares its form, so it finds exactly the rows holding that value. The row's JSON keeps it whole.
+_INDEXED_TEXT = ("state", "job", "name", "func", "node", "kind")
+_WHOLE_CHARS = 160
+_PREFIX_CHARS = 120
+_HASH_CHARS = 32
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+_INDEXED_SQL = (  # `_indexed` in SQL, of column {0}
+    f"left({{0}}::text, {_PREFIX_CHARS}) || '\u2026' || left(encode(sha256(convert_to(translate({{0}}::text,"
+    f" '{string.ascii_uppercase}', '{string.ascii_lowercase}'), 'UTF8')), 'hex'), {_HASH_CHARS})"
+)
+
+
+def _indexed(value: Any) -> Any:
+    """A value as its index column holds it (see _INDEXED_TEXT); given as stored (`_enc`)."""
+    if isinstance(value, str) and len(value) > _WHOLE_CHARS:
+        digest = hashlib.sha256(value.translate(_ASCII_LOWER).encode()).hexdigest()[:_HASH_CHARS]
+        return f"{value[:_PREFIX_CHARS]}\u2026{digest}"
+    return value
+
+
+def _is_indexed_form(value: Any) -> bool:
+    """Whether a value read from an _INDEXED_TEXT column is `_indexed`'s form of a longer one."""
+    return (
+        isinstance(value, str)
+        and len(value) == _PREFIX_CHARS + 1 + _HASH_CHARS
+        and value[_PREFIX_CHARS] == "\u2026"
+    )
+
 
 # Numbered steps, applied in order and recorded in schema_migrations; never edit a released one:
 # append the next.
@@ -170,6 +205,20 @@ INSERT INTO store_notes(key, value)
             )
         ),
     ),
+    (
+        # A btree entry holds at most about 2.7 KB: a longer task or actor name (or function, node,
+        # state) failed its batch's insert, for ever. Such text is now kept whole in the row's JSON
+        # and, in its index column, as `_indexed` gives it (a prefix and a hash); the rows written
+        # before are given that form here. Events that still fail (a key past the limit) are set
+        # aside in refused_events, kept whole, listed and folded again by `store refold-refused`.
+        4,
+        "CREATE TABLE refused_events (digest text PRIMARY KEY, received double precision NOT NULL,"
+        " event_id text NOT NULL, reason text NOT NULL, data bytea NOT NULL);\n"
+        + "\n".join(
+            f"UPDATE state_rows SET {c} = {_INDEXED_SQL.format(c)} WHERE char_length({c}) > {_WHOLE_CHARS};"
+            for c in _INDEXED_TEXT
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -220,6 +269,10 @@ _UPDATE_ROW = (
     + ", ".join(f"{c} = %s" for c in _ROW_COLUMNS[4:])
     + " WHERE resource = %s AND entity_id = %s::citext AND attempt = %s AND session = %s"
 )
+# SQLSTATE classes of a server that cannot write now (out of disk or memory, shutting down, an I/O
+# error): no event's fault, so a failed batch is tried again whole, not searched for one
+# (set_aside). Any other error of a live connection (an index entry too large, say) is the batch's.
+_NOT_NOW = ("53", "57", "58")
 _ROLLBACK_TRIES = 5  # a batch's transaction rolled back by PostgreSQL (a deadlock), then it fails
 _UPSERT_ROW = (
     _INSERT_ROW.removesuffix(" DO NOTHING")
@@ -227,6 +280,7 @@ _UPSERT_ROW = (
     + ", ".join(f"{c} = excluded.{c}" for c in _ROW_COLUMNS[4:])
 )
 _DATA_AT = _ROW_COLUMNS.index("data")
+_INDEXED_AT = frozenset(_ROW_COLUMNS.index(c) for c in _INDEXED_TEXT)
 _TEXT_AT = tuple(i for i, c in enumerate(_ROW_COLUMNS) if _ROW_TYPES.get(c, "text") == "text")
 _INT_AT = tuple(i for i, c in enumerate(_ROW_COLUMNS) if _ROW_TYPES.get(c) == "bigint")
 
@@ -325,7 +379,9 @@ def _fold_keys(
 
 
 def _row_params(row: tuple[Any, ...]) -> list[Any]:
-    return [v if i == _DATA_AT else _enc(v) for i, v in enumerate(row)]
+    return [
+        v if i == _DATA_AT else _indexed(_enc(v)) if i in _INDEXED_AT else _enc(v) for i, v in enumerate(row)
+    ]
 
 
 class PostgresStore(SqlUpkeep):
@@ -345,6 +401,9 @@ class PostgresStore(SqlUpkeep):
         bytewise=' COLLATE "C"',
         enc=_enc,
         dec=_dec,
+        indexed=_indexed,
+        indexed_columns=_INDEXED_TEXT,
+        is_indexed_form=_is_indexed_form,
     )
 
     writer = "python"
@@ -371,9 +430,7 @@ class PostgresStore(SqlUpkeep):
         try:
             return psycopg.connect(self.url, autocommit=True, connect_timeout=_CONNECT_TIMEOUT_S)
         except psycopg.OperationalError as exc:
-            raise StoreUnavailable(
-                f"cannot reach PostgreSQL at {self._where()}: {_first_line(exc)}"
-            ) from None
+            raise StoreUnavailable(f"cannot reach PostgreSQL at {self._where()}: {first_line(exc)}") from None
 
     def _where(self) -> str:
         """The URL without its password, for messages."""
@@ -395,11 +452,13 @@ class PostgresStore(SqlUpkeep):
                 yield db
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 if not (db.closed or db.broken):
-                    raise StoreError(f"PostgreSQL refused the transaction: {_first_line(exc)}") from None
+                    if (getattr(exc, "sqlstate", None) or "")[:2] in _NOT_NOW:
+                        raise StoreBusy(f"PostgreSQL cannot write now: {first_line(exc)}") from None
+                    raise StoreError(f"PostgreSQL refused the transaction: {first_line(exc)}") from None
                 with contextlib.suppress(Exception):
                     db.close()
                 setattr(self, which, None)
-                raise StoreUnavailable(f"lost PostgreSQL at {self._where()}: {_first_line(exc)}") from None
+                raise StoreUnavailable(f"lost PostgreSQL at {self._where()}: {first_line(exc)}") from None
 
     def _reading(self) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]:
         return self._using(self._read_lock, "_reader")
@@ -512,7 +571,7 @@ class PostgresStore(SqlUpkeep):
                         raise
                     if tries >= _ROLLBACK_TRIES:
                         raise StoreBusy(
-                            f"PostgreSQL rolled {what} back {tries} times: {_first_line(exc)}"
+                            f"PostgreSQL rolled {what} back {tries} times: {first_line(exc)}"
                         ) from None
                     self.rolled_back += 1
                     logger.warning(
@@ -520,7 +579,7 @@ class PostgresStore(SqlUpkeep):
                         what,
                         tries,
                         _ROLLBACK_TRIES,
-                        _first_line(exc),
+                        first_line(exc),
                     )
                     continue
                 self._committed(db)
@@ -589,6 +648,8 @@ class PostgresStore(SqlUpkeep):
             for i in _TEXT_AT:
                 if i != _DATA_AT:  # the rows' JSON never holds NUL (orjson writes it as \\u0000)
                     columns[i] = _encoded_texts(columns[i])
+                if i in _INDEXED_AT and max(map(len, filter(None, columns[i])), default=0) > _WHOLE_CHARS:
+                    columns[i] = [_indexed(v) for v in columns[i]]  # (rare: the lengths looked at in C)
             cursor = db.execute(many, columns)
             if many is _INSERT_ROWS and cursor.rowcount != len(plain):
                 written = {tuple(_dec(v) for v in key) for key in cursor.fetchall()}
@@ -633,7 +694,3 @@ def _rolled_back(exc: psycopg.Error) -> bool:
     a deadlock, a serialization failure). By code: psycopg's DeadlockDetected is no subclass of its
     TransactionRollback, so catching that class never caught a deadlock."""
     return (exc.sqlstate or "").startswith("40")
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

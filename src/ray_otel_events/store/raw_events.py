@@ -11,6 +11,7 @@ A body is split by session only when its items name more than one.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import zlib
 from collections.abc import Iterable, Sequence
@@ -20,6 +21,7 @@ import orjson
 
 from ray_otel_events import native
 from ray_otel_events.protobuf import events_base_event_pb2
+from ray_otel_events.store.fold_schema import RAY_KEYS
 
 try:  # setup.py builds it where zlib's headers are
     from ray_otel_events.native import _raw_deflate
@@ -127,6 +129,18 @@ _KNOWN: dict[str, frozenset[str]] = {
     for field in _EVENT.fields
     if field.message_type is not None
 }
+# A task's payloads: known is what the task folds read (fold_schema's keys, and the route's id and
+# attempt), not what the schema names, so a field `make proto` adds (or one the schema has and no
+# fold reads) shows in `get` and the task page with no other edit.
+_TASK_FOLDED = frozenset(getattr(RAY_KEYS, f.name) for f in dataclasses.fields(RAY_KEYS))
+for _payload in ("task_definition_event", "actor_task_definition_event", "task_lifecycle_event"):
+    _message = _EVENT.fields_by_name[_payload].message_type
+    assert _message is not None  # a payload is a message
+    _fields = _message.fields_by_name
+    _KNOWN[_EVENT.fields_by_name[_payload].json_name] = _TASK_FOLDED | {
+        _fields["task_id"].json_name,
+        _fields["task_attempt"].json_name,
+    }
 
 
 def _snake(name: str) -> str:
@@ -134,8 +148,9 @@ def _snake(name: str) -> str:
 
 
 def new_fields(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """The fields of these events' typed payloads that Ray 2.60's schema does not have (so no fold
-    reads them), by snake_case name as Ray's state API names fields; a later event's value wins."""
+    """The fields of these events' typed payloads that no fold reads: for a task's, every field
+    outside the task folds' keys; for the others', those Ray 2.60's schema does not have (a later
+    Ray's). By snake_case name as Ray's state API names fields; a later event's value wins."""
     found: dict[str, Any] = {}
     for event in events:
         for key, value in event.items():

@@ -19,10 +19,11 @@ import orjson
 
 from ray_otel_events.store import raw_events
 from ray_otel_events.store.backend import ColumnFilter, Selection, Window
-from ray_otel_events.store.state_merge import INDEXED_COLUMNS, Row
+from ray_otel_events.store.state_merge import INDEXED_COLUMNS, INDEXED_FIELDS, INT64, Row
 
 # The indexed columns holding text, compared ignoring case (the others are integers).
 TEXT_COLUMNS = ("state", "job", "name", "func", "node", "worker", "kind", "error")
+INTEGER_COLUMNS = ("attempt", "start_ms", "end_ms")  # the ones filters compare as integers
 SESSION_COUNTED = ("jobs", "tasks", "actors", "nodes")
 WINDOW_SLACK_S = 60.0  # spans and log lines may arrive this long before or after a session's events
 
@@ -62,6 +63,9 @@ class SqlDialect:
     missing_table: tuple[type[Exception], ...] = ()
     enc: Callable[[Any], Any] = _same  # a parameter as stored
     dec: Callable[[Any], Any] = _same  # a stored text as it was given
+    indexed: Callable[[Any], Any] = _same  # a stored value (`enc`) as `indexed_columns` hold it
+    indexed_columns: tuple[str, ...] = ()
+    is_indexed_form: Callable[[Any], bool] = lambda _: False  # a value `indexed` shortened
 
     def decoded(self, rows: list[Any]) -> list[Any]:
         """`rows` with every value as it was given."""
@@ -74,13 +78,21 @@ class SqlDialect:
         if f.column not in (*INDEXED_COLUMNS, "entity_id", "attempt", "session"):
             raise ValueError(f"{f.column!r} is not an indexed column")
         params: list[Any]
-        if f.column in ("attempt", "start_ms", "end_ms"):
+        if f.column in INTEGER_COLUMNS:
             try:
-                sql, params = f"{f.column} = {self.mark}", [int(f.value)]
+                number = int(f.value)
             except ValueError:
+                number = None
+            if number is not None and INT64[0] <= number <= INT64[1]:
+                sql, params = f"{f.column} = {self.mark}", [number]
+            else:  # no row holds text there, nor an integer past 64 bits (which the driver refuses)
                 sql, params = self.false, []
         else:
-            sql, params = f"{f.column} = {self.mark}", [self.enc(f.value)]
+            value = self.enc(f.value)
+            sql, params = (
+                f"{f.column} = {self.mark}",
+                [self.indexed(value) if f.column in self.indexed_columns else value],
+            )
             if null_like(f.value):
                 sql = f"({sql} OR {f.column} IS NULL OR {f.column} = '')"
         return (sql, params) if f.equal else (self.negated.format(sql), params)
@@ -228,7 +240,32 @@ class SqlReads(ABC):
         found = self._query(
             f"SELECT {selected}, COUNT(*) FROM state_rows WHERE {clause} GROUP BY {names}", params
         )
-        return self.dialect.decoded(found)
+        d = self.dialect
+        shortened = [c in d.indexed_columns for c in columns]
+        if not any(shortened):
+            return d.decoded(found)
+        return [
+            (
+                *(
+                    self._whole(resource, column, value)
+                    if short and d.is_indexed_form(value)
+                    else d.dec(value)
+                    for column, short, value in zip(columns, shortened, row, strict=False)
+                ),
+                row[-1],
+            )
+            for row in found
+        ]
+
+    def _whole(self, resource: str, column: str, form: str) -> Any:
+        """The whole value a column holds as `dialect.indexed` shortened it: from a row's JSON."""
+        d = self.dialect
+        found = self._query(
+            f"SELECT data FROM state_rows WHERE resource = {d.mark} AND {column} = {d.mark} LIMIT 1",
+            (resource, form),
+        )
+        field = INDEXED_FIELDS[resource].get(column)
+        return orjson.loads(found[0][0]).get(field, form) if found and field else d.dec(form)
 
     def entity_rows(
         self, resource: str, entity_id: str, session: str | None = None
@@ -480,6 +517,27 @@ class SqlReads(ABC):
             return raw_events.new_fields(self.raw_texts(session, d.dec(ids).split(), updated))
         except d.missing_table:  # a store written before raw events were kept, opened read-only
             return {}
+
+    def refused_events(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The events set aside because their fold failed (`set_aside`), oldest first: id, time
+        received, reason and JSON text."""
+        d = self.dialect
+        try:
+            found = self._query(
+                "SELECT event_id, received, reason, data FROM refused_events ORDER BY received, digest"
+                + ("" if limit is None else f" LIMIT {int(limit)}")
+            )
+        except d.missing_table:  # a store written before events were set aside, opened read-only
+            return []
+        return [
+            {
+                "event_id": d.dec(event_id),
+                "received": float(received),
+                "reason": d.dec(reason),
+                "text": bytes(data),
+            }
+            for event_id, received, reason, data in found
+        ]
 
     def raw_size(self) -> dict[str, int]:
         """Raw event blocks kept and their compressed bytes."""

@@ -8,11 +8,20 @@ through), what its bytes in use are (`used_bytes`).
 
 from __future__ import annotations
 
+import hashlib
 import time
 from abc import abstractmethod
 
 from ray_otel_events.store import raw_events
-from ray_otel_events.store.backend import IngestResult, Retention, StoreError
+from ray_otel_events.store.backend import (
+    IngestResult,
+    Retention,
+    SetAside,
+    StoreBusy,
+    StoreError,
+    StoreUnavailable,
+    first_line,
+)
 from ray_otel_events.store.posted_body import read_posted
 from ray_otel_events.store.sql_writes import RAW_INCOMPLETE, SqlWrites
 
@@ -51,7 +60,37 @@ class SqlUpkeep(SqlWrites):
             for event_type, count in result.by_type.items():
                 total.by_type[event_type] = total.by_type.get(event_type, 0) + count
         self._totals.clear()
+        self.refold_refused()
         return total
+
+    def refold_refused(self) -> tuple[int, list[SetAside]]:
+        """Folds again the events set aside because their fold failed (after an upgrade that folds
+        them): each that folds now is removed from `refused_events`; returns how many folded, and
+        why each of the others still fails. The store being away (StoreError subclasses for it)
+        stops it; running it again goes on."""
+        folded = 0
+        still: list[SetAside] = []
+        for event in self.refused_events():
+            text: bytes = event["text"]
+            body = b"[" + text + b"]"
+            try:
+                posted, invalid = read_posted(body)
+                result = self.ingest_posted([posted], now=event["received"], bodies=[body])
+                reasons = invalid + [refusal.reason for refusal in result.refused]
+            except (StoreUnavailable, StoreBusy):
+                raise
+            except Exception as exc:  # whatever failed it before may fail it again
+                reasons = [first_line(exc)]
+            if reasons:
+                still.append(SetAside(event["event_id"], reasons[0], text))
+                continue
+            with self._transaction() as db:
+                db.execute(
+                    f"DELETE FROM refused_events WHERE digest = {self.dialect.mark}",
+                    (hashlib.sha256(text).hexdigest(),),
+                )
+            folded += 1
+        return folded, still
 
     def drop_session(self, name: str) -> int:
         """Delete a session's rows, raw events and record; returns its rows deleted. The rows go
@@ -89,7 +128,8 @@ class SqlUpkeep(SqlWrites):
         deleted. A session whose last event is older than `max_age_s` goes. While the store holds
         more than `max_rows` state rows or more than `max_bytes` in use, its oldest session goes,
         the newest one never: over a bound alone, it loses its oldest raw event blocks, then its
-        least recently updated rows. Spans and log lines go by age."""
+        least recently updated rows (events set aside go before either). Spans, log lines and events
+        set aside go by age."""
         d = self.dialect
         max_age_s, max_rows, max_bytes = retention.max_age_s, retention.max_rows, retention.max_bytes
         current = time.time() if now is None else now
@@ -109,7 +149,14 @@ class SqlUpkeep(SqlWrites):
                     break
                 with self._transaction() as db:
                     blocks = int(db.execute("SELECT COUNT(*) FROM raw_events").fetchone()[0])
-                    if blocks:
+                    aside = int(db.execute("SELECT COUNT(*) FROM refused_events").fetchone()[0])
+                    if aside:  # set-aside events first: kept for a look, not for any row
+                        db.execute(
+                            "DELETE FROM refused_events WHERE digest IN (SELECT digest FROM refused_events"
+                            f" ORDER BY received, digest LIMIT {d.mark})",
+                            (max(1, aside // 10),),
+                        )
+                    elif blocks:
                         self._note_raw_incomplete(db, "retention dropped raw events of rows it kept")
                         db.execute(
                             f"DELETE FROM raw_events WHERE {d.serial} IN (SELECT {d.serial} FROM raw_events"
@@ -135,6 +182,6 @@ class SqlUpkeep(SqlWrites):
                     ).rowcount
                 )
             if max_age_s is not None:
-                for table in ("spans", "log_lines"):
+                for table in ("spans", "log_lines", "refused_events"):
                     db.execute(f"DELETE FROM {table} WHERE received < {d.mark}", (current - max_age_s,))
         return deleted

@@ -11,6 +11,7 @@ PostgreSQL. A backend gives the batch's transaction (`_ingest`: its rows read, f
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import time
 from abc import abstractmethod
 from collections.abc import Iterable, Sequence
@@ -19,7 +20,7 @@ from typing import Any
 import orjson
 
 from ray_otel_events.store import raw_events
-from ray_otel_events.store.backend import IngestResult
+from ray_otel_events.store.backend import IngestResult, SetAside
 from ray_otel_events.store.posted_body import Accepted, accepted_events
 from ray_otel_events.store.sql_reads import SqlReads
 from ray_otel_events.store.state_merge import Prepared, prepare
@@ -134,6 +135,30 @@ class SqlWrites(SqlReads):
             f"INSERT INTO store_notes(key, value) VALUES ({mark}, {mark}) ON CONFLICT DO NOTHING",
             (RAW_INCOMPLETE, reason),
         )
+
+    def set_aside(self, events: Sequence[SetAside], *, now: float | None = None) -> int:
+        """Keeps events whose fold failed in `refused_events` (one copy of each text, however often
+        it is set aside: a spool replayed after a crash sets the same aside again); returns how many
+        were new."""
+        if not events:
+            return 0
+        received = time.time() if now is None else now
+        mark = self.dialect.mark
+        kept = 0
+        with self._transaction() as db:
+            for event in events:
+                kept += db.execute(
+                    f"INSERT INTO refused_events(digest, received, event_id, reason, data)"
+                    f" VALUES ({mark}, {mark}, {mark}, {mark}, {mark}) ON CONFLICT DO NOTHING",
+                    (
+                        hashlib.sha256(event.text).hexdigest(),
+                        received,
+                        self.dialect.enc(event.event_id),
+                        self.dialect.enc(event.reason),
+                        event.text,
+                    ),
+                ).rowcount
+        return kept
 
     def add_spans(self, spans: Sequence[dict[str, Any]], *, now: float | None = None) -> int:
         """Spans as dicts with trace_id, span_id, parent_span_id (hex), name, start_ns, end_ns and

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -37,7 +38,7 @@ import orjson
 from ray_otel_events import config, native
 from ray_otel_events.durable.wal_checkpointer import WalCheckpointer
 from ray_otel_events.store import raw_events
-from ray_otel_events.store.backend import IngestResult, StoreError
+from ray_otel_events.store.backend import IngestResult, StoreBusy, StoreError
 from ray_otel_events.store.posted_body import Accepted, PostedBody, item_prepared
 from ray_otel_events.store.row_fold import Pieces, StoredRow, fold_keys, group_pieces
 from ray_otel_events.store.sql_reads import TEXT_COLUMNS, SqlDialect
@@ -152,6 +153,13 @@ CREATE TABLE IF NOT EXISTS raw_events (
 );
 CREATE INDEX IF NOT EXISTS raw_by_session ON raw_events(session, received);
 CREATE TABLE IF NOT EXISTS store_notes (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS refused_events (
+    digest TEXT PRIMARY KEY,
+    received REAL NOT NULL,
+    event_id TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    data BLOB NOT NULL
+) WITHOUT ROWID;
 """
 _SEEN = (
     "INSERT INTO sessions(name, first_seen, last_seen) VALUES (?, ?, ?)"
@@ -171,6 +179,22 @@ _UPSERT = (
     + ", ".join(f"{c}=excluded.{c}" for c in INDEXED_COLUMNS)
 )
 _UPSERT_VALUES = 7 + len(INDEXED_COLUMNS)
+
+
+# SQLite's messages for a file it cannot write now (another writer, a full or failing disk): no
+# event's fault, so the batch is tried again whole rather than searched for one (set_aside).
+_NOT_NOW = re.compile(r"locked|busy|disk is full|disk I/O|readonly|unable to open", re.IGNORECASE)
+
+
+@contextlib.contextmanager
+def _store_busy() -> Iterator[None]:
+    """SQLite's errors of the file, not of the events, raised as StoreBusy."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        if _NOT_NOW.search(str(exc)):
+            raise StoreBusy(f"SQLite cannot write the store now: {exc}") from None
+        raise
 
 
 def _python_writer_reason(compiled_sqlite: Mapping[str, SqliteLibrary]) -> str | None:
@@ -279,6 +303,12 @@ class EventStore(SqlUpkeep):
     # -- writing -------------------------------------------------------------------------------
 
     def _ingest(self, events: list[Prepared], received: float, texts: dict[str, list[bytes]]) -> IngestResult:
+        with _store_busy():
+            return self._ingest_rows(events, received, texts)
+
+    def _ingest_rows(
+        self, events: list[Prepared], received: float, texts: dict[str, list[bytes]]
+    ) -> IngestResult:
         result = IngestResult()
         pieces, result.ignored = group_pieces(events)
         if pieces or texts:
@@ -300,6 +330,12 @@ class EventStore(SqlUpkeep):
         folder = self._post_folder
         if folder is None or not any(isinstance(post, PostedBody) for post in posts):
             return super()._ingest_posted(posts, received, texts)
+        with _store_busy():
+            return self._fold_posted(folder, posts, received, texts)
+
+    def _fold_posted(
+        self, folder: _post_fold.Folder, posts: list[Accepted], received: float, texts: dict[str, list[bytes]]
+    ) -> IngestResult:
         result = IngestResult()
         with self._row_writes(texts, received) as write:
             result.by_type, result.duplicates, result.ignored, leftovers = folder.fold(posts, received)

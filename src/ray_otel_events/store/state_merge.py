@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from ray_otel_events import native
+from ray_otel_events.encoding.older_releases import RAY_2_49, execution_as_lifecycle
 from ray_otel_events.events.registry import ET, REGISTRY, event_type_name
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.store.fold_schema import RAY_KEYS as KEY
@@ -203,6 +204,11 @@ def _task_lifecycle(row: Row, body: dict[str, Any]) -> None:
         elif state in VALUE.ended:
             ended = event[created_ms]
     row[FIELD.creation_time_ms], row[FIELD.start_time_ms], row[FIELD.end_time_ms] = created, started, ended
+
+
+def _task_execution(row: Row, body: dict[str, Any]) -> None:
+    """Ray 2.49's TASK_EXECUTION_EVENT, folded as the lifecycle event later releases send."""
+    _task_lifecycle(row, execution_as_lifecycle(body))
 
 
 def _task_profile(row: Row, body: dict[str, Any]) -> None:
@@ -443,6 +449,15 @@ _ROUTES: dict[str, tuple[str, str, str, str | None, Fold]] = {
     )
 }
 
+# Ray 2.49's execution events, routed by the names 2.49 gives them (their type name is unknown to
+# our protos; its number, 2, is TASK_LIFECYCLE_EVENT's, so by name only) to the lifecycle fold. The
+# compiled folds are not given a fold of theirs: they hand these pieces to Python (fold 0).
+_ROUTES[RAY_2_49.event_type] = (
+    RAY_2_49.payload,
+    *_ROUTES[event_type_name(ET.TASK_LIFECYCLE_EVENT)][1:4],
+    _task_execution,
+)
+
 ID_COLUMN = {
     TASKS: FIELD.task_id,
     ACTORS: "actor_id",
@@ -478,7 +493,7 @@ def piece_of(event: dict[str, Any]) -> Piece | None:
     if not isinstance(body, dict) or not body.get(id_key):
         raise ValueError(f"{event_type} without {key}.{id_key}")
     attempt = int(body.get(attempt_key, 0) or 0) if attempt_key else 0
-    if not _SQLITE_INT[0] <= attempt <= _SQLITE_INT[1]:  # a key the file cannot hold: every fold would fail
+    if not INT64[0] <= attempt <= INT64[1]:  # a key the file cannot hold: every fold would fail
         raise ValueError(f"{key}.{attempt_key} {attempt} does not fit in 64 bits")
     return Piece(event_type, resource, hex_id(body[id_key]), attempt, fold, body)
 
@@ -599,7 +614,7 @@ def indexed_values(resource: str, row: Row) -> tuple[Any, ...]:
     )
 
 
-_SQLITE_INT = (-(1 << 63), (1 << 63) - 1)
+INT64 = (-(1 << 63), (1 << 63) - 1)  # what an SQL integer column holds
 
 
 def _row_columns_python(resource: str, row: Row) -> tuple[str, tuple[Any, ...]]:
@@ -608,7 +623,7 @@ def _row_columns_python(resource: str, row: Row) -> tuple[str, tuple[Any, ...]]:
     for column, value in zip(INDEXED_COLUMNS, indexed, strict=True):
         kind = type(value)
         if kind is int:
-            if not _SQLITE_INT[0] <= value <= _SQLITE_INT[1]:
+            if not INT64[0] <= value <= INT64[1]:
                 raise ValueError(f"{INDEXED_FIELDS[resource][column]} {value} does not fit in 64 bits")
         elif value is not None and kind is not str and kind is not float and kind is not bool:
             raise TypeError(f"{INDEXED_FIELDS[resource][column]} is a {kind.__name__}, not text or a number")

@@ -13,11 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ray_otel_events.events import ids
+from ray_otel_events.protobuf.common_pb2 import ACTOR_CREATION_TASK, TaskType
 from ray_otel_events.store.backend import ColumnFilter, Selection, Store
+from ray_otel_events.store.sql_reads import INTEGER_COLUMNS
 from ray_otel_events.store.state_merge import (
     ACTORS,
     ID_COLUMN,
     INDEXED_FIELDS,
+    INT64,
     JOBS,
     NODES,
     PLACEMENT_GROUPS,
@@ -213,6 +217,8 @@ def parse_query(resource: str, params: Any) -> ListQuery:
             )
         if predicate not in PREDICATES:
             raise QueryError(f"Unsupported filter predicate {predicate!r}; supported: {list(PREDICATES)}")
+        if store_column(resource, key) in INTEGER_COLUMNS and not _fits_64_bits(value):
+            raise QueryError(f"filter {key}={value!r}: an integer past 64 bits (no row holds one)")
         filters.append((key, predicate, value))
     return ListQuery(
         resource,
@@ -221,6 +227,16 @@ def parse_query(resource: str, params: Any) -> ListQuery:
         _flag(params.get("exclude_driver"), True, "exclude_driver"),
         filters,
     )
+
+
+def _fits_64_bits(value: str) -> bool:
+    """Whether an integer filter's value is one the store's integer columns can hold (text that is
+    no integer matches no row, as in Ray)."""
+    try:
+        number = int(value)
+    except ValueError:
+        return True
+    return INT64[0] <= number <= INT64[1]
 
 
 def _matches(value: Any, wanted: str) -> bool:
@@ -243,12 +259,21 @@ def columns(resource: str, detail: bool) -> list[str]:
     return BASE_COLUMNS[resource] + (DETAIL_COLUMNS[resource] if detail else [])
 
 
+_ACTOR_CREATION = TaskType.Name(ACTOR_CREATION_TASK)
+
+
 def shape(resource: str, row: Row, detail: bool) -> Row:
     """A row with exactly its mode's columns (Ray's `filter_fields`)."""
     out = {column: field_value(resource, row, column) for column in columns(resource, detail)}
+    if resource != TASKS:
+        return out
     events = out.get("events")
-    if resource == TASKS and events:
+    if events:
         out["events"] = [{"state": e["state"], "created_ms": e["created_ms"]} for e in events]
+    if "actor_id" in out and out["actor_id"] is None and row.get("type") == _ACTOR_CREATION:
+        # No release's definition event carries the actor of its creation task (Ray's GCS takes it
+        # from the task's spec); its id ends with it (Ray's id layout).
+        out["actor_id"] = ids.actor_of_task(bytes.fromhex(row["task_id"])).hex()
     return out
 
 

@@ -413,9 +413,18 @@ class SpoolSpanProcessor(SpanProcessor):
     accepts_direct_spans = True  # reads ended spans through ReadableSpan only
 
     def __init__(
-        self, folder: str, resource: Resource, *, session_name: str = "", linger_s: float = 0.05
+        self,
+        folder: str,
+        resource: Resource,
+        *,
+        session_name: str = "",
+        linger_s: float = 0.05,
+        write_at_end: bool = False,
     ) -> None:
+        """`write_at_end`: every span written by the thread that ends it, as execution spans are (the
+        lineage mode, whose spans are the user's own: Ray may kill the worker right after its task)."""
         self.folder = folder
+        self.write_at_end = write_at_end
         self.writer = SpoolWriter(folder, header_line(resource, session_name))
         self.queue: BatchingQueue[tuple[str, Any]] = BatchingQueue(
             self._write_batch, name="ray_otel_events.spool", linger_s=linger_s
@@ -441,7 +450,7 @@ class SpoolSpanProcessor(SpanProcessor):
         else:
             context, kind, name = span.context, span.kind, span.name
         if context is not None and context.trace_flags.sampled:
-            if kind is SpanKind.CONSUMER and name.endswith(semconv.EXECUTE_SUFFIX):
+            if self.write_at_end or (kind is SpanKind.CONSUMER and name.endswith(semconv.EXECUTE_SUFFIX)):
                 self.queue.handle_now((ENDED, span))  # no hand-over: the task's own thread pays, once
             else:
                 self.queue.append((ENDED, span))
