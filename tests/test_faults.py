@@ -347,9 +347,9 @@ def test_retried_batch_is_not_counted_twice(servers: list[CliServer], tmp_path: 
     agg = start(servers, "aggregator", "--export-addr", f"http://{sink.address}/e")
     request = svc.AddEventsRequest()
     for i in range(5):
-        request.events_data.events.append(
-            RayEvent(event_id=bytes([i]) * 28, event_type=RayEvent.TASK_DEFINITION_EVENT)
-        )
+        event = RayEvent(event_id=bytes([i]) * 28, event_type=RayEvent.TASK_DEFINITION_EVENT)
+        event.task_definition_event.task_name = "retried"  # a payload: one without is kept raw
+        request.events_data.events.append(event)
     with grpc.insecure_channel(agg.address) as channel:
         stub = svc_grpc.EventAggregatorServiceStub(channel)  # type: ignore[no-untyped-call]
         stub.AddEvents(request, timeout=10)

@@ -36,6 +36,7 @@ def token_file(tmp_path: Path) -> str:
 def one_request() -> svc.AddEventsRequest:
     request = svc.AddEventsRequest()
     event = RayEvent(event_id=os.urandom(16), event_type=RayEvent.TASK_DEFINITION_EVENT, message="secured")
+    event.task_definition_event.task_name = "secured"  # a payload: one without is kept raw
     request.events_data.events.append(event)
     return request
 
