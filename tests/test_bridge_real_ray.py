@@ -15,36 +15,19 @@ import pytest
 from helpers.agg_procs import CliServer
 from helpers.bridge_procs import ServerGroup, otlp_spans, url, wait_until
 from helpers.ray_cluster import ray_cluster
+from helpers.ray_workload import tasks_and_actor_class
 
 pytest.importorskip("ray")
 
 pytestmark = pytest.mark.ray
 
-WORKLOAD = """
-import ray
-ray.init()  # RAY_ADDRESS names this test's cluster
-
-@ray.remote
-def ok(x):
-    return x
-
-@ray.remote
-def boom():
-    raise ValueError("bridge test failure")
-
-@ray.remote
-class Acc:
-    def add(self, x):
-        return x
-
-assert ray.get([ok.remote(i) for i in range(3)]) == [0, 1, 2]
-try:
-    ray.get(boom.remote())
-except ray.exceptions.RayTaskError:
-    pass
+WORKLOAD = (
+    tasks_and_actor_class("bridge test failure")
+    + """
 acc = Acc.remote()
 assert ray.get(acc.add.remote(2)) == 2
 """
+)
 
 
 @pytest.fixture

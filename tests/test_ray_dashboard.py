@@ -25,25 +25,13 @@ import requests
 from helpers.agg_procs import CliServer, clean_env, refused_by_cli
 from helpers.otlp_logs import STDERR_LINE, STDOUT_LINE, export_log_lines
 from helpers.ray_cluster import ray_bin, ray_cluster
+from helpers.ray_workload import tasks_and_actor_class
 
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "build" / "screenshots"
-WORKLOAD = """
+WORKLOAD = (
+    tasks_and_actor_class("dashboard test failure", "Counter")
+    + """
 import time
-import ray
-ray.init()
-
-@ray.remote
-def ok(x):
-    return x
-
-@ray.remote
-def boom():
-    raise ValueError("dashboard test failure")
-
-@ray.remote
-class Counter:
-    def add(self, x):
-        return x
 
 @ray.remote
 class Broken:
@@ -53,11 +41,6 @@ class Broken:
     def f(self):
         return 1
 
-assert ray.get([ok.remote(i) for i in range(3)]) == [0, 1, 2]
-try:
-    ray.get(boom.remote())
-except ray.exceptions.RayTaskError:
-    pass
 counter = Counter.remote()
 assert ray.get(counter.add.remote(2)) == 2
 broken = Broken.remote()
@@ -77,6 +60,7 @@ while not (
     assert time.monotonic() < deadline, (list_tasks(), list_actors())
     time.sleep(0.2)
 """
+)
 LIVE_PATHS = {
     "jobs": "/api/jobs/",
     "actors": "/logical/actors",

@@ -24,6 +24,7 @@ import requests
 from helpers.agg_procs import FIXTURE, CliServer, clean_env, start
 from helpers.postgres import serve_store_args
 from helpers.ray_cluster import ray_bin, ray_cluster, ray_env
+from helpers.ray_workload import tasks_and_actor_class
 
 from ray_otel_events.config import ConfigError, wiring_check_delay_s
 from ray_otel_events.services.wiring_watch import serve_url
@@ -272,29 +273,10 @@ def test_serve_names_what_each_session_lacks_once(
     assert len([w for w in _warnings(serve) if w.startswith("session ")]) == len(told)
 
 
-DRIVER = """
-import ray
+DRIVER = (
+    tasks_and_actor_class("wiring test failure")
+    + """
 from ray.util.placement_group import placement_group
-ray.init()
-
-@ray.remote
-def ok(x):
-    return x
-
-@ray.remote
-def boom():
-    raise ValueError("wiring test failure")
-
-@ray.remote
-class Acc:
-    def add(self, x):
-        return x
-
-assert ray.get([ok.remote(i) for i in range(3)]) == [0, 1, 2]
-try:
-    ray.get(boom.remote())
-except ray.exceptions.RayTaskError:
-    pass
 pg = placement_group([{"CPU": 0.25}])
 ray.get(pg.ready())
 acc = Acc.options(placement_group=pg, num_cpus=0.25).remote()
@@ -311,6 +293,7 @@ while wanted and time.monotonic() < deadline:
         break
     time.sleep(0.2)
 """
+)
 
 
 def _stored_types(server: CliServer) -> dict[str, float]:

@@ -31,58 +31,64 @@ class SessionCheck:
     why: str
 
 
-def _n(counts: Counts, key: str) -> int:
-    return counts.get(key, 0)
+def _settled(*rows: str) -> Callable[[Counts], bool]:
+    """Evidence: any of these kinds of row stored at least the wiring delay ago."""
+    return lambda c: sum(c.get(f"{r}_settled", 0) for r in rows) > 0
+
+
+def _none(key: str) -> Callable[[Counts], bool]:
+    """Absence: no row of this count in the whole session."""
+    return lambda c: c.get(key, 0) == 0
 
 
 CHECKS: tuple[SessionCheck, ...] = (
     SessionCheck(
         "task_events",
-        lambda c: _n(c, "jobs_settled") + _n(c, "actors_settled") > 0,
-        lambda c: _n(c, "tasks") == 0,
+        _settled("jobs", "actors"),
+        _none("tasks"),
         ("TASK_DEFINITION_EVENT", "TASK_LIFECYCLE_EVENT"),
         "jobs or actors but no task events: core workers send them only with"
         " RAY_enable_ray_event=1 and RAY_enable_core_worker_ray_event_to_aggregator=1",
     ),
     SessionCheck(
         "task_definitions",
-        lambda c: _n(c, "tasks_settled") > 0,
-        lambda c: _n(c, "tasks_defined") == 0,
+        _settled("tasks"),
+        _none("tasks_defined"),
         ("TASK_DEFINITION_EVENT", "ACTOR_TASK_DEFINITION_EVENT"),
         "task lifecycle events but no task definitions (names, types, jobs)",
     ),
     SessionCheck(
         "task_lifecycle",
-        lambda c: _n(c, "tasks_settled") > 0,
-        lambda c: _n(c, "tasks_stated") == 0,
+        _settled("tasks"),
+        _none("tasks_stated"),
         ("TASK_LIFECYCLE_EVENT",),
         "task definitions but no task lifecycle events (states, times, errors)",
     ),
     SessionCheck(
         "jobs",
-        lambda c: _n(c, "user_tasks_settled") > 0,
-        lambda c: _n(c, "jobs") == 0,
+        _settled("user_tasks"),
+        _none("jobs"),
         ("DRIVER_JOB_DEFINITION_EVENT", "DRIVER_JOB_LIFECYCLE_EVENT"),
         "tasks but no driver job events",
     ),
     SessionCheck(
         "nodes",
-        lambda c: sum(_n(c, f"{r}_settled") for r in ("tasks", "jobs", "actors", "workers")) > 0,
-        lambda c: _n(c, "nodes") == 0,
+        _settled("tasks", "jobs", "actors", "workers"),
+        _none("nodes"),
         ("NODE_DEFINITION_EVENT", "NODE_LIFECYCLE_EVENT"),
         "tasks, jobs or workers but no node events",
     ),
     SessionCheck(
         "actors",
-        lambda c: _n(c, "actor_creations_settled") > 0,
-        lambda c: _n(c, "actors") == 0,
+        _settled("actor_creations"),
+        _none("actors"),
         ("ACTOR_DEFINITION_EVENT", "ACTOR_LIFECYCLE_EVENT"),
         "actor creation tasks but no actor events",
     ),
     SessionCheck(
         "workers",
-        lambda c: _n(c, "user_tasks_settled") > 0,
-        lambda c: _n(c, "workers") == 0,
+        _settled("user_tasks"),
+        _none("workers"),
         ("WORKER_DEFINITION_EVENT", "WORKER_LIFECYCLE_EVENT"),
         "tasks but no worker events (Ray 2.60 and later send them)",
     ),
