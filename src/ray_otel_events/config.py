@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from ray_otel_events.events.ray_releases import CORE_WORKER_RAY_EVENTS, ENABLE_RAY_EVENT
 from ray_otel_events.events.registry import ET, REGISTRY
 
 Environ = Mapping[str, str]
@@ -266,9 +267,9 @@ SESSION_NAME = "RAY_OTEL_EVENTS_SESSION_NAME"
 AGGREGATOR_ADDRESS = "RAY_OTEL_EVENTS_AGGREGATOR_ADDRESS"
 # Ray's master switch. Ray's default is off; ours is on (a recorder exists because it was asked
 # for), so only an explicit RAY_enable_ray_event=0 turns recording off (events counted "disabled").
-ENABLE_RAY_EVENT = "RAY_enable_ray_event"
-# With it, Ray's core workers export their own task events (Ray 2.60: both off by default).
-CORE_WORKER_RAY_EVENTS = "RAY_enable_core_worker_ray_event_to_aggregator"
+# ENABLE_RAY_EVENT (events/ray_releases.py, with every variable ray-env prints). With
+# CORE_WORKER_RAY_EVENTS too, Ray's core workers export their own task events (Ray 2.60: both off
+# by default).
 
 
 def ray_flag(env: Environ, name: str) -> bool:

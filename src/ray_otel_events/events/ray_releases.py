@@ -25,6 +25,8 @@ EVENTS_PATH = "/v1/ray-events"  # serve's (and the bridge's) receiver of Ray's P
 # The variable that carries the comma list of EXPOSED_TYPES.
 EXPOSABLE_TYPES_VARIABLE = "RAY_DASHBOARD_AGGREGATOR_AGENT_EXPOSABLE_EVENT_TYPES"
 EXPORT_ADDR_VARIABLE = "RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR"
+ENABLE_RAY_EVENT = "RAY_enable_ray_event"  # Ray's master switch for RayEvents
+CORE_WORKER_RAY_EVENTS = "RAY_enable_core_worker_ray_event_to_aggregator"  # core workers' task events
 URL = "{url}"  # in a value: the receiver's URL
 
 
@@ -49,9 +51,9 @@ class ExposedType:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("RAY_enable_ray_event", "1", why="core workers and the GCS emit RayEvents at all"),
+    Setting(ENABLE_RAY_EVENT, "1", why="core workers and the GCS emit RayEvents at all"),
     Setting(
-        "RAY_enable_core_worker_ray_event_to_aggregator",
+        CORE_WORKER_RAY_EVENTS,
         "1",
         why="core workers send their task events to the node's aggregator agent",
     ),

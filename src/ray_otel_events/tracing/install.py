@@ -33,8 +33,9 @@ from opentelemetry.sdk._logs import LoggerProvider, LogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
-from ray_otel_events.config import CORE_WORKER_RAY_EVENTS, RecorderConfig, TracingConfig
+from ray_otel_events.config import RecorderConfig, TracingConfig
 from ray_otel_events.events.builders import EventFactory
+from ray_otel_events.events.ray_releases import CORE_WORKER_RAY_EVENTS
 from ray_otel_events.otel import semconv
 from ray_otel_events.producer.recorder import RayEventRecorder
 from ray_otel_events.tracing.deferred_spans import DeferredSpans
