@@ -38,7 +38,7 @@ import requests
 from helpers.agg_procs import CliServer, clean_env, cli_in_process
 from helpers.ray_cluster import ray_bin, ray_cli_answers, ray_cluster
 from helpers.tracing_procs import OTLP_HOOK
-from test_ray_dashboard import ABSENT, CLOCK_READS_MS, SCREENSHOTS, _get, _wait_click
+from test_ray_dashboard import CLOCK_READS_MS, SCREENSHOTS, _console_errors, _get, _wait_click
 
 from ray_otel_events.store.state_merge import SUBMITTED_MESSAGE
 
@@ -705,11 +705,7 @@ def test_the_pages_in_chromium(recorded: Recorded) -> None:
             body = browser.find_element(By.TAG_NAME, "body").text
             for wrong in ("Job Query Error", "Request Status: Error", "Something went wrong", "bundle_group"):
                 assert wrong not in body, (route, wrong, body[:3000])
-            failed = [
-                e["message"]
-                for e in browser.get_log("browser")
-                if e["level"] == "SEVERE" and not any(part in e["message"] for part in ABSENT)
-            ]
+            failed = _console_errors(browser)
             assert not failed, f"{route}: {failed}"
     finally:
         browser.quit()
