@@ -1,7 +1,8 @@
 """The forwarder's compiled pass over span lines (native/_spool_lines.c) against its Python twin
 (`Forwarder._line`): the same requests (spans and event records, byte for byte) and counters on
 spool files from real Ray and pool runs (tests/fixtures/spool), on many tasks of Ray's span shapes,
-and on lines mutated to everything the compiled pass must hand back."""
+on lines mutated to everything the compiled pass must hand back, and on log record lines between
+span lines (Python's only: the compiled pass hands each back)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ from typing import Any
 
 import orjson
 import pytest
+from opentelemetry._logs import LogRecord, SeverityNumber
+from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import TraceFlags
 
 from ray_otel_events.config import SpoolConfig
 from ray_otel_events.events.builders import EventFactory
@@ -22,6 +27,7 @@ from ray_otel_events.otel import otlp_wire
 from ray_otel_events.otel.task_spans import TaskSpanEvents, derive_task_id
 from ray_otel_events.tracing import forwarder
 from ray_otel_events.tracing.forwarder import Forwarder, _File, _Writer
+from ray_otel_events.tracing.spool import log_record_line
 from tests.helpers.pure_python import needs_compiled
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "spool"
@@ -32,7 +38,7 @@ compiled = needs_compiled(forwarder._spool_lines, "the compiled pass")
 
 def requests_of(
     data: bytes, *, use_compiled: bool, event_logs: bool = True
-) -> tuple[list[tuple[str, bytes, int]], Any]:
+) -> tuple[list[tuple[str, bytes, int, str]], Any]:
     """The requests one chunk of lines (`data`, whole lines) makes, and the counters, on one path."""
     saved = forwarder._compiled
     forwarder._compiled = use_compiled
@@ -214,7 +220,7 @@ def test_many_tasks_make_the_same_requests_and_take_the_compiled_path() -> None:
     data = ray_tasks(300)
     assert_same(data)
     pending, _ = requests_of(data, use_compiled=True)
-    assert [what for what, _, _ in pending] == ["traces", "logs"]
+    assert [signal for signal, *_ in pending] == ["traces", "logs"]
     handed: list[bytes] = []
     saved = Forwarder._line
 
@@ -292,3 +298,49 @@ def test_the_derived_task_id_is_task_spans_own() -> None:
         job = digest[24:28]
         expected = derive_task_id(trace, span, b"\xff" * 12 + job)
         assert _spool_lines.task_id(trace.to_bytes(16, "big"), span, job) == expected
+
+
+def log_lines(n: int) -> list[bytes]:
+    """Log record lines as a task's printed lines are spooled (`spool.log_record_line`)."""
+    scope = InstrumentationScope("ray_otel_events.task_logs")
+    out = []
+    for i in range(n):
+        record = LogRecord(
+            timestamp=1_795_783_529_000_000_000 + i,
+            observed_timestamp=1_795_783_529_000_000_500 + i,
+            trace_id=(i + 1) << 64 | 7,
+            span_id=i + 1,
+            trace_flags=TraceFlags(1),
+            severity_text="INFO",
+            severity_number=SeverityNumber.INFO,
+            body=f"line {i}",
+            attributes={"ray.task_id": f"{i:024x}", "process.pid": 4242, "log.iostream": "stdout"},
+        )
+        out.append(log_record_line(ReadableLogRecord(record, Resource({}), scope)))
+    return out
+
+
+def _with_log_lines() -> tuple[bytes, int]:
+    """Span lines of many tasks with a log record line before every third (and how many)."""
+    spans = ray_tasks(30).splitlines(keepends=True)
+    logs = log_lines((len(spans) + 2) // 3)
+    mixed = [
+        line for i, span in enumerate(spans) for line in ([logs[i // 3], span] if i % 3 == 0 else [span])
+    ]
+    return b"".join(mixed), len(logs)
+
+
+def test_log_record_lines_between_span_lines_go_in_a_logs_request_of_their_own() -> None:
+    data, logs = _with_log_lines()
+    pending, counters = requests_of(data, use_compiled=False)
+    assert [(signal, items, what) for signal, _, items, what in pending] == [
+        ("traces", data.count(b'["E"'), "spans"),
+        ("logs", pending[1][2], "records"),
+        ("logs", logs, "log_records"),
+    ]
+    assert "dropped_lines" not in counters
+
+
+@compiled
+def test_log_record_lines_between_span_lines_make_the_same_requests_both_ways() -> None:
+    assert_same(_with_log_lines()[0])  # the compiled pass hands each log record line back

@@ -1,8 +1,9 @@
-"""The spool's forwarder on its own: spans read back as they were written, the spool's bound and
-a refused request counted (not silent), and its command line."""
+"""The spool's forwarder on its own: spans and log records read back as they were written, the
+spool's bound and a refused request counted (not silent), and its command line."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +11,12 @@ from pathlib import Path
 import orjson
 from helpers.agg_procs import free_port, wait_until
 from helpers.otlp_receiver import RecordingReceiver, serve_receiver
+from opentelemetry._logs import SeverityNumber
+from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -37,8 +42,17 @@ from ray_otel_events.otel.otlp_span_encoder import spans_request
 from ray_otel_events.otel.task_spans import TaskSpanEvents
 from ray_otel_events.tracing.forwarder import Forwarder, Sender, _Writer, span_from_line
 from ray_otel_events.tracing.otlp_http import OtlpHttpPoster
-from ray_otel_events.tracing.spool import ENDED, STARTED_REF, SpoolWriter, header_line, span_line
+from ray_otel_events.tracing.spool import (
+    ENDED,
+    STARTED_REF,
+    SpoolLogRecordProcessor,
+    SpoolSpanProcessor,
+    SpoolWriter,
+    header_line,
+    span_line,
+)
 from ray_otel_events.tracing.task_events import PRODUCER
+from ray_otel_events.tracing.task_logs import TaskLogHandler
 
 RESOURCE = Resource({"service.name": "spool-test", "n": 3})
 SESSION = "session_2026-12-02_00-39-55_034171_10213"
@@ -297,3 +311,77 @@ def test_the_forwarder_sends_what_the_spans_themselves_encode_to(tmp_path: Path)
     sent = ExportLogsServiceRequest.FromString(logs)
     assert any("task 4 broke" in str(r.body) for r in sent.resource_logs[0].scope_logs[0].log_records)
     assert SESSION in str(sent.resource_logs[0].scope_logs[0].log_records[0].body)
+
+
+def _spooled_log_records(folder: Path) -> list[ReadableLogRecord]:
+    """Log records of the kinds a traced task emits (a printed line, `logging` with and without an
+    exception, a structured body, an event), inside a span and outside one, written to a spool
+    file by the hook's processor, and the same records as the SDK's exporter is handed them."""
+    spans = SpoolSpanProcessor(str(folder), RESOURCE)
+    spans.writer.start_forwarder = False
+    exported = InMemoryLogRecordExporter()
+    provider = LoggerProvider(resource=RESOURCE)
+    provider.add_log_record_processor(SpoolLogRecordProcessor(spans))
+    provider.add_log_record_processor(SimpleLogRecordProcessor(exported))
+    tracer = TracerProvider(resource=RESOURCE).get_tracer("spool.test")
+    lines = provider.get_logger("ray_otel_events.task_logs")
+    logged = logging.getLogger("user.code")
+    logged.propagate = False
+    handler = TaskLogHandler(logger_provider=provider)  # the hooks' handler on the root logger
+    logged.addHandler(handler)
+    try:
+        with tracer.start_as_current_span("work ray.remote_worker"):
+            task = {"ray.task_id": "ab" * 12, "ray.task_attempt": 0, "process.pid": 4242}
+            for stream, number, text in (
+                ("stdout", SeverityNumber.INFO, "INFO"),
+                ("stderr", SeverityNumber.ERROR, "ERROR"),
+            ):
+                lines.emit(
+                    timestamp=1_700_000_000_000_000_001,
+                    severity_number=number,
+                    severity_text=text,
+                    body=f"a line to {stream} é",
+                    attributes={**task, "log.iostream": stream},
+                )
+            logged.warning("logged %d", 3)
+            try:
+                raise ValueError("broke")
+            except ValueError:
+                logged.exception("it broke")
+            lines.emit(body={"n": 1, "f": 0.5, "ok": True, "tags": ["a", 2], "nested": {"k": "v"}})
+        provider.get_logger("other.scope", "1.2", "https://schema.example").emit(
+            event_name="user.event", body="outside any span", attributes={"x": [1, 2]}
+        )
+    finally:
+        logged.removeHandler(handler)
+    spans.shutdown()
+    return list(exported.get_finished_logs())
+
+
+def test_a_spooled_log_record_is_sent_as_the_sdk_exporter_sends_it(tmp_path: Path) -> None:
+    """A task's log records go through the spool (Ray may end the worker right after the task)
+    and arrive as the SDK's OTLP log exporter would have sent them: the same request."""
+    folder = tmp_path / "spool" / "dest"
+    records = _spooled_log_records(folder)
+    assert len(records) == 6
+    receiver = RecordingReceiver()
+    with serve_receiver(receiver) as endpoint:
+        forwarder = _forwarder(folder, endpoint)
+        assert forwarder.pass_once()
+    assert receiver.paths == ["/v1/logs"]
+    sent = ExportLogsServiceRequest.FromString(receiver.requests[0][1])
+    assert sent == encode_logs(records)
+    assert forwarder.counters.get("exported_log_records") == 6
+    assert not list(folder.glob("*.spool")), "sent and acknowledged: deleted"
+
+
+def test_a_refused_log_request_is_dropped_and_counted(tmp_path: Path) -> None:
+    folder = tmp_path / "spool" / "dest"
+    _spooled_log_records(folder)
+    receiver = RecordingReceiver()
+    receiver.statuses = [400]
+    with serve_receiver(receiver) as endpoint:
+        forwarder = _forwarder(folder, endpoint)
+        assert forwarder.pass_once()
+    assert forwarder.counters.get("dropped_log_records", reason="rejected") == 6
+    assert not list(folder.glob("*.spool"))

@@ -47,6 +47,13 @@ def _poisoned(line: bytes) -> list[bytes]:
         b'["E","l",1,2,3,1,"",0,false,0,1,2,0,"",{},[],[["zz",1,1,"",{},false]],"s","","",0,0,0]',
         b'["E","a",1,2,3,1,"",0,false,0,1,2,0,"",{"n":18446744073709551616},[],[],"s","","",0,0,0]',
         b'["E","t",1,2,3,1,"",0,false,0,1,2,0,"",{},[],[],"s",[],"",0,0,0]',
+        # log record lines (`spool.log_record_line`)
+        b'["L"]',
+        b'["L",1,2,9,"INFO","x",[],0,0,0,0,"s","","",0,null]',  # attributes no object
+        b'["L",-1,2,9,"INFO","x",{},0,0,0,0,"s","","",0,null]',  # a time before the epoch
+        b'["L",1,2,9,"INFO","x",{},0,0,-5,0,"s","","",0,null]',  # a span id that is no id
+        b'["L",1,2,9,7,"x",{},0,0,0,0,"s","","",0,null]',  # severity text no string
+        b'["L",1,2,9,"INFO","x",{},0,0,0,0,["s"],"","",0,null]',  # scope name no string
     ]
 
 

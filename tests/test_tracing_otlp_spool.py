@@ -1,10 +1,12 @@
-"""The OTLP hook loses nothing when Ray ends its processes: spans and event records go through the
-node's spool and its forwarder (tracing/spool.py, tracing/forwarder.py) to a real OTLP receiver.
+"""The OTLP hook loses nothing when Ray ends its processes: spans, event records and the tasks' log
+records (prints, `logging`) go through the node's spool and its forwarder (tracing/spool.py,
+tracing/forwarder.py) to a real OTLP receiver.
 
-Real Ray 2.60: `ray.shutdown()` right after the last result (with workers ended by `max_calls` and
-an actor killed), the cluster's processes ended under a running job (the test helper's
-`stop_cluster`, as `ray stop` does: SIGTERM then SIGKILL), an endpoint that is down while the job
-ends; and the traced process pool, whose workers end with `os._exit`.
+Real Ray 2.60: `ray.shutdown()` right after the last result (with workers ended by `max_calls`, an
+actor killed, and tasks that printed and logged lines, one failing, just before), the cluster's
+processes ended under a running job (the test helper's `stop_cluster`, as `ray stop` does: SIGTERM
+then SIGKILL), an endpoint that is down while the job ends; and the traced process pool, whose
+workers end with `os._exit`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 import pytest
 from helpers.agg_procs import free_port, run_json_script, wait_until
-from helpers.otlp_counting_receiver import OtlpReceiver, value_of
+from helpers.otlp_counting_receiver import OtlpReceiver, attributes_of, value_of
 from helpers.ray_cluster import start_head, stop_cluster
 from helpers.tracing_procs import HELPERS, OTLP_HOOK, run_pool, script_env
 
@@ -43,6 +45,10 @@ if not Path("/proc/self/cmdline").exists():
 DRIVER = str(HELPERS / "otlp_spool_driver.py")
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 EXECUTE, SUBMIT = "ray.remote_worker", "ray.remote"
+# What each `chatty` task of the burst writes (tests/helpers/otlp_spool_driver.py): its line's
+# `log.iostream` and severity number (INFO, ERROR, WARN).
+CHATTY = {"to stdout": ("stdout", 9), "to stderr": ("stderr", 17), "logged": (None, 13)}
+FAIL_LINE = "fail: about to raise"
 
 
 @pytest.fixture
@@ -91,6 +97,46 @@ def _records_per_span(receiver: OtlpReceiver) -> Counter[bytes]:
     return Counter(record.span_id for record in receiver.records)
 
 
+def _event_records(receiver: OtlpReceiver) -> list[Any]:
+    """The event records (a key-value list body; a task's lines have a string body)."""
+    return [r for r in receiver.records if r.body.WhichOneof("value") == "kvlist_value"]
+
+
+def _task_lines(receiver: OtlpReceiver) -> dict[str, Any]:
+    """The tasks' log records (prints and `logging`) by body."""
+    return {r.body.string_value: r for r in receiver.records if r.body.WhichOneof("value") == "string_value"}
+
+
+def _has_task_lines(summary: dict[str, Any]) -> Any:
+    """Whether every line the burst's printing tasks wrote has arrived."""
+    bodies = [f"chatty {i} {what}" for i in range(len(summary["chatty"])) for what in CHATTY]
+    return lambda r: all(body in _task_lines(r) for body in [*bodies, FAIL_LINE])
+
+
+def _check_task_lines(receiver: OtlpReceiver, summary: dict[str, Any]) -> None:
+    """Every line the burst's printing tasks wrote arrived once, with what ties it to its task as
+    the hook's records carry it: Ray's task id, its execution span's ids, the stream, the
+    severity, the pid, the time."""
+    lines = _task_lines(receiver)
+    bodies = [r.body.string_value for r in receiver.records if r.body.WhichOneof("value") == "string_value"]
+    assert len(bodies) == len(set(bodies)), "a line was delivered twice"
+    executions = {s.span_id: s for s in receiver.spans if s.name.endswith(EXECUTE)}
+    for i, task_id in enumerate(summary["chatty"]):
+        for what, (stream, severity) in CHATTY.items():
+            record = lines.get(f"chatty {i} {what}")
+            assert record is not None, (i, what, sorted(lines))
+            attributes = attributes_of(record.attributes)
+            assert attributes["ray.task_id"] == task_id, attributes
+            assert attributes.get("log.iostream") == stream and record.severity_number == severity
+            assert attributes["process.pid"] > 0 and record.time_unix_nano > 0, attributes
+            span = executions[record.span_id]
+            assert _short(span.name) == f"chatty {EXECUTE}" and record.trace_id == span.trace_id
+    failing = lines[FAIL_LINE]
+    span = executions[failing.span_id]
+    assert _short(span.name) == f"fail {EXECUTE}" and span.status.code == 2  # STATUS_CODE_ERROR
+    assert attributes_of(failing.attributes)["log.iostream"] == "stdout"
+
+
 def _running_only(record: Any) -> bool:
     """A lifecycle record whose only state is RUNNING: the start of a task whose end never came."""
     body = value_of(record.body)
@@ -109,7 +155,7 @@ def _check_every_span_has_its_records(receiver: OtlpReceiver, *, killed: bool = 
     for span in receiver.spans:
         if span.name.endswith((EXECUTE, SUBMIT)):
             assert per_span[span.span_id] >= 2, span.name
-    alone = [r for r in receiver.records if r.span_id not in set(ids)]
+    alone = [r for r in _event_records(receiver) if r.span_id not in set(ids)]
     if killed:
         alone = [r for r in alone if not _running_only(r)]
     assert not alone, f"{len(alone)} record(s) without their span: {[value_of(r.body) for r in alone][:3]}"
@@ -152,11 +198,15 @@ def test_shutdown_at_once_delivers_every_span_and_record(spool_root: Path, proto
             f"once {EXECUTE}": 3,
         }
 
+        lines = _has_task_lines(summary)
+
         def arrived(r: OtlpReceiver) -> bool:
             names = _by_name(r)
-            return all(names[k] >= v for k, v in expected.items()) and names[f"add {EXECUTE}"] >= 3
+            return (
+                all(names[k] >= v for k, v in expected.items()) and names[f"add {EXECUTE}"] >= 3 and lines(r)
+            )
 
-        assert receiver.wait_for(arrived, 120), dict(_by_name(receiver))
+        assert receiver.wait_for(arrived, 120), (dict(_by_name(receiver)), sorted(_task_lines(receiver)))
         _wait_drained(_folder(spool_root))
         names = _by_name(receiver)
         for name, count in expected.items():
@@ -165,6 +215,7 @@ def test_shutdown_at_once_delivers_every_span_and_record(spool_root: Path, proto
         assert names[f"__init__ {SUBMIT}"] == names[f"__init__ {EXECUTE}"] == 1
         assert names[f"add {SUBMIT}"] == names[f"add {EXECUTE}"] == 3
         _check_every_span_has_its_records(receiver)
+        _check_task_lines(receiver, summary)
         noop_ids = {s.span_id for s in receiver.spans if s.name.endswith(f"noop {EXECUTE}")}
         per_span = _records_per_span(receiver)
         assert sum(per_span[i] for i in noop_ids) == 2 * n  # RUNNING and FINISHED, each task

@@ -1,14 +1,17 @@
 """A Ray driver for the OTLP hook's delivery tests; prints JSON lines.
 
 python otlp_spool_driver.py burst HOOK TEMP_DIR N   # own cluster: N no-op tasks, tasks on
-    # max_calls=1 workers, an actor killed after its calls, then ray.shutdown() at once
+    # max_calls=1 workers, an actor killed after its calls, tasks that print and log (one failing),
+    # then ray.shutdown() at once
 python otlp_spool_driver.py stream                  # the `ray start` cluster RAY_ADDRESS names:
     # no-op tasks in rounds of 20 until the cluster goes away, printing each round's total
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import sys
 
@@ -23,6 +26,20 @@ def noop() -> None:
 @ray.remote(max_calls=1)
 def once() -> int:
     return os.getpid()  # the worker exits after this call
+
+
+@ray.remote
+def chatty(i: int) -> str:
+    print(f"chatty {i} to stdout")
+    print(f"chatty {i} to stderr", file=sys.stderr)
+    logging.getLogger("user.chatty").warning("chatty %d logged", i)
+    return str(ray.get_runtime_context().get_task_id())
+
+
+@ray.remote(max_retries=0)
+def fail() -> None:
+    print("fail: about to raise")
+    raise ValueError("failing on purpose")
 
 
 @ray.remote
@@ -42,13 +59,19 @@ def burst(hook: str, temp_dir: str, n: int) -> None:
         logging_level="ERROR",
         _tracing_startup_hook=hook,
         _temp_dir=temp_dir,
+        log_to_driver=False,  # this driver's stdout is its JSON summary
     )
     ray.get([noop.remote() for _ in range(n)])
     pids = ray.get([once.remote() for _ in range(3)])
     counter = Counter.remote()
     last = ray.get([counter.add.remote() for _ in range(3)])[-1]
     ray.kill(counter)
-    print(json.dumps({"noop": n, "once_pids": pids, "actor_calls": last}), flush=True)
+    # last, right before the shutdown: what a task printed must not wait in its worker's memory
+    chatty_ids = ray.get([chatty.remote(i) for i in range(3)])
+    with contextlib.suppress(ray.exceptions.RayTaskError):
+        ray.get(fail.remote())
+    summary = {"noop": n, "once_pids": pids, "actor_calls": last, "chatty": chatty_ids}
+    print(json.dumps(summary), flush=True)
     ray.shutdown()  # at once: Ray ends every worker without exit hooks
 
 

@@ -243,6 +243,7 @@ def log_record_from_parts(
     trace_id: bytes = b"",
     span_id: bytes = b"",
     flags: int = 0,
+    dropped_attributes: int = 0,
 ) -> bytes:
     """The same, from the serialized body AnyValue and the concatenated attribute entries."""
     parts = []
@@ -255,6 +256,8 @@ def log_record_from_parts(
     if body is not None:
         parts.append(_length_delimited(b"\x2a", body))  # 5
     parts.append(attributes)  # 6
+    if dropped_attributes:
+        parts.append(b"\x38" + varint(dropped_attributes))  # 7
     if flags:
         parts.append(b"\x45" + _pack_fixed32(flags))  # 8, fixed32
     if trace_id:

@@ -6,9 +6,11 @@ It reads each writer's spool file from where the endpoint last acknowledged it, 
 (read back from their lines) to their RayEvents in each writer's order (`TaskSpanEvents`, one per
 writer, as the writer's own processor would), writes the spans and the event log records with our
 encoders (`otlp_span_encoder`, most lines straight from their fields without a span;
-`task_records`), and sends both over http/protobuf or grpc as
-OTEL_EXPORTER_OTLP_PROTOCOL says. A chunk counts as sent once both requests were answered with
-success; only then is its end written to `<file>.ack`, and a file is deleted once it is complete
+`task_records`) and the writers' own log records (a task's prints and `logging`, as the SDK's
+exporter would have sent them: `log_record_wire`), and sends them over http/protobuf or grpc as
+OTEL_EXPORTER_OTLP_PROTOCOL says (the log records where OTEL_EXPORTER_OTLP_LOGS_* and the other
+variables of the SDK's log exporter say). A chunk counts as sent once all its requests were
+answered with success; only then is its end written to `<file>.ack`, and a file is deleted once it is complete
 (its writer let go of its lock) and acknowledged to its end. Retryable failures keep everything
 and are tried again with backoff; a request refused for good is dropped and counted.
 
@@ -63,6 +65,7 @@ from ray_otel_events.tracing.spool import (
     ACK_SUFFIX,
     ENDED,
     LOCK_FILE,
+    LOGGED,
     PENDING_SUFFIX,
     SPOOL_SUFFIX,
     STARTED,
@@ -101,8 +104,9 @@ MAX_BACKOFF_S = 5.0
 STALE_PENDING_S = 60.0
 EVENT_LOGS_ENV = "RAY_OTEL_EVENTS_EVENT_LOGS"
 
-# Counters (stage "spool_forwarder"): exported_spans, exported_records, dropped_spans /
-# dropped_records (reason=rejected), dropped_lines (reason=spool_full|torn|unreadable|invalid:
+# Counters (stage "spool_forwarder"): exported_spans, exported_records (event records),
+# exported_log_records (the writers' own), dropped_spans / dropped_records / dropped_log_records
+# (reason=rejected), dropped_lines (reason=spool_full|torn|unreadable|invalid:
 # unreadable, no span can be read from the line; invalid, the span's RayEvents cannot hold its
 # values, and the whole line is dropped),
 # retryable_failures (signal=...), unmapped_spans.
@@ -181,7 +185,7 @@ class _File:
     complete: bool = False  # its writer let go of it: nothing more will be appended
     # A chunk made but not yet fully acknowledged: its end, and the requests still to send.
     pending_end: int = 0
-    pending: list[tuple[str, bytes, int]] = field(default_factory=list)
+    pending: list[tuple[str, bytes, int, str]] = field(default_factory=list)  # (signal, body, items, what)
     unsent_since: float | None = None  # when lines were first seen waiting (`SpoolConfig.linger_s`)
 
 
@@ -254,6 +258,46 @@ def span_from_line(record: list[Any], writer: _Writer, mark: bool) -> ReadableSp
 _TASK_SUFFIXES = (semconv.EXECUTE_SUFFIX, semconv.SUBMIT_SUFFIX)
 
 
+def log_record_wire(record: list[Any], writer: _Writer) -> tuple[bytes, InstrumentationScope]:
+    """The OTLP LogRecord a log record's line (`spool.log_record_line`) was written from, as the
+    SDK's exporter writes it, and its scope; a value of the wrong type or range raises."""
+    (
+        _,
+        time_ns,
+        observed_ns,
+        severity_number,
+        severity_text,
+        body,
+        attributes,
+        trace_high,
+        trace_low,
+        span_id,
+        flags,
+        scope_name,
+        scope_version,
+        scope_schema,
+        dropped_attributes,
+        event_name,
+    ) = record
+    if type(attributes) is not dict:
+        raise TypeError(f"a log record's attributes are an object: {attributes!r}")
+    trace_id = trace_high << 64 | trace_low
+    wire = otlp_wire.log_record_from_parts(
+        time_unix_nano=time_ns or 0,
+        observed_time_unix_nano=observed_ns or 0,
+        severity_number=severity_number or 0,
+        severity_text=severity_text or "",
+        event_name=event_name or "",
+        body=None if body is None else otlp_wire.any_value(body),
+        attributes=otlp_wire.attributes(attributes, otlp_wire.LOG_RECORD_ATTRIBUTES),
+        trace_id=trace_id.to_bytes(16, "big") if trace_id else b"",
+        span_id=span_id.to_bytes(8, "big") if span_id else b"",
+        flags=flags,
+        dropped_attributes=dropped_attributes,
+    )
+    return wire, writer.scope(scope_name, scope_version, scope_schema)
+
+
 def _plain_line(record: list[Any]) -> bool:
     """A line `plain_span_wire` writes: no trace state, events or links, UNSET or OK status, and
     fields of the types `span_from_line` would take (anything else goes through the span)."""
@@ -305,6 +349,9 @@ class _Chunk:
         self.spans = 0  # entries in by_scope's lists
         self.records = 0  # entries in log_records
         self.record_bytes = 0  # their size
+        # the writer's own log records, as `ScopeLogs.log_records` entries by scope, and their count
+        self.log_records_by_scope: dict[InstrumentationScope | None, list[bytes]] = {}
+        self.own_records = 0
         self._ends: dict[Any, list[Any]] | None = None
 
     def ends(self) -> dict[Any, list[Any]]:
@@ -542,15 +589,18 @@ class Forwarder:
         else:
             for line in data.splitlines():
                 self._line(state, chunk, line)
-        pending: list[tuple[str, bytes, int]] = []
+        pending: list[tuple[str, bytes, int, str]] = []
         if chunk.spans:
             groups = dict(chunk.by_scope.values())
-            pending.append(("traces", resource_spans(writer.resource, groups), chunk.spans))
+            pending.append(("traces", resource_spans(writer.resource, groups), chunk.spans, "spans"))
         if chunk.records:
             body = otlp_wire.logs_request_of_entries(
                 writer.resource_wire, self.scope_wire, chunk.log_records, chunk.record_bytes
             )
-            pending.append(("logs", body, chunk.records))
+            pending.append(("logs", body, chunk.records, "records"))
+        if chunk.own_records:  # (a ResourceLogs is written as a ResourceSpans: the same fields)
+            body = resource_spans(writer.resource, chunk.log_records_by_scope)
+            pending.append(("logs", body, chunk.own_records, "log_records"))
         state.pending = pending
         if not pending:
             self._ack(state, state.offset + len(data))
@@ -565,6 +615,9 @@ class Forwarder:
         except ValueError as exc:
             self.counters.add("dropped_lines", 1, reason="unreadable")
             self._report("unreadable", f"{state.path}: a line that is not JSON: {exc!r}")
+            return
+        if type(record) is list and record and record[0] == LOGGED:
+            self._log_record(state, chunk, record)
             return
         # An execution span's start is mostly a reference to its end line in the same write: the
         # RUNNING record is made from the ended span there. A reference whose end is in a later
@@ -631,10 +684,23 @@ class Forwarder:
             chunk.records += len(records)
             chunk.record_bytes += len(entries)
 
+    def _log_record(self, state: _File, chunk: _Chunk, record: list[Any]) -> None:
+        """A writer's own log record into the chunk's."""
+        try:
+            wire, scope = log_record_wire(record, state.writer)
+        except Exception as exc:  # any value, of any type, another process may have written
+            self.counters.add("dropped_lines", 1, reason="unreadable")
+            self._report("unreadable", f"{state.path}: a line that is not a log record: {exc!r}")
+            return
+        group = chunk.log_records_by_scope.get(scope)
+        if group is None:
+            group = chunk.log_records_by_scope[scope] = []
+        group.append(span_field(wire))  # (`ScopeLogs.log_records` is `ScopeSpans.spans`' field 2)
+        chunk.own_records += 1
+
     def _send_pending(self, state: _File) -> None:
         while state.pending:
-            signal_name, body, items = state.pending[0]
-            what = "spans" if signal_name == "traces" else "records"
+            signal_name, body, items, what = state.pending[0]
             try:
                 self.senders[signal_name].send_once(body)
                 self.counters.add(f"exported_{what}", items)

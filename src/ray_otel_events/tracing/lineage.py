@@ -11,9 +11,9 @@ attempt running on this thread: the same derivation, fed by Ray's runtime contex
 task's job, task id, the core worker's current attempt number). In the driver it is the child of the
 job's span, and linked to the caller's span when TRACEPARENT names one. Log records with no trace
 context (`logging` and, in a worker, each printed line: tracing/task_logs.py) get the same ids.
-Spans go out as the OTLP hook's do: each written to the node's spool by the thread that ends it
-(Ray may kill a worker as soon as its job ends), sent over OTLP by the spool's forwarder
-(tracing/spool.py, tracing/forwarder.py); log records through the SDK's batch processor.
+Spans and log records go out as the OTLP hook's do: each written to the node's spool by the thread
+that ends or emits it (Ray may kill a worker as soon as its job ends), sent over OTLP by the spool's
+forwarder (tracing/spool.py, tracing/forwarder.py).
 OTEL_EXPORTER_OTLP_ENDPOINT and the other standard variables say where.
 """
 
@@ -28,7 +28,6 @@ from typing import Any
 from opentelemetry import context as context_api
 from opentelemetry import trace
 from opentelemetry.sdk._logs import LogRecordProcessor, ReadWriteLogRecord
-from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, TraceFlags
@@ -39,10 +38,14 @@ from ray_otel_events.config import LineageConfig, SpoolConfig, TracingConfig
 from ray_otel_events.events import ids
 from ray_otel_events.otel.from_ray_events import job_span_id, task_span_id, trace_id_for_job
 from ray_otel_events.tracing.install import install_tracing, run_setup_hook
-from ray_otel_events.tracing.otlp import otlp_log_exporter
 from ray_otel_events.tracing.ray_session import RAY_WORKER_MODULE, connected_session_name
 from ray_otel_events.tracing.setup_otlp_tracing import destination_key
-from ray_otel_events.tracing.spool import SpoolSpanProcessor, ensure_forwarder, spool_folder
+from ray_otel_events.tracing.spool import (
+    SpoolLogRecordProcessor,
+    SpoolSpanProcessor,
+    ensure_forwarder,
+    spool_folder,
+)
 
 # Ray loads a worker_process_setup_hook named as a string by its last dot (`module.function`).
 HOOK = "ray_otel_events.tracing.lineage.setup"
@@ -237,7 +240,7 @@ def _install() -> None:
     ensure_forwarder(folder)
     install_tracing(
         [spans],
-        [LineageLogProcessor(), BatchLogRecordProcessor(otlp_log_exporter(config.protocols.logs))],
+        [LineageLogProcessor(), SpoolLogRecordProcessor(spans)],
         config=tracing,
         resource=resource,
         event_logs=False,  # Ray's events are the task spans' source: no second copy from here

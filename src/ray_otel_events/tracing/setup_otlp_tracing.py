@@ -1,31 +1,34 @@
-"""Startup hook: spans and event log records over OTLP to a Collector or Jaeger.
+"""Startup hook: spans, event log records and task logs over OTLP to a Collector or Jaeger.
 
     ray start --head --tracing-startup-hook=ray_otel_events.tracing.setup_otlp_tracing:setup_tracing
 
-Every traced process hands its spans to the node's spool (tracing/spool.py: a line per span in its
-own file, an execution span's before its task returns), and one forwarder process per spool folder
-(tracing/forwarder.py) makes the OTLP spans and the event log records and sends them. So a worker
-that Ray ends without exit hooks has lost nothing, and an endpoint that is down leaves the spool to
-be sent later (bounded; what is dropped is counted). Configured by the standard variables:
-OTEL_EXPORTER_OTLP_ENDPOINT (or the per-signal _TRACES_/_LOGS_ forms), _HEADERS, _TIMEOUT,
-_COMPRESSION, _CERTIFICATE, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, and
+Every traced process hands its spans and its task logs (prints and `logging` in a task, with its
+trace context) to the node's spool (tracing/spool.py: a line per span and per log record in its own
+file; an execution span's, with the lines its task wrote, before its task returns), and one
+forwarder process per spool folder (tracing/forwarder.py) makes the OTLP spans, the event log
+records and the task logs' OTLP log records and sends them. So a worker that Ray ends without exit
+hooks (as it does to a job's workers at `ray.shutdown()`) has lost nothing, and an endpoint that is
+down leaves the spool to be sent later (bounded; what is dropped is counted). Configured by the
+standard variables: OTEL_EXPORTER_OTLP_ENDPOINT (or the per-signal _TRACES_/_LOGS_ forms),
+_HEADERS, _TIMEOUT, _COMPRESSION, _CERTIFICATE, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, and
 OTEL_EXPORTER_OTLP_PROTOCOL (`http/protobuf`, the default, or `grpc`); the spool by
-RAY_OTEL_EVENTS_SPOOL_DIR and the other variables of `config.SpoolConfig`. Task logs (prints and
-`logging` in a task, with its trace context) are exported from the process, through the SDK's
-batch processor, as OTLP logs beside the spans.
+RAY_OTEL_EVENTS_SPOOL_DIR and the other variables of `config.SpoolConfig`.
 The hook never raises: a problem is reported once and the process runs on.
 """
 
 from __future__ import annotations
 
-from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 
 from ray_otel_events.config import OtlpProtocols, SpoolConfig, TracingConfig, otlp_exporter_settings
 from ray_otel_events.tracing.install import install_tracing, run_setup_hook
-from ray_otel_events.tracing.otlp import otlp_log_exporter
 from ray_otel_events.tracing.ray_session import with_ray_session
-from ray_otel_events.tracing.spool import SpoolSpanProcessor, ensure_forwarder, spool_folder
+from ray_otel_events.tracing.spool import (
+    SpoolLogRecordProcessor,
+    SpoolSpanProcessor,
+    ensure_forwarder,
+    spool_folder,
+)
 
 HOOK = "ray_otel_events.tracing.setup_otlp_tracing:setup_tracing"
 
@@ -43,7 +46,7 @@ def setup_tracing() -> None:
 
 def _install() -> None:
     config = with_ray_session(TracingConfig.from_env())
-    protocols = OtlpProtocols.from_env()
+    OtlpProtocols.from_env()  # a protocol the forwarder cannot send over is reported here, by the hook
     spool = SpoolConfig.from_env()
     resource = Resource.create()
     folder = spool_folder(spool.root, destination_key(config))
@@ -51,7 +54,7 @@ def _install() -> None:
     ensure_forwarder(folder)
     install_tracing(
         [processor],
-        [BatchLogRecordProcessor(otlp_log_exporter(protocols.logs))],
+        [SpoolLogRecordProcessor(processor)],
         config=config,
         resource=resource,
         event_logs=False,  # the forwarder makes the event records from the spooled spans

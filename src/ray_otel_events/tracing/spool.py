@@ -3,15 +3,17 @@
 Ray ends its workers without exit hooks (at `ray.shutdown()`, `ray stop`, `max_calls`, a killed
 actor), so whatever a worker's exporter still holds in memory is lost, and exporting from every
 worker costs each one the encoding, the event records and the HTTP or gRPC client. Here a traced
-process only appends one line per span to its own file in the spool folder: a task's execution
-span before the task returns (on the task's thread, one write(2) together with anything queued),
-everything else from a background thread within 50 ms and at exit. One forwarder process per
-spool folder (tracing/forwarder.py, started by the first process that finds none, detached so that
-ending the cluster does not end it) reads the files, makes the OTLP spans and event records and
-sends them, deleting only what the endpoint acknowledged.
+process only appends one line per span, and one per log record (a task's prints and `logging`:
+`SpoolLogRecordProcessor`), to its own file in the spool folder: a task's execution span before
+the task returns (on the task's thread, one write(2) together with anything queued, so with the
+lines the task wrote), everything else from a background thread within 50 ms and at exit. One
+forwarder process per spool folder (tracing/forwarder.py, started by the first process that finds
+none, detached so that ending the cluster does not end it) reads the files, makes the OTLP spans,
+event records and log records and sends them, deleting only what the endpoint acknowledged.
 
 Files: `<folder>/<pid>.<nonce>.<seq>.spool`, a header line (the process's resource) then one
-JSON array per span (`span_line`); a file is held under `flock` by its writer while it writes it,
+JSON array per span (`span_line`) or log record (`log_record_line`); a file is held under `flock`
+by its writer while it writes it,
 so the forwarder knows a file is complete when it can take the lock (the writer ended, however it
 ended, or moved on to its next file at `ROTATE_BYTES`).
 """
@@ -32,6 +34,7 @@ from typing import Any
 
 import orjson
 from opentelemetry.context import Context
+from opentelemetry.sdk._logs import LogRecordProcessor, ReadableLogRecord, ReadWriteLogRecord
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanContext, SpanKind, StatusCode
@@ -58,6 +61,7 @@ ACK_SUFFIX = ".ack"  # beside a spool file: how far the endpoint has acknowledge
 ROTATE_BYTES = 8 * 1024 * 1024
 FORWARDER_CHECK_S = 5.0  # how often a writing process makes sure a forwarder runs
 STARTED, ENDED = "S", "E"
+LOGGED = "L"  # a log record's line (`log_record_line`)
 # A start whose span ends in the same write: `["s", span id]`, and the forwarder reads the span from
 # its end line (mostly a task's whole life fits in one write, so its fields are written once).
 STARTED_REF = "s"
@@ -214,6 +218,50 @@ def submission_line(
         ],
         default=_plain,
         option=orjson.OPT_APPEND_NEWLINE,
+    )
+
+
+def _loggable(value: Any) -> Any:
+    """orjson's fallback for a log record's body and attributes: mappings as dicts, anything else
+    (bytes, an object a user logged) as its text."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", "replace")
+    return str(value)
+
+
+def log_record_line(record: ReadableLogRecord | ReadWriteLogRecord) -> bytes:
+    """One spool line of a log record: `["L", time ns, observed time ns, severity number, severity
+    text, body, attributes, trace id (high 64 bits), trace id (low 64 bits), span id, flags, scope
+    name, scope version, scope schema url, dropped attributes, event name]` (None or 0: unset).
+    What no JSON holds is written as its text (`_loggable`). Python only: the forwarder's compiled
+    pass hands these lines to its Python twin."""
+    log = record.log_record
+    scope_name, scope_version, scope_schema = _scope_fields(record.instrumentation_scope)
+    trace_id = log.trace_id or 0
+    severity = log.severity_number
+    return orjson.dumps(
+        [
+            LOGGED,
+            log.timestamp,
+            log.observed_timestamp,
+            severity.value if severity is not None else None,
+            log.severity_text,
+            log.body,
+            log.attributes or {},
+            trace_id >> 64,
+            trace_id & _MASK64,
+            log.span_id or 0,
+            int(log.trace_flags or 0),
+            scope_name,
+            scope_version,
+            scope_schema,
+            record.dropped_attributes,
+            log.event_name,
+        ],
+        default=_loggable,
+        option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS,
     )
 
 
@@ -485,13 +533,17 @@ class SpoolSpanProcessor(SpanProcessor):
                 if kind is LINE:
                     lines.append(span)
                     continue
+                if kind is LOGGED:
+                    lines.append(log_record_line(span))
+                    continue
                 if kind is STARTED and id(span) in ending:
                     kind = STARTED_REF
                 line = compiled_span_line(span, kind)
                 lines.append(line if line is not None else span_line(span, kind))
-            except Exception as exc:  # one bad span must not cost the batch
+            except Exception as exc:  # one bad span or record must not cost the batch
                 self.writer.failed += 1
-                self.writer._report(f"cannot write span {span.name!r}: {exc!r}")
+                what = "a log record" if kind is LOGGED else f"span {span.name!r}"
+                self.writer._report(f"cannot write {what}: {exc!r}")
         if lines:
             self.writer.write(lines[0] if len(lines) == 1 else b"".join(lines), len(lines))
 
@@ -503,6 +555,30 @@ class SpoolSpanProcessor(SpanProcessor):
         failed = self.writer.failed
         self.queue.flush()
         return self.writer.failed == failed
+
+
+class SpoolLogRecordProcessor(LogRecordProcessor):
+    """Log records (a task's prints and `logging`) as spool lines, in the queue of `spans`: a
+    record emitted while a task runs is written with its execution span's end, before the task
+    returns; any other within the queue's linger. With `spans.write_at_end` (the lineage mode, which
+    has no execution span) each record is written by the thread that emits it."""
+
+    def __init__(self, spans: SpoolSpanProcessor) -> None:
+        self.spans = spans
+
+    def on_emit(self, log_record: ReadWriteLogRecord) -> None:
+        # (the record as it is now: no processor after this one changes it)
+        if self.spans.write_at_end:
+            self.spans.queue.handle_now((LOGGED, log_record))
+        else:
+            self.spans.queue.append((LOGGED, log_record))
+
+    def shutdown(self) -> None:
+        """Writes what is queued; the span processor's shutdown closes the queue they share."""
+        self.spans.queue.flush()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.spans.force_flush(timeout_millis)
 
 
 # -- for benches, tests and operators ------------------------------------------------------------
