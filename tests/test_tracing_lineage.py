@@ -279,7 +279,6 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     bridge = start_bridge("--otlp-endpoint", base, "--terminal-grace", "1")
     otel = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": base,
-        "OTEL_BLRP_SCHEDULE_DELAY": "100",
         "RAY_OTEL_EVENTS_SPOOL_DIR": str(folder / "spool"),
     }
     try:
