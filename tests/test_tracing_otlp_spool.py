@@ -280,7 +280,7 @@ def test_endpoint_down_at_shutdown_is_sent_at_the_next_start(spool_root: Path) -
     receiver = OtlpReceiver(up=False)
     env = _env(receiver, spool_root, RAY_OTEL_EVENTS_FORWARDER_RETRY_SECONDS="1")
     try:
-        _burst(env, 100)
+        summary = _burst(env, 100)
         folder = _folder(spool_root)
         deadline = time.monotonic() + 30
         while forwarder_pid(str(folder)) is not None and time.monotonic() < deadline:
@@ -301,13 +301,17 @@ def test_endpoint_down_at_shutdown_is_sent_at_the_next_start(spool_root: Path) -
         )
         assert next_start.returncode == 0, next_start.stderr
 
-        def arrived(r: OtlpReceiver) -> bool:
-            return _by_name(r)[f"noop {EXECUTE}"] >= 100 and _by_name(r)[f"noop {SUBMIT}"] >= 100
+        lines = _has_task_lines(summary)  # kept in the spool with the spans, not lost in the workers
 
-        assert receiver.wait_for(arrived, 60), dict(_by_name(receiver))
+        def arrived(r: OtlpReceiver) -> bool:
+            names = _by_name(r)
+            return names[f"noop {EXECUTE}"] >= 100 and names[f"noop {SUBMIT}"] >= 100 and lines(r)
+
+        assert receiver.wait_for(arrived, 60), (dict(_by_name(receiver)), sorted(_task_lines(receiver)))
         _wait_drained(folder)
         assert _by_name(receiver)[f"noop {EXECUTE}"] == 100
         _check_every_span_has_its_records(receiver)
+        _check_task_lines(receiver, summary)
     finally:
         receiver.stop()
 
