@@ -10,8 +10,8 @@ encoders (`otlp_span_encoder`, most lines straight from their fields without a s
 exporter would have sent them: `log_record_wire`), and sends them over http/protobuf or grpc as
 OTEL_EXPORTER_OTLP_PROTOCOL says (the log records where OTEL_EXPORTER_OTLP_LOGS_* and the other
 variables of the SDK's log exporter say). A chunk counts as sent once all its requests were
-answered with success; only then is its end written to `<file>.ack`, and a file is deleted once it is complete
-(its writer let go of its lock) and acknowledged to its end. Retryable failures keep everything
+answered with success; only then is its end written to `<file>.ack`, and a file is deleted once it
+is complete (its writer let go of its lock) and acknowledged to its end. Retryable failures keep everything
 and are tried again with backoff; a request refused for good is dropped and counted.
 
 Bounded: past RAY_OTEL_EVENTS_SPOOL_MAX_BYTES the oldest complete files are deleted, their unsent

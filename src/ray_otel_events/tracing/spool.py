@@ -13,9 +13,8 @@ event records and log records and sends them, deleting only what the endpoint ac
 
 Files: `<folder>/<pid>.<nonce>.<seq>.spool`, a header line (the process's resource) then one
 JSON array per span (`span_line`) or log record (`log_record_line`); a file is held under `flock`
-by its writer while it writes it,
-so the forwarder knows a file is complete when it can take the lock (the writer ended, however it
-ended, or moved on to its next file at `ROTATE_BYTES`).
+by its writer while it writes it, so the forwarder knows a file is complete when it can take the
+lock (the writer ended, however it ended, or moved on to its next file at `ROTATE_BYTES`).
 """
 
 from __future__ import annotations
