@@ -323,7 +323,6 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         main = f"http://{serve.address}"
         not_wiring = {  # the hook's settings (README: OTEL_EXPORTER_OTLP_ENDPOINT), and the PATH
             "OTEL_EXPORTER_OTLP_ENDPOINT": main,
-            "OTEL_BLRP_SCHEDULE_DELAY": "100",
             "OTEL_BSP_SCHEDULE_DELAY": "100",
             "RAY_OTEL_EVENTS_SPOOL_DIR": str(work / "spool"),
             "RAY_OTEL_EVENTS_AGGREGATOR_ADDRESS": aggregator.address,
