@@ -30,6 +30,7 @@ from aiohttp import web
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from ray_otel_events.encoding.newer_releases import UnknownTypes
 from ray_otel_events.encoding.ray_json_posts import NotAnArrayError
 from ray_otel_events.receivers.otlp_http import ConsumeResult, OtlpConsumer, OtlpHttpReceiver, QueueFullError
 from ray_otel_events.receivers.ray_events_http import (
@@ -66,6 +67,7 @@ class StateIntake(OtlpConsumer):
         self.events_by_type: Counter[str] = Counter()  # new events, duplicates not counted
         self.duplicates = 0
         self.fold_refused = 0  # accepted, then refused by their fold (a value only it reads)
+        self.unknown_types = UnknownTypes()  # a later Ray's events: kept raw, no row
         self.fold = BackgroundFold(
             store, spool, self._count, spooled_events, max_pending_bytes=max_pending_bytes
         )
@@ -76,7 +78,11 @@ class StateIntake(OtlpConsumer):
         self.ray_events = RayEventsHttpReceiver(self, MAX_BODY_BYTES)
 
     def routes(self) -> list[web.RouteDef]:
-        return [*self.ray_events.routes(), *self.otlp.routes()]
+        return [*self.ray_events.routes(), *self.otlp.routes(), web.get("/unrecognized", self._unrecognized)]
+
+    async def _unrecognized(self, _request: web.Request) -> web.Response:
+        """The events of a type this version does not know: counts by name, the newest whole."""
+        return web.Response(body=orjson.dumps(self.unknown_types.listing()), content_type="application/json")
 
     def read_ray_events(self, body: bytes) -> tuple[Accepted, list[str]]:
         return read_posted(body)
@@ -112,6 +118,7 @@ class StateIntake(OtlpConsumer):
         self.events_by_type.update(result.by_type)
         self.duplicates += result.duplicates
         self.fold_refused += len(result.refused)
+        self.unknown_types.add(result.unknown_types)
 
     async def consume_traces(self, request: ExportTraceServiceRequest) -> ConsumeResult:
         self._refuse_while_unavailable()
@@ -174,6 +181,7 @@ class StateIntake(OtlpConsumer):
             "posts": counters.get(REQUESTS) - counters.get(REFUSED_REQUESTS),  # answered 200
             "events_stored": sum(self.events_by_type.values()),
             "duplicates": self.duplicates,
+            "unknown_type_events": sum(self.unknown_types.counts.values()),
             "rejected_events": self.rejected_events,
             "refused_posts": self.refused_posts,
             "set_aside": self.fold.set_aside,
