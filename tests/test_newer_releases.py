@@ -13,6 +13,7 @@ import base64
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,10 @@ import orjson
 import requests
 from helpers.agg_procs import CliServer, clean_env, free_port, metric_total, read_jsonl, start, wait_until
 from helpers.bridge_procs import ServerGroup, url
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
 from ray_otel_events.encoding.newer_releases import OTHER, UnknownTypes, unknown_type_events
+from ray_otel_events.otel import unknown_type_records
 from ray_otel_events.protobuf import events_event_aggregator_service_pb2 as svc
 from ray_otel_events.protobuf import events_event_aggregator_service_pb2_grpc as svc_grpc
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
@@ -114,6 +117,24 @@ def test_serve_keeps_counts_and_lists_events_of_unknown_types(
     assert task["later_ray_field"] == {"shards": [1, 2]}
     page = requests.get(f"{base}/api/ui/tasks/{TASK_ID.hex()}", timeout=30).json()
     assert page["attempts"][0]["unread_fields"] == ["later_ray_field", "source_hostname", "source_pid"]
+
+    # The same by OTLP (what the bridge makes of it): kept and listed as it came, never a log line.
+    by_otlp = _later("bGF0ZXI0", LATER)
+    request = ExportLogsServiceRequest()
+    records = request.resource_logs.add().scope_logs.add().log_records
+    records.append(unknown_type_records.log_record(by_otlp, time.time_ns()))
+    records.add().body.string_value = "a plain log line"
+    answer = requests.post(
+        f"{base}/v1/logs",
+        data=request.SerializeToString(),
+        headers={"Content-Type": "application/x-protobuf"},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    last = listed()["events"][-1]
+    assert (last["event_type"], last["event"]) == (LATER, by_otlp)
+    stats = serve.stop()
+    assert stats["unknown_type_events"] == 4 and stats["log_lines"] == 1, stats
 
 
 def test_names_are_counted_apart_up_to_a_bound() -> None:

@@ -61,10 +61,17 @@ def unknown_type_events(bodies: Iterable[bytes]) -> list[tuple[str, dict[str, An
             items = orjson.loads(body)
         except orjson.JSONDecodeError:
             continue
-        for item in items if isinstance(items, list) else ():
-            name = unknown_type(type_of(item))
-            if name is not None and item.get("eventId"):  # one without an id was rejected
-                found.append((name, item))
+        found += unknown_type_items(items if isinstance(items, list) else [])
+    return found
+
+
+def unknown_type_items(items: Iterable[Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The events of unknown type among accepted events (JSON objects), with their type as text."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    for item in items:
+        name = unknown_type(type_of(item))
+        if name is not None and item.get("eventId"):  # one without an id was rejected
+            found.append((name, item))
     return found
 
 

@@ -17,7 +17,13 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from ray_otel_events.encoding.newer_releases import type_of, unknown_type
 from ray_otel_events.otel import otlp_wire, semconv
 from ray_otel_events.otel.plain_records import value_of
-from ray_otel_events.otel.to_ray_events import event_name_of
+from ray_otel_events.otel.to_ray_events import (
+    NotARayEventError,
+    claims_ray_event,
+    event_name_of,
+    ray_event_from_log_record,
+)
+from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 
 
 def log_record(event: dict[str, Any], observed_time_unix_nano: int) -> LogRecord:
@@ -49,3 +55,19 @@ def posted_event(record: LogRecord) -> dict[str, Any] | None:
     if name is None or semconv.event_name_for(name) != event_name:
         return None
     return event if isinstance(event, dict) else None
+
+
+def carried_event(record: LogRecord) -> RayEvent | dict[str, Any] | None:
+    """What a record carries: its RayEvent (`ray_event_from_log_record`), or, for a type our
+    protos cannot name (by name, or by number with fields they lack), the object it was posted
+    as; None for a record that carries neither (other telemetry). NotARayEventError for a record
+    that claims a RayEvent and holds none."""
+    if not claims_ray_event(record):
+        return posted_event(record)
+    try:
+        return ray_event_from_log_record(record)
+    except NotARayEventError:
+        posted = posted_event(record)
+        if posted is None:
+            raise
+        return posted

@@ -63,9 +63,7 @@ from ray_otel_events.otel.posted_events import EventParts, event_parts, read_pos
 from ray_otel_events.otel.to_ray_events import (
     NotARayEventError,
     RaySpanEvents,
-    claims_ray_event,
     is_ray_span,
-    ray_event_from_log_record,
     ray_event_wires,
 )
 from ray_otel_events.processors.event_buffer import RECORD_OVERHEAD_BYTES, MultiConsumerEventBuffer
@@ -423,17 +421,16 @@ class BridgeService(OtlpConsumer):
             for scope_logs in resource_logs.scope_logs:
                 context: RecordContext | None = None
                 for record in scope_logs.log_records:
-                    if claims_ray_event(record):
-                        try:
-                            events.append(ray_event_from_log_record(record))
-                        except NotARayEventError as exc:  # by number, with fields ours lack?
-                            if (posted := unknown_type_records.posted_event(record)) is not None:
-                                unknown.append(posted)
-                            else:
-                                rejected.append(str(exc))
+                    try:
+                        carried = unknown_type_records.carried_event(record)
+                    except NotARayEventError as exc:
+                        rejected.append(str(exc))
                         continue
-                    if (posted := unknown_type_records.posted_event(record)) is not None:
-                        unknown.append(posted)  # by name
+                    if isinstance(carried, RayEvent):
+                        events.append(carried)
+                        continue
+                    if carried is not None:  # of a type our protos cannot name: as it was posted
+                        unknown.append(carried)
                         continue
                     if self.records is None:
                         dropped += 1

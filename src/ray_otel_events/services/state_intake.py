@@ -30,7 +30,7 @@ from aiohttp import web
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from ray_otel_events.encoding.newer_releases import UnknownTypes
+from ray_otel_events.encoding.newer_releases import UnknownTypes, unknown_type_items
 from ray_otel_events.encoding.ray_json_posts import NotAnArrayError
 from ray_otel_events.receivers.otlp_http import ConsumeResult, OtlpConsumer, OtlpHttpReceiver, QueueFullError
 from ray_otel_events.receivers.ray_events_http import (
@@ -154,17 +154,19 @@ class StateIntake(OtlpConsumer):
         theirs, folded apart and each event that fails alone set aside (as the POSTs' fold does)
         and answered as rejected."""
         try:
-            return self.store.ingest(events)
+            result = self.store.ingest(events)
         except (StoreUnavailable, StoreBusy):
             raise
         except Exception as exc:  # one of its events, maybe: found by halving the batch
             logger.warning(
                 "folding %d OTLP RayEvents failed (%s); folding them apart", len(events), first_line(exc)
             )
-        body = orjson.dumps(events, default=str)
-        result, failed = fold_apart(self.store, [body])
-        self.fold.keep_aside(failed)
-        result.invalid = [refusal.reason for refusal in result.refused] + [e.reason for e in failed]
+            body = orjson.dumps(events, default=str)
+            result, failed = fold_apart(self.store, [body])
+            self.fold.keep_aside(failed)
+            result.invalid = [refusal.reason for refusal in result.refused] + [e.reason for e in failed]
+        if result.ignored:  # rows for none of them: a type with no state, or one we cannot name
+            result.unknown_types = unknown_type_items(events)
         return result
 
     @property
