@@ -29,6 +29,7 @@ from ray_otel_events.otel import unknown_type_records
 from ray_otel_events.protobuf import events_event_aggregator_service_pb2 as svc
 from ray_otel_events.protobuf import events_event_aggregator_service_pb2_grpc as svc_grpc
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
+from ray_otel_events.store import raw_events
 
 SESSION = "session_2026-12-02_04-00-00_000000_1"
 LATER = "AUTOSCALER_SCALING_DECISION_EVENT"
@@ -201,3 +202,16 @@ def test_an_unknown_type_number_over_grpc_is_kept_counted_and_listed(
     assert listed["event"]["eventType"] == 19 and listed["event"]["eventId"] == "AAAABA=="
     rows = requests.get(f"{base}/api/v0/placement_groups", timeout=30).json()["data"]["result"]["result"]
     assert rows == []
+
+
+def test_the_base_fields_beyond_the_envelope_show_in_the_detail() -> None:
+    """Beside its payload, an event's fields beyond the envelope every event has show (by either
+    name), whether or not our protos name them: a later Ray's still shows after `make proto`."""
+    event = {**_task_definition(), "message": "", "nodeId": "AQ==", "source_pid_v2": 1}
+    shown = raw_events.new_fields([event])
+    assert shown == {
+        "source_hostname": "worker-3",
+        "source_pid": 4242,
+        "source_pid_v2": 1,
+        "later_ray_field": {"shards": [1, 2]},
+    }

@@ -143,8 +143,20 @@ for _payload in ("task_definition_event", "actor_task_definition_event", "task_l
     }
 
 
-# The base event's own fields, by both the names Ray posts and the proto names the receiver takes.
-_BASE = frozenset(name for f in _EVENT.fields for name in (f.json_name, f.name))
+# The envelope every event has (Ray 2.60's base event beside its payloads), by the names Ray posts
+# and the proto names the receiver takes: any other base-event field shows, a later Ray's, before
+# `make proto` adds it and after.
+_ENVELOPE = (
+    "event_id",
+    "source_type",
+    "event_type",
+    "timestamp",
+    "severity",
+    "message",
+    "session_name",
+    "node_id",
+)
+_BASE = frozenset(name for field in _ENVELOPE for name in (_EVENT.fields_by_name[field].json_name, field))
 
 
 def _snake(name: str) -> str:
