@@ -153,6 +153,7 @@ def test_only_bodies_naming_an_unknown_type_are_read() -> None:
     assert unknown_type_events([known]) == []
     body = orjson.dumps([_task_definition(), later, unnamed, _later("bGF0ZXIy", 2)])
     assert unknown_type_events([known, body]) == [("LATER\\u0058", later)]
+    assert unknown_type_events([b'[{"eventId": "a", "eventType": 123456789012345678901234567890}]']) == []
 
 
 def test_the_bridge_carries_unknown_types_both_ways_as_posted(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ def unknown_type_events(bodies: Iterable[bytes]) -> list[tuple[str, dict[str, An
     values looked at first (one regular expression), and only a body naming an unknown one read."""
     found: list[tuple[str, dict[str, Any]]] = []
     for body in bodies:
-        if all(unknown_type(orjson.loads(text)) is None for text in set(_TYPE_VALUE.findall(body))):
+        if all(_known(text) for text in set(_TYPE_VALUE.findall(body))):
             continue
         try:
             items = orjson.loads(body)
@@ -63,6 +63,14 @@ def unknown_type_events(bodies: Iterable[bytes]) -> list[tuple[str, dict[str, An
             continue
         found += unknown_type_items(items if isinstance(items, list) else [])
     return found
+
+
+def _known(text: bytes) -> bool:
+    """Whether a type value's JSON text is a type our protos know (or no type at all)."""
+    try:
+        return unknown_type(orjson.loads(text)) is None
+    except orjson.JSONDecodeError:  # a number past 64 bits: read with its item, and rejected there
+        return True
 
 
 def unknown_type_items(items: Iterable[Any]) -> list[tuple[str, dict[str, Any]]]:
