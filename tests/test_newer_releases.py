@@ -158,11 +158,13 @@ def test_only_bodies_naming_an_unknown_type_are_read() -> None:
 
 def test_the_bridge_carries_unknown_types_both_ways_as_posted(tmp_path: Path) -> None:
     """RayEvent JSON -> bridge -> OTLP -> bridge -> RayEvent JSON: an event of a type our protos
-    lack, by name or by number, arrives with the keys and values it was posted with."""
+    lack, by name or by number, arrives with the keys and values it was posted with (through the
+    bridges' queues on disk)."""
     with ServerGroup(tmp_path) as group:
         sink, out = group.sink("events")
-        back = group.bridge("--export-addr", f"{url(sink)}/v1/ray-events")  # OTLP -> RayEvent JSON
-        there = group.bridge("--otlp-endpoint", url(back))  # RayEvent JSON -> OTLP
+        # OTLP -> RayEvent JSON, and RayEvent JSON -> OTLP; each with its queues on disk
+        back = group.bridge("--export-addr", f"{url(sink)}/v1/ray-events", "--queue-dir", str(tmp_path / "b"))
+        there = group.bridge("--otlp-endpoint", url(back), "--queue-dir", str(tmp_path / "t"))
         events = [_later("bGF0ZXIx", LATER), _later("bGF0ZXIy", 19), _task_definition()]
         answer = requests.post(url(there, "/v1/ray-events"), json=events, timeout=30)
         assert answer.status_code == 200 and answer.json()["accepted"] == 3, answer.text
