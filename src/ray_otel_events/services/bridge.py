@@ -185,10 +185,10 @@ def _unknown_types_apart(
             if unknown_type(type_of(item)) is not None and item.get("eventId"):
                 batch.unknown.append(item)
                 del unread[index]
-        elif (part := next(read)).head.event_type in REGISTRY:
-            batch.parts.append(part)
-        else:
+        elif (part := next(read)).head.event_type not in REGISTRY and unknown_type(type_of(item)):
             batch.unknown.append(item)
+        else:  # (a negative number, say, is passed on as a RayEvent, as it was read)
+            batch.parts.append(part)
     return batch, list(unread.values())
 
 
