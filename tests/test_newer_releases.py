@@ -144,6 +144,17 @@ def test_names_are_counted_apart_up_to_a_bound() -> None:
     counts.add([(name, {"eventId": name}) for name in ("A", "B", "C", "D", "A")])
     assert counts.listing()["event_types"] == {"A": 2, "B": 1, OTHER: 2}
     assert [e["event_type"] for e in counts.listing()["events"]] == ["A", "B", "C", "D", "A"]
+    # ...and so are the events listed: by count and by bytes, the oldest going first
+    few = UnknownTypes(kept=2)
+    few.add([(name, {"eventId": name}) for name in ("A", "B", "C")])
+    assert [e["event"] for e in few.listing()["events"]] == [{"eventId": "B"}, {"eventId": "C"}]
+    small = UnknownTypes(kept_bytes=40)
+    small.add([(name, {"eventId": name * 10}) for name in ("A", "B", "C")])
+    assert [e["event_type"] for e in small.listing()["events"]] == ["C"]
+    huge = {"eventId": "H", "eventType": "X", "blob": "x" * (1 << 20)}
+    small.add([("X", huge)])
+    (kept,) = [e for e in small.listing()["events"] if e["event_type"] == "X"]
+    assert kept["event"] is None and kept["bytes"] == len(orjson.dumps(huge))
 
 
 def test_only_bodies_naming_an_unknown_type_are_read() -> None:

@@ -25,6 +25,8 @@ from ray_otel_events.events.registry import REGISTRY, event_type_name
 MAX_NAMES = 64
 OTHER = "other"  # the label of the names beyond MAX_NAMES
 KEPT = 1000  # the newest such events listed
+KEPT_BYTES = 16 * 1024 * 1024  # ...and their JSON text at most: the oldest go first
+EVENT_BYTES = 1024 * 1024  # an event larger than this is listed without its body (`bytes` says)
 
 # The queue type of an event carried as its posted JSON text (the bridge's, for a type our protos
 # cannot name): the JSON publisher posts that text as it is (`with_posted_texts`).
@@ -85,30 +87,53 @@ def unknown_type_items(items: Iterable[Any]) -> list[tuple[str, dict[str, Any]]]
 
 class UnknownTypes:
     """Events of unknown type: counted by name (bounded, see the module doc) and the newest KEPT
-    listed whole. Added to from any thread."""
+    listed whole, within KEPT_BYTES (the events are the sender's, and a POST may be 64 MiB).
+    Added to from any thread."""
 
-    def __init__(self, max_names: int = MAX_NAMES, kept: int = KEPT) -> None:
+    def __init__(self, max_names: int = MAX_NAMES, kept: int = KEPT, kept_bytes: int = KEPT_BYTES) -> None:
         self.max_names = max_names
-        self.counts: dict[str, int] = {}
-        self._newest: deque[dict[str, Any]] = deque(maxlen=kept)
+        self._counts: dict[str, int] = {}
+        self._kept = kept
+        self._kept_bytes = kept_bytes
+        self._newest: deque[tuple[int, dict[str, Any]]] = deque()  # (its text's bytes, entry)
+        self._bytes = 0
         self._lock = threading.Lock()
 
-    def label(self, name: str) -> str:
+    def _label(self, name: str) -> str:
         """The count `name` goes to."""
-        return name if name in self.counts or len(self.counts) < self.max_names else OTHER
+        return name if name in self._counts or len(self._counts) < self.max_names else OTHER
 
     def add(self, found: Iterable[tuple[str, dict[str, Any]]]) -> None:
         now = time.time()
+        entries = []
+        for name, event in found:
+            try:
+                size = len(orjson.dumps(event))
+            except TypeError:  # not JSON as it stands (the store keeps it anyway): listed without it
+                size = EVENT_BYTES + 1
+            entry = {"event_type": name, "received": now, "event": event if size <= EVENT_BYTES else None}
+            if size > EVENT_BYTES:
+                entry["bytes"] = size
+                size = 0
+            entries.append((name, size, entry))
         with self._lock:
-            for name, event in found:
-                label = self.label(name)
-                self.counts[label] = self.counts.get(label, 0) + 1
-                self._newest.append({"event_type": name, "received": now, "event": event})
+            for name, size, entry in entries:
+                label = self._label(name)
+                self._counts[label] = self._counts.get(label, 0) + 1
+                self._newest.append((size, entry))
+                self._bytes += size
+                while len(self._newest) > self._kept or self._bytes > self._kept_bytes:
+                    self._bytes -= self._newest.popleft()[0]
+
+    def by_name(self) -> dict[str, int]:
+        """The counts by name, a copy (the fold thread adds while a scrape reads)."""
+        with self._lock:
+            return dict(self._counts)
 
     def listing(self) -> dict[str, Any]:
         """What `GET /unrecognized` answers: the counts by name and the newest events, oldest first."""
         with self._lock:
-            return {"event_types": dict(self.counts), "events": list(self._newest)}
+            return {"event_types": dict(self._counts), "events": [entry for _, entry in self._newest]}
 
 
 def with_posted_texts(array: bytes, texts: list[bytes]) -> bytes:

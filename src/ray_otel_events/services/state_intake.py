@@ -183,7 +183,7 @@ class StateIntake(OtlpConsumer):
             "posts": counters.get(REQUESTS) - counters.get(REFUSED_REQUESTS),  # answered 200
             "events_stored": sum(self.events_by_type.values()),
             "duplicates": self.duplicates,
-            "unknown_type_events": sum(self.unknown_types.counts.values()),
+            "unknown_type_events": sum(self.unknown_types.by_name().values()),
             "rejected_events": self.rejected_events,
             "refused_posts": self.refused_posts,
             "set_aside": self.fold.set_aside,
