@@ -227,3 +227,24 @@ def test_a_reloaded_task_link_and_a_missing_task(demo: str, browser: WebDriver) 
     )
     browser.save_screenshot(str(SCREENSHOTS / "5-missing-task.png"))
     assert requests.get(f"{demo}/static/../pyproject.toml", timeout=10).status_code == 404
+
+
+def test_the_task_page_shows_the_fields_of_a_later_ray(demo: str, browser: WebDriver) -> None:
+    """A later Ray's fields (one on the base event, one in the definition) are listed on the task's
+    page, by their snake_case names, with their values as they came."""
+    task_hex = os.urandom(8).hex() + "ff" * 12 + "01000000"
+    session = requests.get(f"{demo}/api/sessions", timeout=10).json()["current"]  # the demo's
+    events = task_events(task_hex, "01000000", session, "from_a_later_ray", "FINISHED")
+    events[0]["sourceHostname"] = "node-7.example"
+    events[0]["taskDefinitionEvent"]["laterRayField"] = {"shards": [1, 2]}
+    assert requests.post(f"{demo}/v1/ray-events", json=events, timeout=10).status_code == 200
+    browser.get_log("browser")  # read and so cleared: a test before this one may have left its 404
+    browser.get(f"{demo}/task/{task_hex}")
+    rows = _wait(
+        lambda: [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#task-fields tbody tr")],
+        what="the task's other fields",
+    )
+    assert sorted(rows) == ['0 later_ray_field {"shards":[1,2]}', '0 source_hostname "node-7.example"']
+    assert browser.find_element(By.ID, "task-fields-section").is_displayed()
+    browser.save_screenshot(str(SCREENSHOTS / "6-later-ray-fields.png"))
+    assert _console_errors(browser) == []

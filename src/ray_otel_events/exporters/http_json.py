@@ -12,6 +12,7 @@ import logging
 
 import aiohttp
 
+from ray_otel_events.encoding.newer_releases import POSTED_JSON_TYPE, with_posted_texts
 from ray_otel_events.encoding.process_pool import EncoderProcessPool
 from ray_otel_events.encoding.ray_json import EncodeResult, RayEventJsonEncoder
 from ray_otel_events.exporters.publisher import PreparedBatch, PublisherClient
@@ -46,12 +47,15 @@ class HttpJsonPublisherClient(PublisherClient[bytes]):
         self._session: aiohttp.ClientSession | None = None
 
     def prepare(self, batch: EventBatch) -> PreparedBatch[bytes]:
-        return self._prepared(batch, self._encoder.try_encode_serialized(batch.wires))
+        batch, posted = _posted_apart(batch)
+        return _with_posted(self._prepared(batch, self._encoder.try_encode_serialized(batch.wires)), posted)
 
     async def prepare_async(self, batch: EventBatch) -> PreparedBatch[bytes]:
         if self._pool is None:
             return self.prepare(batch)
-        return self._prepared(batch, await self._pool.try_encode_serialized(list(batch.wires)))
+        batch, posted = _posted_apart(batch)
+        encoded = await self._pool.try_encode_serialized(list(batch.wires))
+        return _with_posted(self._prepared(batch, encoded), posted)
 
     def _prepared(self, batch: EventBatch, result: EncodeResult) -> PreparedBatch[bytes]:
         # One bad event must not sink its batch: the others go, the bad ones count as dropped.
@@ -94,3 +98,29 @@ class HttpJsonPublisherClient(PublisherClient[bytes]):
         if self._pool is not None:
             await asyncio.to_thread(self._pool.close)
             self._pool = None
+
+
+def _posted_apart(batch: EventBatch) -> tuple[EventBatch, list[bytes]]:
+    """The batch's RayEvents, and the JSON texts of the events it carries as posted (a type our
+    protos cannot name, the bridge's): those are posted as they are, after the others."""
+    if POSTED_JSON_TYPE not in batch.types:
+        return batch, []
+    events = EventBatch()
+    posted: list[bytes] = []
+    for wire, etype in zip(batch.wires, batch.types, strict=True):
+        if etype == POSTED_JSON_TYPE:
+            posted.append(wire)
+        else:
+            events.wires.append(wire)
+            events.types.append(etype)
+    return events, posted
+
+
+def _with_posted(prepared: PreparedBatch[bytes], posted: list[bytes]) -> PreparedBatch[bytes]:
+    if not posted:
+        return prepared
+    return PreparedBatch(
+        with_posted_texts(prepared.payload, posted),
+        [*prepared.sent_types, *[POSTED_JSON_TYPE] * len(posted)],
+        prepared.failed_types,
+    )

@@ -48,7 +48,7 @@ class NotARayEventError(ValueError):
     """An item that claims to describe a Ray entity but cannot be turned into a RayEvent."""
 
 
-def _event_name(record: LogRecord) -> str:
+def event_name_of(record: LogRecord) -> str:
     if record.event_name:
         return record.event_name
     for kv in record.attributes:
@@ -59,13 +59,13 @@ def _event_name(record: LogRecord) -> str:
 
 def claims_ray_event(record: LogRecord) -> bool:
     """True when the record's event name says its body is a RayEvent."""
-    name = _event_name(record)
+    name = event_name_of(record)
     return name in _KNOWN_EVENT_NAMES or _UNKNOWN_TYPE_NAME.fullmatch(name) is not None
 
 
 def ray_event_from_log_record(record: LogRecord) -> RayEvent:
     """The RayEvent a claiming record carries; NotARayEventError says why it does not."""
-    name = _event_name(record)
+    name = event_name_of(record)
     if record.body.WhichOneof("value") != "kvlist_value":
         raise NotARayEventError(f"log record {name!r}: body is not a RayEvent object (expected a kvlist)")
     try:

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -36,8 +38,9 @@ from opentelemetry.sdk.resources import Resource as SdkResource
 from ray_otel_events.config import BridgeConfig, OtlpSignalConfig
 from ray_otel_events.durable.durable_buffer import DurableBuffer
 from ray_otel_events.durable.sqlite_queue import QueueDatabase, SqliteEventQueue
+from ray_otel_events.encoding.newer_releases import POSTED_JSON_TYPE, type_of, unknown_type
 from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
-from ray_otel_events.encoding.ray_json_posts import parse_posted_item
+from ray_otel_events.events.registry import REGISTRY
 from ray_otel_events.exporters.http_json import HttpJsonPublisherClient
 from ray_otel_events.exporters.json_records import JsonRecordsPublisherClient
 from ray_otel_events.exporters.otlp import OtlpHttpPublisherClient, OtlpItemEncoder
@@ -46,6 +49,7 @@ from ray_otel_events.exporters.transport import HttpTransport
 from ray_otel_events.metrics import Counters
 from ray_otel_events.observability.http_endpoints import Readiness, in_flight_middleware, observability_routes
 from ray_otel_events.observability.metrics_registry import ServerMetrics
+from ray_otel_events.otel import otlp_wire, unknown_type_records
 from ray_otel_events.otel.from_ray_events import Emitted, RayEventsToOtel, entity_key_from_bytes
 from ray_otel_events.otel.plain_records import (
     RecordContext,
@@ -59,9 +63,7 @@ from ray_otel_events.otel.posted_events import EventParts, event_parts, read_pos
 from ray_otel_events.otel.to_ray_events import (
     NotARayEventError,
     RaySpanEvents,
-    claims_ray_event,
     is_ray_span,
-    ray_event_from_log_record,
     ray_event_wires,
 )
 from ray_otel_events.processors.event_buffer import RECORD_OVERHEAD_BYTES, MultiConsumerEventBuffer
@@ -69,7 +71,7 @@ from ray_otel_events.processors.exposable_filter import ExposableFilter
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.receivers.otlp_grpc import OtlpGrpcReceiver
 from ray_otel_events.receivers.otlp_http import ConsumeResult, OtlpConsumer, OtlpHttpReceiver, QueueFullError
-from ray_otel_events.receivers.ray_events_http import RayEventsConsumer, RayEventsHttpReceiver
+from ray_otel_events.receivers.ray_events_http import RayEventsHttpReceiver
 from ray_otel_events.security.auth import BearerToken
 from ray_otel_events.services.pipeline_metrics import register_buffers, register_publishers
 
@@ -157,7 +159,40 @@ def _table(queue_name: str) -> str:
 QUEUE_NAMES = ("ray-events", "records", "otlp-traces", "otlp-logs")
 
 
-class BridgeService(OtlpConsumer, RayEventsConsumer[EventParts]):
+@dataclasses.dataclass(slots=True)
+class PostedBatch:
+    """A POST's events as the converter takes them, and those of a type our protos cannot name
+    as they were posted: carried as they came (otel/unknown_type_records.py)."""
+
+    parts: list[EventParts]
+    unknown: list[dict[str, Any]]
+
+    def __len__(self) -> int:
+        return len(self.parts) + len(self.unknown)
+
+
+def _unknown_types_apart(
+    body: bytes, parts: list[EventParts], errors: list[str]
+) -> tuple[PostedBatch, list[str]]:
+    """A POST's events read (`parts`, in item order) and errors (each `[index]: reason`, one per
+    item not read), with the events of a type our protos cannot name (by name: not read; by
+    number: read) set apart as posted."""
+    unread = {int(error[1 : error.index("]")]): error for error in errors}
+    read = iter(parts)
+    batch = PostedBatch([], [])
+    for index, item in enumerate(orjson.loads(body)):
+        if index in unread:
+            if unknown_type(type_of(item)) is not None and item.get("eventId"):
+                batch.unknown.append(item)
+                del unread[index]
+        elif (part := next(read)).head.event_type not in REGISTRY and unknown_type(type_of(item)):
+            batch.unknown.append(item)
+        else:  # (a negative number, say, is passed on as a RayEvent, as it was read)
+            batch.parts.append(part)
+    return batch, list(unread.values())
+
+
+class BridgeService(OtlpConsumer):
     def __init__(
         self,
         config: BridgeConfig,
@@ -378,6 +413,7 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[EventParts]):
 
     async def consume_logs(self, request: ExportLogsServiceRequest) -> ConsumeResult:
         events: list[RayEvent] = []
+        unknown: list[dict[str, Any]] = []  # of a type our protos cannot name, as posted
         records: list[bytes] = []
         rejected: list[str] = []
         dropped = 0
@@ -385,11 +421,16 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[EventParts]):
             for scope_logs in resource_logs.scope_logs:
                 context: RecordContext | None = None
                 for record in scope_logs.log_records:
-                    if claims_ray_event(record):
-                        try:
-                            events.append(ray_event_from_log_record(record))
-                        except NotARayEventError as exc:
-                            rejected.append(str(exc))
+                    try:
+                        carried = unknown_type_records.carried_event(record)
+                    except NotARayEventError as exc:
+                        rejected.append(str(exc))
+                        continue
+                    if isinstance(carried, RayEvent):
+                        events.append(carried)
+                        continue
+                    if carried is not None:  # of a type our protos cannot name: as it was posted
+                        unknown.append(carried)
                         continue
                     if self.records is None:
                         dropped += 1
@@ -397,7 +438,7 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[EventParts]):
                     if context is None:
                         context = RecordContext(resource_logs.resource, scope_logs.scope)
                     records.append(orjson.dumps(log_record(record, context)))
-        self.counters.add(RAY_EVENTS_FROM_LOGS, len(events))
+        self.counters.add(RAY_EVENTS_FROM_LOGS, len(events) + len(unknown))
         lost = 0
         if self.config.mode == "assemble":
             # The records are the convert tier's: what is left to do here is their spans.
@@ -405,7 +446,7 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[EventParts]):
             if events:
                 await self.consume_ray_events([event_parts(event) for event in events])
         else:
-            lost = self._admit(events, records)
+            lost = self._admit(events, records, unknown)
         return self._result("log", rejected, len(records), dropped, lost)
 
     async def consume_logs_body(self, body: bytes) -> tuple[int, ConsumeResult] | None:
@@ -422,14 +463,20 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[EventParts]):
         self._queue(wires, types, [])
         return len(wires), self._result("log", [], 0, 0)
 
-    def _admit(self, events: list[RayEvent], records: list[bytes]) -> int:
+    def _admit(
+        self, events: list[RayEvent], records: list[bytes], unknown: list[dict[str, Any]] | None = None
+    ) -> int:
         """Queue everything a request produced, or nothing (QueueFullError) if it does not fit.
-        Returns how many RayEvents had nowhere to go (no --export-addr)."""
+        `unknown`: events of a type our protos cannot name, posted as they came. Returns how many
+        RayEvents had nowhere to go (no --export-addr)."""
+        unknown = unknown or []
         lost = 0
-        if events and self.ray_events is None:
-            lost, events = len(events), []
+        if (events or unknown) and self.ray_events is None:
+            lost, events, unknown = len(events) + len(unknown), [], []
             self.counters.add(RAY_EVENTS_DROPPED, lost)
-        self._queue([event.SerializeToString() for event in events], [e.event_type for e in events], records)
+        wires = [event.SerializeToString() for event in events] + [orjson.dumps(e) for e in unknown]
+        types = [e.event_type for e in events] + [POSTED_JSON_TYPE] * len(unknown)
+        self._queue(wires, types, records)
         return lost
 
     def _queue(self, wires: list[bytes], types: list[int], records: list[bytes]) -> None:
@@ -474,16 +521,14 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[EventParts]):
 
     # -- RayEvents in -> OTLP out --------------------------------------------------------------
 
-    def parse_ray_event(self, item: Any) -> EventParts:
-        """One item read alone (the receiver reads a POST with `read_ray_events`)."""
-        posted = parse_posted_item(item)
-        return event_parts(posted.event, posted.json)
-
-    def read_ray_events(self, body: bytes) -> tuple[list[EventParts], list[str]]:
-        return read_posted_events(body)
+    def read_ray_events(self, body: bytes) -> tuple[PostedBatch, list[str]]:
+        parts, errors = read_posted_events(body)
+        if errors or any(part.head.event_type not in REGISTRY for part in parts):
+            return _unknown_types_apart(body, parts, errors)  # carried as they were posted
+        return PostedBatch(parts, []), errors
 
     async def consume_ray_events(
-        self, events: list[EventParts], body: bytes = b"", routed: bool = False
+        self, events: list[EventParts] | PostedBatch, body: bytes = b"", routed: bool = False
     ) -> None:
         """`routed`: a peer process sent these, as their owner; otherwise the router (if any)
         first sends every event owned elsewhere to its owner (raising QueueFullError if it is full)."""
@@ -491,10 +536,28 @@ class BridgeService(OtlpConsumer, RayEventsConsumer[EventParts]):
         for queue in (self.otlp_spans, self.otlp_logs):
             if not queue.room_for(count, 0, RAY_EVENTS_HEADROOM):
                 raise queue.full_error()
+        if isinstance(events, PostedBatch):
+            if events.unknown and self.config.mode != "assemble":
+                self._queue_unknown_types(events.unknown)
+            events = events.parts
+            if not events:
+                return
         if self.router is not None and not routed:
             events = await self.router.forward(events)
         mode = self.config.mode
         self._queue_otel(self.to_otel.add_parts(events, logs=mode != "assemble", assemble=mode != "convert"))
+
+    def _queue_unknown_types(self, events: list[dict[str, Any]]) -> None:
+        """Events of a type our protos cannot name, each as a log record carrying it as posted."""
+        now = time.time_ns()
+        items = []
+        for event in events:
+            session = event.get("sessionName")
+            envelope = self.items.envelope_of(session if isinstance(session, str) else "")
+            record = unknown_type_records.log_record(event, now).SerializeToString()
+            items.append(otlp_wire.resource_logs(*envelope, [record]))
+        with self._transaction():
+            self.otlp_logs.add_many(items, [POSTED_JSON_TYPE] * len(items))
 
     def _queue_otel(self, emitted: Emitted) -> None:
         """Queue spans and log records; when durable, in one transaction with the open entities'

@@ -302,6 +302,13 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
         lambda: events_by_label(intake.events_by_type),
         ("event_type",),
     )
+    metrics.add_total(
+        "serve_unknown_type_events",
+        "events of a type this version does not know (a later Ray's), kept raw, by type"
+        " (the first 64 names apart, then `other`)",
+        lambda: {(name,): float(count) for name, count in intake.unknown_types.by_name().items()},
+        ("event_type",),
+    )
     metrics.add_total("serve_duplicates", "events skipped as already stored", lambda: {(): intake.duplicates})
     metrics.add_total(
         "serve_rejected_events", "events that could not be read", lambda: {(): intake.rejected_events}

@@ -30,6 +30,7 @@ from aiohttp import web
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from ray_otel_events.encoding.newer_releases import UnknownTypes, unknown_type_items
 from ray_otel_events.encoding.ray_json_posts import NotAnArrayError
 from ray_otel_events.receivers.otlp_http import ConsumeResult, OtlpConsumer, OtlpHttpReceiver, QueueFullError
 from ray_otel_events.receivers.ray_events_http import (
@@ -66,6 +67,7 @@ class StateIntake(OtlpConsumer):
         self.events_by_type: Counter[str] = Counter()  # new events, duplicates not counted
         self.duplicates = 0
         self.fold_refused = 0  # accepted, then refused by their fold (a value only it reads)
+        self.unknown_types = UnknownTypes()  # a later Ray's events: kept raw, no row
         self.fold = BackgroundFold(
             store, spool, self._count, spooled_events, max_pending_bytes=max_pending_bytes
         )
@@ -76,7 +78,11 @@ class StateIntake(OtlpConsumer):
         self.ray_events = RayEventsHttpReceiver(self, MAX_BODY_BYTES)
 
     def routes(self) -> list[web.RouteDef]:
-        return [*self.ray_events.routes(), *self.otlp.routes()]
+        return [*self.ray_events.routes(), *self.otlp.routes(), web.get("/unrecognized", self._unrecognized)]
+
+    async def _unrecognized(self, _request: web.Request) -> web.Response:
+        """The events of a type this version does not know: counts by name, the newest whole."""
+        return web.Response(body=orjson.dumps(self.unknown_types.listing()), content_type="application/json")
 
     def read_ray_events(self, body: bytes) -> tuple[Accepted, list[str]]:
         return read_posted(body)
@@ -112,6 +118,7 @@ class StateIntake(OtlpConsumer):
         self.events_by_type.update(result.by_type)
         self.duplicates += result.duplicates
         self.fold_refused += len(result.refused)
+        self.unknown_types.add(result.unknown_types)
 
     async def consume_traces(self, request: ExportTraceServiceRequest) -> ConsumeResult:
         self._refuse_while_unavailable()
@@ -147,17 +154,19 @@ class StateIntake(OtlpConsumer):
         theirs, folded apart and each event that fails alone set aside (as the POSTs' fold does)
         and answered as rejected."""
         try:
-            return self.store.ingest(events)
+            result = self.store.ingest(events)
         except (StoreUnavailable, StoreBusy):
             raise
         except Exception as exc:  # one of its events, maybe: found by halving the batch
             logger.warning(
                 "folding %d OTLP RayEvents failed (%s); folding them apart", len(events), first_line(exc)
             )
-        body = orjson.dumps(events, default=str)
-        result, failed = fold_apart(self.store, [body])
-        self.fold.keep_aside(failed)
-        result.invalid = [refusal.reason for refusal in result.refused] + [e.reason for e in failed]
+            body = orjson.dumps(events, default=str)
+            result, failed = fold_apart(self.store, [body])
+            self.fold.keep_aside(failed)
+            result.invalid = [refusal.reason for refusal in result.refused] + [e.reason for e in failed]
+        if result.ignored:  # rows for none of them: a type with no state, or one we cannot name
+            result.unknown_types = unknown_type_items(events)
         return result
 
     @property
@@ -174,6 +183,7 @@ class StateIntake(OtlpConsumer):
             "posts": counters.get(REQUESTS) - counters.get(REFUSED_REQUESTS),  # answered 200
             "events_stored": sum(self.events_by_type.values()),
             "duplicates": self.duplicates,
+            "unknown_type_events": sum(self.unknown_types.by_name().values()),
             "rejected_events": self.rejected_events,
             "refused_posts": self.refused_posts,
             "set_aside": self.fold.set_aside,

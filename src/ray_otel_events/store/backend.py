@@ -27,6 +27,8 @@ class IngestResult:
     invalid: list[str] = field(default_factory=list)
     refused: list[Refusal] = field(default_factory=list)  # events read but failing in their fold
     by_type: dict[str, int] = field(default_factory=dict)  # stored (not duplicate) events per type
+    # of the ignored, those of a type our protos do not know (a later Ray's): (type, event)
+    unknown_types: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     @property
     def stored(self) -> int:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
+from ray_otel_events.encoding.newer_releases import unknown_type_events
 from ray_otel_events.security.client_errors import log_text
 from ray_otel_events.store.backend import (
     IngestResult,
@@ -215,6 +216,8 @@ class BackgroundFold:
                 )
             result, failed = fold_apart(self._store, bodies)
         self.keep_aside(failed + refused_texts(result.refused, bodies))
+        if result.ignored:  # rows for none of them: a type with no state, or one we cannot name
+            result.unknown_types = unknown_type_events(bodies)
         return result
 
     def keep_aside(self, aside: list[SetAside]) -> None:

@@ -30,11 +30,8 @@ from ray_otel_events.otel.plain_records import (
     span_parts,
     value_of,
 )
-from ray_otel_events.otel.to_ray_events import (
-    NotARayEventError,
-    claims_ray_event,
-    ray_event_from_log_record,
-)
+from ray_otel_events.otel.to_ray_events import NotARayEventError, claims_ray_event
+from ray_otel_events.otel.unknown_type_records import carried_event
 
 _ENCODER = RayEventJsonEncoder()
 
@@ -83,16 +80,18 @@ def from_logs(request: ExportLogsServiceRequest) -> LogsIntake:
         resource = attributes_of(resource_logs.resource)
         for scope_logs in resource_logs.scope_logs:
             for record in scope_logs.log_records:
-                if claims_ray_event(record):
-                    if _from_our_hook(record):
-                        out.hook_events += 1
-                        continue
-                    try:
-                        out.ray_events.append(_ENCODER.to_dict(ray_event_from_log_record(record)))
-                    except NotARayEventError as exc:
-                        out.rejected.append(str(exc))
-                else:
+                if claims_ray_event(record) and _from_our_hook(record):
+                    out.hook_events += 1
+                    continue
+                try:
+                    carried = carried_event(record)
+                except NotARayEventError as exc:
+                    out.rejected.append(str(exc))
+                    continue
+                if carried is None:
                     out.lines.append(log_line(record, resource))
+                else:  # a later Ray's type is kept as it came: never a log line
+                    out.ray_events.append(carried if isinstance(carried, dict) else _ENCODER.to_dict(carried))
     return out
 
 

@@ -143,18 +143,38 @@ for _payload in ("task_definition_event", "actor_task_definition_event", "task_l
     }
 
 
+# The envelope every event has (Ray 2.60's base event beside its payloads), by the names Ray posts
+# and the proto names the receiver takes: any other base-event field shows, a later Ray's, before
+# `make proto` adds it and after.
+_ENVELOPE = (
+    "event_id",
+    "source_type",
+    "event_type",
+    "timestamp",
+    "severity",
+    "message",
+    "session_name",
+    "node_id",
+)
+_BASE = frozenset(name for field in _ENVELOPE for name in (_EVENT.fields_by_name[field].json_name, field))
+
+
 def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
 def new_fields(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """The fields of these events' typed payloads that no fold reads: for a task's, every field
-    outside the task folds' keys; for the others', those Ray 2.60's schema does not have (a later
-    Ray's). By snake_case name as Ray's state API names fields; a later event's value wins."""
+    """The fields of these events that no fold reads: in a task's typed payloads, every field
+    outside the task folds' keys; in the others', those Ray 2.60's schema does not have (a later
+    Ray's); beside the payloads, the base-event fields the schema does not have (a later Ray's
+    `sourceHostname`). By snake_case name as Ray's state API names fields; a later event's value
+    wins."""
     found: dict[str, Any] = {}
     for event in events:
         for key, value in event.items():
             known = _KNOWN.get(key)
+            if known is None and key not in _BASE:
+                found[_snake(key)] = value
             if known is None or not isinstance(value, dict):
                 continue
             for name, item in value.items():

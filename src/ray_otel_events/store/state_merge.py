@@ -483,6 +483,12 @@ class Prepared(NamedTuple):
 def piece_of(event: dict[str, Any]) -> Piece | None:
     """Where a RayEvent (JSON form) goes, or None for a type that has no state row."""
     event_type = event.get(KEY.event_type)
+    if type(event_type) is int:  # a type by number: what the aggregator writes for one our protos lack
+        if event_type <= 0:
+            raise ValueError(f"{KEY.event_type} {event_type} names no type")
+        if event_type not in REGISTRY:
+            return None  # a newer Ray's type: kept raw, no row
+        event_type = event_type_name(event_type)
     if not isinstance(event_type, str) or not event_type:
         raise ValueError(f"an event without {KEY.event_type}")
     route = _ROUTES.get(event_type)

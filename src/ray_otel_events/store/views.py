@@ -301,9 +301,14 @@ class StoreViews:
         attempts = []
         for attempt, row_session, row in rows:
             shaped = state_query.shape(TASKS, row, detail=True)
-            extra = self.store.new_fields(TASKS, task_id, attempt, row_session)
-            shaped.update({k: v for k, v in extra.items() if k not in shaped})
-            attempts.append({**shaped, "duration_ms": _duration_ms(row)})
+            extra = {
+                k: v
+                for k, v in self.store.new_fields(TASKS, task_id, attempt, row_session).items()
+                if k not in shaped
+            }
+            shaped.update(extra)
+            # the page lists these apart: the fields of a later Ray, or ones no fold reads
+            attempts.append({**shaped, "duration_ms": _duration_ms(row), "unread_fields": sorted(extra)})
         return 200, {
             "task_id": task_id.lower(),
             "session": session,

@@ -255,6 +255,13 @@ async function refreshTask() {
   const failed = task.attempts.filter((a) => a.error_type || a.error_message);
   $("#task-error-section").hidden = !failed.length;
   $("#task-error").textContent = failed.map((a) => `attempt ${a.attempt_number}: ${a.error_type || ""}\n${a.error_message || ""}`).join("\n");
+  const unread = task.attempts.flatMap((a) => (a.unread_fields || []).map((name) => [a, name]));
+  $("#task-fields-section").hidden = !unread.length;
+  $("#task-fields tbody").replaceChildren(...unread.map(([a, name]) => el("tr", {},
+    el("td", { class: "num", text: String(a.attempt_number) }),
+    el("td", {}, el("code", { text: name })),
+    el("td", {}, el("code", { text: JSON.stringify(a[name]) })),
+  )));
   $("#task-transitions").replaceChildren(...task.transitions.map((t) => el("li", {},
     badge(t.state), ` attempt ${t.attempt} at ${clock(Math.round(t.ts_ns / 1e6))}`)));
   $("#task-logs").textContent = task.logs.length
