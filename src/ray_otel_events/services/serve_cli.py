@@ -47,6 +47,7 @@ from ray_otel_events.services.lifecycle import (
     settle_heap,
     stop_on_signals,
 )
+from ray_otel_events.services.log_file_intake import LogFileIntake
 from ray_otel_events.services.ray_dashboard import (
     DashboardUnavailable,
     RayDashboard,
@@ -322,6 +323,12 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
         "serve_store_losses", "times the store's database became unreachable", lambda: {(): watch.losses}
     )
     metrics.add_total("serve_log_lines", "task log lines stored", lambda: {(): intake.log_lines})
+    log_files = LogFileIntake(store, watch)
+    metrics.add_total(
+        "serve_log_file_bytes",
+        "bytes of nodes' log files stored (ray-otel-events collect)",
+        lambda: {(): log_files.stored_bytes},
+    )
     metrics.add_gauge(
         "serve_store_writer",
         "1 for the code that writes the store's rows (compiled or python) and why not the compiled one",
@@ -361,6 +368,7 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
         [
             *observability_routes(metrics, ready),
             *intake.routes(),
+            *log_files.routes(),
             *dashboard.cli_routes(),
             web.get("/{tail:(logical|nodes|events)(/.*)?}", ray_page_elsewhere(args.host, page_port)),
             *api.routes(),

@@ -219,6 +219,23 @@ INSERT INTO store_notes(key, value)
             for c in _INDEXED_TEXT
         ),
     ),
+    (
+        # A node's log files as `ray-otel-events collect` ships them: a chunk a POST, kept once by
+        # its file and offset (a resend is harmless); a file is its chunks in offset order.
+        5,
+        """
+CREATE TABLE log_file_chunks (
+    session text NOT NULL,
+    node text NOT NULL,
+    file text NOT NULL,
+    start bigint NOT NULL,
+    received double precision NOT NULL,
+    data bytea NOT NULL,
+    PRIMARY KEY (session, node, file, start)
+);
+CREATE INDEX chunks_by_time ON log_file_chunks(received);
+""",
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -1,0 +1,109 @@
+"""The collector's offsets and counters on disk: what it has shipped of each file, per session.
+
+`offsets.json` is replaced whole (written beside, fsynced, renamed): a crash leaves the old or the
+new one, never half of one. It is saved after what it records was stored by `serve`, so a restart
+sends again at most what was sent since the last save (at least once; serve's intakes take a resend).
+It holds the sessions still being read (the newest, and one whose files are being drained after Ray
+started another) and the names of a few finished ones; `stats.json` holds the counters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ray_otel_events.collector.tailer import Tracked
+
+VERSION = 1
+FINISHED_KEPT = 20  # finished sessions remembered, so a restart does not read them again
+
+
+class OffsetsError(Exception):
+    """The state folder cannot be used (the message says why)."""
+
+
+@dataclass
+class SessionOffsets:
+    node_id: str = ""
+    files: dict[tuple[int, int], Tracked] = field(default_factory=dict)  # by (dev, inode)
+    name_ends: dict[str, int] = field(default_factory=dict)  # a log name: stored bytes reserved
+
+    def reserve(self, tracked: Tracked, end: int) -> None:
+        """A log file's generation holds stored offsets up to `end`: a later one starts after."""
+        if tracked.kind == "log":
+            self.name_ends[tracked.name] = max(self.name_ends.get(tracked.name, 0), end)
+
+
+class Offsets:
+    """The state folder (see the module doc)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OffsetsError(f"cannot create the state folder {folder}: {exc}") from None
+        self.path = folder / "offsets.json"
+        self.stats_path = folder / "stats.json"
+        self.sessions: dict[str, SessionOffsets] = {}
+        self.finished: list[str] = []
+        self.counters: Counter[str] = Counter()
+        self._load()
+
+    def _load(self) -> None:
+        try:
+            data = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            raise OffsetsError(
+                f"{self.path} cannot be read ({exc}); move it away to start over (files are read again)"
+            ) from None
+        if not isinstance(data, dict) or data.get("version") != VERSION:
+            raise OffsetsError(f"{self.path} is not offsets of this version; move it away to start over")
+        for name, saved in data.get("sessions", {}).items():
+            files = [Tracked.load(f) for f in saved.get("files", [])]
+            self.sessions[name] = SessionOffsets(
+                saved.get("node_id", ""), {(f.dev, f.ino): f for f in files}, dict(saved.get("name_ends", {}))
+            )
+        self.finished = list(data.get("finished", []))
+        with contextlib.suppress(OSError, ValueError):  # counters only: they start again
+            self.counters.update(json.loads(self.stats_path.read_text()))
+
+    def session(self, name: str) -> SessionOffsets:
+        return self.sessions.setdefault(name, SessionOffsets())
+
+    def finish(self, name: str) -> None:
+        """A session read to its end: its offsets go, its name stays (a restart skips it)."""
+        self.sessions.pop(name, None)
+        self.finished = [*self.finished, name][-FINISHED_KEPT:]
+
+    def save(self) -> None:
+        data: dict[str, Any] = {
+            "version": VERSION,
+            "sessions": {
+                name: {
+                    "node_id": s.node_id,
+                    "files": [f.saved() for f in s.files.values()],
+                    "name_ends": s.name_ends,
+                }
+                for name, s in self.sessions.items()
+            },
+            "finished": self.finished,
+        }
+        _replace(self.path, json.dumps(data, sort_keys=True).encode())
+        _replace(self.stats_path, json.dumps(dict(self.counters), sort_keys=True).encode())
+
+
+def _replace(path: Path, data: bytes) -> None:
+    part = path.with_name(path.name + ".part")
+    with open(part, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(part, path)
