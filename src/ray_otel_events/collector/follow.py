@@ -61,6 +61,7 @@ class Follower:
         self.counters = offsets.counters
         self.hostname = socket.gethostname()
         self.following: SessionFolder | None = None
+        self.skipped: set[tuple[int, int]] = set()  # (dev, inode) of files not followed
 
     def step(self, final: bool = False) -> None:
         """Ship what is new; `final` (stopping): also the partial last lines of log files."""
@@ -119,7 +120,8 @@ class Follower:
             self.counters["files_replaced"] += 1
         if tracked is None:
             if found.kind == "log" and size and looks_binary(fd, size):
-                if key not in state.files:
+                if key not in self.skipped:  # said once a file, each run
+                    self.skipped.add(key)
                     self.counters["files_skipped_binary"] += 1
                     logger.warning(
                         "%s/%s has NUL bytes in its head: not a text log, skipped", "logs", found.name

@@ -1,0 +1,246 @@
+"""`ray-otel-events collect` as a subprocess, over a Ray session folder this test writes, shipping to
+a real `serve` (port 0): log files through rotation, truncation, a restart on saved offsets and a
+stop that flushes partial lines, shown by Ray's dashboard over the store as Ray's Logs page asks;
+binary files and symlinks out of the folder never read. Export event lines go to a real HTTP server
+answering as serve's `/v1/ray-export-events` does (helpers/collector_procs.py): each good line once,
+in order, through retries, a refused batch, rotation and a restart; partial, huge, bad and non-object
+lines counted, never stuck. The session and node are the recorded run's (its events POSTed first),
+so the page knows the node the files are filed under.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from helpers.agg_procs import FIXTURE, CliServer, wait_until
+from helpers.collector_procs import Collector, export_events_server
+
+EVENTS: list[dict[str, Any]] = json.loads(Path(FIXTURE).read_text())
+SESSION = EVENTS[0]["sessionName"]
+NODE = "741b9b5e53c877d9ebfc65f7f9b82f458320c8c6743303c6d58649a1"  # the recorded run's node (hex)
+WAIT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[CliServer, str]]:
+    """`serve` with Ray's dashboard over its store, holding the recorded run's events."""
+    store = tmp_path_factory.mktemp("collector-store") / "events.sqlite3"
+    serve = CliServer("serve", "--store", str(store), "--ray-dashboard-port", "0")
+    dashboard = serve.read_line(30).split("=", 1)[1]
+    try:
+        posted = requests.post(f"http://{serve.address}/v1/ray-events", json=EVENTS, timeout=30)
+        assert posted.status_code == 200 and posted.json()["rejected"] == 0, posted.text
+        yield serve, f"http://{dashboard}"
+    finally:
+        serve.close()
+
+
+def _session(temp_dir: Path, name: str = SESSION) -> Path:
+    """A session folder as Ray lays it out, `session_latest` naming it; raylet.out names the node."""
+    logs = temp_dir / name / "logs"
+    (logs / "export_events").mkdir(parents=True)
+    (logs / "raylet.out").write_text(
+        f"[2026-11-22 01:37:26,1 I 1 1] (raylet) main.cc:711: Setting node ID node_id={NODE}\n"
+    )
+    link = temp_dir / "session_latest"
+    link.unlink(missing_ok=True)
+    link.symlink_to(temp_dir / name)
+    return logs
+
+
+def _stored(dashboard: str, name: str) -> str | None:
+    """A file's text as Ray's page asks for it (`lines=-1`: all of it); None while not stored."""
+    answer = requests.get(
+        f"{dashboard}/api/v0/logs/file",
+        params={"node_id": NODE, "filename": name, "lines": "-1"},
+        timeout=30,
+    )
+    return answer.text if answer.status_code == 200 else None
+
+
+def _listed(dashboard: str) -> dict[str, list[str]]:
+    answer = requests.get(f"{dashboard}/api/v0/logs", params={"node_id": NODE}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    listed: dict[str, list[str]] = answer.json()["data"]["result"]
+    return listed
+
+
+def _until_stored(dashboard: str, name: str, text: str) -> None:
+    wait_until(lambda: _stored(dashboard, name) == text, f"{name} stored as {text!r}", WAIT_S)
+
+
+def _append(path: Path, data: bytes) -> None:
+    with path.open("ab") as out:
+        out.write(data)
+
+
+def test_log_files_through_rotation_truncation_restart_and_stop(
+    served: tuple[CliServer, str], tmp_path: Path
+) -> None:
+    serve, dashboard = served
+    url = f"http://{serve.address}"
+    logs = _session(tmp_path / "ray")
+    raylet = (logs / "raylet.out").read_text()
+    worker = logs / "worker-0a1b-01000000-4242.out"
+    worker.write_text("hello from a worker\n")
+    (logs / "gcs_server.out").write_text("gcs line 1\n")
+    (logs / "core.log").write_bytes(b"\x7fELF\0\0\0binary")  # not a text log: skipped
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET OUTSIDE THE SESSION\n")
+    (logs / "stolen.log").symlink_to(secret)  # a link out of the folder: never followed
+    (logs / "old").mkdir()
+    (logs / "old" / "raylet.out").write_text("a sub-folder's file: not listed by Ray's page either\n")
+    state = tmp_path / "state"
+
+    collector = Collector(url, tmp_path / "ray", state)
+    try:
+        assert collector.read_line() == f"collecting session={SESSION} to={url}"
+        _until_stored(dashboard, worker.name, "hello from a worker\n")
+        _until_stored(dashboard, "raylet.out", raylet)
+        # a last line waits for its newline
+        _append(logs / "gcs_server.out", b"gcs partial")
+        _append(logs / "gcs_server.out", b" line 2\n")
+        _until_stored(dashboard, "gcs_server.out", "gcs line 1\ngcs partial line 2\n")
+        # rotation by rename: the stored file goes on with the new generation, nothing twice
+        os.rename(logs / "gcs_server.out", logs / "gcs_server.out.1")
+        (logs / "gcs_server.out").write_text("gcs after rotation\n")
+        _until_stored(dashboard, "gcs_server.out", "gcs line 1\ngcs partial line 2\ngcs after rotation\n")
+        # truncation: read again from its start, after what was stored
+        (logs / "raylet.out").write_text("raylet again\n")
+        _until_stored(dashboard, "raylet.out", raylet + "raylet again\n")
+        first = collector.stop()
+    finally:
+        collector.close()
+    assert first["files_skipped_binary"] == 1
+    assert first.get("files_truncated", 0) + first.get("files_replaced", 0) == 1, first
+    assert first["log_bytes_shipped"] > 0 and first.get("post_failures", 0) == 0
+
+    # written while it was stopped: shipped once after a restart on the saved offsets
+    _append(worker, b"while stopped\n")
+    collector = Collector(url, tmp_path / "ray", state)
+    try:
+        assert collector.read_line() == f"collecting session={SESSION} to={url}"
+        _until_stored(dashboard, worker.name, "hello from a worker\nwhile stopped\n")
+        _append(worker, b"no newline before the stop")  # shipped by the stop's last pass
+        collector.stop()
+    finally:
+        collector.close()
+    assert _stored(dashboard, worker.name) == "hello from a worker\nwhile stopped\nno newline before the stop"
+
+    listed = _listed(dashboard)
+    names = {name for files in listed.values() for name in files}
+    assert {"raylet.out", "gcs_server.out", worker.name} <= names, listed
+    assert "raylet.out" in listed["raylet"] and "gcs_server.out" in listed["gcs_server"], listed
+    assert worker.name in listed["worker_out"], listed
+    assert not {"core.log", "stolen.log", "old/raylet.out"} & names, listed
+    for name in names:
+        assert "SECRET" not in (_stored(dashboard, name) or ""), name
+
+
+def test_export_event_lines_each_once_bad_ones_counted(served: tuple[CliServer, str], tmp_path: Path) -> None:
+    serve, _ = served
+    logs = _session(tmp_path / "ray")
+    exports = logs / "export_events" / "event_EXPORT_SUBMISSION_JOB.log"
+
+    def event(n: int | str, **more: Any) -> bytes:
+        return json.dumps({"event_id": str(n), "source_type": "EXPORT_SUBMISSION_JOB", **more}).encode()
+
+    exports.write_bytes(
+        event(1)
+        + b"\nnot json\n[1, 2]\n"
+        + b'{"x": "'
+        + b"y" * 3000
+        + b'"}\n'
+        + event(2)
+        + b"\n"
+        + event("p")[:10]
+    )
+    # the core's export files carry what RayEvents carry: not shipped
+    (logs / "export_events" / "event_EXPORT_TASK_123.log").write_bytes(event("core") + b"\n")
+    state = tmp_path / "state"
+    with export_events_server(f"http://{serve.address}", fail_first=1) as server:
+        collector = Collector(server.url, tmp_path / "ray", state, "--max-line-kb", "1")
+        try:
+            assert collector.read_line().startswith(f"collecting session={SESSION} ")
+
+            def ids() -> list[str]:
+                return [e["event_id"] for e in server.events()]
+
+            wait_until(lambda: ids() == ["1", "2"], "the two whole good lines", WAIT_S)
+            _append(exports, event("p")[10:] + b"\n")  # the partial line completed
+            wait_until(lambda: ids() == ["1", "2", "p"], "the completed line", WAIT_S)
+            # rotation: the renamed file is read to its end, then the new one
+            _append(exports, event(3) + b"\n")
+            os.rename(exports, exports.with_name(exports.name + ".1"))
+            exports.write_bytes(event(4) + b"\n")
+            wait_until(lambda: ids()[-2:] == ["3", "4"], "lines across the rotation", WAIT_S)
+            # a line over the limit with no newline yet: skipped as it grows, the next line goes
+            _append(exports, b'{"huge": "' + b"z" * 2000)
+            _append(exports, b"z" * 2000 + b'"}\n' + event(5) + b"\n")
+            wait_until(lambda: ids()[-1] == "5", "the line after a huge one", WAIT_S)
+            # a batch serve refuses (400) is dropped, not retried for ever
+            _append(exports, event("r", refuse=True) + b"\n")
+            wait_until(lambda: "batches_dropped" in _stats(state), "the refused batch dropped", WAIT_S)
+            _append(exports, event(6) + b"\n")
+            wait_until(lambda: ids()[-1] == "6", "the line after a refused batch", WAIT_S)
+            stats = collector.stop()
+        finally:
+            collector.close()
+        assert ids() == ["1", "2", "p", "3", "4", "5", "6"]
+        assert stats["lines_skipped_bad_json"] == 1 and stats["lines_skipped_not_object"] == 1
+        assert stats["lines_skipped_too_long"] == 2 and stats["batches_dropped"] == 1
+        assert stats["retries"] >= 1 and stats["export_events_shipped"] == 7
+        body = server.bodies[0]
+        assert (body["sessionName"], body["nodeId"], body["hostname"]) == (
+            SESSION,
+            NODE,
+            socket.gethostname(),
+        )
+        assert server.events()[0] == json.loads(event(1))  # exactly as read
+
+        # a restart on the saved offsets sends nothing again
+        _append(exports, event(7) + b"\n")
+        collector = Collector(server.url, tmp_path / "ray", state)
+        try:
+            collector.read_line()
+            wait_until(lambda: ids()[-1] == "7", "the line written while stopped", WAIT_S)
+            collector.stop()
+        finally:
+            collector.close()
+        assert ids() == ["1", "2", "p", "3", "4", "5", "6", "7"]
+
+
+def _stats(state: Path) -> dict[str, int]:
+    try:
+        found: dict[str, int] = json.loads((state / "stats.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return found
+
+
+def test_a_session_link_out_of_the_temp_folder_is_not_followed(tmp_path: Path) -> None:
+    """`session_latest` pointing outside Ray's temp folder (or the session's logs a symlink): the
+    collector waits, reading nothing; then follows the real session once the link names it."""
+    elsewhere = tmp_path / "elsewhere"
+    _session(elsewhere)
+    temp = tmp_path / "ray"
+    temp.mkdir()
+    (temp / "session_latest").symlink_to(elsewhere / SESSION)
+    with export_events_server() as server:
+        collector = Collector(server.url, temp, tmp_path / "state")
+        try:
+            wait_until(lambda: "waiting for a Ray session" in collector.logged(), "the waiting line", WAIT_S)
+            logs = _session(temp)
+            (logs / "export_events" / "event_EXPORT_SUBMISSION_JOB.log").write_text('{"event_id": "a"}\n')
+            assert collector.read_line().startswith(f"collecting session={SESSION} ")
+            wait_until(lambda: len(server.events()) == 1, "the real session's event", WAIT_S)
+            collector.stop()
+        finally:
+            collector.close()
