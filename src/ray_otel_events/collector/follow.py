@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ import orjson
 
 from ray_otel_events.collector.offsets import Offsets, SessionOffsets
 from ray_otel_events.collector.session_folder import Found, SessionFolder, current_session
-from ray_otel_events.collector.shipper import Shipper
+from ray_otel_events.collector.shipper import NotNow, Shipper
 from ray_otel_events.collector.tailer import (
     Tracked,
     fingerprint,
@@ -62,6 +63,7 @@ class Follower:
         self.hostname = socket.gethostname()
         self.following: SessionFolder | None = None
         self.skipped: set[tuple[int, int]] = set()  # (dev, inode) of files not followed
+        self.unsent = 0  # files left with bytes unsent by a failed POST, this run
 
     def step(self, final: bool = False) -> None:
         """Ship what is new; `final` (stopping): also the partial last lines of log files."""
@@ -104,6 +106,8 @@ class Follower:
                 tracked = self._tracked(state, found, fd)
                 if tracked is not None:
                     self._ship(folder.name, state, tracked, fd, final)
+            except NotNow:  # read again from its offset on a later pass
+                self.unsent += 1
             finally:
                 os.close(fd)
             self.offsets.save()
@@ -168,40 +172,44 @@ class Follower:
                     self.bounds.max_line_bytes,
                     self.bounds.batch_bytes,
                 )
-                self.counters["lines_skipped_too_long"] += read.too_long
-                events = [line for line in read.lines if self._is_object(line)]
+                skipped: Counter[str] = Counter(lines_skipped_too_long=read.too_long)
+                events = [line for line in read.lines if _is_object(line, skipped)]
                 if events and self.shipper.export_events(session, state.node_id, self.hostname, events):
                     self.counters["export_events_shipped"] += len(events)
                     self.counters["export_bytes_shipped"] += sum(map(len, events))
+                self.counters.update(skipped)  # once the read is done with (not on a NotNow)
                 moved = read.pos != tracked.pos or read.skipping != tracked.skipping
                 tracked.pos, tracked.skipping = read.pos, read.skipping
                 if not moved:
                     return
             else:
                 data = read_bytes(fd, tracked.pos, size, self.bounds.chunk_bytes, final)
-                if not data:
+                if not data and tracked.announced:
                     return
                 if self.shipper.log_bytes(
                     session, state.node_id, tracked.name, tracked.base + tracked.pos, data
                 ):
                     self.counters["log_bytes_shipped"] += len(data)
                 tracked.pos += len(data)
+                tracked.announced = True
             self.offsets.save()
 
-    def _is_object(self, line: bytes) -> bool:
-        text = line.strip()
-        if not text:
-            self.counters["lines_skipped_empty"] += 1
-            return False
-        try:
-            value = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            self.counters["lines_skipped_bad_json"] += 1
-            return False
-        if not isinstance(value, dict):
-            self.counters["lines_skipped_not_object"] += 1
-            return False
-        return True
+
+def _is_object(line: bytes, skipped: Counter[str]) -> bool:
+    """Whether an export line is a JSON object (the rest never leave the node: counted)."""
+    text = line.strip()
+    if not text:
+        skipped["lines_skipped_empty"] += 1
+        return False
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        skipped["lines_skipped_bad_json"] += 1
+        return False
+    if not isinstance(value, dict):
+        skipped["lines_skipped_not_object"] += 1
+        return False
+    return True
 
 
 def _family(name: str) -> str:

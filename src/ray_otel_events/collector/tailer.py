@@ -35,13 +35,14 @@ class Tracked:
     pos: int = 0  # bytes of the file shipped or skipped
     base: int = 0  # a log file: the stored offset of its byte 0
     skipping: bool = False  # inside a line over the limit: dropped up to the next newline
+    announced: bool = False  # a log file: serve knows it (an empty file is listed too)
 
     def saved(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def load(cls, data: dict[str, Any]) -> Tracked:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
 def fingerprint(fd: int, size: int) -> tuple[str, int]:

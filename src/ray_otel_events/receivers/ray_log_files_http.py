@@ -88,15 +88,14 @@ class RayLogFilesHttpReceiver:
             if exc.close:
                 response.force_close()
             return response
-        if data:
-            try:
-                await self.consumer.consume_log_chunk(session, node, file, start, data)
-            except QueueFullError as exc:
-                retry_after = str(max(1, math.ceil(exc.retry_after_s)))
-                return self._refuse(503, exc.reason, {"Retry-After": retry_after})
-            except Exception:
-                logger.exception("log file consumer failed")
-                return self._refuse(500, "internal error while storing the log file's bytes")
+        try:  # an empty body too: the file exists (Ray's Logs page lists empty files)
+            await self.consumer.consume_log_chunk(session, node, file, start, data)
+        except QueueFullError as exc:
+            retry_after = str(max(1, math.ceil(exc.retry_after_s)))
+            return self._refuse(503, exc.reason, {"Retry-After": retry_after})
+        except Exception:
+            logger.exception("log file consumer failed")
+            return self._refuse(500, "internal error while storing the log file's bytes")
         self.counters.add(ACCEPTED_BYTES, len(data))
         return web.Response(body=orjson.dumps({"accepted": len(data)}), content_type="application/json")
 

@@ -25,14 +25,12 @@ from types import FrameType
 from ray_otel_events import config
 from ray_otel_events.collector.follow import Bounds, Follower
 from ray_otel_events.collector.offsets import Offsets, OffsetsError
-from ray_otel_events.collector.shipper import Shipper, Stopped
+from ray_otel_events.collector.shipper import Shipper
 from ray_otel_events.config import ConfigError
 from ray_otel_events.events.ray_releases import events_url
 from ray_otel_events.services.lifecycle import add_logging_arguments, configure_logging, print_exit_summary
 
 logger = logging.getLogger(__name__)
-
-FINAL_TRIES = 3  # a POST of the last pass, before giving up (sent again after a restart)
 
 
 def default_state_dir() -> Path:
@@ -92,27 +90,28 @@ def run(args: argparse.Namespace) -> int:
     def announce(session: str) -> None:
         print(f"collecting session={session} to={url}", flush=True)
 
-    shipper = Shipper(url, stop, offsets.counters)
+    shipper = Shipper(url, offsets.counters)
     follower = Follower(args.ray_temp_dir, offsets, shipper, bounds, announce)
     waiting_said = False
     try:
         while not stop.is_set():
-            try:
-                follower.step()
-            except Stopped:
-                break
+            follower.step()
             if follower.following is None and not waiting_said:
                 logger.info("waiting for a Ray session under %s (session_latest)", args.ray_temp_dir)
                 waiting_said = True
             stop.wait(args.poll_interval)
-        # the last pass: what was written since, partial last lines of log files included
-        follower.shipper = Shipper(url, threading.Event(), offsets.counters, tries=FINAL_TRIES)
-        try:
-            follower.step(final=True)
-        except Stopped:
-            offsets.counters["final_pass_incomplete"] += 1
-            logger.error("stopped with some lines unsent: they are sent when the collector starts again")
+        # the last pass: what was written since, partial last lines of log files included, each
+        # endpoint tried once more whatever it answered before
+        follower.shipper = Shipper(url, offsets.counters)
+        follower.unsent = 0
+        follower.step(final=True)
         follower.shipper.close()
+        if follower.unsent:
+            offsets.counters["final_pass_files_unsent"] += follower.unsent
+            logger.error(
+                "stopped with %d files' last lines unsent: they are sent when the collector starts again",
+                follower.unsent,
+            )
     finally:
         shipper.close()
         offsets.save()
