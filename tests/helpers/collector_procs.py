@@ -30,7 +30,11 @@ LINE_TIMEOUT_S = 60.0
 class Collector:
     """One `python -m ray_otel_events collect --to URL ...` process; stdout's lines are read."""
 
-    def __init__(self, url: str, temp_dir: Path, state_dir: Path, *args: str) -> None:
+    def __init__(
+        self, url: str, temp_dir: Path, state_dir: Path, *args: str, cwd: Path | None = None
+    ) -> None:
+        """`cwd`: where it runs, `temp_dir` relative to it (a live cluster's helper stops every
+        process whose command line names the cluster's temp dir: the collector outlives it)."""
         self.argv = [
             sys.executable,
             "-m",
@@ -50,7 +54,13 @@ class Collector:
         ]
         self._stderr = tempfile.NamedTemporaryFile(prefix="collect-", suffix=".stderr", delete=False)  # noqa: SIM115
         self.proc = subprocess.Popen(
-            self.argv, stdout=subprocess.PIPE, stderr=self._stderr, env=clean_env(), text=True, bufsize=1
+            self.argv,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=clean_env(),
+            text=True,
+            bufsize=1,
+            cwd=cwd,
         )
         self.state_dir = state_dir
         self.ended_by_test = False
