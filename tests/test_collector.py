@@ -10,6 +10,7 @@ so the page knows the node the files are filed under.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import socket
@@ -246,3 +247,29 @@ def test_a_session_link_out_of_the_temp_folder_is_not_followed(tmp_path: Path) -
             collector.stop()
         finally:
             collector.close()
+
+
+def test_serve_refuses_a_bad_log_chunk_naming_why_and_keeps_a_resend_once(
+    served: tuple[CliServer, str],
+) -> None:
+    serve, dashboard = served
+    url = f"http://{serve.address}/v1/ray-log-files"
+    good = {"session": SESSION, "node": NODE, "file": "resent.log", "offset": "0"}
+    octets = {"Content-Type": "application/octet-stream"}
+    for wrong, reason in (
+        ({"session": "../etc"}, "is not a Ray session name"),
+        ({"node": "NOT-HEX"}, "is not a hex node id"),
+        ({"file": "../../etc/passwd"}, "is not a file name under the session's logs folder"),
+        ({"file": "/etc/passwd"}, "is not a file name under the session's logs folder"),
+        ({"offset": "-1"}, "is not a byte offset"),
+    ):
+        answer = requests.post(url, params={**good, **wrong}, data=b"x\n", headers=octets, timeout=30)
+        assert answer.status_code == 400 and reason in answer.json()["error"], (wrong, answer.text)
+    answer = requests.post(url, params=good, data=b"x\n", headers={"Content-Type": "text/plain"}, timeout=30)
+    assert answer.status_code == 415, answer.text
+    # gzip as the other intakes take it; the same chunk twice, and a longer resend, stored once
+    gzipped = {**octets, "Content-Encoding": "gzip"}
+    for body, headers in ((gzip.compress(b"one\n"), gzipped), (b"one\n", octets), (b"one\ntwo\n", octets)):
+        assert requests.post(url, params=good, data=body, headers=headers, timeout=30).status_code == 200
+    assert requests.post(url, params={**good, "offset": "4"}, data=b"two\n", headers=octets, timeout=30).ok
+    assert _stored(dashboard, "resent.log") == "one\ntwo\n"
