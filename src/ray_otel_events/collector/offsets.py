@@ -53,6 +53,7 @@ class Offsets:
         self.sessions: dict[str, SessionOffsets] = {}
         self.finished: list[str] = []
         self.counters: Counter[str] = Counter()
+        self._written: dict[Path, bytes] = {}
         self._load()
 
     def _load(self) -> None:
@@ -96,8 +97,13 @@ class Offsets:
             },
             "finished": self.finished,
         }
-        _replace(self.path, json.dumps(data, sort_keys=True).encode())
-        _replace(self.stats_path, json.dumps(dict(self.counters), sort_keys=True).encode())
+        for path, text in (
+            (self.path, json.dumps(data, sort_keys=True).encode()),
+            (self.stats_path, json.dumps(dict(self.counters), sort_keys=True).encode()),
+        ):
+            if self._written.get(path) != text:  # a pass that moved nothing writes nothing
+                _replace(path, text)
+                self._written[path] = text
 
 
 def _replace(path: Path, data: bytes) -> None:

@@ -74,6 +74,7 @@ _DATA_BYTES = (
     " + (SELECT COALESCE(SUM(octet_length(data)), 0) FROM log_lines)"
     " + (SELECT COALESCE(SUM(octet_length(data)), 0) FROM raw_events)"
     " + (SELECT COALESCE(SUM(octet_length(data)), 0) FROM refused_events)"
+    " + (SELECT COALESCE(SUM(octet_length(data)), 0) FROM log_file_chunks)"
 )
 
 # The indexed text columns with an index on them: a value longer than _WHOLE_CHARS is stored there
@@ -701,7 +702,7 @@ class PostgresStore(SqlUpkeep):
     # -- retention -----------------------------------------------------------------------------
 
     def used_bytes(self) -> int:
-        """The bytes of the data stored (rows, spans, lines, raw blocks): PostgreSQL's files keep
+        """The bytes of the data stored (rows, spans, lines, raw blocks, log files): PostgreSQL's files keep
         freed space until VACUUM, so their size would not fall as retention deletes."""
         return int(self._query(_DATA_BYTES)[0][0])
 
