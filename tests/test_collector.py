@@ -267,6 +267,11 @@ def test_serve_refuses_a_bad_log_chunk_naming_why_and_keeps_a_resend_once(
         assert answer.status_code == 400 and reason in answer.json()["error"], (wrong, answer.text)
     answer = requests.post(url, params=good, data=b"x\n", headers={"Content-Type": "text/plain"}, timeout=30)
     assert answer.status_code == 415, answer.text
+    bomb = gzip.compress(b"\0" * (20 << 20))  # inflates past the 16 MiB a chunk may hold
+    answer = requests.post(
+        url, params=good, data=bomb, headers={**octets, "Content-Encoding": "gzip"}, timeout=30
+    )
+    assert answer.status_code == 413 and "exceeds the limit" in answer.json()["error"], answer.text
     # gzip as the other intakes take it; the same chunk twice, and a longer resend, stored once
     gzipped = {**octets, "Content-Encoding": "gzip"}
     for body, headers in ((gzip.compress(b"one\n"), gzipped), (b"one\n", octets), (b"one\ntwo\n", octets)):
