@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import requests
-from helpers.agg_procs import FIXTURE, CliServer, wait_until
+from helpers.agg_procs import FIXTURE, CliServer, refused_by_cli, wait_until
 from helpers.collector_procs import Collector, export_events_server
 
 EVENTS: list[dict[str, Any]] = json.loads(Path(FIXTURE).read_text())
@@ -278,3 +278,22 @@ def test_serve_refuses_a_bad_log_chunk_naming_why_and_keeps_a_resend_once(
         assert requests.post(url, params=good, data=body, headers=headers, timeout=30).status_code == 200
     assert requests.post(url, params={**good, "offset": "4"}, data=b"two\n", headers=octets, timeout=30).ok
     assert _stored(dashboard, "resent.log") == "one\ntwo\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "offsets", "message"),
+    [
+        (["--to", "ftp://x"], None, "is not an http:// or https:// URL"),
+        (["--to", "http://h:1", "--poll-interval", "0"], None, "must be positive"),
+        (["--to", "http://h:1"], "{not json", "cannot be read"),
+        (["--to", "http://h:1"], '{"version": 1, "sessions": {"s": {"files": [{}]}}}', "is damaged"),
+        (["--to", "http://h:1"], '{"version": 7}', "is not offsets of this version"),
+    ],
+)
+def test_collect_refuses_bad_arguments_and_state_naming_why(
+    args: list[str], offsets: str | None, message: str, tmp_path: Path
+) -> None:
+    if offsets is not None:
+        (tmp_path / "offsets.json").write_text(offsets)
+    out = refused_by_cli("collect", *args, "--state-dir", str(tmp_path), "--ray-temp-dir", str(tmp_path))
+    assert message in out.stderr, out.stderr

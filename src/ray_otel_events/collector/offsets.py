@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ray_otel_events.collector.tailer import Tracked
+
+logger = logging.getLogger(__name__)
 
 VERSION = 1
 FINISHED_KEPT = 20  # finished sessions remembered, so a restart does not read them again
@@ -67,12 +70,17 @@ class Offsets:
             ) from None
         if not isinstance(data, dict) or data.get("version") != VERSION:
             raise OffsetsError(f"{self.path} is not offsets of this version; move it away to start over")
-        for name, saved in data.get("sessions", {}).items():
-            files = [Tracked.load(f) for f in saved.get("files", [])]
-            self.sessions[name] = SessionOffsets(
-                saved.get("node_id", ""), {(f.dev, f.ino): f for f in files}, dict(saved.get("name_ends", {}))
-            )
-        self.finished = list(data.get("finished", []))
+        try:
+            for name, saved in data.get("sessions", {}).items():
+                files = [Tracked.load(f) for f in saved.get("files", [])]
+                self.sessions[name] = SessionOffsets(
+                    str(saved.get("node_id", "")),
+                    {(f.dev, f.ino): f for f in files},
+                    {str(k): int(v) for k, v in saved.get("name_ends", {}).items()},
+                )
+            self.finished = [str(name) for name in data.get("finished", [])]
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise OffsetsError(f"{self.path} is damaged ({exc!r}); move it away to start over") from None
         with contextlib.suppress(OSError, ValueError):  # counters only: they start again
             self.counters.update(json.loads(self.stats_path.read_text()))
 
@@ -102,7 +110,11 @@ class Offsets:
             (self.stats_path, json.dumps(dict(self.counters), sort_keys=True).encode()),
         ):
             if self._written.get(path) != text:  # a pass that moved nothing writes nothing
-                _replace(path, text)
+                try:
+                    _replace(path, text)
+                except OSError as exc:  # a full disk, say: the next save tries again
+                    logger.error("cannot save %s: %s (what was shipped since is sent again)", path, exc)
+                    continue
                 self._written[path] = text
 
 

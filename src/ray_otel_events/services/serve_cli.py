@@ -7,7 +7,9 @@
 Point Ray's aggregator at it (`eval "$(ray-otel-events ray-env http://HOST:PORT)"` before `ray
 start`, logged at start with this serve's address; or ours: `aggregator --export-addr
 http://HOST:PORT/v1/ray-events`), and OTLP exporters (`OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:PORT`)
-for spans and task logs. A cluster wired wrong is told once (services/wiring_watch.py).
+for spans and task logs, and each node's `ray-otel-events collect` (its log files to
+`/v1/ray-log-files`, services/log_file_intake.py). A cluster wired wrong is told once
+(services/wiring_watch.py).
 Stdout carries `listening http=HOST:PORT` once it accepts requests and a summary after
 SIGTERM/SIGINT; GET /healthz, /readyz and /metrics on the same port; the page at /. With
 `--ray-dashboard-port`, Ray's own dashboard page (from the installed `ray` package) over the same
