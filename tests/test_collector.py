@@ -229,10 +229,12 @@ def _stats(state: Path) -> dict[str, int]:
 
 
 def test_a_session_link_out_of_the_temp_folder_is_not_followed(tmp_path: Path) -> None:
-    """`session_latest` pointing outside Ray's temp folder (or the session's logs a symlink): the
-    collector waits, reading nothing; then follows the real session once the link names it."""
+    """`session_latest` pointing outside Ray's temp folder: the collector waits, reading nothing;
+    then follows the real session once the link names it, and the next one when Ray starts again,
+    after the old one's last lines."""
     elsewhere = tmp_path / "elsewhere"
-    _session(elsewhere)
+    outside = _session(elsewhere)
+    (outside / "export_events" / "event_EXPORT_SUBMISSION_JOB.log").write_text('{"event_id": "x"}\n')
     temp = tmp_path / "ray"
     temp.mkdir()
     (temp / "session_latest").symlink_to(elsewhere / SESSION)
@@ -240,10 +242,34 @@ def test_a_session_link_out_of_the_temp_folder_is_not_followed(tmp_path: Path) -
         collector = Collector(server.url, temp, tmp_path / "state")
         try:
             wait_until(lambda: "waiting for a Ray session" in collector.logged(), "the waiting line", WAIT_S)
+            # a session in the temp folder whose `logs` links out of it: not read either
+            linked = temp / "session_2026-11-21_00-00-00_000000_1"
+            linked.mkdir()
+            (linked / "logs").symlink_to(outside)
+            (temp / "session_latest").unlink()
+            (temp / "session_latest").symlink_to(linked)
+            said = f"session {linked.name}: waiting for logs/raylet.out"
+            wait_until(lambda: said in collector.logged(), "the wait for a readable raylet.out", WAIT_S)
             logs = _session(temp)
             (logs / "export_events" / "event_EXPORT_SUBMISSION_JOB.log").write_text('{"event_id": "a"}\n')
             assert collector.read_line().startswith(f"collecting session={SESSION} ")
             wait_until(lambda: len(server.events()) == 1, "the real session's event", WAIT_S)
+            # Ray starts again: the old session's last lines go, then the new session is followed
+            with (logs / "export_events" / "event_EXPORT_SUBMISSION_JOB.log").open("a") as out:
+                out.write('{"event_id": "b"}\n')
+            later = "session_2026-11-23_00-00-00_000000_1"
+            (_session(temp, later) / "export_events" / "event_EXPORT_SUBMISSION_JOB.log").write_text(
+                '{"event_id": "c"}\n'
+            )
+            assert collector.read_line().startswith(f"collecting session={later} ")
+            wait_until(lambda: len(server.events()) == 3, "the old session's last and the new one's", WAIT_S)
+            assert {
+                (body["sessionName"], e["event_id"]) for body in server.bodies for e in body["events"]
+            } == {
+                (SESSION, "a"),
+                (SESSION, "b"),
+                (later, "c"),
+            }
             collector.stop()
         finally:
             collector.close()

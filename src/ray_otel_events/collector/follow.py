@@ -64,6 +64,7 @@ class Follower:
         self.following: SessionFolder | None = None
         self.skipped: set[tuple[int, int]] = set()  # (dev, inode) of files not followed
         self.unsent = 0  # files left with bytes unsent by a failed POST, this run
+        self.told: set[str] = set()  # sessions whose wait for a node id was logged
 
     def step(self, final: bool = False) -> None:
         """Ship what is new; `final` (stopping): also the partial last lines of log files."""
@@ -81,8 +82,11 @@ class Follower:
         state = self.offsets.session(folder.name)
         if not state.node_id:
             state.node_id = folder.node_id()
-            if not state.node_id:
-                return  # raylet has not named its node yet
+            if not state.node_id:  # raylet has not named its node yet (or `logs` is not readable)
+                if folder.name not in self.told:
+                    self.told.add(folder.name)
+                    logger.info("session %s: waiting for logs/raylet.out to name the node", folder.name)
+                return
         if self.following is None or self.following.name != folder.name:
             self.following = folder
             self.on_follow(folder.name)
