@@ -711,9 +711,12 @@ def test_the_pages_in_chromium(recorded: Recorded) -> None:
         ("actor-broken", f"actors/{recorded.broken}", ["Broken", "DEAD"]),
         ("actor-grouped", f"actors/{recorded.grouped}", ["Grouped", "DEAD", '"CPU": 0.25']),
         ("node", f"cluster/nodes/{recorded.node_id}", ["Node details fetched", f"ACTOR ({ACTORS})"]),
+        # the node's files as the collector shipped them, and the driver's log in Ray's viewer
+        ("logs", f"logs/?nodeId={recorded.node_id}", ["raylet.out", "gcs_server.out", DRIVER_LOG]),
+        ("logs-driver", f"logs/viewer?nodeId={recorded.node_id}&fileName={DRIVER_LOG}", ["workload done"]),
     ]
     hostname = _get(recorded.ours, "/nodes?view=summary")["data"]["summary"][0]["hostname"]
-    pages[-1][2].append(hostname)
+    next(texts for name, _, texts in pages if name == "node").append(hostname)
     try:
         for name, route, texts in pages:
             browser.get(f"{recorded.ours}/#/{route}")
