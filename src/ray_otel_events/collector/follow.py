@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 from collections import Counter
 from collections.abc import Callable
@@ -33,6 +34,9 @@ from ray_otel_events.collector.tailer import (
 )
 
 logger = logging.getLogger(__name__)
+
+_NUMBERED = re.compile(r"(.+)\.(\d+)")
+_INNER_NUMBER = re.compile(r"(.+)\.(\d+)\.(out|err|log)")
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,7 @@ class Follower:
             gone = state.files.pop(key)
             state.reserve(gone, gone.base + gone.pos)
         # rotated copies (`.log.2`, `.log.1`) before the file written now: oldest lines first
-        for found in sorted(present, key=lambda f: (f.kind, _family(f.name), -_rotation(f.name))):
+        for found in sorted(present, key=lambda f: (f.kind, _rotated(f.name)[0], -_rotated(f.name)[1])):
             fd = folder.open(found)
             if fd is None:
                 continue
@@ -216,11 +220,13 @@ def _is_object(line: bytes, skipped: Counter[str]) -> bool:
     return True
 
 
-def _family(name: str) -> str:
-    base, dot, tail = name.rpartition(".")
-    return base if dot and tail.isdigit() else name
-
-
-def _rotation(name: str) -> int:
-    tail = name.rpartition(".")[2]
-    return int(tail) if tail.isdigit() else 0
+def _rotated(name: str) -> tuple[str, int]:
+    """(the file a rotated copy was, its number): `event_X.log.2` (Python's handlers) and
+    `raylet.2.out` (spdlog's) are `event_X.log` and `raylet.out`, 2; a file written now, 0."""
+    numbered = _NUMBERED.fullmatch(name)
+    if numbered:
+        return numbered[1], int(numbered[2])
+    inner = _INNER_NUMBER.fullmatch(name)
+    if inner:
+        return f"{inner[1]}.{inner[3]}", int(inner[2])
+    return name, 0
