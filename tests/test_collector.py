@@ -23,6 +23,8 @@ import requests
 from helpers.agg_procs import FIXTURE, CliServer, refused_by_cli, wait_until
 from helpers.collector_procs import Collector, export_events_server
 
+from ray_otel_events.collector.offsets import Offsets
+
 EVENTS: list[dict[str, Any]] = json.loads(Path(FIXTURE).read_text())
 SESSION = EVENTS[0]["sessionName"]
 NODE = "741b9b5e53c877d9ebfc65f7f9b82f458320c8c6743303c6d58649a1"  # the recorded run's node (hex)
@@ -323,3 +325,12 @@ def test_collect_refuses_bad_arguments_and_state_naming_why(
         (tmp_path / "offsets.json").write_text(offsets)
     out = refused_by_cli("collect", *args, "--state-dir", str(tmp_path), "--ray-temp-dir", str(tmp_path))
     assert message in out.stderr, out.stderr
+
+
+def test_one_collector_a_state_folder(tmp_path: Path) -> None:
+    held = Offsets(tmp_path)  # as a running collector holds it
+    try:
+        out = refused_by_cli("collect", "--to", "http://h:1", "--state-dir", str(tmp_path))
+        assert f"{tmp_path} is in use by another collector (pid {os.getpid()})" in out.stderr, out.stderr
+    finally:
+        held.close()

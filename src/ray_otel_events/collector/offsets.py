@@ -4,12 +4,14 @@
 new one, never half of one. It is saved after what it records was stored by `serve`, so a restart
 sends again at most what was sent since the last save (at least once; serve's intakes take a resend).
 It holds the sessions still being read (the newest, and one whose files are being drained after Ray
-started another) and the names of a few finished ones; `stats.json` holds the counters.
+started another) and the names of a few finished ones; `stats.json` holds the counters. One
+collector a folder: it holds a lock on `lock` in it while it runs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -51,6 +53,7 @@ class Offsets:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise OffsetsError(f"cannot create the state folder {folder}: {exc}") from None
+        self._lock = _locked(folder / "lock")
         self.path = folder / "offsets.json"
         self.stats_path = folder / "stats.json"
         self.sessions: dict[str, SessionOffsets] = {}
@@ -84,6 +87,9 @@ class Offsets:
         with contextlib.suppress(OSError, ValueError):  # counters only: they start again
             self.counters.update(json.loads(self.stats_path.read_text()))
 
+    def close(self) -> None:
+        os.close(self._lock)  # closing the only descriptor drops the flock
+
     def session(self, name: str) -> SessionOffsets:
         return self.sessions.setdefault(name, SessionOffsets())
 
@@ -116,6 +122,27 @@ class Offsets:
                     logger.error("cannot save %s: %s (what was shipped since is sent again)", path, exc)
                     continue
                 self._written[path] = text
+
+
+def _locked(path: Path) -> int:
+    """An exclusive flock on `path`, held while the descriptor is open: two collectors on one state
+    folder would overwrite each other's offsets."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise OffsetsError(f"cannot open {path}: {exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise OffsetsError(
+            f"{path.parent} is in use by another collector (pid {holder}); stop it or give this one"
+            " another --state-dir"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 def _replace(path: Path, data: bytes) -> None:

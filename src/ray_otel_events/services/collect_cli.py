@@ -33,8 +33,11 @@ from ray_otel_events.services.lifecycle import add_logging_arguments, configure_
 logger = logging.getLogger(__name__)
 
 
-def default_state_dir() -> Path:
-    return Path(config.data_home()) / "ray-otel-events" / "collector"
+def default_state_dir(temp_dir: Path) -> Path:
+    """One folder per Ray temp folder (nodes of one machine each have their own), under the data
+    folder: `.../ray-otel-events/collector/tmp_ray` for /tmp/ray."""
+    name = "".join(c if c.isalnum() or c in "-." else "_" for c in str(temp_dir.resolve()).strip("/"))
+    return Path(config.data_home()) / "ray-otel-events" / "collector" / (name or "root")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,7 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--state-dir",
         type=Path,
         default=None,
-        help=f"where offsets and counters are kept (default {default_state_dir()})",
+        help="where offsets and counters are kept, one collector a folder (default: one per"
+        f" --ray-temp-dir under {default_state_dir(Path('/')).parent})",
     )
     parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds between passes (1)")
     parser.add_argument(
@@ -74,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--poll-interval, --max-line-kb and --max-file-mb must be positive")
     configure_logging(args.log_level, args.log_format)
     try:
-        offsets = Offsets(args.state_dir or default_state_dir())
+        offsets = Offsets(args.state_dir or default_state_dir(args.ray_temp_dir))
     except OffsetsError as exc:
         print(f"ray-otel-events collect: {exc}", file=sys.stderr)
         return 2
@@ -115,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         shipper.close()
         offsets.save()
+        offsets.close()
     counters = dict(sorted(offsets.counters.items()))
     logger.info("collector counters: %s", counters)
     print_exit_summary("collect", list(counters.items()), counters, args.log_format)
