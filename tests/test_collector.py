@@ -256,7 +256,9 @@ def test_a_session_link_out_of_the_temp_folder_is_not_followed(tmp_path: Path) -
             (logs / "export_events" / "event_EXPORT_SUBMISSION_JOB.log").write_text('{"event_id": "a"}\n')
             assert collector.read_line().startswith(f"collecting session={SESSION} ")
             wait_until(lambda: len(server.events()) == 1, "the real session's event", WAIT_S)
-            # Ray starts again: the old session's last lines go, then the new session is followed
+            # Ray starts again while serve is down: the old session's last lines are kept until
+            # they are stored, the new session followed meanwhile
+            server.down = True
             with (logs / "export_events" / "event_EXPORT_SUBMISSION_JOB.log").open("a") as out:
                 out.write('{"event_id": "b"}\n')
             later = "session_2026-11-23_00-00-00_000000_1"
@@ -264,6 +266,8 @@ def test_a_session_link_out_of_the_temp_folder_is_not_followed(tmp_path: Path) -
                 '{"event_id": "c"}\n'
             )
             assert collector.read_line().startswith(f"collecting session={later} ")
+            wait_until(lambda: "post_failures" in _stats(tmp_path / "state"), "a refused POST", WAIT_S)
+            server.down = False
             wait_until(lambda: len(server.events()) == 3, "the old session's last and the new one's", WAIT_S)
             assert {
                 (body["sessionName"], e["event_id"]) for body in server.bodies for e in body["events"]

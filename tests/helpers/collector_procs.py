@@ -104,13 +104,15 @@ class Collector:
 
 
 class ExportEventsServer:
-    """Records export-event POST bodies; answers the first `fail_first` with 503, a batch holding
+    """Records export-event POST bodies; answers the first `fail_first` (and any while `down`) with
+    503, a batch holding
     an event with `"refuse": true` with 400; passes `/v1/ray-log-files` POSTs on to `serve_url`."""
 
     def __init__(self, serve_url: str = "", fail_first: int = 0) -> None:
         self.bodies: list[dict[str, Any]] = []
         self.failed = 0
         self.fail_first = fail_first
+        self.down = False  # while True, every export POST is answered 503
         self.serve_url = serve_url
         owner = self
 
@@ -131,7 +133,7 @@ class ExportEventsServer:
                 if self.path != "/v1/ray-export-events":
                     self._answer(404, b"{}")
                     return
-                if owner.failed < owner.fail_first:
+                if owner.failed < owner.fail_first or owner.down:
                     owner.failed += 1
                     self._answer(503, b'{"error": "failing on purpose"}')
                     return

@@ -76,10 +76,12 @@ class Follower:
         for name in list(self.offsets.sessions):  # sessions left unfinished, oldest first
             if latest is None or name != latest.name:
                 old = self.temp_dir / name
+                unsent = self.unsent
                 if old.is_dir() and not old.is_symlink():
                     self._read(SessionFolder(old), final=True)
-                self.offsets.finish(name)
-                self.offsets.save()
+                if self.unsent == unsent:  # all read and stored (else tried again next pass)
+                    self.offsets.finish(name)
+                    self.offsets.save()
         if latest is None or latest.name in self.offsets.finished:
             return
         folder = SessionFolder(latest)
