@@ -344,7 +344,10 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
             assert live_url is not None
             # beside `ray start`, as the docs say (the session is there: it follows it at once)
             temp_dir = Path(cluster.temp_dir)  # named relative: stopping the cluster leaves it running
-            collector = Collector(main, Path(temp_dir.name), work / "collector-state", cwd=temp_dir.parent)
+            state = work / "collector-state"  # its default pass a second: beside a live cluster
+            collector = Collector(
+                main, Path(temp_dir.name), state, "--poll-interval", "1", cwd=temp_dir.parent
+            )
             assert collector.read_line().startswith("collecting session=session_")
             submit = [ray_bin(), "job", "submit", "--address", live_url, "--submission-id", SUBMISSION]
             submit += ["--metadata-json", '{"team": "ledger"}', "--working-dir", str(work / "app")]
