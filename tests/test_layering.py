@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("the pipeline's shared parts", frozenset({"processors", "durable", "security", "observability"})),
     (
         "receivers, exporters and the other pipeline parts",
-        frozenset({"receivers", "exporters", "store", "producer", "tracing"}),
+        frozenset({"receivers", "exporters", "store", "producer", "tracing", "collector"}),
     ),
     ("services", frozenset({"services"})),
     ("commands", frozenset({"__main__", "cli", "state_cli", "store_cli", "ray_env_cli", "demo", "executor"})),

@@ -9,6 +9,7 @@ RAY_enable_core_worker_ray_event_to_aggregator, is told what it lacks.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import socket
@@ -97,8 +98,27 @@ def test_ray_env_wires_a_shell_for_the_installed_ray() -> None:
         "SUBMISSION_JOB_DEFINITION_EVENT",
         "SUBMISSION_JOB_LIFECYCLE_EVENT",
     }
+    # The Export API types the collector ships, each a name the installed Ray's writers check.
+    export_types = env["RAY_enable_export_api_write_config"].split(",")
+    assert set(export_types) == {
+        "EXPORT_DATASET_METADATA",
+        "EXPORT_DATASET_OPERATOR_EVENT",
+        "EXPORT_DATASET_OPERATOR_SCHEMA",
+        "EXPORT_TRAIN_RUN",
+        "EXPORT_TRAIN_RUN_ATTEMPT",
+        "EXPORT_SUBMISSION_JOB",
+    }
+    spec = importlib.util.find_spec("ray")
+    assert spec is not None and spec.origin is not None
+    logger_source = (Path(spec.origin).parent / "_private" / "event" / "export_event_logger.py").read_text()
+    for name in export_types:
+        assert f"SourceType.{name}\n" in logger_source, name
     # The helper every live-Ray test is wired by reads the same lines.
     assert ray_env("http://127.0.0.1:8265") == {k: v for k, v in env.items() if k.startswith("RAY_")}
+    said = _ray_env("http://127.0.0.1:8265").stdout.splitlines()
+    assert said[-1].startswith("# ") and said[-1].endswith(
+        "ray-otel-events collect --to http://127.0.0.1:8265"
+    ), said[-1]
 
 
 @pytest.mark.parametrize(
@@ -142,7 +162,9 @@ def test_ray_env_per_release() -> None:
     assert {"TASK_LIFECYCLE_EVENT", "NODE_DEFINITION_EVENT", "PLACEMENT_GROUP_DEFINITION_EVENT"} <= set(mid)
     assert "TASK_EXECUTION_EVENT" not in mid and "WORKER_LIFECYCLE_EVENT" not in mid
     assert set(exposed("2.60.0rc1")) == RAY_2_60_EMITS | RAY_2_60_NEVER_EMITS
-    assert "RAY_ENABLE_PYTHON_RAY_EVENT_TYPES" not in _ray_env("http://h:1", "--ray-version", "2.55.0").stdout
+    older = _ray_env("http://h:1", "--ray-version", "2.55.0").stdout
+    assert "RAY_ENABLE_PYTHON_RAY_EVENT_TYPES" not in older
+    assert "RAY_enable_export_api_write_config" not in older  # checked in 2.60's package only
 
 
 @pytest.mark.parametrize(

@@ -1,13 +1,15 @@
 """A Ray user's path as README's "See your cluster" writes it, end to end, on one live cluster.
 
 `serve --ray-dashboard-port 0` runs; a live Ray 2.60 head (with its dashboard) is wired ONLY by
-`ray-otel-events ray-env` (helpers/ray_cluster.py runs the real command) and started with the OTLP
+`ray-otel-events ray-env` (helpers/ray_cluster.py runs the real command), `ray-otel-events collect`
+runs beside it (its log files, the submitted job's driver log among them), and it is started with the OTLP
 tracing hook pointed at the same `serve` (OTEL_EXPORTER_OTLP_ENDPOINT, its recorder's path through
 an aggregator of ours that exports there too). `ray job submit` runs a workload (a named actor, an
 actor whose constructor raises, an actor in a placement group asking for 0.25 CPU, tasks) and a
 plain driver runs nested tasks, a failing task, a retried one and another actor. While the cluster
 is up its dashboard and Ray's CLI are asked; once it is stopped, `serve`'s two ports must give the
-same answers: `ray list tasks|actors`, `ray summary tasks`, `ray job list|status|logs`, the jobs
+same answers: `ray list tasks|actors`, `ray summary tasks`, `ray job list|status|logs`, the Logs
+page's files of the node and the driver log, the jobs
 list and a job, actors (resources, exit detail, a failed constructor's stderr, death causes), the
 Overview's events and the node; the hook's records add spans and log lines in the one real
 session, never another session, name or state. Once `serve` has stopped too, the store file alone
@@ -36,6 +38,7 @@ from typing import Any
 import pytest
 import requests
 from helpers.agg_procs import CliServer, clean_env, cli_in_process
+from helpers.collector_procs import Collector
 from helpers.ray_cluster import ray_bin, ray_cli_answers, ray_cluster
 from helpers.tracing_procs import OTLP_HOOK
 from test_ray_dashboard import CLOCK_READS_MS, SCREENSHOTS, _console_errors, _get, _wait_click
@@ -45,6 +48,7 @@ from ray_otel_events.store.state_merge import SUBMITTED_MESSAGE
 pytestmark = pytest.mark.ray
 
 SUBMISSION = "raysubmit_ledger"
+DRIVER_LOG = f"job-driver-{SUBMISSION}.log"  # Ray's job manager's file of the submitted job's driver
 WORKLOAD = """
 import ray
 from ray.util.placement_group import placement_group
@@ -224,6 +228,7 @@ class Recorded:
     ours: str  # http://HOST:PORT of our dashboard port
     main: str  # http://HOST:PORT of serve's own port
     server: CliServer  # serve
+    collected: dict[str, Any]  # the collector's counters at its stop, after the cluster's
     store: Path  # serve's store file
     driver_ids: dict[str, Any]  # what the driver printed: chatty's task id and pid, Speaker's ids
     job_id: str  # the submitted job's driver job
@@ -285,6 +290,8 @@ def _live_paths(job_id: str, broken: str, node_id: str) -> dict[str, str]:
         "nodes": "/nodes?view=summary",
         "node": f"/nodes/{node_id}",
         "broken stderr": f"/api/v0/logs/file?actor_id={broken}&suffix=err&lines=1000&filter_ansi_code=true",
+        "logs": f"/api/v0/logs?node_id={node_id}",
+        "driver log": f"/api/v0/logs/file?node_id={node_id}&filename={DRIVER_LOG}&lines=1000",
     }
 
 
@@ -334,6 +341,13 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         ) as cluster:
             live_url = cluster.dashboard
             assert live_url is not None
+            # beside `ray start`, as the docs say (the session is there: it follows it at once)
+            temp_dir = Path(cluster.temp_dir)  # named relative: stopping the cluster leaves it running
+            state = work / "collector-state"  # its default pass a second: beside a live cluster
+            collector = Collector(
+                main, Path(temp_dir.name), state, "--poll-interval", "1", cwd=temp_dir.parent
+            )
+            assert collector.read_line().startswith("collecting session=session_")
             submit = [ray_bin(), "job", "submit", "--address", live_url, "--submission-id", SUBMISSION]
             submit += ["--metadata-json", '{"team": "ledger"}', "--working-dir", str(work / "app")]
             run = subprocess.run(
@@ -372,6 +386,11 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
             paths = _live_paths(job_id, broken, node_id)
             live = {name: _answer(live_url, path) for name, path in paths.items()}
             live_cli = ask_ray_cli(live_url, job_id)
+        # after `ray stop`, the collector's stop ships what the cluster's processes wrote last
+        try:
+            collected = collector.stop()
+        finally:
+            collector.close()
         # `ray stop`: what the hook's forwarder and Ray's aggregator held goes out at exit
         deadline = time.monotonic() + 60
         while _brief(our_cli := ask_ray_cli(ours, job_id)) != _brief(live_cli):
@@ -387,6 +406,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
             ours,
             main,
             serve,
+            collected,
             work / "events.sqlite3",
             driver_ids,
             job_id,
@@ -457,10 +477,31 @@ def test_the_submitted_job_as_the_live_cluster_showed_it(recorded: Recorded) -> 
         asked = SUBMISSION if name == "job status" else recorded.job_id
         for answer in (our_cli[name], recorded.live_cli[name]):
             assert f"Job '{asked}' succeeded" in answer.stdout + answer.stderr, answer
+    # the driver's output, from the file the collector shipped, as the live cluster printed it
     assert "workload done" in recorded.live_cli["job logs"].stdout
-    logs = our_cli["job logs"].stdout + our_cli["job logs"].stderr
-    assert f"The driver's output of job {SUBMISSION} was not collected by this store" in logs, logs
-    assert "Traceback" not in logs
+    ours, theirs = (_without_log_prefix(a["job logs"].stdout) for a in (our_cli, recorded.live_cli))
+    assert ours == theirs, our_cli["job logs"]
+    assert "Traceback" not in our_cli["job logs"].stdout + our_cli["job logs"].stderr
+
+
+def test_the_logs_page_lists_and_shows_the_nodes_files_as_live(recorded: Recorded) -> None:
+    """Ray's Logs page of the node, over what the collector shipped: every log file the live page
+    listed, in Ray's groups. The live page also lists what the collector does not read: folders
+    (`events/`, `old/`...) and files that are not `.out`, `.err` or `.log` (debug_state.txt)."""
+    live = recorded.live["logs"]["data"]["result"]
+    mine = _get(recorded.ours, f"/api/v0/logs?node_id={recorded.node_id}")["data"]["result"]
+    read = re.compile(r"[^/]+\.(out|err|log)")
+    for group, files in live.items():
+        kept = sorted(f for f in files if read.fullmatch(f))
+        # (a file written after the live answer was taken is listed too: more, never fewer)
+        assert set(kept) <= set(mine.get(group, [])), (group, sorted(set(kept) - set(mine.get(group, []))))
+    assert sum(map(len, mine.values())) >= 30, mine  # raylet, gcs, dashboard's modules, workers, drivers
+    assert DRIVER_LOG in mine["internal"], mine
+    # the job page's driver log, as the live page showed it
+    shown = _answer(recorded.ours, _live_paths("", "", recorded.node_id)["driver log"])
+    assert shown == recorded.live["driver log"] and "workload done" in shown
+    counters = recorded.collected
+    assert counters["log_bytes_shipped"] > 0 and counters.get("batches_dropped", 0) == 0, counters
 
 
 def test_ray_lists_and_summary_match(recorded: Recorded) -> None:
@@ -615,7 +656,7 @@ def test_ray_cli_on_either_port(recorded: Recorded) -> None:
         assert answer.returncode != 0 and "stored events of Ray clusters" in answer.stdout + answer.stderr
     assert "cannot stop jobs" in refused[0].stdout + refused[0].stderr
     assert "cannot submit jobs" in refused[1].stdout + refused[1].stderr
-    assert refused[2].returncode == 0 and "was not collected by this store" in refused[2].stdout
+    assert refused[2].returncode == 0 and "workload done" in refused[2].stdout
     elsewhere = requests.get(recorded.main + "/logical/actors", timeout=30)
     assert elsewhere.status_code == 404
     assert f"--ray-dashboard-port: {recorded.ours}/logical/actors" in elsewhere.text
@@ -659,7 +700,7 @@ def test_the_pages_in_chromium(recorded: Recorded) -> None:
         (
             "job-by-submission",
             f"jobs/{SUBMISSION}",
-            [recorded.job_id, "SUCCEEDED", "was not collected by this store"],
+            [recorded.job_id, "SUCCEEDED", "workload done"],
         ),
         (
             "overview",
@@ -672,9 +713,12 @@ def test_the_pages_in_chromium(recorded: Recorded) -> None:
         ("actor-broken", f"actors/{recorded.broken}", ["Broken", "DEAD"]),
         ("actor-grouped", f"actors/{recorded.grouped}", ["Grouped", "DEAD", '"CPU": 0.25']),
         ("node", f"cluster/nodes/{recorded.node_id}", ["Node details fetched", f"ACTOR ({ACTORS})"]),
+        # the node's files as the collector shipped them, and the driver's log in Ray's viewer
+        ("logs", f"logs/?nodeId={recorded.node_id}", ["raylet.out", "gcs_server.out", DRIVER_LOG]),
+        ("logs-driver", f"logs/viewer?nodeId={recorded.node_id}&fileName={DRIVER_LOG}", ["workload done"]),
     ]
     hostname = _get(recorded.ours, "/nodes?view=summary")["data"]["summary"][0]["hostname"]
-    pages[-1][2].append(hostname)
+    next(texts for name, _, texts in pages if name == "node").append(hostname)
     try:
         for name, route, texts in pages:
             browser.get(f"{recorded.ours}/#/{route}")

@@ -111,7 +111,7 @@ def test_a_database_from_before_sessions_gets_them_from_its_rows(
     old.ingest_prepared([prepare(event) for event in EVENTS], now=1000.0)
     old.close()
     with psycopg.connect(url, autocommit=True) as db:  # as the first step left it
-        db.execute("DROP TABLE sessions, raw_events, store_notes, refused_events")
+        db.execute("DROP TABLE sessions, raw_events, store_notes, refused_events, log_file_chunks")
         db.execute("DELETE FROM schema_migrations WHERE version > 1")
     store = PostgresStore(url)
     assert store.sessions() == [EVENTS[0]["sessionName"]]

@@ -23,6 +23,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "spans": ("ray_otel_events.tracing.spans_cli", "print the traces in a spans folder as trees"),
     "bridge": ("ray_otel_events.services.bridge_cli", "bridge OTLP/HTTP and RayEvent JSON, both ways"),
     "serve": ("ray_otel_events.services.serve_cli", "store events and answer Ray's state API (ray list ...)"),
+    "collect": (
+        "ray_otel_events.services.collect_cli",
+        "ship a Ray node's export events and log files to serve (run beside `ray start`)",
+    ),
     "ray-env": (
         "ray_otel_events.ray_env_cli",
         "print the environment a Ray node needs to send serve every event (eval it before ray start)",

@@ -20,6 +20,8 @@ import shlex
 import sys
 
 from ray_otel_events.events.ray_releases import (
+    COLLECT_COMMAND,
+    EVENTS_PATH,
     NEWEST,
     OLDEST,
     UnknownRelease,
@@ -89,4 +91,9 @@ def run(args: argparse.Namespace) -> int:
         settings += lineage_environment(HOOK)
     for name, value in settings:
         print(f"export {name}={shlex.quote(value)}")
+    base = url.removesuffix(EVENTS_PATH)
+    print(
+        "# and beside `ray start` on every node, to ship its export events and log files: "
+        + COLLECT_COMMAND.format(url=shlex.quote(base))
+    )
     return 0

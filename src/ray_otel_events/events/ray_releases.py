@@ -70,6 +70,29 @@ SETTINGS: tuple[Setting, ...] = (
     ),
 )
 
+# The Export API types whose files `ray-otel-events collect` ships (Ray Data's datasets, Train's runs
+# and attempts, submitted jobs): ExportEvent.SourceType names Ray 2.60's writers check
+# (ray/_private/event/export_event_logger.py, ray_constants.RAY_enable_export_api_write_config).
+# Not the core's EXPORT_TASK/ACTOR/NODE/DRIVER_JOB: their content reaches serve as RayEvents.
+EXPORT_API_TYPES = (
+    "EXPORT_DATASET_METADATA",
+    "EXPORT_DATASET_OPERATOR_EVENT",
+    "EXPORT_DATASET_OPERATOR_SCHEMA",
+    "EXPORT_TRAIN_RUN",
+    "EXPORT_TRAIN_RUN_ATTEMPT",
+    "EXPORT_SUBMISSION_JOB",
+)
+SETTINGS += (
+    # Read in 2.60's package only: earlier releases' writers (and so their types) differ.
+    Setting(
+        "RAY_enable_export_api_write_config",
+        ",".join(EXPORT_API_TYPES),
+        since=(2, 60),
+        why="Ray writes these export events to the session's files, which `collect` ships",
+    ),
+)
+COLLECT_COMMAND = "ray-otel-events collect --to {url}"  # beside `ray start` on every node
+
 # The lineage mode for every job of a cluster (`ray-env --lineage`, tracing/lineage.py). Ray has no
 # documented cluster-wide worker_process_setup_hook (only the per-job runtime_env field, and
 # RAY_RUNTIME_ENV_HOOK, which rewrites a driver's runtime_env in that driver's process alone). Its

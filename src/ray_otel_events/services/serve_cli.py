@@ -7,7 +7,9 @@
 Point Ray's aggregator at it (`eval "$(ray-otel-events ray-env http://HOST:PORT)"` before `ray
 start`, logged at start with this serve's address; or ours: `aggregator --export-addr
 http://HOST:PORT/v1/ray-events`), and OTLP exporters (`OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:PORT`)
-for spans and task logs. A cluster wired wrong is told once (services/wiring_watch.py).
+for spans and task logs, and each node's `ray-otel-events collect` (its log files to
+`/v1/ray-log-files`, services/log_file_intake.py). A cluster wired wrong is told once
+(services/wiring_watch.py).
 Stdout carries `listening http=HOST:PORT` once it accepts requests and a summary after
 SIGTERM/SIGINT; GET /healthz, /readyz and /metrics on the same port; the page at /. With
 `--ray-dashboard-port`, Ray's own dashboard page (from the installed `ray` package) over the same
@@ -47,6 +49,7 @@ from ray_otel_events.services.lifecycle import (
     settle_heap,
     stop_on_signals,
 )
+from ray_otel_events.services.log_file_intake import LogFileIntake
 from ray_otel_events.services.ray_dashboard import (
     DashboardUnavailable,
     RayDashboard,
@@ -329,6 +332,12 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
         "serve_store_losses", "times the store's database became unreachable", lambda: {(): watch.losses}
     )
     metrics.add_total("serve_log_lines", "task log lines stored", lambda: {(): intake.log_lines})
+    log_files = LogFileIntake(store, watch)
+    metrics.add_total(
+        "serve_log_file_bytes",
+        "bytes of nodes' log files stored (ray-otel-events collect)",
+        lambda: {(): log_files.stored_bytes},
+    )
     metrics.add_gauge(
         "serve_store_writer",
         "1 for the code that writes the store's rows (compiled or python) and why not the compiled one",
@@ -368,6 +377,7 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
         [
             *observability_routes(metrics, ready),
             *intake.routes(),
+            *log_files.routes(),
             *dashboard.cli_routes(),
             web.get("/{tail:(logical|nodes|events)(/.*)?}", ray_page_elsewhere(args.host, page_port)),
             *api.routes(),

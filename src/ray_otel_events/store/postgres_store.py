@@ -74,6 +74,7 @@ _DATA_BYTES = (
     " + (SELECT COALESCE(SUM(octet_length(data)), 0) FROM log_lines)"
     " + (SELECT COALESCE(SUM(octet_length(data)), 0) FROM raw_events)"
     " + (SELECT COALESCE(SUM(octet_length(data)), 0) FROM refused_events)"
+    " + (SELECT COALESCE(SUM(octet_length(data)), 0) FROM log_file_chunks)"
 )
 
 # The indexed text columns with an index on them: a value longer than _WHOLE_CHARS is stored there
@@ -218,6 +219,23 @@ INSERT INTO store_notes(key, value)
             f"UPDATE state_rows SET {c} = {_INDEXED_SQL.format(c)} WHERE char_length({c}) > {_WHOLE_CHARS};"
             for c in _INDEXED_TEXT
         ),
+    ),
+    (
+        # A node's log files as `ray-otel-events collect` ships them: a chunk a POST, kept once by
+        # its file and offset (a resend is harmless); a file is its chunks in offset order.
+        5,
+        """
+CREATE TABLE log_file_chunks (
+    session text NOT NULL,
+    node text NOT NULL,
+    file text NOT NULL,
+    start bigint NOT NULL,
+    received double precision NOT NULL,
+    data bytea NOT NULL,
+    PRIMARY KEY (session, node, file, start)
+);
+CREATE INDEX chunks_by_time ON log_file_chunks(received);
+""",
     ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -684,7 +702,7 @@ class PostgresStore(SqlUpkeep):
     # -- retention -----------------------------------------------------------------------------
 
     def used_bytes(self) -> int:
-        """The bytes of the data stored (rows, spans, lines, raw blocks): PostgreSQL's files keep
+        """The bytes of the data stored (rows, spans, lines, raw blocks, log files): PostgreSQL's files keep
         freed space until VACUUM, so their size would not fall as retention deletes."""
         return int(self._query(_DATA_BYTES)[0][0])
 

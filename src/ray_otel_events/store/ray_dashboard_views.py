@@ -71,9 +71,11 @@ _ENDED = ("SUCCEEDED", "FAILED", "STOPPED")
 # A placement group's resources as the scheduler names them: `CPU_group_<pg>`,
 # `CPU_group_<bundle>_<pg>`, and the `bundle_group_...` marker every bundle adds.
 _GROUP_RESOURCE = re.compile(r"(.+)_group_(?:\d+_)?[0-9a-f]{36}")
+MAX_SERVED_BYTES = 64 * 1024 * 1024  # a collected file's end served, at most (`ray logs` tails it)
 DRIVER_LOGS_NOT_COLLECTED = (
     "The driver's output of job {job} was not collected by this store: Ray keeps a submitted "
-    "job's driver log on its head node, and the event stream does not carry it.\n"
+    "job's driver log on its head node, and the event stream does not carry it (run "
+    "`ray-otel-events collect --to URL` beside `ray start` to ship it).\n"
 )
 
 
@@ -257,13 +259,19 @@ class RayDashboardViews:
 
     def job_logs(self, params: Params, job_or_submission_id: str) -> Answer:
         """`ray job logs`: Ray keeps a submitted job's driver output in a file on its head node,
-        which the event stream does not carry; the answer says so, in the logs Ray's CLI prints.
-        A driver's own job has none in Ray either."""
+        which the event stream does not carry: the file as `ray-otel-events collect` shipped it,
+        else an answer saying it was not collected, in the logs Ray's CLI prints. A driver's own
+        job has none in Ray either."""
         status, job = self.job(params, job_or_submission_id)
         if status != 200:
             return status, job
         if job.get("type") != "SUBMISSION":
             return 400, "Can only get logs of submission type jobs"
+        collected = self._collected(
+            None, f"job-driver-{job.get('submission_id') or job_or_submission_id}.log"
+        )
+        if collected is not None:
+            return 200, {"logs": collected}
         return 200, {"logs": DRIVER_LOGS_NOT_COLLECTED.format(job=job_or_submission_id)}
 
     def _job_events(self) -> list[dict[str, Any]]:
@@ -568,8 +576,21 @@ class RayDashboardViews:
 
     # -- logs ----------------------------------------------------------------------------------
 
+    def _collected(self, node_id: str | None, filename: str) -> str | None:
+        """A log file `ray-otel-events collect` shipped from the node (any node: None), as text."""
+        if self.session is None:
+            return None
+        store = self.views.store
+        nodes = [node_id] if node_id else [n for n, f, _ in store.log_files(self.session) if f == filename]
+        for node in nodes:
+            found = store.log_file(self.session, node, filename, MAX_SERVED_BYTES)
+            if found is not None:
+                return found.decode("utf-8", "replace")
+        return None
+
     def list_logs(self, params: Params) -> Answer:
-        """A node's log files: one `worker-<id>-<job>-<pid>.out/.err` per worker with stored lines."""
+        """A node's log files: those `ray-otel-events collect` shipped, grouped as Ray groups them,
+        and one `worker-<id>-<job>-<pid>.out/.err` per other worker with stored lines."""
         node_id, node_ip = params.get("node_id"), params.get("node_ip")
         if not node_id and not node_ip:
             return 400, state_query.envelope(
@@ -583,12 +604,21 @@ class RayDashboardViews:
                 return 404, state_query.envelope(
                     None, ok=False, message=f"Cannot find matching node_id for a given node ip {node_ip}"
                 )
-        files: dict[str, list[str]] = {"worker_out": [], "worker_err": []}
         glob = params.get("glob") or "*"
+        collected = (
+            [f for _, f, _ in self.views.store.log_files(self.session, node_id.lower())]
+            if self.session
+            else []
+        )
+        names = [f for f in collected if fnmatch.fnmatch(f, glob)]
         for name, streams in self._worker_streams(node_id).items():
             for suffix in ("out", "err"):
-                if set(_STREAMS[suffix]) & streams and fnmatch.fnmatch(f"{name}.{suffix}", glob):
-                    files[f"worker_{suffix}"].append(f"{name}.{suffix}")
+                file = f"{name}.{suffix}"
+                if set(_STREAMS[suffix]) & streams and fnmatch.fnmatch(file, glob) and file not in collected:
+                    names.append(file)
+        files: dict[str, list[str]] = {"worker_out": [], "worker_err": []}
+        for name in names:
+            files.setdefault(log_category(name), []).append(name)
         return 200, state_query.envelope(files)
 
     def _worker_streams(self, node_id: str) -> dict[str, set[str]]:
@@ -615,6 +645,13 @@ class RayDashboardViews:
         except ValueError:
             return 400, "attempt_number and lines must be integers"
         worker_file = _WORKER_FILE.fullmatch(params.get("filename") or "")
+        collected = (
+            self._collected(self._node_of(params), params["filename"])
+            if params.get("filename") and not params.get("task_id") and not params.get("actor_id")
+            else None
+        )
+        if collected is not None:  # a file the collector shipped: as Ray's agent serves it
+            return 200, _tail(collected, limit, params.get("filter_ansi_code", "").lower() == "true")
         if params.get("task_id"):
             tasks = [params["task_id"].lower()]
             if not self.views.store.entity_rows(TASKS, tasks[0], self.session):
@@ -660,6 +697,14 @@ class RayDashboardViews:
             texts = texts[-limit:] if limit else []
         return 200, "".join(text + "\n" for text in texts)
 
+    def _node_of(self, params: Params) -> str | None:
+        """The node a request names, by id or IP (None: any)."""
+        if params.get("node_id"):
+            return str(params["node_id"]).lower()
+        if params.get("node_ip"):
+            return next((n for n, ip in self._node_ips().items() if ip == params["node_ip"]), None)
+        return None
+
     def _constructor_failure(self, actor_id: str) -> list[str]:
         """What an actor whose constructor raised wrote to its stderr, as Ray's worker prints it,
         from the traceback its death cause keeps (for when its worker's lines were not sent)."""
@@ -670,6 +715,41 @@ class RayDashboardViews:
             return []
         _, found, last = traceback.rpartition(_ACTOR_DIED)
         return f"Exception raised in creation task: {last if found else traceback}".rstrip("\n").split("\n")
+
+
+def log_category(name: str) -> str:
+    """The group Ray's Logs page shows a file under (LogsManager._categorize_log_files, Ray 2.60)."""
+    if "worker" in name and name.endswith(".out"):
+        return "worker_out"
+    if "worker" in name and name.endswith(".err"):
+        return "worker_err"
+    for marker, category in (
+        ("core-worker", "core_worker"),
+        ("core-driver", "driver"),
+    ):
+        if marker in name and name.endswith(".log"):
+            return category
+    for marker, category in (
+        ("raylet.", "raylet"),
+        ("gcs_server.", "gcs_server"),
+        ("log_monitor", "internal"),
+        ("monitor", "autoscaler"),
+        ("agent.", "agent"),
+        ("dashboard.", "dashboard"),
+    ):
+        if marker in name:
+            return category
+    return "internal"
+
+
+def _tail(text: str, limit: int, filter_ansi: bool) -> str:
+    """The last `limit` lines of a file (all when negative), as Ray's agent streams them."""
+    if filter_ansi:
+        text = _ANSI.sub("", text)
+    if limit < 0:
+        return text
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[-limit:]) if limit else ""
 
 
 def ray_chrome_trace(rows: list[Row], node_ips: dict[str, str]) -> list[dict[str, Any]]:

@@ -283,6 +283,52 @@ class SqlReads(ABC):
         found = self._query(sql, params)
         return [(attempt, d.dec(name), orjson.loads(data)) for attempt, name, data in found]
 
+    # -- log files -----------------------------------------------------------------------------
+
+    def log_files(self, session: str, node: str | None = None) -> list[tuple[str, str, int]]:
+        """(node, file, bytes) of the log files collected from `session`'s nodes (of `node`)."""
+        d = self.dialect
+        sql = (
+            f"SELECT node, file, MAX(start + {d.byte_length}(data)) FROM log_file_chunks"
+            f" WHERE session = {d.mark}"
+        )
+        params = [d.enc(session)]
+        if node is not None:
+            sql += f" AND node = {d.mark}"
+            params.append(d.enc(node))
+        found = self._query(sql + f" GROUP BY node, file ORDER BY node, file{d.bytewise}", params)
+        return [(d.dec(n), d.dec(f), int(size)) for n, f, size in found]
+
+    def log_file(self, session: str, node: str, file: str, max_bytes: int) -> bytes | None:
+        """A collected log file's last `max_bytes` (None: none collected), its chunks stitched in
+        offset order: a chunk overlapping the one before gives only its bytes past it."""
+        d = self.dialect
+        key = f"session = {d.mark} AND node = {d.mark} AND file = {d.mark}"
+        params = [d.enc(session), d.enc(node), d.enc(file)]
+        end = self._query(
+            f"SELECT MAX(start + {d.byte_length}(data)) FROM log_file_chunks WHERE {key}", params
+        )
+        if not end or end[0][0] is None:
+            return None
+        first = int(end[0][0]) - max_bytes
+        chunks = self._query(
+            f"SELECT start, data FROM log_file_chunks WHERE {key}"
+            f" AND start + {d.byte_length}(data) > {d.mark} ORDER BY start",
+            [*params, first],
+        )
+        parts: list[bytes] = []
+        at: int | None = None
+        for start, stored in chunks:
+            begin, data = int(start), bytes(stored)
+            if at is not None and begin < at:
+                if begin + len(data) <= at:
+                    continue
+                data, begin = data[at - begin :], at
+            parts.append(data)
+            at = begin + len(data)
+        whole = b"".join(parts)
+        return whole[-max_bytes:] if max_bytes >= 0 else whole
+
     def size(self) -> dict[str, int]:
         """Rows per table and the store's bytes on disk, for the bench and /metrics."""
         out = {

@@ -112,6 +112,7 @@ class SqlUpkeep(SqlWrites):
                 break
         with self._transaction() as db:
             db.execute(f"DELETE FROM raw_events WHERE session = {d.mark}", (d.enc(name),))
+            db.execute(f"DELETE FROM log_file_chunks WHERE session = {d.mark}", (d.enc(name),))
             db.execute(f"DELETE FROM sessions WHERE name = {d.mark}", (d.enc(name),))
         return deleted
 
@@ -128,8 +129,8 @@ class SqlUpkeep(SqlWrites):
         deleted. A session whose last event is older than `max_age_s` goes. While the store holds
         more than `max_rows` state rows or more than `max_bytes` in use, its oldest session goes,
         the newest one never: over a bound alone, it loses its oldest raw event blocks, then its
-        least recently updated rows (events set aside go before either). Spans, log lines and events
-        set aside go by age."""
+        least recently updated rows (events set aside, then collected log files' oldest chunks, go
+        before either). Spans, log lines, collected log files and events set aside go by age."""
         d = self.dialect
         max_age_s, max_rows, max_bytes = retention.max_age_s, retention.max_rows, retention.max_bytes
         current = time.time() if now is None else now
@@ -150,11 +151,19 @@ class SqlUpkeep(SqlWrites):
                 with self._transaction() as db:
                     blocks = int(db.execute("SELECT COUNT(*) FROM raw_events").fetchone()[0])
                     aside = int(db.execute("SELECT COUNT(*) FROM refused_events").fetchone()[0])
+                    chunks = int(db.execute("SELECT COUNT(*) FROM log_file_chunks").fetchone()[0])
                     if aside:  # set-aside events first: kept for a look, not for any row
                         db.execute(
                             "DELETE FROM refused_events WHERE digest IN (SELECT digest FROM refused_events"
                             f" ORDER BY received, digest LIMIT {d.mark})",
                             (max(1, aside // 10),),
+                        )
+                    elif chunks:  # collected log files next: the rows and raw events outlast them
+                        db.execute(
+                            "DELETE FROM log_file_chunks WHERE (session, node, file, start) IN (SELECT"
+                            " session, node, file, start FROM log_file_chunks ORDER BY received"
+                            f" LIMIT {d.mark})",
+                            (max(1, chunks // 10),),
                         )
                     elif blocks:
                         self._note_raw_incomplete(db, "retention dropped raw events of rows it kept")
@@ -182,6 +191,6 @@ class SqlUpkeep(SqlWrites):
                     ).rowcount
                 )
             if max_age_s is not None:
-                for table in ("spans", "log_lines", "refused_events"):
+                for table in ("spans", "log_lines", "refused_events", "log_file_chunks"):
                     db.execute(f"DELETE FROM {table} WHERE received < {d.mark}", (current - max_age_s,))
         return deleted

@@ -181,3 +181,20 @@ class SqlWrites(SqlReads):
             f"INSERT INTO log_lines({', '.join(_LINE_COLUMNS)}) VALUES ({marks})",
             [log_line_row(line, received) for line in lines],
         )
+
+    def add_log_chunk(
+        self, session: str, node: str, file: str, start: int, data: bytes, *, now: float | None = None
+    ) -> None:
+        """A node's log file's bytes from offset `start`, kept once by (session, node, file,
+        start): a resend is harmless, and a longer resend of a start (the collector read further
+        before it was stopped) replaces the shorter one."""
+        received = time.time() if now is None else now
+        d = self.dialect
+        self._write_many(
+            "INSERT INTO log_file_chunks(session, node, file, start, received, data)"
+            f" VALUES ({', '.join([d.mark] * 6)})"
+            " ON CONFLICT (session, node, file, start) DO UPDATE SET data = excluded.data,"
+            f" received = excluded.received"
+            f" WHERE {d.byte_length}(excluded.data) > {d.byte_length}(log_file_chunks.data)",
+            [(session, node, file, start, received, data)],
+        )

@@ -153,6 +153,16 @@ CREATE TABLE IF NOT EXISTS raw_events (
 );
 CREATE INDEX IF NOT EXISTS raw_by_session ON raw_events(session, received);
 CREATE TABLE IF NOT EXISTS store_notes (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS log_file_chunks (
+    session TEXT NOT NULL,
+    node TEXT NOT NULL,
+    file TEXT NOT NULL,
+    start INTEGER NOT NULL,
+    received REAL NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (session, node, file, start)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS chunks_by_time ON log_file_chunks(received);
 CREATE TABLE IF NOT EXISTS refused_events (
     digest TEXT PRIMARY KEY,
     received REAL NOT NULL,
