@@ -180,18 +180,6 @@ def test_the_export_files_hold_datasets_train_runs_and_submissions(recorded: Rec
         "EXPORT_TRAIN_RUN_ATTEMPT",
         "EXPORT_SUBMISSION_JOB",
     }, kinds
-    Path("/tmp/dt45/recorded.json").write_text(
-        json.dumps(
-            {
-                "live": recorded.live,
-                "cli": {k: [v.returncode, v.stdout, v.stderr] for k, v in recorded.live_cli.items()},
-                "lines": recorded.export_lines,
-                "session": recorded.session,
-                "job_id": recorded.job_id,
-            },
-            indent=1,
-        )
-    )
     for batch in by_file(recorded.export_lines):
         body = {
             "sessionName": recorded.session,
@@ -347,7 +335,7 @@ def test_the_job_page_shows_its_ray_data(recorded: Recorded) -> None:
         _wait_for(browser, [*datasets, "FINISHED", "10 / 10"])
         # the newest dataset's row opens on a click, listing its operators
         _wait_click(browser, f"//tr[.//*[normalize-space()='{datasets[0]}']]/td[1]")
-        _wait_for(browser, ["Input_0", "Map(<lambda>)_1"])
+        _wait_for(browser, ["Map(<lambda>)"])  # its operators, by name
         section = browser.find_element(By.XPATH, "//*[normalize-space()='Ray Data Overview']")
         browser.execute_script("arguments[0].scrollIntoView()", section)
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
