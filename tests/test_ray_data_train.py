@@ -140,6 +140,8 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
                 "train runs": _get(live_url, "/api/train/v2/runs/v1"),
                 "jobs": _get(live_url, "/api/jobs/"),
             }
+            v1 = requests.get(live_url + "/api/train/v2/runs", timeout=30)  # Train v1's, in Ray 2.60
+            live["train v1 runs"] = [v1.status_code, v1.text]
             version = _get(live_url, "/api/version")
             node_id = _get(live_url, "/nodes?view=summary")["data"]["summary"][0]["raylet"]["nodeId"]
             live_cli = ask_ray_cli(live_url)
@@ -240,6 +242,11 @@ def test_train_runs_as_the_live_dashboard_gave_them(recorded: Recorded) -> None:
     for key in ("start_time", "end_time"):
         assert abs(job.pop(key) - live_job.pop(key)) <= CLOCK_READS_MS
     assert job == live_job
+
+
+def test_train_v1_path_as_the_live_dashboard_answered_it(recorded: Recorded) -> None:
+    ours = requests.get(recorded.ours + "/api/train/v2/runs", timeout=30)
+    assert [ours.status_code, ours.text] == recorded.live["train v1 runs"]
 
 
 def _status_lines(answer: subprocess.CompletedProcess[str]) -> list[str]:

@@ -60,6 +60,10 @@ _PROFILING_DEFAULTS = {
 _STREAMS = {"out": ("stdout",), "err": ("stderr", "log")}
 _DRIVER_LOG = re.compile(r"job-driver-(.+)\.log")  # Ray's job manager's file of a submitted job's driver
 _WORKER_FILE = re.compile(r"worker-([0-9a-f]+)-([0-9a-f]+)-(\d+)\.(out|err)")
+TRAIN_V1_ABSENT = (  # Ray's own words (dashboard/modules/train/train_head.py)
+    "Train state data is not available. Please make sure Ray Train is running and that the Train state"
+    ' actor is enabled by setting the RAY_TRAIN_ENABLE_STATE_TRACKING environment variable to "1".'
+)
 NOT_RECORDED = "not recorded in the event store: this dashboard is served from stored events"
 CONSTRUCTOR_FAILED = "creation_task_failure_context"
 _ACTOR_DIED = "ray.exceptions.ActorDiedError: "  # the error a failed constructor is raised as
@@ -167,6 +171,7 @@ class RayDashboardViews:
             (re.compile(r"/api/serve/applications/?"), self.serve_applications),
             (re.compile(r"/api/data/datasets/([^/]*)"), self.datasets),
             (re.compile(r"/api/train/v2/runs/v1"), self.train_runs),
+            (re.compile(r"/api/train/v2/runs"), self.train_v1_runs),
             (re.compile(r"/api/v0/tasks/timeline"), self.timeline),
             (re.compile(r"/api/v0/logs"), self.list_logs),
             (re.compile(r"/api/v0/logs/(file|stream)"), self.log_file),
@@ -578,6 +583,12 @@ class RayDashboardViews:
                 finished[name] = finished.get(name, 0) + int(count)
         entities = self.views.store.export_entities(DATASET, self.session)
         return 200, ray_export_views.datasets_answer(entities, job_id, lambda name: finished.get(name, 0))
+
+    def train_v1_runs(self, _: Params) -> Answer:
+        """Ray 2.60's `/api/train/v2/runs` is Train v1's (its stats actor), which writes no event:
+        answered as the live dashboard answers where no Train v1 run is (Train v2's are under
+        `/v1`)."""
+        return 500, TRAIN_V1_ABSENT
 
     def train_runs(self, _: Params) -> Answer:
         """Train v2's runs (the live dashboard's `/api/train/v2/runs/v1`), with their attempts,
