@@ -62,7 +62,7 @@ def test_blocks_that_cannot_run_match_the_help_of_what_they_run() -> None:
         "--no-such-flag is not in its --help",
         "--no-such-flag is not in its --help",
         "no Makefile target no-such-target",
-        "rows is not one of {tasks,actors,nodes,workers,placement_groups,jobs}",
+        "rows is not one of {tasks,actors,nodes,workers,placement_groups,jobs,datasets,train-runs}",
     ], "\n".join(problems)
 
 

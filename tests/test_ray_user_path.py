@@ -43,7 +43,6 @@ from helpers.ray_cluster import ray_bin, ray_cli_answers, ray_cluster
 from helpers.tracing_procs import OTLP_HOOK
 from test_ray_dashboard import CLOCK_READS_MS, SCREENSHOTS, _console_errors, _get, _wait_click
 
-from ray_otel_events.store.state_merge import SUBMITTED_MESSAGE
 
 pytestmark = pytest.mark.ray
 
@@ -454,10 +453,10 @@ def test_the_submitted_job_as_the_live_cluster_showed_it(recorded: Recorded) -> 
     submitted = mine[recorded.job_id]
     assert submitted["type"] == "SUBMISSION" and submitted["submission_id"] == SUBMISSION
     assert submitted["metadata"] == {"team": "ledger"} and submitted["entrypoint"] == "python workload.py"
-    # What the event stream cannot tell (Ray 2.60 exports no submission-job events): the exit
-    # code and Ray's message; ours says so instead of guessing.
-    assert theirs[recorded.job_id]["message"] == "Job finished successfully."
-    assert submitted["message"] == SUBMITTED_MESSAGE
+    # What only Ray's EXPORT_SUBMISSION_JOB file holds (Ray 2.60 sends no submission-job events),
+    # shipped by the collector: Ray's own message and the entrypoint's exit code.
+    assert submitted["message"] == theirs[recorded.job_id]["message"] == "Job finished successfully."
+    assert submitted["driver_exit_code"] == theirs[recorded.job_id]["driver_exit_code"]
     for name in ("job", "job by id"):
         path = _live_paths(recorded.job_id, "", "")[name]
         _same_job(_get(recorded.ours, path), live[name], recorded.captured_ms)

@@ -91,7 +91,9 @@ def test_schema_is_migrated_on_open_and_a_newer_one_refused(postgres_server: Pos
     stores = [PostgresStore(url) for _ in range(2)]  # the second finds the steps applied
     with psycopg.connect(url) as db:
         applied = [r[0] for r in db.execute("SELECT version FROM schema_migrations ORDER BY version")]
-        assert applied == list(range(1, SCHEMA_VERSION + 1))
+        assert (
+            applied == [number for number, _ in postgres_store.MIGRATIONS] and applied[-1] == SCHEMA_VERSION
+        )
         db.execute("INSERT INTO schema_migrations(version) VALUES (%s)", (SCHEMA_VERSION + 1,))
     for store in stores:
         store.close()
@@ -111,7 +113,9 @@ def test_a_database_from_before_sessions_gets_them_from_its_rows(
     old.ingest_prepared([prepare(event) for event in EVENTS], now=1000.0)
     old.close()
     with psycopg.connect(url, autocommit=True) as db:  # as the first step left it
-        db.execute("DROP TABLE sessions, raw_events, store_notes, refused_events, log_file_chunks")
+        db.execute(
+            "DROP TABLE sessions, raw_events, store_notes, refused_events, log_file_chunks, export_entities"
+        )
         db.execute("DELETE FROM schema_migrations WHERE version > 1")
     store = PostgresStore(url)
     assert store.sessions() == [EVENTS[0]["sessionName"]]

@@ -35,6 +35,13 @@ from ray_otel_events.store.location import open_store
 from ray_otel_events.store.state_query import BASE_COLUMNS, RESOURCES
 from ray_otel_events.store.views import StoreViews
 
+# Lists of what Ray's Export API events hold (`ray-otel-events list datasets`), by their paths
+EXPORT_LISTS = {"datasets": "datasets", "train-runs": "train_runs"}
+EXPORT_COLUMNS = {
+    "datasets": ["dataset_id", "job_id", "state", "operators", "start_time", "end_time"],
+    "train-runs": ["run_id", "name", "job_id", "status", "attempts", "workers", "start_time", "end_time"],
+}
+
 
 class Unanswered(Exception):
     """The store or server could not answer; the message says why."""
@@ -55,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     if command != "sessions":
         parser.add_argument("--session", help="this session (`ray-otel-events sessions`), not the newest")
     if command == "list":
-        parser.add_argument("resource", choices=RESOURCES)
+        parser.add_argument("resource", choices=(*RESOURCES, *EXPORT_LISTS))
         parser.add_argument(
             "--filter",
             action="append",
@@ -176,14 +183,19 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 
 def _list(source: _Source, args: argparse.Namespace) -> int:
     params = [("limit", str(args.limit)), ("detail", str(args.detail).lower()), *_filters(args.filter)]
-    result = _ray_result(*source.get(f"/api/v0/{args.resource}", params))
+    path = EXPORT_LISTS.get(args.resource, args.resource)
+    result = _ray_result(*source.get(f"/api/v0/{path}", params))
     if args.format == "json":
         print(json.dumps(result["result"], indent=2))
     else:
         shown = len(result["result"])
         print(f"{shown} of {result['num_filtered']} matching ({result['total']} {args.resource} stored)")
         if shown:
-            columns = list(result["result"][0]) if args.detail else BASE_COLUMNS[args.resource]
+            columns = (
+                list(result["result"][0])
+                if args.detail
+                else BASE_COLUMNS.get(args.resource) or EXPORT_COLUMNS[args.resource]
+            )
             print(_table(result["result"], columns))
     return 0
 

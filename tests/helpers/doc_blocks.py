@@ -284,7 +284,7 @@ def help_problems(marked: list[Block], env: dict[str, str]) -> list[str]:
                 if code != 0:
                     problems.append(f"{what}: --help exited {code}")
                     continue
-                choices = re.search(r"(?m)^positional arguments:\n  \{([\w,]+)\}", text)
+                choices = re.search(r"(?m)^positional arguments:\n  \{([\w,-]+)\}", text)
                 if choices and len(path) > 1 and path[1] not in choices.group(1).split(","):
                     problems.append(f"{what}: {path[1]} is not one of {{{choices.group(1)}}}")
                 problems += _flag_problems(what, text, flags)

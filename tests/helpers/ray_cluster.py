@@ -101,6 +101,7 @@ def ray_cluster(
     token: str | None = None,
     tracing_hook: str | None = None,
     extra_env: dict[str, str] | None = None,
+    num_cpus: int = 1,
 ) -> Iterator[RayCluster]:
     if not Path("/proc/self/cmdline").exists():
         pytest.skip("finds the cluster's processes through /proc")
@@ -126,6 +127,7 @@ def ray_cluster(
             env,
             temp_dir,
             port,
+            num_cpus=num_cpus,
             dashboard_port=dashboard_port,
             tracing_hook=tracing_hook,
             agent_grpc_port=agent_port,

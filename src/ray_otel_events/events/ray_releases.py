@@ -68,6 +68,14 @@ SETTINGS: tuple[Setting, ...] = (
         since=(2, 60),
         why="Python-emitted event types (platform, submission jobs)",
     ),
+    # Train v2 keeps its runs in its state actor (and writes them as EXPORT_TRAIN_RUN* export
+    # events, which `serve` keeps) only with this on (ray/train/v2/api/data_parallel_trainer.py).
+    Setting(
+        "RAY_TRAIN_ENABLE_STATE_TRACKING",
+        "1",
+        since=(2, 60),
+        why="Ray Train v2 records its runs, attempts and workers",
+    ),
 )
 
 # The Export API types whose files `ray-otel-events collect` ships (Ray Data's datasets, Train's runs

@@ -6,6 +6,8 @@
         other spans and log records -> plain JSON records -> --spans-export-addr (else counted, dropped)
     POST /v1/ray-events  (what a Ray cluster's aggregator posts)
         -> spans and log records (otel/from_ray_events.py) -> OTLP/HTTP -> --otlp-endpoint
+    POST /v1/ray-export-events  (Ray's Export API files, as `ray-otel-events collect` posts them)
+        -> spans of datasets and Train runs in their jobs' traces (otel/export_spans.py) -> --otlp-endpoint
 
 Modes (docs/scaling.md): `convert` makes the log records only; `assemble` takes RayEvent-carrying
 log records (HTTP /v1/logs, or OTLP/gRPC) and makes the spans only. A multi-process bridge
@@ -39,6 +41,7 @@ from ray_otel_events.config import BridgeConfig, OtlpSignalConfig
 from ray_otel_events.durable.durable_buffer import DurableBuffer
 from ray_otel_events.durable.sqlite_queue import QueueDatabase, SqliteEventQueue
 from ray_otel_events.encoding.newer_releases import POSTED_JSON_TYPE, type_of, unknown_type
+from ray_otel_events.encoding.ray_export_events import ExportPost
 from ray_otel_events.encoding.ray_json import RayEventJsonEncoder
 from ray_otel_events.events.registry import REGISTRY
 from ray_otel_events.exporters.http_json import HttpJsonPublisherClient
@@ -50,6 +53,7 @@ from ray_otel_events.metrics import Counters
 from ray_otel_events.observability.http_endpoints import Readiness, in_flight_middleware, observability_routes
 from ray_otel_events.observability.metrics_registry import ServerMetrics
 from ray_otel_events.otel import otlp_wire, unknown_type_records
+from ray_otel_events.otel.export_spans import ExportSpans
 from ray_otel_events.otel.from_ray_events import Emitted, RayEventsToOtel, entity_key_from_bytes
 from ray_otel_events.otel.plain_records import (
     RecordContext,
@@ -72,6 +76,7 @@ from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.receivers.otlp_grpc import OtlpGrpcReceiver
 from ray_otel_events.receivers.otlp_http import ConsumeResult, OtlpConsumer, OtlpHttpReceiver, QueueFullError
 from ray_otel_events.receivers.ray_events_http import RayEventsHttpReceiver
+from ray_otel_events.receivers.ray_export_events_http import ExportEventsConsumer, RayExportEventsHttpReceiver
 from ray_otel_events.security.auth import BearerToken
 from ray_otel_events.services.pipeline_metrics import register_buffers, register_publishers
 
@@ -79,6 +84,7 @@ logger = logging.getLogger(__name__)
 
 # Counter names of the bridge itself.
 RAY_EVENTS_FROM_LOGS = "ray_events_from_log_records"
+EXPORT_SPANS = "spans_from_export_events"  # datasets, their operators, Train runs, attempts, workers
 RAY_EVENTS_FROM_SPANS = "ray_events_from_spans"
 RECORDS_FORWARDED = "plain_records_forwarded"  # labelled signal=span|log
 RECORDS_DROPPED = "plain_records_dropped"  # no --spans-export-addr; labelled signal=span|log
@@ -192,7 +198,7 @@ def _unknown_types_apart(
     return batch, list(unread.values())
 
 
-class BridgeService(OtlpConsumer):
+class BridgeService(OtlpConsumer, ExportEventsConsumer):
     def __init__(
         self,
         config: BridgeConfig,
@@ -241,6 +247,8 @@ class BridgeService(OtlpConsumer):
         self.ray_spans = RaySpanEvents()
         self.otlp_receiver = OtlpHttpReceiver(self, config.max_body_bytes)
         self.ray_events_receiver = RayEventsHttpReceiver(self, config.max_body_bytes)
+        self.export_events_receiver = RayExportEventsHttpReceiver(self, config.max_body_bytes)
+        self.export_spans = ExportSpans()
         self.otlp_grpc_receiver = OtlpGrpcReceiver(self, self.otlp_receiver.counters)
         self._sweeper: asyncio.Task[None] | None = None
         self._running = False
@@ -252,6 +260,7 @@ class BridgeService(OtlpConsumer):
         metrics.add_counters("bridge", self.counters)
         metrics.add_counters("otlp_receiver", self.otlp_receiver.counters)
         metrics.add_counters("ray_events_receiver", self.ray_events_receiver.counters)
+        metrics.add_counters("ray_export_events_receiver", self.export_events_receiver.counters)
         metrics.add_counters("assembler", self.to_otel.counters)
         metrics.add_counters("otlp_exporter", self.otlp_traces_client.counters)
         metrics.add_counters("otlp_exporter", self.otlp_logs_client.counters)
@@ -288,7 +297,11 @@ class BridgeService(OtlpConsumer):
         return [self.otlp_spans, self.otlp_logs, *optional]
 
     def routes(self) -> list[web.RouteDef]:
-        return [*self.otlp_receiver.routes(), *self.ray_events_receiver.routes()]
+        return [
+            *self.otlp_receiver.routes(),
+            *self.ray_events_receiver.routes(),
+            *self.export_events_receiver.routes(),
+        ]
 
     def build_app(
         self, token: BearerToken | None = None, render_metrics: Callable[[], Awaitable[bytes]] | None = None
@@ -558,6 +571,18 @@ class BridgeService(OtlpConsumer):
             items.append(otlp_wire.resource_logs(*envelope, [record]))
         with self._transaction():
             self.otlp_logs.add_many(items, [POSTED_JSON_TYPE] * len(items))
+
+    async def consume_export_events(self, post: ExportPost) -> None:
+        """Datasets and Train runs as spans in their jobs' traces (otel/export_spans.py), queued
+        for the OTLP endpoint."""
+        spans = self.export_spans.spans(post)
+        if not self.otlp_spans.room_for(len(spans), 0, RAY_EVENTS_HEADROOM):
+            raise self.otlp_spans.full_error()
+        if spans:
+            with self._transaction():
+                items = [self.items.span_item(post.session, span) for span in spans]
+                self.otlp_spans.add_many(items, [0] * len(items))
+            self.counters.add(EXPORT_SPANS, len(spans))
 
     def _queue_otel(self, emitted: Emitted) -> None:
         """Queue spans and log records; when durable, in one transaction with the open entities'

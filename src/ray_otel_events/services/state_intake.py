@@ -10,6 +10,8 @@ answers as the bridge does: an event that cannot be read is rejected and named i
 (Ray's publisher retries any other answer forever), and the rest of its batch is stored. A value
 only the fold reads (a bad base64 id deep in a piece) is found after the answer: that piece is
 logged and counted in `serve_rejected_events`, and the rest of its row is stored.
+`/v1/ray-export-events` is what the per-node collector POSTs: Ray's Export API events (datasets,
+Train runs, submitted jobs), stored in one transaction before the answer (`store.sql_export`).
 `/v1/traces` and `/v1/logs` are OTLP (the receiver speaks the protocol): spans are kept for trace
 trees, log records carrying a RayEvent become state like the POSTed ones (our hooks' own event
 records are only counted: `store.otlp_records`), and every other log record is a task log line.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from typing import Any
 
@@ -31,6 +34,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from ray_otel_events.encoding.newer_releases import UnknownTypes, unknown_type_items
+from ray_otel_events.encoding.ray_export_events import ExportPost
 from ray_otel_events.encoding.ray_json_posts import NotAnArrayError
 from ray_otel_events.receivers.otlp_http import ConsumeResult, OtlpConsumer, OtlpHttpReceiver, QueueFullError
 from ray_otel_events.receivers.ray_events_http import (
@@ -39,6 +43,7 @@ from ray_otel_events.receivers.ray_events_http import (
     REQUESTS,
     RayEventsHttpReceiver,
 )
+from ray_otel_events.receivers.ray_export_events_http import ExportEventsConsumer, RayExportEventsHttpReceiver
 from ray_otel_events.services.store_watch import RETRY_AFTER_S, StoreWatch
 from ray_otel_events.store import otlp_records
 from ray_otel_events.store.backend import IngestResult, Store, StoreBusy, StoreUnavailable, first_line
@@ -52,7 +57,7 @@ logger = logging.getLogger(__name__)
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
-class StateIntake(OtlpConsumer):
+class StateIntake(OtlpConsumer, ExportEventsConsumer):
     """Routes for the intake, and counts of what they stored."""
 
     def __init__(
@@ -76,9 +81,16 @@ class StateIntake(OtlpConsumer):
         self.hook_events = 0  # our hooks' event records: Ray's events are the state
         self.otlp = OtlpHttpReceiver(self, MAX_BODY_BYTES)
         self.ray_events = RayEventsHttpReceiver(self, MAX_BODY_BYTES)
+        self.export_events = RayExportEventsHttpReceiver(self, MAX_BODY_BYTES)
+        self.export_entities = 0  # export events stored (duplicates and older snapshots included)
 
     def routes(self) -> list[web.RouteDef]:
-        return [*self.ray_events.routes(), *self.otlp.routes(), web.get("/unrecognized", self._unrecognized)]
+        return [
+            *self.ray_events.routes(),
+            *self.export_events.routes(),
+            *self.otlp.routes(),
+            web.get("/unrecognized", self._unrecognized),
+        ]
 
     async def _unrecognized(self, _request: web.Request) -> web.Response:
         """The events of a type this version does not know: counts by name, the newest whole."""
@@ -113,6 +125,17 @@ class StateIntake(OtlpConsumer):
         self._refuse_while_unavailable()
         await self.fold.room()
         self.fold.put(events, body)
+
+    async def consume_export_events(self, post: ExportPost) -> None:
+        """Stored (one transaction) before the POST is answered: the collector's offsets move on
+        only then."""
+        self._refuse_while_unavailable()
+        try:
+            self.export_entities += await asyncio.to_thread(self.store.add_export_events, post, time.time())
+        except StoreUnavailable as exc:
+            raise self._lost(exc) from None
+        except StoreBusy as exc:
+            raise QueueFullError(f"the store is busy: {exc}", RETRY_AFTER_S) from None
 
     def _count(self, result: IngestResult) -> None:
         self.events_by_type.update(result.by_type)
@@ -190,6 +213,7 @@ class StateIntake(OtlpConsumer):
             "spans": self.spans,
             "log_lines": self.log_lines,
             "hook_events": self.hook_events,
+            "export_events": self.export_entities,
         }
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+from ray_otel_events.encoding.ray_export_events import ExportPost
 from ray_otel_events.store.posted_body import Accepted
 from ray_otel_events.store.row_fold import Refusal
 from ray_otel_events.store.state_merge import Prepared, Row
@@ -176,6 +177,10 @@ class Store(Protocol):
     def refold_refused(self) -> tuple[int, list[SetAside]]: ...
 
     def prune(self, retention: Retention, *, now: float | None = None) -> int: ...
+
+    def add_export_events(self, post: ExportPost, received: float) -> int: ...
+
+    def export_entities(self, kind: str, session: str | None) -> list[dict[str, Any]]: ...
 
 
 def first_line(exc: BaseException) -> str:

@@ -47,6 +47,7 @@ import psycopg
 from ray_otel_events.store import raw_events
 from ray_otel_events.store.backend import IngestResult, StoreBusy, StoreError, StoreUnavailable, first_line
 from ray_otel_events.store.row_fold import Pieces, StoredRow, fold_keys, group_pieces
+from ray_otel_events.store.sql_export import EXPORT_TABLE
 from ray_otel_events.store.sql_reads import TEXT_COLUMNS, SqlDialect
 from ray_otel_events.store.sql_upkeep import SqlUpkeep
 from ray_otel_events.store.sql_writes import RAW_INCOMPLETE
@@ -75,6 +76,7 @@ _DATA_BYTES = (
     " + (SELECT COALESCE(SUM(octet_length(data)), 0) FROM raw_events)"
     " + (SELECT COALESCE(SUM(octet_length(data)), 0) FROM refused_events)"
     " + (SELECT COALESCE(SUM(octet_length(data)), 0) FROM log_file_chunks)"
+    " + (SELECT COALESCE(SUM(octet_length(data)), 0) FROM export_entities)"
 )
 
 # The indexed text columns with an index on them: a value longer than _WHOLE_CHARS is stored there
@@ -237,6 +239,9 @@ CREATE TABLE log_file_chunks (
 CREATE INDEX chunks_by_time ON log_file_chunks(received);
 """,
     ),
+    # Ray's Export API entities: datasets, Train runs and attempts, submitted jobs, one row
+    # each per session (`sql_export`).
+    (6, EXPORT_TABLE.format(real="double precision")),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -677,6 +682,9 @@ class PostgresStore(SqlUpkeep):
             if db.execute(one, params if many is _INSERT_ROWS else params[4:] + params[:4]).rowcount != 1:
                 missed.append(row)
         return (missed or None) if many is _INSERT_ROWS else None
+
+    def _see_session(self, db: Any, name: str, received: float) -> None:
+        db.execute(_SEEN, (_enc(name), received, received))
 
     def _write_many(self, sql: str, rows: list[tuple[Any, ...]]) -> int:
         if rows:

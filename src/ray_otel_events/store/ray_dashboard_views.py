@@ -21,7 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ray_otel_events import config
-from ray_otel_events.store import state_query
+from ray_otel_events.encoding.ray_export_events import DATASET, SUBMISSION_JOB, TRAIN_RUN, TRAIN_RUN_ATTEMPT
+from ray_otel_events.store import ray_export_views, state_query
 from ray_otel_events.store.state_merge import ACTORS, JOBS, NODES, TASKS, WORKERS, Row
 from ray_otel_events.store.views import RAY_VERSION, Answer, BadRequest, Params, StoreViews
 
@@ -59,6 +60,10 @@ _PROFILING_DEFAULTS = {
 _STREAMS = {"out": ("stdout",), "err": ("stderr", "log")}
 _DRIVER_LOG = re.compile(r"job-driver-(.+)\.log")  # Ray's job manager's file of a submitted job's driver
 _WORKER_FILE = re.compile(r"worker-([0-9a-f]+)-([0-9a-f]+)-(\d+)\.(out|err)")
+TRAIN_V1_ABSENT = (  # Ray's own words (dashboard/modules/train/train_head.py)
+    "Train state data is not available. Please make sure Ray Train is running and that the Train state"
+    ' actor is enabled by setting the RAY_TRAIN_ENABLE_STATE_TRACKING environment variable to "1".'
+)
 NOT_RECORDED = "not recorded in the event store: this dashboard is served from stored events"
 CONSTRUCTOR_FAILED = "creation_task_failure_context"
 _ACTOR_DIED = "ray.exceptions.ActorDiedError: "  # the error a failed constructor is raised as
@@ -167,6 +172,8 @@ class RayDashboardViews:
             (re.compile(r"/api/v0/platform_events"), self.not_found),
             (re.compile(r"/api/serve/applications/?"), self.serve_applications),
             (re.compile(r"/api/data/datasets/([^/]*)"), self.datasets),
+            (re.compile(r"/api/train/v2/runs/v1"), self.train_runs),
+            (re.compile(r"/api/train/v2/runs"), self.train_v1_runs),
             (re.compile(r"/api/v0/tasks/timeline"), self.timeline),
             (re.compile(r"/api/v0/logs"), self.list_logs),
             (re.compile(r"/api/v0/logs/(file|stream)"), self.log_file),
@@ -235,7 +242,21 @@ class RayDashboardViews:
         return jobs
 
     def _jobs(self) -> list[dict[str, Any]]:
-        return self._job_details([state_query.shape(JOBS, row, detail=True) for row in self._rows(JOBS)])
+        """The driver jobs, each submitted one completed by its EXPORT_SUBMISSION_JOB (status,
+        message, exit code, times: the job table's), and the submissions no driver registered
+        for (an entrypoint that failed before `ray.init()`), as Ray's job head lists them."""
+        jobs = self._job_details([state_query.shape(JOBS, row, detail=True) for row in self._rows(JOBS)])
+        submitted = {
+            job["submission_id"]: job
+            for job in map(
+                ray_export_views.submitted_job, self.views.store.export_entities(SUBMISSION_JOB, self.session)
+            )
+        }
+        for job in jobs:
+            known = submitted.pop(job.get("submission_id") or "", None)
+            if known is not None:
+                job.update({k: v for k, v in known.items() if k not in ("type", "job_id", "driver_info")})
+        return [*submitted.values(), *jobs]
 
     def jobs(self, _: Params) -> Answer:
         """JobDetails of every job, as `/api/jobs/` lists them (and `ray job list` reads them)."""
@@ -560,9 +581,35 @@ class RayDashboardViews:
         return 501, f"Ray Serve is {NOT_RECORDED}."
 
     def datasets(self, _: Params, job_id: str) -> Answer:
-        return 503, f"Ray Data is {NOT_RECORDED}."
+        """Ray Data's datasets of a job, from the Export API events the collector shipped
+        (`ray_export_views`)."""
+        finished: dict[str, int] = {}
+        for job, name, state, count in self.views.store.counts(
+            TASKS, "job", "name", "state", session=self.session
+        ):
+            if job == job_id and state == "FINISHED":
+                finished[name] = finished.get(name, 0) + int(count)
+        entities = self.views.store.export_entities(DATASET, self.session)
+        return 200, ray_export_views.datasets_answer(entities, job_id, lambda name: finished.get(name, 0))
 
-    # -- tasks ---------------------------------------------------------------------------------
+    def train_v1_runs(self, _: Params) -> Answer:
+        """Ray 2.60's `/api/train/v2/runs` is Train v1's (its stats actor), which writes no event:
+        answered as the live dashboard answers where no Train v1 run is (Train v2's are under
+        `/v1`)."""
+        return 500, TRAIN_V1_ABSENT
+
+    def train_runs(self, _: Params) -> Answer:
+        """Train v2's runs (the live dashboard's `/api/train/v2/runs/v1`), with their attempts,
+        workers and jobs."""
+        store = self.views.store
+        dead = {row.get("actor_id", "") for row in self._rows(ACTORS, ("state", "DEAD"))}
+        jobs = {job["job_id"]: job for job in self._jobs() if job.get("job_id")}
+        return 200, ray_export_views.train_runs_answer(
+            store.export_entities(TRAIN_RUN, self.session),
+            store.export_entities(TRAIN_RUN_ATTEMPT, self.session),
+            jobs,
+            dead,
+        )
 
     def timeline(self, params: Params) -> Answer:
         """`ray timeline`'s Chrome trace: Ray builds it from profile events; where a task has none

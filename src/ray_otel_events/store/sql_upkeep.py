@@ -23,12 +23,13 @@ from ray_otel_events.store.backend import (
     first_line,
 )
 from ray_otel_events.store.posted_body import read_posted
+from ray_otel_events.store.sql_export import SqlExportRows
 from ray_otel_events.store.sql_writes import RAW_INCOMPLETE, SqlWrites
 
 DROP_CHUNK = 20_000  # rows deleted per transaction when a session is dropped
 
 
-class SqlUpkeep(SqlWrites):
+class SqlUpkeep(SqlWrites, SqlExportRows):
     """Retention and rebuild over the backend's `_transaction` (see the module doc)."""
 
     @abstractmethod
@@ -93,9 +94,9 @@ class SqlUpkeep(SqlWrites):
         return folded, still
 
     def drop_session(self, name: str) -> int:
-        """Delete a session's rows, raw events and record; returns its rows deleted. The rows go
-        DROP_CHUNK at a time, a transaction each, so folds and reads go on in between; the record
-        goes last (while it is there, the session's reads keep filtering by it)."""
+        """Delete a session's rows, raw events, export entities and record; returns its rows
+        deleted. The rows go DROP_CHUNK at a time, a transaction each, so folds and reads go on in
+        between; the record goes last (while it is there, the session's reads keep filtering by it)."""
         d = self.dialect
         deleted = 0
         while True:
@@ -113,6 +114,7 @@ class SqlUpkeep(SqlWrites):
         with self._transaction() as db:
             db.execute(f"DELETE FROM raw_events WHERE session = {d.mark}", (d.enc(name),))
             db.execute(f"DELETE FROM log_file_chunks WHERE session = {d.mark}", (d.enc(name),))
+            self._drop_export_rows(db, [name])
             db.execute(f"DELETE FROM sessions WHERE name = {d.mark}", (d.enc(name),))
         return deleted
 

@@ -41,6 +41,7 @@ from ray_otel_events.store import raw_events
 from ray_otel_events.store.backend import IngestResult, StoreBusy, StoreError
 from ray_otel_events.store.posted_body import Accepted, PostedBody, item_prepared
 from ray_otel_events.store.row_fold import Pieces, StoredRow, fold_keys, group_pieces
+from ray_otel_events.store.sql_export import EXPORT_TABLE
 from ray_otel_events.store.sql_reads import TEXT_COLUMNS, SqlDialect
 from ray_otel_events.store.sql_upkeep import SqlUpkeep
 from ray_otel_events.store.sqlite_library import (
@@ -170,6 +171,7 @@ CREATE TABLE IF NOT EXISTS refused_events (
     reason TEXT NOT NULL,
     data BLOB NOT NULL
 ) WITHOUT ROWID;
+{EXPORT_TABLE.format(real="REAL")};
 """
 _SEEN = (
     "INSERT INTO sessions(name, first_seen, last_seen) VALUES (?, ?, ?)"
@@ -468,6 +470,9 @@ class EventStore(SqlUpkeep):
                 writer.rollback()
                 raise
             writer.commit()
+
+    def _see_session(self, db: Any, name: str, received: float) -> None:
+        db.execute(_SEEN, (name, received, received))
 
     def _write_many(self, sql: str, rows: list[tuple[Any, ...]]) -> int:
         with self._transaction() as db:

@@ -382,6 +382,7 @@ def _task_summary(counts: list[tuple[Any, ...]]) -> dict[str, Any]:
             continue
         key = name or func or ""  # Ray keys by task name first (a named actor: `name:Class.__init__`)
         entry = summary.setdefault(key, {"func_or_class_name": key, "type": kind, "state_counts": {}})
+        state = state or "NIL"  # an attempt with no lifecycle event yet: Ray's default status
         entry["state_counts"][state] = entry["state_counts"].get(state, 0) + count
         totals[kind if kind in totals else "other"] += count
         rows += count

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ray_otel_events.config import DEFAULT_WIRING_CHECK_DELAY_S
-from ray_otel_events.store import state_query
+from ray_otel_events.encoding.ray_export_events import DATASET, TRAIN_RUN, TRAIN_RUN_ATTEMPT
+from ray_otel_events.store import ray_export_views, state_query
 from ray_otel_events.store.backend import ColumnFilter, Store
 from ray_otel_events.store.session_checks import missing_events
 from ray_otel_events.store.sql_reads import ORDERS
@@ -112,6 +113,7 @@ class StoreViews:
             (re.compile(r"/api/sessions"), self.sessions),
             (re.compile(r"/api/ui/get/([a-z_]+)/([0-9a-zA-Z_-]+)"), self.get),
             (re.compile(r"/api/v0/(tasks|actors)/summarize"), self.summarize),
+            (re.compile(r"/api/v0/(datasets|train_runs)"), self.export_list),
             (re.compile(r"/api/v0/([a-z_]+)"), self.list_resource),
             (re.compile(r"/api/ui/generation"), self.generation),
             (re.compile(r"/api/ui/overview"), self.overview),
@@ -162,6 +164,32 @@ class StoreViews:
             return 400, state_query.envelope(None, ok=False, message=str(exc))
         selection = state_query.select(self.store, query, session=session)
         return 200, state_query.envelope(state_query.list_response(query, selection))
+
+    def export_list(self, params: Params, session: str | None, resource: str) -> Answer:
+        """Ray Data's datasets and Train v2's runs of the session (Ray's state API has no such
+        list: `ray-otel-events list datasets|train-runs` reads it), newest first, in the state
+        API's list envelope."""
+        limit = _int_param(params, "limit", state_query.DEFAULT_LIMIT, 1, state_query.MAX_LIMIT)
+        if resource == "datasets":
+            rows = ray_export_views.dataset_rows(self.store.export_entities(DATASET, session))
+        else:
+            rows = ray_export_views.train_run_rows(
+                self.store.export_entities(TRAIN_RUN, session),
+                self.store.export_entities(TRAIN_RUN_ATTEMPT, session),
+            )
+        total = len(rows)
+        filters = zip(
+            params.getall("filter_keys", []),
+            params.getall("filter_predicates", []),
+            params.getall("filter_values", []),
+            strict=False,
+        )
+        for key, predicate, value in filters:
+            if rows and key not in rows[0]:
+                return 400, state_query.envelope(None, ok=False, message=f"{resource} have no field {key!r}")
+            rows = [r for r in rows if (str(r.get(key)).lower() == value.lower()) == (predicate == "=")]
+        result = {"total": total, "num_after_truncation": len(rows), "num_filtered": len(rows)}
+        return 200, state_query.envelope({**result, "result": rows[:limit], "partial_failure_warning": ""})
 
     def summarize(self, params: Params, session: str | None, resource: str) -> Answer:
         if resource != TASKS:
