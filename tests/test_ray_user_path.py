@@ -43,7 +43,6 @@ from helpers.ray_cluster import ray_bin, ray_cli_answers, ray_cluster
 from helpers.tracing_procs import OTLP_HOOK
 from test_ray_dashboard import CLOCK_READS_MS, SCREENSHOTS, _console_errors, _get, _wait_click
 
-
 pytestmark = pytest.mark.ray
 
 SUBMISSION = "raysubmit_ledger"
