@@ -42,7 +42,7 @@ from ray_otel_events.tracing.install import install_tracing, run_setup_hook
 from ray_otel_events.tracing.otlp import otlp_log_exporter
 from ray_otel_events.tracing.ray_session import RAY_WORKER_MODULE, connected_session_name
 from ray_otel_events.tracing.setup_otlp_tracing import destination_key
-from ray_otel_events.tracing.spool import SpoolSpanProcessor, ensure_forwarder, spool_folder
+from ray_otel_events.tracing.spool import SpoolSpanProcessor, ensure_forwarder, spool_folder, unsent_bytes
 
 # Ray loads a worker_process_setup_hook named as a string by its last dot (`module.function`).
 HOOK = "ray_otel_events.tracing.lineage.setup"
@@ -234,7 +234,8 @@ def _install() -> None:
     tracing = TracingConfig(task_output=config.task_output, ray_wrappers=False, event_logs=False)
     folder = spool_folder(SpoolConfig.from_env().root, destination_key(tracing))
     spans = SpoolSpanProcessor(folder, resource, session_name=connected_session_name(), write_at_end=True)
-    ensure_forwarder(folder)
+    if unsent_bytes(folder):  # what an earlier job left; else the first span written starts it
+        ensure_forwarder(folder)
     install_tracing(
         [spans],
         [LineageLogProcessor(), BatchLogRecordProcessor(otlp_log_exporter(config.protocols.logs))],
