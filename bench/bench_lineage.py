@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_aggregator import cpu_seconds, read_ready_line
+from run_all import _machine, _versions
 
 HERE = Path(__file__).resolve().parent
 OTLP_HOOK = "ray_otel_events.tracing.setup_otlp_tracing:setup_tracing"
@@ -306,6 +307,11 @@ def _median_result(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def total_cpu(result: dict[str, Any]) -> float:
+    """CPU µs per task of every process but the sinks (the backend)."""
+    return float(sum(v for g, v in result["cpu_us"].items() if g != "sinks (the backend)"))
+
+
 def _load() -> str:
     try:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
@@ -380,6 +386,8 @@ def report(
         " of every process from the first timed submission until the backend has everything (for"
         " events and lineage: a span for every task at the bridge's OTLP sink; for our hook: the spool"
         " acknowledged), by process; the sinks stand for the backend and are not in the total."
+        f" Machine: {_machine()}; {_versions()}; run at"
+        f" {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."
         f" Load average (1, 5, 15 min) before: {load_before}; after: {load_after} (a shared machine: the"
         " figures are under that load).",
         "",
@@ -390,7 +398,7 @@ def report(
     ]
     for mode, r in results.items():
         cpu = r["cpu_us"]
-        total = sum(v for g, v in cpu.items() if g != "sinks (the backend)")
+        total = total_cpu(r)
         spans = ("every task, " if r["spans_ok"] else "**MISSING**, ") + f"{r['lag_s']:.1f} s"
         lines.append(
             f"| {LABELS[mode]} | {r['tasks_per_s']:,.0f} | {r['every_run']} |"
@@ -409,11 +417,13 @@ def report(
         if g != "sinks (the backend)"
     }
     where = ", ".join(f"{g} {v:+.0f}" for g, v in sorted(added.items(), key=lambda kv: -kv[1]) if abs(v) >= 1)
+    cpu_ratio = total_cpu(events) / total_cpu(results["lineage"])
     lines += [
         "",
         f"The lineage mode runs at **{ratio:.2f}** of events-only (target ≥ {TARGET}:"
-        f" **{'met' if ratio >= TARGET else 'NOT met'}**). Event export's own cost, CPU µs per task over"
-        f" untraced Ray, by process: {where}.",
+        f" **{'met' if ratio >= TARGET else 'NOT met'}**); by CPU per task, events-only over lineage:"
+        f" {cpu_ratio:.2f}. Event export's own cost, CPU µs per task over untraced Ray, by process:"
+        f" {where}.",
     ]
     return lines
 
