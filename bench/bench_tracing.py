@@ -228,8 +228,6 @@ def child_ray(mode: str, n: int) -> dict[str, float]:
         "ours-otlp-grpc": OTLP_HOOK,
         "sdk-docs": "bench_tracing:sdk_docs_hook",
         "sdk-docs-grpc": "bench_tracing:sdk_docs_hook",
-        "events": None,
-        "lineage": None,
     }[mode]
     if mode == "ours-no-output":  # the workers' prints not made log records: what capturing costs
         os.environ["RAY_OTEL_EVENTS_TASK_OUTPUT"] = "0"
@@ -237,17 +235,7 @@ def child_ray(mode: str, n: int) -> dict[str, float]:
         os.environ["RAY_OTEL_EVENTS_RAY_WRAPPERS"] = "0"
     temp_dir = tempfile.mkdtemp(prefix="rb", dir="/tmp")
     kwargs: dict[str, Any] = {"_tracing_startup_hook": hook} if hook else {}
-    if mode in ("events", "lineage"):  # Ray's events to the sink, as `ray-env` wires a node
-        _export_ray_events()
-    if mode == "lineage":  # no tracing hook: Ray's per-job setup hook, the OTLP exporter to the sink
-        from ray_otel_events.tracing.lineage import HOOK
-
-        kwargs["runtime_env"] = {"worker_process_setup_hook": HOOK}
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", _temp_dir=temp_dir, **kwargs)
-    if mode == "lineage":
-        from ray_otel_events.tracing import lineage
-
-        lineage.setup()
     try:
         f = ray.remote(noop)
         ray.get([f.remote() for _ in range(500)])  # warm-up, as in ray_live.md's measurements
@@ -255,17 +243,6 @@ def child_ray(mode: str, n: int) -> dict[str, float]:
     finally:
         ray.shutdown()
         shutil.rmtree(temp_dir, ignore_errors=True)
-
-
-def _export_ray_events() -> None:
-    """ray-env's variables in this process, so the local cluster `ray.init` starts exports its
-    events to the counting sink (OTEL_EXPORTER_OTLP_ENDPOINT) as a wired node does to `serve`."""
-    import ray
-
-    from ray_otel_events.events.ray_releases import events_url, node_environment, parse_release
-
-    url = events_url(os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"])
-    os.environ.update(node_environment(url, parse_release(ray.__version__)))
 
 
 # -- orchestration ----------------------------------------------------------------------------
@@ -383,7 +360,6 @@ def main() -> int:
 POOL_TARGET = 0.7
 RAY_TARGET = 0.93
 SDK_TARGET = 1.3
-LINEAGE_TARGET = 0.97  # issue 46: of the same cluster exporting its events, no tracing
 
 
 def verdict(ratio: float, target: float) -> str:
@@ -476,8 +452,6 @@ def report(
                 "ours-ray-helpers": "Ray + our local hook, Ray's tracing helpers as shipped",
                 "ours-otlp-ray-helpers": "Ray + our OTLP hook, http/protobuf, Ray's helpers as shipped",
                 "ours-otlp-grpc": "Ray + our OTLP hook, grpc (spans and event records)",
-                "events": "Ray, its events exported (ray-env's variables, to a counting sink), no hook",
-                "lineage": "Ray, its events exported + the lineage mode (worker_process_setup_hook, OTLP)",
             },
             only,
             ("none", "tracing-on"),
@@ -537,14 +511,6 @@ def report(
                     f" {-over(mode, shipped, 'total_cpu_us'):+.1f} µs of CPU per task in all,"
                     f" {-over(mode, shipped, 'submit_cpu_us'):+.1f} µs on the submitting thread."
                 )
-        if "events" in ray_results and "lineage" in ray_results:
-            notes.append(
-                "The lineage mode (no tracing hook; user spans parented by Ray's runtime context, the"
-                " task spans made from Ray's events elsewhere) runs at"
-                f" {verdict(ratio('lineage', 'events'), LINEAGE_TARGET)} of the same cluster exporting"
-                f" its events with no tracing ({over('lineage', 'events', 'total_cpu_us'):+.1f} µs of CPU"
-                f" per task in all); event export alone at {ratio('events', 'none'):.2f} of untraced Ray."
-            )
         if "ours" in ray_results and "ours-no-output" in ray_results:
             notes.append(
                 "Capturing the workers' prints (a no-op task prints nothing) costs"

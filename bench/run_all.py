@@ -16,7 +16,17 @@ from importlib import metadata
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["encoder", "aggregator", "production", "tracing", "ray_wrappers", "bridge", "store", "soak"]
+ORDER = [
+    "encoder",
+    "aggregator",
+    "production",
+    "tracing",
+    "lineage",
+    "ray_wrappers",
+    "bridge",
+    "store",
+    "soak",
+]
 
 
 def _machine() -> str:

@@ -2,12 +2,14 @@
 
 First the tracer and log processor alone, with the SDK's in-memory exporter and a given lineage.
 Then one live Ray 2.60 cluster, wired for events only (no tracing hook), exports its events to the
-bridge, which sends its spans and records to a real `serve`; a driver sets up the lineage mode by
-Ray's `worker_process_setup_hook` and runs nested tasks, a sync and an async actor, a task that
-succeeds on its retry and one that fails, each starting a span and writing a line inside and
-outside it. At `serve`, every user span has the trace and, as its parent, the span the bridge made
-for the very attempt it ran in; the lines carry the same ids; the driver's span sits under the
-job's span. Last, a second, small cluster started with `ray-env --lineage`'s variable sets up the
+bridge, which sends its spans to a real Arize Phoenix server and its records to a real `serve`; a
+driver sets up the lineage mode by Ray's `worker_process_setup_hook` (its spans to Phoenix, its lines
+to `serve`) and runs nested tasks, a sync and an async actor, a task that succeeds on its retry and
+one that fails, each starting a span and writing a line inside and outside it. Phoenix's own REST
+API answers: every task is a span, in Ray's tree (a nested task under its parent's attempt), the
+failures ERROR; every user span has the trace and, as its parent, the span the bridge made for the
+very attempt it ran in; the driver's span sits under the job's span. At `serve`, the lines carry
+the same ids. Last, a second, small cluster started with `ray-env --lineage`'s variable sets up the
 workers of a driver that gives no runtime_env (the cluster-wide way), and its user span is looked
 for only once the cluster is stopped: nothing waited in a worker to be sent.
 """
@@ -27,6 +29,7 @@ import pytest
 import requests
 from helpers.agg_procs import CliServer
 from helpers.bridge_procs import start_bridge, url
+from helpers.phoenix import Phoenix
 from helpers.ray_cluster import ray_cluster, ray_env
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
@@ -197,7 +200,7 @@ class Waiter:
         return x
 
 
-with trace.get_tracer("lineage-test").start_as_current_span("driver") as span:
+with trace.get_tracer("lineage-test").start_as_current_span("script") as span:
     assert ray.get(parent.remote(2)) == 1
     assert ray.get(retried.remote()) == "second"
     try:
@@ -222,6 +225,20 @@ USER_SPANS = {
     "user Counter.add": 2,
     "user Waiter.wait 0": 1,
     "user Waiter.wait 1": 1,
+}
+
+# The bridge's span of every task the workload runs (name -> attempts): the driver's (Ray's driver
+# task) and Waiter's constructor too, which start no user span.
+TASK_SPANS = {
+    "driver": 1,
+    "leaf": 2,
+    "parent": 1,
+    "retried": 2,
+    "boom": 1,
+    "Counter.__init__": 1,
+    "Counter.add": 2,
+    "Waiter.__init__": 1,
+    "Waiter.wait": 2,
 }
 
 
@@ -250,8 +267,42 @@ def _task_spans(spans: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     found: dict[str, list[dict[str, Any]]] = {}
     for span in spans:
         if not span["name"].startswith("user ") and "ray.task_attempt" in span["attributes"]:
-            found.setdefault(span["task_id"], []).append(span)
+            found.setdefault(span["attributes"]["ray.task_id"], []).append(span)
     return found
+
+
+def _listing(spans: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """(name, span id, parent span id) of each span: what an assertion about the tree shows."""
+    return sorted((s["name"][:40], s["span_id"], s["parent_span_id"]) for s in spans)
+
+
+def _tree_text(spans: list[dict[str, Any]]) -> str:
+    """The trace as an indented tree, children by name: each span's name (a job's cut), its attempt
+    and an ERROR status."""
+    children: dict[str, list[dict[str, Any]]] = {}
+    for span in spans:
+        children.setdefault(span["parent_span_id"], []).append(span)
+    ids = {s["span_id"] for s in spans}
+    lines: list[str] = []
+
+    def walk(span: dict[str, Any], depth: int) -> None:
+        name = span["name"].split("\n", 1)[0][:40]
+        attempt = span["attributes"].get("ray.task_attempt")
+        notes = ([f"attempt {attempt}"] if attempt is not None else []) + (
+            ["ERROR"] if span["status"] == "ERROR" else []
+        )
+        lines.append("  " * depth + name + (f"  ({', '.join(notes)})" if notes else ""))
+        for child in sorted(children.get(span["span_id"], []), key=lambda s: s["name"]):
+            walk(child, depth + 1)
+
+    for root in sorted((s for s in spans if s["parent_span_id"] not in ids), key=lambda s: s["name"]):
+        walk(root, 0)
+    return "\n".join(lines)
+
+
+def _task_names(spans: list[dict[str, Any]]) -> dict[str, int]:
+    names = [s["name"] for by_task in _task_spans(spans).values() for s in by_task]
+    return {name: names.count(name) for name in sorted(set(names))}
 
 
 def _complete(spans: list[dict[str, Any]]) -> bool:
@@ -263,7 +314,8 @@ def _complete(spans: list[dict[str, Any]]) -> bool:
         and all(len(tasks.get(s["attributes"]["test.task_id"], [])) >= 1 for s in users)
         and len(tasks.get(_task_of(users, "user retried"), [])) == 2
         and any(s["name"].startswith("job ") for s in spans)
-        and any(s["name"] == "driver" for s in spans)
+        and any(s["name"] == "script" for s in spans)
+        and _task_names(spans) == TASK_SPANS
     )
 
 
@@ -274,14 +326,24 @@ def _task_of(users: list[dict[str, Any]], name: str) -> str:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     folder = tmp_path_factory.mktemp("lineage")
+    phoenix = Phoenix(folder / "phoenix")  # first: it takes longest to start
     serve = CliServer("serve", "--store", str(folder / "events.sqlite3"))
     base = f"http://{serve.address}"
-    bridge = start_bridge("--otlp-endpoint", base, "--terminal-grace", "1")
+    # Spans to Phoenix (the bridge's from Ray's events, the workers' and the driver's own), the
+    # records (Ray's events as state, the tasks' lines) to serve.
+    signals = {
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{phoenix.url}/v1/traces",
+        "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": f"{base}/v1/logs",
+    }
+    bridge = start_bridge("--terminal-grace", "1", env=signals)
     otel = {
-        "OTEL_EXPORTER_OTLP_ENDPOINT": base,
+        **signals,
         "RAY_OTEL_EVENTS_SPOOL_DIR": str(folder / "spool"),
     }
     try:
+        # Ready before the cluster starts: Phoenix's start takes both cores for a while, and a
+        # cluster started beside it may lose its GCS's events (job, actors) to Ray's aggregator.
+        phoenix.wait_ready()
         with ray_cluster(url(bridge, "/v1/ray-events"), extra_env=otel) as cluster:
             run = subprocess.run(
                 [sys.executable, "-c", WORKLOAD],
@@ -295,15 +357,16 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             reported = next(line for line in run.stdout.splitlines() if line.startswith('{"trace_id"'))
             trace_id = json.loads(reported)["trace_id"]
             deadline = time.monotonic() + 90
-            while not _complete(spans := _trace(base, trace_id)):
+            while not _complete(spans := phoenix.spans(trace_id)):
                 assert time.monotonic() < deadline, (
-                    f"the trace never held every span: {sorted(s['name'] for s in spans)}"
+                    f"Phoenix never held every span of the trace: {sorted(s['name'] for s in spans)}"
                 )
                 time.sleep(0.5)
         yield Run(base, trace_id, spans)
     finally:
         bridge.close()
         serve.close()
+        phoenix.close()
 
 
 @pytest.mark.ray
@@ -324,9 +387,38 @@ def test_every_user_span_is_the_child_of_the_bridges_span_of_its_attempt(run: Ru
 
 
 @pytest.mark.ray
+def test_the_bridges_task_spans_are_rays_tree_with_its_failures(run: Run) -> None:
+    """Every task a span, in Ray's tree: the driver's task under the job, what the driver submits
+    (tasks, actor constructors and calls, an async actor's too) under the driver's task, a nested
+    task under its parent's attempt; the failing task and the retried task's first attempt ERROR,
+    the attempt that succeeded not."""
+    users = _user_spans(run.spans)
+    tasks = _task_spans(run.spans)
+    job = next(s for s in run.spans if s["name"].startswith("job "))
+    assert _task_names(run.spans) == TASK_SPANS
+    by_user = {u["name"]: tasks[u["attributes"]["test.task_id"]] for u in users}
+    ((parent,),) = [by_user["user parent"]]
+    (driver,) = [s for spans in tasks.values() for s in spans if s["name"] == "driver"]
+    leaves = {span["span_id"] for leaf in ("user leaf 0", "user leaf 1") for span in by_user[leaf]}
+    assert len(leaves) == 2
+    for spans in tasks.values():
+        for span in spans:
+            expected = job if span is driver else parent if span["span_id"] in leaves else driver
+            assert span["parent_span_id"] == expected["span_id"], (span["name"], _listing(run.spans))
+    print(_tree_text(run.spans))  # what docs/tracing.md shows (pytest -s)
+    ((boom,),) = [by_user["user boom"]]
+    assert boom["status"] == "ERROR"
+    retried = sorted(by_user["user retried"], key=lambda s: s["attributes"]["ray.task_attempt"])
+    assert [s["status"] == "ERROR" for s in retried] == [True, False], retried
+    for name, spans in by_user.items():
+        if name not in ("user boom", "user retried"):
+            assert all(span["status"] != "ERROR" for span in spans), (name, spans)
+
+
+@pytest.mark.ray
 def test_the_drivers_span_is_under_the_jobs_span(run: Run) -> None:
     job = next(s for s in run.spans if s["name"].startswith("job "))
-    driver = next(s for s in run.spans if s["name"] == "driver")
+    driver = next(s for s in run.spans if s["name"] == "script")
     assert driver["parent_span_id"] == job["span_id"] and job["parent_span_id"] == ""
 
 

@@ -45,6 +45,7 @@ from ray_otel_events.tracing.spool import (
     SpoolSpanProcessor,
     ensure_forwarder,
     spool_folder,
+    unsent_bytes,
 )
 
 # Ray loads a worker_process_setup_hook named as a string by its last dot (`module.function`).
@@ -237,7 +238,8 @@ def _install() -> None:
     tracing = TracingConfig(task_output=config.task_output, ray_wrappers=False, event_logs=False)
     folder = spool_folder(SpoolConfig.from_env().root, destination_key(tracing))
     spans = SpoolSpanProcessor(folder, resource, session_name=connected_session_name(), write_at_end=True)
-    ensure_forwarder(folder)
+    if unsent_bytes(folder):  # what an earlier job left; else the first span written starts it
+        ensure_forwarder(folder)
     install_tracing(
         [spans],
         [LineageLogProcessor(), SpoolLogRecordProcessor(spans)],
