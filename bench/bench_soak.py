@@ -3,7 +3,8 @@
 The load is a real Ray 2.60 stream: the 14 POST bodies of workload run E
 (tests/fixtures/ray-2.60/raw/runE: 120 events, 23 task attempts, tasks, actors, workers, a job)
 replicated with fresh ids: in replica r every task, actor, worker, job, placement group and event
-id is a new one (a hash of the old id and r, the job id inside task and actor ids kept consistent),
+id is a new one (a hash of the old id and r, the job id inside task and actor ids kept consistent)
+and every time is moved r x 20 ms later (distinct timestamps, in the run's order within a replica);
 the node and session are the cluster's one (its NODE_* events are sent once). A POST holds the same
 body of `--replicas-per-post` consecutive replicas, so an attempt's pieces arrive in several POSTs
 as a cluster sends them. One client process paces the POSTs at `--rate` events/s (plain JSON, one
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import datetime
 import hashlib
 import json
 import os
@@ -72,6 +74,27 @@ def _ids(value: Any, key: str = "") -> Iterator[str]:
         yield value
 
 
+REPLICA_SPACING_NS = 20_000_000  # replica r happens r x 20 ms after the captured run
+_TIME = re.compile(r'"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z|\d{19})"')
+
+
+def _nanoseconds(text: str) -> int:
+    if text.isdigit():
+        return int(text)
+    whole, _, fraction = text[:-1].partition(".")
+    seconds = datetime.datetime.fromisoformat(whole).replace(tzinfo=datetime.UTC).timestamp()
+    return int(seconds) * 10**9 + int(fraction)
+
+
+def _time_text(ns: int, like: str) -> str:
+    """`ns` written as `like` is (nanoseconds as digits, or RFC 3339 with nanoseconds)."""
+    if like.isdigit():
+        return str(ns)
+    seconds, fraction = divmod(ns, 10**9)
+    whole = datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{whole}.{fraction:09d}Z"
+
+
 class Replicas:
     """The run's bodies as text with every id a slot, filled per replica."""
 
@@ -88,6 +111,11 @@ class Replicas:
         )
         ids = sorted({i for body in bodies for e in body for i in _ids(e)}, key=len, reverse=True)
         self.raw = {i: base64.b64decode(i) for i in ids}
+        # Every time (RFC 3339 with nanoseconds, or nanoseconds as a string) is a slot too, moved
+        # by REPLICA_SPACING_NS a replica: distinct timestamps, in the run's order within a replica.
+        texts = {t for body in bodies for t in _TIME.findall(json.dumps(body))}
+        self.times = {t: _nanoseconds(t) for t in texts}
+        ids += sorted(texts, key=len, reverse=True)
         self.jobs = {b for b in self.raw.values() if len(b) == 4}
         self.once = [[e for e in body if e["eventType"].startswith("NODE_")] for body in bodies]
         kept = [[e for e in body if not e["eventType"].startswith("NODE_")] for body in bodies]
@@ -116,7 +144,11 @@ class Replicas:
 
     def fresh(self, r: int) -> dict[str, str]:
         """Replica r's id for each id of the run."""
-        return {i: base64.b64encode(self._new_id(b, r)).decode() for i, b in self.raw.items()}
+        fresh = {i: base64.b64encode(self._new_id(b, r)).decode() for i, b in self.raw.items()}
+        shift = r * REPLICA_SPACING_NS
+        for text, ns in self.times.items():
+            fresh[text] = _time_text(ns + shift, text)
+        return fresh
 
     def body(self, index: int, replicas: list[dict[str, str]]) -> bytes:
         """POST body `index` of each of `replicas` (their `fresh` ids), as one JSON array."""
