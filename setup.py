@@ -46,8 +46,8 @@ NATIVE_MODULES = (
     "_spool_line",
 )
 SQLITE_MODULES = ("_row_writer", "_post_fold")  # built only where SQLite's headers are
-ZLIB_MODULES = ("_raw_deflate",)  # built only where zlib's headers are (the row writer needs both)
-_LIBRARIES = {"_row_writer": ("sqlite3", "z"), "_post_fold": ("sqlite3",), "_raw_deflate": ("z",)}
+ZLIB_MODULES = ("_raw_deflate",)  # built only where zlib's headers are (the row writer and fold need both)
+_LIBRARIES = {"_row_writer": ("sqlite3", "z"), "_post_fold": ("sqlite3", "z"), "_raw_deflate": ("z",)}
 
 
 setup(

@@ -3,7 +3,8 @@
 The load is a real Ray 2.60 stream: the 14 POST bodies of workload run E
 (tests/fixtures/ray-2.60/raw/runE: 120 events, 23 task attempts, tasks, actors, workers, a job)
 replicated with fresh ids: in replica r every task, actor, worker, job, placement group and event
-id is a new one (a hash of the old id and r, the job id inside task and actor ids kept consistent),
+id is a new one (a hash of the old id and r, the job id inside task and actor ids kept consistent)
+and every time is moved r x 20 ms later (distinct timestamps, in the run's order within a replica);
 the node and session are the cluster's one (its NODE_* events are sent once). A POST holds the same
 body of `--replicas-per-post` consecutive replicas, so an attempt's pieces arrive in several POSTs
 as a cluster sends them. One client process paces the POSTs at `--rate` events/s (plain JSON, one
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import datetime
 import hashlib
 import json
 import os
@@ -72,6 +74,27 @@ def _ids(value: Any, key: str = "") -> Iterator[str]:
         yield value
 
 
+REPLICA_SPACING_NS = 20_000_000  # replica r happens r x 20 ms after the captured run
+_TIME = re.compile(r'"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z|\d{19})"')
+
+
+def _nanoseconds(text: str) -> int:
+    if text.isdigit():
+        return int(text)
+    whole, _, fraction = text[:-1].partition(".")
+    seconds = datetime.datetime.fromisoformat(whole).replace(tzinfo=datetime.UTC).timestamp()
+    return int(seconds) * 10**9 + int(fraction)
+
+
+def _time_text(ns: int, like: str) -> str:
+    """`ns` written as `like` is (nanoseconds as digits, or RFC 3339 with nanoseconds)."""
+    if like.isdigit():
+        return str(ns)
+    seconds, fraction = divmod(ns, 10**9)
+    whole = datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{whole}.{fraction:09d}Z"
+
+
 class Replicas:
     """The run's bodies as text with every id a slot, filled per replica."""
 
@@ -88,6 +111,11 @@ class Replicas:
         )
         ids = sorted({i for body in bodies for e in body for i in _ids(e)}, key=len, reverse=True)
         self.raw = {i: base64.b64decode(i) for i in ids}
+        # Every time (RFC 3339 with nanoseconds, or nanoseconds as a string) is a slot too, moved
+        # by REPLICA_SPACING_NS a replica: distinct timestamps, in the run's order within a replica.
+        texts = {t for body in bodies for t in _TIME.findall(json.dumps(body))}
+        self.times = {t: _nanoseconds(t) for t in texts}
+        ids += sorted(texts, key=len, reverse=True)
         self.jobs = {b for b in self.raw.values() if len(b) == 4}
         self.once = [[e for e in body if e["eventType"].startswith("NODE_")] for body in bodies]
         kept = [[e for e in body if not e["eventType"].startswith("NODE_")] for body in bodies]
@@ -116,7 +144,11 @@ class Replicas:
 
     def fresh(self, r: int) -> dict[str, str]:
         """Replica r's id for each id of the run."""
-        return {i: base64.b64encode(self._new_id(b, r)).decode() for i, b in self.raw.items()}
+        fresh = {i: base64.b64encode(self._new_id(b, r)).decode() for i, b in self.raw.items()}
+        shift = r * REPLICA_SPACING_NS
+        for text, ns in self.times.items():
+            fresh[text] = _time_text(ns + shift, text)
+        return fresh
 
     def body(self, index: int, replicas: list[dict[str, str]]) -> bytes:
         """POST body `index` of each of `replicas` (their `fresh` ids), as one JSON array."""
@@ -382,9 +414,17 @@ def _count_sqlite(path: Path) -> dict[str, int]:
     return {"attempts": attempts, "raw_events": raw}
 
 
+def _serve(args: argparse.Namespace) -> list[str]:
+    """The command that starts `serve`: through soak_probe.py with `--probe` (its lines to the file)."""
+    if not args.probe:
+        return [sys.executable, "-m", "ray_otel_events", "serve"]
+    os.environ["PROBE_OUT"] = str(Path(args.probe).resolve())  # _env passes it to serve
+    return [sys.executable, str(HERE / "soak_probe.py"), "serve"]
+
+
 def run_sqlite(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     store = tmp / "soak.sqlite3"
-    proc, address = _start([sys.executable, "-m", "ray_otel_events", "serve", "--store", str(store)])
+    proc, address = _start([*_serve(args), "--store", str(store)])
     log: list[str] = []
     _drain_stderr(proc, log)
     try:
@@ -436,9 +476,7 @@ def run_postgres(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     try:
         url = server.url
         postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
-        proc, address = _start(
-            [sys.executable, "-m", "ray_otel_events", "serve", "--store", url, "--spool", str(tmp / "spool")]
-        )
+        proc, address = _start([*_serve(args), "--store", url, "--spool", str(tmp / "spool")])
         log: list[str] = []
         _drain_stderr(proc, log)
         try:
@@ -505,13 +543,16 @@ _SERVE_BOUNDS = (
     "POST bodies answered and not yet folded (`RAY_OTEL_EVENTS_STORE_MAX_PENDING_BYTES`, 64 MiB, and"
     " 200,000 events): what grows while the fold is behind the stream; the fold's id cache"
     " (`state_merge.hex_id`, 65,536 ids); request bodies in flight (`RAY_OTEL_EVENTS_MAX_BODIES_BYTES`,"
-    " 256 MiB); connections (`RAY_OTEL_EVENTS_MAX_CONNECTIONS`, 4,096)"
+    " 256 MiB); connections (`RAY_OTEL_EVENTS_MAX_CONNECTIONS`, 4,096); freed blocks of 128 KiB and"
+    " more given back to the system (`RAY_OTEL_EVENTS_MMAP_THRESHOLD_BYTES`: with glibc's sliding"
+    " threshold the heap kept the holes of freed bodies, +13 MiB/min)"
 )
 BOUNDS = {
     "serve (SQLite)": (
         _SERVE_BOUNDS + "; SQLite's page caches (`cache_size`: the store's connection and the compiled"
-        " row writer's 64 MiB each, the compiled fold's reader's 16 MiB; one connection's measured 66 MiB"
-        " once full), which fill as the file grows past them; the file"
+        " row writer's 64 MiB each, the compiled fold's reader's 16 MiB; SQLite's own allocations,"
+        " `sqlite3_memory_used`, measured level at 68-72 MiB through 10 minutes: the mapped file serves"
+        " most reads); the file"
         " mapped (`mmap_size` 2 GiB): file-backed pages, counted in RSS as they are touched, the"
         " kernel's to drop under pressure"
     ),
@@ -629,6 +670,9 @@ def main() -> int:
         "--only", action="append", choices=("sqlite", "postgres", "bridge"), help="run only these targets"
     )
     parser.add_argument("--json", help="also write the raw results here")
+    parser.add_argument(
+        "--probe", help="run serve through soak_probe.py, its lines (SQLite's memory, the heap) to this file"
+    )
     args = parser.parse_args()
     if args.quick:
         args.minutes = 1.0

@@ -48,6 +48,7 @@ from ray_otel_events.tracing import spool
 from tests.helpers.examples import examples
 from tests.helpers.pure_python import needs_compiled as needs_compiled_twins
 from tests.helpers.pure_python import run_pure_python
+from tests.helpers.stored_rows import SELECT_ROWS, unpacked
 from tests.test_otlp_wire import _fixture_dicts, values
 from tests.test_ray_json import ray_events
 
@@ -1254,7 +1255,7 @@ def test_rows_that_fail_stop_the_compiled_loop_where_python_stops() -> None:
 
 
 def _store_rows(store: EventStore) -> list[tuple[Any, ...]]:
-    return store._query("SELECT * FROM state_rows ORDER BY resource, entity_id, attempt, session")
+    return unpacked(store._query(SELECT_ROWS))
 
 
 @needs_row_writer

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import subprocess
@@ -228,3 +229,42 @@ def test_store_max_pending_bytes_is_read_and_checked() -> None:
     for bad in ("0", "-5", "lots"):
         with pytest.raises(ConfigError, match="RAY_OTEL_EVENTS_STORE_MAX_PENDING_BYTES"):
             store_max_pending_bytes({"RAY_OTEL_EVENTS_STORE_MAX_PENDING_BYTES": bad})
+
+
+def test_the_mmap_threshold_is_read_and_checked() -> None:
+    assert ServerLimitsConfig.from_env({}).mmap_threshold_bytes == 128 * 1024
+    assert (
+        ServerLimitsConfig.from_env({"RAY_OTEL_EVENTS_MMAP_THRESHOLD_BYTES": "0"}).mmap_threshold_bytes == 0
+    )
+    for bad in ("-1", str(64 * 1024 * 1024), "big"):
+        with pytest.raises(ConfigError, match="RAY_OTEL_EVENTS_MMAP_THRESHOLD_BYTES"):
+            ServerLimitsConfig.from_env({"RAY_OTEL_EVENTS_MMAP_THRESHOLD_BYTES": bad})
+
+
+_SECOND_BLOCK = """
+import ctypes, sys
+from ray_otel_events.security.http_limits import map_large_blocks
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in "arena ordblks smblks hblks hblkhd usmblks".split()]
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype, libc.malloc.restype = Info, ctypes.c_void_p
+map_large_blocks(int(sys.argv[1]))
+libc.free(ctypes.c_void_p(libc.malloc(4 << 20)))  # glibc's own threshold rises past this block
+mapped = libc.mallinfo2().hblks
+block = libc.malloc(4 << 20)
+print(libc.mallinfo2().hblks - mapped)  # is the second one mapped apart?
+libc.free(ctypes.c_void_p(block))
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux" or not hasattr(ctypes.CDLL(None), "mallinfo2"), reason="glibc's")
+def test_a_server_keeps_large_blocks_off_the_heap_after_one_is_freed() -> None:
+    """With the threshold set (every server's guard sets it), a body-sized block freed does not
+    send the next ones into the heap, whose holes glibc keeps: it stays mapped apart."""
+    answers = [
+        subprocess.run(
+            [sys.executable, "-c", _SECOND_BLOCK, threshold], capture_output=True, text=True, timeout=60
+        )
+        for threshold in ("0", str(128 * 1024))
+    ]
+    assert [a.stdout.strip() for a in answers] == ["0", "1"], [a.stderr for a in answers]

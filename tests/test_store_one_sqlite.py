@@ -19,6 +19,7 @@ from typing import Any
 import requests
 from helpers.agg_procs import FIXTURE, CliServer, clean_env, start
 from helpers.pure_python import needs_compiled
+from helpers.stored_rows import SELECT_ROWS, unpacked
 
 from ray_otel_events.store import sqlite_store
 from ray_otel_events.store.sqlite_library import (
@@ -53,7 +54,7 @@ def _mapped_files() -> set[str]:
 def _rows(store: EventStore) -> list[tuple[Any, ...]]:
     db = sqlite3.connect(store.path)
     try:
-        return db.execute("SELECT * FROM state_rows ORDER BY 1, 2").fetchall()
+        return unpacked(db.execute(SELECT_ROWS).fetchall())
     finally:
         db.close()
 

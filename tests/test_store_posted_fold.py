@@ -10,6 +10,7 @@ import base64
 import copy
 import json
 import random
+import sqlite3
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,10 +25,12 @@ from ray_otel_events import native
 from ray_otel_events.encoding.ray_json_posts import NotAnArrayError, read_posted_array
 from ray_otel_events.store.backend import IngestResult
 from ray_otel_events.store.posted_body import Accepted, PostedBody, read_posted
-from ray_otel_events.store.sqlite_store import EventStore
+from ray_otel_events.store.row_packing import pack_row, row_json
+from ray_otel_events.store.sqlite_store import SCHEMA_VERSION, EventStore
 from ray_otel_events.store.state_merge import Prepared, prepare
 from tests.helpers.examples import examples
 from tests.helpers.pure_python import needs_compiled, run_pure_python
+from tests.helpers.stored_rows import SELECT_ROWS, unpacked
 from tests.test_compiled_helpers import _mutated
 from tests.test_otlp_wire import _fixture_dicts
 
@@ -107,7 +110,7 @@ def _outcome(ingest: Callable[..., IngestResult], *args: Any, now: float) -> Any
 
 
 def _rows(store: EventStore) -> list[tuple[Any, ...]]:
-    return store._query("SELECT * FROM state_rows ORDER BY resource, entity_id, attempt, session")
+    return unpacked(store._query(SELECT_ROWS))
 
 
 def _result(result: IngestResult) -> tuple[Any, ...]:
@@ -322,7 +325,10 @@ for number, batch in enumerate(json.loads(Path(sys.argv[2]).read_text())):
     posts = [read_posted(body.encode())[0] for body in batch]
     assert all(isinstance(post, list) for post in posts)
     store.ingest_posted(posts, now=1000.0 + number)
-print(json.dumps(store._query("SELECT * FROM state_rows ORDER BY resource, entity_id, attempt, session")))
+from ray_otel_events.store.row_packing import row_json
+rows = store._query("SELECT * FROM state_rows ORDER BY resource, entity_id, attempt, session")
+assert all(isinstance(row[5], bytes) for row in rows)
+print(json.dumps([[*row[:5], json.loads(row_json(row[5])), *row[6:]] for row in rows]))
 store.close()
 """
 
@@ -350,3 +356,46 @@ def test_with_the_compiled_helpers_off_serve_stores_the_same_rows(directory: Pat
     code = code.replace("sys.argv[2]", repr(str(directory / "batches.json")))
     assert json.loads(run_pure_python(code)) == rows
     assert len(rows) > 20
+
+
+def test_a_schema_3_store_with_its_rows_as_text_is_read_and_folded_into(directory: Path) -> None:
+    """A store written before rows were packed (schema 3: each row's JSON a text) opens, answers
+    the same rows, and takes later pieces of those rows (the compiled fold reads text rows too);
+    rows written again are packed."""
+    half = len(TASK_DICTS) // 2
+    store = EventStore(directory / "old.sqlite3")
+    store.ingest_posted([read_posted(orjson.dumps(TASK_DICTS[:half]))[0]], now=1000.0)
+    store.close()
+    db = sqlite3.connect(directory / "old.sqlite3")
+    with db:
+        for rowid, data in db.execute("SELECT rowid, data FROM state_rows").fetchall():
+            db.execute("UPDATE state_rows SET data = ? WHERE rowid = ?", (row_json(data).decode(), rowid))
+        db.execute("PRAGMA user_version=3")
+    db.close()
+    reference = EventStore(directory / "new.sqlite3")
+    store = EventStore(directory / "old.sqlite3")
+    try:
+        for target in (store, reference):
+            if target is reference:
+                target.ingest_posted([read_posted(orjson.dumps(TASK_DICTS[:half]))[0]], now=1000.0)
+            target.ingest_posted([read_posted(orjson.dumps(TASK_DICTS[half:]))[0]], now=1001.0)
+        old, new = store._query(SELECT_ROWS), reference._query(SELECT_ROWS)
+        assert [_read(row) for row in old] == [_read(row) for row in new] and len(old) > 10
+        assert {type(row[5]) for row in old} == {str, bytes}  # untouched rows stay text, read as they are
+        assert all(isinstance(row[5], bytes) for row in old if row[4] == 1001.0)  # written again: packed
+        assert store._query("PRAGMA user_version") == [(SCHEMA_VERSION,)]
+    finally:
+        store.close()
+        reference.close()
+
+
+def _read(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    return (*row[:5], orjson.loads(row_json(row[5])), *row[6:])
+
+
+def test_a_damaged_packed_row_is_an_error_not_a_row() -> None:
+    packed = pack_row(b'{"task_id":"ab"}')
+    assert row_json(packed) == b'{"task_id":"ab"}'
+    for damaged in (packed[:-3], b"\x02" + packed[1:], packed[:1] + b"\xff\xff\xff\x0f" + packed[5:]):
+        with pytest.raises(ValueError, match="stored row"):
+            row_json(damaged)

@@ -34,6 +34,7 @@
 #include "json_lexer.h"
 #include "packed_rows.h"
 #include "ray_json_values.h"
+#include "row_packing.h"
 #include "sqlite_library.h"
 
 /* -- JSON text as a tree of nodes ------------------------------------------------------------ */
@@ -1283,6 +1284,7 @@ typedef struct {
     Arena batch, chunk;
     RowState *row;
     RawBuf json;
+    RowPacker unpacker; /* the stored rows' packed data (row_packing.h) */
 } Folder;
 
 /* What a fold of one batch gathers (no Python object is touched while the GIL is released). */
@@ -1483,11 +1485,13 @@ static int read_chunk(Folder *f, Batch *b, const uint32_t *rows, int n, uint32_t
     for (int i = n; i < f->chunk_rows; i++) sqlite3_bind_null(s, 2 + i);
     int rc;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        int packed = sqlite3_column_type(s, 3) == SQLITE_BLOB; /* before a _text call converts it */
         const char *stored = (const char *)sqlite3_column_text(s, 0), *session_text;
         int stored_n = sqlite3_column_bytes(s, 0);
         session_text = (const char *)sqlite3_column_text(s, 2);
         int session_n = sqlite3_column_bytes(s, 2);
-        const char *data = (const char *)sqlite3_column_text(s, 3), *ids = (const char *)sqlite3_column_text(s, 4);
+        const void *data = packed ? sqlite3_column_blob(s, 3) : sqlite3_column_text(s, 3);
+        const char *ids = (const char *)sqlite3_column_text(s, 4);
         if (stored == NULL || session_text == NULL || data == NULL || ids == NULL ||
             sqlite3_column_type(s, 1) != SQLITE_INTEGER)
             continue; /* not a row the fold writes: none of the chunk's keys */
@@ -1497,7 +1501,23 @@ static int read_chunk(Folder *f, Batch *b, const uint32_t *rows, int n, uint32_t
         uint32_t row = find_row(b, key);
         if (row == NO_EVENT || ROWS(b)[row].chunk != chunk || ROWS(b)[row].python) continue;
         RowRef *ref = ROWS(b) + row;
-        ref->data = arena_copy(&f->chunk, data, (size_t)sqlite3_column_bytes(s, 3));
+        if (packed) {
+            const unsigned char *blob = data;
+            size_t blob_len = (size_t)sqlite3_column_bytes(s, 3);
+            int64_t n = row_packed_length(blob, blob_len);
+            char *text = n < 0 ? NULL : arena_alloc(&f->chunk, (size_t)n);
+            if (n < 0 || (text != NULL && row_unpack(&f->unpacker, blob, blob_len, text, (size_t)n) < 0)) {
+                b->error = SQL_FAILED;
+                snprintf(b->message, sizeof b->message, "reading rows: the stored row of %.*s is damaged",
+                         stored_n > 100 ? 100 : stored_n, stored);
+                sqlite3_reset(s);
+                return -1;
+            }
+            if (text == NULL) break;
+            ref->data = (Text){text, (uint32_t)n};
+        } else {
+            ref->data = arena_copy(&f->chunk, data, (size_t)sqlite3_column_bytes(s, 3));
+        }
         ref->ids = arena_copy(&f->chunk, ids, (size_t)sqlite3_column_bytes(s, 4));
         ref->found = 1;
     }
@@ -1837,14 +1857,20 @@ static PyObject *folder_close(Folder *f, PyObject *unused) {
 }
 
 static int folder_init(Folder *f, PyObject *args, PyObject *kwargs) {
-    const char *path, *setup, *select;
+    const char *path, *setup, *select, *dictionary = "";
+    Py_ssize_t dictionary_len = 0;
     PyObject *writer, *error_type;
-    static char *keywords[] = {"path", "setup", "select", "writer", "error", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sssOO:Folder", keywords, &path, &setup, &select, &writer,
-                                     &error_type))
+    static char *keywords[] = {"path", "setup", "select", "writer", "error", "dictionary", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sssOO|y#:Folder", keywords, &path, &setup, &select, &writer,
+                                     &error_type, &dictionary, &dictionary_len))
         return -1;
     if (f->db != NULL) {
         PyErr_SetString(PyExc_ValueError, "Folder(...) once");
+        return -1;
+    }
+    row_packer_free(&f->unpacker, 1);
+    if (row_packer_dictionary(&f->unpacker, dictionary, (size_t)dictionary_len) < 0) {
+        PyErr_NoMemory();
         return -1;
     }
     PyObject *writers = PyImport_ImportModule("ray_otel_events.native._row_writer");
@@ -1889,6 +1915,7 @@ static void folder_dealloc(Folder *f) {
     arena_free(&f->batch);
     arena_free(&f->chunk);
     raw_free(&f->json);
+    row_packer_free(&f->unpacker, 1);
     PyMem_RawFree(f->row);
     Py_XDECREF(f->writer);
     Py_XDECREF(f->error_type);
@@ -1908,7 +1935,8 @@ static PyTypeObject FolderType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ray_otel_events.native._post_fold.Folder",
     .tp_basicsize = sizeof(Folder),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Folder(path, setup, select, writer, error): POSTs folded into task rows; see the module doc.",
+    .tp_doc = "Folder(path, setup, select, writer, error, dictionary=b''): POSTs folded into task rows (stored"
+               " rows' packed data unpacked with `dictionary`); see the module doc.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)folder_init,
     .tp_dealloc = (destructor)folder_dealloc,

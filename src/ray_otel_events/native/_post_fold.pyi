@@ -12,7 +12,13 @@ def bind(
 
 class Folder:
     def __init__(
-        self, path: str, setup: str, select: str, writer: RowWriter, error: type[Exception]
+        self,
+        path: str,
+        setup: str,
+        select: str,
+        writer: RowWriter,
+        error: type[Exception],
+        dictionary: bytes = b"",
     ) -> None: ...
     def fold(
         self, posts: list[Any], received: float, /

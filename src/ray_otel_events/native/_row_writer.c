@@ -21,6 +21,7 @@
 #include "packed_rows.h"
 #include "sqlite_library.h"
 #include "raw_deflate.h"
+#include "row_packing.h"
 
 typedef struct {
     char *session; /* UTF-8, `session_len` bytes */
@@ -45,6 +46,8 @@ typedef struct {
     sqlite3_stmt *keep_seen; /* (session, first seen, last seen) */
     PyObject *held;          /* the bodies of queued keep jobs, until the transaction ends */
     int columns;
+    int packed; /* the column stored packed (row_packing.h), or -1 */
+    RowPacker packer;
     PyObject *error_type;
     pthread_t thread;
     int started;
@@ -78,6 +81,19 @@ static void write_chunk(Writer *w, Chunk *chunk) {
         for (int c = 0; c < w->columns; c++) {
             PackedValue v;
             p = packed_read(p, &v);
+            if (c == w->packed && v.tag == PACKED_TEXT) {
+                const unsigned char *blob;
+                size_t blob_len;
+                int rc = row_pack(&w->packer, v.text, v.len, &blob, &blob_len) < 0 || blob_len > INT_MAX
+                             ? SQLITE_NOMEM
+                             : sqlite3_bind_blob(w->upsert, c + 1, blob, (int)blob_len, SQLITE_STATIC);
+                if (rc != SQLITE_OK) {
+                    fail_with(w, "pack a row");
+                    sqlite3_reset(w->upsert);
+                    return;
+                }
+                continue;
+            }
             int rc = v.tag == PACKED_INT     ? sqlite3_bind_int64(w->upsert, c + 1, v.i)
                      : v.tag == PACKED_FLOAT ? sqlite3_bind_double(w->upsert, c + 1, v.d)
                      : v.tag == PACKED_TEXT  ? sqlite3_bind_text(w->upsert, c + 1, v.text, (int)v.len, SQLITE_STATIC)
@@ -393,6 +409,7 @@ static void stop(Writer *w) {
     w->keep_raw = w->keep_seen = NULL;
     if (w->db) sqlite3_close(w->db);
     w->db = NULL;
+    row_packer_free(&w->packer, 0);
 }
 
 static PyObject *writer_close(Writer *w, PyObject *unused) {
@@ -402,14 +419,24 @@ static PyObject *writer_close(Writer *w, PyObject *unused) {
 }
 
 static int writer_init(Writer *w, PyObject *args, PyObject *kwargs) {
-    const char *path, *sql, *setup;
+    const char *path, *sql, *setup, *dictionary = "";
+    Py_ssize_t dictionary_len = 0;
     PyObject *error_type;
-    static char *keywords[] = {"path", "sql", "setup", "columns", "error", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sssiO:RowWriter", keywords, &path, &sql, &setup,
-                                     &w->columns, &error_type))
+    static char *keywords[] = {"path", "sql", "setup", "columns", "error", "packed", "dictionary", NULL};
+    w->packed = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sssiO|iy#:RowWriter", keywords, &path, &sql, &setup,
+                                     &w->columns, &error_type, &w->packed, &dictionary, &dictionary_len))
         return -1;
     if (w->db != NULL || w->columns <= 0) {
         PyErr_SetString(PyExc_ValueError, "RowWriter(path, sql, setup, columns > 0, error), once");
+        return -1;
+    }
+    if (w->packed >= w->columns) {
+        PyErr_SetString(PyExc_ValueError, "RowWriter: packed is the index of one of its columns");
+        return -1;
+    }
+    if (row_packer_dictionary(&w->packer, dictionary, (size_t)dictionary_len) < 0) {
+        PyErr_NoMemory();
         return -1;
     }
     Py_XSETREF(w->error_type, Py_NewRef(error_type));
@@ -474,7 +501,8 @@ static PyTypeObject WriterType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ray_otel_events.native._row_writer.RowWriter",
     .tp_basicsize = sizeof(Writer),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "RowWriter(path, sql, setup, columns, error): upserts on a thread and connection of its own.",
+    .tp_doc = "RowWriter(path, sql, setup, columns, error, packed=-1, dictionary=b''): upserts on a thread and"
+               " connection of its own; column `packed` (0-based) is stored packed with `dictionary`.",
     .tp_new = writer_new,
     .tp_init = (initproc)writer_init,
     .tp_dealloc = (destructor)writer_dealloc,

@@ -3,7 +3,16 @@
 from typing import Any
 
 class RowWriter:
-    def __init__(self, path: str, sql: str, setup: str, columns: int, error: type[Exception]) -> None: ...
+    def __init__(
+        self,
+        path: str,
+        sql: str,
+        setup: str,
+        columns: int,
+        error: type[Exception],
+        packed: int = -1,
+        dictionary: bytes = b"",
+    ) -> None: ...
     def add(self, rows: list[tuple[Any, ...]], /) -> None: ...
     def commit(self) -> None: ...
     def rollback(self) -> None: ...

@@ -66,6 +66,21 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 _MALLOC_TRIM = _malloc_trim()
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+def map_large_blocks(threshold: int) -> bool:
+    """Blocks of `threshold` bytes and more mapped apart and unmapped when freed, for good
+    (`ServerLimitsConfig.mmap_threshold_bytes` says why); 0 leaves glibc's sliding threshold. False
+    where there is no glibc."""
+    if not threshold:
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, threshold))
+
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -113,6 +128,7 @@ class ServerGuard:
 
     def __init__(self, config: ServerLimitsConfig) -> None:
         self.config = config
+        map_large_blocks(config.mmap_threshold_bytes)
         self.errors = ClientErrors(
             logging.getLogger("ray_otel_events.client_errors"), None, config.client_error_log_interval_s
         )

@@ -19,6 +19,7 @@ import orjson
 
 from ray_otel_events.store import raw_events
 from ray_otel_events.store.backend import ColumnFilter, Selection, Window
+from ray_otel_events.store.row_packing import row_json
 from ray_otel_events.store.state_merge import INDEXED_COLUMNS, INDEXED_FIELDS, INT64, Row
 
 # The indexed columns holding text, compared ignoring case (the others are integers).
@@ -188,11 +189,11 @@ class SqlReads(ABC):
             matched = self._matched(resource, filters, search, session)
             mark = self.dialect.mark
             found = self._query(f"{query} LIMIT {mark} OFFSET {mark}", [*params, limit, offset])
-            return Selection(total, matched, [orjson.loads(r[0]) for r in found])
+            return Selection(total, matched, [orjson.loads(row_json(r[0])) for r in found])
         rows: list[Row] = []
         matched = 0
         for (data,) in self._query(query, params):
-            row = orjson.loads(data)
+            row = orjson.loads(row_json(data))
             if keep(row):
                 if offset <= matched < offset + limit:
                     rows.append(row)
@@ -265,7 +266,7 @@ class SqlReads(ABC):
             (resource, form),
         )
         field = INDEXED_FIELDS[resource].get(column)
-        return orjson.loads(found[0][0]).get(field, form) if found and field else d.dec(form)
+        return orjson.loads(row_json(found[0][0])).get(field, form) if found and field else d.dec(form)
 
     def entity_rows(
         self, resource: str, entity_id: str, session: str | None = None
@@ -281,7 +282,7 @@ class SqlReads(ABC):
             sql += f" AND session = {d.mark}"
             params.append(d.enc(session))
         found = self._query(sql, params)
-        return [(attempt, d.dec(name), orjson.loads(data)) for attempt, name, data in found]
+        return [(attempt, d.dec(name), orjson.loads(row_json(data))) for attempt, name, data in found]
 
     # -- log files -----------------------------------------------------------------------------
 

@@ -24,7 +24,6 @@ Python work of one batch use two cores.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import re
 import sqlite3
@@ -41,6 +40,7 @@ from ray_otel_events.store import raw_events
 from ray_otel_events.store.backend import IngestResult, StoreBusy, StoreError
 from ray_otel_events.store.posted_body import Accepted, PostedBody, item_prepared
 from ray_otel_events.store.row_fold import Pieces, StoredRow, fold_keys, group_pieces
+from ray_otel_events.store.row_packing import ROW_DICTIONARY, pack_row, row_json
 from ray_otel_events.store.sql_export import EXPORT_TABLE
 from ray_otel_events.store.sql_reads import TEXT_COLUMNS, SqlDialect
 from ray_otel_events.store.sql_upkeep import SqlUpkeep
@@ -72,7 +72,10 @@ COMPILED_SQLITE = {
     if module is not None
 }
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+# The oldest schema this version opens: a schema-3 file differs only in its rows' JSON being text,
+# which is read as it is (row_packing) and packed as each row is written again.
+_OLDEST_OPENED = 3
 _IN_CHUNK = 500  # ids per `IN (...)` query
 _WAL_KEPT_BYTES = 64 * 1024 * 1024  # a checkpointed WAL larger than this is truncated
 # SQLite clamps this to its build's limit (2 GiB by default). Each commit of the row writer's
@@ -191,6 +194,12 @@ _UPSERT = (
     + ", ".join(f"{c}=excluded.{c}" for c in INDEXED_COLUMNS)
 )
 _UPSERT_VALUES = 7 + len(INDEXED_COLUMNS)
+_DATA_VALUE = 5  # the upsert's `data`: the row's JSON, stored packed (row_packing)
+
+
+def _packed(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Upserts with their rows' JSON packed, as the compiled writer packs it."""
+    return [(*row[:_DATA_VALUE], pack_row(row[_DATA_VALUE]), *row[_DATA_VALUE + 1 :]) for row in rows]
 
 
 # SQLite's messages for a file it cannot write now (another writer, a full or failing disk): no
@@ -264,7 +273,7 @@ class EventStore(SqlUpkeep):
         self._generation = 0
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         known = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if version < SCHEMA_VERSION and "state_rows" in known:
+        if version < _OLDEST_OPENED and "state_rows" in known:
             raise StoreError(
                 f"{self.path} was written by an older ray-otel-events (schema {version or 1});"
                 " move it away to start a new one"
@@ -288,12 +297,23 @@ class EventStore(SqlUpkeep):
             if self.writer_reason is None:
                 self.writer = "compiled"
                 self._writer = _row_writer.RowWriter(
-                    str(self.path), _UPSERT, _WRITER_PRAGMAS, _UPSERT_VALUES, sqlite3.DatabaseError
+                    str(self.path),
+                    _UPSERT,
+                    _WRITER_PRAGMAS,
+                    _UPSERT_VALUES,
+                    sqlite3.DatabaseError,
+                    packed=_DATA_VALUE,
+                    dictionary=ROW_DICTIONARY,
                 )
                 self._writer.prepare_keep(_KEEP_RAW, _SEEN)
                 if _post_fold is not None:
                     self._post_folder = _post_fold.Folder(
-                        str(self.path), _READER_PRAGMAS, _SELECT_CHUNK, self._writer, sqlite3.DatabaseError
+                        str(self.path),
+                        _READER_PRAGMAS,
+                        _SELECT_CHUNK,
+                        self._writer,
+                        sqlite3.DatabaseError,
+                        dictionary=ROW_DICTIONARY,
                     )
                 logger.info("store %s: rows written by the compiled writer", self.path)
             else:
@@ -414,7 +434,7 @@ class EventStore(SqlUpkeep):
             ):
                 key = (resource, entity_id, attempt, session)
                 if key in keys:
-                    found[key] = StoredRow(orjson.loads(data), ids.split())
+                    found[key] = StoredRow(orjson.loads(row_json(data)), ids.split())
         for key in keys - found.keys():
             found[key] = StoredRow({}, [])
         return found
@@ -456,7 +476,7 @@ class EventStore(SqlUpkeep):
         writer = self._writer
         if writer is None:
             with self._transaction() as db:
-                yield functools.partial(db.executemany, _UPSERT)
+                yield lambda rows: db.executemany(_UPSERT, _packed(rows))
                 kept = [(session, received, raw_events.compress(parts)) for session, parts in texts.items()]
                 db.executemany(_KEEP_RAW, kept)
                 db.executemany(_SEEN, [(session, received, received) for session in texts])

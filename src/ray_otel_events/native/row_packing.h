@@ -1,0 +1,107 @@
+/* A state row's JSON packed as the store keeps it (store/row_packing.py is the Python twin, and
+ * says why): a format byte, the text's length (uint32, little-endian), then its raw deflate (32 KiB
+ * window) primed with the row dictionary the store passes in. The row writer packs (on its own
+ * thread), the compiled fold unpacks the rows it reads; each keeps one z_stream, reset per row. */
+
+#ifndef RAY_OTEL_EVENTS_ROW_PACKING_H
+#define RAY_OTEL_EVENTS_ROW_PACKING_H
+
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <zlib.h>
+
+#define ROW_PACKED_V1 1
+#define ROW_PACKED_HEAD 5
+#define ROW_PACKED_LEVEL 6
+#define ROW_PACKED_MAX_TEXT (256u * 1024u * 1024u) /* a longer unpacked length is a damaged blob */
+
+typedef struct {
+    z_stream z;
+    int ready; /* deflateInit2 / inflateInit2 succeeded */
+    unsigned char *dictionary;
+    uInt dictionary_len;
+    unsigned char *out; /* the packer's buffer, grown as rows need */
+    size_t out_cap;
+} RowPacker;
+
+/* Keep a copy of `dictionary` (any thread may use it later). 0, or -1 (no memory). */
+static inline int row_packer_dictionary(RowPacker *p, const char *dictionary, size_t len) {
+    if (len == 0 || len > UINT32_MAX) return 0;
+    p->dictionary = PyMem_RawMalloc(len);
+    if (p->dictionary == NULL) return -1;
+    memcpy(p->dictionary, dictionary, len);
+    p->dictionary_len = (uInt)len;
+    return 0;
+}
+
+/* `text` packed into the packer's buffer (*out, *out_len: valid until the next call): 0, or -1. */
+static inline int row_pack(RowPacker *p, const char *text, size_t len, const unsigned char **out, size_t *out_len) {
+    if (len > ROW_PACKED_MAX_TEXT) return -1;
+    if (!p->ready) {
+        memset(&p->z, 0, sizeof p->z);
+        if (deflateInit2(&p->z, ROW_PACKED_LEVEL, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) != Z_OK) return -1;
+        p->ready = 1;
+    } else if (deflateReset(&p->z) != Z_OK) {
+        return -1;
+    }
+    if (p->dictionary_len && deflateSetDictionary(&p->z, p->dictionary, p->dictionary_len) != Z_OK) return -1;
+    size_t need = ROW_PACKED_HEAD + deflateBound(&p->z, (uLong)len);
+    if (need > p->out_cap) {
+        unsigned char *grown = PyMem_RawRealloc(p->out, need);
+        if (grown == NULL) return -1;
+        p->out = grown;
+        p->out_cap = need;
+    }
+    p->out[0] = ROW_PACKED_V1;
+    for (int i = 0; i < 4; i++) p->out[1 + i] = (unsigned char)((uint32_t)len >> (8 * i));
+    p->z.next_in = (Bytef *)text;
+    p->z.avail_in = (uInt)len;
+    p->z.next_out = p->out + ROW_PACKED_HEAD;
+    p->z.avail_out = (uInt)(p->out_cap - ROW_PACKED_HEAD);
+    if (deflate(&p->z, Z_FINISH) != Z_STREAM_END) return -1;
+    *out = p->out;
+    *out_len = ROW_PACKED_HEAD + p->z.total_out;
+    return 0;
+}
+
+/* The unpacked length of a packed blob, or -1 when it is not one this build reads. */
+static inline int64_t row_packed_length(const unsigned char *blob, size_t len) {
+    if (len < ROW_PACKED_HEAD || blob[0] != ROW_PACKED_V1) return -1;
+    uint32_t n = 0;
+    for (int i = 0; i < 4; i++) n |= (uint32_t)blob[1 + i] << (8 * i);
+    return n > ROW_PACKED_MAX_TEXT ? -1 : (int64_t)n;
+}
+
+/* A packed blob's text into `out` (its `row_packed_length` bytes): 0, or -1 when damaged. */
+static inline int row_unpack(RowPacker *p, const unsigned char *blob, size_t len, char *out, size_t out_len) {
+    if (len > UINT32_MAX) return -1;
+    if (!p->ready) {
+        memset(&p->z, 0, sizeof p->z);
+        if (inflateInit2(&p->z, -15) != Z_OK) return -1;
+        p->ready = 1;
+    } else if (inflateReset(&p->z) != Z_OK) {
+        return -1;
+    }
+    /* Raw inflate takes its dictionary before the data (no Z_NEED_DICT without a zlib header). */
+    if (p->dictionary_len && inflateSetDictionary(&p->z, p->dictionary, p->dictionary_len) != Z_OK) return -1;
+    p->z.next_in = (Bytef *)(blob + ROW_PACKED_HEAD);
+    p->z.avail_in = (uInt)(len - ROW_PACKED_HEAD);
+    p->z.next_out = (Bytef *)out;
+    p->z.avail_out = (uInt)out_len;
+    int rc = inflate(&p->z, Z_FINISH);
+    return rc == Z_STREAM_END && p->z.total_out == out_len ? 0 : -1;
+}
+
+/* Free what the packer holds; `inflating` says which kind its stream is. */
+static inline void row_packer_free(RowPacker *p, int inflating) {
+    if (p->ready) {
+        if (inflating) inflateEnd(&p->z);
+        else deflateEnd(&p->z);
+    }
+    PyMem_RawFree(p->dictionary);
+    PyMem_RawFree(p->out);
+    memset(p, 0, sizeof *p);
+}
+
+#endif
