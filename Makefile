@@ -18,8 +18,8 @@ demo: $(STAMP)
 	$(BIN)/ray-otel-events demo
 
 # Two pytest-xdist workers, each taking whole modules (a module's live clusters start once) in the
-# order tests/conftest.py gives them (the slowest first): much of the suite waits on servers, clusters
-# and subprocesses, so two at once fit the suite under 10 minutes on two cores.
+# order tests/conftest.py gives them (the slowest first): run one at a time, the suite waits on
+# servers, clusters and subprocesses about half the time, so two at once use both cores.
 WORKERS := -n 2 --dist loadfile --no-loadscope-reorder
 
 # Fails on a skip tests/skip_allowlist.py does not list, and on a compiled helper that did not build
