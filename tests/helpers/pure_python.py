@@ -6,15 +6,26 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import settings
 
 from ray_otel_events import config, native
+
+# The child may run property tests (test_task_records.py's do), so it loads this run's hypothesis
+# settings (tests/conftest.py: no per-example deadline) rather than hypothesis's defaults, whose
+# 200 ms deadline can fail a correct example on a loaded machine.
+_SETTINGS = (
+    "from hypothesis import settings\n"
+    "settings.register_profile('suite', deadline=None, max_examples={max_examples})\n"
+    "settings.load_profile('suite')\n"
+)
 
 
 def run_pure_python(code: str) -> str:
     """`code`'s stdout, stripped, from `python -c` with RAY_OTEL_EVENTS_PURE_PYTHON=1 (and no other
     environment, so nothing else of this process leaks in)."""
+    prelude = _SETTINGS.format(max_examples=settings.default.max_examples)
     out = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", prelude + code],
         env={"RAY_OTEL_EVENTS_PURE_PYTHON": "1", "PATH": "", **_import_path()},
         capture_output=True,
         text=True,

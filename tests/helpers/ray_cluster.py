@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from helpers.agg_procs import free_port
+from helpers.agg_procs import cli_in_process, free_port
 
 
 def ray_bin() -> str:
@@ -34,13 +34,10 @@ def ray_bin() -> str:
 
 
 def ray_env(url: str, *args: str) -> dict[str, str]:
-    """The variables `ray-otel-events ray-env URL ARGS` exports, parsed as a shell would."""
-    out = subprocess.run(
-        [sys.executable, "-m", "ray_otel_events", "ray-env", url, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    """The variables `ray-otel-events ray-env URL ARGS` exports, parsed as a shell would; answered
+    in this process (every cluster start asks: an interpreter start costs a second on a loaded
+    machine). test_ray_env.py runs the command itself as a process."""
+    out = cli_in_process("ray-env", url, *args)
     assert out.returncode == 0, out.stderr
     found: dict[str, str] = {}
     for line in out.stdout.splitlines():
