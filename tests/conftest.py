@@ -63,6 +63,7 @@ SLOW_FIRST = (
     "test_ray_env.py",
     "test_tracing_otlp_spool.py",
     "test_ray_user_path.py",
+    "test_ray_data_train.py",
     "test_ray_dashboard.py",
     "test_tracing_lineage.py",
     "test_ray_token_auth.py",
