@@ -20,7 +20,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
-import math
 from collections.abc import Sized
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -30,6 +29,11 @@ from aiohttp import web
 from ray_otel_events.encoding.ray_json_posts import NotAnArrayError, parse_each, read_posted_items
 from ray_otel_events.metrics import Counters
 from ray_otel_events.receivers.http_body import BodyError, media_type, read_body
+from ray_otel_events.receivers.json_refusals import (
+    body_refusal,
+    queue_full_refusal,
+    refusal,
+)
 from ray_otel_events.receivers.otlp_http import QueueFullError
 
 logger = logging.getLogger(__name__)
@@ -41,7 +45,6 @@ MAX_ERRORS_LISTED = 10
 REQUESTS = "requests"
 ACCEPTED_EVENTS = "accepted_events"
 REJECTED_EVENTS = "rejected_events"
-REFUSED_REQUESTS = "refused_requests"  # labelled status=<HTTP status>
 
 
 EventT = TypeVar("EventT")
@@ -108,28 +111,24 @@ class RayEventsHttpReceiver(Generic[BatchT]):
         self.counters.add(REQUESTS)
         kind = media_type(request)
         if kind != "application/json":
-            return self._refuse(
-                415, f"unsupported Content-Type {kind!r}: post a JSON array (application/json)"
+            return refusal(
+                self.counters, 415, f"unsupported Content-Type {kind!r}: post a JSON array (application/json)"
             )
         try:
             body = await read_body(request, self.max_body_bytes, self.decoded_by_server)
             events, errors = self.consumer.read_ray_events(body)
         except BodyError as exc:
-            response = self._refuse(exc.status, exc.reason, exc.headers)
-            if exc.close:  # what is left of the body is not read: the connection goes
-                response.force_close()
-            return response
+            return body_refusal(self.counters, exc)
         except NotAnArrayError as exc:
-            return self._refuse(400, str(exc))
+            return refusal(self.counters, 400, str(exc))
         if events:
             try:
                 await self.consumer.consume_ray_events(events, body)
             except QueueFullError as exc:
-                retry_after = str(max(1, math.ceil(exc.retry_after_s)))
-                return self._refuse(503, exc.reason, {"Retry-After": retry_after})
+                return queue_full_refusal(self.counters, exc)
             except Exception:
                 logger.exception("RayEvent consumer failed")
-                return self._refuse(500, "internal error while handling the events")
+                return refusal(self.counters, 500, "internal error while handling the events")
         self.counters.add(ACCEPTED_EVENTS, len(events))
         self.counters.add(REJECTED_EVENTS, len(errors))
         answer = {"accepted": len(events), "rejected": len(errors), "errors": errors[:MAX_ERRORS_LISTED]}
@@ -137,12 +136,3 @@ class RayEventsHttpReceiver(Generic[BatchT]):
         # freed once the answer is on its way, while the client makes its next request.
         asyncio.get_running_loop().call_soon(_release, events)
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
-
-    def _refuse(self, status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:
-        self.counters.add(REFUSED_REQUESTS, status=str(status))
-        return web.Response(
-            status=status,
-            body=orjson.dumps({"error": reason}),
-            content_type="application/json",
-            headers=headers,
-        )

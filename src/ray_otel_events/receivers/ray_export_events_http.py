@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import abc
 import logging
-import math
 
 import orjson
 from aiohttp import web
@@ -20,11 +19,15 @@ from aiohttp import web
 from ray_otel_events.encoding.ray_export_events import BadExportPost, ExportPost, read_export_post
 from ray_otel_events.metrics import Counters
 from ray_otel_events.receivers.http_body import BodyError, media_type, read_body
+from ray_otel_events.receivers.json_refusals import (
+    body_refusal,
+    queue_full_refusal,
+    refusal,
+)
 from ray_otel_events.receivers.otlp_http import QueueFullError
 from ray_otel_events.receivers.ray_events_http import (
     ACCEPTED_EVENTS,
     MAX_ERRORS_LISTED,
-    REFUSED_REQUESTS,
     REJECTED_EVENTS,
     REQUESTS,
 )
@@ -56,26 +59,24 @@ class RayExportEventsHttpReceiver:
         self.counters.add(REQUESTS)
         kind = media_type(request)
         if kind != "application/json":
-            return self._refuse(415, f"unsupported Content-Type {kind!r}: post the collector's JSON object")
+            return refusal(
+                self.counters, 415, f"unsupported Content-Type {kind!r}: post the collector's JSON object"
+            )
         try:
             body = await read_body(request, self.max_body_bytes, self.decoded_by_server)
             post = read_export_post(body)
         except BodyError as exc:
-            response = self._refuse(exc.status, exc.reason, exc.headers)
-            if exc.close:
-                response.force_close()
-            return response
+            return body_refusal(self.counters, exc)
         except BadExportPost as exc:
-            return self._refuse(400, str(exc))
+            return refusal(self.counters, 400, str(exc))
         if post.entities:
             try:
                 await self.consumer.consume_export_events(post)
             except QueueFullError as exc:
-                retry_after = str(max(1, math.ceil(exc.retry_after_s)))
-                return self._refuse(503, exc.reason, {"Retry-After": retry_after})
+                return queue_full_refusal(self.counters, exc)
             except Exception:
                 logger.exception("export-event consumer failed")
-                return self._refuse(500, "internal error while handling the events")
+                return refusal(self.counters, 500, "internal error while handling the events")
         self.counters.add(ACCEPTED_EVENTS, len(post.entities))
         self.counters.add(REJECTED_EVENTS, len(post.errors))
         answer = {
@@ -84,12 +85,3 @@ class RayExportEventsHttpReceiver:
             "errors": post.errors[:MAX_ERRORS_LISTED],
         }
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
-
-    def _refuse(self, status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:
-        self.counters.add(REFUSED_REQUESTS, status=str(status))
-        return web.Response(
-            status=status,
-            body=orjson.dumps({"error": reason}),
-            content_type="application/json",
-            headers=headers,
-        )

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import abc
 import logging
-import math
 import re
 
 import orjson
@@ -22,6 +21,11 @@ from aiohttp import web
 
 from ray_otel_events.metrics import Counters
 from ray_otel_events.receivers.http_body import BodyError, media_type, read_body
+from ray_otel_events.receivers.json_refusals import (
+    body_refusal,
+    queue_full_refusal,
+    refusal,
+)
 from ray_otel_events.receivers.otlp_http import QueueFullError
 
 logger = logging.getLogger(__name__)
@@ -36,7 +40,6 @@ _FILE_PART = re.compile(r"[0-9A-Za-z_.@+=,-]{1,255}")
 # Counter names.
 REQUESTS = "requests"
 ACCEPTED_BYTES = "accepted_bytes"
-REFUSED_REQUESTS = "refused_requests"  # labelled status=<HTTP status>
 
 
 class LogChunkConsumer(abc.ABC):
@@ -74,36 +77,25 @@ class RayLogFilesHttpReceiver:
         self.counters.add(REQUESTS)
         kind = media_type(request)
         if kind != "application/octet-stream":
-            return self._refuse(
-                415, f"unsupported Content-Type {kind!r}: post the file's bytes (application/octet-stream)"
+            return refusal(
+                self.counters,
+                415,
+                f"unsupported Content-Type {kind!r}: post the file's bytes (application/octet-stream)",
             )
         try:
             session, node, file, start = chunk_key(dict(request.query))
         except ValueError as exc:
-            return self._refuse(400, str(exc))
+            return refusal(self.counters, 400, str(exc))
         try:
             data = await read_body(request, self.max_body_bytes)
         except BodyError as exc:
-            response = self._refuse(exc.status, exc.reason, exc.headers)
-            if exc.close:
-                response.force_close()
-            return response
+            return body_refusal(self.counters, exc)
         try:  # an empty body too: the file exists (Ray's Logs page lists empty files)
             await self.consumer.consume_log_chunk(session, node, file, start, data)
         except QueueFullError as exc:
-            retry_after = str(max(1, math.ceil(exc.retry_after_s)))
-            return self._refuse(503, exc.reason, {"Retry-After": retry_after})
+            return queue_full_refusal(self.counters, exc)
         except Exception:
             logger.exception("log file consumer failed")
-            return self._refuse(500, "internal error while storing the log file's bytes")
+            return refusal(self.counters, 500, "internal error while storing the log file's bytes")
         self.counters.add(ACCEPTED_BYTES, len(data))
         return web.Response(body=orjson.dumps({"accepted": len(data)}), content_type="application/json")
-
-    def _refuse(self, status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:
-        self.counters.add(REFUSED_REQUESTS, status=str(status))
-        return web.Response(
-            status=status,
-            body=orjson.dumps({"error": reason}),
-            content_type="application/json",
-            headers=headers,
-        )
