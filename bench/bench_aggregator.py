@@ -76,10 +76,12 @@ def rss_bytes(pid: int) -> int:
 
 
 class CountSink:
-    def __init__(self, workdir: Path) -> None:
+    """bench/countsink.py counting `token` in every POST body (it parses nothing else)."""
+
+    def __init__(self, workdir: Path, token: str = TOKEN) -> None:
         self.countfile = workdir / "count"
         self.proc = subprocess.Popen(
-            [sys.executable, str(HERE / "countsink.py"), "0", TOKEN, str(self.countfile)],
+            [sys.executable, str(HERE / "countsink.py"), "0", token, str(self.countfile)],
             stdout=subprocess.PIPE,
             text=True,
         )

@@ -35,7 +35,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from bench_aggregator import cpu_seconds, read_ready_line
+from bench_aggregator import CountSink, cpu_seconds, read_ready_line
 from run_all import _machine, _versions
 
 HERE = Path(__file__).resolve().parent
@@ -201,23 +201,6 @@ def child(mode: str, n: int) -> dict[str, Any]:
 # -- orchestration ----------------------------------------------------------------------------
 
 
-class _CountSink:
-    """bench/countsink.py counting `token` in every POST body (it parses nothing else)."""
-
-    def __init__(self, folder: Path, token: str) -> None:
-        self.countfile = folder / "count"
-        self.proc = subprocess.Popen(
-            [sys.executable, str(HERE / "countsink.py"), "0", token, str(self.countfile)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.address = read_ready_line(self.proc)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(30)
-
-
 class _Server:
     """One of our servers (`python -m ray_otel_events ...`), started for one run."""
 
@@ -260,8 +243,8 @@ def run_one(mode: str, n: int) -> dict[str, Any]:
         env = _base_env()
         (work / "spans").mkdir()
         (work / "records").mkdir()
-        spans = _CountSink(work / "spans", SPAN_TOKEN)  # the bridge's spans: counted
-        records = _CountSink(work / "records", "-")  # every other OTLP request: answered
+        spans = CountSink(work / "spans", SPAN_TOKEN)  # the bridge's spans: counted
+        records = CountSink(work / "records", "-")  # every other OTLP request: answered
         named = {spans.proc.pid: "sinks (the backend)", records.proc.pid: "sinks (the backend)"}
         bridge = None
         try:
