@@ -25,13 +25,13 @@ WORKERS := -n 2 --dist loadfile --no-loadscope-reorder
 # Fails on a skip tests/skip_allowlist.py does not list, and on a compiled helper that did not build
 # (tests/test_native_layer.py names it): build-deps installs what each build needs first.
 test: build-deps browser database
-	$(BIN)/python -m pytest -q --whole-suite $(WORKERS)
+	$(BIN)/python -m pytest -q --whole-suite --durations=20 $(WORKERS)
 
 # The same suite with the compiled helpers off: every Python twin runs where its C copy did (CI runs
 # both; a test of a compiled module itself is skipped, saying so, and tests/skip_allowlist.py counts
 # them).
 test-pure: build-deps browser database
-	RAY_OTEL_EVENTS_PURE_PYTHON=1 $(BIN)/python -m pytest -q --whole-suite $(WORKERS)
+	RAY_OTEL_EVENTS_PURE_PYTHON=1 $(BIN)/python -m pytest -q --whole-suite --durations=20 $(WORKERS)
 
 # A C compiler and the headers the compiled helpers need (apt, when missing), then the build: a
 # .venv built before they were there is built again, since setup.py skips what it cannot build.
