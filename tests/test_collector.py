@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import requests
 from helpers.agg_procs import FIXTURE, CliServer, refused_by_cli, wait_until
-from helpers.collector_procs import Collector, export_events_server
+from helpers.collector_procs import Collector, ExportEventsServer, export_events_server
 
 from ray_otel_events.collector.offsets import Offsets
 
@@ -149,26 +149,27 @@ def test_log_files_through_rotation_truncation_restart_and_stop(
         assert "SECRET" not in (_stored(dashboard, name) or ""), name
 
 
+def _event(n: int | str, **more: Any) -> bytes:
+    return json.dumps({"event_id": str(n), "source_type": "EXPORT_SUBMISSION_JOB", **more}).encode()
+
+
 def test_export_event_lines_each_once_bad_ones_counted(served: tuple[CliServer, str], tmp_path: Path) -> None:
     serve, _ = served
     logs = _session(tmp_path / "ray")
     exports = logs / "export_events" / "event_EXPORT_SUBMISSION_JOB.log"
 
-    def event(n: int | str, **more: Any) -> bytes:
-        return json.dumps({"event_id": str(n), "source_type": "EXPORT_SUBMISSION_JOB", **more}).encode()
-
     exports.write_bytes(
-        event(1)
+        _event(1)
         + b"\nnot json\n[1, 2]\n"
         + b'{"x": "'
         + b"y" * 3000
         + b'"}\n'
-        + event(2)
+        + _event(2)
         + b"\n"
-        + event("p")[:10]
+        + _event("p")[:10]
     )
     # the core's export files carry what RayEvents carry: not shipped
-    (logs / "export_events" / "event_EXPORT_TASK_123.log").write_bytes(event("core") + b"\n")
+    (logs / "export_events" / "event_EXPORT_TASK_123.log").write_bytes(_event("core") + b"\n")
     state = tmp_path / "state"
     with export_events_server(f"http://{serve.address}", fail_first=1) as server:
         collector = Collector(server.url, tmp_path / "ray", state, "--max-line-kb", "1")
@@ -179,21 +180,21 @@ def test_export_event_lines_each_once_bad_ones_counted(served: tuple[CliServer, 
                 return [e["event_id"] for e in server.events()]
 
             wait_until(lambda: ids() == ["1", "2"], "the two whole good lines", WAIT_S)
-            _append(exports, event("p")[10:] + b"\n")  # the partial line completed
+            _append(exports, _event("p")[10:] + b"\n")  # the partial line completed
             wait_until(lambda: ids() == ["1", "2", "p"], "the completed line", WAIT_S)
             # rotation: the renamed file is read to its end, then the new one
-            _append(exports, event(3) + b"\n")
+            _append(exports, _event(3) + b"\n")
             os.rename(exports, exports.with_name(exports.name + ".1"))
-            exports.write_bytes(event(4) + b"\n")
+            exports.write_bytes(_event(4) + b"\n")
             wait_until(lambda: ids()[-2:] == ["3", "4"], "lines across the rotation", WAIT_S)
             # a line over the limit with no newline yet: skipped as it grows, the next line goes
             _append(exports, b'{"huge": "' + b"z" * 2000)
-            _append(exports, b"z" * 2000 + b'"}\n' + event(5) + b"\n")
+            _append(exports, b"z" * 2000 + b'"}\n' + _event(5) + b"\n")
             wait_until(lambda: ids()[-1] == "5", "the line after a huge one", WAIT_S)
             # a batch serve refuses (400) is dropped, not retried for ever
-            _append(exports, event("r", refuse=True) + b"\n")
+            _append(exports, _event("r", refuse=True) + b"\n")
             wait_until(lambda: "batches_dropped" in _stats(state), "the refused batch dropped", WAIT_S)
-            _append(exports, event(6) + b"\n")
+            _append(exports, _event(6) + b"\n")
             wait_until(lambda: ids()[-1] == "6", "the line after a refused batch", WAIT_S)
             stats = collector.stop()
         finally:
@@ -208,10 +209,10 @@ def test_export_event_lines_each_once_bad_ones_counted(served: tuple[CliServer, 
             NODE,
             socket.gethostname(),
         )
-        assert server.events()[0] == json.loads(event(1))  # exactly as read
+        assert server.events()[0] == json.loads(_event(1))  # exactly as read
 
         # a restart on the saved offsets sends nothing again
-        _append(exports, event(7) + b"\n")
+        _append(exports, _event(7) + b"\n")
         collector = Collector(server.url, tmp_path / "ray", state)
         try:
             collector.read_line()
@@ -220,6 +221,61 @@ def test_export_event_lines_each_once_bad_ones_counted(served: tuple[CliServer, 
         finally:
             collector.close()
         assert ids() == ["1", "2", "p", "3", "4", "5", "6", "7"]
+
+
+def test_each_destination_has_its_own_offsets_one_down_holds_back_nothing(
+    served: tuple[CliServer, str], tmp_path: Path
+) -> None:
+    """`--to` serve (through a recording server) and `--to-export-events` a bridge-like server: while
+    one answers 503 the other gets every line; back up, it gets what it missed, once; a stop while
+    one is down leaves its lines for the next start, on its own offsets."""
+    serve, dashboard = served
+    logs = _session(tmp_path / "ray")
+    exports = logs / "export_events" / "event_EXPORT_SUBMISSION_JOB.log"
+    exports.write_bytes(_event(1) + b"\n" + _event(2) + b"\n")
+    worker = logs / "worker-feed-01000000-77.out"
+    worker.write_text("to serve only\n")
+    state = tmp_path / "state"
+    with export_events_server(f"http://{serve.address}") as first, export_events_server() as bridge:
+
+        def ids(server: ExportEventsServer) -> list[str]:
+            return [e["event_id"] for e in server.events()]
+
+        bridge.down = True
+        collector = Collector(first.url, tmp_path / "ray", state, "--to-export-events", bridge.url)
+        try:
+            announced = {collector.read_line(), collector.read_line()}
+            assert announced == {f"collecting session={SESSION} to={u}" for u in (first.url, bridge.url)}
+            wait_until(lambda: ids(first) == ["1", "2"], "serve's lines while the bridge is down", WAIT_S)
+            _until_stored(dashboard, worker.name, "to serve only\n")
+            _append(exports, _event(3) + b"\n")
+            wait_until(lambda: ids(first) == ["1", "2", "3"], "a line written while it is down", WAIT_S)
+            assert ids(bridge) == [] and bridge.failed >= 1
+            bridge.down = False
+            wait_until(lambda: ids(bridge) == ["1", "2", "3"], "the bridge catching up", WAIT_S)
+            first.down = True
+            _append(exports, _event(4) + b"\n")
+            wait_until(lambda: ids(bridge)[-1] == "4", "the bridge's line while serve is down", WAIT_S)
+            stats = collector.stop()  # serve still down: its last line waits for the next start
+        finally:
+            collector.close()
+        assert ids(first) == ["1", "2", "3"] and ids(bridge) == ["1", "2", "3", "4"]
+        assert set(stats) == {first.url, bridge.url}
+        assert stats[bridge.url]["export_events_shipped"] == 4 and bridge.log_posts == 0
+        assert "log_bytes_shipped" not in stats[bridge.url]
+        assert stats[first.url]["export_events_shipped"] == 3
+        assert stats[first.url]["final_pass_files_unsent"] == 1 and stats[first.url]["log_bytes_shipped"] > 0
+
+        first.down = False  # started again: each destination on its own offsets
+        collector = Collector(first.url, tmp_path / "ray", state, "--to-export-events", bridge.url)
+        try:
+            assert {collector.read_line(), collector.read_line()} == announced
+            wait_until(lambda: ids(first)[-1:] == ["4"], "serve's line left at the stop", WAIT_S)
+            collector.stop()
+        finally:
+            collector.close()
+        assert ids(first) == ["1", "2", "3", "4"] and ids(bridge) == ["1", "2", "3", "4"]
+        assert _stored(dashboard, worker.name) == "to serve only\n"
 
 
 def _stats(state: Path) -> dict[str, int]:

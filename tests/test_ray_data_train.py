@@ -6,10 +6,11 @@ ships). A driver runs two small Ray Data pipelines and a two-worker Train v2 run
 no torch); `ray job submit` runs one entrypoint that succeeds, one that exits 3 with a driver, and
 one that exits 2 before starting any. The live dashboard's `/api/data/datasets/{job_id}`,
 `/api/train/v2/runs/v1` (Train v2's runs in Ray 2.60; `/api/train/v2/runs` is Train v1's) and Ray's
-`ray job list|status` are taken; the cluster's export files are read here and POSTed to
-`/v1/ray-export-events` as the per-node collector POSTs them (the collector is another branch's);
-the cluster is stopped; our answers must be the live ones. Screenshots go to
-build/screenshots/ray-data-*.png.
+`ray job list|status|logs` are taken; the per-node collector (`ray-otel-events collect`, a real
+subprocess beside the head) ships the export files and the log files to `serve`, and the export
+files to a bridge whose OTLP spans go to a real sink; the cluster is stopped; our answers must be the
+live ones, and the sink must hold the datasets', operators' and Train run's spans with the ids the
+bridge gives. Screenshots go to build/screenshots/ray-data-*.png.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import re
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,9 +31,19 @@ from typing import Any
 import pytest
 import requests
 from helpers.agg_procs import CliServer, clean_env, cli_in_process
-from helpers.ray_cluster import ray_bin, ray_cli_answers, ray_cluster
+from helpers.bridge_procs import ServerGroup, otlp_spans, url, wait_until
+from helpers.collector_procs import Collector
+from helpers.ray_cluster import ray_bin, ray_cli_answers, ray_cluster, stop_cluster
 from test_ray_dashboard import CLOCK_READS_MS, SCREENSHOTS, _console_errors, _get
+from test_ray_user_path import _without_log_prefix
 
+from ray_otel_events.otel.export_spans import (
+    dataset_span_id,
+    operator_span_id,
+    train_attempt_span_id,
+    train_run_span_id,
+)
+from ray_otel_events.otel.from_ray_events import job_span_id, trace_id_for_job
 from ray_otel_events.store.sqlite_store import EventStore
 
 pytestmark = pytest.mark.ray
@@ -61,12 +73,16 @@ class Recorded:
     main: str  # serve's own port
     server: CliServer
     store: Path
+    collected: dict[str, dict[str, int]]  # the collector's counters at its stop, by destination
+    spans: list[dict[str, Any]]  # what the bridge sent the sink
 
 
 def _cli_commands(address: str) -> dict[str, list[str]]:
     commands = {"job list": ["job", "list", "--address", address]}
     for submission in SUBMITTED:
         commands[f"status {submission}"] = ["job", "status", submission, "--address", address]
+    for submission in ("raysubmit_fine", "raysubmit_exit3"):  # the two that ran a driver
+        commands[f"logs {submission}"] = ["job", "logs", submission, "--address", address]
     return commands
 
 
@@ -84,6 +100,12 @@ def export_lines(temp_dir: str) -> list[dict[str, Any]]:
     return found
 
 
+def _bridged(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The spans the bridge made of the export files: datasets, operators, the Train run's."""
+    names = ("dataset ", "operator ", "train ")
+    return [s for s in spans if s["name"].startswith(names) or "ray.dataset_id" in s["_attrs"]]
+
+
 def post_export(base: str, body: dict[str, Any]) -> requests.Response:
     return requests.post(f"{base}/v1/ray-export-events", json=body, timeout=30)
 
@@ -97,6 +119,15 @@ def _ended(base: str) -> bool:
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
     pytest.importorskip("ray.data")
     work = tmp_path_factory.mktemp("data_train")
+    group = ServerGroup(work)
+    started: dict[str, CliServer] = {}
+
+    def start_bridge() -> None:  # while serve and the cluster start
+        sink, started["out"] = group.sink("otlp")  # type: ignore[assignment]
+        started["bridge"] = group.bridge("--otlp-endpoint", url(sink))
+
+    bridging = threading.Thread(target=start_bridge)
+    bridging.start()
     serve = CliServer("serve", "--store", str(work / "events.sqlite3"), "--ray-dashboard-port", "0")
     try:
         line = serve.read_line(30)
@@ -110,6 +141,23 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         with ray_cluster(f"{main}/v1/ray-events", dashboard=True, extra_env=extra, num_cpus=2) as cluster:
             live_url = cluster.dashboard
             assert live_url is not None
+            bridging.join()
+            bridge = url(started["bridge"])
+            # beside `ray start`, as the docs say; named relative, so stopping the cluster (which
+            # ends every process naming its temp dir) leaves it running for its last pass
+            temp_dir = Path(cluster.temp_dir)
+            collector = Collector(
+                main,
+                Path(temp_dir.name),
+                work / "collector-state",
+                "--to-export-events",
+                bridge,
+                "--poll-interval",
+                "1",
+                cwd=temp_dir.parent,
+            )
+            announced = {collector.read_line(), collector.read_line()}
+            assert {a.split(" to=")[1] for a in announced} == {main, bridge}, announced
             run = subprocess.run(
                 [sys.executable, str(DRIVER)], env=cluster.env, capture_output=True, text=True, timeout=300
             )
@@ -145,10 +193,17 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
             version = _get(live_url, "/api/version")
             node_id = _get(live_url, "/nodes?view=summary")["data"]["summary"][0]["raylet"]["nodeId"]
             live_cli = ask_ray_cli(live_url)
-            temp_dir = cluster.temp_dir
-            lines_before_stop = export_lines(temp_dir)
-        # After `ray stop`: the files are still on the node's disk, where the collector reads them.
-        lines = export_lines(temp_dir) or lines_before_stop
+            # `ray stop` (this cluster's processes only); its files stay until the block ends:
+            # the collector's stop ships what the cluster's processes wrote last
+            stop_cluster(str(temp_dir))
+            try:
+                collected = collector.stop()
+            finally:
+                collector.close()
+            lines = export_lines(str(temp_dir))  # every line the cluster wrote
+        operators = sum(len(d["operators"]) for d in live["datasets"]["datasets"])
+        wanted = 2 + operators + 1 + 1 + 2  # datasets, operators, the run, its attempt, 2 workers
+        spans = wait_until(lambda: _bridged(otlp_spans(started["out"])), wanted)  # type: ignore[arg-type]
         yield Recorded(
             live,
             live_cli,
@@ -160,9 +215,13 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
             main,
             serve,
             work / "events.sqlite3",
+            collected,
+            spans,
         )
     finally:
+        bridging.join()
         serve.close()
+        group.close()
 
 
 def by_file(lines: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -182,16 +241,13 @@ def test_the_export_files_hold_datasets_train_runs_and_submissions(recorded: Rec
         "EXPORT_TRAIN_RUN_ATTEMPT",
         "EXPORT_SUBMISSION_JOB",
     }, kinds
-    for batch in by_file(recorded.export_lines):
-        body = {
-            "sessionName": recorded.session,
-            "nodeId": recorded.node_id,
-            "hostname": "head",
-            "events": batch,
-        }
-        answer = post_export(recorded.main, body)
-        assert answer.status_code == 200, answer.text
-        assert answer.json() == {"accepted": len(batch), "rejected": 0, "errors": []}
+    # the collector shipped every line to serve and to the bridge, each once, none refused
+    for destination in (recorded.main, *(u for u in recorded.collected if u != recorded.main)):
+        counters = recorded.collected[destination]
+        assert counters["export_events_shipped"] == len(recorded.export_lines), (destination, counters)
+        for problem in ("export_events_rejected", "post_failures", "final_pass_files_unsent"):
+            assert counters.get(problem, 0) == 0, (destination, counters)
+    assert recorded.collected[recorded.main]["log_bytes_shipped"] > 0
     # At least once: the same lines again, newest first, change nothing
     for batch in by_file(recorded.export_lines):
         body = {
@@ -278,8 +334,41 @@ def test_submitted_jobs_as_the_live_cluster_listed_them(recorded: Recorded) -> N
     for submission in SUBMITTED:
         for answer in (ours_cli["job list"], recorded.live_cli["job list"]):
             assert f"submission_id='{submission}'" in answer.stdout
+    # the drivers' output, from the files the collector shipped, as the live cluster printed it
+    for name in ("logs raysubmit_fine", "logs raysubmit_exit3"):
+        ours, theirs = (_without_log_prefix(a[name].stdout) for a in (ours_cli, recorded.live_cli))
+        assert ours == theirs and theirs.strip(), (name, ours_cli[name].stdout, ours_cli[name].stderr)
     code_3 = "driver_exit_code=3"
     assert code_3 in ours_cli["job list"].stdout and code_3 in recorded.live_cli["job list"].stdout
+
+
+def test_the_bridge_made_spans_of_the_datasets_and_the_train_run(recorded: Recorded) -> None:
+    """The collector's export files through the bridge: spans in the driver's job's trace, with the
+    ids the bridge gives (tests/test_bridge_export_events.py)."""
+    spans, session, job = recorded.spans, recorded.session, bytes.fromhex(recorded.job_id)
+    assert {s["traceId"] for s in spans} == {trace_id_for_job(session, job).hex()}
+    datasets = [s for s in spans if s["name"].startswith("dataset ")]
+    live = recorded.live["datasets"]["datasets"]
+    assert sorted(s["_attrs"]["ray.dataset_id"] for s in datasets) == sorted(d["dataset"] for d in live)
+    for dataset in datasets:
+        assert dataset["spanId"] == dataset_span_id(session, dataset["_attrs"]["ray.dataset_id"]).hex()
+        assert dataset["parentSpanId"] == job_span_id(session, job).hex()
+        operators = [s for s in spans if s.get("parentSpanId") == dataset["spanId"]]
+        assert [s["name"] for s in operators] == dataset["_attrs"]["ray.dataset.operators"]
+        dataset_id = dataset["_attrs"]["ray.dataset_id"]
+        for op in operators:
+            operator_id = op["_attrs"]["ray.dataset.operator_id"]
+            assert op["spanId"] == operator_span_id(session, dataset_id, operator_id).hex()
+    (run,) = [s for s in spans if s["name"] == "train run tiny-run"]
+    assert run["spanId"] == train_run_span_id(session, run["_attrs"]["ray.train.run_id"]).hex()
+    assert run["parentSpanId"] == job_span_id(session, job).hex()
+    (attempt,) = [s for s in spans if s.get("parentSpanId") == run["spanId"]]
+    attempt_id = attempt["_attrs"]["ray.train.attempt_id"]
+    assert attempt["spanId"] == train_attempt_span_id(session, attempt_id).hex()
+    workers = [s for s in spans if s.get("parentSpanId") == attempt["spanId"]]
+    assert sorted(w["name"] for w in workers) == ["train worker 0", "train worker 1"]
+    live_workers = recorded.live["train runs"]["train_runs"][0]["attempts"][0]["workers"]
+    assert sorted(w["_attrs"]["ray.actor_id"] for w in workers) == sorted(w["actor_id"] for w in live_workers)
 
 
 def test_our_cli_lists_datasets_and_train_runs(recorded: Recorded) -> None:

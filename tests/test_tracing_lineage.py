@@ -36,9 +36,17 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogR
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanContext, TraceFlags
+from test_bridge_export_events import FIXTURE, JOB, SESSION, SPANS, _by_file
 
 from ray_otel_events.config import ConfigError, LineageConfig
 from ray_otel_events.events.ray_releases import WORKER_SETUP_HOOK_VARIABLE
+from ray_otel_events.otel.export_spans import (
+    dataset_span_id,
+    operator_span_id,
+    train_attempt_span_id,
+    train_run_span_id,
+)
+from ray_otel_events.otel.from_ray_events import job_span_id, trace_id_for_job
 from ray_otel_events.tracing.lineage import (
     HOOK,
     LineageLogProcessor,
@@ -247,6 +255,8 @@ class Run:
     serve: str
     trace_id: str
     spans: list[dict[str, Any]]
+    bridge: str  # the bridge's address, its spans going to `phoenix`
+    phoenix: Phoenix
 
 
 def _trace(serve: str, trace_id: str) -> list[dict[str, Any]]:
@@ -362,7 +372,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                     f"Phoenix never held every span of the trace: {sorted(s['name'] for s in spans)}"
                 )
                 time.sleep(0.5)
-        yield Run(base, trace_id, spans)
+        yield Run(base, trace_id, spans, url(bridge), phoenix)
     finally:
         bridge.close()
         serve.close()
@@ -479,6 +489,56 @@ with trace.get_tracer("lineage-test").start_as_current_span("driver") as span:
     trace_id = format(span.get_span_context().trace_id, "032x")
 print(json.dumps({"trace_id": trace_id, "task": task}))
 """
+
+
+@pytest.mark.ray
+def test_the_collectors_datasets_and_train_runs_are_spans_in_phoenix(run: Run) -> None:
+    """A live Ray 2.60 head's export files (tests/fixtures/ray-2.60-export-events.jsonl), POSTed to
+    the bridge as `ray-otel-events collect` POSTs them: in Phoenix, each dataset a span under its
+    job's span with an operator span each, the Train run under the job, its attempt under it and
+    the attempt's two workers under that, with the ids the bridge gives (a trace of its own: the
+    fixture's session is not this module's cluster's)."""
+    lines = [json.loads(line) for line in FIXTURE.read_text().splitlines()]
+    for batch in _by_file(lines):
+        body = {"sessionName": SESSION, "nodeId": "", "hostname": "head", "events": batch}
+        answer = requests.post(f"{run.bridge}/v1/ray-export-events", json=body, timeout=30)
+        assert answer.status_code == 200 and answer.json()["rejected"] == 0, answer.text
+    trace, job = trace_id_for_job(SESSION, JOB).hex(), job_span_id(SESSION, JOB).hex()
+    deadline = time.monotonic() + 60
+    while len(spans := run.phoenix.spans(trace)) < SPANS:
+        assert time.monotonic() < deadline, f"Phoenix holds {sorted(s['name'] for s in spans)}"
+        time.sleep(0.5)
+    assert len(spans) == SPANS, sorted(s["name"] for s in spans)
+    children: dict[str, list[dict[str, Any]]] = {}
+    for span in spans:
+        children.setdefault(span["parent_span_id"], []).append(span)
+    topology = {  # each dataset's operators, as its last metadata line lists them
+        line["event_data"]["dataset_id"]: line["event_data"]["topology"]["operators"]
+        for line in lines
+        if line["source_type"] == "EXPORT_DATASET_METADATA"
+    }
+    datasets = [s for s in spans if s["name"].startswith("dataset ")]
+    assert sorted(s["attributes"]["ray.dataset_id"] for s in datasets) == sorted(topology)
+    for dataset in datasets:
+        dataset_id = dataset["attributes"]["ray.dataset_id"]
+        assert dataset["span_id"] == dataset_span_id(SESSION, dataset_id).hex()
+        assert dataset["parent_span_id"] == job
+        operators = topology[dataset_id]
+        assert sorted(s["span_id"] for s in children[dataset["span_id"]]) == sorted(
+            operator_span_id(SESSION, dataset_id, op["id"]).hex() for op in operators
+        )
+        assert sorted(s["name"] for s in children[dataset["span_id"]]) == sorted(
+            op["name"] for op in operators
+        )
+    (train,) = [s for s in spans if s["name"] == "train run tiny-run"]
+    assert train["span_id"] == train_run_span_id(SESSION, train["attributes"]["ray.train.run_id"]).hex()
+    assert train["parent_span_id"] == job
+    (attempt,) = children[train["span_id"]]
+    attempt_id = attempt["attributes"]["ray.train.attempt_id"]
+    assert attempt["span_id"] == train_attempt_span_id(SESSION, attempt_id).hex()
+    workers = sorted(s["name"] for s in children[attempt["span_id"]])
+    assert workers == ["train worker 0", "train worker 1"]
+    assert {s["trace_id"] for s in spans} == {trace}
 
 
 @pytest.mark.ray

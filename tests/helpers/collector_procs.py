@@ -113,12 +113,14 @@ class ExportEventsServer:
         self.failed = 0
         self.fail_first = fail_first
         self.down = False  # while True, every export POST is answered 503
+        self.log_posts = 0  # log-file POSTs received
         self.serve_url = serve_url
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                owner.log_posts += self.path.startswith("/v1/ray-log-files")
                 if self.headers.get("Content-Encoding") == "gzip":
                     raw = gzip.decompress(raw)
                 if self.path.startswith("/v1/ray-log-files") and owner.serve_url:

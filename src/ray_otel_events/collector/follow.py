@@ -57,8 +57,11 @@ class Follower:
         shipper: Shipper,
         bounds: Bounds = Bounds(),
         on_follow: Callable[[str], None] = lambda _: None,
+        logs: bool = True,
     ) -> None:
+        """`logs`: also the session's log files (False: a destination taking export events only)."""
         self.temp_dir = temp_dir
+        self.logs = logs
         self.offsets = offsets
         self.shipper = shipper
         self.bounds = bounds
@@ -102,7 +105,7 @@ class Follower:
         state = self.offsets.session(folder.name)
         if not state.node_id:
             state.node_id = folder.node_id()
-        present = folder.files()
+        present = [f for f in folder.files() if self.logs or f.kind != "log"]
         ids = {(f.dev, f.ino) for f in present}
         for key in [k for k in state.files if k not in ids]:  # gone (deleted past Ray's backups)
             gone = state.files.pop(key)
