@@ -266,13 +266,17 @@ def cli_in_process(*args: str, env: dict[str, str] | None = None) -> subprocess.
 
 
 def run_json_script(args: list[str], env: dict[str, str] | None, timeout_s: float) -> tuple[Any, str, str]:
-    """Runs a script that prints its result as its last line, in JSON; returns (that result, its
-    stdout, its stderr). Fails the test with the ends of both streams when the script fails."""
+    """Runs a script that prints its result as its last JSON line; returns (that result, its
+    stdout, its stderr). Fails the test with the ends of both streams when the script fails. The
+    last JSON line, not the last line: a Ray driver's stdout also gets its workers' lines, echoed
+    by Ray's log monitor whenever they arrive, after the result too."""
     out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout_s)
     assert out.returncode == 0, (
         f"{args[1]} failed ({out.returncode}): {out.stdout[-3000:]}{out.stderr[-5000:]}"
     )
-    return json.loads(out.stdout.strip().splitlines()[-1]), out.stdout, out.stderr
+    results = [line for line in out.stdout.splitlines() if line.startswith(("{", "["))]
+    assert results, f"{args[1]} printed no JSON line: {out.stdout[-3000:]}"
+    return json.loads(results[-1]), out.stdout, out.stderr
 
 
 def run_producer(target: str, *args: str, timeout_s: float = 120.0) -> dict[str, Any]:
