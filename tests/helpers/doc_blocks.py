@@ -739,7 +739,10 @@ def _placeholder(name: str) -> str | None:
         return None
     if name == "JOB_ID":
         return str(task["job_id"])
-    return str(task["worker_id"] if name == "WORKER_ID" else task["worker_pid"])
+    # Not yet stored (the pid comes with a later piece of the task than its state, under load): wait
+    # for it, as a value printed now would be kept for the rest of the story.
+    value = task["worker_id"] if name == "WORKER_ID" else task.get("worker_pid")
+    return str(value) if value else None
 
 
 def _chosen_task() -> dict[str, object] | None:
