@@ -612,8 +612,8 @@ class RayDashboardViews:
         )
 
     def timeline(self, params: Params) -> Answer:
-        """`ray timeline`'s Chrome trace: Ray builds it from profile events; where a task has none
-        stored, its attempt's running span stands in as one slice."""
+        """`ray timeline`'s Chrome trace: Ray builds it from profile events; in a store with none,
+        each attempt's running span stands in as one slice."""
         filters = [("job_id", params["job_id"])] if params.get("job_id") else []
         rows = [r for r in self._rows(TASKS, *filters) if r.get("type") != "DRIVER_TASK"]
         return 200, ray_chrome_trace(rows, self._node_ips())
@@ -801,7 +801,10 @@ def _tail(text: str, limit: int, filter_ansi: bool) -> str:
 
 def ray_chrome_trace(rows: list[Row], node_ips: dict[str, str]) -> list[dict[str, Any]]:
     """Ray's `chrome_tracing_dump` shape: a process per node IP, a thread per worker, `X` slices
-    whose args carry the task's ids; metadata events last."""
+    whose args carry the task's ids; metadata events last. An attempt's running span stands in
+    for its slice only in a store with no profile events (Ray's aggregator not told to export
+    them): where there are some, an attempt without them has no slice, as in Ray's own trace."""
+    profiled = any((row.get("profiling_data") or {}).get("events") for row in rows)
     events: list[dict[str, Any]] = []
     nodes: dict[str, int] = {}
     workers: dict[tuple[int, str], int] = {}
@@ -819,7 +822,7 @@ def ray_chrome_trace(rows: list[Row], node_ips: dict[str, str]) -> list[dict[str
             extra = dict(event.get("extra_data") or {})
             name = str(extra.get("name", event.get("event_name", "")))
             slices.append((event.get("event_name", ""), name, event["start_time"], event["end_time"], extra))
-        if not slices and row.get("start_time_ms") is not None:
+        if not slices and not profiled and row.get("start_time_ms") is not None:
             end = row.get("end_time_ms") or row["start_time_ms"]
             name = row.get("func_or_class_name") or row.get("name") or "task"
             slices.append((f"task::{name}", name, row["start_time_ms"], end, {"name": name}))
