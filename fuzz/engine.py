@@ -8,6 +8,7 @@ and the engine records the input as a finding. A sanitizer report stops the proc
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -25,6 +26,28 @@ class ReadWhatUpbRefuses(AssertionError):
 
 class RefusedWhatUpbReads(AssertionError):
     """A compiled reader refused bytes upb reads."""
+
+
+_NAN = object()
+
+
+def _nan_free(value: object) -> object:
+    """`value` with every NaN replaced by one marker: NaN never equals itself, so two readers that
+    both read a NaN double would otherwise differ."""
+    if isinstance(value, float) and math.isnan(value):
+        return _NAN
+    if isinstance(value, dict):
+        return {key: _nan_free(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_nan_free(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_nan_free(item) for item in value)
+    return value
+
+
+def same(a: object, b: object) -> bool:
+    """`a == b`, with a NaN equal to a NaN."""
+    return _nan_free(a) == _nan_free(b)
 
 
 def write_seeds(seeds: Iterable[bytes], directory: Path) -> int:

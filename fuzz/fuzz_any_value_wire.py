@@ -55,7 +55,7 @@ def _logs_request(mode: int, data: bytes) -> ExportLogsServiceRequest | None:
 
 
 def _same_attributes(message: Any) -> None:
-    assert attributes_of(message) == attributes_to_dict(message.attributes)
+    assert engine.same(attributes_of(message), attributes_to_dict(message.attributes))
 
 
 def check(data: bytes) -> None:
@@ -66,13 +66,13 @@ def check(data: bytes) -> None:
         _raw(_any_value_wire.any_value, body)
         value = _parsed(AnyValue, body)
         if value is not None:
-            assert value_of(value) == any_value_to_python(value)
+            assert engine.same(value_of(value), any_value_to_python(value))
     elif mode == SPAN:
         _raw(_any_value_wire.span_parts, body)
         _raw(_any_value_wire.key_values, body, 9)
         span = _parsed(Span, body)
         if span is not None:
-            assert plain_records.span_parts(span) == _python_span_parts(span)
+            assert engine.same(plain_records.span_parts(span), _python_span_parts(span))
             _same_attributes(span)
             for event in span.events:
                 _same_attributes(event)
@@ -82,7 +82,7 @@ def check(data: bytes) -> None:
             _same_attributes(resource_logs.resource)
             for scope_logs in resource_logs.scope_logs:
                 for record in scope_logs.log_records:
-                    assert value_of(record.body) == any_value_to_python(record.body)
+                    assert engine.same(value_of(record.body), any_value_to_python(record.body))
                     _same_attributes(record)
 
 
