@@ -145,7 +145,9 @@ def test_bad_queries_and_posts_get_clear_errors(filled: CliServer) -> None:
     assert all_bad.status_code == 200 and all_bad.json()["rejected"] == 1
     metrics = requests.get(f"{base}/metrics", timeout=10).text
     assert "serve_rejected_events_total 3.0" in metrics
-    assert "serve_refused_posts_total 2.0" in metrics  # the invalid JSON and the missing Content-Type
+    # the invalid JSON and the missing Content-Type
+    assert 'serve_refused_posts_total{path="/v1/ray-events",status="400"} 1.0' in metrics
+    assert 'serve_refused_posts_total{path="/v1/ray-events",status="415"} 1.0' in metrics
     # A value only the fold reads (a worker id that is not base64) is found after the answer (the
     # fold runs behind the spool): it fails that event alone, not the transaction of its batch
     # (which would lose the batch's good events), and is counted and logged with its event id.

@@ -19,33 +19,16 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import logging
 from collections.abc import Sized
 from typing import Any, Generic, Protocol, TypeVar
 
-import orjson
 from aiohttp import web
 
 from ray_otel_events.encoding.ray_json_posts import NotAnArrayError, parse_each, read_posted_items
 from ray_otel_events.metrics import Counters
-from ray_otel_events.receivers.http_body import BodyError, media_type, read_body
-from ray_otel_events.receivers.json_refusals import (
-    body_refusal,
-    queue_full_refusal,
-    refusal,
-)
-from ray_otel_events.receivers.otlp_http import QueueFullError
-
-logger = logging.getLogger(__name__)
+from ray_otel_events.receivers.json_answers import Refused, hand_over, read_post, refusal, taken
 
 PATH = "/v1/ray-events"
-MAX_ERRORS_LISTED = 10
-
-# Counter names.
-REQUESTS = "requests"
-ACCEPTED_EVENTS = "accepted_events"
-REJECTED_EVENTS = "rejected_events"
-
 
 EventT = TypeVar("EventT")
 
@@ -108,31 +91,23 @@ class RayEventsHttpReceiver(Generic[BatchT]):
         return [web.post(PATH, self.handle)]
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        self.counters.add(REQUESTS)
-        kind = media_type(request)
-        if kind != "application/json":
-            return refusal(
-                self.counters, 415, f"unsupported Content-Type {kind!r}: post a JSON array (application/json)"
-            )
         try:
-            body = await read_body(request, self.max_body_bytes, self.decoded_by_server)
+            body = await read_post(
+                request,
+                self.counters,
+                "application/json",
+                "a JSON array",
+                self.max_body_bytes,
+                self.decoded_by_server,
+            )
             events, errors = self.consumer.read_ray_events(body)
-        except BodyError as exc:
-            return body_refusal(self.counters, exc)
+            if events:
+                await hand_over(self.counters, self.consumer.consume_ray_events(events, body), "the events")
+        except Refused as refused:
+            return refused.response
         except NotAnArrayError as exc:
             return refusal(self.counters, 400, str(exc))
-        if events:
-            try:
-                await self.consumer.consume_ray_events(events, body)
-            except QueueFullError as exc:
-                return queue_full_refusal(self.counters, exc)
-            except Exception:
-                logger.exception("RayEvent consumer failed")
-                return refusal(self.counters, 500, "internal error while handling the events")
-        self.counters.add(ACCEPTED_EVENTS, len(events))
-        self.counters.add(REJECTED_EVENTS, len(errors))
-        answer = {"accepted": len(events), "rejected": len(errors), "errors": errors[:MAX_ERRORS_LISTED]}
         # A POST of 1,000 events parses into some 20,000 objects, a couple of milliseconds to free:
         # freed once the answer is on its way, while the client makes its next request.
         asyncio.get_running_loop().call_soon(_release, events)
-        return web.Response(body=orjson.dumps(answer), content_type="application/json")
+        return taken(self.counters, len(events), errors)

@@ -13,22 +13,13 @@ consumer cannot take it.
 from __future__ import annotations
 
 import abc
-import logging
 import re
 
 import orjson
 from aiohttp import web
 
 from ray_otel_events.metrics import Counters
-from ray_otel_events.receivers.http_body import BodyError, media_type, read_body
-from ray_otel_events.receivers.json_refusals import (
-    body_refusal,
-    queue_full_refusal,
-    refusal,
-)
-from ray_otel_events.receivers.otlp_http import QueueFullError
-
-logger = logging.getLogger(__name__)
+from ray_otel_events.receivers.json_answers import Refused, check_post, hand_over, read_post_body, refusal
 
 PATH = "/v1/ray-log-files"
 MAX_CHUNK_BYTES = 16 * 1024 * 1024
@@ -38,7 +29,6 @@ _NODE = re.compile(r"[0-9a-f]{1,128}")
 _FILE_PART = re.compile(r"[0-9A-Za-z_.@+=,-]{1,255}")
 
 # Counter names.
-REQUESTS = "requests"
 ACCEPTED_BYTES = "accepted_bytes"
 
 
@@ -74,28 +64,17 @@ class RayLogFilesHttpReceiver:
         return [web.post(PATH, self.handle)]
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        self.counters.add(REQUESTS)
-        kind = media_type(request)
-        if kind != "application/octet-stream":
-            return refusal(
-                self.counters,
-                415,
-                f"unsupported Content-Type {kind!r}: post the file's bytes (application/octet-stream)",
-            )
         try:
-            session, node, file, start = chunk_key(dict(request.query))
-        except ValueError as exc:
-            return refusal(self.counters, 400, str(exc))
-        try:
-            data = await read_body(request, self.max_body_bytes)
-        except BodyError as exc:
-            return body_refusal(self.counters, exc)
-        try:  # an empty body too: the file exists (Ray's Logs page lists empty files)
-            await self.consumer.consume_log_chunk(session, node, file, start, data)
-        except QueueFullError as exc:
-            return queue_full_refusal(self.counters, exc)
-        except Exception:
-            logger.exception("log file consumer failed")
-            return refusal(self.counters, 500, "internal error while storing the log file's bytes")
+            check_post(request, self.counters, "application/octet-stream", "the file's bytes")
+            try:
+                session, node, file, start = chunk_key(dict(request.query))
+            except ValueError as exc:
+                return refusal(self.counters, 400, str(exc))
+            data = await read_post_body(request, self.counters, self.max_body_bytes)
+            # an empty body too: the file exists (Ray's Logs page lists empty files)
+            taking = self.consumer.consume_log_chunk(session, node, file, start, data)
+            await hand_over(self.counters, taking, "the log file's bytes")
+        except Refused as refused:
+            return refused.response
         self.counters.add(ACCEPTED_BYTES, len(data))
         return web.Response(body=orjson.dumps({"accepted": len(data)}), content_type="application/json")

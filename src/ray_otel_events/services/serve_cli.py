@@ -38,6 +38,8 @@ from ray_otel_events.config import ConfigError
 from ray_otel_events.events.registry import event_type_name_label
 from ray_otel_events.observability.http_endpoints import Readiness, observability_routes
 from ray_otel_events.observability.metrics_registry import ServerMetrics
+from ray_otel_events.receivers import ray_events_http, ray_export_events_http, ray_log_files_http
+from ray_otel_events.receivers.json_answers import refused_by_path
 from ray_otel_events.security.auth import no_authentication_routes
 from ray_otel_events.security.grpc_guard import grpc_interceptors, grpc_options
 from ray_otel_events.security.http_limits import ServerGuard
@@ -321,7 +323,6 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
         "events whose fold failed, kept apart (`ray-otel-events store refused` lists them)",
         lambda: {(): intake.fold.set_aside},
     )
-    metrics.add_total("serve_refused_posts", "POSTs answered 4xx or 5xx", lambda: {(): intake.refused_posts})
     metrics.add_total("serve_spans", "spans stored", lambda: {(): intake.spans})
     metrics.add_gauge(
         "serve_unfolded_events",
@@ -333,6 +334,17 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
     )
     metrics.add_total("serve_log_lines", "task log lines stored", lambda: {(): intake.log_lines})
     log_files = LogFileIntake(store, watch)
+    refusing = {
+        ray_events_http.PATH: intake.ray_events.counters,
+        ray_export_events_http.PATH: intake.export_events.counters,
+        ray_log_files_http.PATH: log_files.receiver.counters,
+    }
+    metrics.add_total(
+        "serve_refused_posts",
+        "POSTs answered 4xx or 5xx, by path and status",
+        lambda: refused_by_path(refusing),
+        ("path", "status"),
+    )
     metrics.add_total(
         "serve_log_file_bytes",
         "bytes of nodes' log files stored (ray-otel-events collect)",

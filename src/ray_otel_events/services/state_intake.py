@@ -36,9 +36,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from ray_otel_events.encoding.newer_releases import UnknownTypes, unknown_type_items
 from ray_otel_events.encoding.ray_export_events import ExportPost
 from ray_otel_events.encoding.ray_json_posts import NotAnArrayError
-from ray_otel_events.receivers.json_refusals import REFUSED_REQUESTS
+from ray_otel_events.receivers.json_answers import REFUSED_REQUESTS, REJECTED_EVENTS, REQUESTS
 from ray_otel_events.receivers.otlp_http import ConsumeResult, OtlpConsumer, OtlpHttpReceiver, QueueFullError
-from ray_otel_events.receivers.ray_events_http import REJECTED_EVENTS, REQUESTS, RayEventsHttpReceiver
+from ray_otel_events.receivers.ray_events_http import RayEventsHttpReceiver
 from ray_otel_events.receivers.ray_export_events_http import ExportEventsConsumer, RayExportEventsHttpReceiver
 from ray_otel_events.services.store_watch import RETRY_AFTER_S, StoreWatch
 from ray_otel_events.store import otlp_records
@@ -194,7 +194,8 @@ class StateIntake(OtlpConsumer, ExportEventsConsumer):
 
     @property
     def refused_posts(self) -> int:
-        return self.ray_events.counters.get(REFUSED_REQUESTS)
+        receivers = (self.ray_events, self.export_events)
+        return sum(receiver.counters.get(REFUSED_REQUESTS) for receiver in receivers)
 
     def stats(self) -> dict[str, int]:
         counters = self.ray_events.counters
