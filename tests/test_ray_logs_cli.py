@@ -50,6 +50,9 @@ ACTOR = _hex(ACTOR_TASK["actorId"])
 LIFECYCLES = [e["taskLifecycleEvent"] for e in EVENTS if e["eventType"] == "TASK_LIFECYCLE_EVENT"]
 ON_WORKER = _hex(next(t["taskId"] for t in LIFECYCLES if t.get("workerId")))  # a task on a known worker
 BY_PID = next(t for t in LIFECYCLES if t.get("workerPid"))  # a task known by its worker's pid only
+NODE_ID = _hex(
+    next(e["nodeDefinitionEvent"]["nodeId"] for e in EVENTS if e["eventType"] == "NODE_DEFINITION_EVENT")
+)
 NODE_IP = next(
     e["nodeDefinitionEvent"]["nodeIpAddress"] for e in EVENTS if e["eventType"] == "NODE_DEFINITION_EVENT"
 )
@@ -138,13 +141,15 @@ def test_ray_logs_worker_files_and_pids_from_the_store(store: Path) -> None:
         out_file = next(f for f in files if f.endswith(".out"))
         assert out_file.replace(".out", ".err") in files, listed.stdout
         pid = str(BY_PID["workerPid"])
-        shown, by_pid = _ray_batch(
+        shown, by_node_id, by_pid = _ray_batch(
             ["logs", out_file, "--node-ip", NODE_IP, "--address", gcs],
+            ["logs", out_file, "--node-id", NODE_ID, "--address", gcs],
             ["logs", "worker", "--pid", pid, "--err", "--node-ip", NODE_IP, "--address", gcs],
         )
-        assert shown.returncode == 0 and shown.stdout.rstrip().endswith(STDOUT_LINE), (
-            shown.stdout + shown.stderr
-        )
+        for answer in (shown, by_node_id):
+            assert answer.returncode == 0 and answer.stdout.rstrip().endswith(STDOUT_LINE), (
+                answer.stdout + answer.stderr
+            )
         assert by_pid.returncode == 0, by_pid.stdout + by_pid.stderr
         assert by_pid.stdout.rstrip().endswith(STDERR_LINE), by_pid.stdout
         serve.stop()
