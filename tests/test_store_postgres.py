@@ -22,12 +22,13 @@ import requests
 from helpers.agg_procs import FIXTURE, CliServer, clean_env, start
 from helpers.postgres import PostgresServer, serve_store_args
 
-from ray_otel_events.store import postgres_store
+from ray_otel_events.store import postgres_store, raw_events
 from ray_otel_events.store.backend import StoreError
 from ray_otel_events.store.location import open_store
 from ray_otel_events.store.postgres_store import SCHEMA_VERSION, PostgresStore
+from ray_otel_events.store.row_fold import StoredRow, fold_keys, group_pieces
 from ray_otel_events.store.sqlite_store import EventStore
-from ray_otel_events.store.state_merge import prepare
+from ray_otel_events.store.state_merge import INDEXED_COLUMNS, prepare
 from tests.test_compiled_helpers import _mutated
 from tests.test_otlp_wire import _fixture_dicts
 
@@ -103,20 +104,91 @@ def test_schema_is_migrated_on_open_and_a_newer_one_refused(postgres_server: Pos
         PostgresStore(url, read_only=True)
 
 
+_V6_COLUMNS = (
+    "resource",
+    "entity_id",
+    "attempt",
+    "session",
+    "updated",
+    "data",
+    "event_ids",
+    *INDEXED_COLUMNS,
+)
+
+
+def _written_before_packing(url: str, events: list[dict[str, Any]], now: float, steps: int) -> None:
+    """A database at schema step `steps` (at most 6) holding `events` as the code of those steps
+    wrote them: each row's JSON as text and its event ids as text joined by spaces (the upsert
+    values of the fold both versions share), the raw events kept from step 2 on."""
+    pieces, _ = group_pieces([prepare(event) for event in events])
+    keys = list(pieces)
+    rows, _ = fold_keys(
+        keys, pieces, {k: StoredRow({}, []) for k in keys}, now, {}, [], lambda _: StoredRow({}, [])
+    )
+    marks = ", ".join(["%s"] * len(_V6_COLUMNS))
+    with psycopg.connect(url, autocommit=True) as db:
+        db.execute(
+            "CREATE TABLE schema_migrations"
+            " (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for number, sql in postgres_store.MIGRATIONS[:steps]:
+            assert isinstance(sql, str)
+            db.execute(sql)
+            db.execute("INSERT INTO schema_migrations(version) VALUES (%s)", (number,))
+        for row in rows:
+            db.execute(f"INSERT INTO state_rows({', '.join(_V6_COLUMNS)}) VALUES ({marks})", row)
+        if steps >= 2:
+            texts, _ = raw_events.event_texts(events)
+            for session, parts in texts.items():
+                db.execute(
+                    "INSERT INTO raw_events(session, received, data) VALUES (%s, %s, %s)",
+                    (session, now, raw_events.compress(parts)),
+                )
+                db.execute("INSERT INTO sessions VALUES (%s, %s, %s)", (session, now, now))
+
+
+def test_a_database_before_packed_rows_is_carried_forward_with_the_same_answers(
+    postgres_server: PostgresServer,
+) -> None:
+    """Schema step 7 on a database step 6 wrote (rows' JSON and event ids as text; Ray's base64
+    event ids and others): the rows packed, and every answer the same as a store written since
+    gives for the same events (rows, counts, an entity's attempts, kept fields, duplicates)."""
+    events = [*EVENTS, *_session_copy(EVENTS, 1)]  # the copy's ids are not base64
+    old_url = postgres_server.new_database("before_packing")
+    _written_before_packing(old_url, events, 1000.0, 6)
+    migrated = PostgresStore(old_url)
+    fresh = PostgresStore(postgres_server.new_database("packed_from_start"))
+    fresh.ingest(copy.deepcopy(events), now=1000.0)
+    with psycopg.connect(old_url) as db:
+        stored = db.execute("SELECT data, event_ids FROM state_rows").fetchall()
+    assert stored and all(data[0] == 1 and ids[0] in (28, 0x80) for data, ids in stored)  # packed; ids bytes
+    assert _all_rows(migrated) == _all_rows(fresh)
+    assert migrated.sessions() == fresh.sessions() and len(fresh.sessions()) == 2
+    assert migrated.counts("tasks", "state", "job") == fresh.counts("tasks", "state", "job")
+    task = fresh.select("tasks", limit=1).rows[0]["task_id"]
+    assert migrated.entity_rows("tasks", task) == fresh.entity_rows("tasks", task) != []
+    for attempt, session, _ in fresh.entity_rows("tasks", task):
+        assert migrated.new_fields("tasks", task, attempt, session) == fresh.new_fields(
+            "tasks", task, attempt, session
+        )
+        assert migrated.raw_texts(session, [e["eventId"] for e in events], 2000.0) != []
+    again = migrated.ingest(copy.deepcopy(events), now=2000.0)
+    assert (
+        again.stored == 0
+        and again.duplicates == fresh.ingest(copy.deepcopy(events), now=2000.0).duplicates > 0
+    )
+    assert _all_rows(migrated) == _all_rows(fresh)
+    for store in (migrated, fresh):
+        store.close()
+
+
 def test_a_database_from_before_sessions_gets_them_from_its_rows(
     postgres_server: PostgresServer,
 ) -> None:
     """Schema step 2 on a database the first step wrote: its sessions come from its rows, and a
     rebuild is refused (their raw events were never kept) until forced."""
     url = postgres_server.new_database("before_sessions")
-    old = PostgresStore(url)
-    old.ingest_prepared([prepare(event) for event in EVENTS], now=1000.0)
-    old.close()
-    with psycopg.connect(url, autocommit=True) as db:  # as the first step left it
-        db.execute(
-            "DROP TABLE sessions, raw_events, store_notes, refused_events, log_file_chunks, export_entities"
-        )
-        db.execute("DELETE FROM schema_migrations WHERE version > 1")
+    _written_before_packing(url, EVENTS, 1000.0, 1)
     store = PostgresStore(url)
     assert store.sessions() == [EVENTS[0]["sessionName"]]
     assert store.session_list()[0]["tasks"] == store.total("tasks") > 0

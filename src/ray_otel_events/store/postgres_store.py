@@ -32,6 +32,7 @@ again, so `serve` comes back by itself when the server does.
 
 from __future__ import annotations
 
+import binascii
 import contextlib
 import hashlib
 import itertools
@@ -47,6 +48,7 @@ import psycopg
 from ray_otel_events.store import raw_events
 from ray_otel_events.store.backend import IngestResult, StoreBusy, StoreError, StoreUnavailable, first_line
 from ray_otel_events.store.row_fold import Pieces, StoredRow, fold_keys, group_pieces
+from ray_otel_events.store.row_packing import pack_row, row_json
 from ray_otel_events.store.sql_export import EXPORT_TABLE
 from ray_otel_events.store.sql_reads import TEXT_COLUMNS, SqlDialect
 from ray_otel_events.store.sql_upkeep import SqlUpkeep
@@ -111,9 +113,84 @@ def _is_indexed_form(value: Any) -> bool:
     )
 
 
+_TEXT_ID = 0x80  # in a row's kept event ids: an id kept as its text (see _packed_ids)
+
+
+def _base64_bytes(event_id: str) -> bytes | None:
+    """The bytes an event id is the canonical base64 of (as Ray's are), if 1 to 127 of them."""
+    try:
+        raw = binascii.a2b_base64(event_id, strict_mode=True)
+    except (binascii.Error, ValueError):  # not base64, or not ASCII
+        return None
+    if 0 < len(raw) < _TEXT_ID and binascii.b2a_base64(raw, newline=False) == event_id.encode():
+        return raw
+    return None
+
+
+def _packed_ids(joined: str) -> bytes:
+    """A row's event ids (as the fold joins them) as the row keeps them: each id that is base64 as
+    its byte count and bytes (Ray's 40 characters in 29 bytes), any other as _TEXT_ID, its UTF-8
+    length (4 bytes, little-endian) and text."""
+    out = bytearray()
+    for event_id in joined.split():
+        raw = _base64_bytes(event_id)
+        if raw is None:
+            text = event_id.encode("utf-8", "surrogatepass")
+            out += bytes((_TEXT_ID, *len(text).to_bytes(4, "little"))) + text
+        else:
+            out += bytes((len(raw),)) + raw
+    return bytes(out)
+
+
+def _event_ids(stored: bytes) -> list[str]:
+    """The event ids a row keeps (`_packed_ids`), as the fold gave them."""
+    ids: list[str] = []
+    at = 0
+    while at < len(stored):
+        size = stored[at]
+        if size == _TEXT_ID:
+            length = int.from_bytes(stored[at + 1 : at + 5], "little")
+            ids.append(stored[at + 5 : at + 5 + length].decode("utf-8", "surrogatepass"))
+            at += 5 + length
+        else:
+            ids.append(binascii.b2a_base64(stored[at + 1 : at + 1 + size], newline=False).decode())
+            at += 1 + size
+    return ids
+
+
+def _packed(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A folded row's upsert values with its JSON packed (row_packing) and its event ids as bytes."""
+    return (*row[:_DATA_AT], pack_row(row[_DATA_AT]), _packed_ids(row[_DATA_AT + 1]), *row[_DATA_AT + 2 :])
+
+
+_REPACK_CHUNK = 2000  # rows read and written again at a time by migration 7
+
+
+def _pack_stored_rows(db: psycopg.Connection[Any]) -> None:
+    """Migration 7: every row's JSON packed and its event ids kept as bytes (`_packed`), read in
+    chunks through a cursor (which does not see the rows written since it opened)."""
+    db.execute(
+        "ALTER TABLE state_rows ALTER COLUMN data TYPE bytea USING convert_to(data, 'UTF8'),"
+        " ALTER COLUMN event_ids TYPE bytea USING convert_to(event_ids, 'UTF8')"
+    )
+    update = (
+        "UPDATE state_rows s SET data = v.data, event_ids = v.event_ids"
+        " FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::text[], %b::bytea[], %b::bytea[])"
+        " AS v(resource, entity_id, attempt, session, data, event_ids) WHERE s.resource = v.resource"
+        " AND s.entity_id = v.entity_id::citext AND s.attempt = v.attempt AND s.session = v.session"
+    )
+    with db.cursor(name="pack_rows") as rows:
+        rows.execute("SELECT resource, entity_id::text, attempt, session, data, event_ids FROM state_rows")
+        while chunk := rows.fetchmany(_REPACK_CHUNK):
+            keys = [list(column) for column in zip(*(row[:4] for row in chunk), strict=True)]
+            data = [pack_row(bytes(row[4])) for row in chunk]
+            ids = [_packed_ids(_dec(bytes(row[5]).decode())) for row in chunk]
+            db.execute(update, [*keys, data, ids])
+
+
 # Numbered steps, applied in order and recorded in schema_migrations; never edit a released one:
-# append the next.
-MIGRATIONS: tuple[tuple[int, str], ...] = (
+# append the next. A step is SQL, or a function of the connection where SQL cannot do it.
+MIGRATIONS: tuple[tuple[int, str | Callable[[psycopg.Connection[Any]], None]], ...] = (
     (
         1,
         f"""
@@ -242,12 +319,24 @@ CREATE INDEX chunks_by_time ON log_file_chunks(received);
     # Ray's Export API entities: datasets, Train runs and attempts, submitted jobs, one row
     # each per session (`sql_export`).
     (6, EXPORT_TABLE.format(real="double precision")),
+    # A row's JSON was most of the store's bytes (~1.6 KB of ~4.1 KB per task attempt): it is
+    # kept packed as on SQLite (row_packing: deflated against a fixed dictionary), and its event
+    # ids as bytes (`_packed_ids`). The rows stored before are packed here (a large store takes a
+    # while on this first start, and its table keeps the old versions' space until VACUUM FULL).
+    (7, _pack_stored_rows),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 _KEY_COLUMNS = "resource, entity_id, attempt, session"
 _ROW_COLUMNS = (*_KEY_COLUMNS.split(", "), "updated", "data", "event_ids", *INDEXED_COLUMNS)
-_ROW_TYPES = {"attempt": "bigint", "updated": "float8", "start_ms": "bigint", "end_ms": "bigint"}
+_ROW_TYPES = {
+    "attempt": "bigint",
+    "updated": "float8",
+    "data": "bytea",
+    "event_ids": "bytea",
+    "start_ms": "bigint",
+    "end_ms": "bigint",
+}
 # A batch's rows as one array per column: one statement writes them all. The arrays are sent in
 # PostgreSQL's binary form (`%b`): as text, the server spent more time parsing them than writing.
 _ROW_ARRAYS = (
@@ -360,9 +449,13 @@ def _odd(columns: list[list[Any]]) -> set[int]:
     return odd
 
 
-def _stored_row(found: tuple[str, str] | None) -> StoredRow:
+def _stored_row(found: tuple[bytes, bytes] | None) -> StoredRow:
     """A stored row as the fold takes it (empty for a new one)."""
-    return StoredRow({}, []) if found is None else StoredRow(orjson.loads(found[0]), _dec(found[1]).split())
+    return (
+        StoredRow({}, [])
+        if found is None
+        else StoredRow(orjson.loads(row_json(found[0])), _event_ids(found[1]))
+    )
 
 
 def _merged_case_variants(pieces: Pieces) -> Pieces:
@@ -382,11 +475,15 @@ def _merged_case_variants(pieces: Pieces) -> Pieces:
 
 
 def _fold_keys(
-    keys: list[Key], pieces: Pieces, stored: dict[int, tuple[str, str]], received: float, result: IngestResult
+    keys: list[Key],
+    pieces: Pieces,
+    stored: dict[int, tuple[bytes, bytes]],
+    received: float,
+    result: IngestResult,
 ) -> list[tuple[Any, ...]]:
     """The upsert rows of `keys` folded onto `stored` (by index in `keys`; absent: a new row),
-    counted in `result`. A row whose fold fails is folded again piece by piece, leaving out (naming)
-    the bad ones."""
+    packed (`_packed`), counted in `result`. A row whose fold fails is folded again piece by
+    piece, leaving out (naming) the bad ones."""
     rows = {key: _stored_row(stored.get(n)) for n, key in enumerate(keys)}
     changed, duplicates = fold_keys(
         keys,
@@ -398,13 +495,11 @@ def _fold_keys(
         lambda key: _stored_row(stored.get(keys.index(key))),
     )
     result.duplicates += duplicates
-    return changed
+    return [_packed(row) for row in changed]
 
 
 def _row_params(row: tuple[Any, ...]) -> list[Any]:
-    return [
-        v if i == _DATA_AT else _indexed(_enc(v)) if i in _INDEXED_AT else _enc(v) for i, v in enumerate(row)
-    ]
+    return [_indexed(_enc(v)) if i in _INDEXED_AT else _enc(v) for i, v in enumerate(row)]
 
 
 class PostgresStore(SqlUpkeep):
@@ -427,6 +522,7 @@ class PostgresStore(SqlUpkeep):
         indexed=_indexed,
         indexed_columns=_INDEXED_TEXT,
         is_indexed_form=_is_indexed_form,
+        event_ids=_event_ids,
     )
 
     writer = "python"
@@ -540,7 +636,10 @@ class PostgresStore(SqlUpkeep):
             for number, sql in MIGRATIONS:
                 if number > version:
                     with db.transaction():
-                        db.execute(sql)
+                        if callable(sql):
+                            sql(db)
+                        else:
+                            db.execute(sql)
                         db.execute("INSERT INTO schema_migrations(version) VALUES (%s)", (number,))
 
     # -- writing -------------------------------------------------------------------------------
@@ -645,7 +744,7 @@ class PostgresStore(SqlUpkeep):
             if tuple(row[:4]) not in present:
                 db.execute(_UPSERT_ROW, _row_params(row))
 
-    def _lock_rows(self, db: psycopg.Connection[Any], keys: list[Key]) -> dict[int, tuple[str, str]]:
+    def _lock_rows(self, db: psycopg.Connection[Any], keys: list[Key]) -> dict[int, tuple[bytes, bytes]]:
         """(data, event ids) of the stored rows of `keys`, by index in `keys`, locked until commit."""
         if not keys:
             return {}
@@ -669,8 +768,7 @@ class PostgresStore(SqlUpkeep):
         missed: list[tuple[Any, ...]] = []
         if plain:
             for i in _TEXT_AT:
-                if i != _DATA_AT:  # the rows' JSON never holds NUL (orjson writes it as \\u0000)
-                    columns[i] = _encoded_texts(columns[i])
+                columns[i] = _encoded_texts(columns[i])
                 if i in _INDEXED_AT and max(map(len, filter(None, columns[i])), default=0) > _WHOLE_CHARS:
                     columns[i] = [_indexed(v) for v in columns[i]]  # (rare: the lengths looked at in C)
             cursor = db.execute(many, columns)

@@ -67,6 +67,7 @@ class SqlDialect:
     indexed: Callable[[Any], Any] = _same  # a stored value (`enc`) as `indexed_columns` hold it
     indexed_columns: tuple[str, ...] = ()
     is_indexed_form: Callable[[Any], bool] = lambda _: False  # a value `indexed` shortened
+    event_ids: Callable[[Any], list[str]] | None = None  # a row's stored event ids read (else: `dec`, split)
 
     def decoded(self, rows: list[Any]) -> list[Any]:
         """`rows` with every value as it was given."""
@@ -560,8 +561,9 @@ class SqlReads(ABC):
         if not found:
             return {}
         updated, ids = found[0]
+        listed = d.event_ids(ids) if d.event_ids else d.dec(ids).split()
         try:
-            return raw_events.new_fields(self.raw_texts(session, d.dec(ids).split(), updated))
+            return raw_events.new_fields(self.raw_texts(session, listed, updated))
         except d.missing_table:  # a store written before raw events were kept, opened read-only
             return {}
 
