@@ -12,6 +12,7 @@ against its own dashboard). `make test-ray-versions` runs the same against live 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 from typing import Any
 
@@ -55,6 +56,22 @@ def _recorded(release: str) -> tuple[list[dict[str, Any]], LiveAnswers]:
     return events, live
 
 
+def _histories(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Each task attempt's transitions: (state, ms). Ray's CLI prints a transition's time as local
+    time (`Humanify.timestamp`); the recordings were made with the machine's clock in UTC."""
+
+    def ms(value: Any) -> int:
+        if isinstance(value, int):
+            return value
+        when = datetime.datetime.fromisoformat(value).replace(tzinfo=datetime.UTC)
+        return int(when.timestamp() * 1000 + 0.5)
+
+    return sorted(
+        (row["task_id"], row["attempt_number"], [(e["state"], ms(e["created_ms"])) for e in row["events"]])
+        for row in rows
+    )
+
+
 @pytest.fixture(scope="module")
 def one_store(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """One `serve` holding every release's events (sent in POSTs of 16, the releases interleaved)."""
@@ -81,6 +98,7 @@ def test_each_release_lists_as_its_live_cluster_did(one_store: str, release: str
     assert len(answers.tasks) == len(live.tasks) == 14
     assert project(answers.tasks, TASK_FIELDS) == project(live.tasks, TASK_FIELDS)
     assert actor_tasks(answers.tasks) == actor_tasks(live.tasks)
+    assert _histories(answers.tasks) == _histories(live.tasks)  # 2.49's from its `taskState` maps
     states = {(t["func_or_class_name"], t["attempt_number"]): t["state"] for t in answers.tasks}
     assert states[("flaky", 1)] == states[("flaky", 0)] == "FAILED"
     if _tasks_only(release):
@@ -148,6 +166,14 @@ def test_a_task_field_no_fold_reads_shows_in_the_detail() -> None:
     payload.update(taskId="AAAAAAAAAAAAAAAAAQAAAA==", taskAttempt=0, laterRayField={"x": 1}, nodeId="AQ==")
     shown = raw_events.new_fields([{"eventType": "TASK_LIFECYCLE_EVENT", "taskLifecycleEvent": payload}])
     assert shown == {**{f.name: f"value of {f.name}" for f in unread}, "later_ray_field": {"x": 1}}
+
+
+def test_a_2_49_task_detail_adds_only_what_no_fold_reads() -> None:
+    """2.49's execution payload is one the task folds read: the detail adds its fields they do not
+    read (a later Ray's, say), not the payload whole."""
+    event = _execution_event({"11": "2026-12-02T00:43:03.000000002Z"})
+    event["taskExecutionEvent"].update(workerPid=7, laterRayField=1)
+    assert raw_events.new_fields([event]) == {"later_ray_field": 1}
 
 
 def test_the_bridge_reads_2_49_events_as_later_releases_send_them() -> None:
