@@ -79,6 +79,8 @@ def _event(
         "timestamp": TIME,
         "severity": "INFO",
         "sessionName": SESSION,
+        "sourceHostname": "worker-3",
+        "sourcePid": 4242,
         payload_key: {**body, _camel(_added(message)): f"{message} from a later Ray"},
     }
 
@@ -244,17 +246,21 @@ KINDS: dict[str, tuple[bytes, dict[str, Any], tuple[str, ...]]] = {
 }
 
 
+# Ray's main branch after 2.60 adds these to the base event (our protos are 2.60's).
+BASE_ADDED = {"RayEvent": "string source_hostname = 29;\n  int32 source_pid = 30;"}
+
+
 def _with_added_fields(proto_root: Path) -> None:
     """Each payload message of PAYLOADS gets `string <payload>_added = 1000;` (what a later Ray's
-    proto might add), in a copy of proto/."""
+    proto might add) and the base event BASE_ADDED's, in a copy of proto/."""
+    added = {**{message: f"string {_added(message)} = 1000;" for message in PAYLOADS}, **BASE_ADDED}
     for path in (proto_root / "ray_otel_events" / "protobuf").glob("*.proto"):
         text = path.read_text()
-        for message in PAYLOADS:
+        for message, fields in added.items():
             found = re.search(rf"^message {message} \{{.*?^\}}", text, re.S | re.M)
             if found:
                 body = found.group(0)
-                added = body[:-1] + f"  string {_added(message)} = 1000;\n}}"
-                text = text.replace(body, added)
+                text = text.replace(body, f"{body[:-1]}  {fields}\n}}")
         path.write_text(text)
 
 
@@ -288,6 +294,7 @@ def serves(
         "from ray_otel_events.protobuf import events_base_event_pb2 as b\n"
         "names = {f.message_type.name: [x.name for x in f.message_type.fields]"
         " for f in b.RayEvent.DESCRIPTOR.fields if f.message_type is not None}\n"
+        "names['RayEvent'] = [f.name for f in b.RayEvent.DESCRIPTOR.fields]\n"
         "print(json.dumps([ray_otel_events.__file__, names]))"
     )
     ran = subprocess.run(
@@ -301,6 +308,7 @@ def serves(
     where, names = json.loads(ran.stdout)
     assert where.startswith(env["PYTHONPATH"])
     assert all(_added(message) in names[message] for message in PAYLOADS), names
+    assert {"source_hostname", "source_pid"} <= set(names["RayEvent"])
     started: list[CliServer] = []
     try:
         bases = {}
@@ -313,10 +321,6 @@ def serves(
             base = bases[backend] = f"http://{serve.address}"
             answer = requests.post(f"{base}/v1/ray-events", json=EVENTS, timeout=30)
             assert answer.json() == {"accepted": len(EVENTS), "rejected": 0, "errors": []}, answer.text
-        for base in bases.values():
-            wait_until(
-                lambda base=base: _detail(base, "placement_groups", GROUP) is not None, "the rows folded"
-            )
         yield bases
     finally:
         close_all(started)
@@ -339,6 +343,7 @@ def test_a_field_make_proto_adds_shows_in_the_detail(serves: dict[str, str], bac
     entity, folded, payloads = KINDS[kind]
     resource = "tasks" if kind == "actor task" else kind
     added = {_added(message): f"{message} from a later Ray" for message in payloads}
+    added.update(source_hostname="worker-3", source_pid=4242)
     base = serves[backend]
     wait_until(lambda: _detail(base, resource, entity) is not None, f"the {kind} row")
     shown = _detail(base, resource, entity)
