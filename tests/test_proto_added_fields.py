@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -309,16 +310,16 @@ def serves(
     assert where.startswith(env["PYTHONPATH"])
     assert all(_added(message) in names[message] for message in PAYLOADS), names
     assert {"source_hostname", "source_pid"} <= set(names["RayEvent"])
-    started: list[CliServer] = []
+    locations = {"sqlite": tmp / "events.sqlite3", "postgresql": postgres_server.new_database("proto_added")}
+    with ThreadPoolExecutor(len(locations)) as pool:  # both start at once: a start is most of the setup
+        starting = {
+            backend: pool.submit(CliServer, "serve", *serve_store_args(location, tmp / backend), env=env)
+            for backend, location in locations.items()
+        }
+    started = [future.result() for future in starting.values() if future.exception() is None]
     try:
-        bases = {}
-        for backend, location in (
-            ("sqlite", tmp / "events.sqlite3"),
-            ("postgresql", postgres_server.new_database("proto_added")),
-        ):
-            serve = CliServer("serve", *serve_store_args(location, tmp / backend), env=env)
-            started.append(serve)
-            base = bases[backend] = f"http://{serve.address}"
+        bases = {backend: f"http://{future.result().address}" for backend, future in starting.items()}
+        for base in bases.values():
             answer = requests.post(f"{base}/v1/ray-events", json=EVENTS, timeout=30)
             assert answer.json() == {"accepted": len(EVENTS), "rejected": 0, "errors": []}, answer.text
         yield bases
