@@ -23,9 +23,9 @@ SERVICE_FILES = {"events_event_aggregator_service.proto"}
 HANDWRITTEN = {"__init__.py", "_pool.py"}
 
 
-def _protoc(args: list[str]) -> None:
+def _protoc(args: list[str], proto_root: Path) -> None:
     include = str(Path(protoc.__file__).parent / "_proto")
-    if protoc.main(["protoc", f"-I{PROTO_ROOT}", f"-I{include}", *args]) != 0:
+    if protoc.main(["protoc", f"-I{proto_root}", f"-I{include}", *args]) != 0:
         raise SystemExit(f"protoc failed: {' '.join(args)}")
 
 
@@ -37,13 +37,14 @@ def _use_private_pool(source: str) -> str:
     return source.replace("_descriptor_pool.Default()", "_POOL")
 
 
-def generate(dest: Path) -> list[Path]:
-    """Write the generated modules for every .proto into dest; return the files written."""
-    protos = sorted((PROTO_ROOT / PACKAGE_DIR).glob("*.proto"))
-    rel = [str(p.relative_to(PROTO_ROOT)) for p in protos]
+def generate(dest: Path, proto_root: Path = PROTO_ROOT) -> list[Path]:
+    """Write the generated modules for every .proto under proto_root (tests give a changed copy)
+    into dest; return the files written."""
+    protos = sorted((proto_root / PACKAGE_DIR).glob("*.proto"))
+    rel = [str(p.relative_to(proto_root)) for p in protos]
     with tempfile.TemporaryDirectory() as tmp:
-        _protoc([f"--python_out={tmp}", f"--pyi_out={tmp}", *rel])
-        _protoc([f"--grpc_python_out={tmp}", *[r for r in rel if Path(r).name in SERVICE_FILES]])
+        _protoc([f"--python_out={tmp}", f"--pyi_out={tmp}", *rel], proto_root)
+        _protoc([f"--grpc_python_out={tmp}", *[r for r in rel if Path(r).name in SERVICE_FILES]], proto_root)
         written = []
         for produced in sorted((Path(tmp) / PACKAGE_DIR).iterdir()):
             text = produced.read_text()

@@ -7,17 +7,24 @@ tests/helpers/ray_versions_workload.py while its aggregator exported to our `sin
 holds every event POSTed, `tasks.json`, `actors.json` and `jobs.json` the live cluster's
 `ray list tasks --detail`, `ray list actors` and `ray list jobs` answers (that release's CLI
 against its own dashboard). `make test-ray-versions` runs the same against live clusters.
+
+Each release's events also go through our aggregator, as its core workers and GCS send them (gRPC
+AddEvents), into the same `serve` in a session of their own, and must give the same answers.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import datetime
 import json
+from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import pytest
 import requests
-from helpers.agg_procs import CliServer
+from helpers.agg_procs import CliServer, free_port, wait_until
 from helpers.ray_versions import (
     ACTOR_FIELDS,
     FIXTURES,
@@ -32,6 +39,8 @@ from helpers.ray_versions import (
 )
 
 from ray_otel_events.otel import posted_events
+from ray_otel_events.protobuf import events_event_aggregator_service_pb2 as svc
+from ray_otel_events.protobuf import events_event_aggregator_service_pb2_grpc as svc_grpc
 from ray_otel_events.protobuf.common_pb2 import TaskStatus
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.protobuf.events_task_lifecycle_event_pb2 import TaskLifecycleEvent
@@ -55,6 +64,22 @@ def _recorded(release: str) -> tuple[list[dict[str, Any]], LiveAnswers]:
     return events, live
 
 
+def _histories(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Each task attempt's transitions: (state, ms). Ray's CLI prints a transition's time as local
+    time (`Humanify.timestamp`); the recordings were made with the machine's clock in UTC."""
+
+    def ms(value: Any) -> int:
+        if isinstance(value, int):
+            return value
+        when = datetime.datetime.fromisoformat(value).replace(tzinfo=datetime.UTC)
+        return int(when.timestamp() * 1000 + 0.5)
+
+    return sorted(
+        (row["task_id"], row["attempt_number"], [(e["state"], ms(e["created_ms"])) for e in row["events"]])
+        for row in rows
+    )
+
+
 @pytest.fixture(scope="module")
 def one_store(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """One `serve` holding every release's events (sent in POSTs of 16, the releases interleaved)."""
@@ -74,13 +99,67 @@ def one_store(tmp_path_factory: pytest.TempPathFactory) -> Any:
         server.close()
 
 
+BY_GRPC = "_grpc"  # the session suffix of a release's events sent through our aggregator
+
+
+def _as_core_workers_send(release: str) -> list[bytes]:
+    """A release's events as its core workers and GCS send them to an aggregator (AddEvents), in a
+    session of their own: the wire our reader makes of their JSON. 2.49's execution events become
+    TASK_LIFECYCLE_EVENTs, the bytes 2.49 sends (type 2, field 9, its `taskState` map entries
+    StateTransitions on the wire)."""
+    events = [
+        {
+            **event,
+            "sessionName": event["sessionName"] + BY_GRPC,
+            "eventId": base64.b64encode(b"g" + base64.b64decode(event["eventId"])).decode(),
+        }
+        for event in _recorded(release)[0]
+    ]
+    parts, errors = posted_events.read_posted_events(json.dumps(events).encode())
+    assert errors == [] and len(parts) == len(events)
+    return [part.wire for part in parts]
+
+
+@pytest.fixture(scope="module")
+def by_grpc(one_store: str) -> Iterator[str]:
+    """Every release's events also through our aggregator (gRPC AddEvents in, JSON POSTs out) to the
+    same `serve`, each release's in a session of its own (BY_GRPC)."""
+    aggregator = CliServer(
+        "aggregator",
+        "--export-addr",
+        f"{one_store}/v1/ray-events",
+        "--exposable-event-types",
+        "ALL",
+        "--metrics-port",
+        str(free_port()),
+    )
+    try:
+        request = svc.AddEventsRequest()
+        for release in RELEASES:
+            for wire in _as_core_workers_send(release):
+                request.events_data.events.add().MergeFromString(wire)
+        with grpc.insecure_channel(aggregator.address) as channel:
+            svc_grpc.EventAggregatorServiceStub(channel).AddEvents(request, timeout=60)
+        stats = aggregator.stop()  # after what it holds is sent
+        sent = len(request.events_data.events)
+        published = sum(sum(p["published"].values()) for p in stats["publishers"].values())
+        assert stats["received_total"] == published == sent, stats
+        yield one_store
+    finally:
+        aggregator.close()
+
+
 @pytest.mark.parametrize("release", RELEASES)
-def test_each_release_lists_as_its_live_cluster_did(one_store: str, release: str) -> None:
+@pytest.mark.parametrize("path", ["posted", "grpc"])
+def test_each_release_lists_as_its_live_cluster_did(by_grpc: str, release: str, path: str) -> None:
     events, live = _recorded(release)
-    answers = ours(one_store, session_of(events))
+    session = session_of(events) + (BY_GRPC if path == "grpc" else "")
+    wait_until(lambda: len(ours(by_grpc, session).tasks) == len(live.tasks), f"{release}'s tasks by {path}")
+    answers = ours(by_grpc, session)
     assert len(answers.tasks) == len(live.tasks) == 14
     assert project(answers.tasks, TASK_FIELDS) == project(live.tasks, TASK_FIELDS)
     assert actor_tasks(answers.tasks) == actor_tasks(live.tasks)
+    assert _histories(answers.tasks) == _histories(live.tasks)  # 2.49's from its `taskState` maps
     states = {(t["func_or_class_name"], t["attempt_number"]): t["state"] for t in answers.tasks}
     assert states[("flaky", 1)] == states[("flaky", 0)] == "FAILED"
     if _tasks_only(release):
@@ -90,9 +169,10 @@ def test_each_release_lists_as_its_live_cluster_did(one_store: str, release: str
     assert project(answers.jobs, JOB_FIELDS) == project(live.jobs, JOB_FIELDS)
 
 
-def test_the_store_keeps_the_releases_apart(one_store: str) -> None:
-    listed = requests.get(f"{one_store}/api/sessions", timeout=30).json()["sessions"]
-    assert {row["name"] for row in listed} == {session_of(_recorded(release)[0]) for release in RELEASES}
+def test_the_store_keeps_the_releases_apart(by_grpc: str) -> None:
+    listed = requests.get(f"{by_grpc}/api/sessions", timeout=30).json()["sessions"]
+    sessions = {session_of(_recorded(release)[0]) for release in RELEASES}
+    assert {row["name"] for row in listed} == sessions | {name + BY_GRPC for name in sessions}
 
 
 def test_fixtures_stay_small() -> None:
@@ -148,6 +228,14 @@ def test_a_task_field_no_fold_reads_shows_in_the_detail() -> None:
     payload.update(taskId="AAAAAAAAAAAAAAAAAQAAAA==", taskAttempt=0, laterRayField={"x": 1}, nodeId="AQ==")
     shown = raw_events.new_fields([{"eventType": "TASK_LIFECYCLE_EVENT", "taskLifecycleEvent": payload}])
     assert shown == {**{f.name: f"value of {f.name}" for f in unread}, "later_ray_field": {"x": 1}}
+
+
+def test_a_2_49_task_detail_adds_only_what_no_fold_reads() -> None:
+    """2.49's execution payload is one the task folds read: the detail adds its fields they do not
+    read (a later Ray's, say), not the payload whole."""
+    event = _execution_event({"11": "2026-12-02T00:43:03.000000002Z"})
+    event["taskExecutionEvent"].update(workerPid=7, laterRayField=1)
+    assert raw_events.new_fields([event]) == {"later_ray_field": 1}
 
 
 def test_the_bridge_reads_2_49_events_as_later_releases_send_them() -> None:

@@ -11,7 +11,6 @@ A body is split by session only when its items name more than one.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import zlib
 from collections.abc import Iterable, Sequence
@@ -21,7 +20,7 @@ import orjson
 
 from ray_otel_events import native
 from ray_otel_events.protobuf import events_base_event_pb2
-from ray_otel_events.store.fold_schema import RAY_KEYS
+from ray_otel_events.store.state_merge import FOLDED_KEYS
 
 try:  # setup.py builds it where zlib's headers are
     from ray_otel_events.native import _raw_deflate
@@ -124,23 +123,16 @@ def decompress(blob: bytes) -> bytes:
 
 
 _EVENT = events_base_event_pb2.RayEvent.DESCRIPTOR
+# Known of a payload is what the folds read (state_merge's tables, and the route's id and attempt),
+# not what the schema names, so a field `make proto` adds (or one the schema has and no fold reads)
+# shows in `get` and the task page with no other edit. A payload no fold reads (no row has its
+# events) is known by its schema.
 _KNOWN: dict[str, frozenset[str]] = {
     field.json_name: frozenset(f.json_name for f in field.message_type.fields)
     for field in _EVENT.fields
     if field.message_type is not None
 }
-# A task's payloads: known is what the task folds read (fold_schema's keys, and the route's id and
-# attempt), not what the schema names, so a field `make proto` adds (or one the schema has and no
-# fold reads) shows in `get` and the task page with no other edit.
-_TASK_FOLDED = frozenset(getattr(RAY_KEYS, f.name) for f in dataclasses.fields(RAY_KEYS))
-for _payload in ("task_definition_event", "actor_task_definition_event", "task_lifecycle_event"):
-    _message = _EVENT.fields_by_name[_payload].message_type
-    assert _message is not None  # a payload is a message
-    _fields = _message.fields_by_name
-    _KNOWN[_EVENT.fields_by_name[_payload].json_name] = _TASK_FOLDED | {
-        _fields["task_id"].json_name,
-        _fields["task_attempt"].json_name,
-    }
+_KNOWN.update(FOLDED_KEYS)
 
 
 # The envelope every event has (Ray 2.60's base event beside its payloads), by the names Ray posts
@@ -164,11 +156,11 @@ def _snake(name: str) -> str:
 
 
 def new_fields(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """The fields of these events that no fold reads: in a task's typed payloads, every field
-    outside the task folds' keys; in the others', those Ray 2.60's schema does not have (a later
-    Ray's); beside the payloads, the base-event fields the schema does not have (a later Ray's
-    `sourceHostname`). By snake_case name as Ray's state API names fields; a later event's value
-    wins."""
+    """The fields of these events that no fold reads: in a folded payload, every field outside the
+    keys its fold reads (a later Ray's, or one our schema names and no fold reads); beside the
+    payloads, the base-event fields beyond the envelope (a later Ray's `sourceHostname`). By
+    snake_case name as Ray's state API names fields, with the values as posted; a later event's
+    value wins."""
     found: dict[str, Any] = {}
     for event in events:
         for key, value in event.items():

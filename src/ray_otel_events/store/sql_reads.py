@@ -550,7 +550,7 @@ class SqlReads(ABC):
         return [event for _, _, event in sorted(found, key=lambda item: (item[0], item[1]))]
 
     def new_fields(self, resource: str, entity_id: str, attempt: int, session: str) -> dict[str, Any]:
-        """Fields of a row's kept events that this version's schema does not name (a later Ray's):
+        """Fields of a row's kept events that no fold reads (a later Ray's, one `make proto` added):
         `raw_events.new_fields` of them."""
         d = self.dialect
         found = self._query(

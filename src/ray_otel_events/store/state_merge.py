@@ -11,6 +11,7 @@ transitions themselves are kept as history. Ids are turned from base64 into Ray'
 from __future__ import annotations
 
 import binascii
+import dataclasses
 import datetime
 import functools
 import json
@@ -18,7 +19,7 @@ import re
 import reprlib
 from collections.abc import Callable
 from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import orjson
 
@@ -29,6 +30,9 @@ from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.store.fold_schema import RAY_KEYS as KEY
 from ray_otel_events.store.fold_schema import TASK_ROW as FIELD
 from ray_otel_events.store.fold_schema import TASK_VALUES as VALUE
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 Row = dict[str, Any]
 
@@ -124,7 +128,7 @@ def _transitions(row: Row, body: dict[str, Any]) -> None:
 
 def _in_time_order(body: dict[str, Any]) -> list[dict[str, Any]]:
     """A piece's transitions oldest first, so the last one sets a row's current fields."""
-    return sorted(body.get("stateTransitions", []), key=lambda t: rfc3339_ns(t.get("timestamp")))
+    return sorted(body.get(KEY.state_transitions, []), key=lambda t: rfc3339_ns(t.get(KEY.timestamp)))
 
 
 def _first_ms(row: Row, *states: str) -> int | None:
@@ -140,6 +144,35 @@ def _last_ms(row: Row, *states: str) -> int | None:
         if event["state"] in states:
             found = int(event["created_ms"])
     return found
+
+
+# Each fold reads its payload's keys from a table (`_payload_keys`; the task folds' is fold_schema's):
+# what a fold reads is its table, so a payload's other fields (one `make proto` adds, say) show in
+# the detail (`FOLDED_KEYS`). Keys inside a payload's messages are read by their names.
+
+K = TypeVar("K", bound="DataclassInstance")
+
+
+def _payload_keys(event_type: int, keys: type[K]) -> K:
+    """`keys` (a dataclass of str fields, each named by a field of `event_type`'s payload) with each
+    field's JSON name; RuntimeError names one the payload does not have."""
+    payload = RayEvent.DESCRIPTOR.fields_by_name[REGISTRY[event_type].payload_field].message_type
+    if payload is None:
+        raise RuntimeError(f"{event_type_name(event_type)} has no payload message")
+    fields = payload.fields_by_name
+    missing = [f.name for f in dataclasses.fields(keys) if f.name not in fields]
+    if missing:
+        raise RuntimeError(f"{payload.full_name} has no field {', '.join(missing)}: the fold reads it")
+    return keys(**{f.name: fields[f.name].json_name for f in dataclasses.fields(keys)})
+
+
+def _read_keys(keys: DataclassInstance) -> frozenset[str]:
+    return frozenset(dataclasses.astuple(keys))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _LifecycleKeys:
+    state_transitions: str
 
 
 # -- tasks ---------------------------------------------------------------------------------
@@ -211,8 +244,17 @@ def _task_execution(row: Row, body: dict[str, Any]) -> None:
     _task_lifecycle(row, execution_as_lifecycle(body))
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _TaskProfileKeys:
+    profile_events: str
+    job_id: str
+
+
+TASK_PROFILE = _payload_keys(ET.TASK_PROFILE_EVENT, _TaskProfileKeys)
+
+
 def _task_profile(row: Row, body: dict[str, Any]) -> None:
-    profile = body.get("profileEvents") or {}
+    profile = body.get(TASK_PROFILE.profile_events) or {}
     data = row.setdefault(
         "profiling_data",
         {
@@ -232,26 +274,44 @@ def _task_profile(row: Row, body: dict[str, Any]) -> None:
                 "extra_data": json.loads(event["extraData"]) if event.get("extraData") else {},
             }
         )
-    if body.get("jobId"):
-        row.setdefault("job_id", hex_id(body["jobId"]))
+    if body.get(TASK_PROFILE.job_id):
+        row.setdefault("job_id", hex_id(body[TASK_PROFILE.job_id]))
 
 
 # -- actors, jobs, nodes, workers, placement groups --------------------------------------
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _ActorDefinitionKeys:
+    class_name: str
+    job_id: str
+    name: str
+    ray_namespace: str
+    serialized_runtime_env: str
+    required_resources: str
+    is_detached: str
+    placement_group_id: str
+    call_site: str
+    label_selector: str
+
+
+ACTOR_DEFINITION = _payload_keys(ET.ACTOR_DEFINITION_EVENT, _ActorDefinitionKeys)
+
+
 def _actor_definition(row: Row, body: dict[str, Any]) -> None:
+    key = ACTOR_DEFINITION
     row.update(
         {
-            "class_name": body.get("className", ""),
-            "job_id": hex_id(body.get("jobId")),
-            "name": body.get("name", ""),
-            "ray_namespace": body.get("rayNamespace", ""),
-            "serialized_runtime_env": body.get("serializedRuntimeEnv", "{}"),
-            "required_resources": body.get("requiredResources", {}),
-            "is_detached": bool(body.get("isDetached", False)),
-            "placement_group_id": _nil_to_none(hex_id(body.get("placementGroupId"))),
-            "call_site": body.get("callSite") or None,
-            "label_selector": body.get("labelSelector") or {},
+            "class_name": body.get(key.class_name, ""),
+            "job_id": hex_id(body.get(key.job_id)),
+            "name": body.get(key.name, ""),
+            "ray_namespace": body.get(key.ray_namespace, ""),
+            "serialized_runtime_env": body.get(key.serialized_runtime_env, "{}"),
+            "required_resources": body.get(key.required_resources, {}),
+            "is_detached": bool(body.get(key.is_detached, False)),
+            "placement_group_id": _nil_to_none(hex_id(body.get(key.placement_group_id))),
+            "call_site": body.get(key.call_site) or None,
+            "label_selector": body.get(key.label_selector) or {},
         }
     )
 
@@ -299,11 +359,24 @@ SUBMITTED_MESSAGE = (
 )
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _JobDefinitionKeys:
+    job_id: str
+    driver_pid: str
+    driver_node_id: str
+    entrypoint: str
+    config: str
+
+
+JOB_DEFINITION = _payload_keys(ET.DRIVER_JOB_DEFINITION_EVENT, _JobDefinitionKeys)
+
+
 def _job_definition(row: Row, body: dict[str, Any]) -> None:
     """A driver started by `ray job submit` carries its submission id in its metadata: its row is
     the submission's, as Ray's job head ties the two (`dashboard/modules/job/utils.py`), with the
     user's metadata only."""
-    config = body.get("config") or {}
+    key = JOB_DEFINITION
+    config = body.get(key.config) or {}
     metadata = dict(config.get("metadata") or {})
     submission_id = metadata.pop(SUBMISSION_ID_KEY, None)
     if submission_id and metadata.get(JOB_NAME_KEY) == submission_id:
@@ -312,14 +385,14 @@ def _job_definition(row: Row, body: dict[str, Any]) -> None:
         {
             "type": "SUBMISSION" if submission_id else "DRIVER",
             "submission_id": submission_id or None,
-            "entrypoint": body.get("entrypoint", ""),
+            "entrypoint": body.get(key.entrypoint, ""),
             "metadata": metadata,
             "runtime_env": json.loads(config.get("serializedRuntimeEnv") or "{}"),
-            "driver_node_id": hex_id(body.get("driverNodeId")),
+            "driver_node_id": hex_id(body.get(key.driver_node_id)),
             "driver_info": {
-                "id": hex_id(body.get("jobId")),
-                "node_ip_address": body.get("driverNodeIpAddress", ""),
-                "pid": str(body.get("driverPid", "")),
+                "id": hex_id(body.get(key.job_id)),
+                "node_ip_address": "",  # in no release's events (2.49 to 2.60)
+                "pid": str(body.get(key.driver_pid, "")),
             },
         }
     )
@@ -345,15 +418,27 @@ def _job_lifecycle(row: Row, body: dict[str, Any]) -> None:
     row["end_time"] = _last_ms(row, "FINISHED")
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _NodeDefinitionKeys:
+    node_ip_address: str
+    node_name: str
+    hostname: str
+    labels: str
+    start_timestamp: str
+
+
+NODE_DEFINITION = _payload_keys(ET.NODE_DEFINITION_EVENT, _NodeDefinitionKeys)
+
+
 def _node_definition(row: Row, body: dict[str, Any]) -> None:
-    labels = body.get("labels") or {}
+    key = NODE_DEFINITION
     row.update(
         {
-            "node_ip": body.get("nodeIpAddress", ""),
-            "node_name": body.get("nodeName", ""),
-            "hostname": body.get("hostname", ""),
-            "labels": labels,
-            "start_time_ms": _ms(rfc3339_ns(body.get("startTimestamp"))) or None,
+            "node_ip": body.get(key.node_ip_address, ""),
+            "node_name": body.get(key.node_name, ""),
+            "hostname": body.get(key.hostname, ""),
+            "labels": body.get(key.labels) or {},
+            "start_time_ms": _ms(rfc3339_ns(body.get(key.start_timestamp))) or None,
         }
     )
 
@@ -369,13 +454,24 @@ def _node_lifecycle(row: Row, body: dict[str, Any]) -> None:
     row["end_time_ms"] = _last_ms(row, "DEAD")
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _WorkerDefinitionKeys:
+    worker_type: str
+    node_id: str
+    pid: str
+
+
+WORKER_DEFINITION = _payload_keys(ET.WORKER_DEFINITION_EVENT, _WorkerDefinitionKeys)
+
+
 def _worker_definition(row: Row, body: dict[str, Any]) -> None:
+    key = WORKER_DEFINITION
     row.update(
         {
-            "worker_type": body.get("workerType", "WORKER"),
-            "node_id": hex_id(body.get("nodeId")),
-            "pid": int(body.get("pid", 0)),
-            "ip": body.get("nodeIpAddress", ""),
+            "worker_type": body.get(key.worker_type, "WORKER"),
+            "node_id": hex_id(body.get(key.node_id)),
+            "pid": int(body.get(key.pid, 0)),
+            "ip": "",  # in no release's events (2.49 to 2.60)
         }
     )
 
@@ -393,26 +489,66 @@ def _worker_lifecycle(row: Row, body: dict[str, Any]) -> None:
         ):
             if int(transition.get(source, 0) or 0):
                 row[target] = int(transition[source])
-        if transition.get("exitType"):
-            row["exit_type"] = transition["exitType"]
-        if transition.get("exitDetail"):
-            row["exit_detail"] = transition["exitDetail"]
+        death = transition.get("deathInfo") or {}
+        if death.get("exitType"):
+            row["exit_type"] = death["exitType"]
+        if death.get("exitDetail"):
+            row["exit_detail"] = death["exitDetail"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _PlacementGroupDefinitionKeys:
+    name: str
+    creator_job_id: str
+    is_detached: str
+    bundles: str
+    strategy: str
+
+
+PLACEMENT_GROUP_DEFINITION = _payload_keys(ET.PLACEMENT_GROUP_DEFINITION_EVENT, _PlacementGroupDefinitionKeys)
 
 
 def _pg_definition(row: Row, body: dict[str, Any]) -> None:
+    key = PLACEMENT_GROUP_DEFINITION
     row.update(
         {
-            "name": body.get("name", ""),
-            "creator_job_id": hex_id(body.get("creatorJobId")),
-            "is_detached": bool(body.get("isDetached", False)),
-            "bundles": body.get("bundles", []),
-            "topology_strategy": body.get("strategy", ""),
+            "name": body.get(key.name, ""),
+            "creator_job_id": hex_id(body.get(key.creator_job_id)),
+            "is_detached": bool(body.get(key.is_detached, False)),
+            "bundles": body.get(key.bundles, []),
+            "topology_strategy": body.get(key.strategy, ""),
         }
     )
 
 
 def _pg_lifecycle(row: Row, body: dict[str, Any]) -> None:
     _transitions(row, body)
+
+
+_TASK_KEYS = _read_keys(KEY)  # the task folds read fold_schema's keys, wherever they are
+
+# What each fold reads of its payload (besides the route's id and attempt keys): a new fold must say.
+_READS: dict[Fold, frozenset[str]] = {
+    _task_definition: _TASK_KEYS,
+    _task_lifecycle: _TASK_KEYS,
+    _task_execution: _TASK_KEYS | {RAY_2_49.task_state},
+    _task_profile: _read_keys(TASK_PROFILE),
+    _actor_definition: _read_keys(ACTOR_DEFINITION),
+    _job_definition: _read_keys(JOB_DEFINITION),
+    _node_definition: _read_keys(NODE_DEFINITION),
+    _worker_definition: _read_keys(WORKER_DEFINITION),
+    _pg_definition: _read_keys(PLACEMENT_GROUP_DEFINITION),
+    **{
+        fold: _read_keys(_payload_keys(event_type, _LifecycleKeys))
+        for event_type, fold in (
+            (ET.ACTOR_LIFECYCLE_EVENT, _actor_lifecycle),
+            (ET.DRIVER_JOB_LIFECYCLE_EVENT, _job_lifecycle),
+            (ET.NODE_LIFECYCLE_EVENT, _node_lifecycle),
+            (ET.WORKER_LIFECYCLE_EVENT, _worker_lifecycle),
+            (ET.PLACEMENT_GROUP_LIFECYCLE_EVENT, _pg_lifecycle),
+        )
+    },
+}
 
 
 def _route_of(
@@ -457,6 +593,12 @@ _ROUTES[RAY_2_49.event_type] = (
     *_ROUTES[event_type_name(ET.TASK_LIFECYCLE_EVENT)][1:4],
     _task_execution,
 )
+
+FOLDED_KEYS: dict[str, frozenset[str]] = {
+    payload: _READS[fold] | {id_key, *([attempt_key] if attempt_key else [])}
+    for payload, _, id_key, attempt_key, fold in _ROUTES.values()
+}
+"""Per payload (by its JSON key) the keys of it the folds read: the detail shows its other fields."""
 
 ID_COLUMN = {
     TASKS: FIELD.task_id,

@@ -242,8 +242,8 @@ class StoreViews:
         return evidence
 
     def get(self, _: Params, session: str | None, resource: str, entity_id: str) -> Answer:
-        """One entity's rows with every detail column, and the fields of its kept events that this
-        version does not know (a later Ray's) under their snake_case names."""
+        """One entity's rows with every detail column, and the fields of its kept events that no fold
+        reads (a later Ray's, one `make proto` added) under their snake_case names."""
         if resource not in state_query.RESOURCES:
             raise BadRequest(f"unknown resource {resource!r}; one of {', '.join(state_query.RESOURCES)}")
         rows = self.store.entity_rows(resource, entity_id, session) if session is not None else []
