@@ -17,8 +17,10 @@ keep-alive connection: inside every default of README's limits table) for `--min
 Every few seconds the RSS of each process involved (serve and its children, every PostgreSQL
 process, the bridge and its workers) is sampled from /proc (anonymous and file-backed apart: the
 store's mapped pages are file-backed, given back under pressure, and bounded by `mmap_size`).
-Reported: RSS after warm-up (the first fifth of the run) as min/median/max per window, with the
-slope of a least-squares line; events sent against stored (distinct task attempts in the store,
+Reported: RSS after warm-up (the first third of the run: the last 20 of 30 minutes) as
+min/median/max per window, with the slope of a least-squares line, and `serve`'s fold queue beside
+it (events answered and not yet folded, from its /metrics: the queue filling to its bound is not a
+leak); events sent against stored (distinct task attempts in the store,
 and events in its kept raw blocks) or forwarded (log records at the sink); CPU µs per event; and
 the store's bytes per task attempt with where they go (SQLite's dbstat, PostgreSQL's relation sizes).
 """
@@ -249,13 +251,34 @@ def _cpu(pids: list[int]) -> float:
     return total
 
 
-class Sampler(threading.Thread):
-    """RSS of named process groups every SAMPLE_S: {group: [(t, main RSS, anon, file, group PSS)]}."""
+QUEUE_GAUGE = "ray_otel_events_serve_unfolded_events"  # serve's /metrics: answered, not yet folded
 
-    def __init__(self, groups: dict[str, int]) -> None:
+
+def _unfolded(address: str) -> float | None:
+    """serve's fold queue (events answered 200 and not yet folded), from its /metrics."""
+    import urllib.request
+
+    with (
+        contextlib.suppress(OSError, ValueError),
+        urllib.request.urlopen(address + "/metrics", timeout=5) as answer,
+    ):
+        for line in answer.read().decode().splitlines():
+            if line.startswith(QUEUE_GAUGE + " "):
+                return float(line.split()[1])
+    return None
+
+
+class Sampler(threading.Thread):
+    """RSS of named process groups every SAMPLE_S: {group: [(t, main RSS, anon, file, group PSS)]};
+    with `queue_of` (serve's address), the fold's queue beside it: [(t, events unfolded)], what
+    tells the queue filling to its bound from a leak."""
+
+    def __init__(self, groups: dict[str, int], queue_of: str | None = None) -> None:
         super().__init__(daemon=True)
         self.groups = groups
+        self.queue_of = queue_of
         self.samples: dict[str, list[tuple[float, int, int, int, int]]] = {g: [] for g in groups}
+        self.queue: list[tuple[float, float]] = []
         self.halt = threading.Event()
         self.t0 = time.monotonic()
 
@@ -267,6 +290,8 @@ class Sampler(threading.Thread):
             self.samples[group].append(
                 (t, main.get("VmRSS", 0), main.get("RssAnon", 0), main.get("RssFile", 0), pss)
             )
+        if self.queue_of is not None and (unfolded := _unfolded(self.queue_of)) is not None:
+            self.queue.append((t, unfolded))
 
     def run(self) -> None:
         while not self.halt.wait(SAMPLE_S):
@@ -277,8 +302,9 @@ class Sampler(threading.Thread):
 
 
 def windows(points: list[tuple[float, int]], seconds: float, window_s: float) -> dict[str, Any]:
-    """After warm-up (the first fifth): min/median/max MiB per window, and the slope in MiB/min."""
-    warm = seconds / 5
+    """After warm-up (the first third: on a loaded machine serve's queue took ~17 of 30 minutes to
+    fill): min/median/max MiB per window, and the slope in MiB/min."""
+    warm = seconds / 3
     kept = [(t, v / 2**20) for t, v in points if t >= warm]
     rows = []
     start = warm
@@ -337,7 +363,7 @@ def _load(
     address: str, path: str, args: argparse.Namespace, tmp: Path, groups: dict[str, int]
 ) -> dict[str, Any]:
     out = tmp / f"client-{len(list(tmp.glob('client-*')))}.json"
-    sampler = Sampler(groups)
+    sampler = Sampler(groups, address if "serve" in groups else None)
     sampler.sample()
     cpu0 = sampler.cpu()
     sampler.start()
@@ -371,6 +397,7 @@ def _finish(run: dict[str, Any]) -> dict[str, Any]:
     sampler.sample()  # just after the load
     run["cpu_s"] = sampler.cpu() - run.pop("cpu0")
     run["samples"] = sampler.samples
+    run["queue"] = sampler.queue
     return run
 
 
@@ -651,6 +678,14 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, command
                 lines.append(
                     f"| {group} {label} | | slope after warm-up | | **{w['slope']:+.2f} MiB/min** |"
                     f" | just after: {_mib(samples[-1][column] / 2**20)} |"
+                )
+        queue = run.get("queue") or []
+        if queue:
+            w = windows([(t, int(v * 2**20)) for t, v in queue], seconds, window_s)  # events, not bytes
+            for start, lo, med, hi in w["rows"]:
+                lines.append(
+                    f"| serve's fold queue (events unfolded) | | {start:.0f}-{start + window_s / 60:.0f}"
+                    f" | {lo:,.0f} | {med:,.0f} | {hi:,.0f} | events |"
                 )
         lines.append("")
     return "\n".join(lines)
