@@ -747,8 +747,13 @@ def _placeholder(name: str) -> str | None:
         return None
     if name == "JOB_ID":
         return str(task["job_id"])
-    # Not yet stored (the pid comes with a later piece of the task than its state, under load): wait
-    # for it, as a value printed now would be kept for the rest of the story.
+    # Ray 2.60 sends the pid in another event than the worker id and the end state: the owner (the
+    # driver) reports SUBMITTED_TO_WORKER..FINISHED with node and worker ids and workerPid 0, the
+    # executing worker reports RUNNING with its pid and log offsets and no ids (captured in
+    # tests/fixtures/ray-2.60/TASK_LIFECYCLE_EVENT.json). Each process flushes its own buffer
+    # on its own timer (RAY_task_events_report_interval_ms), the driver at once as it exits, so the
+    # store can hold a FINISHED task a moment before its pid: wait for it, as a value printed now
+    # would be kept for the rest of the story.
     value = task["worker_id"] if name == "WORKER_ID" else task.get("worker_pid")
     return str(value) if value else None
 
