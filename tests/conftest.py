@@ -54,10 +54,14 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
         _skips[report.nodeid] = _skip_reason(report)
 
 
-# The slowest modules (each starts live Ray clusters), slowest first, as the last whole runs measured
-# them. `make test` runs two pytest-xdist workers that each take whole modules (--dist loadfile, so a
-# module's clusters start once) in collection order: these go first, and the many short modules fill
-# in beside them instead of one long module running alone at the end. Only the order changes.
+# The slowest modules (each starts live Ray clusters, Phoenix or Chromium), slowest first, as the last
+# whole runs measured them. `make test` runs two pytest-xdist workers that each take whole modules
+# (--dist loadfile, so a module's clusters start once) in collection order: these go first, and the
+# many short modules fill in beside them instead of one long module running alone at the end. Only
+# the order changes. Every long module belongs here: xdist hands a worker its next module as soon as
+# two or fewer of its current module's tests are left, so a long one left in alphabetical order
+# (`test_tracing_*` and the Chromium pages, `test_web_page*`, come last) starts late and ends the
+# run alone on one worker.
 SLOW_FIRST = (
     "test_docs_blocks.py",
     "test_ray_env.py",
@@ -73,6 +77,15 @@ SLOW_FIRST = (
     "test_tracing_serve_otlp.py",
     "test_store_poison.py",
     "test_tracing_ray.py",
+    # Not measured in a whole run: alone, on a machine loaded 10-20 (so only as a rough order), 112 s,
+    # over 53 s (its cluster's start alone), 48 s, 41 s, 32 s, 14-30 s, 19 s. Each sorts late.
+    "test_ray_worker_logs.py",
+    "test_bridge_real_ray.py",
+    "test_tracing_serve_exporter.py",
+    "test_tracing_pool.py",
+    "test_web_page_auth.py",
+    "test_web_page.py",
+    "test_tracing_pool_start_methods.py",
 )
 
 

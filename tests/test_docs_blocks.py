@@ -11,7 +11,6 @@ import subprocess
 import pytest
 import yaml
 from helpers import doc_blocks
-from helpers.agg_procs import clean_env
 
 
 def test_every_block_names_a_language_the_runner_knows() -> None:
@@ -55,7 +54,7 @@ def test_blocks_that_cannot_run_match_the_help_of_what_they_run() -> None:
         "the check's own negative example",
         False,
     )
-    problems = doc_blocks.help_problems([*marked, wrong], clean_env({"RAY_USAGE_STATS_ENABLED": "0"}))
+    problems = doc_blocks.help_problems([*marked, wrong])
     # Only the negative example's five errors: the docs' own commands all match.
     assert sorted(p.rsplit(": ", 1)[1] for p in problems) == [
         "--no-such-flag is not in its --help",

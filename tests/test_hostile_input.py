@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import gzip
 import json
 import socket
@@ -191,6 +192,9 @@ def _deep_json(levels: int) -> bytes:
     return b"[" * levels + b"]" * levels
 
 
+# Cached, as are the two builders below: each is asked for the same bodies several times while the
+# module is collected, which every xdist worker does (seconds under load, before any test runs).
+@functools.cache
 def _bomb(inflated: int) -> bytes:
     compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
     chunk = b"\0" * (1 << 20)
@@ -216,6 +220,7 @@ ODD_VALUES: list[Any] = [
 ]
 
 
+@functools.cache
 def _wrong_type_logs() -> dict[str, bytes]:
     """`_wrong_types`' events as OTLP log records carrying RayEvents (as the OTLP bridge writes
     them), one logs request per event type; values past int64 left out (an AnyValue cannot hold
@@ -236,6 +241,7 @@ def _wrong_type_logs() -> dict[str, bytes]:
     return bodies
 
 
+@functools.cache
 def _wrong_types() -> dict[str, bytes]:
     """Per event type, one array holding a captured event of that type once for each key path (top
     level and one down) and odd value: that key set to that value. Items are answered one by one,

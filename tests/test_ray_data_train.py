@@ -33,7 +33,7 @@ import requests
 from helpers.agg_procs import CliServer, clean_env, cli_in_process
 from helpers.bridge_procs import ServerGroup, otlp_spans, url, wait_until
 from helpers.collector_procs import Collector
-from helpers.ray_cluster import ray_bin, ray_cli_answers, ray_cluster, stop_cluster
+from helpers.ray_cluster import ray_cli_answers, ray_cluster, stop_cluster
 from test_ray_dashboard import CLOCK_READS_MS, SCREENSHOTS, _console_errors, _get
 from test_ray_user_path import _without_log_prefix
 
@@ -163,22 +163,16 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
             )
             assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
             job_id = json.loads(run.stdout.strip().splitlines()[-1])["job_id"]
-            for submission, entrypoint in SUBMITTED.items():
-                submit = [ray_bin(), "job", "submit", "--address", live_url, "--submission-id", submission]
-                submit += [
-                    "--no-wait",
-                    "--metadata-json",
-                    json.dumps({"case": submission}),
-                    "--",
-                    *entrypoint,
+            # `ray job submit --no-wait` of each, from one interpreter (Ray's CLI takes seconds to start)
+            submits = [
+                [
+                    *("job", "submit", "--address", live_url, "--submission-id", submission, "--no-wait"),
+                    *("--metadata-json", json.dumps({"case": submission}), "--", *entrypoint),
                 ]
-                subprocess.run(
-                    submit,
-                    env=cluster.env,
-                    capture_output=True,
-                    text=True,
-                    timeout=300,
-                )
+                for submission, entrypoint in SUBMITTED.items()
+            ]
+            for submitted in ray_cli_answers(submits, cluster.env):
+                assert submitted.returncode == 0, submitted
             deadline = time.monotonic() + 120
             while not _ended(live_url):
                 assert time.monotonic() < deadline, _get(live_url, "/api/jobs/")

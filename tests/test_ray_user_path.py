@@ -389,14 +389,16 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
             collected = collector.stop()
         finally:
             collector.close()
-        # `ray stop`: what the hook's forwarder and Ray's aggregator held goes out at exit
+        # The cluster's processes are gone: whatever the hooks' recorders sent our aggregator is in
+        # it, and it flushes that to serve as it stops. Then `ray stop`'s last sends (the hook's
+        # forwarder, Ray's aggregator at exit) reach serve: the answer once ours is the live one
+        # (each answer is a Ray CLI interpreter: no extra one after the wait).
+        aggregator.stop()
         deadline = time.monotonic() + 60
         while _brief(our_cli := ask_ray_cli(ours, job_id)) != _brief(live_cli):
             if time.monotonic() > deadline:
                 break  # the tests below say what differs
             time.sleep(0.5)
-        aggregator.stop()  # flushes what it holds to serve
-        our_cli = ask_ray_cli(ours, job_id)
         yield Recorded(
             live,
             live_cli,

@@ -53,8 +53,10 @@ def _wait(condition: Callable[[], Any], timeout_s: float = 15.0, what: str = "co
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`ray-otel-events demo` left serving; yields the page's address."""
+def demo_process(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[subprocess.Popen[str], queue.Queue[str]]]:
+    """`ray-otel-events demo` started, and its stdout's lines as they come; ended with Ctrl-C."""
     workdir = tmp_path_factory.mktemp("demo")
     proc = subprocess.Popen(
         [sys.executable, "-m", "ray_otel_events", "demo", "--tasks", str(TASKS), "--workdir", str(workdir)],
@@ -66,19 +68,27 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     assert proc.stdout is not None
     stdout = proc.stdout
     threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True).start()
-    address = None
     try:
-        deadline = time.monotonic() + 180
-        while address is None and time.monotonic() < deadline:
-            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            if line.startswith("the page: "):
-                address = line.split()[2].rstrip("/")
-        assert address, "the demo never printed its page"
-        yield address
+        yield proc, lines
     finally:
         proc.send_signal(signal.SIGINT)  # as Ctrl-C on `make demo`
         proc.wait(timeout=60)
         check_ended_well(proc, (workdir / "demo.stderr").read_text(), ended_by_test=False)
+
+
+@pytest.fixture(scope="module")
+def demo(demo_process: tuple[subprocess.Popen[str], queue.Queue[str]], browser: WebDriver) -> str:
+    """The demo's page, left serving. Every test here takes the browser too: it starts while the
+    demo runs its tasks (each takes seconds), not after."""
+    _, lines = demo_process
+    address = None
+    deadline = time.monotonic() + 180
+    while address is None and time.monotonic() < deadline:
+        line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+        if line.startswith("the page: "):
+            address = line.split()[2].rstrip("/")
+    assert address, "the demo never printed its page"
+    return address
 
 
 def headless_chromium(height: int) -> WebDriver:

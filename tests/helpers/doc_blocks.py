@@ -71,7 +71,7 @@ from functools import partial
 from pathlib import Path
 
 from helpers.agg_procs import free_port
-from helpers.ray_cluster import pids_of, ray_bin, ray_cli_answers, stop_cluster
+from helpers.ray_cluster import pids_of, ray_bin, stop_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC_FILES = ("README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")))
@@ -256,11 +256,11 @@ def _flag_problems(what: str, help_text: str, flags: list[str]) -> list[str]:
     ]
 
 
-def help_problems(marked: list[Block], env: dict[str, str]) -> list[str]:
+def help_problems(marked: list[Block]) -> list[str]:
     """Each command of the marked blocks against the --help of what it runs."""
     problems: list[str] = []
-    ray_questions: list[tuple[str, list[str], list[str]]] = []
     targets = set(re.findall(r"(?m)^([\w-]+):", (ROOT / "Makefile").read_text()))
+    script_help: dict[str, subprocess.CompletedProcess[str]] = {}  # a script asked once
     for block in marked:
         if block.lang == "python":
             problems += _python_problems(block)
@@ -289,7 +289,12 @@ def help_problems(marked: list[Block], env: dict[str, str]) -> list[str]:
                     problems.append(f"{what}: {path[1]} is not one of {{{choices.group(1)}}}")
                 problems += _flag_problems(what, text, flags)
             elif program == "ray":
-                ray_questions.append((what, [*path[:2], "--help"], flags))
+                found = _ray_command(path[:2])
+                if found is None:
+                    problems.append(f"{what}: `ray {' '.join(path[:2])}` is not a command of Ray's CLI")
+                    continue
+                help_text, hidden = found
+                problems += _flag_problems(what, help_text, [f for f in flags if f not in hidden])
             elif program == "make":
                 problems += [
                     f"{what}: no Makefile target {t}" for t in path if "=" not in t and t not in targets
@@ -299,39 +304,42 @@ def help_problems(marked: list[Block], env: dict[str, str]) -> list[str]:
                 if not script.is_file():
                     problems.append(f"{what}: no script {path[0]}")
                     continue
-                answer = subprocess.run(
-                    [sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120
-                )
+                if path[0] not in script_help:
+                    script_help[path[0]] = subprocess.run(
+                        [sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120
+                    )
+                answer = script_help[path[0]]
                 if answer.returncode != 0:
                     problems.append(f"{what}: `{path[0]} --help` exited {answer.returncode}")
                 problems += _flag_problems(what, answer.stdout, flags)
-    if ray_questions:
-        answers = ray_cli_answers([q for _, q, _ in ray_questions], env)
-        for (what, question, flags), answer in zip(ray_questions, answers, strict=True):
-            if answer.returncode != 0:
-                problems.append(f"{what}: `ray {' '.join(question)}` exited {answer.returncode}")
-                continue
-            hidden = _ray_hidden_options(question[:-1])
-            problems += _flag_problems(what, answer.stdout, [f for f in flags if f not in hidden])
     return problems
 
 
-def _ray_hidden_options(path: list[str]) -> set[str]:
-    """Options Ray's CLI takes but leaves out of its --help (click's `hidden=True`, such as
-    `ray start --tracing-startup-hook`)."""
+def _ray_command(path: list[str]) -> tuple[str, set[str]] | None:
+    """What `ray PATH --help` prints, and the options it takes but leaves out of it (click's
+    `hidden=True`, such as `ray start --tracing-startup-hook`); None when PATH names a subcommand
+    Ray's CLI lacks. Read from Ray's click commands in this process (it imports them anyway for
+    the hidden options): a `ray` interpreter of its own took seconds to start, for the same text."""
     import click
     from ray.scripts.scripts import cli
 
     command: click.Command = cli
+    context = click.Context(cli, info_name="ray")
     for name in path:
-        if isinstance(command, click.Group) and name in command.commands:
-            command = command.commands[name]
-    return {
+        if not isinstance(command, click.Group):
+            break  # the rest are the command's arguments (`ray list tasks`)
+        sub = command.commands.get(name)
+        if sub is None:
+            return None
+        command = sub
+        context = click.Context(command, info_name=name, parent=context)
+    hidden = {
         opt
         for param in command.params
         if isinstance(param, click.Option) and param.hidden
         for opt in param.opts
     }
+    return command.get_help(context), hidden
 
 
 def _python_problems(block: Block) -> list[str]:
@@ -739,8 +747,13 @@ def _placeholder(name: str) -> str | None:
         return None
     if name == "JOB_ID":
         return str(task["job_id"])
-    # Not yet stored (the pid comes with a later piece of the task than its state, under load): wait
-    # for it, as a value printed now would be kept for the rest of the story.
+    # Ray 2.60 sends the pid in another event than the worker id and the end state: the owner (the
+    # driver) reports SUBMITTED_TO_WORKER..FINISHED with node and worker ids and workerPid 0, the
+    # executing worker reports RUNNING with its pid and log offsets and no ids (captured in
+    # tests/fixtures/ray-2.60/TASK_LIFECYCLE_EVENT.json). Each process flushes its own buffer
+    # on its own timer (RAY_task_events_report_interval_ms), the driver at once as it exits, so the
+    # store can hold a FINISHED task a moment before its pid: wait for it, as a value printed now
+    # would be kept for the rest of the story.
     value = task["worker_id"] if name == "WORKER_ID" else task.get("worker_pid")
     return str(value) if value else None
 

@@ -8,6 +8,7 @@ found) is missing.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import shutil
 import sys
@@ -27,7 +28,10 @@ from helpers.otlp_counting_receiver import OtlpReceiver, attributes_of
 from helpers.ray_cluster import start_head, stop_cluster
 from helpers.tracing_procs import HELPERS, read_lines
 
-pytest.importorskip("ray.serve")
+# Found, not imported: every xdist worker collects this module, and Ray Serve takes seconds to import;
+# the processes that use it import it themselves.
+if importlib.util.find_spec("ray") is None or importlib.util.find_spec("ray.serve") is None:
+    pytest.skip("ray.serve is not installed (the ray extra)", allow_module_level=True)
 pytest.importorskip("starlette")
 if not Path("/proc/self/cmdline").exists():
     pytest.skip("finds the cluster's processes through /proc", allow_module_level=True)
