@@ -329,9 +329,16 @@ for number, batch in enumerate(json.loads(Path(sys.argv[2]).read_text())):
 from ray_otel_events.store.row_packing import row_json
 rows = store._query("SELECT * FROM state_rows ORDER BY resource, entity_id, attempt, session")
 assert all(isinstance(row[5], bytes) for row in rows)
-print(json.dumps([[*row[:5], json.loads(row_json(row[5])), *row[6:]] for row in rows]))
+def shown(v):
+    return ["bytes", v.hex()] if isinstance(v, bytes) else v
+print(json.dumps([[*row[:5], json.loads(row_json(row[5])), *map(shown, row[6:])] for row in rows]))
 store.close()
 """
+
+
+def _json_values(row: tuple[Any, ...]) -> list[Any]:
+    """A row as _PURE_INTAKE prints it: a blob (an id kept as its bytes) as ["bytes", its hex]."""
+    return [["bytes", v.hex()] if isinstance(v, bytes) else v for v in row]
 
 
 @needs_post_fold
@@ -348,7 +355,7 @@ def test_with_the_compiled_helpers_off_serve_stores_the_same_rows(directory: Pat
             except NotAnArrayError:
                 continue
         compiled.ingest_posted(posts, now=1000.0 + number)
-    rows = json.loads(json.dumps(_rows(compiled)))
+    rows = json.loads(json.dumps([_json_values(row) for row in _rows(compiled)]))
     compiled.close()
     (directory / "batches.json").write_text(
         json.dumps([[body.decode() for body in batch] for batch in batches])
