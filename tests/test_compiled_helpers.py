@@ -43,6 +43,7 @@ from ray_otel_events.protobuf.events_actor_lifecycle_event_pb2 import ActorLifec
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.protobuf.events_task_lifecycle_event_pb2 import TaskLifecycleEvent
 from ray_otel_events.store import row_fold, sqlite_store, state_merge
+from ray_otel_events.store.row_packing import id_value
 from ray_otel_events.store.sqlite_store import EventStore
 from ray_otel_events.tracing import spool
 from tests.helpers.examples import examples
@@ -1318,6 +1319,48 @@ def test_a_row_the_writer_cannot_store_rolls_back_its_batch(tmp_path: Path) -> N
     writer.close()
     stored = sqlite3.connect(path).execute("SELECT k, n FROM t ORDER BY k").fetchall()
     assert stored == [("d", None), ("e", 1)]
+
+
+_HEX_ID_TEXTS = [
+    "",
+    "a",
+    "ab",
+    "AB",
+    "aB0f",
+    "0g",
+    "ab cd",
+    " abcd",
+    "ab\n",
+    "é" * 2,
+    "00",
+    "f" * 1024,
+    "f" * 1026,
+]
+
+
+@needs_row_writer
+def test_the_writer_stores_hex_ids_as_row_packing_reads_them(tmp_path: Path) -> None:
+    """A column named in `hex_ids` holds what `id_value` (the Python writer's) gives: a hex text of
+    whole bytes as them, any other value as it is."""
+    assert _row_writer is not None
+    path = tmp_path / "w.sqlite3"
+    setup = sqlite3.connect(path)
+    setup.execute("CREATE TABLE t (n INTEGER, v, w)")
+    setup.close()
+    writer = _row_writer.RowWriter(
+        str(path), "INSERT INTO t VALUES (?, ?, ?)", "", 3, sqlite3.DatabaseError, hex_ids=bytes([1])
+    )
+    values: list[object] = [*_HEX_ID_TEXTS, None, 7, 1.5]
+    writer.add([(n, value, value) for n, value in enumerate(values)])
+    writer.commit()
+    writer.close()
+    stored = sqlite3.connect(path).execute("SELECT v, w FROM t ORDER BY n").fetchall()
+    assert stored == [(id_value(value), value) for value in values]
+    assert sum(isinstance(v, bytes) for v, _ in stored) == 5
+    with pytest.raises(ValueError, match="hex_ids"):
+        _row_writer.RowWriter(
+            str(path), "INSERT INTO t VALUES (?, ?, ?)", "", 3, ValueError, hex_ids=bytes([3])
+        )
 
 
 def _iso_or_error(write: Callable[[int], str], ns: int) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import gzip
 import json
 import random
 import sqlite3
@@ -23,11 +24,11 @@ from hypothesis import strategies as st
 
 from ray_otel_events import native
 from ray_otel_events.encoding.ray_json_posts import NotAnArrayError, read_posted_array
-from ray_otel_events.store.backend import IngestResult
+from ray_otel_events.store.backend import ColumnFilter, IngestResult
 from ray_otel_events.store.posted_body import Accepted, PostedBody, read_posted
 from ray_otel_events.store.row_packing import pack_row, row_json
 from ray_otel_events.store.sqlite_store import SCHEMA_VERSION, EventStore
-from ray_otel_events.store.state_merge import Prepared, prepare
+from ray_otel_events.store.state_merge import TASKS, WORKERS, Prepared, prepare
 from tests.helpers.examples import examples
 from tests.helpers.pure_python import needs_compiled, run_pure_python
 from tests.helpers.stored_rows import SELECT_ROWS, unpacked
@@ -328,9 +329,16 @@ for number, batch in enumerate(json.loads(Path(sys.argv[2]).read_text())):
 from ray_otel_events.store.row_packing import row_json
 rows = store._query("SELECT * FROM state_rows ORDER BY resource, entity_id, attempt, session")
 assert all(isinstance(row[5], bytes) for row in rows)
-print(json.dumps([[*row[:5], json.loads(row_json(row[5])), *row[6:]] for row in rows]))
+def shown(v):
+    return ["bytes", v.hex()] if isinstance(v, bytes) else v
+print(json.dumps([[*row[:5], json.loads(row_json(row[5])), *map(shown, row[6:])] for row in rows]))
 store.close()
 """
+
+
+def _json_values(row: tuple[Any, ...]) -> list[Any]:
+    """A row as _PURE_INTAKE prints it: a blob (an id kept as its bytes) as ["bytes", its hex]."""
+    return [["bytes", v.hex()] if isinstance(v, bytes) else v for v in row]
 
 
 @needs_post_fold
@@ -347,7 +355,7 @@ def test_with_the_compiled_helpers_off_serve_stores_the_same_rows(directory: Pat
             except NotAnArrayError:
                 continue
         compiled.ingest_posted(posts, now=1000.0 + number)
-    rows = json.loads(json.dumps(_rows(compiled)))
+    rows = json.loads(json.dumps([_json_values(row) for row in _rows(compiled)]))
     compiled.close()
     (directory / "batches.json").write_text(
         json.dumps([[body.decode() for body in batch] for batch in batches])
@@ -386,6 +394,76 @@ def test_a_schema_3_store_with_its_rows_as_text_is_read_and_folded_into(director
         assert store._query("PRAGMA user_version") == [(SCHEMA_VERSION,)]
     finally:
         store.close()
+        reference.close()
+
+
+# A store written by schema 4's code (main at 30fae60, Python's writer) from run E's first 9 POSTs
+# (tests/fixtures/ray-2.60/raw/runE), VACUUMed and gzipped: its node and worker ids are hex text.
+SCHEMA_4 = Path(__file__).parent / "fixtures" / "store" / "schema4.sqlite3.gz"
+RUN_E = sorted((Path(__file__).parent / "fixtures" / "ray-2.60" / "raw" / "runE").glob("*.body"))
+SCHEMA_4_POSTS = 9
+
+
+def _fold_run_e(store: EventStore, bodies: list[Path], first: int) -> None:
+    for number, path in enumerate(bodies, start=first):
+        body = path.read_bytes()
+        store.ingest_posted([read_posted(body)[0]], now=1000.0 + number, bodies=[body])
+
+
+def _answers(store: EventStore) -> list[Any]:
+    """What the reads of the id columns answer: filters by each node and worker, sorts and counts."""
+    tasks = store.select(TASKS, limit=1000).rows
+    nodes = sorted({row["node_id"] for row in tasks if row.get("node_id")})
+    workers = sorted({row["worker_id"] for row in tasks if row.get("worker_id")})
+    assert nodes and len(workers) > 1
+    out: list[Any] = [store.counts(WORKERS, "node", "worker")]
+    for column, values in (("node", nodes), ("worker", workers)):
+        for value in values:
+            for text in (value, value.upper()):
+                for equal in (True, False):
+                    found = store.select(TASKS, [ColumnFilter(column, equal, text)], order="start")
+                    out.append(
+                        (column, text.lower(), equal, found.matched, [r["task_id"] for r in found.rows])
+                    )
+    out.append([r.get("node_id") for r in store.select(TASKS, order="node", descending=False).rows])
+    return out
+
+
+def test_a_schema_4_store_with_its_ids_as_text_is_read_and_migrated(directory: Path) -> None:
+    """A store written by schema 4 (node and worker ids as hex text) answers as one written now:
+    opened read-only as it is, and opened to write after its ids are rewritten as bytes (schema 5);
+    later events fold into its rows as into a new store's."""
+    old = directory / "schema4.sqlite3"
+    old.write_bytes(gzip.decompress(SCHEMA_4.read_bytes()))
+    assert (
+        sqlite3.connect(old)
+        .execute("SELECT COUNT(*) FROM state_rows WHERE typeof(node) = 'text'")
+        .fetchone()[0]
+    )
+    reference = EventStore(directory / "new.sqlite3")
+    try:
+        _fold_run_e(reference, RUN_E[:SCHEMA_4_POSTS], 0)
+        expected = _answers(reference)
+        read_only = EventStore(old, read_only=True)
+        try:
+            assert _answers(read_only) == expected
+        finally:
+            read_only.close()
+        store = EventStore(old)
+        try:
+            assert store._query("PRAGMA user_version") == [(SCHEMA_VERSION,)]
+            assert store._query(
+                "SELECT COUNT(*) FROM state_rows WHERE typeof(node) = 'text' OR typeof(worker) = 'text'"
+            ) == [(0,)]
+            assert _answers(store) == expected
+            for target in (store, reference):
+                _fold_run_e(target, RUN_E[SCHEMA_4_POSTS:], SCHEMA_4_POSTS)
+            rows = [_read(row) for row in store._query(SELECT_ROWS)]
+            assert rows == [_read(row) for row in reference._query(SELECT_ROWS)] and len(rows) > 30
+            assert _answers(store) == _answers(reference)
+        finally:
+            store.close()
+    finally:
         reference.close()
 
 

@@ -23,6 +23,27 @@
 #include "raw_deflate.h"
 #include "row_packing.h"
 
+#define ROW_WRITER_MAX_COLUMNS 64
+#define ROW_ID_MAX 1024 /* longer hex texts are stored as text */
+
+/* A hex text's bytes into `out` (row_packing.id_value's twin): its length, or -1 when the text is
+ * not one (empty, odd, longer than ROW_ID_MAX, or a character not a hex digit). */
+static int hex_bytes(const char *text, size_t len, unsigned char *out) {
+    if (len == 0 || len % 2 || len > ROW_ID_MAX) return -1;
+    for (size_t i = 0; i < len; i += 2) {
+        int high = -1, low = -1;
+        for (int k = 0; k < 2; k++) {
+            unsigned char c = (unsigned char)text[i + k];
+            int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+            if (v < 0) return -1;
+            if (k == 0) high = v;
+            else low = v;
+        }
+        out[i / 2] = (unsigned char)(high << 4 | low);
+    }
+    return (int)(len / 2);
+}
+
 typedef struct {
     char *session; /* UTF-8, `session_len` bytes */
     Py_ssize_t session_len;
@@ -48,6 +69,8 @@ typedef struct {
     int columns;
     int packed; /* the column stored packed (row_packing.h), or -1 */
     RowPacker packer;
+    unsigned char hex_ids[ROW_WRITER_MAX_COLUMNS]; /* 1: a hex text there is stored as its bytes */
+    unsigned char id_bytes[ROW_ID_MAX / 2];        /* one such value's bytes, as they are bound */
     PyObject *error_type;
     pthread_t thread;
     int started;
@@ -89,6 +112,17 @@ static void write_chunk(Writer *w, Chunk *chunk) {
                              : sqlite3_bind_blob(w->upsert, c + 1, blob, (int)blob_len, SQLITE_STATIC);
                 if (rc != SQLITE_OK) {
                     fail_with(w, "pack a row");
+                    sqlite3_reset(w->upsert);
+                    return;
+                }
+                continue;
+            }
+            int id_len = c < ROW_WRITER_MAX_COLUMNS && w->hex_ids[c] && v.tag == PACKED_TEXT
+                             ? hex_bytes(v.text, v.len, w->id_bytes)
+                             : -1;
+            if (id_len > 0) {
+                if (sqlite3_bind_blob(w->upsert, c + 1, w->id_bytes, id_len, SQLITE_TRANSIENT) != SQLITE_OK) {
+                    fail_with(w, "bind");
                     sqlite3_reset(w->upsert);
                     return;
                 }
@@ -419,17 +453,26 @@ static PyObject *writer_close(Writer *w, PyObject *unused) {
 }
 
 static int writer_init(Writer *w, PyObject *args, PyObject *kwargs) {
-    const char *path, *sql, *setup, *dictionary = "";
-    Py_ssize_t dictionary_len = 0;
+    const char *path, *sql, *setup, *dictionary = "", *hex_ids = "";
+    Py_ssize_t dictionary_len = 0, hex_ids_len = 0;
     PyObject *error_type;
-    static char *keywords[] = {"path", "sql", "setup", "columns", "error", "packed", "dictionary", NULL};
+    static char *keywords[] = {"path", "sql", "setup", "columns", "error", "packed", "dictionary", "hex_ids", NULL};
     w->packed = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sssiO|iy#:RowWriter", keywords, &path, &sql, &setup,
-                                     &w->columns, &error_type, &w->packed, &dictionary, &dictionary_len))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sssiO|iy#y#:RowWriter", keywords, &path, &sql, &setup,
+                                     &w->columns, &error_type, &w->packed, &dictionary, &dictionary_len,
+                                     &hex_ids, &hex_ids_len))
         return -1;
     if (w->db != NULL || w->columns <= 0) {
         PyErr_SetString(PyExc_ValueError, "RowWriter(path, sql, setup, columns > 0, error), once");
         return -1;
+    }
+    for (Py_ssize_t i = 0; i < hex_ids_len; i++) {
+        unsigned char c = (unsigned char)hex_ids[i];
+        if (c >= w->columns || c >= ROW_WRITER_MAX_COLUMNS) {
+            PyErr_SetString(PyExc_ValueError, "RowWriter: hex_ids are indexes of its columns");
+            return -1;
+        }
+        w->hex_ids[c] = 1;
     }
     if (w->packed >= w->columns) {
         PyErr_SetString(PyExc_ValueError, "RowWriter: packed is the index of one of its columns");
@@ -501,8 +544,9 @@ static PyTypeObject WriterType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ray_otel_events.native._row_writer.RowWriter",
     .tp_basicsize = sizeof(Writer),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "RowWriter(path, sql, setup, columns, error, packed=-1, dictionary=b''): upserts on a thread and"
-               " connection of its own; column `packed` (0-based) is stored packed with `dictionary`.",
+    .tp_doc = "RowWriter(path, sql, setup, columns, error, packed=-1, dictionary=b'', hex_ids=b''): upserts on a"
+               " thread and connection of its own; column `packed` (0-based) is stored packed with `dictionary`,"
+               " and a hex text in a column whose index is a byte of `hex_ids` as its bytes.",
     .tp_new = writer_new,
     .tp_init = (initproc)writer_init,
     .tp_dealloc = (destructor)writer_dealloc,

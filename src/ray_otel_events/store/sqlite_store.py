@@ -6,7 +6,8 @@ as history. A row also keeps the ids of the events folded into it, so an event i
 skipped (duplicates from retries cost nothing) with no second table to look up and write.
 Rows are keyed by session name as well, so several clusters (or one cluster's restarts) stay
 apart. The fields lists filter and sort on are copied into indexed columns, so `select` answers a
-filtered page in SQL however many rows there are. Spans and task log lines
+filtered page in SQL however many rows there are (node and worker ids, hex, kept as their bytes:
+half the size in the rows and their index). Spans and task log lines
 (from OTLP) are kept beside the rows, joined to a task by its id or by the span a line was
 written in. Each accepted event is also kept as its text, compressed, per session (`raw_events`):
 `rebuild` refolds the rows from it, and `new_fields` shows what a later Ray added. `prune` applies
@@ -24,6 +25,7 @@ Python work of one batch use two cores.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import re
 import sqlite3
@@ -40,7 +42,7 @@ from ray_otel_events.store import raw_events
 from ray_otel_events.store.backend import IngestResult, StoreBusy, StoreError
 from ray_otel_events.store.posted_body import Accepted, PostedBody, item_prepared
 from ray_otel_events.store.row_fold import Pieces, StoredRow, fold_keys, group_pieces
-from ray_otel_events.store.row_packing import ROW_DICTIONARY, pack_row, row_json
+from ray_otel_events.store.row_packing import ROW_DICTIONARY, id_value, pack_row, row_json
 from ray_otel_events.store.sql_export import EXPORT_TABLE
 from ray_otel_events.store.sql_reads import TEXT_COLUMNS, SqlDialect
 from ray_otel_events.store.sql_upkeep import SqlUpkeep
@@ -72,10 +74,13 @@ COMPILED_SQLITE = {
     if module is not None
 }
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # The oldest schema this version opens: a schema-3 file differs only in its rows' JSON being text,
-# which is read as it is (row_packing) and packed as each row is written again.
+# which is read as it is (row_packing) and packed as each row is written again; schema 3 and 4 keep
+# their ids (`_HEX_ID_COLUMNS`) as text, rewritten as bytes when the file is opened to write
+# (`_IDS_AS_BYTES`) and read as text when it is opened read-only.
 _OLDEST_OPENED = 3
+_IDS_AS_BYTES_SINCE = 5
 _IN_CHUNK = 500  # ids per `IN (...)` query
 _WAL_KEPT_BYTES = 64 * 1024 * 1024  # a checkpointed WAL larger than this is truncated
 # SQLite clamps this to its build's limit (2 GiB by default). Each commit of the row writer's
@@ -195,11 +200,28 @@ _UPSERT = (
 )
 _UPSERT_VALUES = 7 + len(INDEXED_COLUMNS)
 _DATA_VALUE = 5  # the upsert's `data`: the row's JSON, stored packed (row_packing)
+# The indexed ids (56 hex digits each in Ray's node and worker ids) kept as their bytes (`id_value`):
+# half their bytes in the rows and in rows_by_node.
+_HEX_ID_COLUMNS = ("node", "worker")
+_HEX_ID_VALUES = tuple(7 + INDEXED_COLUMNS.index(column) for column in _HEX_ID_COLUMNS)
+_IDS_AS_BYTES = (
+    "UPDATE state_rows SET "
+    + ", ".join(f"{c} = id_value({c})" for c in _HEX_ID_COLUMNS)
+    + " WHERE "
+    + " OR ".join(f"typeof({c}) = 'text'" for c in _HEX_ID_COLUMNS)
+)
 
 
 def _packed(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """Upserts with their rows' JSON packed, as the compiled writer packs it."""
-    return [(*row[:_DATA_VALUE], pack_row(row[_DATA_VALUE]), *row[_DATA_VALUE + 1 :]) for row in rows]
+    """Upserts with their rows' JSON packed and their ids as bytes, as the compiled writer writes them."""
+    packed = []
+    for row in rows:
+        values = list(row)
+        values[_DATA_VALUE] = pack_row(values[_DATA_VALUE])
+        for at in _HEX_ID_VALUES:
+            values[at] = id_value(values[at])
+        packed.append(tuple(values))
+    return packed
 
 
 # SQLite's messages for a file it cannot write now (another writer, a full or failing disk): no
@@ -244,7 +266,12 @@ class EventStore(SqlUpkeep):
         byte_length="length",
         bytewise="",  # BINARY, SQLite's default collation
         missing_table=(sqlite3.OperationalError,),
+        indexed=id_value,
+        indexed_columns=_HEX_ID_COLUMNS,
+        is_indexed_form=lambda value: isinstance(value, bytes),
     )
+    # A file of an older schema opened read-only: its ids are the text they were given.
+    _text_ids_dialect = dataclasses.replace(dialect, indexed_columns=(), is_indexed_form=lambda _: False)
 
     def __init__(
         self,
@@ -280,6 +307,8 @@ class EventStore(SqlUpkeep):
             )
         if version > SCHEMA_VERSION:
             raise StoreError(f"{self.path} has schema {version}, newer than this version's {SCHEMA_VERSION}")
+        if read_only and version < _IDS_AS_BYTES_SINCE:
+            self.dialect = self._text_ids_dialect
         self._checkpointer: WalCheckpointer | None = None
         self._writer: _row_writer.RowWriter | None = None
         self._post_folder: _post_fold.Folder | None = None
@@ -291,7 +320,11 @@ class EventStore(SqlUpkeep):
             if not had_sessions and "state_rows" in known:
                 self._db.execute(_SESSIONS_FROM_ROWS)
                 self._note_raw_incomplete(self._db, "rows were stored before raw events were kept")
-            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            with self._transaction() as db:
+                if version < _IDS_AS_BYTES_SINCE and "state_rows" in known:
+                    db.create_function("id_value", 1, id_value, deterministic=True)
+                    db.execute(_IDS_AS_BYTES)
+                db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._checkpointer = WalCheckpointer(self.path, name="store-checkpoint")
             self.writer_reason = _python_writer_reason(compiled_sqlite)
             if self.writer_reason is None:
@@ -304,6 +337,7 @@ class EventStore(SqlUpkeep):
                     sqlite3.DatabaseError,
                     packed=_DATA_VALUE,
                     dictionary=ROW_DICTIONARY,
+                    hex_ids=bytes(_HEX_ID_VALUES),
                 )
                 self._writer.prepare_keep(_KEEP_RAW, _SEEN)
                 if _post_fold is not None:

@@ -1,0 +1,137 @@
+"""The SQLite store's bytes per task attempt of a real stream: a live Ray 2.60 cluster exporting to
+`serve`, a driver running a few thousand tasks (some failing, some on actors, one actor dying).
+
+A measurement, not a test: `serve` on a fresh SQLite file, a head node wired by `ray-env` (through
+tests/helpers/ray_cluster.py: its own ports and temp dir), the driver's attempts waited for in the
+store, then serve stopped (it flushes) and SQLite's dbstat read (bench_soak's `sqlite_breakdown`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from bench_aggregator import read_ready_line  # noqa: E402
+from bench_soak import sqlite_breakdown  # noqa: E402
+from helpers.ray_cluster import ray_cluster  # noqa: E402
+
+DRIVER = """
+import ray, sys
+ray.init()
+tasks = int(sys.argv[1])
+
+@ray.remote(max_retries=1, retry_exceptions=False)
+def work(i):
+    if i % 17 == 0:
+        raise ValueError(f"task {i} fails")
+    return i * 2
+
+@ray.remote
+class Counter:
+    def __init__(self):
+        self.n = 0
+    def add(self, k):
+        if k % 23 == 0:
+            raise RuntimeError(f"call {k} fails")
+        self.n += k
+        return self.n
+    def die(self):
+        import os
+        os._exit(1)
+
+refs = [work.remote(i) for i in range(tasks)]
+actors = [Counter.remote() for _ in range(3)]
+calls = [a.add.remote(k) for k in range(tasks // 6) for a in actors]
+done = 0
+for ref in refs + calls:
+    try:
+        ray.get(ref)
+        done += 1
+    except Exception:
+        pass
+try:
+    ray.get(actors[0].die.remote())
+except Exception:
+    pass
+print("driver done", done, flush=True)
+"""
+
+
+def attempts(path: Path) -> int:
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return int(db.execute("SELECT COUNT(*) FROM state_rows WHERE resource = 'tasks'").fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        db.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=3000, help="plain tasks (and half as many actor calls)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="store-live-") as tmp:
+        store = Path(tmp) / "live.sqlite3"
+        serve = subprocess.Popen(
+            [sys.executable, "-m", "ray_otel_events", "serve", "--store", str(store)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            address = read_ready_line(serve)
+            expected = args.tasks + 3 * (args.tasks // 6) + 3 + 1 + 1  # + creations, die, the driver
+            with ray_cluster(f"http://{address}/v1/ray-events", num_cpus=2) as cluster:
+                driver = Path(tmp) / "driver.py"
+                driver.write_text(DRIVER)
+                ran = subprocess.run(
+                    [sys.executable, str(driver), str(args.tasks)],
+                    env=cluster.env,
+                    capture_output=True,
+                    text=True,
+                    timeout=1800,
+                )
+                print(ran.stdout.strip().splitlines()[-1:], file=sys.stderr)
+                deadline = time.monotonic() + 300
+                last, stable_since = -1, time.monotonic()
+                while time.monotonic() < deadline:
+                    count = attempts(store)
+                    if count != last:
+                        last, stable_since = count, time.monotonic()
+                    elif count >= expected and time.monotonic() - stable_since > 15:
+                        break
+                    time.sleep(2)
+            serve.send_signal(signal.SIGTERM)
+            serve.wait(timeout=300)
+        finally:
+            if serve.poll() is None:
+                serve.kill()
+        count = attempts(store)
+        sizes = sqlite_breakdown(store)
+        db = sqlite3.connect(store)
+        events = db.execute("SELECT COUNT(*) FROM state_rows").fetchone()[0]
+        states = db.execute(
+            "SELECT state, COUNT(*) FROM state_rows WHERE resource = 'tasks' GROUP BY state"
+        ).fetchall()
+        db.close()
+    print(f"{count:,} task attempts (expected at least {expected:,}), {events:,} rows, states {states}")
+    print(f"{sizes['file'] / count:,.0f} bytes per attempt (file)")
+    for name, value in sorted(sizes.items(), key=lambda kv: -(kv[1] or 0)):
+        if name != "file" and value and value / count >= 1:
+            print(f"  {name}: {value / count:,.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
