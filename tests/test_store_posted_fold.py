@@ -459,7 +459,14 @@ def test_a_schema_4_store_with_its_ids_as_text_is_read_and_migrated(directory: P
             for target in (store, reference):
                 _fold_run_e(target, RUN_E[SCHEMA_4_POSTS:], SCHEMA_4_POSTS)
             rows = [_read(row) for row in store._query(SELECT_ROWS)]
-            assert rows == [_read(row) for row in reference._query(SELECT_ROWS)] and len(rows) > 30
+            wanted = [_read(row) for row in reference._query(SELECT_ROWS)]
+            assert len(rows) == len(wanted) > 30
+            # A row schema 4's code folded keeps what that fold read: a dead worker's exit (Ray
+            # 2.60's deathInfo, read since) shows once `store rebuild` folds the raw events again.
+            differ = [row[:2] for row, want in zip(rows, wanted, strict=True) if row != want]
+            assert differ and {kind for kind, _ in differ} == {"workers"}, differ
+            store.rebuild()
+            assert [_read(row) for row in store._query(SELECT_ROWS)] == wanted
             assert _answers(store) == _answers(reference)
         finally:
             store.close()
