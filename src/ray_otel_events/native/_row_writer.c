@@ -32,7 +32,7 @@ static int hex_bytes(const char *text, size_t len, unsigned char *out) {
     if (len == 0 || len % 2 || len > ROW_ID_MAX) return -1;
     for (size_t i = 0; i < len; i += 2) {
         int high = -1, low = -1;
-        for (int k = 0; k < 2; k++) {
+        for (size_t k = 0; k < 2; k++) {
             unsigned char c = (unsigned char)text[i + k];
             int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
             if (v < 0) return -1;
