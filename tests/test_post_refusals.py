@@ -9,6 +9,7 @@ import gzip
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 import requests
 from helpers.agg_procs import CliServer
@@ -86,7 +87,7 @@ def test_serve_refuses_bad_bodies_naming_why_and_counts_them_by_path(serve: CliS
         )
         assert good.status_code == 200 and good.json() == {"accepted": 4}, good.text
     else:
-        body = b"[]" if path == "/v1/ray-events" else requests.compat.json.dumps(EXPORT_POST).encode()
+        body = b"[]" if path == "/v1/ray-events" else orjson.dumps(EXPORT_POST)
         good = requests.post(base + path, data=gzip.compress(body), headers=GZIPPED_JSON, timeout=30)
         assert good.status_code == 200 and good.json()["rejected"] == 0, good.text
 
