@@ -60,7 +60,13 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliServer]:
     server = CliServer("serve", "--store", str(store))
     try:
         yield server
-        server.stop()
+        metrics = requests.get(f"http://{server.address}/metrics", timeout=30).text
+        counted = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in metrics.splitlines()
+            if line.startswith("ray_otel_events_serve_refused_posts_total{")
+        )
+        assert server.stop()["refused_posts"] == counted > 0  # the exit line counts every path's
     finally:
         server.kill()
 

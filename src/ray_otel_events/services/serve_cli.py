@@ -466,6 +466,7 @@ async def serve(intake: StateIntake, args: argparse.Namespace, security: ServerS
     for one in reversed(runners):
         await one.cleanup()  # POSTs in progress are answered (and spooled) first
     await asyncio.to_thread(intake.close)  # then everything answered is folded
-    stats = intake.stats()
+    # every refused post, log files' too, counted where the metric counts them
+    stats = {**intake.stats(), "refused_posts": int(sum(refused_by_path(refusing).values()))}
     print_exit_summary("serve", list(stats.items()), stats, args.log_format)
     return 0

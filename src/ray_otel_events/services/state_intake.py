@@ -192,11 +192,6 @@ class StateIntake(OtlpConsumer, ExportEventsConsumer):
     def rejected_events(self) -> int:
         return self.ray_events.counters.get(REJECTED_EVENTS) + self.fold_refused
 
-    @property
-    def refused_posts(self) -> int:
-        receivers = (self.ray_events, self.export_events)
-        return sum(receiver.counters.get(REFUSED_REQUESTS) for receiver in receivers)
-
     def stats(self) -> dict[str, int]:
         counters = self.ray_events.counters
         return {
@@ -205,7 +200,6 @@ class StateIntake(OtlpConsumer, ExportEventsConsumer):
             "duplicates": self.duplicates,
             "unknown_type_events": sum(self.unknown_types.by_name().values()),
             "rejected_events": self.rejected_events,
-            "refused_posts": self.refused_posts,
             "set_aside": self.fold.set_aside,
             "spans": self.spans,
             "log_lines": self.log_lines,
