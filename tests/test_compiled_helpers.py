@@ -42,7 +42,7 @@ from ray_otel_events.otel import (
 from ray_otel_events.protobuf.events_actor_lifecycle_event_pb2 import ActorLifecycleEvent
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.protobuf.events_task_lifecycle_event_pb2 import TaskLifecycleEvent
-from ray_otel_events.store import row_fold, sqlite_store, state_merge
+from ray_otel_events.store import kept_ids, row_fold, sqlite_store, state_merge
 from ray_otel_events.store.row_packing import id_value
 from ray_otel_events.store.sqlite_store import EventStore
 from ray_otel_events.tracing import spool
@@ -1250,6 +1250,29 @@ def test_rows_that_fail_stop_the_compiled_loop_where_python_stops() -> None:
         rnd.shuffle(batch)
         failed += _fold_rows_both(batch, rnd.randint(0, 1))[1]
     assert failed > 20  # the mutations made rows fail, and both loops stopped at each of them
+
+
+@needs_compiled
+def test_the_compiled_event_hash_is_the_one_python_keeps() -> None:
+    """The hash a row keeps of each event id: native/event_hash.h's (here through _state_fold; the
+    compiled intake fold includes the same header) is hashlib's BLAKE2b-64 (kept_ids), for ids of
+    every length around BLAKE2b's 128-byte block, Ray's base64 ids, non-ASCII and lone surrogates;
+    and its value for one id is pinned, since stored rows keep it."""
+    assert _state_fold is not None
+    rnd = random.Random(20261202)
+    ids = ["", "a", "abc", *("x" * n for n in (7, 8, 9, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1000))]
+    ids += [base64.b64encode(rnd.randbytes(rnd.choice((16, 28, 29, 40)))).decode() for _ in range(2000)]
+    ids += ["".join(chr(rnd.randint(1, 0x10FFFF)) for _ in range(rnd.randint(1, 80))) for _ in range(500)]
+    ids += ["\u00e9v\u00e9nement", "\ud800", "a\udfff b", "x" * 130 + "\u4e2d"]
+    hashes = set()
+    for event_id in ids:
+        hashed = _state_fold.event_hash(event_id)
+        assert hashed == kept_ids.event_hash(event_id), event_id
+        hashes.add(hashed)
+    assert len(hashes) == len(set(ids))
+    assert kept_ids.event_hash("abc") == 0x5995D533D814BBD8  # hashlib.blake2b(b"abc", digest_size=8), LE
+    with pytest.raises(TypeError):
+        _state_fold.event_hash(b"abc")  # type: ignore[arg-type]
 
 
 # -- the store's row writer --------------------------------------------------------------------------

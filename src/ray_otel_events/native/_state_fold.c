@@ -10,6 +10,7 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "event_hash.h"
 #include "fold_names.h"
 #include "ray_json_values.h"
 
@@ -585,6 +586,22 @@ fail:
 static PyObject *id_columns, *tasks_resource, *fold_errors;
 static PyObject *a_row, *a_ids, *s_space, *s_one;
 
+/* kept_ids.event_hash(event_id), as a new int; NULL with the error set. */
+static PyObject *event_id_hash(PyObject *event_id) {
+    if (!PyUnicode_Check(event_id)) {
+        PyErr_SetString(PyExc_TypeError, "an event id is a str");
+        return NULL;
+    }
+    if (PyUnicode_IS_ASCII(event_id))
+        return PyLong_FromUnsignedLongLong(event_hash((const char *)PyUnicode_1BYTE_DATA(event_id),
+                                                      (size_t)PyUnicode_GET_LENGTH(event_id)));
+    PyObject *utf8 = PyUnicode_AsEncodedString(event_id, "utf-8", "surrogatepass");
+    if (utf8 == NULL) return NULL;
+    uint64_t hashed = event_hash(PyBytes_AS_STRING(utf8), (size_t)PyBytes_GET_SIZE(utf8));
+    Py_DECREF(utf8);
+    return PyLong_FromUnsignedLongLong(hashed);
+}
+
 /* One row's pieces folded as row_fold.fold_row folds them (not `refused`): 0 and `*columns` (a new
  * reference, or NULL when nothing was folded) on success, -1 with the error set otherwise. The
  * types of the events folded are appended to `folded` and the duplicates counted in `*duplicates`. */
@@ -881,6 +898,11 @@ static PyObject *time_ns(PyObject *self, PyObject *value) {
     return PyLong_FromLongLong(ns);
 }
 
+static PyObject *event_hash_of(PyObject *self, PyObject *event_id) {
+    (void)self;
+    return event_id_hash(event_id);
+}
+
 static PyMethodDef methods[] = {
     {"prepare", prepare, METH_O, "prepare(event) -> Prepared: state_merge.prepare, compiled."},
     {"task_definition", (PyCFunction)(void (*)(void))task_definition, METH_FASTCALL,
@@ -891,6 +913,7 @@ static PyMethodDef methods[] = {
      "row_columns(resource, row) -> (data, indexed): state_merge.row_columns, compiled."},
     {"hex_id", hex_id, METH_O, "hex_id(value) -> str | None: None where Python must decide (for tests)."},
     {"time_ns", time_ns, METH_O, "time_ns(value) -> int | None: None where Python must decide (for tests)."},
+    {"event_hash", event_hash_of, METH_O, "event_hash(event_id) -> int: kept_ids.event_hash, compiled (for tests)."},
     {"fold_rows", (PyCFunction)(void (*)(void))fold_rows, METH_FASTCALL,
      "fold_rows(keys, start, pieces, rows, received, by_type, changed) -> (index, duplicates):"
      " row_fold._fold_rows_python, compiled."},
