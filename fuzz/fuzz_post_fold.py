@@ -25,7 +25,7 @@ def check(data: bytes) -> None:
     assert (len(compiled[0]), compiled[1]) == (len(python[0]), python[1])
     if python[0]:
         with tempfile.TemporaryDirectory(prefix="fuzz-post-fold-", dir=_TEMP) as directory:
-            _ingest_both(Path(directory), [[data]])
+            _ingest_both(Path(directory), [[data], [data]])  # again: read back, all duplicates
 
 
 if __name__ == "__main__":

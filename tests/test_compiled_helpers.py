@@ -1201,7 +1201,10 @@ def _fold_rows_both(events: list[Any], seen: int) -> tuple[int, int]:
     keys = list(pieces)
     results = []
     for fold_rows in (_state_fold.fold_rows, row_fold._fold_rows_python):
-        rows = {key: row_fold.StoredRow({}, [fold[1] for fold in pieces[key][:seen]]) for key in keys}
+        rows = {
+            key: row_fold.StoredRow({}, [kept_ids.event_hash(fold[1]) for fold in pieces[key][:seen]])
+            for key in keys
+        }
         by_type: dict[str, int] = {}
         changed: list[tuple[Any, ...]] = []
         stops = []

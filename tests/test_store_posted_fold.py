@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from ray_otel_events import native
 from ray_otel_events.encoding.ray_json_posts import NotAnArrayError, read_posted_array
 from ray_otel_events.store.backend import ColumnFilter, IngestResult
+from ray_otel_events.store.kept_ids import sqlite_hashes
 from ray_otel_events.store.posted_body import Accepted, PostedBody, read_posted
 from ray_otel_events.store.row_packing import pack_row, row_json
 from ray_otel_events.store.sqlite_store import SCHEMA_VERSION, EventStore
@@ -326,12 +327,15 @@ for number, batch in enumerate(json.loads(Path(sys.argv[2]).read_text())):
     posts = [read_posted(body.encode())[0] for body in batch]
     assert all(isinstance(post, list) for post in posts)
     store.ingest_posted(posts, now=1000.0 + number)
+from ray_otel_events.store.kept_ids import unpacked
 from ray_otel_events.store.row_packing import row_json
 rows = store._query("SELECT * FROM state_rows ORDER BY resource, entity_id, attempt, session")
-assert all(isinstance(row[5], bytes) for row in rows)
+assert all(isinstance(row[5], bytes) and isinstance(row[6], bytes) for row in rows)
 def shown(v):
     return ["bytes", v.hex()] if isinstance(v, bytes) else v
-print(json.dumps([[*row[:5], json.loads(row_json(row[5])), *map(shown, row[6:])] for row in rows]))
+def read(row):
+    return [*row[:5], json.loads(row_json(row[5])), unpacked(row[6]), *map(shown, row[7:])]
+print(json.dumps([read(row) for row in rows]))
 store.close()
 """
 
@@ -475,7 +479,8 @@ def test_a_schema_4_store_with_its_ids_as_text_is_read_and_migrated(directory: P
 
 
 def _read(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    return (*row[:5], orjson.loads(row_json(row[5])), *row[6:])
+    """A row as stored now or before: its JSON packed or not, its event ids as hashes or text."""
+    return (*row[:5], orjson.loads(row_json(row[5])), sqlite_hashes(row[6]), *row[7:])
 
 
 def test_a_damaged_packed_row_is_an_error_not_a_row() -> None:

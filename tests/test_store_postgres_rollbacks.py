@@ -25,7 +25,8 @@ from ray_otel_events.otel import otlp_wire
 from ray_otel_events.otel.log_records import log_record_wire
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.store.backend import IngestResult, StoreBusy
-from ray_otel_events.store.postgres_store import PostgresStore, _event_ids
+from ray_otel_events.store.kept_ids import event_hash
+from ray_otel_events.store.postgres_store import PostgresStore, _kept_hashes
 from ray_otel_events.store.sqlite_store import EventStore
 from ray_otel_events.store.state_merge import prepare
 from tests.test_store_postgres import EVENTS, _all_rows, _get, _post, _session_copy, _tasks, _wait_for
@@ -117,8 +118,8 @@ def test_a_deadlock_between_two_writers_is_retried_and_each_batch_applied_once(
     assert (results["a"].stored, results["a"].duplicates) == (2, 0)
     assert (results["b"].stored, results["b"].duplicates) == (2, 0)
     with psycopg.connect(url) as db:
-        ids = [i for (kept,) in db.execute("SELECT event_ids FROM state_rows") for i in _event_ids(kept)]
-    sent = [e["eventId"] for e in first_of_b + of_a + of_b]
+        ids = [i for (kept,) in db.execute("SELECT event_ids FROM state_rows") for i in _kept_hashes(kept)]
+    sent = [event_hash(e["eventId"]) for e in first_of_b + of_a + of_b]
     assert sorted(ids) == sorted(sent)  # every event folded into its row once
     reference = EventStore(tmp_path / "reference.sqlite3")
     for batch in (first_of_b, of_a, of_b):

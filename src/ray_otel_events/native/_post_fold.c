@@ -30,6 +30,7 @@
 #include <sqlite3.h>
 #include <stdint.h>
 
+#include "event_hash.h"
 #include "fold_names.h"
 #include "json_lexer.h"
 #include "packed_rows.h"
@@ -649,7 +650,7 @@ static void read_item(const Parser *p, int64_t v, Item *item) {
     if (plain_string(p, MEMBER(p, v, event_id), &item->event_id) < 0 || item->event_id.n == 0 ||
         plain_string(p, MEMBER(p, v, event_type), &type) < 0 || type.n == 0)
         return;
-    for (uint32_t i = 0; i < item->event_id.n; i++) /* ids are joined and split on spaces */
+    for (uint32_t i = 0; i < item->event_id.n; i++) /* visible ASCII (Ray's are base64): others, Python */
         if ((uint8_t)item->event_id.p[i] <= ' ' || (uint8_t)item->event_id.p[i] > '~') return;
     item->route = find_route((const uint8_t *)type.p, type.n);
     if (item->route < 0) {
@@ -838,7 +839,7 @@ typedef struct {
     int slot[N_FIELDS]; /* index in `fields` of each known field, -1 when absent */
     Transition events[MAX_TRANSITIONS];
     int n_events;
-    Text ids[MAX_IDS];
+    uint64_t ids[MAX_IDS]; /* the hashes of the ids of the events folded into it (event_hash.h) */
     int n_ids;
 } RowState;
 
@@ -890,9 +891,10 @@ static int load_events(RowState *r, const Parser *p, int64_t v) {
     return 0;
 }
 
-/* A stored row (its JSON, and its event ids joined by spaces) read into `r`: -1 for one this
- * module does not fold (the row is folded in Python). `data` and `ids` outlive `r`. */
-static int load_row(RowState *r, Parser *p, Text data, Text ids) {
+/* A stored row (its JSON, and its kept event ids: the bytes of their hashes if `hashed`, else, as
+ * rows written before kept them, the ids joined by spaces) read into `r`: -1 for one this module
+ * does not fold (the row is folded in Python). `data` outlives `r`. */
+static int load_row(RowState *r, Parser *p, Text data, Text ids, int hashed) {
     parser_reset(p, (const uint8_t *)data.p, data.n);
     int64_t v = parse_value(p);
     if (v < 0 || p->pos != data.n || p->nodes[v].type != J_OBJECT || p->nodes[v].count > MAX_ROW_FIELDS) return -1;
@@ -908,7 +910,13 @@ static int load_row(RowState *r, Parser *p, Text data, Text ids) {
         if (id != F_OTHER) r->slot[id] = r->n_fields;
         r->n_fields++;
     }
-    /* `ids.split()`: words of visible ASCII between spaces (anything else: Python splits it) */
+    if (hashed) { /* kept_ids.unpacked: whole hashes only */
+        if (ids.n / EVENT_HASH_BYTES > MAX_IDS) return -1;
+        for (uint32_t i = 0; i + EVENT_HASH_BYTES <= ids.n; i += EVENT_HASH_BYTES)
+            r->ids[r->n_ids++] = event_hash_load((const uint8_t *)ids.p + i);
+        return 0;
+    }
+    /* kept_ids.hashed_text: words of visible ASCII between spaces (anything else: Python splits it) */
     for (uint32_t i = 0; i < ids.n;) {
         uint8_t c = (uint8_t)ids.p[i];
         if (c == ' ') {
@@ -919,7 +927,7 @@ static int load_row(RowState *r, Parser *p, Text data, Text ids) {
         while (i < ids.n && (uint8_t)ids.p[i] > ' ' && (uint8_t)ids.p[i] <= '~') i++;
         if (i < ids.n && ids.p[i] != ' ') return -1;
         if (r->n_ids == MAX_IDS) return -1;
-        r->ids[r->n_ids++] = (Text){ids.p + start, i - start};
+        r->ids[r->n_ids++] = event_hash(ids.p + start, i - start);
     }
     return 0;
 }
@@ -1255,7 +1263,8 @@ typedef struct {
     uint32_t first, last; /* events */
     int python;           /* folded in Python */
     uint32_t chunk;       /* the chunk it is folded in (1, 2, ...) */
-    int found;            /* stored: `data` and `ids` are its texts (in the chunk arena) */
+    int found;            /* stored: `data` and `ids` are its values (in the chunk arena) */
+    int ids_hashed;       /* `ids` is a blob of hashes, not a text of ids (a row written before) */
     Text data, ids;
 } RowRef;
 
@@ -1491,7 +1500,10 @@ static int read_chunk(Folder *f, Batch *b, const uint32_t *rows, int n, uint32_t
         session_text = (const char *)sqlite3_column_text(s, 2);
         int session_n = sqlite3_column_bytes(s, 2);
         const void *data = packed ? sqlite3_column_blob(s, 3) : sqlite3_column_text(s, 3);
-        const char *ids = (const char *)sqlite3_column_text(s, 4);
+        int hashed = sqlite3_column_type(s, 4) == SQLITE_BLOB; /* kept_ids.sqlite_hashes */
+        /* a zero-length blob reads as NULL: no ids */
+        const char *ids = hashed ? (sqlite3_column_bytes(s, 4) ? sqlite3_column_blob(s, 4) : "")
+                                 : (const char *)sqlite3_column_text(s, 4);
         if (stored == NULL || session_text == NULL || data == NULL || ids == NULL ||
             sqlite3_column_type(s, 1) != SQLITE_INTEGER)
             continue; /* not a row the fold writes: none of the chunk's keys */
@@ -1519,6 +1531,7 @@ static int read_chunk(Folder *f, Batch *b, const uint32_t *rows, int n, uint32_t
             ref->data = arena_copy(&f->chunk, data, (size_t)sqlite3_column_bytes(s, 3));
         }
         ref->ids = arena_copy(&f->chunk, ids, (size_t)sqlite3_column_bytes(s, 4));
+        ref->ids_hashed = hashed;
         ref->found = 1;
     }
     if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
@@ -1533,7 +1546,7 @@ static int read_chunk(Folder *f, Batch *b, const uint32_t *rows, int n, uint32_t
 static int fold_row(Folder *f, Batch *b, RowRef *ref, RawBuf *out) {
     RowState *r = f->row;
     row_clear(r);
-    if (ref->found && load_row(r, &f->stored, ref->data, ref->ids) < 0) return ROW_TO_PYTHON;
+    if (ref->found && load_row(r, &f->stored, ref->data, ref->ids, ref->ids_hashed) < 0) return ROW_TO_PYTHON;
     Text resource, entity, session;
     int64_t attempt;
     decode_key(ref->key, &resource, &entity, &attempt, &session);
@@ -1548,8 +1561,9 @@ static int fold_row(Folder *f, Batch *b, RowRef *ref, RawBuf *out) {
     int folded[MAX_IDS], n_folded = 0;
     for (uint32_t e = ref->first; e != NO_EVENT; e = EVENTS(b)[e].next) {
         const Event *event = EVENTS(b) + e;
+        uint64_t hashed = event_hash(event->event_id.p, event->event_id.n);
         int seen = 0;
-        for (int i = 0; i < r->n_ids && !seen; i++) seen = text_eq(r->ids[i], event->event_id);
+        for (int i = 0; i < r->n_ids && !seen; i++) seen = r->ids[i] == hashed;
         if (seen) {
             duplicates++;
             continue;
@@ -1566,7 +1580,7 @@ static int fold_row(Folder *f, Batch *b, RowRef *ref, RawBuf *out) {
         int failed = route->fold == FOLD_DEFINITION ? fold_definition(r, p, payload, &f->chunk)
                                                     : fold_lifecycle(r, p, payload, &f->chunk);
         if (failed || r->n_ids == MAX_IDS) return f->chunk.failed ? ROW_FAILED : ROW_TO_PYTHON;
-        r->ids[r->n_ids++] = event->event_id;
+        r->ids[r->n_ids++] = hashed;
         folded[n_folded++] = event->route;
     }
     if (n_folded == 0) {
@@ -1582,12 +1596,13 @@ static int fold_row(Folder *f, Batch *b, RowRef *ref, RawBuf *out) {
     f->json.len = 0;
     put_row_json(&f->json, r);
     packed_text(out, f->json.data, (uint32_t)f->json.len);
-    f->json.len = 0;
+    f->json.len = 0; /* kept_ids.packed */
     for (int i = 0; i < r->n_ids; i++) {
-        if (i) raw_put(&f->json, " ", 1);
-        raw_put(&f->json, r->ids[i].p, r->ids[i].n);
+        uint8_t bytes[EVENT_HASH_BYTES];
+        event_hash_store(r->ids[i], bytes);
+        raw_put(&f->json, bytes, EVENT_HASH_BYTES);
     }
-    packed_text(out, f->json.data ? f->json.data : "", (uint32_t)f->json.len);
+    packed_blob(out, f->json.data ? f->json.data : "", (uint32_t)f->json.len);
     for (int c = 0; c < n_plan; c++) {
         Text value = plan_fields[c] < 0 ? NONE : get_field(r, plan_fields[c]);
         if (put_indexed(out, value, plan_defaults[c], &f->chunk) < 0) {

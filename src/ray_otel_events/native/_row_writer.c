@@ -131,6 +131,7 @@ static void write_chunk(Writer *w, Chunk *chunk) {
             int rc = v.tag == PACKED_INT     ? sqlite3_bind_int64(w->upsert, c + 1, v.i)
                      : v.tag == PACKED_FLOAT ? sqlite3_bind_double(w->upsert, c + 1, v.d)
                      : v.tag == PACKED_TEXT  ? sqlite3_bind_text(w->upsert, c + 1, v.text, (int)v.len, SQLITE_STATIC)
+                     : v.tag == PACKED_BLOB  ? sqlite3_bind_blob(w->upsert, c + 1, v.text, (int)v.len, SQLITE_STATIC)
                                              : sqlite3_bind_null(w->upsert, c + 1);
             if (rc != SQLITE_OK) {
                 fail_with(w, "bind");
@@ -245,6 +246,13 @@ static int pack_value(PyObject *obj, RawBuf *b) {
             return -1;
         }
         packed_text(b, text, (uint32_t)len);
+    } else if (PyBytes_Check(obj)) { /* a row's kept event ids (kept_ids.packed) */
+        Py_ssize_t len = PyBytes_GET_SIZE(obj);
+        if (len > INT_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "a blob too long for SQLite");
+            return -1;
+        }
+        packed_blob(b, PyBytes_AS_STRING(obj), (uint32_t)len);
     } else {
         PyErr_Format(PyExc_TypeError, "a %s cannot be stored", Py_TYPE(obj)->tp_name);
         return -1;

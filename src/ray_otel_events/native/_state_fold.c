@@ -584,7 +584,7 @@ fail:
 
 /* Bound by `bind_rows`: state_merge.ID_COLUMN, TASKS and FOLD_ERRORS. */
 static PyObject *id_columns, *tasks_resource, *fold_errors;
-static PyObject *a_row, *a_ids, *s_space, *s_one;
+static PyObject *a_row, *a_ids, *s_one;
 
 /* kept_ids.event_hash(event_id), as a new int; NULL with the error set. */
 static PyObject *event_id_hash(PyObject *event_id) {
@@ -610,6 +610,7 @@ static int fold_one_row(PyObject *resource, PyObject *entry, PyObject *folds, Py
     *columns = NULL;
     PyObject *row = PyObject_GetAttr(entry, a_row);
     PyObject *ids = row == NULL ? NULL : PyObject_GetAttr(entry, a_ids);
+    PyObject *hashed = NULL; /* the event id's (kept_ids.event_hash) */
     int status = -1;
     if (ids == NULL) goto done;
     if (!PyDict_CheckExact(row) || !PyList_CheckExact(ids) || !PyList_CheckExact(folds)) {
@@ -622,8 +623,10 @@ static int fold_one_row(PyObject *resource, PyObject *entry, PyObject *folds, Py
             PyErr_SetString(PyExc_TypeError, "fold_rows: a fold is (position, event id, piece)");
             goto done;
         }
-        PyObject *event_id = PyTuple_GET_ITEM(fold, 1), *piece = PyTuple_GET_ITEM(fold, 2);
-        int seen = PySequence_Contains(ids, event_id);
+        PyObject *piece = PyTuple_GET_ITEM(fold, 2);
+        Py_XSETREF(hashed, event_id_hash(PyTuple_GET_ITEM(fold, 1)));
+        if (hashed == NULL) goto done;
+        int seen = PySequence_Contains(ids, hashed);
         if (seen < 0) goto done;
         if (seen) {
             (*duplicates)++;
@@ -647,7 +650,7 @@ static int fold_one_row(PyObject *resource, PyObject *entry, PyObject *folds, Py
         PyObject *none = call2(PyTuple_GET_ITEM(piece, 4), row, PyTuple_GET_ITEM(piece, 5));
         if (none == NULL) goto done;
         Py_DECREF(none);
-        if (PyList_Append(ids, event_id) || PyList_Append(folded, PyTuple_GET_ITEM(piece, 0))) goto done;
+        if (PyList_Append(ids, hashed) || PyList_Append(folded, PyTuple_GET_ITEM(piece, 0))) goto done;
     }
     if (PyList_GET_SIZE(folded) > 0) {
         PyObject *args[2] = {resource, row};
@@ -662,16 +665,40 @@ static int fold_one_row(PyObject *resource, PyObject *entry, PyObject *folds, Py
     }
     status = 0;
 done:
+    Py_XDECREF(hashed);
     Py_XDECREF(row);
     Py_XDECREF(ids);
     return status;
 }
 
-/* row_fold.upsert_values: (*key, received, data, " ".join(ids), *indexed). */
+/* kept_ids.packed(ids): the hashes (ints) as 8 little-endian bytes each; NULL with the error set. */
+static PyObject *packed_hashes(PyObject *ids) {
+    if (!PyList_Check(ids)) {
+        PyErr_SetString(PyExc_TypeError, "a row's kept ids are a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(ids);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * EVENT_HASH_BYTES);
+    if (out == NULL) return NULL;
+    uint8_t *bytes = (uint8_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(ids, i);
+        uint64_t value = PyLong_Check(item) ? PyLong_AsUnsignedLongLong(item) : (uint64_t)-1;
+        if (value == (uint64_t)-1 && (!PyLong_Check(item) || PyErr_Occurred())) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a kept id is an int");
+            Py_DECREF(out);
+            return NULL;
+        }
+        event_hash_store(value, bytes + i * EVENT_HASH_BYTES);
+    }
+    return out;
+}
+
+/* row_fold.upsert_values: (*key, received, data, kept_ids.packed(ids), *indexed). */
 static PyObject *upsert_values(PyObject *key, PyObject *received, PyObject *entry, PyObject *columns) {
     PyObject *ids = PyObject_GetAttr(entry, a_ids);
     if (ids == NULL) return NULL;
-    PyObject *joined = PyUnicode_Join(s_space, ids);
+    PyObject *joined = packed_hashes(ids);
     Py_DECREF(ids);
     if (joined == NULL) return NULL;
     PyObject *indexed = PyTuple_GET_ITEM(columns, 1);
@@ -937,7 +964,7 @@ PyMODINIT_FUNC PyInit__state_fold(void) {
     struct {
         PyObject **slot;
         const char *name;
-    } names[] = {{&s_empty, ""}, {&a_row, "row"}, {&a_ids, "ids"}, {&s_space, " "}};
+    } names[] = {{&s_empty, ""}, {&a_row, "row"}, {&a_ids, "ids"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL) return NULL;
     }

@@ -1,7 +1,7 @@
 /* Rows of SQL values packed in one buffer, as the store hands its upserts to its row writer
  * (native/_row_writer.c writes them; native/_post_fold.c packs them without the GIL): per value a tag
- * byte, then an int64 or a double (8 bytes, this machine's order) or a text (a uint32 length, then
- * its UTF-8). The buffer is plain memory (PyMem_Raw*), so it is made and read on any thread. */
+ * byte, then an int64 or a double (8 bytes, this machine's order) or a text or blob (a uint32
+ * length, then its UTF-8 or bytes). The buffer is plain memory (PyMem_Raw*), so it is made and read on any thread. */
 
 #ifndef RAY_OTEL_EVENTS_PACKED_ROWS_H
 #define RAY_OTEL_EVENTS_PACKED_ROWS_H
@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-enum { PACKED_NULL, PACKED_INT, PACKED_FLOAT, PACKED_TEXT };
+enum { PACKED_NULL, PACKED_INT, PACKED_FLOAT, PACKED_TEXT, PACKED_BLOB };
 
 /* A growing buffer of plain memory; `failed` once an allocation failed (everything after is
  * dropped, the owner checks it once at the end). */
@@ -70,6 +70,13 @@ static inline void packed_text(RawBuf *b, const char *s, uint32_t n) {
     raw_put(b, s, n);
 }
 
+static inline void packed_blob(RawBuf *b, const void *s, uint32_t n) {
+    char tag = PACKED_BLOB;
+    raw_put(b, &tag, 1);
+    raw_put(b, &n, 4);
+    raw_put(b, s, n);
+}
+
 /* One value read back at `p`: its tag and value (`text`, `len` point into the buffer); returns
  * where the next value starts. */
 typedef struct {
@@ -86,6 +93,7 @@ static inline const char *packed_read(const char *p, PackedValue *v) {
     case PACKED_INT: memcpy(&v->i, p, 8); return p + 8;
     case PACKED_FLOAT: memcpy(&v->d, p, 8); return p + 8;
     case PACKED_TEXT:
+    case PACKED_BLOB:
         memcpy(&v->len, p, 4);
         v->text = p + 4;
         return p + 4 + v->len;

@@ -47,6 +47,7 @@ import psycopg
 
 from ray_otel_events.store import raw_events
 from ray_otel_events.store.backend import IngestResult, StoreBusy, StoreError, StoreUnavailable, first_line
+from ray_otel_events.store.kept_ids import HASHED, event_hash, unpacked
 from ray_otel_events.store.row_fold import Pieces, StoredRow, fold_keys, group_pieces
 from ray_otel_events.store.row_packing import pack_row, row_json
 from ray_otel_events.store.sql_export import EXPORT_TABLE
@@ -143,7 +144,7 @@ def _packed_ids(joined: str) -> bytes:
 
 
 def _event_ids(stored: bytes) -> list[str]:
-    """The event ids a row keeps (`_packed_ids`), as the fold gave them."""
+    """The event ids a row written before keeps (`_packed_ids`), as the fold gave them."""
     ids: list[str] = []
     at = 0
     while at < len(stored):
@@ -158,9 +159,19 @@ def _event_ids(stored: bytes) -> list[str]:
     return ids
 
 
+def _kept_hashes(stored: bytes) -> list[int]:
+    """A row's kept event ids as their hashes (kept_ids): `HASHED` and the hashes, or, in a row
+    written before, the ids themselves (`_event_ids`), hashed."""
+    stored = bytes(stored)
+    if stored[:1] == HASHED:
+        return unpacked(stored[1:])
+    return [event_hash(event_id) for event_id in _event_ids(stored)]
+
+
 def _packed(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A folded row's upsert values with its JSON packed (row_packing) and its event ids as bytes."""
-    return (*row[:_DATA_AT], pack_row(row[_DATA_AT]), _packed_ids(row[_DATA_AT + 1]), *row[_DATA_AT + 2 :])
+    """A folded row's upsert values with its JSON packed (row_packing) and its kept ids' hashes
+    (kept_ids.packed) after `HASHED`."""
+    return (*row[:_DATA_AT], pack_row(row[_DATA_AT]), HASHED + row[_DATA_AT + 1], *row[_DATA_AT + 2 :])
 
 
 _REPACK_CHUNK = 2000  # rows read and written again at a time by migration 7
@@ -454,7 +465,7 @@ def _stored_row(found: tuple[bytes, bytes] | None) -> StoredRow:
     return (
         StoredRow({}, [])
         if found is None
-        else StoredRow(orjson.loads(row_json(found[0])), _event_ids(found[1]))
+        else StoredRow(orjson.loads(row_json(found[0])), _kept_hashes(found[1]))
     )
 
 
@@ -522,7 +533,7 @@ class PostgresStore(SqlUpkeep):
         indexed=_indexed,
         indexed_columns=_INDEXED_TEXT,
         is_indexed_form=_is_indexed_form,
-        event_ids=_event_ids,
+        kept_hashes=_kept_hashes,
     )
 
     writer = "python"

@@ -21,6 +21,7 @@ import orjson
 
 from ray_otel_events import native
 from ray_otel_events.protobuf import events_base_event_pb2
+from ray_otel_events.store.kept_ids import event_hash, utf8_hash
 from ray_otel_events.store.state_merge import FOLDED_KEYS
 
 try:  # setup.py builds it where zlib's headers are
@@ -121,6 +122,36 @@ def compress_python(bodies: Sequence[bytes]) -> bytes:
 
 def decompress(blob: bytes) -> bytes:
     return zlib.decompress(blob, WBITS)
+
+
+_EVENT_ID = re.compile(rb'"eventId"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
+def _hash_of_string(inner: bytes) -> int | None:
+    """The hash of a JSON string given its text between the quotes (None: not a JSON string)."""
+    if b"\\" not in inner:
+        return utf8_hash(inner)
+    try:
+        value = orjson.loads(b'"' + inner + b'"')
+    except orjson.JSONDecodeError:
+        return None
+    return event_hash(value)
+
+
+def events_with_ids(text: bytes, hashes: set[int]) -> list[tuple[int, int, dict[str, Any]]]:
+    """The events of a JSON array's text (a decompressed block) whose `eventId` has one of these
+    hashes (kept_ids.event_hash): (place in the array, hash, event), in order. The array is read
+    only when one of its `"eventId": "..."` texts has one of them (or is not a string JSON reads),
+    so a block holding none of a row's events costs a scan and a hash per event, not a parse."""
+    found = (_hash_of_string(m.group(1)) for m in _EVENT_ID.finditer(text))
+    if not any(hashed is None or hashed in hashes for hashed in found):
+        return []
+    matched = []
+    for position, event in enumerate(orjson.loads(text)):
+        event_id = event.get("eventId") if isinstance(event, dict) else None
+        if isinstance(event_id, str) and (hashed := event_hash(event_id)) in hashes:
+            matched.append((position, hashed, event))
+    return matched
 
 
 _EVENT = events_base_event_pb2.RayEvent.DESCRIPTOR

@@ -2,13 +2,13 @@
 and its write of them.
 
 Each row skips the event ids it has already folded (a retried POST, a spool replayed after
-`kill -9`) and counts what it folded only once the whole row is done, so a row that fails part way
-(a value only its fold reads) can be folded again from what is stored, piece by piece, leaving out
-the pieces that fail. `fold_rows` is the loop over a chunk's rows: in `serve` it is most of the
-Python the fold thread runs per event, so it is compiled where a C compiler is present
-(`_state_fold.fold_rows`); `RAY_OTEL_EVENTS_PURE_PYTHON=1` uses this module's twin. `fold_keys`,
-what both backends run between their read and their write, is that loop and the rare row folded
-again piece by piece.
+`kill -9`; it keeps them as their hashes, `kept_ids`) and counts what it folded only once the whole
+row is done, so a row that fails part way (a value only its fold reads) can be folded again from
+what is stored, piece by piece, leaving out the pieces that fail. `fold_rows` is the loop over a
+chunk's rows: in `serve` it is most of the Python the fold thread runs per event, so it is compiled
+where a C compiler is present (`_state_fold.fold_rows`); `RAY_OTEL_EVENTS_PURE_PYTHON=1` uses this
+module's twin. `fold_keys`, what both backends run between their read and their write, is that
+loop and the rare row folded again piece by piece.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ray_otel_events import native
+from ray_otel_events.store.kept_ids import event_hash, packed
 from ray_otel_events.store.state_merge import (
     FOLD_ERRORS,
     ID_COLUMN,
@@ -50,7 +51,7 @@ class Refusal(NamedTuple):
 @dataclass(slots=True)
 class StoredRow:
     row: Row
-    ids: list[str]  # of the events folded into it
+    ids: list[int]  # the hashes of the ids of the events folded into it (kept_ids.event_hash)
 
 
 def fold_row(
@@ -62,7 +63,8 @@ def fold_row(
     duplicates = 0
     folded: list[str] = []
     for position, event_id, piece in folds:
-        if event_id in entry.ids:
+        hashed = event_hash(event_id)
+        if hashed in entry.ids:
             duplicates += 1
             continue
         if refused is not None:
@@ -76,15 +78,15 @@ def fold_row(
             entry.row = trial
         else:
             apply(entry.row, piece)
-        entry.ids.append(event_id)
+        entry.ids.append(hashed)
         folded.append(piece.event_type)
     return (row_columns(resource, entry.row) if folded else None), duplicates, folded
 
 
 def upsert_values(key: Key, received: float, entry: StoredRow, columns: Columns) -> tuple[Any, ...]:
-    """A folded row as the store's upsert takes it."""
+    """A folded row as the store's upsert takes it: its kept ids as the bytes of their hashes."""
     data, indexed = columns
-    return (*key, received, data, " ".join(entry.ids), *indexed)
+    return (*key, received, data, packed(entry.ids), *indexed)
 
 
 def count_folded(by_type: dict[str, int], folded: list[str]) -> None:

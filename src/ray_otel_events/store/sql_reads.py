@@ -19,6 +19,7 @@ import orjson
 
 from ray_otel_events.store import raw_events
 from ray_otel_events.store.backend import ColumnFilter, Selection, Window
+from ray_otel_events.store.kept_ids import sqlite_hashes
 from ray_otel_events.store.row_packing import row_json
 from ray_otel_events.store.state_merge import INDEXED_COLUMNS, INDEXED_FIELDS, INT64, Row
 
@@ -67,7 +68,7 @@ class SqlDialect:
     indexed: Callable[[Any], Any] = _same  # a stored value (`enc`) as `indexed_columns` hold it
     indexed_columns: tuple[str, ...] = ()
     is_indexed_form: Callable[[Any], bool] = lambda _: False  # a value `indexed` shortened
-    event_ids: Callable[[Any], list[str]] | None = None  # a row's stored event ids read (else: `dec`, split)
+    kept_hashes: Callable[[Any], list[int]] = sqlite_hashes  # a row's stored `event_ids` read (kept_ids)
 
     def decoded(self, rows: list[Any]) -> list[Any]:
         """`rows` with every value as it was given."""
@@ -521,12 +522,12 @@ class SqlReads(ABC):
 
     # -- raw events ----------------------------------------------------------------------------
 
-    def raw_texts(self, session: str, event_ids: Iterable[str], before: float) -> list[dict[str, Any]]:
-        """The kept events of `session` with these ids, oldest first, read from the raw events
-        stored up to `before`, newest first until each id is found (an entity's events are
-        usually near its last update)."""
+    def raw_texts(self, session: str, hashes: Iterable[int], before: float) -> list[dict[str, Any]]:
+        """The kept events of `session` whose ids have these hashes (as rows keep them:
+        kept_ids.event_hash), oldest first, read from the raw events stored up to `before`, newest
+        first until each is found (an entity's events are usually near its last update)."""
         d = self.dialect
-        wanted = set(event_ids)
+        wanted = set(hashes)
         blocks = self._query(
             f"SELECT {d.serial} FROM raw_events WHERE session = {d.mark} AND received <= {d.mark}"
             f" ORDER BY received DESC, {d.serial} DESC",
@@ -540,12 +541,9 @@ class SqlReads(ABC):
             if not rows:
                 continue
             text = raw_events.decompress(bytes(rows[0][0]))
-            if not any(event_id.encode() in text for event_id in wanted):
-                continue
-            for position, event in enumerate(orjson.loads(text)):
-                event_id = event.get("eventId") if isinstance(event, dict) else None
-                if event_id in wanted:
-                    wanted.discard(event_id)
+            for position, hashed, event in raw_events.events_with_ids(text, wanted):
+                if hashed in wanted:  # an event posted twice: its newest copy
+                    wanted.discard(hashed)
                     found.append((block, position, event))
         return [event for _, _, event in sorted(found, key=lambda item: (item[0], item[1]))]
 
@@ -561,9 +559,8 @@ class SqlReads(ABC):
         if not found:
             return {}
         updated, ids = found[0]
-        listed = d.event_ids(ids) if d.event_ids else d.dec(ids).split()
         try:
-            return raw_events.new_fields(self.raw_texts(session, listed, updated))
+            return raw_events.new_fields(self.raw_texts(session, d.kept_hashes(ids), updated))
         except d.missing_table:  # a store written before raw events were kept, opened read-only
             return {}
 

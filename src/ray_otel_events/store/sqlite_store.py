@@ -2,8 +2,10 @@
 
 `ingest` takes a batch of RayEvents (JSON form, as Ray's aggregator POSTs them) in one
 transaction: every event is folded into its row (`state_merge`), which keeps its state transitions
-as history. A row also keeps the ids of the events folded into it, so an event id it has seen is
-skipped (duplicates from retries cost nothing) with no second table to look up and write.
+as history. A row also keeps the ids of the events folded into it (as 8-byte hashes in a BLOB:
+`kept_ids`; a TEXT of the ids joined by spaces in a row written before, read as it is), so an event
+id it has seen is skipped (duplicates from retries cost nothing) with no second table to look up
+and write.
 Rows are keyed by session name as well, so several clusters (or one cluster's restarts) stay
 apart. The fields lists filter and sort on are copied into indexed columns, so `select` answers a
 filtered page in SQL however many rows there are (node and worker ids, hex, kept as their bytes:
@@ -40,6 +42,7 @@ from ray_otel_events import config, native
 from ray_otel_events.durable.wal_checkpointer import WalCheckpointer
 from ray_otel_events.store import raw_events
 from ray_otel_events.store.backend import IngestResult, StoreBusy, StoreError
+from ray_otel_events.store.kept_ids import sqlite_hashes
 from ray_otel_events.store.posted_body import Accepted, PostedBody, item_prepared
 from ray_otel_events.store.row_fold import Pieces, StoredRow, fold_keys, group_pieces
 from ray_otel_events.store.row_packing import ROW_DICTIONARY, id_value, pack_row, row_json
@@ -468,7 +471,7 @@ class EventStore(SqlUpkeep):
             ):
                 key = (resource, entity_id, attempt, session)
                 if key in keys:
-                    found[key] = StoredRow(orjson.loads(row_json(data)), ids.split())
+                    found[key] = StoredRow(orjson.loads(row_json(data)), sqlite_hashes(ids))
         for key in keys - found.keys():
             found[key] = StoredRow({}, [])
         return found
