@@ -44,9 +44,17 @@ from typing import Any, TypeVar
 
 import orjson
 import psycopg
+from psycopg.sql import SQL, Identifier
 
 from ray_otel_events.store import raw_events
-from ray_otel_events.store.backend import IngestResult, StoreBusy, StoreError, StoreUnavailable, first_line
+from ray_otel_events.store.backend import (
+    IngestResult,
+    Retention,
+    StoreBusy,
+    StoreError,
+    StoreUnavailable,
+    first_line,
+)
 from ray_otel_events.store.row_fold import Pieces, StoredRow, fold_keys, group_pieces
 from ray_otel_events.store.row_packing import pack_row, row_json
 from ray_otel_events.store.sql_export import EXPORT_TABLE
@@ -60,6 +68,7 @@ _T = TypeVar("_T")
 
 _LOCK_SPACE = 0x52_4F_45_53  # the first key of every advisory lock this store takes
 _MIGRATION_LOCK = -1  # its second key while migrating
+_REPACK_LOCK = -2  # its second key while rebuilding state_rows' indexes (`repack_indexes`)
 _CONNECT_TIMEOUT_S = 5
 _COLUMN_DEFS = ", ".join(
     f'{c} citext COLLATE "C"' if c in TEXT_COLUMNS else f"{c} bigint" for c in INDEXED_COLUMNS
@@ -381,6 +390,26 @@ _UPDATE_ROW = (
     + ", ".join(f"{c} = %s" for c in _ROW_COLUMNS[4:])
     + " WHERE resource = %s AND entity_id = %s::citext AND attempt = %s AND session = %s"
 )
+# state_rows' valid indexes: name, bytes, and the bytes of their entries' columns in an average row
+# (ANALYZE's widths, NULLs counted as nothing; NULL while a column has no statistics yet).
+_INDEX_SIZES = """
+SELECT c.relname, pg_relation_size(c.oid),
+       (SELECT CASE WHEN COUNT(s.avg_width) = COUNT(*) THEN SUM(s.avg_width * (1 - s.null_frac)) END
+        FROM unnest(i.indkey::int2[]) AS k(attnum)
+        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+        LEFT JOIN pg_stats s ON s.schemaname = n.nspname AND s.tablename = 'state_rows'
+             AND s.attname = a.attname)
+FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE i.indrelid = 'state_rows'::regclass AND i.indisvalid
+ORDER BY c.relname
+"""
+# What REINDEX CONCURRENTLY leaves of state_rows when it is stopped midway: its invalid copies.
+_LEFT_OVER = (
+    "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+    " WHERE i.indrelid = 'state_rows'::regclass AND NOT i.indisvalid AND c.relname ~ '_cc(new|old)[0-9]*$'"
+)
+_ENTRY_OVERHEAD = 16  # bytes an index entry takes besides its columns: header, line pointer, alignment
+_LEAF_FILL = 0.9  # what REINDEX fills a B-tree leaf to (its default fillfactor)
 # SQLSTATE classes of a server that cannot write now (out of disk or memory, shutting down, an I/O
 # error): no event's fault, so a failed batch is tried again whole, not searched for one
 # (set_aside). Any other error of a live connection (an index entry too large, say) is the batch's.
@@ -527,6 +556,8 @@ class PostgresStore(SqlUpkeep):
 
     writer = "python"
     writer_reason: str | None = "PostgreSQL: the compiled row writer writes SQLite only"
+    repack_ratio = 2.0  # an index past this many times its packed bytes is rebuilt (`repack_indexes`)
+    repack_min_bytes = 1 << 20  # and only from this size: a small one is not worth the rebuild
 
     def __init__(self, url: str, *, read_only: bool = False) -> None:
         super().__init__()
@@ -780,6 +811,60 @@ class PostgresStore(SqlUpkeep):
             if db.execute(one, params if many is _INSERT_ROWS else params[4:] + params[:4]).rowcount != 1:
                 missed.append(row)
         return (missed or None) if many is _INSERT_ROWS else None
+
+    # -- index upkeep --------------------------------------------------------------------------
+
+    def prune(self, retention: Retention, *, now: float | None = None) -> int:
+        """The retention (SqlUpkeep.prune), then the state rows' indexes repacked where they need
+        it (`repack_indexes`)."""
+        deleted = super().prune(retention, now=now)
+        self.repack_indexes()
+        return deleted
+
+    def _packed_bytes(self, db: psycopg.Connection[Any]) -> dict[str, tuple[int, float | None]]:
+        """Per index of state_rows: its bytes, and what it would take packed as REINDEX packs it
+        (from ANALYZE's row count and column widths; None before the table's first ANALYZE)."""
+        found = db.execute("SELECT reltuples FROM pg_class WHERE oid = 'state_rows'::regclass").fetchone()
+        rows = float(found[0]) if found else -1.0  # -1: never analyzed
+        return {
+            name: (
+                int(size),
+                None if width is None or rows < 0 else rows * (float(width) + _ENTRY_OVERHEAD) / _LEAF_FILL,
+            )
+            for name, size, width in db.execute(_INDEX_SIZES)
+        }
+
+    def repack_indexes(self) -> list[str]:
+        """state_rows' indexes rebuilt (REINDEX CONCURRENTLY: reads and writes go on meanwhile)
+        where one takes more than `repack_ratio` times what it would packed and at least
+        `repack_min_bytes`; the names rebuilt. Why: each update of a row adds an entry to every
+        index (its `updated` is in them all, so none is HOT), always at the high end of its key
+        range, and the pages it leaves behind keep only the entries whose row was not updated
+        since: a cluster sends a task's transitions in several POSTs, and on a live Ray stream the
+        indexes held 3.4 times the bytes of their entries. One process of those sharing the
+        database does it at a time (an advisory lock), on a connection of its own, so the writer
+        is not held; what an interrupted rebuild left (an invalid copy) is dropped first."""
+        if self.read_only:
+            return []
+        db = self._connect()
+        rebuilt: list[str] = []
+        try:
+            locked = db.execute("SELECT pg_try_advisory_lock(%s, %s)", (_LOCK_SPACE, _REPACK_LOCK)).fetchone()
+            if not (locked and locked[0]):  # another process is at it
+                return rebuilt
+            for (name,) in db.execute(_LEFT_OVER).fetchall():
+                db.execute(SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(Identifier(name)))
+            for name, (size, packed) in self._packed_bytes(db).items():
+                if packed is not None and size >= self.repack_min_bytes and size > self.repack_ratio * packed:
+                    db.execute(SQL("REINDEX INDEX CONCURRENTLY {}").format(Identifier(name)))
+                    rebuilt.append(name)
+        except psycopg.Error as exc:  # the next round tries again
+            logger.warning("repacking state_rows' indexes stopped: %s", first_line(exc))
+        finally:
+            db.close()  # which ends the advisory lock
+        if rebuilt:
+            logger.info("repacked state_rows' indexes %s", ", ".join(rebuilt))
+        return rebuilt
 
     def _see_session(self, db: Any, name: str, received: float) -> None:
         db.execute(_SEEN, (_enc(name), received, received))
