@@ -151,10 +151,11 @@ def measure(args: argparse.Namespace, server: PostgresServer | None) -> int:
             empty = empty_store_bytes(server)
             store = server.new_database("live")
             extra = ["--spool", str(Path(tmp) / "spool")]
+        log = (Path(tmp) / "serve.log").open("w")
         serve = subprocess.Popen(
             [sys.executable, "-m", "ray_otel_events", "serve", "--store", str(store), *extra],
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=log,
             text=True,
         )
         try:
@@ -186,8 +187,12 @@ def measure(args: argparse.Namespace, server: PostgresServer | None) -> int:
         finally:
             if serve.poll() is None:
                 serve.kill()
+        log.close()
         count = attempts(store)
         if isinstance(store, str):
+            for line in (Path(tmp) / "serve.log").read_text().splitlines():
+                if "repack" in line:  # what upkeep did to the indexes
+                    print(line[:300])
             print(f"expected at least {expected:,} task attempts")
             pg_report(store, count, empty, args.reindex)
             return 0

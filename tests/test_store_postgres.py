@@ -487,13 +487,12 @@ def test_indexes_bloated_by_updates_are_repacked_with_the_same_answers(
     copies = [_session_copy(EVENTS, n) for n in range(300)]
     for n in range(len(EVENTS)):  # each event of every copy in its own batch: each row updated again
         store.ingest(copy.deepcopy([events[n] for events in copies]), now=1000.0 + n)
-    with psycopg.connect(url, autocommit=True) as db:
-        db.execute("ANALYZE state_rows")
+    with psycopg.connect(url, autocommit=True) as db:  # (not analyzed: the store does it if need be)
         # What REINDEX CONCURRENTLY leaves when stopped midway: an invalid copy of an index.
         db.execute("CREATE INDEX rows_by_kind_ccnew ON state_rows(resource, kind)")
         db.execute("UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'rows_by_kind_ccnew'::regclass")
     rows = _all_rows(store)
-    counts = store.counts("tasks", "state", "job")
+    counts = sorted(store.counts("tasks", "state", "job"))
     filters = {  # each column's most common value
         c: max((found for found in store.counts("tasks", c) if found[0]), key=lambda found: found[1])[0]
         for c in ("state", "job", "func", "name", "node", "kind")
@@ -506,14 +505,14 @@ def test_indexes_bloated_by_updates_are_repacked_with_the_same_answers(
     store.repack_ratio = 1.5
     with psycopg.connect(url) as db:
         estimated = store._packed_bytes(db)
-    bloated = sorted(name for name, (size, packed) in estimated.items() if packed and size > 1.5 * packed)
+    bloated = sorted(name for name, (size, packed) in estimated.items() if size > 1.5 * packed)
     assert len(bloated) >= 6, estimated
     assert sorted(store.repack_indexes()) == bloated
     after = _index_bytes(url)
     assert set(after) == set(before) - {"rows_by_kind_ccnew"}
     assert all(after[name] < 0.8 * before[name] for name in bloated), (before, after)
     assert store.repack_indexes() == []  # packed now
-    assert _all_rows(store) == rows and store.counts("tasks", "state", "job") == counts
+    assert _all_rows(store) == rows and sorted(store.counts("tasks", "state", "job")) == counts
     for column, value in filters.items():
         page = store.select("tasks", [ColumnFilter(column, True, value)], limit=5)
         assert page == pages[column] and page.matched >= 300, (column, page.matched)

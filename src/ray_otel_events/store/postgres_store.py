@@ -821,18 +821,28 @@ class PostgresStore(SqlUpkeep):
         self.repack_indexes()
         return deleted
 
-    def _packed_bytes(self, db: psycopg.Connection[Any]) -> dict[str, tuple[int, float | None]]:
-        """Per index of state_rows: its bytes, and what it would take packed as REINDEX packs it
-        (from ANALYZE's row count and column widths; None before the table's first ANALYZE)."""
-        found = db.execute("SELECT reltuples FROM pg_class WHERE oid = 'state_rows'::regclass").fetchone()
-        rows = float(found[0]) if found else -1.0  # -1: never analyzed
-        return {
-            name: (
-                int(size),
-                None if width is None or rows < 0 else rows * (float(width) + _ENTRY_OVERHEAD) / _LEAF_FILL,
+    def _packed_bytes(self, db: psycopg.Connection[Any]) -> dict[str, tuple[int, float]]:
+        """Per index of state_rows: its bytes, and what it would take packed as REINDEX packs it,
+        from ANALYZE's column widths and its rows per page times the table's pages now (as the
+        planner counts rows); the table analyzed first if it never was."""
+        for _ in range(2):
+            found = db.execute(
+                "SELECT reltuples / GREATEST(relpages, 1), pg_relation_size(oid)"
+                " / current_setting('block_size')::int, relpages FROM pg_class"
+                " WHERE oid = 'state_rows'::regclass"
+            ).fetchone()
+            per_page, pages, analyzed = (
+                (float(found[0]), int(found[1]), int(found[2])) if found else (0, 0, 0)
             )
-            for name, size, width in db.execute(_INDEX_SIZES)
-        }
+            widths = db.execute(_INDEX_SIZES).fetchall()
+            if analyzed and per_page >= 0 and all(width is not None for _, _, width in widths):
+                rows = per_page * pages
+                return {
+                    name: (int(size), rows * (float(width) + _ENTRY_OVERHEAD) / _LEAF_FILL)
+                    for name, size, width in widths
+                }
+            db.execute("ANALYZE state_rows")
+        return {}
 
     def repack_indexes(self) -> list[str]:
         """state_rows' indexes rebuilt (REINDEX CONCURRENTLY: reads and writes go on meanwhile)
@@ -855,7 +865,7 @@ class PostgresStore(SqlUpkeep):
             for (name,) in db.execute(_LEFT_OVER).fetchall():
                 db.execute(SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(Identifier(name)))
             for name, (size, packed) in self._packed_bytes(db).items():
-                if packed is not None and size >= self.repack_min_bytes and size > self.repack_ratio * packed:
+                if size >= self.repack_min_bytes and size > self.repack_ratio * packed:
                     db.execute(SQL("REINDEX INDEX CONCURRENTLY {}").format(Identifier(name)))
                     rebuilt.append(name)
         except psycopg.Error as exc:  # the next round tries again
