@@ -864,6 +864,12 @@ class PostgresStore(SqlUpkeep):
                 return rebuilt
             for (name,) in db.execute(_LEFT_OVER).fetchall():
                 db.execute(SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(Identifier(name)))
+            largest = db.execute(
+                "SELECT MAX(pg_relation_size(indexrelid)) FROM pg_index"
+                " WHERE indrelid = 'state_rows'::regclass"
+            ).fetchone()
+            if not (largest and largest[0] is not None and int(largest[0]) >= self.repack_min_bytes):
+                return rebuilt  # (nor is the table analyzed for them)
             for name, (size, packed) in self._packed_bytes(db).items():
                 if size >= self.repack_min_bytes and size > self.repack_ratio * packed:
                     db.execute(SQL("REINDEX INDEX CONCURRENTLY {}").format(Identifier(name)))
