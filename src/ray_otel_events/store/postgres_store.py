@@ -408,6 +408,7 @@ _LEFT_OVER = (
     "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
     " WHERE i.indrelid = 'state_rows'::regclass AND NOT i.indisvalid AND c.relname ~ '_cc(new|old)[0-9]*$'"
 )
+_REPACK_WAIT_S = 60  # how long a rebuild waits for a lock (an older transaction to end)
 _ENTRY_OVERHEAD = 16  # bytes an index entry takes besides its columns: header, line pointer, alignment
 _LEAF_FILL = 0.9  # what REINDEX fills a B-tree leaf to (its default fillfactor)
 # SQLSTATE classes of a server that cannot write now (out of disk or memory, shutting down, an I/O
@@ -853,7 +854,9 @@ class PostgresStore(SqlUpkeep):
         since: a cluster sends a task's transitions in several POSTs, and on a live Ray stream the
         indexes held 3.4 times the bytes of their entries. One process of those sharing the
         database does it at a time (an advisory lock), on a connection of its own, so the writer
-        is not held; what an interrupted rebuild left (an invalid copy) is dropped first."""
+        is not held; what an interrupted rebuild left (an invalid copy) is dropped first. A
+        rebuild that waits more than _REPACK_WAIT_S for a lock (a transaction older than it) stops
+        there, and the next round tries again."""
         if self.read_only:
             return []
         db = self._connect()
@@ -862,6 +865,9 @@ class PostgresStore(SqlUpkeep):
             locked = db.execute("SELECT pg_try_advisory_lock(%s, %s)", (_LOCK_SPACE, _REPACK_LOCK)).fetchone()
             if not (locked and locked[0]):  # another process is at it
                 return rebuilt
+            # A rebuild waits for the transactions older than it: past this, it stops (its invalid
+            # copy is dropped next round) and upkeep goes on.
+            db.execute(f"SET lock_timeout = '{_REPACK_WAIT_S}s'")
             for (name,) in db.execute(_LEFT_OVER).fetchall():
                 db.execute(SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(Identifier(name)))
             largest = db.execute(
