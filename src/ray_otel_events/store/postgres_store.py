@@ -39,6 +39,7 @@ import itertools
 import logging
 import string
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -861,6 +862,7 @@ class PostgresStore(SqlUpkeep):
             return []
         db = self._connect()
         rebuilt: list[str] = []
+        started = time.monotonic()
         try:
             locked = db.execute("SELECT pg_try_advisory_lock(%s, %s)", (_LOCK_SPACE, _REPACK_LOCK)).fetchone()
             if not (locked and locked[0]):  # another process is at it
@@ -885,7 +887,9 @@ class PostgresStore(SqlUpkeep):
         finally:
             db.close()  # which ends the advisory lock
         if rebuilt:
-            logger.info("repacked state_rows' indexes %s", ", ".join(rebuilt))
+            logger.info(
+                "repacked state_rows' indexes %s in %.1f s", ", ".join(rebuilt), time.monotonic() - started
+            )
         return rebuilt
 
     def _see_session(self, db: Any, name: str, received: float) -> None:
