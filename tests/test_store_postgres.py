@@ -511,6 +511,18 @@ def test_indexes_bloated_by_updates_are_repacked_with_the_same_answers(
         other.execute("SELECT pg_advisory_lock(%s, -2)", (postgres_store._LOCK_SPACE,))
         assert store.repack_indexes() == []
     assert _index_bytes(url) == {k: v for k, v in before.items() if k != "rows_by_kind_ccnew"}
+    with psycopg.connect(url, autocommit=True) as db:  # a user of the store who does not own its tables
+        db.execute("DROP ROLE IF EXISTS store_writer")
+        db.execute("CREATE ROLE store_writer LOGIN")
+        db.execute("GRANT CREATE, USAGE ON SCHEMA public TO store_writer")
+        db.execute("GRANT ALL ON ALL TABLES IN SCHEMA public TO store_writer")
+        db.execute("GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO store_writer")
+    writer = PostgresStore(url.replace(f"{postgres_server.user}@", "store_writer@"))
+    writer.repack_min_bytes = 0
+    writer.repack_ratio = 1.5
+    assert writer.repack_indexes() == [] and not writer.repacking  # refused once, not tried again
+    assert _index_bytes(url) == {k: v for k, v in before.items() if k != "rows_by_kind_ccnew"}
+    writer.close()
     store.prune(Retention(max_age_s=None, max_rows=None, max_bytes=None))  # upkeep's round repacks
     after = _index_bytes(url)
     assert set(after) == set(before) - {"rows_by_kind_ccnew"}

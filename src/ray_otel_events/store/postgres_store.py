@@ -560,6 +560,7 @@ class PostgresStore(SqlUpkeep):
     writer_reason: str | None = "PostgreSQL: the compiled row writer writes SQLite only"
     repack_ratio = 2.0  # an index past this many times its packed bytes is rebuilt (`repack_indexes`)
     repack_min_bytes = 1 << 20  # and only from this size: a small one is not worth the rebuild
+    repacking = True  # False once PostgreSQL refused this user a rebuild
 
     def __init__(self, url: str, *, read_only: bool = False) -> None:
         super().__init__()
@@ -857,8 +858,9 @@ class PostgresStore(SqlUpkeep):
         database does it at a time (an advisory lock), on a connection of its own, so the writer
         is not held; what an interrupted rebuild left (an invalid copy) is dropped first. A
         rebuild that waits more than _REPACK_WAIT_S for a lock (a transaction older than it) stops
-        there, and the next round tries again."""
-        if self.read_only:
+        there, and the next round tries again. A user not allowed to rebuild them (not the table's
+        owner) is told once, and this store does not try again."""
+        if self.read_only or not self.repacking:
             return []
         db = self._connect()
         rebuilt: list[str] = []
@@ -882,6 +884,9 @@ class PostgresStore(SqlUpkeep):
                 if size >= self.repack_min_bytes and size > self.repack_ratio * packed:
                     db.execute(SQL("REINDEX INDEX CONCURRENTLY {}").format(Identifier(name)))
                     rebuilt.append(name)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            self.repacking = False
+            logger.warning("state_rows' indexes will not be repacked: %s", first_line(exc))
         except psycopg.Error as exc:  # the next round tries again
             logger.warning("repacking state_rows' indexes stopped: %s", first_line(exc))
         finally:
