@@ -120,6 +120,11 @@ def measure(args: argparse.Namespace, server: PostgresServer, tmp: Path) -> int:
         if "repack" in line:  # what upkeep did to the indexes
             print(line[:300])
     print(f"expected at least {expected:,} task attempts")
+    store = PostgresStore(url)
+    with psycopg.connect(url) as db:  # what upkeep's next round sees: bytes, and bytes packed as estimated
+        for name, (size, packed) in sorted(store._packed_bytes(db).items()):
+            print(f"  {name}: {size:,} bytes, {packed:,.0f} estimated packed ({size / packed:.2f})")
+    store.close()
     report(url, attempts(url), empty, args.reindex)
     return 0
 

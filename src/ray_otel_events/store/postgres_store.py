@@ -826,20 +826,19 @@ class PostgresStore(SqlUpkeep):
 
     def _packed_bytes(self, db: psycopg.Connection[Any]) -> dict[str, tuple[int, float]]:
         """Per index of state_rows: its bytes, and what it would take packed as REINDEX packs it,
-        from ANALYZE's column widths and its rows per page times the table's pages now (as the
-        planner counts rows); the table analyzed first if it never was."""
+        from ANALYZE's column widths and the live rows (the statistics' count, kept as rows are
+        inserted and deleted, or the last ANALYZE's if larger: the count starts again from nothing
+        after a crash); the table analyzed first if it never was. Not from rows per page: updates
+        leave pages part empty, which counted rows the table no longer had and missed a bloat."""
         for _ in range(2):
             found = db.execute(
-                "SELECT reltuples / GREATEST(relpages, 1), pg_relation_size(oid)"
-                " / current_setting('block_size')::int, relpages FROM pg_class"
-                " WHERE oid = 'state_rows'::regclass"
+                "SELECT c.reltuples, COALESCE(s.n_live_tup, 0) FROM pg_class c"
+                " LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid WHERE c.oid = 'state_rows'::regclass"
             ).fetchone()
-            per_page, pages, analyzed = (
-                (float(found[0]), int(found[1]), int(found[2])) if found else (0, 0, 0)
-            )
+            analyzed, counted = (float(found[0]), float(found[1])) if found else (-1.0, 0.0)
             widths = db.execute(_INDEX_SIZES).fetchall()
-            if analyzed and per_page >= 0 and all(width is not None for _, _, width in widths):
-                rows = per_page * pages
+            if analyzed >= 0 and all(width is not None for _, _, width in widths):
+                rows = max(analyzed, counted)
                 return {
                     name: (int(size), rows * (float(width) + _ENTRY_OVERHEAD) / _LEAF_FILL)
                     for name, size, width in widths
