@@ -121,8 +121,9 @@ def measure(args: argparse.Namespace, server: PostgresServer, tmp: Path) -> int:
             print(line[:300])
     print(f"expected at least {expected:,} task attempts")
     store = PostgresStore(url)
+    estimate = getattr(store, "_packed_bytes", None)  # (absent from a store that does not repack)
     with psycopg.connect(url) as db:  # what upkeep's next round sees: bytes, and bytes packed as estimated
-        for name, (size, packed) in sorted(store._packed_bytes(db).items()):
+        for name, (size, packed) in sorted(estimate(db).items() if estimate else ()):
             print(f"  {name}: {size:,} bytes, {packed:,.0f} estimated packed ({size / packed:.2f})")
     store.close()
     report(url, attempts(url), empty, args.reindex)
