@@ -510,6 +510,7 @@ def test_indexes_bloated_by_updates_are_repacked_with_the_same_answers(
     with psycopg.connect(url) as other:  # another process repacking: this one leaves it alone
         other.execute("SELECT pg_advisory_lock(%s, -2)", (postgres_store._LOCK_SPACE,))
         assert store.repack_indexes() == []
+        other.execute("SELECT pg_advisory_unlock(%s, -2)", (postgres_store._LOCK_SPACE,))
     assert _index_bytes(url) == {k: v for k, v in before.items() if k != "rows_by_kind_ccnew"}
     with psycopg.connect(url, autocommit=True) as db:  # a user of the store who does not own its tables
         db.execute("DROP ROLE IF EXISTS store_writer")

@@ -409,6 +409,7 @@ _LEFT_OVER = (
     "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
     " WHERE i.indrelid = 'state_rows'::regclass AND NOT i.indisvalid AND c.relname ~ '_cc(new|old)[0-9]*$'"
 )
+_BUILDING = "SELECT 1 FROM pg_stat_progress_create_index WHERE relid = 'state_rows'::regclass"
 _REPACK_WAIT_S = 60  # how long a rebuild waits for a lock (an older transaction to end)
 _ENTRY_OVERHEAD = 16  # bytes an index entry takes besides its columns: header, line pointer, alignment
 _LEAF_FILL = 0.9  # what REINDEX fills a B-tree leaf to (its default fillfactor)
@@ -826,19 +827,16 @@ class PostgresStore(SqlUpkeep):
 
     def _packed_bytes(self, db: psycopg.Connection[Any]) -> dict[str, tuple[int, float]]:
         """Per index of state_rows: its bytes, and what it would take packed as REINDEX packs it,
-        from ANALYZE's column widths and the live rows (the statistics' count, kept as rows are
-        inserted and deleted, or the last ANALYZE's if larger: the count starts again from nothing
-        after a crash); the table analyzed first if it never was. Not from rows per page: updates
-        leave pages part empty, which counted rows the table no longer had and missed a bloat."""
+        from the last ANALYZE's row count and column widths (autovacuum analyzes the table again
+        once a tenth of it has changed; this store analyzes it if it never was). Not the rows per
+        page times the pages now (as the planner counts): updates leave pages part empty, so that
+        counted rows the table no longer had and missed a bloat; nor the statistics' live count,
+        which a writer's counts sent after an ANALYZE add to again."""
         for _ in range(2):
-            found = db.execute(
-                "SELECT c.reltuples, COALESCE(s.n_live_tup, 0) FROM pg_class c"
-                " LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid WHERE c.oid = 'state_rows'::regclass"
-            ).fetchone()
-            analyzed, counted = (float(found[0]), float(found[1])) if found else (-1.0, 0.0)
+            found = db.execute("SELECT reltuples FROM pg_class WHERE oid = 'state_rows'::regclass").fetchone()
+            rows = float(found[0]) if found else -1.0  # -1: never analyzed
             widths = db.execute(_INDEX_SIZES).fetchall()
-            if analyzed >= 0 and all(width is not None for _, _, width in widths):
-                rows = max(analyzed, counted)
+            if rows >= 0 and all(width is not None for _, _, width in widths):
                 return {
                     name: (int(size), rows * (float(width) + _ENTRY_OVERHEAD) / _LEAF_FILL)
                     for name, size, width in widths
@@ -864,13 +862,17 @@ class PostgresStore(SqlUpkeep):
         db = self._connect()
         rebuilt: list[str] = []
         started = time.monotonic()
+        locked = False
         try:
-            locked = db.execute("SELECT pg_try_advisory_lock(%s, %s)", (_LOCK_SPACE, _REPACK_LOCK)).fetchone()
-            if not (locked and locked[0]):  # another process is at it
+            found = db.execute("SELECT pg_try_advisory_lock(%s, %s)", (_LOCK_SPACE, _REPACK_LOCK)).fetchone()
+            locked = bool(found and found[0])
+            if not locked:  # another process is at it
                 return rebuilt
             # A rebuild waits for the transactions older than it: past this, it stops (its invalid
             # copy is dropped next round) and upkeep goes on.
             db.execute(f"SET lock_timeout = '{_REPACK_WAIT_S}s'")
+            if db.execute(_BUILDING).fetchone():  # someone else's index build (its copy is not left over)
+                return rebuilt
             for (name,) in db.execute(_LEFT_OVER).fetchall():
                 db.execute(SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(Identifier(name)))
             largest = db.execute(
@@ -889,7 +891,10 @@ class PostgresStore(SqlUpkeep):
         except psycopg.Error as exc:  # the next round tries again
             logger.warning("repacking state_rows' indexes stopped: %s", first_line(exc))
         finally:
-            db.close()  # which ends the advisory lock
+            if locked and not db.broken:  # now: a closed connection's server process ends it later
+                with contextlib.suppress(psycopg.Error):
+                    db.execute("SELECT pg_advisory_unlock(%s, %s)", (_LOCK_SPACE, _REPACK_LOCK))
+            db.close()
         if rebuilt:
             logger.info(
                 "repacked state_rows' indexes %s in %.1f s", ", ".join(rebuilt), time.monotonic() - started
