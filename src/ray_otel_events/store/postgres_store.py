@@ -28,6 +28,10 @@ are kept as sqlite_store keeps them, in the fold's transaction.
 
 A connection lost (server restarted, network) raises StoreUnavailable; the next call connects
 again, so `serve` comes back by itself when the server does.
+
+Every update of a row adds an entry to each of state_rows' indexes (none is HOT: `updated` is in
+them all), and the pages left behind stay part empty: upkeep (`prune`, each minute in `serve`)
+rebuilds concurrently those grown past twice their packed size (`repack_indexes`).
 """
 
 from __future__ import annotations
