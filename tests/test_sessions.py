@@ -324,8 +324,12 @@ def test_a_store_from_before_raw_events_opens_and_refuses_a_rebuild(tmp_path: Pa
     store = EventStore(path)
     store.ingest(EVENTS, now=1000.0)
     store.close()
-    with sqlite3.connect(path) as db:  # as the previous version left it
-        db.executescript("DROP TABLE sessions; DROP TABLE raw_events; DROP TABLE store_notes;")
+    with sqlite3.connect(path) as db:  # as a version before sessions were kept left it (schema 5's keys)
+        db.executescript(
+            "UPDATE state_rows SET session = (SELECT name FROM sessions WHERE id = session),"
+            " entity_id = CASE WHEN typeof(entity_id) = 'blob' THEN lower(hex(entity_id)) ELSE entity_id END;"
+            " DROP TABLE sessions; DROP TABLE raw_events; DROP TABLE store_notes; PRAGMA user_version=5;"
+        )
     reader = EventStore(path, read_only=True)
     assert reader.sessions() == [FIRST]
     status, got = StoreViews(reader).answer(f"/api/ui/get/tasks/{FLAKY}", MultiDict())

@@ -10,9 +10,17 @@ from typing import Any
 import orjson
 
 from ray_otel_events.store.row_packing import row_json
+from ray_otel_events.store.state_merge import INDEXED_COLUMNS
 
-SELECT_ROWS = "SELECT * FROM state_rows ORDER BY resource, entity_id, attempt, session"
-_DATA = 5  # `data`'s place in SELECT *
+# Every column, a row's session as its name: the number `sessions` gives a name is the order the
+# store first saw it, which the compiled fold (rows by resource) and Python (rows as they come)
+# need not share.
+SELECT_ROWS = (
+    "SELECT resource, entity_id, attempt, (SELECT name FROM sessions WHERE sessions.id = state_rows.session),"
+    f" updated, data, event_ids, {', '.join(INDEXED_COLUMNS)}"
+    " FROM state_rows ORDER BY resource, entity_id, attempt, 4"
+)
+_DATA = 5  # `data`'s place in SELECT_ROWS
 
 
 def unpacked(rows: list[Any]) -> list[tuple[Any, ...]]:

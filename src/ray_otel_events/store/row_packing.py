@@ -20,7 +20,7 @@ PACKED_V1 = 1
 _HEAD = 5
 _LEVEL = 6  # native/row_packing.h's ROW_PACKED_LEVEL
 _MAX_TEXT = 256 * 1024 * 1024  # a longer unpacked length is a damaged blob (row_packing.h's too)
-_HEX_ID = re.compile(r"(?:[0-9a-fA-F]{2}){1,512}")  # _row_writer.c's hex_bytes: at most ROW_ID_MAX digits
+_HEX_ID = re.compile(r"(?:[0-9a-fA-F]{2}){1,512}")  # row_packing.h's row_id_bytes: at most ROW_ID_MAX digits
 
 # What rows of every resource repeat: Ray's keys and values, the shapes of a task's transitions,
 # profile events, log paths and tracebacks. Deflate reaches back into it as into earlier text; the

@@ -104,7 +104,7 @@ class SqlUpkeep(SqlWrites, SqlExportRows):
                 gone = int(
                     db.execute(
                         f"DELETE FROM state_rows WHERE {d.row_ref} IN"
-                        f" (SELECT {d.row_ref} FROM state_rows WHERE session = {d.mark} LIMIT {d.mark})",
+                        f" (SELECT {d.row_ref} FROM state_rows WHERE {d.session_is()} LIMIT {d.mark})",
                         (d.enc(name), DROP_CHUNK),
                     ).rowcount
                 )
