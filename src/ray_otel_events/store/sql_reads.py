@@ -196,10 +196,13 @@ class SqlReads(ABC):
         direction = "DESC" if descending else "ASC"
         column = ORDERS[order]
         # Sorting by `updated` (never NULL) follows an index, so a page stops after `limit` rows.
+        # Another order is sorted whole, ties (rows of one batch share `updated`) by their key: the
+        # same order whichever index the plan reads, so the pages of one sort neither repeat nor
+        # skip a row.
         ordering = (
             f"updated {direction}"
             if order == "updated"
-            else f"{column} IS NULL, {column} {direction}, updated DESC"
+            else f"{column} IS NULL, {column} {direction}, updated DESC, entity_id, attempt"
         )
         query = f"SELECT data FROM state_rows WHERE {clause} ORDER BY {ordering}"
         total = self.total(resource, session)
