@@ -31,7 +31,7 @@ from ray_otel_events.store.sqlite_store import SCHEMA_VERSION, EventStore
 from ray_otel_events.store.state_merge import TASKS, WORKERS, Prepared, prepare
 from tests.helpers.examples import examples
 from tests.helpers.pure_python import needs_compiled, run_pure_python
-from tests.helpers.stored_rows import SELECT_ROWS, unpacked
+from tests.helpers.stored_rows import AS_SCHEMA_5_KEYS, SELECT_ROWS, unpacked
 from tests.test_compiled_helpers import _mutated
 from tests.test_otlp_wire import _fixture_dicts
 
@@ -380,11 +380,12 @@ def test_a_schema_3_store_with_its_rows_as_text_is_read_and_folded_into(director
     with db:
         for rowid, data in db.execute("SELECT rowid, data FROM state_rows").fetchall():
             db.execute("UPDATE state_rows SET data = ? WHERE rowid = ?", (row_json(data).decode(), rowid))
+        db.execute(AS_SCHEMA_5_KEYS)
         db.execute(
-            "UPDATE state_rows SET session = (SELECT name FROM sessions WHERE id = session), "
+            "UPDATE state_rows SET "
             + ", ".join(
                 f"{c} = CASE WHEN typeof({c}) = 'blob' THEN lower(hex({c})) ELSE {c} END"
-                for c in ("entity_id", "node", "worker")
+                for c in ("node", "worker")
             )
         )
         db.execute("PRAGMA user_version=3")

@@ -73,6 +73,8 @@ class SqlDialect:
     session_value: str = "{}"
     session_name: str = "session"
     entity_text: str = "entity_id"  # state_rows.entity_id as the text a search's LIKE matches
+    resource_value: Callable[[str], Any] = _same  # a resource's name as state_rows.resource holds it
+    resource_name: Callable[[Any], str] = _same  # state_rows.resource read as the resource's name
 
     def session_is(self) -> str:
         """state_rows.session equal to the session named by one parameter."""
@@ -120,7 +122,7 @@ class SqlDialect:
     ) -> tuple[str, list[Any]]:
         """The WHERE clause and its parameters for a resource's rows passing `filters` and
         `search`, of `session` when it is not None."""
-        where, params = [f"resource = {self.mark}"], [resource]
+        where, params = [f"resource = {self.mark}"], [self.resource_value(resource)]
         if session is not None:
             where.append(self.session_is())
             params.append(self.enc(session))
@@ -284,7 +286,7 @@ class SqlReads(ABC):
         d = self.dialect
         found = self._query(
             f"SELECT data FROM state_rows WHERE resource = {d.mark} AND {column} = {d.mark} LIMIT 1",
-            (resource, form),
+            (d.resource_value(resource), form),
         )
         field = INDEXED_FIELDS[resource].get(column)
         return orjson.loads(row_json(found[0][0])).get(field, form) if found and field else d.dec(form)
@@ -298,7 +300,7 @@ class SqlReads(ABC):
             f"SELECT attempt, {d.session_name}, data FROM state_rows"
             f" WHERE resource = {d.mark} AND entity_id = {d.id_mark}"
         )
-        params: list[Any] = [resource, d.entity_value(entity_id.lower())]
+        params: list[Any] = [d.resource_value(resource), d.entity_value(entity_id.lower())]
         if session is not None:
             sql += f" AND {d.session_is()}"
             params.append(d.enc(session))
@@ -429,7 +431,9 @@ class SqlReads(ABC):
                 f"SELECT {self.dialect.session_name}, resource, COUNT(*) FROM state_rows"
                 " GROUP BY session, resource"
             ):
-                counts.setdefault(self.dialect.dec(session), {})[resource] = int(count)
+                counts.setdefault(self.dialect.dec(session), {})[self.dialect.resource_name(resource)] = int(
+                    count
+                )
             cached = self._session_counts = (generation, counts)
         return [
             {
@@ -460,8 +464,9 @@ class SqlReads(ABC):
             [settled_before] * 3,
         )
         evidence: dict[str, dict[str, int]] = {}
-        for session, resource, total, settled, defined, stated, creations, user_tasks in found:
+        for session, stored, total, settled, defined, stated, creations, user_tasks in found:
             counts = evidence.setdefault(self.dialect.dec(session), {})
+            resource = self.dialect.resource_name(stored)
             counts[resource] = int(total)
             counts[f"{resource}_settled"] = int(settled or 0)
             if resource == "tasks":
@@ -577,7 +582,7 @@ class SqlReads(ABC):
         found = self._query(
             f"SELECT updated, event_ids FROM state_rows WHERE resource = {d.mark}"
             f" AND entity_id = {d.id_mark} AND attempt = {d.mark} AND {d.session_is()}",
-            (resource, d.entity_value(entity_id.lower()), attempt, d.enc(session)),
+            (d.resource_value(resource), d.entity_value(entity_id.lower()), attempt, d.enc(session)),
         )
         if not found:
             return {}

@@ -112,6 +112,11 @@ class SqlUpkeep(SqlWrites, SqlExportRows):
             if gone < DROP_CHUNK:
                 break
         with self._transaction() as db:
+            # rows a batch stored since the last chunk went: with the record, so that no row is
+            # left naming a session that is gone (SQLite names it by the record's number)
+            deleted += int(
+                db.execute(f"DELETE FROM state_rows WHERE {d.session_is()}", (d.enc(name),)).rowcount
+            )
             db.execute(f"DELETE FROM raw_events WHERE session = {d.mark}", (d.enc(name),))
             db.execute(f"DELETE FROM log_file_chunks WHERE session = {d.mark}", (d.enc(name),))
             self._drop_export_rows(db, [name])

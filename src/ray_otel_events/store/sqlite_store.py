@@ -4,10 +4,13 @@
 transaction: every event is folded into its row (`state_merge`), which keeps its state transitions
 as history. A row also keeps the ids of the events folded into it, so an event id it has seen is
 skipped (duplicates from retries cost nothing) with no second table to look up and write.
-Rows are keyed by session name as well, so several clusters (or one cluster's restarts) stay
+Rows are keyed by session as well, so several clusters (or one cluster's restarts) stay
 apart. The fields lists filter and sort on are copied into indexed columns, so `select` answers a
-filtered page in SQL however many rows there are (node and worker ids, hex, kept as their bytes:
-half the size in the rows and their index). Spans and task log lines
+filtered page in SQL however many rows there are. What every row and index repeats is kept short:
+the session as the number of its name in `sessions`, the resource as a small number
+(`RESOURCE_NUMBERS`), and hex ids (an entity's, a node's and a worker's) as their bytes, half their
+digits; reads and filters convert their values so (the dialect's `session_is`, `resource_value`,
+`indexed`). Spans and task log lines
 (from OTLP) are kept beside the rows, joined to a task by its id or by the span a line was
 written in. Each accepted event is also kept as its text, compressed, per session (`raw_events`):
 `rebuild` refolds the rows from it, and `new_fields` shows what a later Ray added. `prune` applies
@@ -52,7 +55,17 @@ from ray_otel_events.store.sqlite_library import (
     compiled_writer_refusal,
     python_library,
 )
-from ray_otel_events.store.state_merge import INDEXED_COLUMNS, Key, Prepared
+from ray_otel_events.store.state_merge import (
+    ACTORS,
+    INDEXED_COLUMNS,
+    JOBS,
+    NODES,
+    PLACEMENT_GROUPS,
+    TASKS,
+    WORKERS,
+    Key,
+    Prepared,
+)
 
 try:  # the upserts on a thread that needs no GIL (setup.py builds it where SQLite's headers are)
     from ray_otel_events.native import _row_writer
@@ -104,10 +117,37 @@ _FOLD_CHUNK = 128  # rows folded before their upserts are handed to the row writ
 _ENTITY_TEXT = "CASE WHEN typeof(entity_id) = 'blob' THEN lower(hex(entity_id)) ELSE entity_id END"
 _SESSION_NAME = "(SELECT name FROM sessions WHERE sessions.id = state_rows.session)"
 _SESSION_VALUE = "(SELECT id FROM sessions WHERE name = {})"
+# A row's resource kept as a small number (in the row, its key and every index: tasks' 1 takes no
+# byte of a record), any other as its name. The number is part of the format: never renumber.
+RESOURCE_NUMBERS = {TASKS: 1, ACTORS: 2, JOBS: 3, NODES: 4, WORKERS: 5, PLACEMENT_GROUPS: 6}
+_RESOURCE_NAMES = {number: name for name, number in RESOURCE_NUMBERS.items()}
+
+
+def resource_value(name: Any) -> Any:
+    """A resource's name as state_rows.resource holds it (`_RESOURCE_VALUE` in SQL)."""
+    return RESOURCE_NUMBERS.get(name, name) if isinstance(name, str) else name
+
+
+def resource_name(value: Any) -> Any:
+    """state_rows.resource read: the name its number stands for."""
+    return _RESOURCE_NAMES.get(value, value) if isinstance(value, int) else value
+
+
+# `resource_value` in SQL, of the parameter `{}` (written twice: give it a number, as ?1).
+_RESOURCE_VALUE = (
+    "CASE {} "
+    + " ".join(f"WHEN '{name}' THEN {number}" for name, number in RESOURCE_NUMBERS.items())
+    + " ELSE {} END"
+)
+_RESOURCE_NAME = (
+    "CASE resource "
+    + " ".join(f"WHEN {number} THEN '{name}'" for name, number in RESOURCE_NUMBERS.items())
+    + " ELSE resource END"
+)
 # The stored rows of some keys: by entity id (the compiled fold matches the whole key).
 _SELECT_ROWS = (
     f"SELECT {_ENTITY_TEXT}, attempt, {_SESSION_NAME}, data, event_ids FROM state_rows"
-    " WHERE resource = ? AND entity_id IN ({marks})"
+    f" WHERE resource = {_RESOURCE_VALUE.replace('{}', '?1')} AND entity_id IN ({{marks}})"
 )
 _SELECT_CHUNK = _SELECT_ROWS.format(marks=", ".join("?" * _FOLD_CHUNK))
 _COLUMN_DEFS = ", ".join(
@@ -115,7 +155,7 @@ _COLUMN_DEFS = ", ".join(
 )
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS state_rows (
-    resource TEXT NOT NULL,
+    resource NOT NULL,
     entity_id TEXT NOT NULL COLLATE NOCASE,
     attempt INTEGER NOT NULL,
     session INTEGER NOT NULL,
@@ -159,7 +199,7 @@ CREATE INDEX IF NOT EXISTS lines_by_task ON log_lines(task_id, ts_ns);
 CREATE INDEX IF NOT EXISTS lines_by_span ON log_lines(span_id);
 CREATE INDEX IF NOT EXISTS lines_by_time ON log_lines(received);
 CREATE TABLE IF NOT EXISTS sessions (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    id INTEGER PRIMARY KEY,
     name TEXT NOT NULL UNIQUE,
     first_seen REAL NOT NULL,
     last_seen REAL NOT NULL
@@ -204,7 +244,8 @@ _KEEP_RAW = "INSERT INTO raw_events(session, received, data) VALUES (?, ?, ?)"
 
 _UPSERT = (
     f"INSERT INTO state_rows(resource, entity_id, attempt, session, updated, data, event_ids,"
-    f" {', '.join(INDEXED_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?, {', '.join('?' for _ in INDEXED_COLUMNS)})"
+    f" {', '.join(INDEXED_COLUMNS)}) VALUES ({_RESOURCE_VALUE.replace('{}', '?1')}, ?, ?, ?, ?, ?, ?,"
+    f" {', '.join('?' for _ in INDEXED_COLUMNS)})"
     " ON CONFLICT DO UPDATE SET updated=excluded.updated, data=excluded.data, event_ids=excluded.event_ids, "
     + ", ".join(f"{c}=excluded.{c}" for c in INDEXED_COLUMNS)
 )
@@ -235,7 +276,7 @@ _TO_SCHEMA_6 = (
     " ON CONFLICT(name) DO NOTHING;"
     f" INSERT INTO state_rows(resource, entity_id, attempt, session, updated, data, event_ids,"
     f" {_INDEXED_STATE_COLUMNS})"
-    f" SELECT resource, id_value(entity_id), attempt,"
+    f" SELECT {_RESOURCE_VALUE.replace('{}', 'resource')}, id_value(entity_id), attempt,"
     " (SELECT id FROM sessions WHERE sessions.name = state_rows_5.session), updated, data, event_ids, "
     + ", ".join(f"id_value({c})" if c in _HEX_ID_COLUMNS else c for c in INDEXED_COLUMNS)
     + " FROM state_rows_5 ORDER BY rowid;"
@@ -319,6 +360,8 @@ class EventStore(SqlUpkeep):
         session_value=_SESSION_VALUE,
         session_name=_SESSION_NAME,
         entity_text=_ENTITY_TEXT,
+        resource_value=resource_value,
+        resource_name=resource_name,
     )
     # A file of an older schema opened read-only: its sessions and entity ids as they were given;
     # before schema 5, its node and worker ids too.
@@ -328,6 +371,8 @@ class EventStore(SqlUpkeep):
         session_value="{}",
         session_name="session",
         entity_text="entity_id",
+        resource_value=lambda name: name,
+        resource_name=lambda value: value,
     )
     _text_ids_dialect = dataclasses.replace(
         _schema_5_dialect, indexed_columns=(), is_indexed_form=lambda _: False
