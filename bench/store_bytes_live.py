@@ -27,6 +27,8 @@ from bench_aggregator import read_ready_line  # noqa: E402
 from bench_soak import sqlite_breakdown  # noqa: E402
 from helpers.ray_cluster import ray_cluster  # noqa: E402
 
+from ray_otel_events.store.sqlite_store import resource_name  # noqa: E402
+
 DRIVER = """
 import ray, sys
 ray.init()
@@ -73,7 +75,8 @@ def rows_by_resource(path: Path) -> dict[str, int]:
     """The store's state rows per resource (tasks: attempts), read-only beside serve."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        return dict(db.execute("SELECT resource, COUNT(*) FROM state_rows GROUP BY resource").fetchall())
+        found = db.execute("SELECT resource, COUNT(*) FROM state_rows GROUP BY resource").fetchall()
+        return {resource_name(resource): count for resource, count in found}
     except sqlite3.OperationalError:
         return {}
     finally:
@@ -148,7 +151,7 @@ def main() -> int:
         db = sqlite3.connect(store)
         events = db.execute("SELECT COUNT(*) FROM state_rows").fetchone()[0]
         states = db.execute(
-            "SELECT state, COUNT(*) FROM state_rows WHERE resource = 'tasks' GROUP BY state"
+            "SELECT state, COUNT(*) FROM state_rows WHERE resource IN ('tasks', 1) GROUP BY state"
         ).fetchall()
         db.close()
     print(f"{count:,} task attempts (expected at least {expected['tasks']:,}), {events:,} rows {found}")
