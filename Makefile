@@ -91,8 +91,8 @@ proto: $(STAMP)
 	$(BIN)/python scripts/gen_proto.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench scripts fuzz
-	$(BIN)/ruff format --check src tests bench scripts fuzz
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 clean:

@@ -1,8 +1,7 @@
 """The compiled helpers (src/ray_otel_events/native/, see docs/native.md), each optional: where no C
 compiler is present the build goes on without them and the package runs their Python twins (the
-same results). The store's row writer and intake also need SQLite's headers, the row writer and the raw events'
-compression zlib's. Everything else is in
-pyproject.toml."""
+same results). The store's row writer and intake also need SQLite's headers, the row writer and
+the raw events' compression zlib's. Everything else is in pyproject.toml."""
 
 import glob
 
@@ -51,5 +50,7 @@ _LIBRARIES = {"_row_writer": ("sqlite3", "z"), "_post_fold": ("sqlite3", "z"), "
 
 
 setup(
-    ext_modules=[_optional(m, _LIBRARIES.get(m, ())) for m in (*NATIVE_MODULES, *SQLITE_MODULES, *ZLIB_MODULES)]
+    ext_modules=[
+        _optional(m, _LIBRARIES.get(m, ())) for m in (*NATIVE_MODULES, *SQLITE_MODULES, *ZLIB_MODULES)
+    ]
 )

@@ -435,7 +435,8 @@ def sqlite_breakdown(path: Path) -> dict[str, int]:
 
 def _count_sqlite(path: Path) -> dict[str, int]:
     db = sqlite3.connect(path)
-    (attempts,) = db.execute("SELECT COUNT(*) FROM state_rows WHERE resource = 'tasks'").fetchone()
+    # tasks' rows: the resource's name before schema 6, its number (sqlite_store.RESOURCE_NUMBERS) since
+    (attempts,) = db.execute("SELECT COUNT(*) FROM state_rows WHERE resource IN ('tasks', 1)").fetchone()
     raw = _raw_events(blob for (blob,) in db.execute("SELECT data FROM raw_events"))
     db.close()
     return {"attempts": attempts, "raw_events": raw}

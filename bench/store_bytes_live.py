@@ -2,8 +2,10 @@
 `serve`, a driver running a few thousand tasks (some failing, some on actors, one actor dying).
 
 A measurement, not a test: `serve` on a fresh SQLite file, a head node wired by `ray-env` (through
-tests/helpers/ray_cluster.py: its own ports and temp dir), the driver's attempts waited for in the
-store, then serve stopped (it flushes) and SQLite's dbstat read (bench_soak's `sqlite_breakdown`).
+tests/helpers/ray_cluster.py: its own ports and temp dir), the driver's task attempts, its job row,
+its 3 actors' rows and worker rows waited for in the store (with a deadline: what never came is
+said, with serve's last log lines), then serve stopped (it flushes) and SQLite's dbstat read
+(bench_soak's `sqlite_breakdown`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from bench_aggregator import read_ready_line  # noqa: E402
 from bench_soak import sqlite_breakdown  # noqa: E402
 from helpers.ray_cluster import ray_cluster  # noqa: E402
+
+from ray_otel_events.store.sqlite_store import resource_name  # noqa: E402
 
 DRIVER = """
 import ray, sys
@@ -67,34 +71,52 @@ print("driver done", done, flush=True)
 """
 
 
-def attempts(path: Path) -> int:
+def rows_by_resource(path: Path) -> dict[str, int]:
+    """The store's state rows per resource (tasks: attempts), read-only beside serve."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        return int(db.execute("SELECT COUNT(*) FROM state_rows WHERE resource = 'tasks'").fetchone()[0])
+        found = db.execute("SELECT resource, COUNT(*) FROM state_rows GROUP BY resource").fetchall()
+        return {resource_name(resource): count for resource, count in found}
     except sqlite3.OperationalError:
-        return 0
+        return {}
     finally:
         db.close()
+
+
+def missing(found: dict[str, int], expected: dict[str, int]) -> dict[str, str]:
+    """The resources with fewer rows than expected: {resource: "found/expected"}."""
+    return {r: f"{found.get(r, 0)}/{n}" for r, n in expected.items() if found.get(r, 0) < n}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=3000, help="plain tasks (and half as many actor calls)")
+    parser.add_argument("--wait", type=float, default=300, help="seconds to wait for rows after the driver")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="store-live-") as tmp:
         store = Path(tmp) / "live.sqlite3"
-        serve = subprocess.Popen(
-            [sys.executable, "-m", "ray_otel_events", "serve", "--store", str(store)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
+        serve_log = Path(tmp) / "serve.log"
+        with serve_log.open("w") as log:
+            serve = subprocess.Popen(
+                [sys.executable, "-m", "ray_otel_events", "serve", "--store", str(store)],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
         try:
             address = read_ready_line(serve)
-            expected = args.tasks + 3 * (args.tasks // 6) + 3 + 1 + 1  # + creations, die, the driver
+            # task attempts: + creations, die, the driver; the driver's job, its 3 actors, and
+            # workers (the driver's and at least one executing its tasks)
+            expected = {
+                "tasks": args.tasks + 3 * (args.tasks // 6) + 3 + 1 + 1,
+                "jobs": 1,
+                "actors": 3,
+                "workers": 2,
+            }
             with ray_cluster(f"http://{address}/v1/ray-events", num_cpus=2) as cluster:
                 driver = Path(tmp) / "driver.py"
                 driver.write_text(DRIVER)
+                started = time.monotonic()
                 ran = subprocess.run(
                     [sys.executable, str(driver), str(args.tasks)],
                     env=cluster.env,
@@ -103,29 +125,37 @@ def main() -> int:
                     timeout=1800,
                 )
                 print(ran.stdout.strip().splitlines()[-1:], file=sys.stderr)
-                deadline = time.monotonic() + 300
-                last, stable_since = -1, time.monotonic()
+                deadline = time.monotonic() + args.wait
+                last: dict[str, int] = {}
+                stable_since = time.monotonic()
                 while time.monotonic() < deadline:
-                    count = attempts(store)
-                    if count != last:
-                        last, stable_since = count, time.monotonic()
-                    elif count >= expected and time.monotonic() - stable_since > 15:
+                    found = rows_by_resource(store)
+                    if found != last:
+                        print(f"  {time.monotonic() - started:,.0f} s: rows {found}", file=sys.stderr)
+                        last, stable_since = found, time.monotonic()
+                    elif not missing(found, expected) and time.monotonic() - stable_since > 15:
                         break
                     time.sleep(2)
+                absent = missing(rows_by_resource(store), expected)
             serve.send_signal(signal.SIGTERM)
             serve.wait(timeout=300)
         finally:
             if serve.poll() is None:
                 serve.kill()
-        count = attempts(store)
+        found = rows_by_resource(store)
+        if absent or missing(found, expected):
+            print(f"MISSING after {args.wait} s: {absent}; after serve stopped: {missing(found, expected)}")
+            print("serve's last lines:\n" + "\n".join(serve_log.read_text().splitlines()[-20:]))
+        count = found.get("tasks", 0)
         sizes = sqlite_breakdown(store)
         db = sqlite3.connect(store)
         events = db.execute("SELECT COUNT(*) FROM state_rows").fetchone()[0]
         states = db.execute(
-            "SELECT state, COUNT(*) FROM state_rows WHERE resource = 'tasks' GROUP BY state"
+            "SELECT state, COUNT(*) FROM state_rows WHERE resource IN ('tasks', 1) GROUP BY state"
         ).fetchall()
         db.close()
-    print(f"{count:,} task attempts (expected at least {expected:,}), {events:,} rows, states {states}")
+    print(f"{count:,} task attempts (expected at least {expected['tasks']:,}), {events:,} rows {found}")
+    print(f"task states {states}")
     print(f"{sizes['file'] / count:,.0f} bytes per attempt (file)")
     for name, value in sorted(sizes.items(), key=lambda kv: -(kv[1] or 0)):
         if name != "file" and value and value / count >= 1:

@@ -1347,6 +1347,80 @@ def test_a_row_the_writer_cannot_store_rolls_back_its_batch(tmp_path: Path) -> N
     assert stored == [("d", None), ("e", 1)]
 
 
+def _upsert(entity_id: str, session: Any, received: float, resource: str = "tasks") -> tuple[Any, ...]:
+    """The store's upsert values of a bare row of `entity_id` in `session`."""
+    data = orjson.dumps({"task_id": entity_id}).decode()
+    return (resource, entity_id, 0, session, received, data, "e", *[None] * len(state_merge.INDEXED_COLUMNS))
+
+
+@needs_row_writer
+def test_the_writer_numbers_sessions_and_resources_as_the_python_writer_does(tmp_path: Path) -> None:
+    """A row's session is stored as the number of its name in `sessions` (made when new, seen at
+    the row's time) and its resource as its number: by the compiled writer as by the Python one
+    (`_packed`, executemany), in batches of several sessions, after upkeep dropped a session the
+    writer had numbered (a new number, never the dropped one), and after a rolled-back batch."""
+    stores = [EventStore(tmp_path / "compiled.sqlite3"), EventStore(tmp_path / "python.sqlite3")]
+    assert stores[0]._writer is not None
+    stores[1]._writer.close()  # type: ignore[union-attr]
+    stores[1]._writer = None
+    ab, ba = "ab" * 24, "ba" * 24
+    batches = [
+        [_upsert(ab, "s1", 5.0), _upsert(ba, "s2", 5.0), _upsert("x", "s1", 5.0, "actors")],
+        # its last session is the writer's last: numbered again once upkeep dropped it
+        [
+            _upsert(ab, "s2", 6.0),
+            _upsert(ba, "s3", 6.0, "placement_groups"),
+            _upsert(ab, "s2", 6.0, "other"),
+            _upsert(ba, "s1", 6.0),
+        ],
+        "drop s1",
+        [_upsert(ab, "s1", 7.0), _upsert(ba, "s2", 7.0)],
+        "rolled back",
+        [_upsert(ba, "s4", 9.0), _upsert(ab, "s1", 9.0)],
+    ]
+    for store in stores:
+        for number, batch in enumerate(batches):
+            if batch == "drop s1":
+                assert store.drop_session("s1") == 3
+            elif batch == "rolled back":
+                with pytest.raises(RuntimeError), store._row_writes({}, 8.0) as write:
+                    write([_upsert(ab, "s4", 8.0), _upsert(ba, "s1", 8.0)])
+                    raise RuntimeError("the batch fails")
+            else:
+                with store._row_writes({}, float(number)) as write:
+                    write(list(batch))
+    sessions, rows = (
+        [store._query("SELECT * FROM sessions ORDER BY id") for store in stores],
+        [
+            store._query("SELECT resource, entity_id, session, updated FROM state_rows ORDER BY rowid")
+            for store in stores
+        ],
+    )
+    assert (
+        sessions[0]
+        == sessions[1]
+        == [
+            (2, "s2", 5.0, 7.0),
+            (3, "s3", 6.0, 6.0),
+            (4, "s1", 7.0, 9.0),
+            (5, "s4", 9.0, 9.0),
+        ]
+    )
+    assert rows[0] == rows[1]
+    assert {(resource, session) for resource, _, session, _ in rows[0]} == {
+        (1, 2),
+        (6, 3),
+        ("other", 2),
+        (1, 4),
+        (1, 5),
+    }
+    assert {entity for _, entity, _, _ in rows[0]} == {bytes.fromhex(ab), bytes.fromhex(ba)}
+    for store in stores:
+        assert store.entity_rows("tasks", ab.upper(), "s1")[0][:2] == (0, "s1")
+        assert store.select("other").rows == [{"task_id": ab}]
+        store.close()
+
+
 _HEX_ID_TEXTS = [
     "",
     "a",

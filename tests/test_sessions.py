@@ -24,6 +24,7 @@ import pytest
 import requests
 from helpers.agg_procs import FIXTURE, CliServer, cli_in_process, start
 from helpers.postgres import serve_store_args
+from helpers.stored_rows import AS_SCHEMA_5_KEYS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from multidict import MultiDict
@@ -324,8 +325,11 @@ def test_a_store_from_before_raw_events_opens_and_refuses_a_rebuild(tmp_path: Pa
     store = EventStore(path)
     store.ingest(EVENTS, now=1000.0)
     store.close()
-    with sqlite3.connect(path) as db:  # as the previous version left it
-        db.executescript("DROP TABLE sessions; DROP TABLE raw_events; DROP TABLE store_notes;")
+    with sqlite3.connect(path) as db:  # as a version before sessions were kept left it (schema 5's keys)
+        db.executescript(
+            f"{AS_SCHEMA_5_KEYS}; DROP TABLE sessions; DROP TABLE raw_events; DROP TABLE store_notes;"
+            " PRAGMA user_version=5;"
+        )
     reader = EventStore(path, read_only=True)
     assert reader.sessions() == [FIRST]
     status, got = StoreViews(reader).answer(f"/api/ui/get/tasks/{FLAKY}", MultiDict())

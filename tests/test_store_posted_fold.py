@@ -32,7 +32,7 @@ from ray_otel_events.store.sqlite_store import SCHEMA_VERSION, EventStore
 from ray_otel_events.store.state_merge import TASKS, WORKERS, Prepared, prepare
 from tests.helpers.examples import examples
 from tests.helpers.pure_python import needs_compiled, run_pure_python
-from tests.helpers.stored_rows import SELECT_ROWS, unpacked
+from tests.helpers.stored_rows import AS_SCHEMA_5_KEYS, SELECT_ROWS, unpacked
 from tests.test_compiled_helpers import _mutated
 from tests.test_otlp_wire import _fixture_dicts
 
@@ -329,12 +329,12 @@ for number, batch in enumerate(json.loads(Path(sys.argv[2]).read_text())):
     store.ingest_posted(posts, now=1000.0 + number)
 from ray_otel_events.store.kept_ids import unpacked
 from ray_otel_events.store.row_packing import row_json
-rows = store._query("SELECT * FROM state_rows ORDER BY resource, entity_id, attempt, session")
+rows = store._query(SELECT_ROWS_HERE)
 assert all(isinstance(row[5], bytes) and isinstance(row[6], bytes) for row in rows)
 def shown(v):
     return ["bytes", v.hex()] if isinstance(v, bytes) else v
 def read(row):
-    return [*row[:5], json.loads(row_json(row[5])), unpacked(row[6]), *map(shown, row[7:])]
+    return [*map(shown, row[:5]), json.loads(row_json(row[5])), unpacked(row[6]), *map(shown, row[7:])]
 print(json.dumps([read(row) for row in rows]))
 store.close()
 """
@@ -366,14 +366,15 @@ def test_with_the_compiled_helpers_off_serve_stores_the_same_rows(directory: Pat
     )
     code = _PURE_INTAKE.replace("sys.argv[1]", repr(str(directory / "pure.sqlite3")))
     code = code.replace("sys.argv[2]", repr(str(directory / "batches.json")))
+    code = code.replace("SELECT_ROWS_HERE", repr(SELECT_ROWS))
     assert json.loads(run_pure_python(code)) == rows
     assert len(rows) > 20
 
 
 def test_a_schema_3_store_with_its_rows_as_text_is_read_and_folded_into(directory: Path) -> None:
-    """A store written before rows were packed (schema 3: each row's JSON a text) opens, answers
-    the same rows, and takes later pieces of those rows (the compiled fold reads text rows too);
-    rows written again are packed."""
+    """A store written before rows were packed (schema 3: each row's JSON a text, its keys and ids
+    text) opens, answers the same rows, and takes later pieces of those rows (the compiled fold
+    reads text rows too); rows written again are packed."""
     half = len(TASK_DICTS) // 2
     store = EventStore(directory / "old.sqlite3")
     store.ingest_posted([read_posted(orjson.dumps(TASK_DICTS[:half]))[0]], now=1000.0)
@@ -382,6 +383,14 @@ def test_a_schema_3_store_with_its_rows_as_text_is_read_and_folded_into(director
     with db:
         for rowid, data in db.execute("SELECT rowid, data FROM state_rows").fetchall():
             db.execute("UPDATE state_rows SET data = ? WHERE rowid = ?", (row_json(data).decode(), rowid))
+        db.execute(AS_SCHEMA_5_KEYS)
+        db.execute(
+            "UPDATE state_rows SET "
+            + ", ".join(
+                f"{c} = CASE WHEN typeof({c}) = 'blob' THEN lower(hex({c})) ELSE {c} END"
+                for c in ("node", "worker")
+            )
+        )
         db.execute("PRAGMA user_version=3")
     db.close()
     reference = EventStore(directory / "new.sqlite3")
@@ -481,6 +490,92 @@ def test_a_schema_4_store_with_its_ids_as_text_is_read_and_migrated(directory: P
 def _read(row: tuple[Any, ...]) -> tuple[Any, ...]:
     """A row as stored now or before: its JSON packed or not, its event ids as hashes or text."""
     return (*row[:5], orjson.loads(row_json(row[5])), sqlite_hashes(row[6]), *row[7:])
+
+
+# A store written by schema 5's code (main at cf1b76c, the compiled writer) from run E's first 9
+# POSTs, as SCHEMA_4 was: its rows' sessions are their names and their entity ids hex text.
+SCHEMA_5 = Path(__file__).parent / "fixtures" / "store" / "schema5.sqlite3.gz"
+
+
+def _key_answers(store: EventStore) -> list[Any]:
+    """What the reads by entity id and session answer: each entity's rows by its id (as given and
+    upper-case), filters and searches by id, a session's rows, lists and counts."""
+    sessions = store.sessions()
+    assert len(sessions) == 1
+    out: list[Any] = [sessions, store.session_list(), store.session_evidence(1004.0)]
+    for resource in ("tasks", "actors", "jobs", "nodes", "workers"):
+        rows = store.select(resource, limit=1000, order="start").rows
+        assert rows, resource
+        out.append([store.total(resource), store.total(resource, sessions[0])])
+        for row in rows:
+            entity = str(
+                row.get({"tasks": "task_id", "actors": "actor_id", "jobs": "job_id"}.get(resource, "")) or ""
+            )
+            if not entity:
+                entity = str(row.get("node_id") if resource == "nodes" else row.get("worker_id"))
+            for text in (entity, entity.upper()):
+                found = store.entity_rows(resource, text)
+                out.append([(attempt, session, found_row) for attempt, session, found_row in found])
+                assert found, (resource, text)
+                out.append(store.entity_rows(resource, text, sessions[0]))
+                for equal in (True, False):
+                    selected = store.select(resource, [ColumnFilter("entity_id", equal, text)], order="start")
+                    out.append((text.lower(), equal, selected.matched, selected.rows))
+                out.append(store.select(resource, search=text[4:14].upper(), order="start").matched)
+            out.append(store.new_fields(resource, entity, 0, sessions[0]))
+        out.append(store.select(resource, [ColumnFilter("session", True, sessions[0])], order="start").rows)
+        out.append(store.select(resource, session=sessions[0], order="start").matched)
+    return out
+
+
+def test_a_schema_5_store_with_sessions_and_entity_ids_as_text_is_read_and_migrated(directory: Path) -> None:
+    """A store written by schema 5 (each row's session its name, its entity id hex text) answers as
+    one written now: opened read-only as it is, and opened to write after it is rewritten as schema
+    6 (sessions as numbers, hex entity ids as bytes); later events fold into its rows exactly as
+    into a new store's (schema 5's code folded as this one does)."""
+    old = directory / "schema5.sqlite3"
+    old.write_bytes(gzip.decompress(SCHEMA_5.read_bytes()))
+    written = sqlite3.connect(old)
+    assert written.execute("PRAGMA user_version").fetchone() == (5,)
+    assert (
+        written.execute(
+            "SELECT COUNT(*) FROM state_rows WHERE typeof(session) = 'text' AND typeof(entity_id) = 'text'"
+        ).fetchone()[0]
+        == written.execute("SELECT COUNT(*) FROM state_rows").fetchone()[0]
+    )
+    written.close()
+    reference = EventStore(directory / "new.sqlite3")
+    try:
+        _fold_run_e(reference, RUN_E[:SCHEMA_4_POSTS], 0)
+        expected = _key_answers(reference), _answers(reference)
+        read_only = EventStore(old, read_only=True)
+        try:
+            assert (_key_answers(read_only), _answers(read_only)) == expected
+        finally:
+            read_only.close()
+        store = EventStore(old)
+        try:
+            assert store._query("PRAGMA user_version") == [(SCHEMA_VERSION,)]
+            assert store._query(
+                "SELECT typeof(session), typeof(entity_id), COUNT(*) FROM state_rows GROUP BY 1, 2"
+            ) == [("integer", "blob", 33)]
+            assert store._query("SELECT id, name FROM sessions") == reference._query(
+                "SELECT id, name FROM sessions"
+            )
+            assert [_read(row) for row in store._query(SELECT_ROWS)] == [
+                _read(row) for row in reference._query(SELECT_ROWS)
+            ]
+            assert (_key_answers(store), _answers(store)) == expected
+            for target in (store, reference):
+                _fold_run_e(target, RUN_E[SCHEMA_4_POSTS:], SCHEMA_4_POSTS)
+            rows = [_read(row) for row in store._query(SELECT_ROWS)]
+            assert rows == [_read(row) for row in reference._query(SELECT_ROWS)] and len(rows) > 30
+            assert (_key_answers(store), _answers(store)) == (_key_answers(reference), _answers(reference))
+        finally:
+            store.close()
+        assert EventStore(old, read_only=True).select(TASKS).matched == reference.select(TASKS).matched
+    finally:
+        reference.close()
 
 
 def test_a_damaged_packed_row_is_an_error_not_a_row() -> None:

@@ -23,7 +23,7 @@ from helpers.agg_procs import FIXTURE, CliServer, clean_env, start
 from helpers.postgres import PostgresServer, serve_store_args
 
 from ray_otel_events.store import postgres_store, raw_events
-from ray_otel_events.store.backend import StoreError
+from ray_otel_events.store.backend import ColumnFilter, Retention, StoreError
 from ray_otel_events.store.kept_ids import event_hash
 from ray_otel_events.store.location import open_store
 from ray_otel_events.store.postgres_store import SCHEMA_VERSION, PostgresStore
@@ -468,3 +468,79 @@ def _wait_for(condition: Any, timeout_s: float = 30.0) -> Any:
             return got
         time.sleep(0.1)
     raise AssertionError(f"not reached within {timeout_s} s")
+
+
+def _index_bytes(url: str) -> dict[str, int]:
+    with psycopg.connect(url) as db:
+        return {
+            name: int(size)
+            for name, size in db.execute(
+                "SELECT c.relname, pg_relation_size(c.oid) FROM pg_index i JOIN pg_class c"
+                " ON c.oid = i.indexrelid WHERE i.indrelid = 'state_rows'::regclass"
+            )
+        }
+
+
+def test_indexes_bloated_by_updates_are_repacked_with_the_same_answers(
+    postgres_server: PostgresServer,
+) -> None:
+    """Rows updated batch after batch (as a cluster sends a task's transitions) leave the indexes of
+    state_rows larger than REINDEX makes them; upkeep rebuilds those past `repack_ratio` times their
+    packed size (none below `repack_min_bytes`), drops what an interrupted rebuild left, and every
+    answer stays the same (rows, counts, filtered pages)."""
+    url = postgres_server.new_database("repack")
+    store = PostgresStore(url)
+    copies = [_session_copy(EVENTS, n) for n in range(300)]
+    for n in range(len(EVENTS)):  # each event of every copy in its own batch: each row updated again
+        store.ingest(copy.deepcopy([events[n] for events in copies]), now=1000.0 + n)
+    with psycopg.connect(url, autocommit=True) as db:  # (not analyzed: the store does it if need be)
+        # What REINDEX CONCURRENTLY leaves when stopped midway: an invalid copy of an index.
+        db.execute("CREATE INDEX rows_by_kind_ccnew ON state_rows(resource, kind)")
+        db.execute("UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'rows_by_kind_ccnew'::regclass")
+    rows = _all_rows(store)
+    counts = sorted(store.counts("tasks", "state", "job"))
+    filters = {  # each column's most common value
+        c: max((found for found in store.counts("tasks", c) if found[0]), key=lambda found: found[1])[0]
+        for c in ("state", "job", "func", "name", "node", "kind")
+    }
+    pages = {c: store.select("tasks", [ColumnFilter(c, True, v)], limit=5) for c, v in filters.items()}
+    before = _index_bytes(url)
+    assert store.repack_indexes() == []  # each far below the default repack_min_bytes
+    assert _index_bytes(url) == {k: v for k, v in before.items() if k != "rows_by_kind_ccnew"}
+    store.repack_min_bytes = 0
+    store.repack_ratio = 1.5
+    with psycopg.connect(url) as db:
+        estimated = store._packed_bytes(db)
+    bloated = sorted(name for name, (size, packed) in estimated.items() if size > 1.5 * packed)
+    assert len(bloated) >= 6, estimated
+    with psycopg.connect(url) as other:  # another process repacking: this one leaves it alone
+        other.execute("SELECT pg_advisory_lock(%s, -2)", (postgres_store._LOCK_SPACE,))
+        assert store.repack_indexes() == []
+        other.execute("SELECT pg_advisory_unlock(%s, -2)", (postgres_store._LOCK_SPACE,))
+    assert _index_bytes(url) == {k: v for k, v in before.items() if k != "rows_by_kind_ccnew"}
+    with psycopg.connect(url, autocommit=True) as db:  # a user of the store who does not own its tables
+        db.execute("DROP ROLE IF EXISTS store_writer")
+        db.execute("CREATE ROLE store_writer LOGIN")
+        db.execute("GRANT CREATE, USAGE ON SCHEMA public TO store_writer")
+        db.execute("GRANT ALL ON ALL TABLES IN SCHEMA public TO store_writer")
+        db.execute("GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO store_writer")
+    writer = PostgresStore(url.replace(f"{postgres_server.user}@", "store_writer@"))
+    writer.repack_min_bytes = 0
+    writer.repack_ratio = 1.5
+    assert writer.repack_indexes() == [] and not writer.repacking  # refused once, not tried again
+    assert _index_bytes(url) == {k: v for k, v in before.items() if k != "rows_by_kind_ccnew"}
+    writer.close()
+    store.prune(Retention(max_age_s=None, max_rows=None, max_bytes=None))  # upkeep's round repacks
+    after = _index_bytes(url)
+    assert set(after) == set(before) - {"rows_by_kind_ccnew"}
+    with psycopg.connect(url) as db:
+        assert {
+            name for name, (size, packed) in store._packed_bytes(db).items() if size > 1.5 * packed
+        } == set()
+    assert all(after[name] < 0.8 * before[name] for name in bloated), (before, after)
+    assert store.repack_indexes() == []  # packed now
+    assert _all_rows(store) == rows and sorted(store.counts("tasks", "state", "job")) == counts
+    for column, value in filters.items():
+        page = store.select("tasks", [ColumnFilter(column, True, value)], limit=5)
+        assert page == pages[column] and page.matched >= 300, (column, page.matched)
+    store.close()

@@ -13,9 +13,31 @@ import orjson
 
 from ray_otel_events.store.kept_ids import unpacked as unpacked_ids
 from ray_otel_events.store.row_packing import row_json
+from ray_otel_events.store.sqlite_store import RESOURCE_NUMBERS
+from ray_otel_events.store.state_merge import INDEXED_COLUMNS
 
-SELECT_ROWS = "SELECT * FROM state_rows ORDER BY resource, entity_id, attempt, session"
-_DATA = 5  # `data`'s place in SELECT *
+_RESOURCE = (
+    "CASE resource "
+    + " ".join(f"WHEN {number} THEN '{name}'" for name, number in RESOURCE_NUMBERS.items())
+    + " ELSE resource END"
+)
+# Every column, a row's resource and session as their names: the number `sessions` gives a name is
+# the order the store first saw it, which the compiled fold (rows by resource) and Python (rows as
+# they come) need not share.
+SELECT_ROWS = (
+    f"SELECT {_RESOURCE}, entity_id, attempt,"
+    " (SELECT name FROM sessions WHERE sessions.id = state_rows.session),"
+    f" updated, data, event_ids, {', '.join(INDEXED_COLUMNS)}"
+    " FROM state_rows ORDER BY 1, entity_id, attempt, 4"
+)
+# A schema-6 store's rows given the keys schema 5 and earlier wrote: resource and session names,
+# entity ids as hex text (a test's store made as an older version left it).
+AS_SCHEMA_5_KEYS = (
+    f"UPDATE state_rows SET resource = {_RESOURCE},"
+    " session = (SELECT name FROM sessions WHERE id = session),"
+    " entity_id = CASE WHEN typeof(entity_id) = 'blob' THEN lower(hex(entity_id)) ELSE entity_id END"
+)
+_DATA = 5  # `data`'s place in SELECT_ROWS
 _IDS = 6  # `event_ids`'
 
 

@@ -1489,7 +1489,10 @@ static int read_chunk(Folder *f, Batch *b, const uint32_t *rows, int n, uint32_t
         ref->found = 0;
         decode_key(ref->key, &resource, &entity, &attempt, &session);
         if (i == 0) sqlite3_bind_text(s, 1, resource.p, (int)resource.n, SQLITE_STATIC);
-        sqlite3_bind_text(s, 2 + i, entity.p, (int)entity.n, SQLITE_STATIC);
+        unsigned char id[ROW_ID_MAX / 2]; /* a hex id as the store keeps it (row_packing.id_value) */
+        int id_len = row_id_bytes(entity.p, entity.n, id);
+        if (id_len > 0) sqlite3_bind_blob(s, 2 + i, id, id_len, SQLITE_TRANSIENT);
+        else sqlite3_bind_text(s, 2 + i, entity.p, (int)entity.n, SQLITE_STATIC);
     }
     for (int i = n; i < f->chunk_rows; i++) sqlite3_bind_null(s, 2 + i);
     int rc;

@@ -24,25 +24,6 @@
 #include "row_packing.h"
 
 #define ROW_WRITER_MAX_COLUMNS 64
-#define ROW_ID_MAX 1024 /* longer hex texts are stored as text */
-
-/* A hex text's bytes into `out` (row_packing.id_value's twin): its length, or -1 when the text is
- * not one (empty, odd, longer than ROW_ID_MAX, or a character not a hex digit). */
-static int hex_bytes(const char *text, size_t len, unsigned char *out) {
-    if (len == 0 || len % 2 || len > ROW_ID_MAX) return -1;
-    for (size_t i = 0; i < len; i += 2) {
-        int high = -1, low = -1;
-        for (size_t k = 0; k < 2; k++) {
-            unsigned char c = (unsigned char)text[i + k];
-            int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-            if (v < 0) return -1;
-            if (k == 0) high = v;
-            else low = v;
-        }
-        out[i / 2] = (unsigned char)(high << 4 | low);
-    }
-    return (int)(len / 2);
-}
 
 typedef struct {
     char *session; /* UTF-8, `session_len` bytes */
@@ -71,6 +52,15 @@ typedef struct {
     RowPacker packer;
     unsigned char hex_ids[ROW_WRITER_MAX_COLUMNS]; /* 1: a hex text there is stored as its bytes */
     unsigned char id_bytes[ROW_ID_MAX / 2];        /* one such value's bytes, as they are bound */
+    /* The column holding a session's name, stored as the number `session_id` (name, received)
+     * answers, or -1; `received`: the column whose value is its second parameter. The last
+     * session's number is kept for the rest of the transaction. */
+    int session_at, received_at;
+    sqlite3_stmt *session_id;
+    char *last_session;
+    size_t last_session_len;
+    int64_t last_session_id;
+    int session_known;
     PyObject *error_type;
     pthread_t thread;
     int started;
@@ -90,6 +80,34 @@ static void fail_with(Writer *w, const char *what) {
     snprintf(w->message, sizeof w->message, "%s: %s", what, sqlite3_errmsg(w->db));
 }
 
+/* The number of session `name` (its row in `sessions`, made when new), as the store's _packed
+ * finds it: 0, or -1 (failed). */
+static int session_number(Writer *w, const char *name, size_t len, double received, int64_t *number) {
+    if (w->session_known && w->last_session_len == len && memcmp(w->last_session, name, len) == 0) {
+        *number = w->last_session_id;
+        return 0;
+    }
+    if (len > INT_MAX) return -1;
+    int rc = sqlite3_bind_text(w->session_id, 1, name, (int)len, SQLITE_STATIC);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_double(w->session_id, 2, received);
+    if (rc == SQLITE_OK) rc = sqlite3_step(w->session_id) == SQLITE_ROW ? SQLITE_OK : SQLITE_ERROR;
+    if (rc == SQLITE_OK) *number = sqlite3_column_int64(w->session_id, 0);
+    if (rc == SQLITE_OK) rc = sqlite3_step(w->session_id) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
+    sqlite3_reset(w->session_id);
+    if (rc != SQLITE_OK) return -1;
+    char *kept = PyMem_RawRealloc(w->last_session, len ? len : 1);
+    if (kept == NULL) {
+        w->session_known = 0;
+        return 0; /* not kept: asked again next time */
+    }
+    memcpy(kept, name, len);
+    w->last_session = kept;
+    w->last_session_len = len;
+    w->last_session_id = *number;
+    w->session_known = 1;
+    return 0;
+}
+
 static void write_chunk(Writer *w, Chunk *chunk) {
     if (w->failed) return;
     if (!w->in_transaction) {
@@ -101,9 +119,18 @@ static void write_chunk(Writer *w, Chunk *chunk) {
     }
     const char *p = chunk->data;
     for (Py_ssize_t r = 0; r < chunk->rows; r++) {
+        const char *session = NULL;
+        size_t session_len = 0;
+        double received = 0;
         for (int c = 0; c < w->columns; c++) {
             PackedValue v;
             p = packed_read(p, &v);
+            if (c == w->session_at && v.tag == PACKED_TEXT) { /* bound once `received` is read */
+                session = v.text;
+                session_len = v.len;
+                continue;
+            }
+            if (c == w->received_at) received = v.tag == PACKED_FLOAT ? v.d : v.tag == PACKED_INT ? (double)v.i : 0;
             if (c == w->packed && v.tag == PACKED_TEXT) {
                 const unsigned char *blob;
                 size_t blob_len;
@@ -118,7 +145,7 @@ static void write_chunk(Writer *w, Chunk *chunk) {
                 continue;
             }
             int id_len = c < ROW_WRITER_MAX_COLUMNS && w->hex_ids[c] && v.tag == PACKED_TEXT
-                             ? hex_bytes(v.text, v.len, w->id_bytes)
+                             ? row_id_bytes(v.text, v.len, w->id_bytes)
                              : -1;
             if (id_len > 0) {
                 if (sqlite3_bind_blob(w->upsert, c + 1, w->id_bytes, id_len, SQLITE_TRANSIENT) != SQLITE_OK) {
@@ -135,6 +162,15 @@ static void write_chunk(Writer *w, Chunk *chunk) {
                                              : sqlite3_bind_null(w->upsert, c + 1);
             if (rc != SQLITE_OK) {
                 fail_with(w, "bind");
+                sqlite3_reset(w->upsert);
+                return;
+            }
+        }
+        if (session != NULL) {
+            int64_t number;
+            if (session_number(w, session, session_len, received, &number) < 0 ||
+                sqlite3_bind_int64(w->upsert, w->session_at + 1, number) != SQLITE_OK) {
+                fail_with(w, "the session's number");
                 sqlite3_reset(w->upsert);
                 return;
             }
@@ -412,6 +448,7 @@ static PyObject *finish(Writer *w, int commit) {
         }
         w->in_transaction = 0;
     }
+    w->session_known = 0; /* a session's number is known for one transaction: upkeep may drop it */
     w->failed = 0;
     Py_CLEAR(w->held); /* written (or dropped): the bodies are no longer read */
     if (failed && commit) {
@@ -448,7 +485,11 @@ static void stop(Writer *w) {
     w->upsert = NULL;
     sqlite3_finalize(w->keep_raw);
     sqlite3_finalize(w->keep_seen);
-    w->keep_raw = w->keep_seen = NULL;
+    sqlite3_finalize(w->session_id);
+    w->keep_raw = w->keep_seen = w->session_id = NULL;
+    PyMem_RawFree(w->last_session);
+    w->last_session = NULL;
+    w->session_known = 0;
     if (w->db) sqlite3_close(w->db);
     w->db = NULL;
     row_packer_free(&w->packer, 0);
@@ -461,15 +502,21 @@ static PyObject *writer_close(Writer *w, PyObject *unused) {
 }
 
 static int writer_init(Writer *w, PyObject *args, PyObject *kwargs) {
-    const char *path, *sql, *setup, *dictionary = "", *hex_ids = "";
+    const char *path, *sql, *setup, *dictionary = "", *hex_ids = "", *session_sql = NULL;
     Py_ssize_t dictionary_len = 0, hex_ids_len = 0;
     PyObject *error_type;
-    static char *keywords[] = {"path", "sql", "setup", "columns", "error", "packed", "dictionary", "hex_ids", NULL};
-    w->packed = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sssiO|iy#y#:RowWriter", keywords, &path, &sql, &setup,
+    static char *keywords[] = {"path",       "sql",     "setup",       "columns",  "error", "packed", "dictionary",
+                               "hex_ids",    "session", "session_sql", "received", NULL};
+    w->packed = w->session_at = w->received_at = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sssiO|iy#y#izi:RowWriter", keywords, &path, &sql, &setup,
                                      &w->columns, &error_type, &w->packed, &dictionary, &dictionary_len,
-                                     &hex_ids, &hex_ids_len))
+                                     &hex_ids, &hex_ids_len, &w->session_at, &session_sql, &w->received_at))
         return -1;
+    if (w->session_at >= w->columns || w->received_at >= w->columns || (w->session_at >= 0) != (session_sql != NULL) ||
+        (w->session_at >= 0 && w->received_at < 0)) {
+        PyErr_SetString(PyExc_ValueError, "RowWriter: session and received are indexes of its columns, with session_sql");
+        return -1;
+    }
     if (w->db != NULL || w->columns <= 0) {
         PyErr_SetString(PyExc_ValueError, "RowWriter(path, sql, setup, columns > 0, error), once");
         return -1;
@@ -494,8 +541,15 @@ static int writer_init(Writer *w, PyObject *args, PyObject *kwargs) {
     int rc = sqlite3_open_v2(path, &w->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc == SQLITE_OK) rc = sqlite3_exec(w->db, setup, NULL, NULL, NULL);
     if (rc == SQLITE_OK) rc = sqlite3_prepare_v3(w->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &w->upsert, NULL);
+    if (rc == SQLITE_OK && session_sql != NULL)
+        rc = sqlite3_prepare_v3(w->db, session_sql, -1, SQLITE_PREPARE_PERSISTENT, &w->session_id, NULL);
     if (rc != SQLITE_OK) {
         PyErr_Format(error_type, "%s: %s", path, w->db ? sqlite3_errmsg(w->db) : sqlite3_errstr(rc));
+        stop(w);
+        return -1;
+    }
+    if (w->session_id != NULL && (sqlite3_bind_parameter_count(w->session_id) != 2 || sqlite3_column_count(w->session_id) != 1)) {
+        PyErr_SetString(PyExc_ValueError, "session_sql takes (name, received) and answers one number");
         stop(w);
         return -1;
     }
@@ -552,9 +606,11 @@ static PyTypeObject WriterType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ray_otel_events.native._row_writer.RowWriter",
     .tp_basicsize = sizeof(Writer),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "RowWriter(path, sql, setup, columns, error, packed=-1, dictionary=b'', hex_ids=b''): upserts on a"
-               " thread and connection of its own; column `packed` (0-based) is stored packed with `dictionary`,"
-               " and a hex text in a column whose index is a byte of `hex_ids` as its bytes.",
+    .tp_doc = "RowWriter(path, sql, setup, columns, error, packed=-1, dictionary=b'', hex_ids=b'', session=-1,"
+               " session_sql=None, received=-1): upserts on a thread and connection of its own; column `packed`"
+               " (0-based) is stored packed with `dictionary`, a hex text in a column whose index is a byte of"
+               " `hex_ids` as its bytes, and the text in column `session` as the number `session_sql` answers for"
+               " it and column `received`'s value.",
     .tp_new = writer_new,
     .tp_init = (initproc)writer_init,
     .tp_dealloc = (destructor)writer_dealloc,

@@ -13,6 +13,9 @@ class RowWriter:
         packed: int = -1,
         dictionary: bytes = b"",
         hex_ids: bytes = b"",
+        session: int = -1,
+        session_sql: str | None = None,
+        received: int = -1,
     ) -> None: ...
     def add(self, rows: list[tuple[Any, ...]], /) -> None: ...
     def commit(self) -> None: ...

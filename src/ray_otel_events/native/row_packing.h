@@ -25,6 +25,27 @@ typedef struct {
     size_t out_cap;
 } RowPacker;
 
+#define ROW_ID_MAX 1024 /* longer hex texts are stored as text */
+
+/* A hex text's bytes into `out` (row_packing.id_value's twin): its length, or -1 when the text is
+ * not one (empty, odd, longer than ROW_ID_MAX, or a character not a hex digit). The row writer
+ * stores ids so; the compiled fold looks rows up by them. */
+static inline int row_id_bytes(const char *text, size_t len, unsigned char *out) {
+    if (len == 0 || len % 2 || len > ROW_ID_MAX) return -1;
+    for (size_t i = 0; i < len; i += 2) {
+        int high = -1, low = -1;
+        for (size_t k = 0; k < 2; k++) {
+            unsigned char c = (unsigned char)text[i + k];
+            int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+            if (v < 0) return -1;
+            if (k == 0) high = v;
+            else low = v;
+        }
+        out[i / 2] = (unsigned char)(high << 4 | low);
+    }
+    return (int)(len / 2);
+}
+
 /* Keep a copy of `dictionary` (any thread may use it later). 0, or -1 (no memory). */
 static inline int row_packer_dictionary(RowPacker *p, const char *dictionary, size_t len) {
     if (len == 0 || len > UINT32_MAX) return 0;

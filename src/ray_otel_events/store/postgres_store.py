@@ -28,6 +28,10 @@ are kept as sqlite_store keeps them, in the fold's transaction.
 
 A connection lost (server restarted, network) raises StoreUnavailable; the next call connects
 again, so `serve` comes back by itself when the server does.
+
+Every update of a row adds an entry to each of state_rows' indexes (none is HOT: `updated` is in
+them all), and the pages left behind stay part empty: upkeep (`prune`, each minute in `serve`)
+rebuilds concurrently those grown past twice their packed size (`repack_indexes`).
 """
 
 from __future__ import annotations
@@ -39,14 +43,23 @@ import itertools
 import logging
 import string
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import orjson
 import psycopg
+from psycopg.sql import SQL, Identifier
 
 from ray_otel_events.store import raw_events
-from ray_otel_events.store.backend import IngestResult, StoreBusy, StoreError, StoreUnavailable, first_line
+from ray_otel_events.store.backend import (
+    IngestResult,
+    Retention,
+    StoreBusy,
+    StoreError,
+    StoreUnavailable,
+    first_line,
+)
 from ray_otel_events.store.kept_ids import HASHED, event_hash, unpacked
 from ray_otel_events.store.row_fold import Pieces, StoredRow, fold_keys, group_pieces
 from ray_otel_events.store.row_packing import pack_row, row_json
@@ -61,6 +74,7 @@ _T = TypeVar("_T")
 
 _LOCK_SPACE = 0x52_4F_45_53  # the first key of every advisory lock this store takes
 _MIGRATION_LOCK = -1  # its second key while migrating
+_REPACK_LOCK = -2  # its second key while rebuilding state_rows' indexes (`repack_indexes`)
 _CONNECT_TIMEOUT_S = 5
 _COLUMN_DEFS = ", ".join(
     f'{c} citext COLLATE "C"' if c in TEXT_COLUMNS else f"{c} bigint" for c in INDEXED_COLUMNS
@@ -392,6 +406,28 @@ _UPDATE_ROW = (
     + ", ".join(f"{c} = %s" for c in _ROW_COLUMNS[4:])
     + " WHERE resource = %s AND entity_id = %s::citext AND attempt = %s AND session = %s"
 )
+# state_rows' valid indexes: name, bytes, and the bytes of their entries' columns in an average row
+# (ANALYZE's widths, NULLs counted as nothing; NULL while a column has no statistics yet).
+_INDEX_SIZES = """
+SELECT c.relname, pg_relation_size(c.oid),
+       (SELECT CASE WHEN COUNT(s.avg_width) = COUNT(*) THEN SUM(s.avg_width * (1 - s.null_frac)) END
+        FROM unnest(i.indkey::int2[]) AS k(attnum)
+        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+        LEFT JOIN pg_stats s ON s.schemaname = n.nspname AND s.tablename = 'state_rows'
+             AND s.attname = a.attname)
+FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE i.indrelid = 'state_rows'::regclass AND i.indisvalid
+ORDER BY c.relname
+"""
+# What REINDEX CONCURRENTLY leaves of state_rows when it is stopped midway: its invalid copies.
+_LEFT_OVER = (
+    "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+    " WHERE i.indrelid = 'state_rows'::regclass AND NOT i.indisvalid AND c.relname ~ '_cc(new|old)[0-9]*$'"
+)
+_BUILDING = "SELECT 1 FROM pg_stat_progress_create_index WHERE relid = 'state_rows'::regclass"
+_REPACK_WAIT_S = 60  # how long a rebuild waits for a lock (an older transaction to end)
+_ENTRY_OVERHEAD = 16  # bytes an index entry takes besides its columns: header, line pointer, alignment
+_LEAF_FILL = 0.9  # what REINDEX fills a B-tree leaf to (its default fillfactor)
 # SQLSTATE classes of a server that cannot write now (out of disk or memory, shutting down, an I/O
 # error): no event's fault, so a failed batch is tried again whole, not searched for one
 # (set_aside). Any other error of a live connection (an index entry too large, say) is the batch's.
@@ -538,6 +574,9 @@ class PostgresStore(SqlUpkeep):
 
     writer = "python"
     writer_reason: str | None = "PostgreSQL: the compiled row writer writes SQLite only"
+    repack_ratio = 2.0  # an index past this many times its packed bytes is rebuilt (`repack_indexes`)
+    repack_min_bytes = 1 << 20  # and only from this size: a small one is not worth the rebuild
+    repacking = True  # False once PostgreSQL refused this user a rebuild
 
     def __init__(self, url: str, *, read_only: bool = False) -> None:
         super().__init__()
@@ -791,6 +830,91 @@ class PostgresStore(SqlUpkeep):
             if db.execute(one, params if many is _INSERT_ROWS else params[4:] + params[:4]).rowcount != 1:
                 missed.append(row)
         return (missed or None) if many is _INSERT_ROWS else None
+
+    # -- index upkeep --------------------------------------------------------------------------
+
+    def prune(self, retention: Retention, *, now: float | None = None) -> int:
+        """The retention (SqlUpkeep.prune), then the state rows' indexes repacked where they need
+        it (`repack_indexes`)."""
+        deleted = super().prune(retention, now=now)
+        self.repack_indexes()
+        return deleted
+
+    def _packed_bytes(self, db: psycopg.Connection[Any]) -> dict[str, tuple[int, float]]:
+        """Per index of state_rows: its bytes, and what it would take packed as REINDEX packs it,
+        from the last ANALYZE's row count and column widths (autovacuum analyzes the table again
+        once a tenth of it has changed; this store analyzes it if it never was). Not the rows per
+        page times the pages now (as the planner counts): updates leave pages part empty, so that
+        counted rows the table no longer had and missed a bloat; nor the statistics' live count,
+        which a writer's counts sent after an ANALYZE add to again."""
+        for _ in range(2):
+            found = db.execute("SELECT reltuples FROM pg_class WHERE oid = 'state_rows'::regclass").fetchone()
+            rows = float(found[0]) if found else -1.0  # -1: never analyzed
+            widths = db.execute(_INDEX_SIZES).fetchall()
+            if rows >= 0 and all(width is not None for _, _, width in widths):
+                return {
+                    name: (int(size), rows * (float(width) + _ENTRY_OVERHEAD) / _LEAF_FILL)
+                    for name, size, width in widths
+                }
+            db.execute("ANALYZE state_rows")
+        return {}
+
+    def repack_indexes(self) -> list[str]:
+        """state_rows' indexes rebuilt (REINDEX CONCURRENTLY: reads and writes go on meanwhile)
+        where one takes more than `repack_ratio` times what it would packed and at least
+        `repack_min_bytes`; the names rebuilt. Why: each update of a row adds an entry to every
+        index (its `updated` is in them all, so none is HOT), always at the high end of its key
+        range, and the pages it leaves behind keep only the entries whose row was not updated
+        since: a cluster sends a task's transitions in several POSTs, and on a live Ray stream the
+        indexes held 3.4 times the bytes of their entries. One process of those sharing the
+        database does it at a time (an advisory lock), on a connection of its own, so the writer
+        is not held; what an interrupted rebuild left (an invalid copy) is dropped first. A
+        rebuild that waits more than _REPACK_WAIT_S for a lock (a transaction older than it) stops
+        there, and the next round tries again. A user not allowed to rebuild them (not the table's
+        owner) is told once, and this store does not try again."""
+        if self.read_only or not self.repacking:
+            return []
+        db = self._connect()
+        rebuilt: list[str] = []
+        started = time.monotonic()
+        locked = False
+        try:
+            found = db.execute("SELECT pg_try_advisory_lock(%s, %s)", (_LOCK_SPACE, _REPACK_LOCK)).fetchone()
+            locked = bool(found and found[0])
+            if not locked:  # another process is at it
+                return rebuilt
+            # A rebuild waits for the transactions older than it: past this, it stops (its invalid
+            # copy is dropped next round) and upkeep goes on.
+            db.execute(f"SET lock_timeout = '{_REPACK_WAIT_S}s'")
+            if db.execute(_BUILDING).fetchone():  # someone else's index build (its copy is not left over)
+                return rebuilt
+            for (name,) in db.execute(_LEFT_OVER).fetchall():
+                db.execute(SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(Identifier(name)))
+            largest = db.execute(
+                "SELECT MAX(pg_relation_size(indexrelid)) FROM pg_index"
+                " WHERE indrelid = 'state_rows'::regclass"
+            ).fetchone()
+            if not (largest and largest[0] is not None and int(largest[0]) >= self.repack_min_bytes):
+                return rebuilt  # (nor is the table analyzed for them)
+            for name, (size, packed) in self._packed_bytes(db).items():
+                if size >= self.repack_min_bytes and size > self.repack_ratio * packed:
+                    db.execute(SQL("REINDEX INDEX CONCURRENTLY {}").format(Identifier(name)))
+                    rebuilt.append(name)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            self.repacking = False
+            logger.warning("state_rows' indexes will not be repacked: %s", first_line(exc))
+        except psycopg.Error as exc:  # the next round tries again
+            logger.warning("repacking state_rows' indexes stopped: %s", first_line(exc))
+        finally:
+            if locked and not db.broken:  # now: a closed connection's server process ends it later
+                with contextlib.suppress(psycopg.Error):
+                    db.execute("SELECT pg_advisory_unlock(%s, %s)", (_LOCK_SPACE, _REPACK_LOCK))
+            db.close()
+        if rebuilt:
+            logger.info(
+                "repacked state_rows' indexes %s in %.1f s", ", ".join(rebuilt), time.monotonic() - started
+            )
+        return rebuilt
 
     def _see_session(self, db: Any, name: str, received: float) -> None:
         db.execute(_SEEN, (_enc(name), received, received))

@@ -20,7 +20,7 @@ PACKED_V1 = 1
 _HEAD = 5
 _LEVEL = 6  # native/row_packing.h's ROW_PACKED_LEVEL
 _MAX_TEXT = 256 * 1024 * 1024  # a longer unpacked length is a damaged blob (row_packing.h's too)
-_HEX_ID = re.compile(r"(?:[0-9a-fA-F]{2}){1,512}")  # _row_writer.c's hex_bytes: at most ROW_ID_MAX digits
+_HEX_ID = re.compile(r"(?:[0-9a-fA-F]{2}){1,512}")  # row_packing.h's row_id_bytes: at most ROW_ID_MAX digits
 
 # What rows of every resource repeat: Ray's keys and values, the shapes of a task's transitions,
 # profile events, log paths and tracebacks. Deflate reaches back into it as into earlier text; the
@@ -93,10 +93,11 @@ def row_json(stored: str | bytes) -> str | bytes:
 
 
 def id_value(value: Any) -> Any:
-    """An id column's value as the SQLite store keeps it: a hex text (Ray's node and worker ids, 56
-    digits) as its bytes, half the size in the row and in its index; any other value as it is. The
-    compiled row writer stores them so too (`hex_ids`); a filter's value is read so before it is
-    compared."""
+    """An id column's value as the SQLite store keeps it: a hex text (an entity's id, 48 digits of a
+    task's; Ray's node and worker ids, 56) as its bytes, half the size in the row and in its
+    indexes; any other value as it is. The compiled row writer stores them so too (`hex_ids`), the
+    compiled fold looks rows up so (row_packing.h's row_id_bytes); a filter's value is read so
+    before it is compared."""
     if isinstance(value, str) and _HEX_ID.fullmatch(value):
         return bytes.fromhex(value)
     return value

@@ -69,6 +69,22 @@ class SqlDialect:
     indexed_columns: tuple[str, ...] = ()
     is_indexed_form: Callable[[Any], bool] = lambda _: False  # a value `indexed` shortened
     kept_hashes: Callable[[Any], list[int]] = sqlite_hashes  # a row's stored `event_ids` read (kept_ids)
+    # state_rows.session: a session's name as its value is compared (`{}`: the name's placeholder),
+    # and the name of a row's session as a column of a query of state_rows alone.
+    session_value: str = "{}"
+    session_name: str = "session"
+    entity_text: str = "entity_id"  # state_rows.entity_id as the text a search's LIKE matches
+    resource_value: Callable[[str], Any] = _same  # a resource's name as state_rows.resource holds it
+    resource_name: Callable[[Any], str] = _same  # state_rows.resource read as the resource's name
+
+    def session_is(self) -> str:
+        """state_rows.session equal to the session named by one parameter."""
+        return f"session = {self.session_value.format(self.mark)}"
+
+    def entity_value(self, entity_id: str) -> Any:
+        """An entity id parameter as state_rows.entity_id holds it (compared with `id_mark`)."""
+        value = self.enc(entity_id)
+        return self.indexed(value) if "entity_id" in self.indexed_columns else value
 
     def decoded(self, rows: list[Any]) -> list[Any]:
         """`rows` with every value as it was given."""
@@ -90,6 +106,8 @@ class SqlDialect:
                 sql, params = f"{f.column} = {self.mark}", [number]
             else:  # no row holds text there, nor an integer past 64 bits (which the driver refuses)
                 sql, params = self.false, []
+        elif f.column == "session":
+            sql, params = self.session_is(), [self.enc(f.value)]
         else:
             value = self.enc(f.value)
             sql, params = (
@@ -105,9 +123,9 @@ class SqlDialect:
     ) -> tuple[str, list[Any]]:
         """The WHERE clause and its parameters for a resource's rows passing `filters` and
         `search`, of `session` when it is not None."""
-        where, params = [f"resource = {self.mark}"], [resource]
+        where, params = [f"resource = {self.mark}"], [self.resource_value(resource)]
         if session is not None:
-            where.append(f"session = {self.mark}")
+            where.append(self.session_is())
             params.append(self.enc(session))
         for f in filters:
             sql, values = self.condition(f)
@@ -118,7 +136,8 @@ class SqlDialect:
             where.append(
                 "("
                 + " OR ".join(
-                    f"{c} {self.like} {self.mark} ESCAPE '\\'" for c in ("entity_id", "name", "func", "error")
+                    f"{c} {self.like} {self.mark} ESCAPE '\\'"
+                    for c in (self.entity_text, "name", "func", "error")
                 )
                 + ")"
             )
@@ -180,10 +199,13 @@ class SqlReads(ABC):
         direction = "DESC" if descending else "ASC"
         column = ORDERS[order]
         # Sorting by `updated` (never NULL) follows an index, so a page stops after `limit` rows.
+        # Another order is sorted whole, ties (rows of one batch share `updated`) by their key: the
+        # same order whichever index the plan reads, so the pages of one sort neither repeat nor
+        # skip a row.
         ordering = (
             f"updated {direction}"
             if order == "updated"
-            else f"{column} IS NULL, {column} {direction}, updated DESC"
+            else f"{column} IS NULL, {column} {direction}, updated DESC, entity_id, attempt"
         )
         query = f"SELECT data FROM state_rows WHERE {clause} ORDER BY {ordering}"
         total = self.total(resource, session)
@@ -265,7 +287,7 @@ class SqlReads(ABC):
         d = self.dialect
         found = self._query(
             f"SELECT data FROM state_rows WHERE resource = {d.mark} AND {column} = {d.mark} LIMIT 1",
-            (resource, form),
+            (d.resource_value(resource), form),
         )
         field = INDEXED_FIELDS[resource].get(column)
         return orjson.loads(row_json(found[0][0])).get(field, form) if found and field else d.dec(form)
@@ -276,12 +298,12 @@ class SqlReads(ABC):
         """(attempt, session, row) of every row of one entity: of every session, or of `session`."""
         d = self.dialect
         sql = (
-            "SELECT attempt, session, data FROM state_rows"
+            f"SELECT attempt, {d.session_name}, data FROM state_rows"
             f" WHERE resource = {d.mark} AND entity_id = {d.id_mark}"
         )
-        params: list[Any] = [resource, d.enc(entity_id.lower())]
+        params: list[Any] = [d.resource_value(resource), d.entity_value(entity_id.lower())]
         if session is not None:
-            sql += f" AND session = {d.mark}"
+            sql += f" AND {d.session_is()}"
             params.append(d.enc(session))
         found = self._query(sql, params)
         return [(attempt, d.dec(name), orjson.loads(row_json(data))) for attempt, name, data in found]
@@ -392,7 +414,7 @@ class SqlReads(ABC):
         if self._rowless.get(session) == generation:
             return False
         d = self.dialect
-        if self._query(f"SELECT 1 FROM state_rows WHERE session = {d.mark} LIMIT 1", [d.enc(session)]):
+        if self._query(f"SELECT 1 FROM state_rows WHERE {d.session_is()} LIMIT 1", [d.enc(session)]):
             self._sessions_with_rows.add(session)
             self._rowless.pop(session, None)
             return True
@@ -407,9 +429,12 @@ class SqlReads(ABC):
         if cached[0] != generation:
             counts: dict[str, dict[str, int]] = {}
             for session, resource, count in self._query(
-                "SELECT session, resource, COUNT(*) FROM state_rows GROUP BY session, resource"
+                f"SELECT {self.dialect.session_name}, resource, COUNT(*) FROM state_rows"
+                " GROUP BY session, resource"
             ):
-                counts.setdefault(self.dialect.dec(session), {})[resource] = int(count)
+                counts.setdefault(self.dialect.dec(session), {})[self.dialect.resource_name(resource)] = int(
+                    count
+                )
             cached = self._session_counts = (generation, counts)
         return [
             {
@@ -430,7 +455,7 @@ class SqlReads(ABC):
         non-driver tasks (`user_tasks_settled`)."""
         mark = self.dialect.mark
         found = self._query(
-            "SELECT session, resource, COUNT(*),"
+            f"SELECT {self.dialect.session_name}, resource, COUNT(*),"
             f" SUM(CASE WHEN updated <= {mark} THEN 1 ELSE 0 END),"
             " SUM(CASE WHEN (func IS NOT NULL AND func <> '') OR kind = 'DRIVER_TASK' THEN 1 ELSE 0 END),"
             " SUM(CASE WHEN state IS NOT NULL AND state <> '' AND state <> 'NIL' THEN 1 ELSE 0 END),"
@@ -440,8 +465,9 @@ class SqlReads(ABC):
             [settled_before] * 3,
         )
         evidence: dict[str, dict[str, int]] = {}
-        for session, resource, total, settled, defined, stated, creations, user_tasks in found:
+        for session, stored, total, settled, defined, stated, creations, user_tasks in found:
             counts = evidence.setdefault(self.dialect.dec(session), {})
+            resource = self.dialect.resource_name(stored)
             counts[resource] = int(total)
             counts[f"{resource}_settled"] = int(settled or 0)
             if resource == "tasks":
@@ -553,8 +579,8 @@ class SqlReads(ABC):
         d = self.dialect
         found = self._query(
             f"SELECT updated, event_ids FROM state_rows WHERE resource = {d.mark}"
-            f" AND entity_id = {d.id_mark} AND attempt = {d.mark} AND session = {d.mark}",
-            (resource, d.enc(entity_id.lower()), attempt, d.enc(session)),
+            f" AND entity_id = {d.id_mark} AND attempt = {d.mark} AND {d.session_is()}",
+            (d.resource_value(resource), d.entity_value(entity_id.lower()), attempt, d.enc(session)),
         )
         if not found:
             return {}

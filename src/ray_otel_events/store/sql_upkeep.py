@@ -104,7 +104,7 @@ class SqlUpkeep(SqlWrites, SqlExportRows):
                 gone = int(
                     db.execute(
                         f"DELETE FROM state_rows WHERE {d.row_ref} IN"
-                        f" (SELECT {d.row_ref} FROM state_rows WHERE session = {d.mark} LIMIT {d.mark})",
+                        f" (SELECT {d.row_ref} FROM state_rows WHERE {d.session_is()} LIMIT {d.mark})",
                         (d.enc(name), DROP_CHUNK),
                     ).rowcount
                 )
@@ -112,6 +112,11 @@ class SqlUpkeep(SqlWrites, SqlExportRows):
             if gone < DROP_CHUNK:
                 break
         with self._transaction() as db:
+            # rows a batch stored since the last chunk went: with the record, so that no row is
+            # left naming a session that is gone (SQLite names it by the record's number)
+            deleted += int(
+                db.execute(f"DELETE FROM state_rows WHERE {d.session_is()}", (d.enc(name),)).rowcount
+            )
             db.execute(f"DELETE FROM raw_events WHERE session = {d.mark}", (d.enc(name),))
             db.execute(f"DELETE FROM log_file_chunks WHERE session = {d.mark}", (d.enc(name),))
             self._drop_export_rows(db, [name])

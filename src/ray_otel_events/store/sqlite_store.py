@@ -6,10 +6,13 @@ as history. A row also keeps the ids of the events folded into it (as 8-byte has
 `kept_ids`; a TEXT of the ids joined by spaces in a row written before, read as it is), so an event
 id it has seen is skipped (duplicates from retries cost nothing) with no second table to look up
 and write.
-Rows are keyed by session name as well, so several clusters (or one cluster's restarts) stay
+Rows are keyed by session as well, so several clusters (or one cluster's restarts) stay
 apart. The fields lists filter and sort on are copied into indexed columns, so `select` answers a
-filtered page in SQL however many rows there are (node and worker ids, hex, kept as their bytes:
-half the size in the rows and their index). Spans and task log lines
+filtered page in SQL however many rows there are. What every row and index repeats is kept short:
+the session as the number of its name in `sessions`, the resource as a small number
+(`RESOURCE_NUMBERS`), and hex ids (an entity's, a node's and a worker's) as their bytes, half their
+digits; reads and filters convert their values so (the dialect's `session_is`, `resource_value`,
+`indexed`). Spans and task log lines
 (from OTLP) are kept beside the rows, joined to a task by its id or by the span a line was
 written in. Each accepted event is also kept as its text, compressed, per session (`raw_events`):
 `rebuild` refolds the rows from it, and `new_fields` shows what a later Ray added. `prune` applies
@@ -55,7 +58,17 @@ from ray_otel_events.store.sqlite_library import (
     compiled_writer_refusal,
     python_library,
 )
-from ray_otel_events.store.state_merge import INDEXED_COLUMNS, Key, Prepared
+from ray_otel_events.store.state_merge import (
+    ACTORS,
+    INDEXED_COLUMNS,
+    JOBS,
+    NODES,
+    PLACEMENT_GROUPS,
+    TASKS,
+    WORKERS,
+    Key,
+    Prepared,
+)
 
 try:  # the upserts on a thread that needs no GIL (setup.py builds it where SQLite's headers are)
     from ray_otel_events.native import _row_writer
@@ -77,13 +90,15 @@ COMPILED_SQLITE = {
     if module is not None
 }
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # The oldest schema this version opens: a schema-3 file differs only in its rows' JSON being text,
 # which is read as it is (row_packing) and packed as each row is written again; schema 3 and 4 keep
-# their ids (`_HEX_ID_COLUMNS`) as text, rewritten as bytes when the file is opened to write
-# (`_IDS_AS_BYTES`) and read as text when it is opened read-only.
+# their node and worker ids as text, schema 5 as bytes; before 6, a row's session is its name and
+# its entity id text. An older file opened to write is rewritten as schema 6 (`_TO_SCHEMA_6`), and
+# read as it is when opened read-only (`_dialect_of`).
 _OLDEST_OPENED = 3
 _IDS_AS_BYTES_SINCE = 5
+_KEYS_AS_NUMBERS_SINCE = 6
 _IN_CHUNK = 500  # ids per `IN (...)` query
 _WAL_KEPT_BYTES = 64 * 1024 * 1024  # a checkpointed WAL larger than this is truncated
 # SQLite clamps this to its build's limit (2 GiB by default). Each commit of the row writer's
@@ -100,20 +115,53 @@ _WRITER_PRAGMAS = (
 # The compiled fold's own connection, which reads the rows it folds by key (mapped, as above).
 _READER_PRAGMAS = f"PRAGMA cache_size=-16384; PRAGMA mmap_size={_MMAP_BYTES}; PRAGMA busy_timeout=10000;"
 _FOLD_CHUNK = 128  # rows folded before their upserts are handed to the row writer
-# The stored rows of a chunk's rows: by entity id, like `_rows_for` (the compiled fold matches keys).
-_SELECT_CHUNK = (
-    "SELECT entity_id, attempt, session, data, event_ids FROM state_rows"
-    f" WHERE resource = ? AND entity_id IN ({', '.join('?' * _FOLD_CHUNK)})"
+# A row's session is the number of its name in `sessions`, and a hex entity id is kept as its
+# bytes: read back as the key the fold gives (lower-case hex, as `prepare` writes ids).
+_ENTITY_TEXT = "CASE WHEN typeof(entity_id) = 'blob' THEN lower(hex(entity_id)) ELSE entity_id END"
+_SESSION_NAME = "(SELECT name FROM sessions WHERE sessions.id = state_rows.session)"
+_SESSION_VALUE = "(SELECT id FROM sessions WHERE name = {})"
+# A row's resource kept as a small number (in the row, its key and every index: tasks' 1 takes no
+# byte of a record), any other as its name. The number is part of the format: never renumber.
+RESOURCE_NUMBERS = {TASKS: 1, ACTORS: 2, JOBS: 3, NODES: 4, WORKERS: 5, PLACEMENT_GROUPS: 6}
+_RESOURCE_NAMES = {number: name for name, number in RESOURCE_NUMBERS.items()}
+
+
+def resource_value(name: Any) -> Any:
+    """A resource's name as state_rows.resource holds it (`_RESOURCE_VALUE` in SQL)."""
+    return RESOURCE_NUMBERS.get(name, name) if isinstance(name, str) else name
+
+
+def resource_name(value: Any) -> Any:
+    """state_rows.resource read: the name its number stands for."""
+    return _RESOURCE_NAMES.get(value, value) if isinstance(value, int) else value
+
+
+# `resource_value` in SQL, of the parameter `{}` (written twice: give it a number, as ?1).
+_RESOURCE_VALUE = (
+    "CASE {} "
+    + " ".join(f"WHEN '{name}' THEN {number}" for name, number in RESOURCE_NUMBERS.items())
+    + " ELSE {} END"
 )
+_RESOURCE_NAME = (
+    "CASE resource "
+    + " ".join(f"WHEN {number} THEN '{name}'" for name, number in RESOURCE_NUMBERS.items())
+    + " ELSE resource END"
+)
+# The stored rows of some keys: by entity id (the compiled fold matches the whole key).
+_SELECT_ROWS = (
+    f"SELECT {_ENTITY_TEXT}, attempt, {_SESSION_NAME}, data, event_ids FROM state_rows"
+    f" WHERE resource = {_RESOURCE_VALUE.replace('{}', '?1')} AND entity_id IN ({{marks}})"
+)
+_SELECT_CHUNK = _SELECT_ROWS.format(marks=", ".join("?" * _FOLD_CHUNK))
 _COLUMN_DEFS = ", ".join(
     f"{c} TEXT COLLATE NOCASE" if c in TEXT_COLUMNS else f"{c} INTEGER" for c in INDEXED_COLUMNS
 )
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS state_rows (
-    resource TEXT NOT NULL,
+    resource NOT NULL,
     entity_id TEXT NOT NULL COLLATE NOCASE,
     attempt INTEGER NOT NULL,
-    session TEXT NOT NULL,
+    session INTEGER NOT NULL,
     updated REAL NOT NULL,
     data TEXT NOT NULL,
     event_ids TEXT NOT NULL,
@@ -154,10 +202,11 @@ CREATE INDEX IF NOT EXISTS lines_by_task ON log_lines(task_id, ts_ns);
 CREATE INDEX IF NOT EXISTS lines_by_span ON log_lines(span_id);
 CREATE INDEX IF NOT EXISTS lines_by_time ON log_lines(received);
 CREATE TABLE IF NOT EXISTS sessions (
-    name TEXT PRIMARY KEY,
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
     first_seen REAL NOT NULL,
     last_seen REAL NOT NULL
-) WITHOUT ROWID;
+);
 CREATE TABLE IF NOT EXISTS raw_events (
     session TEXT NOT NULL,
     received REAL NOT NULL,
@@ -188,41 +237,80 @@ _SEEN = (
     "INSERT INTO sessions(name, first_seen, last_seen) VALUES (?, ?, ?)"
     " ON CONFLICT(name) DO UPDATE SET last_seen = max(last_seen, excluded.last_seen)"
 )
-_KEEP_RAW = "INSERT INTO raw_events(session, received, data) VALUES (?, ?, ?)"
-# A store written before sessions and raw events were kept: its sessions from its rows.
-_SESSIONS_FROM_ROWS = (
-    "INSERT OR IGNORE INTO sessions(name, first_seen, last_seen)"
-    " SELECT session, MIN(updated), MAX(updated) FROM state_rows GROUP BY session"
+# A row's session as its number (seen, as `_SEEN` records it, when it is new): the row writer's
+# first statement for each session of a transaction (its `session` value).
+_SESSION_ID = (
+    "INSERT INTO sessions(name, first_seen, last_seen) VALUES (?1, ?2, ?2)"
+    " ON CONFLICT(name) DO UPDATE SET last_seen = max(last_seen, excluded.last_seen) RETURNING id"
 )
+_KEEP_RAW = "INSERT INTO raw_events(session, received, data) VALUES (?, ?, ?)"
 
 _UPSERT = (
     f"INSERT INTO state_rows(resource, entity_id, attempt, session, updated, data, event_ids,"
-    f" {', '.join(INDEXED_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?, {', '.join('?' for _ in INDEXED_COLUMNS)})"
+    f" {', '.join(INDEXED_COLUMNS)}) VALUES ({_RESOURCE_VALUE.replace('{}', '?1')}, ?, ?, ?, ?, ?, ?,"
+    f" {', '.join('?' for _ in INDEXED_COLUMNS)})"
     " ON CONFLICT DO UPDATE SET updated=excluded.updated, data=excluded.data, event_ids=excluded.event_ids, "
     + ", ".join(f"{c}=excluded.{c}" for c in INDEXED_COLUMNS)
 )
 _UPSERT_VALUES = 7 + len(INDEXED_COLUMNS)
+_ENTITY_VALUE = 1  # the upsert's `entity_id`
+_SESSION_AT = 3  # the upsert's `session`: the session's name, stored as its number (`_SESSION_ID`)
+_UPDATED_AT = 4  # the upsert's `updated`: when the batch was received
 _DATA_VALUE = 5  # the upsert's `data`: the row's JSON, stored packed (row_packing)
-# The indexed ids (56 hex digits each in Ray's node and worker ids) kept as their bytes (`id_value`):
-# half their bytes in the rows and in rows_by_node.
+# The ids kept as their bytes where they are hex (`id_value`): half their bytes in the rows and in
+# the primary key (an entity's id: 48 hex digits of a task's) and rows_by_node (Ray's node and
+# worker ids, 56 digits each). A filter's value is read so before it is compared.
 _HEX_ID_COLUMNS = ("node", "worker")
-_HEX_ID_VALUES = tuple(7 + INDEXED_COLUMNS.index(column) for column in _HEX_ID_COLUMNS)
-_IDS_AS_BYTES = (
-    "UPDATE state_rows SET "
-    + ", ".join(f"{c} = id_value({c})" for c in _HEX_ID_COLUMNS)
-    + " WHERE "
-    + " OR ".join(f"typeof({c}) = 'text'" for c in _HEX_ID_COLUMNS)
+_HEX_ID_VALUES = (_ENTITY_VALUE, *(7 + INDEXED_COLUMNS.index(column) for column in _HEX_ID_COLUMNS))
+_INDEXED_STATE_COLUMNS = ", ".join(INDEXED_COLUMNS)
+_ROW_INDEXES = re.findall(r"CREATE INDEX IF NOT EXISTS (\w+) ON state_rows\(", _SCHEMA)
+# A file of an older schema rewritten as schema 6, in one transaction: its rows copied into the new
+# state_rows with their sessions as numbers and their hex ids as bytes (`id_value`), the sessions
+# table given numbers (its sessions from the rows where it had none: a store written before they
+# were kept).
+_TO_SCHEMA_6 = (
+    "ALTER TABLE state_rows RENAME TO state_rows_5;"
+    + "".join(f" DROP INDEX IF EXISTS {name};" for name in _ROW_INDEXES)
+    + " {rename_sessions}"
+    + _SCHEMA
+    + " {copy_sessions}"
+    " INSERT INTO sessions(name, first_seen, last_seen)"
+    " SELECT session, MIN(updated), MAX(updated) FROM state_rows_5 WHERE true GROUP BY session"
+    " ON CONFLICT(name) DO NOTHING;"
+    f" INSERT INTO state_rows(resource, entity_id, attempt, session, updated, data, event_ids,"
+    f" {_INDEXED_STATE_COLUMNS})"
+    f" SELECT {_RESOURCE_VALUE.replace('{}', 'resource')}, id_value(entity_id), attempt,"
+    " (SELECT id FROM sessions WHERE sessions.name = state_rows_5.session), updated, data, event_ids, "
+    + ", ".join(f"id_value({c})" if c in _HEX_ID_COLUMNS else c for c in INDEXED_COLUMNS)
+    + " FROM state_rows_5 ORDER BY rowid;"
+    " DROP TABLE state_rows_5;"
+    " {drop_sessions}"
+)
+_SESSIONS_5 = "ALTER TABLE sessions RENAME TO sessions_5;"
+_COPY_SESSIONS_5 = (
+    "INSERT INTO sessions(name, first_seen, last_seen) SELECT name, first_seen, last_seen FROM sessions_5"
+    " ORDER BY first_seen, name;"
 )
 
 
-def _packed(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """Upserts with their rows' JSON packed and their ids as bytes, as the compiled writer writes them."""
+def _packed(
+    db: sqlite3.Connection, rows: list[tuple[Any, ...]], sessions: dict[str, int]
+) -> list[tuple[Any, ...]]:
+    """Upserts with their rows' JSON packed, their ids as bytes and their sessions as numbers
+    (`sessions`: those of this transaction, by name), as the compiled writer writes them."""
     packed = []
     for row in rows:
         values = list(row)
         values[_DATA_VALUE] = pack_row(values[_DATA_VALUE])
         for at in _HEX_ID_VALUES:
             values[at] = id_value(values[at])
+        name = values[_SESSION_AT]
+        if isinstance(name, str):
+            number = sessions.get(name)
+            if number is None:
+                found = db.execute(_SESSION_ID, (name, values[_UPDATED_AT])).fetchall()
+                number = sessions[name] = found[0][0]
+            values[_SESSION_AT] = number
         packed.append(tuple(values))
     return packed
 
@@ -270,11 +358,28 @@ class EventStore(SqlUpkeep):
         bytewise="",  # BINARY, SQLite's default collation
         missing_table=(sqlite3.OperationalError,),
         indexed=id_value,
-        indexed_columns=_HEX_ID_COLUMNS,
+        indexed_columns=(*_HEX_ID_COLUMNS, "entity_id"),
         is_indexed_form=lambda value: isinstance(value, bytes),
+        session_value=_SESSION_VALUE,
+        session_name=_SESSION_NAME,
+        entity_text=_ENTITY_TEXT,
+        resource_value=resource_value,
+        resource_name=resource_name,
     )
-    # A file of an older schema opened read-only: its ids are the text they were given.
-    _text_ids_dialect = dataclasses.replace(dialect, indexed_columns=(), is_indexed_form=lambda _: False)
+    # A file of an older schema opened read-only: its sessions and entity ids as they were given;
+    # before schema 5, its node and worker ids too.
+    _schema_5_dialect = dataclasses.replace(
+        dialect,
+        indexed_columns=_HEX_ID_COLUMNS,
+        session_value="{}",
+        session_name="session",
+        entity_text="entity_id",
+        resource_value=lambda name: name,
+        resource_name=lambda value: value,
+    )
+    _text_ids_dialect = dataclasses.replace(
+        _schema_5_dialect, indexed_columns=(), is_indexed_form=lambda _: False
+    )
 
     def __init__(
         self,
@@ -312,22 +417,20 @@ class EventStore(SqlUpkeep):
             raise StoreError(f"{self.path} has schema {version}, newer than this version's {SCHEMA_VERSION}")
         if read_only and version < _IDS_AS_BYTES_SINCE:
             self.dialect = self._text_ids_dialect
+        elif read_only and version < _KEYS_AS_NUMBERS_SINCE:
+            self.dialect = self._schema_5_dialect
         self._checkpointer: WalCheckpointer | None = None
         self._writer: _row_writer.RowWriter | None = None
         self._post_folder: _post_fold.Folder | None = None
         self.writer = "python"  # which code writes the rows: "compiled" or "python"
         self.writer_reason: str | None = "opened read-only"  # why not the compiled writer
         if not read_only:
-            had_sessions = "sessions" in known
-            self._db.executescript(_SCHEMA)
-            if not had_sessions and "state_rows" in known:
-                self._db.execute(_SESSIONS_FROM_ROWS)
-                self._note_raw_incomplete(self._db, "rows were stored before raw events were kept")
-            with self._transaction() as db:
-                if version < _IDS_AS_BYTES_SINCE and "state_rows" in known:
-                    db.create_function("id_value", 1, id_value, deterministic=True)
-                    db.execute(_IDS_AS_BYTES)
-                db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            if version < _KEYS_AS_NUMBERS_SINCE and "state_rows" in known:
+                self._to_schema_6("sessions" in known)
+            else:
+                self._db.executescript(_SCHEMA)
+                with self._transaction() as db:
+                    db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._checkpointer = WalCheckpointer(self.path, name="store-checkpoint")
             self.writer_reason = _python_writer_reason(compiled_sqlite)
             if self.writer_reason is None:
@@ -341,6 +444,9 @@ class EventStore(SqlUpkeep):
                     packed=_DATA_VALUE,
                     dictionary=ROW_DICTIONARY,
                     hex_ids=bytes(_HEX_ID_VALUES),
+                    session=_SESSION_AT,
+                    session_sql=_SESSION_ID,
+                    received=_UPDATED_AT,
                 )
                 self._writer.prepare_keep(_KEEP_RAW, _SEEN)
                 if _post_fold is not None:
@@ -355,6 +461,26 @@ class EventStore(SqlUpkeep):
                 logger.info("store %s: rows written by the compiled writer", self.path)
             else:
                 logger.warning("store %s: rows written in Python: %s", self.path, self.writer_reason)
+
+    def _to_schema_6(self, had_sessions: bool) -> None:
+        """An older file rewritten as schema 6 (`_TO_SCHEMA_6`), in one transaction."""
+        self._db.create_function("id_value", 1, id_value, deterministic=True)
+        script = (
+            _TO_SCHEMA_6.replace("{rename_sessions}", _SESSIONS_5 if had_sessions else "")
+            .replace("{copy_sessions}", _COPY_SESSIONS_5 if had_sessions else "")
+            .replace("{drop_sessions}", "DROP TABLE sessions_5;" if had_sessions else "")
+        )
+        with self._committing():
+            try:
+                self._db.executescript(f"BEGIN IMMEDIATE; {script} PRAGMA user_version={SCHEMA_VERSION};")
+                if not had_sessions:
+                    self._note_raw_incomplete(self._db, "rows were stored before raw events were kept")
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+        logger.info("store %s: rewritten as schema %d", self.path, SCHEMA_VERSION)
 
     def close(self) -> None:
         if self._writer is not None:
@@ -450,7 +576,7 @@ class EventStore(SqlUpkeep):
             result.duplicates += duplicates
             write(changed)
 
-    def _in_chunks(self, sql: str, ids: Sequence[str], *leading: Any) -> Iterator[Any]:
+    def _in_chunks(self, sql: str, ids: Sequence[Any], *leading: Any) -> Iterator[Any]:
         """The rows of `sql`, whose `IN ({marks})` takes `ids` a bounded number at a time."""
         for i in range(0, len(ids), _IN_CHUNK):
             chunk = ids[i : i + _IN_CHUNK]
@@ -464,10 +590,7 @@ class EventStore(SqlUpkeep):
         found: dict[Key, StoredRow] = {}
         for resource, entity_ids in by_resource.items():
             for entity_id, attempt, session, data, ids in self._in_chunks(
-                "SELECT entity_id, attempt, session, data, event_ids FROM state_rows"
-                " WHERE resource = ? AND entity_id IN ({marks})",
-                list(entity_ids),
-                resource,
+                _SELECT_ROWS, [id_value(entity_id) for entity_id in entity_ids], resource
             ):
                 key = (resource, entity_id, attempt, session)
                 if key in keys:
@@ -513,7 +636,8 @@ class EventStore(SqlUpkeep):
         writer = self._writer
         if writer is None:
             with self._transaction() as db:
-                yield lambda rows: db.executemany(_UPSERT, _packed(rows))
+                sessions: dict[str, int] = {}
+                yield lambda rows: db.executemany(_UPSERT, _packed(db, rows, sessions))
                 kept = [(session, received, raw_events.compress(parts)) for session, parts in texts.items()]
                 db.executemany(_KEEP_RAW, kept)
                 db.executemany(_SEEN, [(session, received, received) for session in texts])
