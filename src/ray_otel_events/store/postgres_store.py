@@ -349,6 +349,15 @@ CREATE INDEX chunks_by_time ON log_file_chunks(received);
     # ids as bytes (`_packed_ids`). The rows stored before are packed here (a large store takes a
     # while on this first start, and its table keeps the old versions' space until VACUUM FULL).
     (7, _pack_stored_rows),
+    # Rows written since keep their event ids as 8-byte hashes (store/kept_ids.py: a format byte
+    # 0x00, then the hashes); rows from before are read either way, so nothing is rewritten. The
+    # step marks the database so that a version from before it, which would read the hashes as
+    # ids, refuses the database as newer instead of folding a repeated event twice.
+    (
+        8,
+        "COMMENT ON COLUMN state_rows.event_ids IS"
+        " 'the folded events'' ids: 0x00 then 8-byte BLAKE2b hashes; before step 8, length-prefixed ids'",
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
