@@ -59,7 +59,10 @@ RAY_2_60_NEVER_EMITS = {
     "SUBMISSION_JOB_LIFECYCLE_EVENT",
     "PLATFORM_EVENT",
 }
-DELAY_S = "3"  # serve's --wiring-check-delay in these tests
+DELAY_S = "3"  # serve's --wiring-check-delay beside a live cluster (its events arrive over seconds)
+# ... and for the captured events: each session's whole batch is one POST, folded in one transaction,
+# so no kind of a session is stored a moment after another; the checks run three times as often.
+CAPTURED_DELAY_S = "1"
 WARNING_NOTHING = "no Ray event has arrived"
 
 
@@ -244,7 +247,7 @@ def test_serve_names_what_each_session_lacks_once(
 ) -> None:
     """On either backend: each check fails for its session alone, told once with the fix."""
     store = serve_store_args(store_location, tmp_path)
-    serve = start(servers, "serve", *store, "--wiring-check-delay", DELAY_S)
+    serve = start(servers, "serve", *store, "--wiring-check-delay", CAPTURED_DELAY_S)
     url = f"http://{serve.address}"
     fix = f'eval "$(ray-otel-events ray-env {url})"'
     hints = _wait_for(lambda: [m for m in _messages(serve, "INFO") if fix in m], "the line that wires a node")
