@@ -371,7 +371,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                 assert time.monotonic() < deadline, (
                     f"Phoenix never held every span of the trace: {sorted(s['name'] for s in spans)}"
                 )
-                time.sleep(0.2)
+                time.sleep(0.5)  # each look is a query Phoenix answers from its database
         yield Run(base, trace_id, spans, url(bridge), phoenix)
     finally:
         bridge.close()
@@ -507,7 +507,7 @@ def test_the_collectors_datasets_and_train_runs_are_spans_in_phoenix(run: Run) -
     deadline = time.monotonic() + 60
     while len(spans := run.phoenix.spans(trace)) < SPANS:
         assert time.monotonic() < deadline, f"Phoenix holds {sorted(s['name'] for s in spans)}"
-        time.sleep(0.2)
+        time.sleep(0.5)  # each look is a query Phoenix answers from its database
     assert len(spans) == SPANS, sorted(s["name"] for s in spans)
     children: dict[str, list[dict[str, Any]]] = {}
     for span in spans:
