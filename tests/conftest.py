@@ -78,8 +78,7 @@ SLOW_FIRST = (
     "test_store_poison.py",
     "test_tracing_ray.py",
     # Not measured in a whole run: alone, on a machine loaded 10-20 (so only as a rough order), 112 s,
-    # over 53 s (its cluster's start alone), 48 s, 41 s, 32 s, 14-30 s, 19 s. Each sorts late.
-    "test_ray_worker_logs.py",
+    # 48 s, 41 s, 32 s, 14-30 s, 19 s. Each sorts late.
     "test_bridge_real_ray.py",
     "test_tracing_serve_exporter.py",
     "test_tracing_pool.py",

@@ -176,7 +176,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
             deadline = time.monotonic() + 120
             while not _ended(live_url):
                 assert time.monotonic() < deadline, _get(live_url, "/api/jobs/")
-                time.sleep(0.5)
+                time.sleep(0.2)
             live = {
                 "datasets": _get(live_url, f"/api/data/datasets/{job_id}"),
                 "train runs": _get(live_url, "/api/train/v2/runs/v1"),

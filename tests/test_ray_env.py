@@ -9,12 +9,14 @@ RAY_enable_core_worker_ray_event_to_aggregator, is told what it lacks.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +26,7 @@ import pytest
 import requests
 from helpers.agg_procs import FIXTURE, CliServer, clean_env, start
 from helpers.postgres import serve_store_args
-from helpers.ray_cluster import ray_bin, ray_cluster, ray_env
+from helpers.ray_cluster import RayCluster, ray_bin, ray_cluster, ray_env
 from helpers.ray_workload import tasks_and_actor_class
 
 from ray_otel_events.config import ConfigError, wiring_check_delay_s
@@ -57,7 +59,10 @@ RAY_2_60_NEVER_EMITS = {
     "SUBMISSION_JOB_LIFECYCLE_EVENT",
     "PLATFORM_EVENT",
 }
-DELAY_S = "3"  # serve's --wiring-check-delay in these tests
+DELAY_S = "3"  # serve's --wiring-check-delay beside a live cluster (its events arrive over seconds)
+# ... and for the captured events: each session's whole batch is one POST, folded in one transaction,
+# so no kind of a session is stored a moment after another; the checks run three times as often.
+CAPTURED_DELAY_S = "1"
 WARNING_NOTHING = "no Ray event has arrived"
 
 
@@ -242,7 +247,7 @@ def test_serve_names_what_each_session_lacks_once(
 ) -> None:
     """On either backend: each check fails for its session alone, told once with the fix."""
     store = serve_store_args(store_location, tmp_path)
-    serve = start(servers, "serve", *store, "--wiring-check-delay", DELAY_S)
+    serve = start(servers, "serve", *store, "--wiring-check-delay", CAPTURED_DELAY_S)
     url = f"http://{serve.address}"
     fix = f'eval "$(ray-otel-events ray-env {url})"'
     hints = _wait_for(lambda: [m for m in _messages(serve, "INFO") if fix in m], "the line that wires a node")
@@ -328,6 +333,44 @@ def _stored_types(server: CliServer) -> dict[str, float]:
     }
 
 
+def _session_of(cluster: RayCluster) -> str:
+    """The session a cluster's events carry: the folder Ray's `session_latest` names."""
+    return Path(cluster.temp_dir, "session_latest").resolve().name
+
+
+class _Starting:
+    """A `ray_cluster` entered in a thread of its own, for the test to go on meanwhile (a cluster's
+    start is most of a live test's time); `cluster()` waits for it. As a context manager: its exit
+    waits for the start to end, then stops the cluster."""
+
+    def __init__(self, export_url: str, **kwargs: Any) -> None:
+        self._stack = contextlib.ExitStack()
+        self._result: RayCluster | BaseException | None = None
+
+        def enter() -> None:
+            try:
+                self._result = self._stack.enter_context(ray_cluster(export_url, **kwargs))
+            except BaseException as exc:  # a failed start: raised by cluster()
+                self._result = exc
+
+        self._thread = threading.Thread(target=enter)
+        self._thread.start()
+
+    def cluster(self) -> RayCluster:
+        self._thread.join()
+        if isinstance(self._result, BaseException):
+            raise self._result
+        assert self._result is not None
+        return self._result
+
+    def __enter__(self) -> _Starting:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._thread.join()
+        self._stack.close()
+
+
 @pytest.mark.ray
 def test_a_cluster_wired_by_ray_env_sends_everything_and_one_wired_wrong_is_told(
     servers: list[CliServer], tmp_path: Path
@@ -338,54 +381,65 @@ def test_a_cluster_wired_by_ray_env_sends_everything_and_one_wired_wrong_is_told
     _wait_for(lambda: any(WARNING_NOTHING in w for w in _warnings(serve)), "the no-event warning")
 
     # Wired only by ray-env (the helper's variables are its output): every type 2.60 emits arrives.
-    with ray_cluster(f"{url}/v1/ray-events", dashboard=True) as cluster:
-        waits = {"WAIT_FOR_TYPES": ",".join(sorted(RAY_2_60_EMITS)), "SERVE_METRICS": f"{url}/metrics"}
-        run = subprocess.run(
-            [sys.executable, "-c", DRIVER],
-            env={**cluster.env, **waits},
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert run.returncode == 0, run.stdout + run.stderr
-        assert cluster.dashboard is not None
-        env = {k: v for k, v in cluster.env.items() if k != "RAY_ADDRESS"}
-        submitted = subprocess.run(  # a submitted job: its supervisor's internal job too
-            [
-                ray_bin(),
-                "job",
-                "submit",
-                "--address",
-                cluster.dashboard,
-                "--",
-                sys.executable,
-                "-c",
-                "import ray; ray.init()",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
-        _wait_for(
-            lambda: set(_stored_types(serve)) >= RAY_2_60_EMITS,
-            lambda: f"every type Ray 2.60 emits; stored: {_stored_types(serve)}",
-        )
-    right = next(iter(_sessions(serve)))
+    with contextlib.ExitStack() as later:
+        with ray_cluster(f"{url}/v1/ray-events", dashboard=True) as cluster:
+            waits = {"WAIT_FOR_TYPES": ",".join(sorted(RAY_2_60_EMITS)), "SERVE_METRICS": f"{url}/metrics"}
+            run = subprocess.run(
+                [sys.executable, "-c", DRIVER],
+                env={**cluster.env, **waits},
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert run.returncode == 0, run.stdout + run.stderr
+            right = _session_of(cluster)
+            # Every type from this cluster alone, before the one wired wrong below starts (its GCS
+            # sends job, node, actor and worker events too): it starts while this one goes on.
+            _wait_for(
+                lambda: set(_stored_types(serve)) >= RAY_2_60_EMITS,
+                lambda: f"every type Ray 2.60 emits; stored: {_stored_types(serve)}",
+            )
+            # Without the core workers' switch: jobs, nodes and workers but no task.
+            wrong_env = {"RAY_enable_core_worker_ray_event_to_aggregator": "0"}
+            starting = later.enter_context(_Starting(f"{url}/v1/ray-events", extra_env=wrong_env))
+            assert cluster.dashboard is not None
+            env = {k: v for k, v in cluster.env.items() if k != "RAY_ADDRESS"}
+            submitted = subprocess.run(  # a submitted job: its supervisor's internal job too
+                [
+                    ray_bin(),
+                    "job",
+                    "submit",
+                    "--address",
+                    cluster.dashboard,
+                    "--",
+                    sys.executable,
+                    "-c",
+                    "import ray; ray.init()",
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+            _wait_for(
+                lambda: set(_stored_types(serve)) >= RAY_2_60_EMITS,
+                lambda: f"every type Ray 2.60 emits; stored: {_stored_types(serve)}",
+            )
 
-    # Without the core workers' switch: jobs, nodes and workers but no task, and the session is told.
-    wrong_env = {"RAY_enable_core_worker_ray_event_to_aggregator": "0"}
-    with ray_cluster(f"{url}/v1/ray-events", extra_env=wrong_env) as cluster:
+        # The cluster wired wrong: its session is told.
+        wrong_cluster = starting.cluster()
         run = subprocess.run(
-            [sys.executable, "-c", DRIVER], env=cluster.env, capture_output=True, text=True, timeout=300
+            [sys.executable, "-c", DRIVER], env=wrong_cluster.env, capture_output=True, text=True, timeout=300
         )
         assert run.returncode == 0, run.stdout + run.stderr
         told = _wait_for(
             lambda: [w for w in _warnings(serve) if w.startswith("session ")], "the wrong session's warning"
         )
+        wrong_session = _session_of(wrong_cluster)
     sessions = _sessions(serve)
     wrong = next(name for name in sessions if name != right)
+    assert sorted(sessions) == sorted([right, wrong_session]), sessions
     assert [m["check"] for m in sessions[wrong]["missing"]] == ["task_events"], sessions[wrong]
     assert len(told) == 1 and told[0].startswith(f"session {wrong} lacks TASK_DEFINITION_EVENT"), told
     assert f'eval "$(ray-otel-events ray-env {url})"' in told[0]

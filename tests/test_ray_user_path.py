@@ -373,7 +373,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
             deadline = time.monotonic() + 120
             while not (_settled(live_url) and _settled(ours)):
                 assert time.monotonic() < deadline, "the live cluster or our store never settled"
-                time.sleep(0.5)
+                time.sleep(0.25)
             jobs = {j["type"]: j for j in _get(live_url, "/api/jobs/")}
             actors = _get(live_url, "/logical/actors")["data"]["actors"].values()
             broken = next(a["actorId"] for a in actors if a["className"] == "Broken")

@@ -371,7 +371,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                 assert time.monotonic() < deadline, (
                     f"Phoenix never held every span of the trace: {sorted(s['name'] for s in spans)}"
                 )
-                time.sleep(0.5)
+                time.sleep(0.5)  # each look is a query Phoenix answers from its database
         yield Run(base, trace_id, spans, url(bridge), phoenix)
     finally:
         bridge.close()
@@ -453,7 +453,7 @@ def test_lines_carry_the_attempts_ids_outside_a_span_and_the_users_inside(run: R
         deadline = time.monotonic() + 30
         while len(found := lines()) < 2:
             assert time.monotonic() < deadline, f"{name}: lines never arrived: {found}"
-            time.sleep(0.5)
+            time.sleep(0.2)
         (attempt_span,) = [s["span_id"] for s in tasks[task_id]]
         assert (found[f"outside {label}"]["trace_id"], found[f"outside {label}"]["span_id"]) == (
             run.trace_id,
@@ -507,7 +507,7 @@ def test_the_collectors_datasets_and_train_runs_are_spans_in_phoenix(run: Run) -
     deadline = time.monotonic() + 60
     while len(spans := run.phoenix.spans(trace)) < SPANS:
         assert time.monotonic() < deadline, f"Phoenix holds {sorted(s['name'] for s in spans)}"
-        time.sleep(0.5)
+        time.sleep(0.5)  # each look is a query Phoenix answers from its database
     assert len(spans) == SPANS, sorted(s["name"] for s in spans)
     children: dict[str, list[dict[str, Any]]] = {}
     for span in spans:
@@ -575,14 +575,14 @@ def test_ray_env_lineage_sets_up_every_worker_of_the_cluster(tmp_path: Path) -> 
             deadline = time.monotonic() + 90
             while not found()[1]:
                 assert time.monotonic() < deadline, f"the task's span never arrived: {found()}"
-                time.sleep(0.5)
+                time.sleep(0.2)
         # Only now, the cluster stopped as `ray stop` stops it (SIGTERM, then SIGKILL), is the user's
         # span looked for: it was in the node's spool before its task returned, and the spool's
         # forwarder outlives the cluster.
         deadline = time.monotonic() + 30
         while not all(found()):
             assert time.monotonic() < deadline, f"the worker's span was lost with the cluster: {found()}"
-            time.sleep(0.5)
+            time.sleep(0.2)
         (user,), (attempt,) = found()
         assert user["attributes"]["test.task_id"] == reported["task"]
         assert (user["trace_id"], user["parent_span_id"]) == (attempt["trace_id"], attempt["span_id"])

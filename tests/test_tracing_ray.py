@@ -2,12 +2,17 @@
 
 Driver and worker spans land in the spans folder with Ray's parent/child links, custom spans in
 tasks and actor methods nest under their execution spans, and the task events derived from the
-spans reach a real aggregator (and its sink). Each cluster has its own ports and temp dir, and only
-its own processes are stopped (by pid), never with `ray stop`, which would stop every cluster here.
+spans reach a real aggregator (and its sink). The local hook also keeps a task's output: a print is
+written, with Ray's task id and attempt and the span's ids, as a JSON line in
+`<spans dir>/<pid>.logs.jsonl` (the OTLP hook's side, lines stored by `serve` and read back from its
+store file, runs on the shared cluster of tests/test_ray_user_path.py). Each cluster has its own
+ports and temp dir, and only its own processes are stopped (by pid), never with `ray stop`, which
+would stop every cluster here.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import tempfile
@@ -136,6 +141,63 @@ def cli_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
         shutil.rmtree(temp_dir, ignore_errors=True)
         aggregator.close()
         sink.close()
+
+
+LOCAL_WORKLOAD = """
+import json, sys, time
+from pathlib import Path
+import ray
+ray.init(runtime_env={"env_vars": json.loads(sys.argv[2])})
+
+@ray.remote
+def chatty():
+    print("local hook line")
+    return ray.get_runtime_context().get_task_id()
+
+task_id = ray.get(chatty.remote())
+# the job lasts until the worker has written its line (Ray ends workers without exit hooks)
+deadline = time.monotonic() + 60
+while not any("local hook line" in p.read_text() for p in Path(sys.argv[1]).glob("*.logs.jsonl")):
+    assert time.monotonic() < deadline, "the worker's line was never written"
+    time.sleep(0.1)
+print(json.dumps({"task_id": task_id}))
+"""
+
+
+def test_local_hook_writes_worker_output_beside_the_spans(
+    cli_cluster: dict[str, Any], tmp_path: Path
+) -> None:
+    """The local hook: the same records, as JSON lines in `<spans dir>/<pid>.logs.jsonl`.
+
+    On the module's `ray start` cluster (a cluster's start is most of a live test's time), before
+    the test below stops it: this job's driver and workers (its runtime_env) get a spans folder of
+    their own and no aggregator, so nothing of it reaches the folder and sink the test below reads
+    whole."""
+    spans_dir = tmp_path / "spans"
+    own = {
+        "RAY_OTEL_EVENTS_SPANS_DIR": str(spans_dir),
+        "RAY_OTEL_EVENTS_AGGREGATOR_ADDRESS": "",
+        "RAY_OTEL_EVENTS_SYNC_TASK_EVENTS": "0",
+    }
+    env = {**cli_cluster["env"], **own}
+    task_id = run_json_script(
+        [sys.executable, "-c", LOCAL_WORKLOAD, str(spans_dir), json.dumps(own)], env, 300
+    )[0]["task_id"]
+
+    def found() -> dict[str, Any] | None:
+        for path in spans_dir.glob("*.logs.jsonl"):
+            for text in path.read_text().splitlines():
+                record = json.loads(text)
+                if record.get("body") == "local hook line":
+                    return record
+        return None
+
+    record = found()  # the driver waited for it
+    assert record is not None, list(spans_dir.iterdir())
+    attributes = record["attributes"]
+    assert attributes["ray.task_id"] == task_id and attributes["ray.task_attempt"] == 0, record
+    assert attributes["log.iostream"] == "stdout" and "ray.job_id" in attributes
+    assert record["trace_id"] not in ("", "0x" + "0" * 32) and record["span_id"] not in ("", "0x" + "0" * 16)
 
 
 def test_ray_start_hook_spans_link_across_processes_and_events_reach_the_aggregator(
