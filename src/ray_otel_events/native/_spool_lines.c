@@ -23,68 +23,8 @@
 #endif
 
 #include "civil_dates.h"
+#include "event_hash.h"
 #include "protobuf_wire.h"
-
-/* ---- BLAKE2b (RFC 7693), unkeyed, for the derived task ids (8-byte digests) ---- */
-
-static const uint64_t B2_IV[8] = {0x6a09e667f3bcc908ULL, 0xbb67ae8584caa73bULL, 0x3c6ef372fe94f82bULL,
-                                  0xa54ff53a5f1d36f1ULL, 0x510e527fade682d1ULL, 0x9b05688c2b3e6c1fULL,
-                                  0x1f83d9abfb41bd6bULL, 0x5be0cd19137e2179ULL};
-static const uint8_t B2_SIGMA[12][16] = {
-    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
-    {11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4}, {7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8},
-    {9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13}, {2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9},
-    {12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11}, {13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10},
-    {6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5}, {10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0},
-    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3}};
-
-static inline uint64_t rotr64(uint64_t x, int n) { return (x >> n) | (x << (64 - n)); }
-
-#define B2_G(a, b, c, d, x, y)                                                                                    \
-    do {                                                                                                      \
-        v[a] = v[a] + v[b] + (x);                                                                             \
-        v[d] = rotr64(v[d] ^ v[a], 32);                                                                       \
-        v[c] = v[c] + v[d];                                                                                   \
-        v[b] = rotr64(v[b] ^ v[c], 24);                                                                       \
-        v[a] = v[a] + v[b] + (y);                                                                             \
-        v[d] = rotr64(v[d] ^ v[a], 16);                                                                       \
-        v[c] = v[c] + v[d];                                                                                   \
-        v[b] = rotr64(v[b] ^ v[c], 63);                                                                       \
-    } while (0)
-
-/* The 8-byte BLAKE2b digest of `n` (<= 128) bytes: one block, the last. */
-static void blake2b_8(const uint8_t *in, size_t n, uint8_t out[8]) {
-    uint64_t h[8], v[16], m[16];
-    uint8_t block[128];
-    memset(block, 0, sizeof block);
-    memcpy(block, in, n);
-    for (int i = 0; i < 8; i++) h[i] = B2_IV[i];
-    h[0] ^= 0x01010000ULL ^ 8;
-    for (int i = 0; i < 16; i++) {
-        uint64_t w = 0;
-        for (int j = 7; j >= 0; j--) w = (w << 8) | block[8 * i + j];
-        m[i] = w;
-    }
-    for (int i = 0; i < 8; i++) {
-        v[i] = h[i];
-        v[i + 8] = B2_IV[i];
-    }
-    v[12] ^= (uint64_t)n;
-    v[14] = ~v[14];
-    for (int r = 0; r < 12; r++) {
-        const uint8_t *s = B2_SIGMA[r];
-        B2_G(0, 4, 8, 12, m[s[0]], m[s[1]]);
-        B2_G(1, 5, 9, 13, m[s[2]], m[s[3]]);
-        B2_G(2, 6, 10, 14, m[s[4]], m[s[5]]);
-        B2_G(3, 7, 11, 15, m[s[6]], m[s[7]]);
-        B2_G(0, 5, 10, 15, m[s[8]], m[s[9]]);
-        B2_G(1, 6, 11, 12, m[s[10]], m[s[11]]);
-        B2_G(2, 7, 8, 13, m[s[12]], m[s[13]]);
-        B2_G(3, 4, 9, 14, m[s[14]], m[s[15]]);
-    }
-    uint64_t h0 = h[0] ^ v[0] ^ v[8];
-    for (int i = 0; i < 8; i++) out[i] = (uint8_t)(h0 >> (8 * i));
-}
 
 /* ---- one line, read strictly as orjson writes it ---- */
 
@@ -1124,7 +1064,7 @@ static void derive_task_id(const uint8_t trace_id[16], uint64_t submit_span_id, 
     if (derived[slot].used && memcmp(derived[slot].in, in, 24) == 0) {
         memcpy(out, derived[slot].digest, 8);
     } else {
-        blake2b_8(in, 24, out);
+        event_hash_store(event_hash((const char *)in, 24), out); /* BLAKE2b, an 8-byte digest */
         int nil = 1;
         for (int i = 0; i < 8; i++) nil &= out[i] == 0xff;
         if (nil) out[0] = 0xfe;

@@ -8,7 +8,10 @@
  * key: a cryptographic hash gives that (SipHash promises it only while its key is secret). Python's
  * hashlib has BLAKE2b built in (hashlib.blake2b(data, digest_size=8)), so the pure-Python store needs
  * no hash of its own and the tests check this code against an independent implementation. One
- * compression for an id up to 128 bytes (Ray's are 40 characters): a fraction of a microsecond. */
+ * compression for an id up to 128 bytes (Ray's are 40 characters): a fraction of a microsecond.
+ *
+ * The spool reader (_spool_lines.c) takes the same digest of 24 bytes for the task ids it derives
+ * (task_spans.derive_task_id: hashlib.blake2b(digest_size=8) there too). */
 
 #ifndef RAY_OTEL_EVENTS_EVENT_HASH_H
 #define RAY_OTEL_EVENTS_EVENT_HASH_H
