@@ -25,7 +25,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 from bench_aggregator import read_ready_line  # noqa: E402
 from bench_soak import sqlite_breakdown  # noqa: E402
-from helpers.ray_cluster import ray_cluster  # noqa: E402
+from helpers.ray_cluster import RayCluster, ray_cluster  # noqa: E402
 
 from ray_otel_events.store.sqlite_store import resource_name  # noqa: E402
 
@@ -71,6 +71,25 @@ print("driver done", done, flush=True)
 """
 
 
+def expected_attempts(tasks: int) -> int:
+    """The driver's task attempts: its tasks and actor calls, the actors' creations, `die`, the driver."""
+    return tasks + 3 * (tasks // 6) + 3 + 1 + 1
+
+
+def run_driver(cluster: RayCluster, folder: Path, tasks: int) -> None:
+    """DRIVER run to its end against `cluster` (its last line printed)."""
+    driver = folder / "driver.py"
+    driver.write_text(DRIVER)
+    ran = subprocess.run(
+        [sys.executable, str(driver), str(tasks)],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    print(ran.stdout.strip().splitlines()[-1:], file=sys.stderr)
+
+
 def rows_by_resource(path: Path) -> dict[str, int]:
     """The store's state rows per resource (tasks: attempts), read-only beside serve."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -105,26 +124,17 @@ def main() -> int:
             )
         try:
             address = read_ready_line(serve)
-            # task attempts: + creations, die, the driver; the driver's job, its 3 actors, and
-            # workers (the driver's and at least one executing its tasks)
+            # the driver's job, its 3 actors, and workers (the driver's and at least one executing
+            # its tasks)
             expected = {
-                "tasks": args.tasks + 3 * (args.tasks // 6) + 3 + 1 + 1,
+                "tasks": expected_attempts(args.tasks),
                 "jobs": 1,
                 "actors": 3,
                 "workers": 2,
             }
             with ray_cluster(f"http://{address}/v1/ray-events", num_cpus=2) as cluster:
-                driver = Path(tmp) / "driver.py"
-                driver.write_text(DRIVER)
                 started = time.monotonic()
-                ran = subprocess.run(
-                    [sys.executable, str(driver), str(args.tasks)],
-                    env=cluster.env,
-                    capture_output=True,
-                    text=True,
-                    timeout=1800,
-                )
-                print(ran.stdout.strip().splitlines()[-1:], file=sys.stderr)
+                run_driver(cluster, Path(tmp), args.tasks)
                 deadline = time.monotonic() + args.wait
                 last: dict[str, int] = {}
                 stable_since = time.monotonic()

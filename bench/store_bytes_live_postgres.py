@@ -31,7 +31,7 @@ from bench_aggregator import read_ready_line  # noqa: E402
 from bench_soak import postgres_breakdown  # noqa: E402
 from helpers.postgres import PostgresServer  # noqa: E402
 from helpers.ray_cluster import ray_cluster  # noqa: E402
-from store_bytes_live import DRIVER  # noqa: E402
+from store_bytes_live import expected_attempts, run_driver  # noqa: E402
 
 from ray_otel_events.store.postgres_store import PostgresStore  # noqa: E402
 
@@ -89,18 +89,9 @@ def measure(args: argparse.Namespace, server: PostgresServer, tmp: Path) -> int:
         )
     try:
         address = read_ready_line(serve)
-        expected = args.tasks + 3 * (args.tasks // 6) + 3 + 1 + 1  # + creations, die, the driver
+        expected = expected_attempts(args.tasks)
         with ray_cluster(f"http://{address}/v1/ray-events", num_cpus=2) as cluster:
-            driver = tmp / "driver.py"
-            driver.write_text(DRIVER)
-            ran = subprocess.run(
-                [sys.executable, str(driver), str(args.tasks)],
-                env=cluster.env,
-                capture_output=True,
-                text=True,
-                timeout=1800,
-            )
-            print(ran.stdout.strip().splitlines()[-1:], file=sys.stderr)
+            run_driver(cluster, tmp, args.tasks)
             deadline = time.monotonic() + 300
             last, stable_since = -1, time.monotonic()
             while time.monotonic() < deadline:
