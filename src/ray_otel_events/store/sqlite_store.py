@@ -142,11 +142,6 @@ _RESOURCE_VALUE = (
     + " ".join(f"WHEN '{name}' THEN {number}" for name, number in RESOURCE_NUMBERS.items())
     + " ELSE {} END"
 )
-_RESOURCE_NAME = (
-    "CASE resource "
-    + " ".join(f"WHEN {number} THEN '{name}'" for name, number in RESOURCE_NUMBERS.items())
-    + " ELSE resource END"
-)
 # The stored rows of some keys: by entity id (the compiled fold matches the whole key).
 _SELECT_ROWS = (
     f"SELECT {_ENTITY_TEXT}, attempt, {_SESSION_NAME}, data, event_ids FROM state_rows"
