@@ -754,14 +754,15 @@ def _placeholder(name: str) -> str | None:
         return None
     if name == "JOB_ID":
         return str(task["job_id"])
-    # Ray 2.60 sends the pid in another event than the worker id and the end state: the owner (the
-    # driver) reports SUBMITTED_TO_WORKER..FINISHED with node and worker ids and workerPid 0, the
-    # executing worker reports RUNNING with its pid and log offsets and no ids (captured in
-    # tests/fixtures/ray-2.60/TASK_LIFECYCLE_EVENT.json). Each process flushes its own buffer
-    # on its own timer (RAY_task_events_report_interval_ms), the driver at once as it exits, so the
-    # store can hold a FINISHED task a moment before its pid: wait for it, as a value printed now
-    # would be kept for the rest of the story.
-    value = task["worker_id"] if name == "WORKER_ID" else task.get("worker_pid")
+    if name == "WORKER_ID":
+        return str(task["worker_id"])
+    # The worker's pid as GCS reports it when the worker registers (its row), as `ray logs` names
+    # worker files by it. A task's own pid comes only in the executing worker's RUNNING event (the
+    # owner's FINISHED carries workerPid 0, captured in tests/fixtures/ray-2.60/
+    # TASK_LIFECYCLE_EVENT.json), which Ray flushes on that worker's timer and drops when its call
+    # to the aggregator fails: a loaded CI machine stored a FAILED task without it for a minute.
+    worker = next((w for w in _listed("workers") if w.get("worker_id") == task["worker_id"]), {})
+    value = worker.get("pid") or task.get("worker_pid")
     return str(value) if value else None
 
 

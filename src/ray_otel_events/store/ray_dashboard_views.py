@@ -671,13 +671,25 @@ class RayDashboardViews:
     def _worker_streams(self, node_id: str) -> dict[str, set[str]]:
         """`worker-<id>-<job>-<pid>` of the node's workers, with the streams their lines came on."""
         found: dict[str, set[str]] = {}
+        pids = self._worker_pids(node_id)
         for task in self._rows(TASKS, ("node_id", node_id.lower())):
             lines = self._task_logs(task["task_id"])
             if not lines or not task.get("worker_id"):
                 continue
-            name = f"worker-{task['worker_id']}-{task.get('job_id', 'ffffffff')}-{task.get('worker_pid', 0)}"
+            pid = pids.get(task["worker_id"]) or task.get("worker_pid") or 0
+            name = f"worker-{task['worker_id']}-{task.get('job_id', 'ffffffff')}-{pid}"
             found.setdefault(name, set()).update(line.get("stream", "log") for line in lines)
         return found
+
+    def _worker_pids(self, node_id: str) -> dict[str, int]:
+        """Worker id to pid from the node's worker rows (GCS sends them when a worker registers). A
+        task's own pid comes only in its executing worker's RUNNING event, which Ray flushes on the
+        worker's timer and drops when its call to the aggregator fails, so a task can lack it."""
+        return {
+            w["worker_id"]: int(w["pid"])
+            for w in self._rows(WORKERS, ("node_id", node_id.lower()))
+            if w.get("pid")
+        }
 
     def log_file(self, params: Params, _media: str) -> Answer:
         """A task's (or an actor's, a worker pid's on a node, a listed worker file's) stored log
@@ -714,11 +726,16 @@ class RayDashboardViews:
             node = (params.get("node_id") or "").lower() or next(
                 (n for n, ip in self._node_ips().items() if ip == params.get("node_ip")), ""
             )
-            tasks = [  # a pid is a worker's on one node (a task with no node stored could be any)
+            workers = [  # a pid is a worker's on one node (a row with no node stored could be any)
+                w["worker_id"]
+                for w in self._rows(WORKERS, ("pid", params["pid"]))
+                if not node or w.get("node_id") in (None, "", node)
+            ]
+            tasks = [
                 t["task_id"]
                 for t in self._rows(TASKS, ("worker_pid", params["pid"]))
                 if not node or t.get("node_id") in (None, "", node)
-            ]
+            ] + [t["task_id"] for worker in workers for t in self._rows(TASKS, ("worker_id", worker))]
         elif worker_file:
             worker, _job, _pid, suffix = worker_file.groups()
             tasks = [t["task_id"] for t in self._rows(TASKS, ("worker_id", worker))]
