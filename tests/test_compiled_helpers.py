@@ -43,7 +43,14 @@ from ray_otel_events.protobuf.events_actor_lifecycle_event_pb2 import ActorLifec
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.protobuf.events_task_lifecycle_event_pb2 import TaskLifecycleEvent
 from ray_otel_events.store import kept_ids, row_fold, sqlite_store, state_merge
-from ray_otel_events.store.row_packing import id_value
+from ray_otel_events.store.row_packing import (
+    PACKED_V1,
+    PACKED_V2,
+    ROW_DICTIONARY,
+    id_value,
+    pack_row,
+    row_json,
+)
 from ray_otel_events.store.sqlite_store import EventStore
 from ray_otel_events.tracing import spool
 from tests.helpers.examples import examples
@@ -1461,6 +1468,65 @@ def test_the_writer_stores_hex_ids_as_row_packing_reads_them(tmp_path: Path) -> 
         _row_writer.RowWriter(
             str(path), "INSERT INTO t VALUES (?, ?, ?)", "", 3, ValueError, hex_ids=bytes([3])
         )
+
+
+@needs_row_writer
+def test_the_writer_packs_a_row_against_its_own_ids_as_pack_row_does(tmp_path: Path) -> None:
+    """A row packed with `row_ids` (PACKED_V2): the bytes `pack_row` gives for its JSON and its id
+    columns as they are stored (hex texts as their bytes, `id_value`; bytes as they are; any other
+    value adding nothing to its dictionary), for ids of every shape; without `row_ids`, PACKED_V1."""
+    assert _row_writer is not None
+    path = tmp_path / "w.sqlite3"
+    setup = sqlite3.connect(path)
+    setup.execute("CREATE TABLE t (n INTEGER, e, data, node, worker)")
+    setup.close()
+    sql = "INSERT INTO t VALUES (?, ?, ?, ?, ?)"
+    shapes: list[object] = [*_HEX_ID_TEXTS, None, 7, b"\x01\xff", b"", "ab" * 24, "CD" * 28, "ef" * 512]
+    rnd = random.Random(11)
+    rows = []
+    for n in range(300):
+        e, node, worker = (rnd.choice(shapes) for _ in range(3))
+        shown = [v.hex() if isinstance(v, bytes) else v for v in (e, node, worker)]
+        text = orjson.dumps(
+            dict(zip(("task_id", "node_id", "worker_id"), shown, strict=True), n=n) if n % 7 else {}
+        )
+        rows.append((n, e, text.decode(), node, worker))
+    for row_ids in (bytes([1, 3, 4]), b""):
+        if path.exists():
+            sqlite3.connect(path).execute("DELETE FROM t").connection.commit()
+        writer = _row_writer.RowWriter(
+            str(path),
+            sql,
+            "",
+            5,
+            sqlite3.DatabaseError,
+            packed=2,
+            dictionary=ROW_DICTIONARY,
+            hex_ids=bytes([1, 3, 4]),
+            row_ids=row_ids,
+        )
+        writer.add(rows)
+        writer.commit()
+        writer.close()
+        stored = sqlite3.connect(path).execute("SELECT e, data, node, worker FROM t ORDER BY n").fetchall()
+        assert [(e, node, worker) for e, _, node, worker in stored] == [
+            tuple(id_value(v) for v in (e, node, worker)) for _, e, _, node, worker in rows
+        ]
+        wanted = [
+            pack_row(text, [e, node, worker] if row_ids else None)
+            for e, text, node, worker in (
+                (id_value(r[1]), r[2], id_value(r[3]), id_value(r[4])) for r in rows
+            )
+        ]
+        assert [data for _, data, _, _ in stored] == wanted
+        assert {data[0] for _, data, _, _ in stored} == {PACKED_V2 if row_ids else PACKED_V1}
+        assert [row_json(data, [e, node, worker]) for e, data, node, worker in stored] == [
+            r[2].encode() for r in rows
+        ]
+    with pytest.raises(ValueError, match="row_ids"):
+        _row_writer.RowWriter(str(path), sql, "", 5, ValueError, packed=2, row_ids=bytes([5]))
+    with pytest.raises(ValueError, match="row_ids"):
+        _row_writer.RowWriter(str(path), sql, "", 5, ValueError, packed=2, row_ids=bytes([1, 2, 3, 4]))
 
 
 def _iso_or_error(write: Callable[[int], str], ns: int) -> str:

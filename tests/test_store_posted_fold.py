@@ -27,12 +27,19 @@ from ray_otel_events.encoding.ray_json_posts import NotAnArrayError, read_posted
 from ray_otel_events.store.backend import ColumnFilter, IngestResult
 from ray_otel_events.store.kept_ids import sqlite_hashes
 from ray_otel_events.store.posted_body import Accepted, PostedBody, read_posted
-from ray_otel_events.store.row_packing import pack_row, row_json
-from ray_otel_events.store.sqlite_store import SCHEMA_VERSION, EventStore
+from ray_otel_events.store.row_packing import (
+    PACKED_V1,
+    PACKED_V2,
+    id_value,
+    pack_row,
+    row_ids_text,
+    row_json,
+)
+from ray_otel_events.store.sqlite_store import ROW_IDS, SCHEMA_VERSION, EventStore
 from ray_otel_events.store.state_merge import TASKS, WORKERS, Prepared, prepare
 from tests.helpers.examples import examples
 from tests.helpers.pure_python import needs_compiled, run_pure_python
-from tests.helpers.stored_rows import AS_SCHEMA_5_KEYS, SELECT_ROWS, unpacked
+from tests.helpers.stored_rows import AS_SCHEMA_5_KEYS, ROW_ID_PLACES, SELECT_ROWS, row_ids, unpacked
 from tests.test_compiled_helpers import _mutated
 from tests.test_otlp_wire import _fixture_dicts
 
@@ -330,11 +337,15 @@ for number, batch in enumerate(json.loads(Path(sys.argv[2]).read_text())):
 from ray_otel_events.store.kept_ids import unpacked
 from ray_otel_events.store.row_packing import row_json
 rows = store._query(SELECT_ROWS_HERE)
+ids_at = ROW_ID_PLACES_HERE
 assert all(isinstance(row[5], bytes) and isinstance(row[6], bytes) for row in rows)
 def shown(v):
     return ["bytes", v.hex()] if isinstance(v, bytes) else v
 def read(row):
-    return [*map(shown, row[:5]), json.loads(row_json(row[5])), unpacked(row[6]), *map(shown, row[7:])]
+    return [
+        *map(shown, row[:5]), json.loads(row_json(row[5], [row[at] for at in ids_at])), unpacked(row[6]),
+        *map(shown, row[7:]),
+    ]
 print(json.dumps([read(row) for row in rows]))
 store.close()
 """
@@ -366,7 +377,9 @@ def test_with_the_compiled_helpers_off_serve_stores_the_same_rows(directory: Pat
     )
     code = _PURE_INTAKE.replace("sys.argv[1]", repr(str(directory / "pure.sqlite3")))
     code = code.replace("sys.argv[2]", repr(str(directory / "batches.json")))
-    code = code.replace("SELECT_ROWS_HERE", repr(SELECT_ROWS))
+    code = code.replace("SELECT_ROWS_HERE", repr(SELECT_ROWS)).replace(
+        "ROW_ID_PLACES_HERE", repr(ROW_ID_PLACES)
+    )
     assert json.loads(run_pure_python(code)) == rows
     assert len(rows) > 20
 
@@ -381,8 +394,10 @@ def test_a_schema_3_store_with_its_rows_as_text_is_read_and_folded_into(director
     store.close()
     db = sqlite3.connect(directory / "old.sqlite3")
     with db:
-        for rowid, data in db.execute("SELECT rowid, data FROM state_rows").fetchall():
-            db.execute("UPDATE state_rows SET data = ? WHERE rowid = ?", (row_json(data).decode(), rowid))
+        for rowid, data, *ids in db.execute(f"SELECT rowid, data, {ROW_IDS} FROM state_rows").fetchall():
+            db.execute(
+                "UPDATE state_rows SET data = ? WHERE rowid = ?", (row_json(data, ids).decode(), rowid)
+            )
         db.execute(AS_SCHEMA_5_KEYS)
         db.execute(
             "UPDATE state_rows SET "
@@ -405,6 +420,45 @@ def test_a_schema_3_store_with_its_rows_as_text_is_read_and_folded_into(director
         assert {type(row[5]) for row in old} == {str, bytes}  # untouched rows stay text, read as they are
         assert all(isinstance(row[5], bytes) for row in old if row[4] == 1001.0)  # written again: packed
         assert store._query("PRAGMA user_version") == [(SCHEMA_VERSION,)]
+    finally:
+        store.close()
+        reference.close()
+
+
+def test_a_store_of_packed_v1_rows_is_read_and_folded_into(directory: Path) -> None:
+    """A schema-6 store as the version before PACKED_V2 wrote it (each row's JSON deflated against
+    ROW_DICTIONARY alone, PACKED_V1: pack_row without ids gives those very bytes) opens, answers
+    the same rows and reads as a store written now, and takes later pieces of its rows (the
+    compiled fold reads V1 rows too); rows written again are PACKED_V2, the others stay V1."""
+    half = len(TASK_DICTS) // 2
+    store = EventStore(directory / "old.sqlite3")
+    store.ingest_posted([read_posted(orjson.dumps(TASK_DICTS[:half]))[0]], now=1000.0)
+    store.close()
+    db = sqlite3.connect(directory / "old.sqlite3")
+    with db:
+        for rowid, data, *ids in db.execute(f"SELECT rowid, data, {ROW_IDS} FROM state_rows").fetchall():
+            db.execute(
+                "UPDATE state_rows SET data = ? WHERE rowid = ?", (pack_row(row_json(data, ids)), rowid)
+            )
+    assert {data[0] for (data,) in db.execute("SELECT data FROM state_rows")} == {PACKED_V1}
+    db.close()
+    reference = EventStore(directory / "new.sqlite3")
+    store = EventStore(directory / "old.sqlite3")
+    try:
+        reference.ingest_posted([read_posted(orjson.dumps(TASK_DICTS[:half]))[0]], now=1000.0)
+        assert [_read(row) for row in store._query(SELECT_ROWS)] == [
+            _read(r) for r in reference._query(SELECT_ROWS)
+        ]
+        assert store.select(TASKS, limit=1000).rows == reference.select(TASKS, limit=1000).rows
+        for target in (store, reference):
+            target.ingest_posted([read_posted(orjson.dumps(TASK_DICTS[half:]))[0]], now=1001.0)
+        old, new = store._query(SELECT_ROWS), reference._query(SELECT_ROWS)
+        assert [_read(row) for row in old] == [_read(row) for row in new] and len(old) > 10
+        assert {row[5][0] for row in old if row[4] == 1000.0} == {PACKED_V1}  # untouched: read as they are
+        assert {row[5][0] for row in old if row[4] == 1001.0} == {PACKED_V2}  # written again
+        assert {row[5][0] for row in new} == {PACKED_V2}
+        for task in reference.select(TASKS, limit=1000).rows:
+            assert store.entity_rows(TASKS, task["task_id"]) == reference.entity_rows(TASKS, task["task_id"])
     finally:
         store.close()
         reference.close()
@@ -489,7 +543,7 @@ def test_a_schema_4_store_with_its_ids_as_text_is_read_and_migrated(directory: P
 
 def _read(row: tuple[Any, ...]) -> tuple[Any, ...]:
     """A row as stored now or before: its JSON packed or not, its event ids as hashes or text."""
-    return (*row[:5], orjson.loads(row_json(row[5])), sqlite_hashes(row[6]), *row[7:])
+    return (*row[:5], orjson.loads(row_json(row[5], row_ids(row))), sqlite_hashes(row[6]), *row[7:])
 
 
 # A store written by schema 5's code (main at cf1b76c, the compiled writer) from run E's first 9
@@ -579,8 +633,114 @@ def test_a_schema_5_store_with_sessions_and_entity_ids_as_text_is_read_and_migra
 
 
 def test_a_damaged_packed_row_is_an_error_not_a_row() -> None:
-    packed = pack_row(b'{"task_id":"ab"}')
-    assert row_json(packed) == b'{"task_id":"ab"}'
-    for damaged in (packed[:-3], b"\x02" + packed[1:], packed[:1] + b"\xff\xff\xff\x0f" + packed[5:]):
-        with pytest.raises(ValueError, match="stored row"):
-            row_json(damaged)
+    ids = [bytes.fromhex("ab" * 24), None, bytes.fromhex("cd" * 28)]
+    for packed, read_with in (
+        (pack_row(b'{"task_id":"ab"}'), ()),  # PACKED_V1: PostgreSQL's and older SQLite stores' rows
+        (pack_row(b'{"task_id":"ab"}', ids), ids),  # PACKED_V2
+    ):
+        assert row_json(packed, read_with) == b'{"task_id":"ab"}'
+        for damaged in (packed[:-3], b"\x03" + packed[1:], packed[:1] + b"\xff\xff\xff\x0f" + packed[5:]):
+            with pytest.raises(ValueError, match="stored row"):
+                row_json(damaged, read_with)
+
+
+def test_a_packed_row_refers_back_to_its_own_ids_as_its_columns_keep_them() -> None:
+    """A PACKED_V2 row's dictionary ends with its key columns' bytes as its JSON holds them: its ids
+    cost a reference each rather than their digits, and it is read only with those columns (others
+    give another text or an error, never silently the same); a PACKED_V1 row ignores them."""
+    rnd = random.Random(3)
+    task, node, worker = (rnd.randbytes(n).hex() for n in (24, 28, 28))  # digits deflate cannot squeeze
+    text = orjson.dumps(
+        {"task_id": task, "node_id": node, "worker_id": worker, "parent_task_id": "ff" * 20 + "01000000"}
+    )
+    ids = [id_value(task), id_value(node), id_value(worker)]
+    assert row_ids_text(ids) == f'"{task}""node_id":"{node}""worker_id":"{worker}"'.encode()
+    # text ids (the columns' NOCASE may keep another case), NULLs and empty bytes add nothing
+    assert row_ids_text(["AB", None, b""]) == row_ids_text([7]) == b""
+    v1, v2 = pack_row(text), pack_row(text, ids)
+    assert (v1[0], v2[0]) == (PACKED_V1, PACKED_V2)
+    assert len(v2) < len(v1) - 60
+    assert row_json(v2, ids) == row_json(v1, ()) == row_json(v1, ids) == text
+    for wrong in ([ids[0], None, ids[2]], [], [ids[0], ids[2], ids[1]], [task, node, worker]):
+        try:
+            assert row_json(v2, wrong) != text
+        except ValueError as exc:
+            assert "stored row" in str(exc)
+    # the same row without a worker yet (a task before it runs): only what its columns hold
+    assert row_json(pack_row(text, [*ids[:2], None]), [*ids[:2], None]) == text
+
+
+def _read_or_error(data: bytes, ids: list[Any]) -> str | bytes:
+    try:
+        return row_json(data, ids)
+    except ValueError as exc:
+        return str(exc)
+
+
+def _lifecycle(state: str, at_s: int, node: bytes = b"", worker: bytes = b"") -> dict[str, Any]:
+    """A task's lifecycle event of one transition, as Ray's core worker sends it (of the fixture's
+    first task), with its node and worker ids or without (a task not yet on a worker)."""
+    event = copy.deepcopy(next(d for d in TASK_DICTS if d.get("eventType") == "TASK_LIFECYCLE_EVENT"))
+    event["eventId"] = base64.b64encode(f"late-worker-{state}".encode()).decode()
+    body = event["taskLifecycleEvent"]
+    body["stateTransitions"] = [{"state": state, "timestamp": f"2026-11-22T01:37:{at_s:02}.5Z"}]
+    body["nodeId"] = base64.b64encode(node).decode()
+    body["workerId"] = base64.b64encode(worker).decode()
+    if not worker:
+        body.pop("workerPid", None)
+        body.pop("taskLogInfo", None)
+    return event
+
+
+def test_a_row_whose_worker_comes_in_a_later_event_reads_with_the_ids_stored_beside_it(
+    directory: Path,
+) -> None:
+    """A task row first stored without its node and worker (its dictionary: its own id alone), then
+    given them by a later event (folded from the stored row, by the compiled fold where it is
+    built, and packed again with them: the blob and its key columns are written by one upsert), then
+    folded again: every read of its JSON (selects, entity rows, the fold's own, a read-only
+    store's) reads it whole, against the ids its columns hold at that time."""
+    rnd = random.Random(8)
+    node, worker = rnd.randbytes(28), rnd.randbytes(28)
+    path = directory / "late.sqlite3"
+    store = EventStore(path)
+    steps = [
+        [_lifecycle("PENDING_NODE_ASSIGNMENT", 20)],
+        [_lifecycle("SUBMITTED_TO_WORKER", 25, node, worker), _lifecycle("RUNNING", 26, node, worker)],
+        [_lifecycle("FINISHED", 30, node, worker)],
+    ]
+    columns = f"SELECT data, {ROW_IDS} FROM state_rows WHERE resource = 1"
+    try:
+        for number, events in enumerate(steps):
+            result = store.ingest_posted([read_posted(orjson.dumps(events))[0]], now=1000.0 + number)
+            assert not result.refused and not result.invalid, result
+            ((data, entity, node_column, worker_column),) = store._query(columns)
+            assert data[0] == PACKED_V2 and isinstance(entity, bytes)
+            assert (node_column, worker_column) == ((None, None) if number == 0 else (node, worker))
+            (row,) = store.select(TASKS).rows
+            assert orjson.loads(row_json(data, [entity, node_column, worker_column])) == row
+            assert [state["state"] for state in row["events"]] == [
+                e["taskLifecycleEvent"]["stateTransitions"][0]["state"]
+                for step in steps[: number + 1]
+                for e in step
+            ]
+            assert (row.get("node_id"), row.get("worker_id")) == (
+                (None, None) if number == 0 else (node.hex(), worker.hex())
+            )
+            assert [found for _, _, found in store.entity_rows(TASKS, row["task_id"].upper())] == [row]
+            key = (TASKS, row["task_id"], 0, row_session := store.sessions()[0])
+            assert store._rows_for({key})[key].row == row, row_session
+            if number:
+                assert store.select(TASKS, [ColumnFilter("worker", True, worker.hex())]).rows == [row]
+                # read with other ids, the blob is not this row: its dictionary is its columns'
+                assert _read_or_error(data, [entity, node_column, None]) != row_json(
+                    data, [entity, node_column, worker_column]
+                )
+    finally:
+        store.close()
+    reader = EventStore(path, read_only=True)
+    try:
+        (row,) = reader.select(TASKS).rows
+        assert row["state"] == "FINISHED" and row["worker_id"] == worker.hex()
+    finally:
+        reader.close()

@@ -39,6 +39,13 @@ AS_SCHEMA_5_KEYS = (
 )
 _DATA = 5  # `data`'s place in SELECT_ROWS
 _IDS = 6  # `event_ids`'
+# The places of the key columns a packed row's dictionary may end with (entity id, node, worker)
+ROW_ID_PLACES = (1, *(7 + INDEXED_COLUMNS.index(column) for column in ("node", "worker")))
+
+
+def row_ids(row: tuple[Any, ...] | list[Any]) -> list[Any]:
+    """A row of SELECT_ROWS' key columns, as `row_json` takes them."""
+    return [row[at] for at in ROW_ID_PLACES]
 
 
 def unpacked(rows: list[Any]) -> list[tuple[Any, ...]]:
@@ -47,6 +54,11 @@ def unpacked(rows: list[Any]) -> list[tuple[Any, ...]]:
     assert all(isinstance(row[_DATA], bytes) for row in rows), "a row's JSON was stored unpacked"
     assert all(isinstance(row[_IDS], bytes) and len(row[_IDS]) % 8 == 0 for row in rows), "ids kept as text"
     return [
-        (*row[:_DATA], orjson.loads(row_json(row[_DATA])), unpacked_ids(row[_IDS]), *row[_IDS + 1 :])
+        (
+            *row[:_DATA],
+            orjson.loads(row_json(row[_DATA], row_ids(row))),
+            unpacked_ids(row[_IDS]),
+            *row[_IDS + 1 :],
+        )
         for row in rows
     ]

@@ -1294,6 +1294,7 @@ typedef struct {
     RowState *row;
     RawBuf json;
     RowPacker unpacker; /* the stored rows' packed data (row_packing.h) */
+    char ids_text[ROW_IDS_TEXT_MAX]; /* a stored row's ids, as its dictionary takes them */
 } Folder;
 
 /* What a fold of one batch gathers (no Python object is touched while the GIL is released). */
@@ -1519,9 +1520,19 @@ static int read_chunk(Folder *f, Batch *b, const uint32_t *rows, int n, uint32_t
         if (packed) {
             const unsigned char *blob = data;
             size_t blob_len = (size_t)sqlite3_column_bytes(s, 3);
+            /* A ROW_PACKED_V2 row's dictionary: its key columns as stored beside it (bytes only) */
+            const unsigned char *ids[ROW_IDS];
+            size_t id_lens[ROW_IDS];
+            for (int i = 0; i < ROW_IDS; i++) {
+                int at = 5 + i;
+                ids[i] = sqlite3_column_type(s, at) == SQLITE_BLOB ? sqlite3_column_blob(s, at) : NULL;
+                id_lens[i] = ids[i] == NULL ? 0 : (size_t)sqlite3_column_bytes(s, at);
+            }
+            size_t ids_len = row_ids_text(ids, id_lens, f->ids_text);
             int64_t n = row_packed_length(blob, blob_len);
             char *text = n < 0 ? NULL : arena_alloc(&f->chunk, (size_t)n);
-            if (n < 0 || (text != NULL && row_unpack(&f->unpacker, blob, blob_len, text, (size_t)n) < 0)) {
+            if (n < 0 || (text != NULL && row_unpack(&f->unpacker, blob, blob_len, f->ids_text, ids_len, text,
+                                                     (size_t)n) < 0)) {
                 b->error = SQL_FAILED;
                 snprintf(b->message, sizeof b->message, "reading rows: the stored row of %.*s is damaged",
                          stored_n > 100 ? 100 : stored_n, stored);
@@ -1912,9 +1923,10 @@ static int folder_init(Folder *f, PyObject *args, PyObject *kwargs) {
     if (rc == SQLITE_OK) rc = sqlite3_exec(f->db, setup, NULL, NULL, NULL);
     if (rc == SQLITE_OK) rc = sqlite3_prepare_v3(f->db, select, -1, SQLITE_PREPARE_PERSISTENT, &f->select, NULL);
     if (rc == SQLITE_OK) f->chunk_rows = sqlite3_bind_parameter_count(f->select) - 1;
-    if (rc == SQLITE_OK && (f->chunk_rows < 1 || sqlite3_column_count(f->select) != 5)) {
+    if (rc == SQLITE_OK && (f->chunk_rows < 1 || sqlite3_column_count(f->select) != 5 + ROW_IDS)) {
         PyErr_SetString(PyExc_ValueError, "Folder: select takes (resource, entity id, ...) and gives"
-                                          " (entity id, attempt, session, data, event ids)");
+                                          " (entity id, attempt, session, data, event ids, and the"
+                                          " stored entity id, node and worker)");
         folder_stop(f);
         return -1;
     }

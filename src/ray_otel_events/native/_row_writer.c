@@ -52,6 +52,11 @@ typedef struct {
     RowPacker packer;
     unsigned char hex_ids[ROW_WRITER_MAX_COLUMNS]; /* 1: a hex text there is stored as its bytes */
     unsigned char id_bytes[ROW_ID_MAX / 2];        /* one such value's bytes, as they are bound */
+    /* The columns of a row's ids (entity id, node, worker: row_packing.h's ROW_IDS), whose values
+     * as they are stored end the dictionary of its packed column (ROW_PACKED_V2); none: V1. */
+    int row_ids[ROW_IDS], n_row_ids;
+    unsigned char row_id_bytes[ROW_IDS][ROW_ID_MAX / 2];
+    char ids_text[ROW_IDS_TEXT_MAX];
     /* The column holding a session's name, stored as the number `session_id` (name, received)
      * answers, or -1; `received`: the column whose value is its second parameter. The last
      * session's number is kept for the rest of the transaction. */
@@ -122,6 +127,32 @@ static void write_chunk(Writer *w, Chunk *chunk) {
         const char *session = NULL;
         size_t session_len = 0;
         double received = 0;
+        const char *ids_text = NULL; /* the packed column's ids (ROW_PACKED_V2), as they are stored */
+        size_t ids_len = 0;
+        if (w->n_row_ids) {
+            const unsigned char *ids[ROW_IDS] = {NULL};
+            size_t id_lens[ROW_IDS] = {0};
+            const char *q = p;
+            for (int c = 0; c < w->columns; c++) {
+                PackedValue v;
+                q = packed_read(q, &v);
+                for (int k = 0; k < w->n_row_ids; k++) {
+                    if (w->row_ids[k] != c) continue;
+                    int id_len = v.tag == PACKED_TEXT && c < ROW_WRITER_MAX_COLUMNS && w->hex_ids[c]
+                                     ? row_id_bytes(v.text, v.len, w->row_id_bytes[k])
+                                     : -1;
+                    if (id_len > 0) {
+                        ids[k] = w->row_id_bytes[k];
+                        id_lens[k] = (size_t)id_len;
+                    } else if (v.tag == PACKED_BLOB && v.len > 0) { /* bound as its bytes */
+                        ids[k] = (const unsigned char *)v.text;
+                        id_lens[k] = v.len;
+                    }
+                }
+            }
+            ids_len = row_ids_text(ids, id_lens, w->ids_text);
+            ids_text = w->ids_text;
+        }
         for (int c = 0; c < w->columns; c++) {
             PackedValue v;
             p = packed_read(p, &v);
@@ -134,7 +165,8 @@ static void write_chunk(Writer *w, Chunk *chunk) {
             if (c == w->packed && v.tag == PACKED_TEXT) {
                 const unsigned char *blob;
                 size_t blob_len;
-                int rc = row_pack(&w->packer, v.text, v.len, &blob, &blob_len) < 0 || blob_len > INT_MAX
+                int rc = row_pack(&w->packer, v.text, v.len, ids_text, ids_len, &blob, &blob_len) < 0 ||
+                                 blob_len > INT_MAX
                              ? SQLITE_NOMEM
                              : sqlite3_bind_blob(w->upsert, c + 1, blob, (int)blob_len, SQLITE_STATIC);
                 if (rc != SQLITE_OK) {
@@ -502,16 +534,30 @@ static PyObject *writer_close(Writer *w, PyObject *unused) {
 }
 
 static int writer_init(Writer *w, PyObject *args, PyObject *kwargs) {
-    const char *path, *sql, *setup, *dictionary = "", *hex_ids = "", *session_sql = NULL;
-    Py_ssize_t dictionary_len = 0, hex_ids_len = 0;
+    const char *path, *sql, *setup, *dictionary = "", *hex_ids = "", *session_sql = NULL, *row_ids = "";
+    Py_ssize_t dictionary_len = 0, hex_ids_len = 0, row_ids_len = 0;
     PyObject *error_type;
     static char *keywords[] = {"path",       "sql",     "setup",       "columns",  "error", "packed", "dictionary",
-                               "hex_ids",    "session", "session_sql", "received", NULL};
+                               "hex_ids",    "session", "session_sql", "received", "row_ids", NULL};
     w->packed = w->session_at = w->received_at = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sssiO|iy#y#izi:RowWriter", keywords, &path, &sql, &setup,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sssiO|iy#y#iziy#:RowWriter", keywords, &path, &sql, &setup,
                                      &w->columns, &error_type, &w->packed, &dictionary, &dictionary_len,
-                                     &hex_ids, &hex_ids_len, &w->session_at, &session_sql, &w->received_at))
+                                     &hex_ids, &hex_ids_len, &w->session_at, &session_sql, &w->received_at,
+                                     &row_ids, &row_ids_len))
         return -1;
+    if (row_ids_len > ROW_IDS) {
+        PyErr_SetString(PyExc_ValueError, "RowWriter: row_ids are at most 3 indexes of its columns");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < row_ids_len; i++) {
+        unsigned char c = (unsigned char)row_ids[i];
+        if (c >= w->columns) {
+            PyErr_SetString(PyExc_ValueError, "RowWriter: row_ids are indexes of its columns");
+            return -1;
+        }
+        w->row_ids[i] = c;
+    }
+    w->n_row_ids = (int)row_ids_len;
     if (w->session_at >= w->columns || w->received_at >= w->columns || (w->session_at >= 0) != (session_sql != NULL) ||
         (w->session_at >= 0 && w->received_at < 0)) {
         PyErr_SetString(PyExc_ValueError, "RowWriter: session and received are indexes of its columns, with session_sql");
@@ -607,10 +653,11 @@ static PyTypeObject WriterType = {
     .tp_basicsize = sizeof(Writer),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "RowWriter(path, sql, setup, columns, error, packed=-1, dictionary=b'', hex_ids=b'', session=-1,"
-               " session_sql=None, received=-1): upserts on a thread and connection of its own; column `packed`"
-               " (0-based) is stored packed with `dictionary`, a hex text in a column whose index is a byte of"
-               " `hex_ids` as its bytes, and the text in column `session` as the number `session_sql` answers for"
-               " it and column `received`'s value.",
+               " session_sql=None, received=-1, row_ids=b''): upserts on a thread and connection of its own;"
+               " column `packed` (0-based) is stored packed with `dictionary` (followed by the stored values of"
+               " the columns whose indexes are the bytes of `row_ids` where it has some: entity id, node, worker),"
+               " a hex text in a column whose index is a byte of `hex_ids` as its bytes, and the text in column"
+               " `session` as the number `session_sql` answers for it and column `received`'s value.",
     .tp_new = writer_new,
     .tp_init = (initproc)writer_init,
     .tp_dealloc = (destructor)writer_dealloc,

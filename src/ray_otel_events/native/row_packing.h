@@ -1,7 +1,9 @@
 /* A state row's JSON packed as the store keeps it (store/row_packing.py is the Python twin, and
  * says why): a format byte, the text's length (uint32, little-endian), then its raw deflate (32 KiB
- * window) primed with the row dictionary the store passes in. The row writer packs (on its own
- * thread), the compiled fold unpacks the rows it reads; each keeps one z_stream, reset per row. */
+ * window) primed with the row dictionary the store passes in, which a ROW_PACKED_V2 row follows with
+ * its own ids (row_ids_text: its key columns stored as bytes, as its JSON holds them). The row
+ * writer packs (on its own thread), the compiled fold unpacks the rows it reads; each keeps one
+ * z_stream, reset per row. */
 
 #ifndef RAY_OTEL_EVENTS_ROW_PACKING_H
 #define RAY_OTEL_EVENTS_ROW_PACKING_H
@@ -12,6 +14,7 @@
 #include <zlib.h>
 
 #define ROW_PACKED_V1 1
+#define ROW_PACKED_V2 2
 #define ROW_PACKED_HEAD 5
 #define ROW_PACKED_LEVEL 6
 #define ROW_PACKED_MAX_TEXT (256u * 1024u * 1024u) /* a longer unpacked length is a damaged blob */
@@ -19,13 +22,39 @@
 typedef struct {
     z_stream z;
     int ready; /* deflateInit2 / inflateInit2 succeeded */
-    unsigned char *dictionary;
+    unsigned char *dictionary; /* the store's, then room for a row's ids (ROW_IDS_TEXT_MAX) */
     uInt dictionary_len;
     unsigned char *out; /* the packer's buffer, grown as rows need */
     size_t out_cap;
 } RowPacker;
 
 #define ROW_ID_MAX 1024 /* longer hex texts are stored as text */
+
+/* A ROW_PACKED_V2 row's ids (row_packing.ROW_ID_PREFIXES): its entity id, node and worker, each
+ * as its JSON holds it: this prefix, its lower-case hex, a quote. */
+#define ROW_IDS 3
+static const char *const ROW_ID_PREFIXES[ROW_IDS] = {"\"", "\"node_id\":\"", "\"worker_id\":\""};
+#define ROW_IDS_TEXT_MAX (ROW_IDS * (sizeof "\"worker_id\":\"" + ROW_ID_MAX + 1))
+
+/* A row's ids as its dictionary takes them (row_packing.row_ids_text's twin): `ids[i]` (`lens[i]`
+ * bytes, 1 to ROW_ID_MAX / 2; else: the column holds no bytes this counts) as text into `out` (room for
+ * ROW_IDS_TEXT_MAX); its length. */
+static inline size_t row_ids_text(const unsigned char *const ids[ROW_IDS], const size_t lens[ROW_IDS], char *out) {
+    static const char digits[] = "0123456789abcdef";
+    size_t n = 0;
+    for (int i = 0; i < ROW_IDS; i++) {
+        if (ids[i] == NULL || lens[i] == 0 || lens[i] > ROW_ID_MAX / 2) continue;
+        size_t prefix = strlen(ROW_ID_PREFIXES[i]);
+        memcpy(out + n, ROW_ID_PREFIXES[i], prefix);
+        n += prefix;
+        for (size_t k = 0; k < lens[i]; k++) {
+            out[n++] = digits[ids[i][k] >> 4];
+            out[n++] = digits[ids[i][k] & 15];
+        }
+        out[n++] = '"';
+    }
+    return n;
+}
 
 /* A hex text's bytes into `out` (row_packing.id_value's twin): its length, or -1 when the text is
  * not one (empty, odd, longer than ROW_ID_MAX, or a character not a hex digit). The row writer
@@ -46,19 +75,32 @@ static inline int row_id_bytes(const char *text, size_t len, unsigned char *out)
     return (int)(len / 2);
 }
 
-/* Keep a copy of `dictionary` (any thread may use it later). 0, or -1 (no memory). */
+/* Keep a copy of `dictionary` (any thread may use it later), with room for a row's ids after it.
+ * 0, or -1 (no memory). */
 static inline int row_packer_dictionary(RowPacker *p, const char *dictionary, size_t len) {
-    if (len == 0 || len > UINT32_MAX) return 0;
-    p->dictionary = PyMem_RawMalloc(len);
+    if (len > UINT32_MAX - ROW_IDS_TEXT_MAX) return 0;
+    p->dictionary = PyMem_RawMalloc(len + ROW_IDS_TEXT_MAX);
     if (p->dictionary == NULL) return -1;
-    memcpy(p->dictionary, dictionary, len);
+    if (len) memcpy(p->dictionary, dictionary, len);
     p->dictionary_len = (uInt)len;
     return 0;
 }
 
-/* `text` packed into the packer's buffer (*out, *out_len: valid until the next call): 0, or -1. */
-static inline int row_pack(RowPacker *p, const char *text, size_t len, const unsigned char **out, size_t *out_len) {
-    if (len > ROW_PACKED_MAX_TEXT) return -1;
+/* The dictionary of a row of format `version`: the store's, and for ROW_PACKED_V2 the row's ids
+ * (`ids_text`, `ids_len` bytes of row_ids_text) after it, in the packer's room for them. */
+static inline uInt row_dictionary(RowPacker *p, int version, const char *ids_text, size_t ids_len) {
+    if (version != ROW_PACKED_V2 || p->dictionary == NULL || ids_len > ROW_IDS_TEXT_MAX) return p->dictionary_len;
+    if (ids_len) memcpy(p->dictionary + p->dictionary_len, ids_text, ids_len);
+    return p->dictionary_len + (uInt)ids_len;
+}
+
+/* `text` packed into the packer's buffer (*out, *out_len: valid until the next call): 0, or -1.
+ * `ids_text` (`ids_len` bytes of row_ids_text): ROW_PACKED_V2; NULL: ROW_PACKED_V1. */
+static inline int row_pack(RowPacker *p, const char *text, size_t len, const char *ids_text, size_t ids_len,
+                           const unsigned char **out, size_t *out_len) {
+    if (len > ROW_PACKED_MAX_TEXT || ids_len > ROW_IDS_TEXT_MAX) return -1;
+    int version = ids_text == NULL ? ROW_PACKED_V1 : ROW_PACKED_V2;
+    uInt dictionary_len = row_dictionary(p, version, ids_text, ids_len);
     if (!p->ready) {
         memset(&p->z, 0, sizeof p->z);
         if (deflateInit2(&p->z, ROW_PACKED_LEVEL, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) != Z_OK) return -1;
@@ -66,7 +108,7 @@ static inline int row_pack(RowPacker *p, const char *text, size_t len, const uns
     } else if (deflateReset(&p->z) != Z_OK) {
         return -1;
     }
-    if (p->dictionary_len && deflateSetDictionary(&p->z, p->dictionary, p->dictionary_len) != Z_OK) return -1;
+    if (dictionary_len && deflateSetDictionary(&p->z, p->dictionary, dictionary_len) != Z_OK) return -1;
     size_t need = ROW_PACKED_HEAD + deflateBound(&p->z, (uLong)len);
     if (need > p->out_cap) {
         unsigned char *grown = PyMem_RawRealloc(p->out, need);
@@ -74,7 +116,7 @@ static inline int row_pack(RowPacker *p, const char *text, size_t len, const uns
         p->out = grown;
         p->out_cap = need;
     }
-    p->out[0] = ROW_PACKED_V1;
+    p->out[0] = (unsigned char)version;
     for (int i = 0; i < 4; i++) p->out[1 + i] = (unsigned char)((uint32_t)len >> (8 * i));
     p->z.next_in = (Bytef *)text;
     p->z.avail_in = (uInt)len;
@@ -88,15 +130,19 @@ static inline int row_pack(RowPacker *p, const char *text, size_t len, const uns
 
 /* The unpacked length of a packed blob, or -1 when it is not one this build reads. */
 static inline int64_t row_packed_length(const unsigned char *blob, size_t len) {
-    if (len < ROW_PACKED_HEAD || blob[0] != ROW_PACKED_V1) return -1;
+    if (len < ROW_PACKED_HEAD || (blob[0] != ROW_PACKED_V1 && blob[0] != ROW_PACKED_V2)) return -1;
     uint32_t n = 0;
     for (int i = 0; i < 4; i++) n |= (uint32_t)blob[1 + i] << (8 * i);
     return n > ROW_PACKED_MAX_TEXT ? -1 : (int64_t)n;
 }
 
-/* A packed blob's text into `out` (its `row_packed_length` bytes): 0, or -1 when damaged. */
-static inline int row_unpack(RowPacker *p, const unsigned char *blob, size_t len, char *out, size_t out_len) {
-    if (len > UINT32_MAX) return -1;
+/* A packed blob's text into `out` (its `row_packed_length` bytes): 0, or -1 when damaged.
+ * `ids_text` (`ids_len` bytes of row_ids_text): the row's ids as read beside it, which a
+ * ROW_PACKED_V2 blob's dictionary ends with. */
+static inline int row_unpack(RowPacker *p, const unsigned char *blob, size_t len, const char *ids_text, size_t ids_len,
+                             char *out, size_t out_len) {
+    if (len > UINT32_MAX || len < ROW_PACKED_HEAD || ids_len > ROW_IDS_TEXT_MAX) return -1;
+    uInt dictionary_len = row_dictionary(p, blob[0], ids_text, ids_len);
     if (!p->ready) {
         memset(&p->z, 0, sizeof p->z);
         if (inflateInit2(&p->z, -15) != Z_OK) return -1;
@@ -105,7 +151,7 @@ static inline int row_unpack(RowPacker *p, const unsigned char *blob, size_t len
         return -1;
     }
     /* Raw inflate takes its dictionary before the data (no Z_NEED_DICT without a zlib header). */
-    if (p->dictionary_len && inflateSetDictionary(&p->z, p->dictionary, p->dictionary_len) != Z_OK) return -1;
+    if (dictionary_len && inflateSetDictionary(&p->z, p->dictionary, dictionary_len) != Z_OK) return -1;
     p->z.next_in = (Bytef *)(blob + ROW_PACKED_HEAD);
     p->z.avail_in = (uInt)(len - ROW_PACKED_HEAD);
     p->z.next_out = (Bytef *)out;

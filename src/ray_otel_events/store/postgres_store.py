@@ -183,8 +183,9 @@ def _kept_hashes(stored: bytes) -> list[int]:
 
 
 def _packed(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A folded row's upsert values with its JSON packed (row_packing) and its kept ids' hashes
-    (kept_ids.packed) after `HASHED`."""
+    """A folded row's upsert values with its JSON packed (row_packing's PACKED_V1: a dictionary of
+    the row's own ids, SQLite's PACKED_V2, would tie every read to the key columns, which this store
+    may keep shortened) and its kept ids' hashes (kept_ids.packed) after `HASHED`."""
     return (*row[:_DATA_AT], pack_row(row[_DATA_AT]), HASHED + row[_DATA_AT + 1], *row[_DATA_AT + 2 :])
 
 
@@ -510,7 +511,7 @@ def _stored_row(found: tuple[bytes, bytes] | None) -> StoredRow:
     return (
         StoredRow({}, [])
         if found is None
-        else StoredRow(orjson.loads(row_json(found[0])), _kept_hashes(found[1]))
+        else StoredRow(orjson.loads(row_json(found[0], ())), _kept_hashes(found[1]))  # PACKED_V1
     )
 
 

@@ -27,6 +27,9 @@ from ray_otel_events.store.state_merge import INDEXED_COLUMNS, INDEXED_FIELDS, I
 TEXT_COLUMNS = ("state", "job", "name", "func", "node", "worker", "kind", "error")
 INTEGER_COLUMNS = ("attempt", "start_ms", "end_ms")  # the ones filters compare as integers
 SESSION_COUNTED = ("jobs", "tasks", "actors", "nodes")
+# A row's JSON as it is read: with the key columns a packed row's dictionary may end with
+# (row_packing.row_ids_text; the SQLite store's ROW_IDS).
+_DATA = "data, entity_id, node, worker"
 WINDOW_SLACK_S = 60.0  # spans and log lines may arrive this long before or after a session's events
 
 ORDERS = {
@@ -207,17 +210,17 @@ class SqlReads(ABC):
             if order == "updated"
             else f"{column} IS NULL, {column} {direction}, updated DESC, entity_id, attempt"
         )
-        query = f"SELECT data FROM state_rows WHERE {clause} ORDER BY {ordering}"
+        query = f"SELECT {_DATA} FROM state_rows WHERE {clause} ORDER BY {ordering}"
         total = self.total(resource, session)
         if keep is None:
             matched = self._matched(resource, filters, search, session)
             mark = self.dialect.mark
             found = self._query(f"{query} LIMIT {mark} OFFSET {mark}", [*params, limit, offset])
-            return Selection(total, matched, [orjson.loads(row_json(r[0])) for r in found])
+            return Selection(total, matched, [orjson.loads(row_json(r[0], r[1:])) for r in found])
         rows: list[Row] = []
         matched = 0
-        for (data,) in self._query(query, params):
-            row = orjson.loads(row_json(data))
+        for data, *ids in self._query(query, params):
+            row = orjson.loads(row_json(data, ids))
             if keep(row):
                 if offset <= matched < offset + limit:
                     rows.append(row)
@@ -286,11 +289,13 @@ class SqlReads(ABC):
         """The whole value a column holds as `dialect.indexed` shortened it: from a row's JSON."""
         d = self.dialect
         found = self._query(
-            f"SELECT data FROM state_rows WHERE resource = {d.mark} AND {column} = {d.mark} LIMIT 1",
+            f"SELECT {_DATA} FROM state_rows WHERE resource = {d.mark} AND {column} = {d.mark} LIMIT 1",
             (d.resource_value(resource), form),
         )
         field = INDEXED_FIELDS[resource].get(column)
-        return orjson.loads(row_json(found[0][0])).get(field, form) if found and field else d.dec(form)
+        if not found or not field:
+            return d.dec(form)
+        return orjson.loads(row_json(found[0][0], found[0][1:])).get(field, form)
 
     def entity_rows(
         self, resource: str, entity_id: str, session: str | None = None
@@ -298,7 +303,7 @@ class SqlReads(ABC):
         """(attempt, session, row) of every row of one entity: of every session, or of `session`."""
         d = self.dialect
         sql = (
-            f"SELECT attempt, {d.session_name}, data FROM state_rows"
+            f"SELECT attempt, {d.session_name}, {_DATA} FROM state_rows"
             f" WHERE resource = {d.mark} AND entity_id = {d.id_mark}"
         )
         params: list[Any] = [d.resource_value(resource), d.entity_value(entity_id.lower())]
@@ -306,7 +311,9 @@ class SqlReads(ABC):
             sql += f" AND {d.session_is()}"
             params.append(d.enc(session))
         found = self._query(sql, params)
-        return [(attempt, d.dec(name), orjson.loads(row_json(data))) for attempt, name, data in found]
+        return [
+            (attempt, d.dec(name), orjson.loads(row_json(data, ids))) for attempt, name, data, *ids in found
+        ]
 
     # -- log files -----------------------------------------------------------------------------
 

@@ -142,9 +142,13 @@ _RESOURCE_VALUE = (
     + " ".join(f"WHEN '{name}' THEN {number}" for name, number in RESOURCE_NUMBERS.items())
     + " ELSE {} END"
 )
+# A row's key columns as stored beside its packed JSON, which a PACKED_V2 row's dictionary ends
+# with (row_packing.row_ids_text): every read of `data` reads them too, in this order. The upsert
+# writes them with every `data` it writes, and nothing else changes them.
+ROW_IDS = "entity_id, node, worker"
 # The stored rows of some keys: by entity id (the compiled fold matches the whole key).
 _SELECT_ROWS = (
-    f"SELECT {_ENTITY_TEXT}, attempt, {_SESSION_NAME}, data, event_ids FROM state_rows"
+    f"SELECT {_ENTITY_TEXT}, attempt, {_SESSION_NAME}, data, event_ids, {ROW_IDS} FROM state_rows"
     f" WHERE resource = {_RESOURCE_VALUE.replace('{}', '?1')} AND entity_id IN ({{marks}})"
 )
 _SELECT_CHUNK = _SELECT_ROWS.format(marks=", ".join("?" * _FOLD_CHUNK))
@@ -257,6 +261,8 @@ _DATA_VALUE = 5  # the upsert's `data`: the row's JSON, stored packed (row_packi
 # worker ids, 56 digits each). A filter's value is read so before it is compared.
 _HEX_ID_COLUMNS = ("node", "worker")
 _HEX_ID_VALUES = (_ENTITY_VALUE, *(7 + INDEXED_COLUMNS.index(column) for column in _HEX_ID_COLUMNS))
+# The upsert's values of `ROW_IDS`, which end its packed JSON's dictionary as they are stored.
+_ROW_ID_VALUES = (_ENTITY_VALUE, *(7 + INDEXED_COLUMNS.index(column) for column in ("node", "worker")))
 _INDEXED_STATE_COLUMNS = ", ".join(INDEXED_COLUMNS)
 _ROW_INDEXES = re.findall(r"CREATE INDEX IF NOT EXISTS (\w+) ON state_rows\(", _SCHEMA)
 # A file of an older schema rewritten as schema 6, in one transaction: its rows copied into the new
@@ -296,9 +302,9 @@ def _packed(
     packed = []
     for row in rows:
         values = list(row)
-        values[_DATA_VALUE] = pack_row(values[_DATA_VALUE])
         for at in _HEX_ID_VALUES:
             values[at] = id_value(values[at])
+        values[_DATA_VALUE] = pack_row(values[_DATA_VALUE], [values[at] for at in _ROW_ID_VALUES])
         name = values[_SESSION_AT]
         if isinstance(name, str):
             number = sessions.get(name)
@@ -439,6 +445,7 @@ class EventStore(SqlUpkeep):
                     packed=_DATA_VALUE,
                     dictionary=ROW_DICTIONARY,
                     hex_ids=bytes(_HEX_ID_VALUES),
+                    row_ids=bytes(_ROW_ID_VALUES),
                     session=_SESSION_AT,
                     session_sql=_SESSION_ID,
                     received=_UPDATED_AT,
@@ -584,12 +591,12 @@ class EventStore(SqlUpkeep):
             by_resource.setdefault(resource, set()).add(entity_id)
         found: dict[Key, StoredRow] = {}
         for resource, entity_ids in by_resource.items():
-            for entity_id, attempt, session, data, ids in self._in_chunks(
+            for entity_id, attempt, session, data, ids, *row_ids in self._in_chunks(
                 _SELECT_ROWS, [id_value(entity_id) for entity_id in entity_ids], resource
             ):
                 key = (resource, entity_id, attempt, session)
                 if key in keys:
-                    found[key] = StoredRow(orjson.loads(row_json(data)), sqlite_hashes(ids))
+                    found[key] = StoredRow(orjson.loads(row_json(data, row_ids)), sqlite_hashes(ids))
         for key in keys - found.keys():
             found[key] = StoredRow({}, [])
         return found
