@@ -655,13 +655,20 @@ def test_a_packed_row_refers_back_to_its_own_ids_as_its_columns_keep_them() -> N
     )
     ids = [id_value(task), id_value(node), id_value(worker)]
     assert row_ids_text(ids) == f'"{task}""node_id":"{node}""worker_id":"{worker}"'.encode()
-    # text ids (the columns' NOCASE may keep another case), NULLs and empty bytes add nothing
-    assert row_ids_text(["AB", None, b""]) == row_ids_text([7]) == b""
+    # a hex text counts as its bytes, whatever its case (a NOCASE upsert keeps the first, schema 6
+    # rewrote texts as bytes); NULLs, texts not hex, empty bytes and numbers add nothing
+    assert (
+        row_ids_text([task.upper(), node, b""])
+        == row_ids_text(ids[:2])
+        == row_ids_text([ids[0], node.upper()])
+    )
+    assert row_ids_text(["x", None, b""]) == row_ids_text([7]) == b""
     v1, v2 = pack_row(text), pack_row(text, ids)
     assert (v1[0], v2[0]) == (PACKED_V1, PACKED_V2)
     assert len(v2) < len(v1) - 60
     assert row_json(v2, ids) == row_json(v1, ()) == row_json(v1, ids) == text
-    for wrong in ([ids[0], None, ids[2]], [], [ids[0], ids[2], ids[1]], [task, node, worker]):
+    assert row_json(v2, [task.upper(), node, worker]) == text
+    for wrong in ([ids[0], None, ids[2]], [], [ids[0], ids[2], ids[1]], [task, "x", worker]):
         try:
             assert row_json(v2, wrong) != text
         except ValueError as exc:

@@ -1295,6 +1295,7 @@ typedef struct {
     RawBuf json;
     RowPacker unpacker; /* the stored rows' packed data (row_packing.h) */
     char ids_text[ROW_IDS_TEXT_MAX]; /* a stored row's ids, as its dictionary takes them */
+    unsigned char id_bytes[ROW_IDS][ROW_ID_MAX / 2]; /* a stored row's hex text ids as their bytes */
 } Folder;
 
 /* What a fold of one batch gathers (no Python object is touched while the GIL is released). */
@@ -1520,13 +1521,26 @@ static int read_chunk(Folder *f, Batch *b, const uint32_t *rows, int n, uint32_t
         if (packed) {
             const unsigned char *blob = data;
             size_t blob_len = (size_t)sqlite3_column_bytes(s, 3);
-            /* A ROW_PACKED_V2 row's dictionary: its key columns as stored beside it (bytes only) */
+            /* A ROW_PACKED_V2 row's dictionary: its key columns as stored beside it, each an id's
+             * bytes or a hex text read as them (row_packing.row_ids_text) */
             const unsigned char *ids[ROW_IDS];
             size_t id_lens[ROW_IDS];
             for (int i = 0; i < ROW_IDS; i++) {
-                int at = 5 + i;
-                ids[i] = sqlite3_column_type(s, at) == SQLITE_BLOB ? sqlite3_column_blob(s, at) : NULL;
-                id_lens[i] = ids[i] == NULL ? 0 : (size_t)sqlite3_column_bytes(s, at);
+                int at = 5 + i, type = sqlite3_column_type(s, at);
+                ids[i] = NULL;
+                id_lens[i] = 0;
+                if (type == SQLITE_BLOB) {
+                    ids[i] = sqlite3_column_blob(s, at);
+                    id_lens[i] = (size_t)sqlite3_column_bytes(s, at);
+                } else if (type == SQLITE_TEXT) {
+                    const char *text = (const char *)sqlite3_column_text(s, at);
+                    int id_len = text == NULL ? -1
+                                              : row_id_bytes(text, (size_t)sqlite3_column_bytes(s, at), f->id_bytes[i]);
+                    if (id_len > 0) {
+                        ids[i] = f->id_bytes[i];
+                        id_lens[i] = (size_t)id_len;
+                    }
+                }
             }
             size_t ids_len = row_ids_text(ids, id_lens, f->ids_text);
             int64_t n = row_packed_length(blob, blob_len);

@@ -138,9 +138,8 @@ static void write_chunk(Writer *w, Chunk *chunk) {
                 q = packed_read(q, &v);
                 for (int k = 0; k < w->n_row_ids; k++) {
                     if (w->row_ids[k] != c) continue;
-                    int id_len = v.tag == PACKED_TEXT && c < ROW_WRITER_MAX_COLUMNS && w->hex_ids[c]
-                                     ? row_id_bytes(v.text, v.len, w->row_id_bytes[k])
-                                     : -1;
+                    /* an id's bytes, or a hex text read as them (stored so where hex_ids says) */
+                    int id_len = v.tag == PACKED_TEXT ? row_id_bytes(v.text, v.len, w->row_id_bytes[k]) : -1;
                     if (id_len > 0) {
                         ids[k] = w->row_id_bytes[k];
                         id_lens[k] = (size_t)id_len;

@@ -37,8 +37,8 @@ static const char *const ROW_ID_PREFIXES[ROW_IDS] = {"\"", "\"node_id\":\"", "\"
 #define ROW_IDS_TEXT_MAX (ROW_IDS * (sizeof "\"worker_id\":\"" + ROW_ID_MAX + 1))
 
 /* A row's ids as its dictionary takes them (row_packing.row_ids_text's twin): `ids[i]` (`lens[i]`
- * bytes, 1 to ROW_ID_MAX / 2; else: the column holds no bytes this counts) as text into `out` (room for
- * ROW_IDS_TEXT_MAX); its length. */
+ * bytes, 1 to ROW_ID_MAX / 2; else: the column holds no id; a hex text is passed as its bytes,
+ * row_id_bytes) as text into `out` (room for ROW_IDS_TEXT_MAX); its length. */
 static inline size_t row_ids_text(const unsigned char *const ids[ROW_IDS], const size_t lens[ROW_IDS], char *out) {
     static const char digits[] = "0123456789abcdef";
     size_t n = 0;

@@ -183,9 +183,10 @@ def _kept_hashes(stored: bytes) -> list[int]:
 
 
 def _packed(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A folded row's upsert values with its JSON packed (row_packing's PACKED_V1: a dictionary of
-    the row's own ids, SQLite's PACKED_V2, would tie every read to the key columns, which this store
-    may keep shortened) and its kept ids' hashes (kept_ids.packed) after `HASHED`."""
+    """A folded row's upsert values with its JSON packed (row_packing's PACKED_V1: SQLite's
+    PACKED_V2 primes deflate with the row's ids its key columns keep as bytes, and this store keeps
+    them as citext, whose case an upsert need not keep) and its kept ids' hashes (kept_ids.packed)
+    after `HASHED`."""
     return (*row[:_DATA_AT], pack_row(row[_DATA_AT]), HASHED + row[_DATA_AT + 1], *row[_DATA_AT + 2 :])
 
 

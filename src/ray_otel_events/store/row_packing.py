@@ -82,18 +82,20 @@ ROW_ID_PREFIXES = (b'"', b'"node_id":"', b'"worker_id":"')
 
 def row_ids_text(ids: Sequence[Any]) -> bytes:
     """What a `PACKED_V2` row's dictionary adds to `ROW_DICTIONARY`: each of the row's key columns
-    (entity id, node, worker: `ids`, as they are stored beside it) that is stored as bytes
-    (`id_value`) as its JSON text, its prefix (`ROW_ID_PREFIXES`), its lower-case hex and a quote;
-    a value stored otherwise (text, NULL) adds nothing. Only bytes count: a text id may differ in
-    case from the one an upsert keeps (the columns' NOCASE). Deflate then refers back to the ids
-    it cannot squeeze (about 120 bytes of a task's JSON)."""
+    (entity id, node, worker: `ids`, as they are stored beside it) that is an id (bytes, or a hex
+    text read as its bytes by `id_value`; 1 to 512 bytes) as its JSON holds it: its prefix
+    (`ROW_ID_PREFIXES`), its lower-case hex and a quote; any other value (NULL, a text not hex)
+    adds nothing. An id as its bytes, not its text: neither the case a NOCASE upsert keeps of a
+    text id nor the rewrite of text ids as bytes (schema 6) changes a row's dictionary. Deflate
+    then refers back to the ids it cannot squeeze (about 120 bytes of a task's JSON)."""
     if len(ids) > len(ROW_ID_PREFIXES):
         raise ValueError(f"a row's dictionary takes at most {len(ROW_ID_PREFIXES)} ids")
-    return b"".join(
-        prefix + value.hex().encode() + b'"'
-        for prefix, value in zip(ROW_ID_PREFIXES, ids, strict=False)
-        if isinstance(value, bytes) and 0 < len(value) <= _ID_BYTES_MAX
-    )
+    out = []
+    for prefix, value in zip(ROW_ID_PREFIXES, ids, strict=False):
+        key = id_value(value) if isinstance(value, str) else value
+        if isinstance(key, bytes) and 0 < len(key) <= _ID_BYTES_MAX:
+            out.append(prefix + key.hex().encode() + b'"')
+    return b"".join(out)
 
 
 def _dictionary(version: int, ids: Sequence[Any]) -> bytes:

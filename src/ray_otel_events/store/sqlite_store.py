@@ -144,7 +144,9 @@ _RESOURCE_VALUE = (
 )
 # A row's key columns as stored beside its packed JSON, which a PACKED_V2 row's dictionary ends
 # with (row_packing.row_ids_text): every read of `data` reads them too, in this order. The upsert
-# writes them with every `data` it writes, and nothing else changes them.
+# writes them with every `data` it writes (but for a text entity id, whose case NOCASE keeps, and
+# which the dictionary reads case-blind), and nothing else changes them but the schema-6 rewrite of
+# hex texts as their bytes, which the dictionary reads alike.
 ROW_IDS = "entity_id, node, worker"
 # The stored rows of some keys: by entity id (the compiled fold matches the whole key).
 _SELECT_ROWS = (
