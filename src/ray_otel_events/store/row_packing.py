@@ -124,12 +124,15 @@ def row_json(stored: str | bytes, ids: Sequence[Any]) -> str | bytes:
     if len(stored) < _HEAD or stored[0] not in (PACKED_V1, PACKED_V2):
         raise ValueError("a stored row's data is neither JSON text nor a packed row this version reads")
     length = int.from_bytes(stored[1:_HEAD], "little")
+    inflater = zlib.decompressobj(-15, _dictionary(stored[0], ids))
     try:
-        text = zlib.decompressobj(-15, _dictionary(stored[0], ids)).decompress(stored[_HEAD:], length + 1)
+        text = inflater.decompress(stored[_HEAD:], length + 1)
     except zlib.error as exc:
         raise ValueError(f"a stored row's packed data is damaged: {exc}") from None
     if len(text) != length:
         raise ValueError("a stored row's packed data is damaged: not its stated length")
+    if not inflater.eof:  # its text whole but its deflate cut short: row_unpack refuses it too
+        raise ValueError("a stored row's packed data is damaged: its deflate does not end")
     return text
 
 
