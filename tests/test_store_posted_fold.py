@@ -427,9 +427,10 @@ def test_a_schema_3_store_with_its_rows_as_text_is_read_and_folded_into(director
 
 def test_a_store_of_packed_v1_rows_is_read_and_folded_into(directory: Path) -> None:
     """A schema-6 store as the version before PACKED_V2 wrote it (each row's JSON deflated against
-    ROW_DICTIONARY alone, PACKED_V1: pack_row without ids gives those very bytes) opens, answers
-    the same rows and reads as a store written now, and takes later pieces of its rows (the
-    compiled fold reads V1 rows too); rows written again are PACKED_V2, the others stay V1."""
+    ROW_DICTIONARY alone, PACKED_V1: pack_row without ids gives those very bytes) opens read-only
+    as it is, and to write: marked schema 7, nothing rewritten; it answers the same rows and reads
+    as a store written now, and takes later pieces of its rows (the compiled fold reads V1 rows
+    too); rows written again are PACKED_V2, the others stay V1."""
     half = len(TASK_DICTS) // 2
     store = EventStore(directory / "old.sqlite3")
     store.ingest_posted([read_posted(orjson.dumps(TASK_DICTS[:half]))[0]], now=1000.0)
@@ -440,16 +441,26 @@ def test_a_store_of_packed_v1_rows_is_read_and_folded_into(directory: Path) -> N
             db.execute(
                 "UPDATE state_rows SET data = ? WHERE rowid = ?", (pack_row(row_json(data, ids)), rowid)
             )
+        db.execute("PRAGMA user_version=6")
     assert {data[0] for (data,) in db.execute("SELECT data FROM state_rows")} == {PACKED_V1}
     db.close()
+    reader = EventStore(directory / "old.sqlite3", read_only=True)
+    try:  # read as it is, left schema 6
+        read_only = reader.select(TASKS, limit=1000).rows
+    finally:
+        reader.close()
+    assert sqlite3.connect(directory / "old.sqlite3").execute("PRAGMA user_version").fetchall() == [(6,)]
     reference = EventStore(directory / "new.sqlite3")
     store = EventStore(directory / "old.sqlite3")
     try:
+        # marked as this schema, which a version reading PACKED_V1 alone refuses as newer
+        assert store._query("PRAGMA user_version") == [(SCHEMA_VERSION,)] and SCHEMA_VERSION == 7
         reference.ingest_posted([read_posted(orjson.dumps(TASK_DICTS[:half]))[0]], now=1000.0)
         assert [_read(row) for row in store._query(SELECT_ROWS)] == [
             _read(r) for r in reference._query(SELECT_ROWS)
         ]
-        assert store.select(TASKS, limit=1000).rows == reference.select(TASKS, limit=1000).rows
+        assert store.select(TASKS, limit=1000).rows == reference.select(TASKS, limit=1000).rows == read_only
+        assert len(read_only) > 5
         for target in (store, reference):
             target.ingest_posted([read_posted(orjson.dumps(TASK_DICTS[half:]))[0]], now=1001.0)
         old, new = store._query(SELECT_ROWS), reference._query(SELECT_ROWS)

@@ -90,12 +90,15 @@ COMPILED_SQLITE = {
     if module is not None
 }
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # The oldest schema this version opens: a schema-3 file differs only in its rows' JSON being text,
 # which is read as it is (row_packing) and packed as each row is written again; schema 3 and 4 keep
 # their node and worker ids as text, schema 5 as bytes; before 6, a row's session is its name and
 # its entity id text. An older file opened to write is rewritten as schema 6 (`_TO_SCHEMA_6`), and
-# read as it is when opened read-only (`_dialect_of`).
+# read as it is when opened read-only (`_dialect_of`). Schema 7 writes rows PACKED_V2 (their
+# dictionary ends with their ids, row_packing), which a version before reads as damaged: a schema-6
+# file opened to write is marked 7 and nothing rewritten (its PACKED_V1 rows are read as they are),
+# so such a version refuses the file as newer instead.
 _OLDEST_OPENED = 3
 _IDS_AS_BYTES_SINCE = 5
 _KEYS_AS_NUMBERS_SINCE = 6
