@@ -6,7 +6,6 @@ then a later event of that task is folded into it. Both refuse it, or both store
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 import tempfile
 from pathlib import Path
@@ -25,13 +24,24 @@ _NODE, _WORKER = bytes(range(28)), bytes(range(100, 128))
 _FIRST = orjson.dumps([_lifecycle("PENDING_NODE_ASSIGNMENT", 20), _lifecycle("RUNNING", 26, _NODE, _WORKER)])
 _LATER = orjson.dumps([_lifecycle("FINISHED", 30, _NODE, _WORKER)])
 # The stores live on a RAM disk where there is one.
-_TEMP = Path(
-    tempfile.mkdtemp(prefix="fuzz-stored-row-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None)
-)
-_BASE = _TEMP / "base.sqlite3"
-_store = EventStore(_BASE)
-_store.ingest_posted([read_posted(_FIRST)[0]], now=1000.0)
-_store.close()
+_TEMP = "/dev/shm" if Path("/dev/shm").is_dir() else None
+
+
+def _base() -> bytes:
+    """The store file after the task's first events (its row with node and worker), as bytes."""
+    with tempfile.TemporaryDirectory(prefix="fuzz-stored-row-", dir=_TEMP) as directory:
+        store = EventStore(Path(directory) / "base.sqlite3")
+        store.ingest_posted([read_posted(_FIRST)[0]], now=1000.0)
+        store.close()
+        db = sqlite3.connect(Path(directory) / "base.sqlite3")
+        try:
+            db.execute("PRAGMA journal_mode=DELETE")  # a WAL file's image opens nowhere but beside its WAL
+            return db.serialize()
+        finally:
+            db.close()
+
+
+_BASE = _base()
 
 
 def _column(part: bytes) -> bytes | str | None:
@@ -41,8 +51,12 @@ def _column(part: bytes) -> bytes | str | None:
 
 
 def _fold(data: bytes, node: object, worker: object, compiled: bool) -> object:
-    path = _TEMP / ("compiled.sqlite3" if compiled else "python.sqlite3")
-    shutil.copy(_BASE, path)
+    with tempfile.TemporaryDirectory(prefix="fuzz-stored-row-", dir=_TEMP) as directory:
+        return _fold_in(Path(directory) / "store.sqlite3", data, node, worker, compiled)
+
+
+def _fold_in(path: Path, data: bytes, node: object, worker: object, compiled: bool) -> object:
+    path.write_bytes(_BASE)
     db = sqlite3.connect(path)
     with db:
         db.execute(
@@ -70,7 +84,8 @@ def check(data: bytes) -> None:
 
 
 def _seeds() -> list[bytes]:
-    db = sqlite3.connect(_BASE)
+    db = sqlite3.connect(":memory:")
+    db.deserialize(_BASE)
     ((data, _, node, worker),) = db.execute(f"SELECT data, {ROW_IDS} FROM state_rows WHERE resource = 1")
     db.close()
     return [
