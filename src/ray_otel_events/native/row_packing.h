@@ -1,7 +1,7 @@
 /* A state row's JSON packed as the store keeps it (store/row_packing.py is the Python twin, and
  * says why): a format byte, the text's length (uint32, little-endian), then its raw deflate (32 KiB
  * window) primed with the row dictionary the store passes in, which a ROW_PACKED_V2 row follows with
- * its own ids (row_ids_text: its key columns stored as bytes, as its JSON holds them). The row
+ * its own ids (row_ids_text: its key columns' ids, as its JSON holds them). The row
  * writer packs (on its own thread), the compiled fold unpacks the rows it reads; each keeps one
  * z_stream, reset per row. */
 
