@@ -43,7 +43,6 @@ import sys
 import tempfile
 import threading
 import time
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,6 +50,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
+
+from ray_otel_events.store import raw_events  # noqa: E402
 
 RUN = HERE.parent / "tests" / "fixtures" / "ray-2.60" / "raw" / "runE"
 SAMPLE_S = 5.0
@@ -410,7 +411,7 @@ def _read_back(address: str) -> None:
 
 
 def _raw_events(blobs: Iterator[bytes]) -> int:
-    return sum(zlib.decompress(blob, -15).count(b'"eventId"') for blob in blobs)
+    return sum(raw_events.decompress(blob).count(b'"eventId"') for blob in blobs)
 
 
 def sqlite_breakdown(path: Path) -> dict[str, int]:

@@ -11,6 +11,7 @@ said, with serve's last log lines), then serve stopped (it flushes) and SQLite's
 from __future__ import annotations
 
 import argparse
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -111,6 +112,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=3000, help="plain tasks (and half as many actor calls)")
     parser.add_argument("--wait", type=float, default=300, help="seconds to wait for rows after the driver")
+    parser.add_argument("--keep", help="copy the store here at the end (else only the temporary file)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="store-live-") as tmp:
         store = Path(tmp) / "live.sqlite3"
@@ -164,6 +166,8 @@ def main() -> int:
             "SELECT state, COUNT(*) FROM state_rows WHERE resource IN ('tasks', 1) GROUP BY state"
         ).fetchall()
         db.close()
+        if args.keep:
+            shutil.copyfile(store, args.keep)
     print(f"{count:,} task attempts (expected at least {expected['tasks']:,}), {events:,} rows {found}")
     print(f"task states {states}")
     print(f"{sizes['file'] / count:,.0f} bytes per attempt (file)")

@@ -15,7 +15,7 @@ _SPLIT = b"\x00\xff"  # a mutated input is cut into several bodies where this ap
 
 def check(data: bytes) -> None:
     bodies = data.split(_SPLIT)[:8]
-    compiled = raw_events._raw_deflate.compress(bodies)
+    compiled = raw_events._raw_deflate.compress(bodies, raw_events.RAW_DICTIONARY)
     assert compiled == raw_events.compress_python(bodies), bodies
     assert raw_events.decompress(compiled).startswith(b"[")
 

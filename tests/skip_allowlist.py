@@ -15,7 +15,7 @@ ALLOWED: dict[str, str] = {
 else: `make test` installs everything the suite needs (the ray and test extras, SQLite's and zlib's
 headers, PostgreSQL, Chromium), so no other test has a reason to skip there."""
 
-PURE_PYTHON_SKIPS = 133
+PURE_PYTHON_SKIPS = 134
 """The tests `make test-pure` (RAY_OTEL_EVENTS_PURE_PYTHON=1) skips, all of them checks of a
 compiled half (helpers.pure_python.needs_compiled and skip_unless_compiled, whose reason says so).
 Held to the number over the whole suite (`--whole-suite`, as the Makefile runs it): a test that newly

@@ -484,7 +484,9 @@ def test_texts_that_are_not_arrays_are_skipped_alike() -> None:
         [b"[\x0b]"],
         [b"[" + b" " * 100 + b"]"],
     ):
-        assert raw_events._raw_deflate.compress(bodies) == raw_events.compress_python(bodies), bodies
+        assert raw_events._raw_deflate.compress(
+            bodies, raw_events.RAW_DICTIONARY
+        ) == raw_events.compress_python(bodies), bodies
 
 
 def test_rays_dashboard_answers_for_the_session_its_page_chose(

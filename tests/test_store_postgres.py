@@ -30,6 +30,7 @@ from ray_otel_events.store.postgres_store import SCHEMA_VERSION, PostgresStore
 from ray_otel_events.store.row_fold import StoredRow, fold_keys, group_pieces
 from ray_otel_events.store.sqlite_store import EventStore
 from ray_otel_events.store.state_merge import INDEXED_COLUMNS, prepare
+from tests.helpers.stored_rows import old_raw_blob
 from tests.test_compiled_helpers import _mutated
 from tests.test_otlp_wire import _fixture_dicts
 
@@ -120,7 +121,8 @@ _V6_COLUMNS = (
 def _written_before_packing(url: str, events: list[dict[str, Any]], now: float, steps: int) -> None:
     """A database at schema step `steps` (at most 6) holding `events` as the code of those steps
     wrote them: each row's JSON as text and its event ids as text joined by spaces (the upsert
-    values of the fold both versions share), the raw events kept from step 2 on."""
+    values of the fold both versions share), the raw events kept from step 2 on (as blobs with
+    no format byte, no dictionary)."""
     pieces, _ = group_pieces([prepare(event) for event in events])
     keys = list(pieces)
     rows, _ = fold_keys(
@@ -148,7 +150,7 @@ def _written_before_packing(url: str, events: list[dict[str, Any]], now: float, 
             for session, parts in texts.items():
                 db.execute(
                     "INSERT INTO raw_events(session, received, data) VALUES (%s, %s, %s)",
-                    (session, now, raw_events.compress(parts)),
+                    (session, now, old_raw_blob(b"[" + b",".join(part[1:-1] for part in parts) + b"]")),
                 )
                 db.execute("INSERT INTO sessions VALUES (%s, %s, %s)", (session, now, now))
 

@@ -7,6 +7,7 @@ hashes (a blob, kept_ids), which this checks."""
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import orjson
@@ -62,3 +63,11 @@ def unpacked(rows: list[Any]) -> list[tuple[Any, ...]]:
         )
         for row in rows
     ]
+
+
+def old_raw_blob(text: bytes) -> bytes:
+    """A raw events blob (a JSON array's text) as the code before raw_events.FORMAT_V1 stored it, on
+    either backend: raw deflate at level 5, no format byte, no dictionary. It writes schema 5's
+    fixture's blobs byte for byte (test_raw_events_format.py checks)."""
+    packer = zlib.compressobj(5, zlib.DEFLATED, -15)
+    return packer.compress(text) + packer.flush()

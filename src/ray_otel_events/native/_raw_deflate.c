@@ -8,14 +8,21 @@
 
 #include "raw_deflate.h"
 
-static PyObject *raw_compress(PyObject *module, PyObject *arg) {
+static PyObject *raw_compress(PyObject *module, PyObject *args) {
     (void)module;
+    PyObject *arg;
+    Py_buffer dictionary;
+    if (!PyArg_ParseTuple(args, "Oy*:compress", &arg, &dictionary)) return NULL;
     PyObject *held = PySequence_Tuple(arg); /* the bytes stay alive (and unchanged) meanwhile */
-    if (held == NULL) return NULL;
+    if (held == NULL) {
+        PyBuffer_Release(&dictionary);
+        return NULL;
+    }
     Py_ssize_t n = PyTuple_GET_SIZE(held);
     RawPart *parts = PyMem_RawCalloc((size_t)n + 1, sizeof(RawPart));
     if (parts == NULL) {
         Py_DECREF(held);
+        PyBuffer_Release(&dictionary);
         return PyErr_NoMemory();
     }
     PyObject *result = NULL;
@@ -31,10 +38,10 @@ static PyObject *raw_compress(PyObject *module, PyObject *arg) {
     size_t len = 0;
     int failed;
     Py_BEGIN_ALLOW_THREADS
-    failed = raw_deflate(parts, n, &out, &len);
+    failed = raw_deflate(parts, n, dictionary.buf, (size_t)dictionary.len, &out, &len);
     Py_END_ALLOW_THREADS
     if (failed) {
-        PyErr_SetString(PyExc_MemoryError, "cannot compress these bodies");
+        PyErr_SetString(PyExc_MemoryError, "cannot compress these bodies (or the dictionary is over 32 KiB)");
         goto done;
     }
     result = PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)len);
@@ -42,11 +49,14 @@ static PyObject *raw_compress(PyObject *module, PyObject *arg) {
 done:
     PyMem_RawFree(parts);
     Py_DECREF(held);
+    PyBuffer_Release(&dictionary);
     return result;
 }
 
 static PyMethodDef methods[] = {
-    {"compress", raw_compress, METH_O, "compress(bodies): the JSON arrays' items as one array, raw deflate."},
+    {"compress", raw_compress, METH_VARARGS,
+     "compress(bodies, dictionary): the JSON arrays' items as one array, a format byte then raw deflate"
+     " primed with the dictionary."},
     {NULL, NULL, 0, NULL},
 };
 

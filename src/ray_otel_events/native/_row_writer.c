@@ -50,6 +50,8 @@ typedef struct {
     int columns;
     int packed; /* the column stored packed (row_packing.h), or -1 */
     RowPacker packer;
+    unsigned char *raw_dictionary; /* the raw events' deflate dictionary (prepare_keep's copy) */
+    size_t raw_dictionary_len;
     unsigned char hex_ids[ROW_WRITER_MAX_COLUMNS]; /* 1: a hex text there is stored as its bytes */
     unsigned char id_bytes[ROW_ID_MAX / 2];        /* one such value's bytes, as they are bound */
     /* The columns of a row's ids (entity id, node, worker: row_packing.h's ROW_IDS), whose values
@@ -229,7 +231,8 @@ static void write_keep(Writer *w, KeepJob *job) {
     if (w->failed || begin(w) < 0) return;
     unsigned char *blob = NULL;
     size_t len = 0;
-    if (raw_deflate(job->parts, job->parts_count, &blob, &len) < 0 || len > INT_MAX) {
+    if (raw_deflate(job->parts, job->parts_count, w->raw_dictionary, w->raw_dictionary_len, &blob, &len) < 0 ||
+        len > INT_MAX) {
         PyMem_RawFree(blob);
         w->failed = 1;
         snprintf(w->message, sizeof w->message, "cannot compress the raw events of %.200s", job->session);
@@ -433,15 +436,29 @@ nomem:
     return PyErr_NoMemory();
 }
 
-/* prepare_keep(raw_sql, seen_sql): the statements `keep` runs (3 parameters each). */
+/* prepare_keep(raw_sql, seen_sql, dictionary): the statements `keep` runs (3 parameters each),
+ * and the dictionary its blobs are deflated with (raw_deflate.h; at most 32 KiB). */
 static PyObject *writer_prepare_keep(Writer *w, PyObject *args) {
-    const char *raw_sql, *seen_sql;
-    if (!PyArg_ParseTuple(args, "ss:prepare_keep", &raw_sql, &seen_sql)) return NULL;
+    const char *raw_sql, *seen_sql, *dictionary;
+    Py_ssize_t dictionary_len;
+    if (!PyArg_ParseTuple(args, "ssy#:prepare_keep", &raw_sql, &seen_sql, &dictionary, &dictionary_len)) return NULL;
     if (w->db == NULL || w->keep_raw != NULL) {
         PyErr_SetString(PyExc_ValueError, "the writer is closed, or keep is prepared already");
         return NULL;
     }
+    if (dictionary_len > 32768) {
+        PyErr_SetString(PyExc_ValueError, "prepare_keep: a dictionary of at most 32 KiB");
+        return NULL;
+    }
     wait_idle(w);
+    PyMem_RawFree(w->raw_dictionary);
+    w->raw_dictionary = PyMem_RawMalloc((size_t)dictionary_len + 1);
+    if (w->raw_dictionary == NULL) {
+        w->raw_dictionary_len = 0;
+        return PyErr_NoMemory();
+    }
+    memcpy(w->raw_dictionary, dictionary, (size_t)dictionary_len);
+    w->raw_dictionary_len = (size_t)dictionary_len;
     int rc = sqlite3_prepare_v3(w->db, raw_sql, -1, SQLITE_PREPARE_PERSISTENT, &w->keep_raw, NULL);
     if (rc == SQLITE_OK) rc = sqlite3_prepare_v3(w->db, seen_sql, -1, SQLITE_PREPARE_PERSISTENT, &w->keep_seen, NULL);
     if (rc == SQLITE_OK && (sqlite3_bind_parameter_count(w->keep_raw) != 3 || sqlite3_bind_parameter_count(w->keep_seen) != 3)) {
@@ -524,6 +541,9 @@ static void stop(Writer *w) {
     if (w->db) sqlite3_close(w->db);
     w->db = NULL;
     row_packer_free(&w->packer, 0);
+    PyMem_RawFree(w->raw_dictionary);
+    w->raw_dictionary = NULL;
+    w->raw_dictionary_len = 0;
 }
 
 static PyObject *writer_close(Writer *w, PyObject *unused) {

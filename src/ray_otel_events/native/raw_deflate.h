@@ -11,9 +11,13 @@
 #include <zlib.h>
 
 /* Raw deflate (no zlib header, no Adler-32), 32 KiB window. Level 5: on a real stream 16% fewer
- * bytes than level 1 for ~8 us more an event (bench/RESULTS.md, soak); raw_events.LEVEL too. */
+ * bytes than level 1 for ~8 us more an event (bench/RESULTS.md, soak); raw_events.LEVEL too.
+ * A blob is RAW_FORMAT_V1 then the deflate stream primed with the dictionary the caller passes
+ * (raw_events.RAW_DICTIONARY): no raw deflate stream starts with that byte (BTYPE 11), so a blob
+ * written before it (no dictionary) is still told apart (raw_events.decompress). */
 #define RAW_WBITS (-15)
 #define RAW_LEVEL 5
+#define RAW_FORMAT_V1 0x06
 
 typedef struct {
     const unsigned char *data;
@@ -42,9 +46,11 @@ static inline int raw_feed(z_stream *z, const unsigned char *data, size_t len) {
     return deflate(z, Z_NO_FLUSH) == Z_OK ? 0 : -1;
 }
 
-/* `[` + the parts' items joined by `,` + `]`, deflated into a buffer of PyMem_RawMalloc (the
- * caller frees it): 0, or -1 (too large, or out of memory). Needs no GIL. */
-static inline int raw_deflate(const RawPart *parts, Py_ssize_t n, unsigned char **out, size_t *out_len) {
+/* RAW_FORMAT_V1, then `[` + the parts' items joined by `,` + `]` deflated with `dictionary` (at
+ * most 32 KiB: deflate reaches no further back), into a buffer of PyMem_RawMalloc (the caller
+ * frees it): 0, or -1 (too large, or out of memory). Needs no GIL. */
+static inline int raw_deflate(const RawPart *parts, Py_ssize_t n, const unsigned char *dictionary, size_t dictionary_len,
+                              unsigned char **out, size_t *out_len) {
     size_t total = 2;
     for (Py_ssize_t i = 0; i < n; i++) {
         total += parts[i].len + 1;
@@ -52,15 +58,21 @@ static inline int raw_deflate(const RawPart *parts, Py_ssize_t n, unsigned char 
     }
     z_stream z;
     memset(&z, 0, sizeof z);
+    if (dictionary_len > 32768) return -1;
     if (deflateInit2(&z, RAW_LEVEL, Z_DEFLATED, RAW_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK) return -1;
-    uLong bound = deflateBound(&z, (uLong)total);
+    if (dictionary_len && deflateSetDictionary(&z, dictionary, (uInt)dictionary_len) != Z_OK) {
+        deflateEnd(&z);
+        return -1;
+    }
+    uLong bound = deflateBound(&z, (uLong)total) + 1;
     unsigned char *buffer = PyMem_RawMalloc(bound);
     if (buffer == NULL) {
         deflateEnd(&z);
         return -1;
     }
-    z.next_out = buffer;
-    z.avail_out = (uInt)bound;
+    buffer[0] = RAW_FORMAT_V1;
+    z.next_out = buffer + 1;
+    z.avail_out = (uInt)(bound - 1);
     int first = 1, failed = raw_feed(&z, (const unsigned char *)"[", 1);
     for (Py_ssize_t i = 0; i < n && !failed; i++) {
         if (parts[i].len == 0) continue;

@@ -8,6 +8,16 @@ deflate at level 5: 16% fewer bytes than level 1 on a real stream for ~8 µs mor
 row writer's thread; no new dependency) and written as one blob right after the fold's
 commit, so keeping it costs the compression per event (bench/HISTORY.md) and no Python object.
 A body is split by session only when its items name more than one.
+
+A blob is `FORMAT_V1` then the deflate stream primed with `RAW_DICTIONARY` (raw_events.dict, 16
+KiB: the keys and enum names of Ray 2.49-2.55's events, then Ray 2.60's events as Ray posts them,
+two of each type, the commonest types last; bench/raw_dictionary.py built it and measured it
+against others). A blob starts with its first events, whose keys deflate has not seen yet: the
+dictionary gives them as if seen. On a live stream's events: 4.8% fewer bytes in blobs of 90
+events, 11.8% in blobs of 30, 0.7% in the ~600 of a busy stream, for ~25-35 us more a blob (0.1 to
+0.8 us an event). The dictionary is part of the format: another one takes another format byte. A
+blob of an earlier version (no format byte, no dictionary) is read as it was: no raw deflate
+stream starts with `FORMAT_V1` (its first block's type bits would be 11, which deflate reserves).
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -32,6 +43,10 @@ _compiled = _raw_deflate is not None and native.ENABLED
 
 LEVEL = 5  # native/raw_deflate.h's RAW_LEVEL
 WBITS = -15  # raw deflate: no header and no Adler-32
+FORMAT_V1 = 0x06  # raw_deflate.h's RAW_FORMAT_V1: BFINAL 0, BTYPE 11 (reserved): no old blob's first byte
+# Never change it: stored blobs are read with it (tests check its digest).
+RAW_DICTIONARY = (Path(__file__).parent / "raw_events.dict").read_bytes()
+_MARK = bytes((FORMAT_V1,))
 _SESSION_KEY = b'"sessionName"'
 _SESSION = re.compile(rb'"sessionName"\s*:\s*"((?:[^"\\]|\\.)*)"')
 
@@ -93,7 +108,7 @@ def compress(bodies: Sequence[bytes]) -> bytes:
     (it gives up the GIL once, where Python's zlib takes it back for every output block, each time
     waiting on serve's event loop), else `compress_python`."""
     if _compiled:
-        return _raw_deflate.compress(bodies if isinstance(bodies, list) else list(bodies))
+        return _raw_deflate.compress(bodies if isinstance(bodies, list) else list(bodies), RAW_DICTIONARY)
     return compress_python(bodies)
 
 
@@ -103,8 +118,8 @@ _ITEM = re.compile(rb"[^ \t\n\r]")  # JSON's white space is these four, and only
 def compress_python(bodies: Sequence[bytes]) -> bytes:
     """The compiled `compress`'s twin. The items are fed to zlib in place (a body is most of a
     megabyte: each copy would cost page faults)."""
-    packer = zlib.compressobj(LEVEL, zlib.DEFLATED, WBITS)
-    out = [packer.compress(b"[")]
+    packer = zlib.compressobj(LEVEL, zlib.DEFLATED, WBITS, 8, zlib.Z_DEFAULT_STRATEGY, RAW_DICTIONARY)
+    out = [_MARK, packer.compress(b"[")]
     first = True
     for body in bodies:
         start, end = body.find(b"["), body.rfind(b"]")
@@ -121,7 +136,15 @@ def compress_python(bodies: Sequence[bytes]) -> bytes:
 
 
 def decompress(blob: bytes) -> bytes:
-    return zlib.decompress(blob, WBITS)
+    """A stored blob's JSON array: `FORMAT_V1`'s, or an earlier version's plain raw deflate.
+    zlib.error when it is damaged (or cut short)."""
+    if blob[:1] != _MARK:
+        return zlib.decompress(blob, WBITS)
+    unpacker = zlib.decompressobj(WBITS, RAW_DICTIONARY)
+    text = unpacker.decompress(memoryview(blob)[1:])
+    if not unpacker.eof:
+        raise zlib.error("Error -5 while decompressing data: incomplete or truncated stream")
+    return text
 
 
 _EVENT_ID = re.compile(rb'"eventId"\s*:\s*"((?:[^"\\]|\\.)*)"')

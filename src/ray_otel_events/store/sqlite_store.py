@@ -455,7 +455,7 @@ class EventStore(SqlUpkeep):
                     session_sql=_SESSION_ID,
                     received=_UPDATED_AT,
                 )
-                self._writer.prepare_keep(_KEEP_RAW, _SEEN)
+                self._writer.prepare_keep(_KEEP_RAW, _SEEN, raw_events.RAW_DICTIONARY)
                 if _post_fold is not None:
                     self._post_folder = _post_fold.Folder(
                         str(self.path),
