@@ -184,11 +184,12 @@ def test_the_head_reader_refuses_a_binding_without_its_fields() -> None:
     assert module.head(event.SerializeToString()) == event_heads.python_head(event)
 
 
-def _c_strings(name: str) -> set[str]:
-    """The string literals of a C source and the headers it includes from native/."""
+def _c_strings(name: str, leave_out: frozenset[str] = frozenset()) -> set[str]:
+    """The string literals of a C source and the headers it includes from native/ (but `leave_out`)."""
     text = (NATIVE / name).read_text()
     for header in re.findall(r'#include "([a-z_]+\.h)"', text):
-        text += (NATIVE / header).read_text()
+        if header not in leave_out:
+            text += (NATIVE / header).read_text()
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.DOTALL)  # comments name what they read
     return set(re.findall(r'"((?:[^"\\\n]|\\.)*)"', text))
 
@@ -203,7 +204,10 @@ def test_the_task_folds_type_no_name_of_the_fold_table(name: str) -> None:
     values = fold_schema.TASK_VALUES
     names |= {values.actor_task, values.normal_task, values.python, *values.pending, *values.running}
     names |= set(values.ended)
-    strings = _c_strings(name)
+    # row_packing.h's ROW_ID_PREFIXES say `"node_id":"` as stored rows' dictionaries hold it: a
+    # format, fixed for ever like row_packing.ROW_DICTIONARY (its twin), not the fold's names, which
+    # may change without changing how a stored row is read.
+    strings = _c_strings(name, leave_out=frozenset({"row_packing.h"}))
     typed = {s for s in strings if s in names or s.strip('\\"{,:') in names}
     assert not typed, f"{name} types {sorted(typed)}: bind them from store/fold_schema.py"
 
