@@ -55,7 +55,7 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
 
 
 # The slowest modules (each starts live Ray clusters, Phoenix or Chromium), slowest first, as the last
-# whole runs measured them. `make test` runs two pytest-xdist workers that each take whole modules
+# whole runs measured them. `make test` runs three pytest-xdist workers that each take whole modules
 # (--dist loadfile, so a module's clusters start once) in collection order: these go first, and the
 # many short modules fill in beside them instead of one long module running alone at the end. Only
 # the order changes. Every long module belongs here: xdist hands a worker its next module as soon as
@@ -94,7 +94,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _xdist_worker(config: pytest.Config) -> bool:
-    """True in a pytest-xdist worker (`make test` runs two): it sees only its share of the tests,
+    """True in a pytest-xdist worker (`make test` runs three): it sees only its share of the tests,
     and every report reaches the controlling process, which alone holds the run to the allowlist."""
     return hasattr(config, "workerinput")
 
