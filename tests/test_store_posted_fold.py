@@ -384,6 +384,12 @@ def test_with_the_compiled_helpers_off_serve_stores_the_same_rows(directory: Pat
     assert len(rows) > 20
 
 
+def _rewrite_data(db: sqlite3.Connection, as_before: Callable[[bytes, list[Any]], str | bytes]) -> None:
+    """Each row's data as an earlier version wrote it: `as_before(data, its ids)`."""
+    for rowid, data, *ids in db.execute(f"SELECT rowid, data, {ROW_IDS} FROM state_rows").fetchall():
+        db.execute("UPDATE state_rows SET data = ? WHERE rowid = ?", (as_before(data, ids), rowid))
+
+
 def test_a_schema_3_store_with_its_rows_as_text_is_read_and_folded_into(directory: Path) -> None:
     """A store written before rows were packed (schema 3: each row's JSON a text, its keys and ids
     text) opens, answers the same rows, and takes later pieces of those rows (the compiled fold
@@ -394,10 +400,7 @@ def test_a_schema_3_store_with_its_rows_as_text_is_read_and_folded_into(director
     store.close()
     db = sqlite3.connect(directory / "old.sqlite3")
     with db:
-        for rowid, data, *ids in db.execute(f"SELECT rowid, data, {ROW_IDS} FROM state_rows").fetchall():
-            db.execute(
-                "UPDATE state_rows SET data = ? WHERE rowid = ?", (row_json(data, ids).decode(), rowid)
-            )
+        _rewrite_data(db, lambda data, ids: row_json(data, ids).decode())
         db.execute(AS_SCHEMA_5_KEYS)
         db.execute(
             "UPDATE state_rows SET "
@@ -437,10 +440,7 @@ def test_a_store_of_packed_v1_rows_is_read_and_folded_into(directory: Path) -> N
     store.close()
     db = sqlite3.connect(directory / "old.sqlite3")
     with db:
-        for rowid, data, *ids in db.execute(f"SELECT rowid, data, {ROW_IDS} FROM state_rows").fetchall():
-            db.execute(
-                "UPDATE state_rows SET data = ? WHERE rowid = ?", (pack_row(row_json(data, ids)), rowid)
-            )
+        _rewrite_data(db, lambda data, ids: pack_row(row_json(data, ids)))
         db.execute("PRAGMA user_version=6")
     assert {data[0] for (data,) in db.execute("SELECT data FROM state_rows")} == {PACKED_V1}
     db.close()
