@@ -384,10 +384,19 @@ def test_with_the_compiled_helpers_off_serve_stores_the_same_rows(directory: Pat
     assert len(rows) > 20
 
 
-def _rewrite_data(db: sqlite3.Connection, as_before: Callable[[bytes, list[Any]], str | bytes]) -> None:
-    """Each row's data as an earlier version wrote it: `as_before(data, its ids)`."""
-    for rowid, data, *ids in db.execute(f"SELECT rowid, data, {ROW_IDS} FROM state_rows").fetchall():
-        db.execute("UPDATE state_rows SET data = ? WHERE rowid = ?", (as_before(data, ids), rowid))
+def _old_store(
+    directory: Path, half: int, as_before: Callable[[bytes, list[Any]], str | bytes]
+) -> sqlite3.Connection:
+    """old.sqlite3 holding the first `half` of TASK_DICTS, each row's data as an earlier version
+    wrote it (`as_before(data, its ids)`), open for the test to age further."""
+    store = EventStore(directory / "old.sqlite3")
+    store.ingest_posted([read_posted(orjson.dumps(TASK_DICTS[:half]))[0]], now=1000.0)
+    store.close()
+    db = sqlite3.connect(directory / "old.sqlite3")
+    with db:
+        for rowid, data, *ids in db.execute(f"SELECT rowid, data, {ROW_IDS} FROM state_rows").fetchall():
+            db.execute("UPDATE state_rows SET data = ? WHERE rowid = ?", (as_before(data, ids), rowid))
+    return db
 
 
 def test_a_schema_3_store_with_its_rows_as_text_is_read_and_folded_into(directory: Path) -> None:
@@ -395,12 +404,8 @@ def test_a_schema_3_store_with_its_rows_as_text_is_read_and_folded_into(director
     text) opens, answers the same rows, and takes later pieces of those rows (the compiled fold
     reads text rows too); rows written again are packed."""
     half = len(TASK_DICTS) // 2
-    store = EventStore(directory / "old.sqlite3")
-    store.ingest_posted([read_posted(orjson.dumps(TASK_DICTS[:half]))[0]], now=1000.0)
-    store.close()
-    db = sqlite3.connect(directory / "old.sqlite3")
+    db = _old_store(directory, half, lambda data, ids: row_json(data, ids).decode())
     with db:
-        _rewrite_data(db, lambda data, ids: row_json(data, ids).decode())
         db.execute(AS_SCHEMA_5_KEYS)
         db.execute(
             "UPDATE state_rows SET "
@@ -435,12 +440,8 @@ def test_a_store_of_packed_v1_rows_is_read_and_folded_into(directory: Path) -> N
     as a store written now, and takes later pieces of its rows (the compiled fold reads V1 rows
     too); rows written again are PACKED_V2, the others stay V1."""
     half = len(TASK_DICTS) // 2
-    store = EventStore(directory / "old.sqlite3")
-    store.ingest_posted([read_posted(orjson.dumps(TASK_DICTS[:half]))[0]], now=1000.0)
-    store.close()
-    db = sqlite3.connect(directory / "old.sqlite3")
+    db = _old_store(directory, half, lambda data, ids: pack_row(row_json(data, ids)))
     with db:
-        _rewrite_data(db, lambda data, ids: pack_row(row_json(data, ids)))
         db.execute("PRAGMA user_version=6")
     assert {data[0] for (data,) in db.execute("SELECT data FROM state_rows")} == {PACKED_V1}
     db.close()
