@@ -672,6 +672,14 @@ def _without_log_prefix(text: str) -> str:
 LOGGED = {"actor-broken": ["Exception raised in creation task", "RuntimeError: constructor fails"]}
 
 
+# Scrolls every scrollable element inside Ray's log viewers to their end (arguments[0]) or start.
+SCROLL_LOG_VIEWERS = """
+for (const e of document.querySelectorAll("div[class^='hljs-'], div[class^='hljs-'] *")) {
+  if (e.scrollHeight > e.clientHeight) e.scrollTop = arguments[0] ? e.scrollHeight : 0;
+}
+"""
+
+
 def _log_viewer_text(browser: Any) -> str:
     """The text of the log viewer a user sees: Ray's virtualised list, classed by highlight
     theme (`hljs-light`); the other tabs' viewers stay rendered, hidden. Empty while it loads."""
@@ -727,14 +735,20 @@ def test_the_pages_in_chromium(recorded: Recorded) -> None:
             # the traceback is also in the page's Exit Detail: it is looked for in the log viewer
             logged = LOGGED.get(name, [])
             deadline = time.monotonic() + 30
-            while not (
-                all(t in browser.find_element(By.TAG_NAME, "body").text for t in texts)
-                and all(t in _log_viewer_text(browser) for t in logged)
-            ):
+            seen, seen_logged, to_end = "", "", False
+            while not (all(t in seen for t in texts) and all(t in seen_logged for t in logged)):
+                # what the page shows, with its log viewers scrolled to one end then the other, as a
+                # user scrolls: Ray's viewer renders only the lines in view (a worker that crashed
+                # while the job ran once pushed the driver's last line out of it)
+                seen += browser.find_element(By.TAG_NAME, "body").text
+                seen_logged += _log_viewer_text(browser)
+                browser.execute_script(SCROLL_LOG_VIEWERS, to_end)
+                to_end = not to_end
                 if time.monotonic() > deadline:
                     browser.save_screenshot(str(SCREENSHOTS / f"ray-jobs-{name}-failed.png"))
                     body, viewer = browser.find_element(By.TAG_NAME, "body").text, _log_viewer_text(browser)
-                    missing = [t for t in texts if t not in body] + [t for t in logged if t not in viewer]
+                    missing = [t for t in texts if t not in seen]
+                    missing += [t for t in logged if t not in seen_logged]
                     raise AssertionError(
                         f"{route}: {missing} not on the page:\n{body[:3000]}\nlog viewer:\n{viewer}"
                     )
