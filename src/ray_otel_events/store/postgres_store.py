@@ -184,9 +184,10 @@ def _kept_hashes(stored: bytes) -> list[int]:
 
 def _packed(row: tuple[Any, ...]) -> tuple[Any, ...]:
     """A folded row's upsert values with its JSON packed (row_packing's PACKED_V1: SQLite's
-    PACKED_V2 primes deflate with the row's ids its key columns keep as bytes, and this store keeps
-    them as citext, whose case an upsert need not keep) and its kept ids' hashes (kept_ids.packed)
-    after `HASHED`."""
+    PACKED_V2 primes deflate with the ids its key columns hold as stored, and here `_row_params`
+    and the array writes store a long node value in its indexed form after this packs, so the
+    dictionary read back would differ; not done until that order changes) and its kept ids'
+    hashes (kept_ids.packed) after `HASHED`."""
     return (*row[:_DATA_AT], pack_row(row[_DATA_AT]), HASHED + row[_DATA_AT + 1], *row[_DATA_AT + 2 :])
 
 

@@ -27,9 +27,10 @@ from ray_otel_events.store.state_merge import INDEXED_COLUMNS, INDEXED_FIELDS, I
 TEXT_COLUMNS = ("state", "job", "name", "func", "node", "worker", "kind", "error")
 INTEGER_COLUMNS = ("attempt", "start_ms", "end_ms")  # the ones filters compare as integers
 SESSION_COUNTED = ("jobs", "tasks", "actors", "nodes")
-# A row's JSON as it is read: with the key columns a packed row's dictionary may end with
-# (row_packing.row_ids_text; the SQLite store's ROW_IDS).
-_DATA = "data, entity_id, node, worker"
+# A row's key columns as stored beside its packed JSON, which a PACKED_V2 row's dictionary ends
+# with (row_packing.row_ids_text), in this order: every read of `data` reads them too.
+ROW_IDS = "entity_id, node, worker"
+_DATA = f"data, {ROW_IDS}"
 WINDOW_SLACK_S = 60.0  # spans and log lines may arrive this long before or after a session's events
 
 ORDERS = {

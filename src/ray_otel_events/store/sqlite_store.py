@@ -50,7 +50,7 @@ from ray_otel_events.store.posted_body import Accepted, PostedBody, item_prepare
 from ray_otel_events.store.row_fold import Pieces, StoredRow, fold_keys, group_pieces
 from ray_otel_events.store.row_packing import ROW_DICTIONARY, id_value, pack_row, row_json
 from ray_otel_events.store.sql_export import EXPORT_TABLE
-from ray_otel_events.store.sql_reads import TEXT_COLUMNS, SqlDialect
+from ray_otel_events.store.sql_reads import ROW_IDS, TEXT_COLUMNS, SqlDialect
 from ray_otel_events.store.sql_upkeep import SqlUpkeep
 from ray_otel_events.store.sqlite_library import (
     SqliteLibrary,
@@ -145,12 +145,9 @@ _RESOURCE_VALUE = (
     + " ".join(f"WHEN '{name}' THEN {number}" for name, number in RESOURCE_NUMBERS.items())
     + " ELSE {} END"
 )
-# A row's key columns as stored beside its packed JSON, which a PACKED_V2 row's dictionary ends
-# with (row_packing.row_ids_text): every read of `data` reads them too, in this order. The upsert
-# writes them with every `data` it writes (but for a text entity id, whose case NOCASE keeps, and
-# which the dictionary reads case-blind), and nothing else changes them but the schema-6 rewrite of
-# hex texts as their bytes, which the dictionary reads alike.
-ROW_IDS = "entity_id, node, worker"
+# ROW_IDS (sql_reads): the upsert writes them with every `data` it writes (but for a text entity
+# id, whose case NOCASE keeps, and which the dictionary reads case-blind), and nothing else changes
+# them but the schema-6 rewrite of hex texts as their bytes, which the dictionary reads alike.
 # The stored rows of some keys: by entity id (the compiled fold matches the whole key).
 _SELECT_ROWS = (
     f"SELECT {_ENTITY_TEXT}, attempt, {_SESSION_NAME}, data, event_ids, {ROW_IDS} FROM state_rows"
