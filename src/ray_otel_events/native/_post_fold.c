@@ -1527,20 +1527,11 @@ static int read_chunk(Folder *f, Batch *b, const uint32_t *rows, int n, uint32_t
             size_t id_lens[ROW_IDS];
             for (int i = 0; i < ROW_IDS; i++) {
                 int at = 5 + i, type = sqlite3_column_type(s, at);
-                ids[i] = NULL;
-                id_lens[i] = 0;
-                if (type == SQLITE_BLOB) {
-                    ids[i] = sqlite3_column_blob(s, at);
-                    id_lens[i] = (size_t)sqlite3_column_bytes(s, at);
-                } else if (type == SQLITE_TEXT) {
-                    const char *text = (const char *)sqlite3_column_text(s, at);
-                    int id_len = text == NULL ? -1
-                                              : row_id_bytes(text, (size_t)sqlite3_column_bytes(s, at), f->id_bytes[i]);
-                    if (id_len > 0) {
-                        ids[i] = f->id_bytes[i];
-                        id_lens[i] = (size_t)id_len;
-                    }
-                }
+                const void *value = type == SQLITE_BLOB ? sqlite3_column_blob(s, at)
+                                    : type == SQLITE_TEXT ? (const void *)sqlite3_column_text(s, at)
+                                                          : NULL;
+                row_id_value(type == SQLITE_TEXT, value, value ? (size_t)sqlite3_column_bytes(s, at) : 0,
+                             f->id_bytes[i], &ids[i], &id_lens[i]);
             }
             size_t ids_len = row_ids_text(ids, id_lens, f->ids_text);
             int64_t n = row_packed_length(blob, blob_len);

@@ -139,16 +139,9 @@ static void write_chunk(Writer *w, Chunk *chunk) {
                 PackedValue v;
                 q = packed_read(q, &v);
                 for (int k = 0; k < w->n_row_ids; k++) {
-                    if (w->row_ids[k] != c) continue;
                     /* an id's bytes, or a hex text read as them (stored so where hex_ids says) */
-                    int id_len = v.tag == PACKED_TEXT ? row_id_bytes(v.text, v.len, w->row_id_bytes[k]) : -1;
-                    if (id_len > 0) {
-                        ids[k] = w->row_id_bytes[k];
-                        id_lens[k] = (size_t)id_len;
-                    } else if (v.tag == PACKED_BLOB && v.len > 0) { /* bound as its bytes */
-                        ids[k] = (const unsigned char *)v.text;
-                        id_lens[k] = v.len;
-                    }
+                    if (w->row_ids[k] == c && (v.tag == PACKED_TEXT || v.tag == PACKED_BLOB))
+                        row_id_value(v.tag == PACKED_TEXT, v.text, v.len, w->row_id_bytes[k], &ids[k], &id_lens[k]);
                 }
             }
             ids_len = row_ids_text(ids, id_lens, w->ids_text);

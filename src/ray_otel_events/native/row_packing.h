@@ -75,6 +75,26 @@ static inline int row_id_bytes(const char *text, size_t len, unsigned char *out)
     return (int)(len / 2);
 }
 
+/* A stored id column's value as a row's dictionary takes it (row_packing.row_ids_text): a blob's
+ * bytes, a hex text's bytes (row_id_bytes, into `scratch`: ROW_ID_MAX / 2 bytes), else no id
+ * (*id NULL, *id_len 0). The row writer reads its bound values so, the compiled fold its columns. */
+static inline void row_id_value(int is_text, const void *data, size_t len, unsigned char *scratch,
+                                const unsigned char **id, size_t *id_len) {
+    *id = NULL;
+    *id_len = 0;
+    if (data == NULL || len == 0) return;
+    if (!is_text) {
+        *id = data;
+        *id_len = len;
+        return;
+    }
+    int n = row_id_bytes(data, len, scratch);
+    if (n > 0) {
+        *id = scratch;
+        *id_len = (size_t)n;
+    }
+}
+
 /* Keep a copy of `dictionary` (any thread may use it later), with room for a row's ids after it.
  * 0, or -1 (no memory). */
 static inline int row_packer_dictionary(RowPacker *p, const char *dictionary, size_t len) {
