@@ -17,6 +17,7 @@ for only once the cluster is stopped: nothing waited in a worker to be sent.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -363,9 +364,12 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                 timeout=300,
             )
             assert run.returncode == 0, run.stdout + run.stderr
-            # Ray echoes the workers' lines to the driver's stdout, some after the driver's own.
-            reported = next(line for line in run.stdout.splitlines() if line.startswith('{"trace_id"'))
-            trace_id = json.loads(reported)["trace_id"]
+            # Ray echoes the workers' lines to the driver's stdout from a thread of its own, some
+            # after the driver's own line and, under load, one written between its text and its
+            # newline: the driver's line is found wherever it stands.
+            reported = re.search(r'\{"trace_id": "([0-9a-f]{32})"\}', run.stdout)
+            assert reported is not None, run.stdout
+            trace_id = reported[1]
             deadline = time.monotonic() + 90
             while not _complete(spans := phoenix.spans(trace_id)):
                 assert time.monotonic() < deadline, (
