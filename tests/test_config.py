@@ -24,6 +24,7 @@ from ray_otel_events.config import (
     parse_exposable_event_types,
     serve_address,
     serve_tracing_exporter,
+    store_fold_linger_s,
     store_max_pending_bytes,
     timezone_name,
 )
@@ -229,6 +230,14 @@ def test_store_max_pending_bytes_is_read_and_checked() -> None:
     for bad in ("0", "-5", "lots"):
         with pytest.raises(ConfigError, match="RAY_OTEL_EVENTS_STORE_MAX_PENDING_BYTES"):
             store_max_pending_bytes({"RAY_OTEL_EVENTS_STORE_MAX_PENDING_BYTES": bad})
+
+
+def test_store_fold_linger_is_read_and_checked() -> None:
+    assert store_fold_linger_s({}) == 1.0
+    assert store_fold_linger_s({"RAY_OTEL_EVENTS_STORE_FOLD_LINGER_SECONDS": "0"}) == 0
+    for bad in ("-1", "61", "soon"):
+        with pytest.raises(ConfigError, match="RAY_OTEL_EVENTS_STORE_FOLD_LINGER_SECONDS"):
+            store_fold_linger_s({"RAY_OTEL_EVENTS_STORE_FOLD_LINGER_SECONDS": bad})
 
 
 def test_the_mmap_threshold_is_read_and_checked() -> None:

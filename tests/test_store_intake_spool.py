@@ -150,6 +150,57 @@ def test_background_fold_merges_posts_and_settles_reads(tmp_path: Path, store_lo
     assert not list((tmp_path / "s.sqlite3.intake").glob("*.spool"))  # all folded: nothing kept
 
 
+def test_background_fold_lingers_for_more_posts_until_a_read_waits(
+    tmp_path: Path, store_location: str | Path
+) -> None:
+    """The first POST waits up to the linger for more, so an attempt's pieces sent in several
+    POSTs are written in one transaction; a read waiting for them ends the wait, as does a stop."""
+    store = open_store(store_location)
+    spool = IntakeSpool(tmp_path / "s.sqlite3.intake")
+    results: list[IngestResult] = []
+    fold = BackgroundFold(store, spool, results.append, spooled_events, linger_s=30)
+    fold.start()
+    bodies = _copies(0, 3)
+
+    async def post_then_read() -> tuple[int, float]:
+        for body in bodies:
+            fold.put([prepare(e) for e in body], orjson.dumps(body))
+            await asyncio.sleep(0.3)
+        lingering = fold.batches  # nothing folded yet, 0.9 s after the first POST
+        started = time.monotonic()
+        await fold.settled()
+        return lingering, time.monotonic() - started
+
+    lingering, waited = asyncio.run(post_then_read())
+    assert lingering == 0 and fold.batches == 1 and waited < 20
+    assert sum(r.stored for r in results) == 3 * len(EVENTS)
+    last = _copies(3, 1)[0]
+    fold.put([prepare(e) for e in last], orjson.dumps(last))
+    started = time.monotonic()
+    fold.close()  # a stop folds what lingers at once
+    assert time.monotonic() - started < 20 and fold.batches == 2
+    assert sum(r.stored for r in results) == 4 * len(EVENTS)
+    spool.close()
+    store.close()
+
+
+def test_background_fold_folds_a_lingering_post_once_the_linger_is_over(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "s.sqlite3")
+    spool = IntakeSpool(tmp_path / "s.sqlite3.intake")
+    fold = BackgroundFold(store, spool, lambda _: None, spooled_events, linger_s=0.5)
+    fold.start()
+    body = _copies(0, 1)[0]
+    fold.put([prepare(e) for e in body], orjson.dumps(body))
+    deadline = time.monotonic() + 30
+    while fold.batches == 0 and time.monotonic() < deadline:  # nobody reads: the linger ends it
+        time.sleep(0.05)
+    assert fold.batches == 1 and fold.pending_events == 0
+    assert _rows_of(tmp_path / "s.sqlite3") > 0
+    fold.close()
+    spool.close()
+    store.close()
+
+
 def test_accepted_bodies_not_folded_are_folded_at_the_next_start(
     tmp_path: Path, store_location: str | Path
 ) -> None:

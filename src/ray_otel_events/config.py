@@ -1013,6 +1013,11 @@ STORE = "RAY_OTEL_EVENTS_STORE"  # a SQLite file or postgresql://USER@HOST:PORT/
 # store falls behind the stream: 200,000 events (its other bound) of a real stream are ~220 MB.
 STORE_MAX_PENDING_BYTES = "RAY_OTEL_EVENTS_STORE_MAX_PENDING_BYTES"
 DEFAULT_STORE_MAX_PENDING_BYTES = 64 * 1024 * 1024
+# How long `serve` lets the first answered POST wait for more before folding them in one
+# transaction (a read through `serve` ends the wait): an attempt whose pieces land in one batch is
+# written once (store/background_fold.py). 0 folds each POST at once.
+STORE_FOLD_LINGER = "RAY_OTEL_EVENTS_STORE_FOLD_LINGER_SECONDS"
+DEFAULT_STORE_FOLD_LINGER_S = 1.0
 
 
 ADDRESS = "RAY_OTEL_EVENTS_ADDRESS"  # a running serve the state commands ask, as --address takes
@@ -1029,6 +1034,13 @@ def store_max_pending_bytes(env: Environ = os.environ) -> int:
     """`STORE_MAX_PENDING_BYTES`, checked."""
     value = env_int(env, STORE_MAX_PENDING_BYTES, DEFAULT_STORE_MAX_PENDING_BYTES)
     _require(value > 0, f"{STORE_MAX_PENDING_BYTES} must be > 0, got {value}")
+    return value
+
+
+def store_fold_linger_s(env: Environ = os.environ) -> float:
+    """`STORE_FOLD_LINGER`, checked."""
+    value = env_float(env, STORE_FOLD_LINGER, DEFAULT_STORE_FOLD_LINGER_S)
+    _require(0 <= value <= 60, f"{STORE_FOLD_LINGER} must be between 0 and 60 seconds, got {value}")
     return value
 
 

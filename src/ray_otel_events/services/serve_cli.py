@@ -198,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
     if args.retention_hours <= 0 or args.retention_rows <= 0 or args.retention_mb <= 0:
         raise ConfigError("--retention-hours, --retention-rows and --retention-mb must be positive")
     args.max_pending_bytes = config.store_max_pending_bytes()
+    args.fold_linger_s = config.store_fold_linger_s()
     configure_logging(args.log_level, args.log_format)
     security = security_from_args(args)
     location = chosen_store(args.store)
@@ -243,7 +244,7 @@ def _run_locked(
         print(f"ray-otel-events serve: cannot open the intake spool: {exc}", file=sys.stderr)
         store.close()
         return 1
-    intake = StateIntake(store, spool, StoreWatch(store), args.max_pending_bytes)
+    intake = StateIntake(store, spool, StoreWatch(store), args.max_pending_bytes, args.fold_linger_s)
     args.store_kind = "postgresql" if is_url(location) else "sqlite"
     try:
         return asyncio.run(serve(intake, args, security))

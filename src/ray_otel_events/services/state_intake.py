@@ -43,7 +43,7 @@ from ray_otel_events.receivers.ray_export_events_http import ExportEventsConsume
 from ray_otel_events.services.store_watch import RETRY_AFTER_S, StoreWatch
 from ray_otel_events.store import otlp_records
 from ray_otel_events.store.backend import IngestResult, Store, StoreBusy, StoreUnavailable, first_line
-from ray_otel_events.store.background_fold import MAX_PENDING_BYTES, BackgroundFold
+from ray_otel_events.store.background_fold import LINGER_S, MAX_PENDING_BYTES, BackgroundFold
 from ray_otel_events.store.intake_spool import IntakeSpool
 from ray_otel_events.store.posted_body import Accepted, read_posted
 from ray_otel_events.store.set_aside import fold_apart
@@ -62,6 +62,7 @@ class StateIntake(OtlpConsumer, ExportEventsConsumer):
         spool: IntakeSpool,
         watch: StoreWatch | None = None,
         max_pending_bytes: int = MAX_PENDING_BYTES,
+        fold_linger_s: float = LINGER_S,
     ) -> None:
         self.store = store
         self.watch = watch
@@ -70,7 +71,12 @@ class StateIntake(OtlpConsumer, ExportEventsConsumer):
         self.fold_refused = 0  # accepted, then refused by their fold (a value only it reads)
         self.unknown_types = UnknownTypes()  # a later Ray's events: kept raw, no row
         self.fold = BackgroundFold(
-            store, spool, self._count, spooled_events, max_pending_bytes=max_pending_bytes
+            store,
+            spool,
+            self._count,
+            spooled_events,
+            max_pending_bytes=max_pending_bytes,
+            linger_s=fold_linger_s,
         )
         self.spans = 0
         self.log_lines = 0

@@ -43,6 +43,11 @@ MAX_PENDING_EVENTS = 200_000  # accepted, not yet folded: beyond this a POST wai
 MAX_PENDING_BYTES = 64 * 1024 * 1024
 LOGGED_REFUSALS = 10  # set-aside events logged per batch, each with its id and reason; the rest counted
 RETRY_S = 1.0  # after the store failed a batch (it is kept, and tried again)
+# How long the first POST of a batch waits for more (config.STORE_FOLD_LINGER): Ray sends an
+# attempt's pieces from its owner and from its worker, each about once a second, so a batch that
+# spans that second writes most rows once instead of two or three times (an update leaves a dead
+# row version and a new entry in every index). A read waiting for `settled()` ends the wait.
+LINGER_S = 1.0
 
 
 class _Accepted(NamedTuple):
@@ -50,6 +55,7 @@ class _Accepted(NamedTuple):
     events: Accepted
     body: bytes  # the POST's text, kept as raw events when folded
     position: Position  # in the spool, the end of this POST's body
+    at: float  # time.monotonic() when it was queued
 
 
 class BackgroundFold:
@@ -65,6 +71,7 @@ class BackgroundFold:
         batch_events: int = BATCH_EVENTS,
         max_pending_events: int = MAX_PENDING_EVENTS,
         max_pending_bytes: int = MAX_PENDING_BYTES,
+        linger_s: float = LINGER_S,
     ) -> None:
         self._store = store
         self._spool = spool
@@ -73,6 +80,8 @@ class BackgroundFold:
         self._batch_events = batch_events
         self._max_pending = max_pending_events
         self._max_pending_bytes = max_pending_bytes
+        self._linger_s = linger_s
+        self._hurried = 0  # readers waiting for `settled()`: the batch is folded without lingering
         self._queue: collections.deque[_Accepted] = collections.deque()
         self._pending_events = 0
         self._pending_bytes = 0
@@ -105,7 +114,7 @@ class BackgroundFold:
     def _enqueue(self, events: Accepted, body: bytes, position: Position) -> None:
         with self._changed:
             self._put_ticket += 1
-            self._queue.append(_Accepted(self._put_ticket, events, body, position))
+            self._queue.append(_Accepted(self._put_ticket, events, body, position, time.monotonic()))
             self._pending_events += len(events)
             self._pending_bytes += len(body)
             self._changed.notify()
@@ -128,7 +137,14 @@ class BackgroundFold:
     async def settled(self) -> None:
         """Waits until every event accepted before this call is folded."""
         target = self._put_ticket
-        await self._wait_until(lambda: self._folded_ticket >= target)
+        with self._changed:
+            self._hurried += 1
+            self._changed.notify()
+        try:
+            await self._wait_until(lambda: self._folded_ticket >= target)
+        finally:
+            with self._changed:
+                self._hurried -= 1
 
     async def _wait_until(self, done: Callable[[], bool]) -> None:
         """Waits for `done()`, checked under the lock the folding thread updates under, so a batch
@@ -152,16 +168,26 @@ class BackgroundFold:
     def _take(self) -> list[_Accepted] | None:
         """The next POSTs to fold together (None once closing and empty)."""
         with self._changed:
-            while not self._queue:
-                if self._closing:
-                    return None
-                self._changed.wait()
+            while True:
+                if not self._queue:
+                    if self._closing:
+                        return None
+                    self._changed.wait()
+                    continue
+                left = self._queue[0].at + self._linger_s - time.monotonic()
+                if left <= 0 or self._closing or self._hurried or self._full():
+                    break
+                self._changed.wait(left)
             taken = [self._queue.popleft()]
             count = len(taken[0].events)
             while self._queue and count + len(self._queue[0].events) <= self._batch_events:
                 taken.append(self._queue.popleft())
                 count += len(taken[-1].events)
             return taken
+
+    def _full(self) -> bool:
+        """A batch's worth is pending, or a POST waits for room (`room`)."""
+        return self._pending_events >= self._batch_events or self._pending_bytes >= self._max_pending_bytes
 
     def _run(self) -> None:
         while (taken := self._take()) is not None:
