@@ -546,3 +546,36 @@ def test_indexes_bloated_by_updates_are_repacked_with_the_same_answers(
         page = store.select("tasks", [ColumnFilter(column, True, value)], limit=5)
         assert page == pages[column] and page.matched >= 300, (column, page.matched)
     store.close()
+
+
+def test_dead_row_versions_are_vacuumed_as_the_fold_leaves_them(
+    postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows updated batch after batch leave dead versions: past the bound the store VACUUMs
+    state_rows itself (autovacuum waits a minute, and for a fifth of the table to be dead), on a
+    thread of its own, so later rows reuse their space; the rows read back the same, and a store
+    opened read-only never vacuums."""
+    monkeypatch.setattr(PostgresStore, "vacuum_min_dead", 50)
+    url = postgres_server.new_database("vacuum")
+    store = PostgresStore(url)
+    copies = [_session_copy(EVENTS, n) for n in range(100)]
+    for n in range(len(EVENTS)):  # each event of every copy in its own batch: each row updated again
+        store.ingest(copy.deepcopy([events[n] for events in copies]), now=1000.0 + n)
+    rows = _all_rows(store)
+
+    def vacuumed() -> bool:
+        with psycopg.connect(url) as db:  # VACUUMs run by a client, not autovacuum's
+            found = db.execute(
+                "SELECT vacuum_count, n_dead_tup FROM pg_stat_user_tables WHERE relname = 'state_rows'"
+            ).fetchone()
+        return bool(found and found[0] >= 1)
+
+    _wait_for(vacuumed)
+    assert store.vacuums >= 1
+    running = sum(t.name == "state-rows-vacuum" for t in threading.enumerate())
+    assert running >= 1
+    reader = PostgresStore(url, read_only=True)
+    assert _all_rows(reader) == rows and reader.vacuums == 0
+    reader.close()
+    store.close()
+    assert sum(t.name == "state-rows-vacuum" for t in threading.enumerate()) == running - 1  # stopped

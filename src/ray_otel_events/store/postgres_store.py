@@ -31,7 +31,9 @@ again, so `serve` comes back by itself when the server does.
 
 Every update of a row adds an entry to each of state_rows' indexes (none is HOT: `updated` is in
 them all), and the pages left behind stay part empty: upkeep (`prune`, each minute in `serve`)
-rebuilds concurrently those grown past twice their packed size (`repack_indexes`).
+rebuilds concurrently those grown past twice their packed size (`repack_indexes`). The dead row
+versions updates leave are vacuumed as they pile up (postgres_vacuum), so later rows reuse their
+space.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from ray_otel_events.store.backend import (
     first_line,
 )
 from ray_otel_events.store.kept_ids import HASHED, event_hash, unpacked
+from ray_otel_events.store.postgres_vacuum import MIN_DEAD, DeadRowVacuum
 from ray_otel_events.store.row_fold import Pieces, StoredRow, fold_keys, group_pieces
 from ray_otel_events.store.row_packing import pack_row, row_json
 from ray_otel_events.store.sql_export import EXPORT_TABLE
@@ -598,6 +601,7 @@ class PostgresStore(SqlUpkeep):
     repack_ratio = 2.0  # an index past this many times its packed bytes is rebuilt (`repack_indexes`)
     repack_min_bytes = 1 << 20  # and only from this size: a small one is not worth the rebuild
     repacking = True  # False once PostgreSQL refused this user a rebuild
+    vacuum_min_dead = MIN_DEAD  # row versions the fold left dead that call for a VACUUM (postgres_vacuum)
 
     def __init__(self, url: str, *, read_only: bool = False) -> None:
         super().__init__()
@@ -608,11 +612,17 @@ class PostgresStore(SqlUpkeep):
         self._writer: psycopg.Connection[Any] | None = None
         self._reader: psycopg.Connection[Any] | None = None
         self.rolled_back = 0  # batches PostgreSQL rolled back (a deadlock) and this store did again
+        self._vacuum = None if read_only else DeadRowVacuum(self._connect, min_dead=self.vacuum_min_dead)
         with self._reading() as db:
             if read_only:
                 self._check_version(db)
             else:
                 self._migrate(db)
+
+    @property
+    def vacuums(self) -> int:
+        """The VACUUMs of state_rows this store ran (postgres_vacuum)."""
+        return self._vacuum.vacuums if self._vacuum is not None else 0
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -667,6 +677,8 @@ class PostgresStore(SqlUpkeep):
             self._committed(db)
 
     def close(self) -> None:
+        if self._vacuum is not None:
+            self._vacuum.close()
         for lock, which in ((self._write_lock, "_writer"), (self._read_lock, "_reader")):
             with lock:
                 db = getattr(self, which)
@@ -738,16 +750,22 @@ class PostgresStore(SqlUpkeep):
         seen = sorted({key[3] for key in pieces} | texts.keys())
         kept = [(_enc(session), received, raw_events.compress(parts)) for session, parts in texts.items()]
 
+        updated = 0
+
         def write(db: psycopg.Connection[Any]) -> IngestResult:
+            nonlocal updated
             result = IngestResult(ignored=ignored)
-            self._fold(db, pieces, received, result)
+            updated = self._fold(db, pieces, received, result)
             with db.cursor() as cursor:
                 if kept:
                     cursor.executemany(_KEEP_RAW, kept)
                 cursor.executemany(_SEEN, [(_enc(name), received, received) for name in seen])
             return result
 
-        return self._retried(write, f"a batch of {len(pieces)} rows")
+        done = self._retried(write, f"a batch of {len(pieces)} rows")
+        if self._vacuum is not None:
+            self._vacuum.count(updated)
+        return done
 
     def _retried(self, write: Callable[[psycopg.Connection[Any]], _T], what: str) -> _T:
         """`write` in one transaction, done again (up to `_ROLLBACK_TRIES` in all) while PostgreSQL
@@ -781,10 +799,11 @@ class PostgresStore(SqlUpkeep):
 
     def _fold(
         self, db: psycopg.Connection[Any], pieces: Pieces, received: float, result: IngestResult
-    ) -> None:
+    ) -> int:
         """As EventStore._fold, for the whole batch at once: its stored rows read and locked,
         folded, the new ones inserted and the others updated (a statement each). A row another
-        writer inserted since it was read is folded again onto that writer's row, now locked."""
+        writer inserted since it was read is folded again onto that writer's row, now locked.
+        Returns how many rows were updated (each left a dead version)."""
         keys = list(pieces)
         stored = self._lock_rows(db, keys)
         changed = _fold_keys(keys, pieces, stored, received, result)
@@ -795,7 +814,7 @@ class PostgresStore(SqlUpkeep):
             db, _INSERT_ROWS, _INSERT_ROW, [r for r in changed if tuple(r[:4]) not in present]
         )
         if inserted is None:
-            return
+            return len(updated)
         late = [row[:4] for row in inserted]
         # Take back what folding them onto nothing counted, and count their fold onto what is stored.
         undone = IngestResult()
@@ -814,6 +833,7 @@ class PostgresStore(SqlUpkeep):
         for row in changed:  # gone again (retention), or equal to another of the batch's keys
             if tuple(row[:4]) not in present:
                 db.execute(_UPSERT_ROW, _row_params(row))
+        return len(updated) + len(changed)
 
     def _lock_rows(self, db: psycopg.Connection[Any], keys: list[Key]) -> dict[int, tuple[bytes, bytes]]:
         """(data, event ids) of the stored rows of `keys`, by index in `keys`, locked until commit."""
