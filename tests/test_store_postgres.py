@@ -765,3 +765,40 @@ def test_rows_packed_v1_before_step_10_are_read_and_folded_onto(
     assert row["node_id"] == base64.b64decode(_LONG_NODE).hex() and row["state"] == "FAILED"
     store.close()
     reference.close()
+
+
+def test_a_row_with_an_id_that_is_not_text_is_packed_v1_and_reads_back(
+    postgres_server: PostgresServer,
+) -> None:
+    """A row whose worker is a number (written alone: PostgreSQL stores it as its text, here hex
+    digits a reader would add to a PACKED_V2 dictionary, which the number's packing did not) is
+    packed PACKED_V1 and reads back; the same row with a text worker is PACKED_V2."""
+    url = postgres_server.new_database("odd_ids")
+    store = PostgresStore(url)
+    task = "ab" * 24
+    indexed = dict.fromkeys(INDEXED_COLUMNS)
+    rows = []
+    for n, worker in enumerate((1234, "cd" * 28)):
+        entity = f"{n:02x}{task[2:]}"
+        data = json.dumps({"task_id": entity, "worker_id": worker}).encode()
+        values = {**indexed, "worker": worker}
+        rows.append(("tasks", entity, 0, "s", 1000.0, data, b"", *(values[c] for c in INDEXED_COLUMNS)))
+    with store._transaction() as db:
+        assert (
+            store._write_rows(
+                db,
+                postgres_store._INSERT_ROWS,
+                postgres_store._INSERT_ROW,
+                [postgres_store._stored(row) for row in rows],
+            )
+            is None
+        )
+    stored = _stored_data(url)
+    assert [(entity, worker, data[0]) for _, _, entity, _, worker, data in stored] == [
+        ("00" + task[2:], "1234", PACKED_V1),
+        ("01" + task[2:], "cd" * 28, PACKED_V2),
+    ]
+    assert sorted(store.select("tasks").rows, key=lambda row: row["task_id"]) == [
+        json.loads(row[5]) for row in rows
+    ]
+    store.close()
