@@ -6,6 +6,7 @@ back while `serve` runs. The answers on both backends are compared in the store'
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import random
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +26,14 @@ from helpers.postgres import PostgresServer, serve_store_args
 
 from ray_otel_events.store import postgres_store, raw_events
 from ray_otel_events.store.backend import ColumnFilter, Retention, StoreError
-from ray_otel_events.store.kept_ids import event_hash
+from ray_otel_events.store.kept_ids import HASHED, event_hash
 from ray_otel_events.store.location import open_store
 from ray_otel_events.store.postgres_store import SCHEMA_VERSION, PostgresStore
 from ray_otel_events.store.row_fold import StoredRow, fold_keys, group_pieces
+from ray_otel_events.store.row_packing import PACKED_V1, PACKED_V2, pack_row, row_json
+from ray_otel_events.store.sql_reads import ROW_IDS
 from ray_otel_events.store.sqlite_store import EventStore
-from ray_otel_events.store.state_merge import INDEXED_COLUMNS, prepare
+from ray_otel_events.store.state_merge import INDEXED_COLUMNS, Prepared, prepare
 from tests.helpers.stored_rows import old_raw_blob
 from tests.test_compiled_helpers import _mutated
 from tests.test_otlp_wire import _fixture_dicts
@@ -579,3 +583,255 @@ def test_dead_row_versions_are_vacuumed_as_the_fold_leaves_them(
     reader.close()
     store.close()
     assert sum(t.name == "state-rows-vacuum" for t in threading.enumerate()) == running - 1  # stopped
+
+
+# -- rows packed PACKED_V2 (schema step 10) ------------------------------------------------------
+
+_TASK = "4NwXTINZkDT///////////////8BAAAA"  # a task of the fixture that fails once and runs again
+_LONG_NODE = base64.b64encode(bytes(range(100))).decode()  # 200 hex digits: stored in its indexed form
+
+
+def _stored_data(url: str) -> list[tuple[Any, ...]]:
+    """Each row's resource, attempt, the columns of a PACKED_V2 dictionary (`ROW_IDS`: entity id,
+    node, worker, as a reader reads them) and data, in key order."""
+    with psycopg.connect(url) as db:
+        return db.execute(
+            f"SELECT resource, attempt, {ROW_IDS}, data FROM state_rows ORDER BY resource, entity_id, attempt"
+        ).fetchall()
+
+
+def _needs_its_ids(data: bytes, ids: list[Any]) -> bool:
+    """Whether a packed row reads otherwise (or not at all) without the ids its dictionary ends with."""
+    try:
+        return row_json(data, ()) != row_json(data, ids)
+    except ValueError:
+        return True
+
+
+def _task_pieces() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """`_TASK`'s definition and its first attempt's lifecycle event split in two: the first with a
+    node id past _WHOLE_CHARS (as hex) and no worker, the second with the rest of the transitions,
+    that node and the worker."""
+    pieces = [
+        e
+        for e in EVENTS
+        if (e.get("taskDefinitionEvent") or e.get("taskLifecycleEvent") or {}).get("taskId") == _TASK
+    ]
+    definition = next(e for e in pieces if e["eventType"] == "TASK_DEFINITION_EVENT")
+    lifecycle = next(e for e in pieces if e.get("taskLifecycleEvent", {}).get("taskAttempt") == 0)
+    transitions = lifecycle["taskLifecycleEvent"]["stateTransitions"]
+    assert lifecycle["taskLifecycleEvent"]["workerId"] and len(transitions) == 4
+    early, late = copy.deepcopy(lifecycle), copy.deepcopy(lifecycle)
+    early["eventId"] = "early-" + early["eventId"]
+    early["taskLifecycleEvent"].update(
+        stateTransitions=transitions[:2], nodeId=_LONG_NODE, workerId="", rayErrorInfo={}
+    )
+    late["taskLifecycleEvent"].update(stateTransitions=transitions[2:], nodeId=_LONG_NODE)
+    return copy.deepcopy(definition), early, late
+
+
+def test_rows_are_packed_v2_with_the_ids_their_columns_hold(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """Every row written is PACKED_V2 (format byte 2), its dictionary the one a reader builds from
+    its entity id, node and worker as stored (a task's reads otherwise without them); rows folded
+    batch after batch (each fold reading the stored row) answer as on SQLite."""
+    url = postgres_server.new_database("packed_v2")
+    postgres = PostgresStore(url)
+    sqlite = EventStore(tmp_path / "reference.sqlite3")
+    for first in range(0, len(EVENTS), 3):
+        for store in (postgres, sqlite):
+            assert store.ingest(copy.deepcopy(EVENTS[first : first + 3]), now=1000.0 + first).invalid == []
+    stored = _stored_data(url)
+    assert len(stored) == 17 and {data[0] for *_, data in stored} == {PACKED_V2}
+    tasks = [row for row in stored if row[0] == "tasks"]
+    assert tasks and all(_needs_its_ids(data, ids) for _, _, *ids, data in tasks)
+    assert _all_rows(postgres) == _all_rows(sqlite)
+    task = postgres.select("tasks", limit=1).rows[0]["task_id"]
+    assert postgres.entity_rows("tasks", task) == sqlite.entity_rows("tasks", task) != []
+    postgres.close()
+    sqlite.close()
+
+
+def test_a_long_node_and_a_worker_that_comes_later_fold_and_read_back_whole(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """A task's row written by its definition (no node, no worker), then given a node id past
+    _WHOLE_CHARS (its column holds the indexed form, which the row's dictionary is made of), then
+    its worker by a later event: each fold reads the PACKED_V2 row stored before, and the row reads
+    back whole (the node id as sent), as on SQLite, found by a filter on the whole node id."""
+    url = postgres_server.new_database("long_node")
+    postgres = PostgresStore(url)
+    sqlite = EventStore(tmp_path / "reference.sqlite3")
+    node = base64.b64decode(_LONG_NODE).hex()
+    columns = []
+    for batch in _task_pieces():
+        for store in (postgres, sqlite):
+            assert store.ingest([copy.deepcopy(batch)], now=1000.0).stored == 1
+        ((resource, _, _, stored_node, worker, data),) = _stored_data(url)
+        columns.append((stored_node, worker))
+        assert resource == "tasks" and data[0] == PACKED_V2
+        assert _all_rows(postgres) == _all_rows(sqlite)
+    assert columns[0] == (None, None)
+    assert columns[1][0] == postgres_store._indexed(node) != node and columns[1][1] is None
+    assert columns[2][0] == columns[1][0] and columns[2][1]
+    (row,) = postgres.select("tasks").rows
+    assert row["node_id"] == node and row["worker_id"] == columns[2][1] and row["state"] == "FAILED"
+    assert postgres.select("tasks", [ColumnFilter("node", True, node)]).rows == [row]
+    assert postgres.counts("tasks", "node") == sqlite.counts("tasks", "node") == [(node, 1)]
+    postgres.close()
+    sqlite.close()
+
+
+def _cased(prepared: Prepared, case: Callable[[str], str]) -> Prepared:
+    """An event read by `prepare` with its entity id in another case."""
+    assert prepared.key is not None and prepared.piece is not None
+    resource, entity_id, attempt, session = prepared.key
+    return prepared._replace(
+        key=(resource, case(entity_id), attempt, session),
+        piece=prepared.piece._replace(entity_id=case(entity_id)),
+    )
+
+
+def test_an_entity_id_in_another_case_folds_onto_its_row_as_on_sqlite(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """A task's id upper-case in one POST and lower-case in the next ones: one row (entity_id is
+    citext, which keeps the case it was first inserted in, while each fold packs with its batch's
+    case), PACKED_V2 with a dictionary that reads the id case-blind, so the next fold and every read
+    of the row work, with the answers SQLite gives. The other way round (lower-case first, then
+    upper-case) folds to the same row on PostgreSQL (SQLite's fold finds no row for a hex id that
+    is not lower-case: its stored ids are read back as lower-case hex)."""
+    postgres = [PostgresStore(postgres_server.new_database(f"entity_case_{n}")) for n in range(2)]
+    sqlite = EventStore(tmp_path / "reference.sqlite3")
+    definition, early, late = (prepare(event) for event in _task_pieces())
+    upper, lower = str.upper, str.lower
+    orders = [(upper, lower, lower), (lower, upper, upper)]
+    for store, cases in zip(postgres, orders, strict=True):
+        for prepared, case in zip((definition, early, late), cases, strict=True):
+            for target in (store, sqlite) if store is postgres[0] else (store,):
+                assert target.ingest_prepared([_cased(prepared, case)], now=1000.0).stored == 1
+        ((_, _, entity_id, _, worker, data),) = _stored_data(store.url)
+        assert entity_id == cases[0](entity_id) != cases[1](entity_id) and worker and data[0] == PACKED_V2
+        assert _needs_its_ids(data, [entity_id, None, None])  # read with its entity id (node: indexed)
+    assert _all_rows(postgres[0]) == _all_rows(sqlite)
+    task = entity_id.lower()
+    for text in (task, task.upper()):
+        assert postgres[0].entity_rows("tasks", text) == sqlite.entity_rows("tasks", text) != []
+    (row,) = postgres[1].select("tasks").rows
+    assert row["task_id"] == task.upper()
+    assert dict(row, task_id=task) == postgres[0].select("tasks").rows[0]
+    for store in [*postgres, sqlite]:
+        store.close()
+
+
+def _written_by_step_9(url: str, events: list[dict[str, Any]], now: float) -> None:
+    """`events`' rows as the code of schema step 9 wrote them, into a database at that step: each
+    row's JSON PACKED_V1 (no ids), then its text values in their stored form (`_enc`, a long
+    indexed value `_indexed`)."""
+    pieces, _ = group_pieces([prepare(event) for event in events])
+    keys = list(pieces)
+    rows, _ = fold_keys(
+        keys, pieces, {k: StoredRow({}, []) for k in keys}, now, {}, [], lambda _: StoredRow({}, [])
+    )
+    at = postgres_store._DATA_AT
+    columns = postgres_store._ROW_COLUMNS
+    with psycopg.connect(url, autocommit=True) as db:
+        for row in rows:
+            packed = (*row[:at], pack_row(row[at]), HASHED + row[at + 1], *row[at + 2 :])
+            params = [
+                postgres_store._indexed(postgres_store._enc(v))
+                if i in postgres_store._INDEXED_AT
+                else postgres_store._enc(v)
+                for i, v in enumerate(packed)
+            ]
+            db.execute(
+                f"INSERT INTO state_rows({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))})",
+                params,
+            )
+
+
+def test_rows_packed_v1_before_step_10_are_read_and_folded_onto(
+    postgres_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database at schema step 9 holding PACKED_V1 rows (one with a node id in its indexed form):
+    step 10 rewrites nothing, they read as they are, an event folded before is a duplicate, and
+    later events fold onto them (written PACKED_V2 then): the rows SQLite makes of the same events."""
+    url = postgres_server.new_database("v1_rows")
+    with monkeypatch.context() as patched:
+        patched.setattr(postgres_store, "MIGRATIONS", postgres_store.MIGRATIONS[:9])
+        patched.setattr(postgres_store, "SCHEMA_VERSION", 9)
+        PostgresStore(url).close()
+    definition, early, late = _task_pieces()
+    task_events = {definition["eventId"], early["eventId"], late["eventId"]}
+    first = [e for e in EVENTS if e["eventType"].endswith("DEFINITION_EVENT")] + [early]
+    later = [e for e in EVENTS if not e["eventType"].endswith("DEFINITION_EVENT")]
+    _written_by_step_9(url, first, 1000.0)
+    before = _stored_data(url)
+    assert len(before) == 10 and {data[0] for *_, data in before} == {PACKED_V1}
+    assert any(postgres_store._is_indexed_form(node) for *_, node, _, _ in before)
+    store = PostgresStore(url)
+    with psycopg.connect(url) as db:
+        assert (
+            db.execute("SELECT MAX(version) FROM schema_migrations").fetchone() == (10,) == (SCHEMA_VERSION,)
+        )
+    assert _stored_data(url) == before  # nothing rewritten
+    reference = EventStore(tmp_path / "reference.sqlite3")
+    reference.ingest(copy.deepcopy(first), now=1000.0)
+    assert _all_rows(store) == _all_rows(reference)
+    again = store.ingest(copy.deepcopy(first), now=1500.0)
+    assert (again.stored, again.duplicates) == (0, len(first))
+    later = [e if e["eventId"] not in task_events else late for e in later]
+    for batch in (later[: len(later) // 2], later[len(later) // 2 :]):
+        assert store.ingest(copy.deepcopy(batch), now=2000.0) == reference.ingest(
+            copy.deepcopy(batch), now=2000.0
+        )
+    assert _all_rows(store) == _all_rows(reference)
+    after = _stored_data(url)
+    assert len(after) == 17
+    versions = {row[:3]: row[-1][0] for row in after}  # by resource, attempt, entity id
+    old = {row[:3]: row[-1] for row in before}
+    assert {versions[key] for key in old} == {PACKED_V1, PACKED_V2}  # updated rows are V2 now
+    assert all(versions[key] == PACKED_V2 for key in versions if key not in old)
+    assert all(row[-1] == old[row[:3]] for row in after if row[:3] in old and row[-1][0] == PACKED_V1)
+    row = next(r for a, _, r in store.entity_rows("tasks", base64.b64decode(_TASK).hex()) if a == 0)
+    assert row["node_id"] == base64.b64decode(_LONG_NODE).hex() and row["state"] == "FAILED"
+    store.close()
+    reference.close()
+
+
+def test_a_row_with_an_id_that_is_not_text_is_packed_v1_and_reads_back(
+    postgres_server: PostgresServer,
+) -> None:
+    """A row whose worker is a number (written alone: PostgreSQL stores it as its text, here hex
+    digits a reader would add to a PACKED_V2 dictionary, which the number's packing did not) is
+    packed PACKED_V1 and reads back; the same row with a text worker is PACKED_V2."""
+    url = postgres_server.new_database("odd_ids")
+    store = PostgresStore(url)
+    task = "ab" * 24
+    indexed = dict.fromkeys(INDEXED_COLUMNS)
+    rows = []
+    for n, worker in enumerate((1234, "cd" * 28)):
+        entity = f"{n:02x}{task[2:]}"
+        data = json.dumps({"task_id": entity, "worker_id": worker}).encode()
+        values = {**indexed, "worker": worker}
+        rows.append(("tasks", entity, 0, "s", 1000.0, data, b"", *(values[c] for c in INDEXED_COLUMNS)))
+    with store._transaction() as db:
+        assert (
+            store._write_rows(
+                db,
+                postgres_store._INSERT_ROWS,
+                postgres_store._INSERT_ROW,
+                [postgres_store._stored(row) for row in rows],
+            )
+            is None
+        )
+    stored = _stored_data(url)
+    assert [(entity, worker, data[0]) for _, _, entity, _, worker, data in stored] == [
+        ("00" + task[2:], "1234", PACKED_V1),
+        ("01" + task[2:], "cd" * 28, PACKED_V2),
+    ]
+    assert sorted(store.select("tasks").rows, key=lambda row: row["task_id"]) == [
+        json.loads(row[5]) for row in rows
+    ]
+    store.close()

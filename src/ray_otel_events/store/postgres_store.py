@@ -67,7 +67,7 @@ from ray_otel_events.store.postgres_vacuum import MIN_DEAD, DeadRowVacuum
 from ray_otel_events.store.row_fold import Pieces, StoredRow, fold_keys, group_pieces
 from ray_otel_events.store.row_packing import pack_row, row_json
 from ray_otel_events.store.sql_export import EXPORT_TABLE
-from ray_otel_events.store.sql_reads import TEXT_COLUMNS, SqlDialect
+from ray_otel_events.store.sql_reads import ROW_IDS, TEXT_COLUMNS, SqlDialect
 from ray_otel_events.store.sql_upkeep import SqlUpkeep
 from ray_otel_events.store.sql_writes import RAW_INCOMPLETE
 from ray_otel_events.store.state_merge import INDEXED_COLUMNS, Key, Prepared
@@ -185,21 +185,37 @@ def _kept_hashes(stored: bytes) -> list[int]:
     return [event_hash(event_id) for event_id in _event_ids(stored)]
 
 
-def _packed(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A folded row's upsert values with its JSON packed (row_packing's PACKED_V1: SQLite's
-    PACKED_V2 primes deflate with the ids its key columns hold as stored, and here `_row_params`
-    and the array writes store a long node value in its indexed form after this packs, so the
-    dictionary read back would differ; not done until that order changes) and its kept ids'
-    hashes (kept_ids.packed) after `HASHED`."""
-    return (*row[:_DATA_AT], pack_row(row[_DATA_AT]), HASHED + row[_DATA_AT + 1], *row[_DATA_AT + 2 :])
+def _stored(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A folded row's upsert values as its columns will hold them, in this order: each text value
+    in its stored form (`_enc`, then `_indexed` in an _INDEXED_TEXT column), then its JSON packed
+    PACKED_V2 with the stored values of its key columns (`_ROW_IDS_AT`: entity id, node, worker, as
+    a reader reads them back beside it; row_packing.row_ids_text) and its kept ids' hashes
+    (kept_ids.packed) after `HASHED`. Packed after, not before, those forms: a node value past
+    _WHOLE_CHARS is stored as its prefix and hash, and the dictionary is made of what is stored.
+    The entity id is not updated with the row (citext keeps the case it was first inserted in),
+    which the dictionary reads case-blind (a hex id as its bytes; a text not hex adds nothing), as
+    on SQLite. A row with an id of another type than text (a number where a worker id belongs,
+    stored as PostgreSQL writes it as text) is packed PACKED_V1, without ids: its text form here
+    could differ from what the column holds."""
+    values = list(row)
+    for i in _ENC_AT:
+        value = values[i]
+        if isinstance(value, str):
+            values[i] = _indexed(_enc(value)) if i in _INDEXED_AT else _enc(value)
+    ids = [values[i] for i in _ROW_IDS_AT]
+    texts = all(value is None or isinstance(value, str) for value in ids)
+    values[_DATA_AT] = pack_row(values[_DATA_AT], ids if texts else None)
+    values[_DATA_AT + 1] = HASHED + values[_DATA_AT + 1]
+    return tuple(values)
 
 
 _REPACK_CHUNK = 2000  # rows read and written again at a time by migration 7
 
 
 def _pack_stored_rows(db: psycopg.Connection[Any]) -> None:
-    """Migration 7: every row's JSON packed and its event ids kept as bytes (`_packed`), read in
-    chunks through a cursor (which does not see the rows written since it opened)."""
+    """Migration 7: every row's JSON packed (PACKED_V1, as rows were written until step 10) and
+    its event ids kept as bytes (`_packed_ids`), read in chunks through a cursor (which does not
+    see the rows written since it opened)."""
     db.execute(
         "ALTER TABLE state_rows ALTER COLUMN data TYPE bytea USING convert_to(data, 'UTF8'),"
         " ALTER COLUMN event_ids TYPE bytea USING convert_to(event_ids, 'UTF8')"
@@ -373,6 +389,19 @@ CREATE INDEX chunks_by_time ON log_file_chunks(received);
         " 'raw deflate of a JSON array of events; since step 9 a 0x06 format byte then a stream"
         " primed with raw_events.dict'",
     ),
+    # Rows written since are PACKED_V2 (row_packing: deflate primed with the fixed dictionary and
+    # the row's entity id, node and worker as their columns hold them, `_stored`): a live Ray
+    # stream's row JSON 380 -> 298 bytes a task attempt (bench/store_bytes_live_postgres.py).
+    # PACKED_V1 rows from before are read as they are, so nothing is rewritten. A marker, as step
+    # 8: a version from before it, which reads every packed row without its ids, refuses the
+    # database as newer instead of failing on the new rows.
+    (
+        10,
+        "COMMENT ON COLUMN state_rows.data IS"
+        " 'the row''s JSON packed (row_packing): PACKED_V1 (0x01) deflated against a fixed dictionary;"
+        " since step 10 may be PACKED_V2 (0x02), its dictionary followed by the row''s entity_id, node"
+        " and worker as stored'",
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -400,7 +429,7 @@ _KEY_MATCH = (
 # The stored rows of a batch's keys, locked in one order (so two writers never wait on each other
 # in a cycle), each the newest committed version once a writer holding it has committed.
 _LOCK_ROWS = (
-    "SELECT k.n, s.data, s.event_ids FROM state_rows s"
+    f"SELECT k.n, s.data, s.event_ids, {', '.join(f's.{c}' for c in ROW_IDS.split(', '))} FROM state_rows s"
     " JOIN unnest(%b::text[], %b::text[], %b::bigint[], %b::text[]) WITH ORDINALITY"
     f" AS k(resource, entity_id, attempt, session, n) ON {_KEY_MATCH}"
     f" ORDER BY s.resource, s.entity_id, s.attempt, s.session FOR UPDATE OF s"
@@ -463,6 +492,8 @@ _UPSERT_ROW = (
     + ", ".join(f"{c} = excluded.{c}" for c in _ROW_COLUMNS[4:])
 )
 _DATA_AT = _ROW_COLUMNS.index("data")
+_ENC_AT = tuple(i for i in range(len(_ROW_COLUMNS)) if i not in (_DATA_AT, _DATA_AT + 1))  # (str: `_enc`)
+_ROW_IDS_AT = tuple(_ROW_COLUMNS.index(c) for c in ROW_IDS.split(", "))  # a PACKED_V2 dictionary's ids
 _INDEXED_AT = frozenset(_ROW_COLUMNS.index(c) for c in _INDEXED_TEXT)
 _TEXT_AT = tuple(i for i, c in enumerate(_ROW_COLUMNS) if _ROW_TYPES.get(c, "text") == "text")
 _INT_AT = tuple(i for i, c in enumerate(_ROW_COLUMNS) if _ROW_TYPES.get(c) == "bigint")
@@ -520,12 +551,14 @@ def _odd(columns: list[list[Any]]) -> set[int]:
     return odd
 
 
-def _stored_row(found: tuple[bytes, bytes] | None) -> StoredRow:
-    """A stored row as the fold takes it (empty for a new one)."""
+def _stored_row(found: tuple[Any, ...] | None) -> StoredRow:
+    """A stored row as the fold takes it (empty for a new one), from `_lock_rows`' (data, event
+    ids, ROW_IDS): its JSON unpacked with the ids its key columns hold (a PACKED_V2 row's
+    dictionary; a PACKED_V1 row, or JSON text, reads without them)."""
     return (
         StoredRow({}, [])
         if found is None
-        else StoredRow(orjson.loads(row_json(found[0], ())), _kept_hashes(found[1]))  # PACKED_V1
+        else StoredRow(orjson.loads(row_json(found[0], found[2:])), _kept_hashes(found[1]))
     )
 
 
@@ -548,13 +581,13 @@ def _merged_case_variants(pieces: Pieces) -> Pieces:
 def _fold_keys(
     keys: list[Key],
     pieces: Pieces,
-    stored: dict[int, tuple[bytes, bytes]],
+    stored: dict[int, tuple[Any, ...]],
     received: float,
     result: IngestResult,
 ) -> list[tuple[Any, ...]]:
     """The upsert rows of `keys` folded onto `stored` (by index in `keys`; absent: a new row),
-    packed (`_packed`), counted in `result`. A row whose fold fails is folded again piece by
-    piece, leaving out (naming) the bad ones."""
+    as their columns will hold them (`_stored`), counted in `result`. A row whose fold fails is
+    folded again piece by piece, leaving out (naming) the bad ones."""
     rows = {key: _stored_row(stored.get(n)) for n, key in enumerate(keys)}
     changed, duplicates = fold_keys(
         keys,
@@ -566,11 +599,18 @@ def _fold_keys(
         lambda key: _stored_row(stored.get(keys.index(key))),
     )
     result.duplicates += duplicates
-    return [_packed(row) for row in changed]
+    return [_stored(row) for row in changed]
 
 
-def _row_params(row: tuple[Any, ...]) -> list[Any]:
-    return [_indexed(_enc(v)) if i in _INDEXED_AT else _enc(v) for i, v in enumerate(row)]
+def _stored_key(key: Key) -> tuple[Any, ...]:
+    """A row's key as its stored row (`_stored`) holds it."""
+    return tuple(_enc(value) for value in key)
+
+
+def _given_key(row: tuple[Any, ...]) -> Key:
+    """A stored row's key as the batch gave it (`_stored_key` undone)."""
+    resource, entity_id, attempt, session = (_dec(value) for value in row[:4])
+    return resource, entity_id, attempt, session
 
 
 class PostgresStore(SqlUpkeep):
@@ -807,7 +847,7 @@ class PostgresStore(SqlUpkeep):
         keys = list(pieces)
         stored = self._lock_rows(db, keys)
         changed = _fold_keys(keys, pieces, stored, received, result)
-        present = {keys[n] for n in stored}
+        present = {_stored_key(keys[n]) for n in stored}
         updated = [row for row in changed if tuple(row[:4]) in present]
         self._write_rows(db, _UPDATE_ROWS, _UPDATE_ROW, updated)
         inserted = self._write_rows(
@@ -815,7 +855,7 @@ class PostgresStore(SqlUpkeep):
         )
         if inserted is None:
             return len(updated)
-        late = [row[:4] for row in inserted]
+        late = [_given_key(row) for row in inserted]
         # Take back what folding them onto nothing counted, and count their fold onto what is stored.
         undone = IngestResult()
         _fold_keys(late, pieces, {}, received, undone)
@@ -828,26 +868,28 @@ class PostgresStore(SqlUpkeep):
             result.refused.remove(refusal)
         found = self._lock_rows(db, late)
         changed = _fold_keys(late, pieces, found, received, result)
-        present = {late[n] for n in found}
+        present = {_stored_key(late[n]) for n in found}
         self._write_rows(db, _UPDATE_ROWS, _UPDATE_ROW, [r for r in changed if tuple(r[:4]) in present])
         for row in changed:  # gone again (retention), or equal to another of the batch's keys
             if tuple(row[:4]) not in present:
-                db.execute(_UPSERT_ROW, _row_params(row))
+                db.execute(_UPSERT_ROW, row)
         return len(updated) + len(changed)
 
-    def _lock_rows(self, db: psycopg.Connection[Any], keys: list[Key]) -> dict[int, tuple[bytes, bytes]]:
-        """(data, event ids) of the stored rows of `keys`, by index in `keys`, locked until commit."""
+    def _lock_rows(self, db: psycopg.Connection[Any], keys: list[Key]) -> dict[int, tuple[Any, ...]]:
+        """(data, event ids, then the `ROW_IDS` a PACKED_V2 row's dictionary is made of) of the
+        stored rows of `keys`, by index in `keys`, locked until commit."""
         if not keys:
             return {}
         resources, entity_ids, attempts, sessions = (list(column) for column in zip(*keys, strict=True))
         params = [resources, _encoded_texts(entity_ids), attempts, _encoded_texts(sessions)]
-        return {int(n) - 1: (data, ids) for n, data, ids in db.execute(_LOCK_ROWS, params)}
+        return {int(n) - 1: tuple(found) for n, *found in db.execute(_LOCK_ROWS, params)}
 
     def _write_rows(
         self, db: psycopg.Connection[Any], many: str, one: str, rows: list[tuple[Any, ...]]
     ) -> list[tuple[Any, ...]] | None:
-        """Writes `rows` with `many` (arrays, one statement), a row with a value of another type
-        than its column's with `one` (alone); the rows an insert found present, or None."""
+        """Writes `rows` (as stored: `_stored`) with `many` (arrays, one statement), a row with a
+        value of another type than its column's with `one` (alone); the rows an insert found
+        present, or None."""
         if not rows:
             return None
         columns = [list(column) for column in zip(*rows, strict=True)]
@@ -858,17 +900,13 @@ class PostgresStore(SqlUpkeep):
             columns = [list(column) for column in zip(*plain, strict=True)] if plain else []
         missed: list[tuple[Any, ...]] = []
         if plain:
-            for i in _TEXT_AT:
-                columns[i] = _encoded_texts(columns[i])
-                if i in _INDEXED_AT and max(map(len, filter(None, columns[i])), default=0) > _WHOLE_CHARS:
-                    columns[i] = [_indexed(v) for v in columns[i]]  # (rare: the lengths looked at in C)
             cursor = db.execute(many, columns)
             if many is _INSERT_ROWS and cursor.rowcount != len(plain):
-                written = {tuple(_dec(v) for v in key) for key in cursor.fetchall()}
+                written = {tuple(key) for key in cursor.fetchall()}
                 missed = [row for row in plain if tuple(row[:4]) not in written]
         for row in (rows[n] for n in sorted(odd)):
-            params = _row_params(row)
-            if db.execute(one, params if many is _INSERT_ROWS else params[4:] + params[:4]).rowcount != 1:
+            params = row if many is _INSERT_ROWS else row[4:] + row[:4]
+            if db.execute(one, params).rowcount != 1:
                 missed.append(row)
         return (missed or None) if many is _INSERT_ROWS else None
 

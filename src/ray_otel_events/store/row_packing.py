@@ -5,13 +5,13 @@ store's bytes (2.7 KB of 5.9 KB per task attempt of a real stream) and is only e
 so it is kept as one blob: a format byte (`PACKED_V1`), the text's length (4 bytes,
 little-endian), then its raw deflate (32 KiB window) primed with `ROW_DICTIONARY`, the keys and
 values every row repeats. The dictionary is part of the format: another one takes another format
-byte. SQLite's rows are `PACKED_V2`: their dictionary is `ROW_DICTIONARY` followed by the row's
-own ids as its key columns keep them beside the blob (`row_ids_text`), which deflate cannot squeeze
-but can refer back to (a task attempt's JSON 619 -> 526 bytes of a replicated stream); every
-reader reads those columns with the blob. `PACKED_V1` rows (PostgreSQL's, and SQLite stores of an
-earlier version) and rows written as JSON text (older still) are read as they are. The compiled
-row writer packs and the compiled fold unpacks the same way (native/row_packing.h); this is their
-Python twin.
+byte. Rows are `PACKED_V2` (SQLite's, and PostgreSQL's since its schema step 10): their dictionary
+is `ROW_DICTIONARY` followed by the row's own ids as its key columns keep them beside the blob
+(`row_ids_text`), which deflate cannot squeeze but can refer back to (a task attempt's JSON 619 ->
+526 bytes of a replicated stream); every reader reads those columns with the blob. `PACKED_V1` rows
+(of earlier versions, and PostgreSQL's with an id column holding a value that is not text) and rows
+written as JSON text (older still) are read as they are. The compiled row writer packs and the
+compiled fold unpacks the same way (native/row_packing.h); this is their Python twin.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def _dictionary(version: int, ids: Sequence[Any]) -> bytes:
 
 def pack_row(text: str | bytes, ids: Sequence[Any] | None = None) -> bytes:
     """A row's JSON as it is stored: `PACKED_V2` with `ids` (the key columns' values as they are
-    stored beside it, `row_ids_text`), `PACKED_V1` without (PostgreSQL's rows)."""
+    stored beside it, `row_ids_text`), `PACKED_V1` without."""
     raw = text.encode() if isinstance(text, str) else text
     if len(raw) > _MAX_TEXT:
         raise ValueError(f"a row of {len(raw)} bytes: at most {_MAX_TEXT} are stored")
