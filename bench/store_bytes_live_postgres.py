@@ -36,6 +36,7 @@ from store_bytes_live import expected_attempts, run_driver  # noqa: E402
 from ray_otel_events.store.postgres_store import PostgresStore  # noqa: E402
 
 _COUNT = "SELECT COUNT(*) FROM state_rows WHERE resource = 'tasks'"
+_WRITES = "SELECT n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'state_rows'"
 _STATES = "SELECT state::text, COUNT(*) FROM state_rows WHERE resource = 'tasks' GROUP BY state ORDER BY 1"
 
 
@@ -63,6 +64,12 @@ def report(url: str, count: int, empty: int, reindex: bool) -> None:
         states = db.execute(_STATES).fetchall()
     print(f"{count:,} task attempts, {found[0] if found else 0:,} rows, states {states}")
     print(f"{(sizes['file'] - empty) / count:,.0f} bytes per attempt over an empty store ({empty:,} bytes)")
+    with psycopg.connect(url) as db:  # how often a row was written, and what a live row takes
+        writes = db.execute(_WRITES).fetchone()
+        tuple_bytes = db.execute("SELECT AVG(pg_column_size(r.*)) FROM state_rows r").fetchone()
+    if writes:
+        print(f"state_rows: {writes[0]:,} inserts, {writes[1]:,} updates ({writes[2]:,} HOT)", end="")
+        print(f", a live row's tuple {float(tuple_bytes[0] if tuple_bytes else 0):,.0f} bytes on average")
     for name, value in sorted(sizes.items(), key=lambda kv: -(kv[1] or 0)):
         if name != "file" and value and value / count >= 1:
             print(f"  {name}: {value / count:,.1f}")
