@@ -92,9 +92,10 @@ def test_a_deadlock_between_two_writers_is_retried_and_each_batch_applied_once(
         psycopg.connect(url) as holds_y,
         psycopg.connect(url) as holds_z,
     ):
+        admin.execute("INSERT INTO sessions(name, first_seen, last_seen) VALUES (%s, 0, 0)", (session,))
         holds_y.execute(  # uncommitted: A's insert of Y waits for it
             "INSERT INTO state_rows(resource, entity_id, attempt, session, updated, data, event_ids)"
-            " VALUES (%s, %s, %s, %s, 0, '{}', '')",
+            " VALUES (%s, %s, %s, (SELECT id FROM sessions WHERE name = %s), 0, '{}', '')",
             (resource, entity_id, attempt, session),
         )
         caplog.set_level(logging.WARNING, logger="ray_otel_events.store.postgres_store")
