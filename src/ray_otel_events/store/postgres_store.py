@@ -93,15 +93,18 @@ _SEEN = (
 # A batch's sessions, before its rows are locked (in name order): each one's record read and held
 # with a KEY SHARE lock until the batch commits, which other writers' locks (theirs, and the
 # last_seen update's NO KEY UPDATE) do not wait for, while `drop_session`'s FOR UPDATE does: the
-# id stays that session's until the batch's rows are committed. A record missing (a new session,
-# or one dropped meanwhile) is inserted in the batch's transaction (`_NEW_SESSION`): a batch that
-# fails leaves none, and another writer of that session waits for that batch's commit, once.
+# id stays that session's until the batch's rows are committed. A record missing (one dropped
+# meanwhile) is inserted in the batch's transaction (`_NEW_SESSION`), which another writer of that
+# session waits for; so a session this store has not recorded yet is recorded in a transaction of
+# its own first (`_RECORD_SESSION`), and its first batch holds no other writer of it (a batch that
+# then fails leaves the record, without rows).
 _SESSION_HELD = "SELECT id, last_seen FROM sessions WHERE name = %s FOR KEY SHARE"
 _NEW_SESSION = (
     "INSERT INTO sessions(name, first_seen, last_seen) VALUES (%s, %s, %s)"
     " ON CONFLICT (name) DO NOTHING RETURNING id, last_seen"
 )
 # After the batch's rows, in name order: a session's last event seen (a NO KEY UPDATE lock).
+_RECORD_SESSION = _NEW_SESSION.removesuffix(" RETURNING id, last_seen")
 _SESSION_SEEN = "UPDATE sessions SET last_seen = %s WHERE id = %s AND last_seen < %s"
 # state_rows.session (since step 11): the id of the session named by `{}`, and the name of a row's.
 _SESSION_VALUE = "(SELECT id FROM sessions WHERE name = {})"
@@ -731,6 +734,7 @@ class PostgresStore(SqlUpkeep):
         self._writer: psycopg.Connection[Any] | None = None
         self._reader: psycopg.Connection[Any] | None = None
         self.rolled_back = 0  # batches PostgreSQL rolled back (a deadlock) and this store did again
+        self._recorded: set[str] = set()  # sessions whose record this store committed or found
         self._vacuum = None if read_only else DeadRowVacuum(self._connect, min_dead=self.vacuum_min_dead)
         with self._reading() as db:
             if read_only:
@@ -874,6 +878,8 @@ class PostgresStore(SqlUpkeep):
         kept = [(_enc(session), received, raw_events.compress(parts)) for session, parts in texts.items()]
 
         updated = 0
+        if not self._recorded.issuperset(seen):
+            self._record_sessions(seen, received)
 
         def write(db: psycopg.Connection[Any]) -> IngestResult:
             nonlocal updated
@@ -891,6 +897,19 @@ class PostgresStore(SqlUpkeep):
         if self._vacuum is not None:
             self._vacuum.count(updated)
         return done
+
+    def _record_sessions(self, names: list[str], received: float) -> None:
+        """The records of `names` that are missing inserted (in name order) and committed: a batch
+        that inserted one in its transaction would hold every other writer of that session until it
+        commits (`_held_sessions`). The names are remembered (a record dropped since is inserted by
+        the batch)."""
+
+        def record(db: psycopg.Connection[Any]) -> None:
+            with db.cursor() as cursor:
+                cursor.executemany(_RECORD_SESSION, [(_enc(name), received, received) for name in names])
+
+        self._retried(record, f"{len(names)} session records")
+        self._recorded.update(names)
 
     def _retried(self, write: Callable[[psycopg.Connection[Any]], _T], what: str) -> _T:
         """`write` in one transaction, done again (up to `_ROLLBACK_TRIES` in all) while PostgreSQL
