@@ -772,10 +772,8 @@ def test_rows_packed_v1_before_step_10_are_read_and_folded_onto(
     assert any(postgres_store._is_indexed_form(node) for *_, node, _, _ in before)
     store = PostgresStore(url)
     with psycopg.connect(url) as db:
-        assert (
-            db.execute("SELECT MAX(version) FROM schema_migrations").fetchone() == (10,) == (SCHEMA_VERSION,)
-        )
-    assert _stored_data(url) == before  # nothing rewritten
+        assert db.execute("SELECT MAX(version) FROM schema_migrations").fetchone() == (SCHEMA_VERSION,)
+    assert _stored_data(url) == before  # nothing rewritten (step 11 changes the session column only)
     reference = EventStore(tmp_path / "reference.sqlite3")
     reference.ingest(copy.deepcopy(first), now=1000.0)
     assert _all_rows(store) == _all_rows(reference)
@@ -817,12 +815,13 @@ def test_a_row_with_an_id_that_is_not_text_is_packed_v1_and_reads_back(
         values = {**indexed, "worker": worker}
         rows.append(("tasks", entity, 0, "s", 1000.0, data, b"", *(values[c] for c in INDEXED_COLUMNS)))
     with store._transaction() as db:
+        sessions, _ = postgres_store._held_sessions(db, ["s"], 1000.0)
         assert (
             store._write_rows(
                 db,
                 postgres_store._INSERT_ROWS,
                 postgres_store._INSERT_ROW,
-                [postgres_store._stored(row) for row in rows],
+                [postgres_store._stored(row, sessions) for row in rows],
             )
             is None
         )
@@ -835,3 +834,209 @@ def test_a_row_with_an_id_that_is_not_text_is_packed_v1_and_reads_back(
         json.loads(row[5]) for row in rows
     ]
     store.close()
+
+
+def _written_by_step_10(url: str, events: list[dict[str, Any]], now: float, recorded: set[str]) -> None:
+    """`events`' rows as the code of schema step 10 wrote them, into a database at that step: each
+    row PACKED_V2 with its text values in their stored form and its session as its name; the raw
+    events kept, and a record in `sessions` for the sessions in `recorded` only (step 11 records
+    any other a row names)."""
+    pieces, _ = group_pieces([prepare(event) for event in events])
+    keys = list(pieces)
+    rows, _ = fold_keys(
+        keys, pieces, {k: StoredRow({}, []) for k in keys}, now, {}, [], lambda _: StoredRow({}, [])
+    )
+    names = {key[3]: key[3] for key in keys}  # a session "id" that is its name, as step 10 kept it
+    columns = postgres_store._ROW_COLUMNS
+    texts, _ = raw_events.event_texts(events)
+    with psycopg.connect(url, autocommit=True) as db:
+        for row in rows:
+            db.execute(
+                f"INSERT INTO state_rows({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))})",
+                postgres_store._stored(row, names),
+            )
+        for session, parts in texts.items():
+            db.execute(
+                "INSERT INTO raw_events(session, received, data) VALUES (%s, %s, %s)",
+                (session, now, raw_events.compress(parts)),
+            )
+            if session in recorded:
+                db.execute("INSERT INTO sessions VALUES (%s, %s, %s)", (session, now, now))
+
+
+def _sorted(rows: list[Any]) -> list[Any]:
+    """Rows in one order (those of one `updated` come in the order stored)."""
+    return sorted(rows, key=lambda row: json.dumps(row, sort_keys=True))
+
+
+def _session_ids(url: str) -> tuple[str, dict[int, str], list[Any]]:
+    """state_rows.session's type, the sessions' ids, and each row's session value."""
+    with psycopg.connect(url) as db:
+        found = db.execute(
+            "SELECT data_type FROM information_schema.columns"
+            " WHERE table_name = 'state_rows' AND column_name = 'session'"
+        ).fetchone()
+        assert found is not None
+        ids = (
+            {int(number): name for number, name in db.execute("SELECT id, name FROM sessions")}
+            if found[0] == "integer"
+            else {}
+        )
+        values = [value for (value,) in db.execute("SELECT session FROM state_rows")]
+    return str(found[0]), ids, values
+
+
+def test_a_database_at_step_10_gets_session_ids_with_the_same_answers(
+    postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database at schema step 10 holding two sessions' rows (their session as its name, one
+    session without a record): read-only, it answers by the names; step 11 records the session
+    missing one and keeps each row's session as its record's id, with every answer as a store
+    written since gives (rows, counts, sessions, filters and reads by session, duplicates), and
+    the rows written later hold ids too."""
+    events = [*_session_copy(EVENTS, 1), *_session_copy(EVENTS, 2)]
+    url = postgres_server.new_database("before_session_ids")
+    with monkeypatch.context() as patched:
+        patched.setattr(postgres_store, "MIGRATIONS", postgres_store.MIGRATIONS[:10])
+        patched.setattr(postgres_store, "SCHEMA_VERSION", 10)
+        PostgresStore(url).close()
+    _written_by_step_10(url, events, 1000.0, {"session_1"})
+    assert _session_ids(url)[0] == "text"
+    fresh = PostgresStore(postgres_server.new_database("session_ids_from_start"))
+    fresh.ingest(copy.deepcopy(events), now=1000.0)
+    old = open_store(url, read_only=True)  # before step 11: the rows' sessions are names
+    assert old.sessions() == ["session_1"] and old.total("tasks", "session_2") == fresh.total(
+        "tasks", "session_2"
+    )
+    assert _sorted(old.select("tasks", session="session_2").rows) == _sorted(
+        fresh.select("tasks", session="session_2").rows
+    )
+    old.close()
+
+    migrated = PostgresStore(url)
+    kind, ids, values = _session_ids(url)
+    assert kind == "integer" and sorted(ids.values()) == ["session_1", "session_2"]
+    assert set(values) == set(ids) and len(values) == 2 * 17
+    assert _all_rows(migrated) == _all_rows(fresh)
+    assert migrated.sessions() == fresh.sessions() == ["session_1", "session_2"]
+    assert migrated.session_list() == fresh.session_list()
+    assert migrated.session_evidence(2000.0) == fresh.session_evidence(2000.0)
+    for session in ("session_1", "session_2"):
+        for store in (migrated, fresh):
+            store._totals.clear()
+        assert migrated.total("tasks", session) == fresh.total("tasks", session) > 0
+        assert migrated.counts("tasks", "state", session=session) == fresh.counts(
+            "tasks", "state", session=session
+        )
+        assert _sorted(migrated.select("tasks", session=session).rows) == _sorted(
+            fresh.select("tasks", session=session).rows
+        )
+        by_filter = [ColumnFilter("session", True, session)]
+        assert (
+            _sorted(migrated.select("tasks", by_filter).rows)
+            == _sorted(fresh.select("tasks", by_filter).rows)
+            != []
+        )
+        not_it = [ColumnFilter("session", False, session)]
+        assert migrated.select("tasks", not_it).total == fresh.select("tasks", not_it).total > 0
+    task = fresh.select("tasks", limit=1).rows[0]["task_id"]
+    assert migrated.entity_rows("tasks", task) == fresh.entity_rows("tasks", task) != []
+    assert {session for _, session, _ in migrated.entity_rows("tasks", task)} == {"session_1", "session_2"}
+    assert migrated.entity_rows("tasks", task, "session_2") == fresh.entity_rows("tasks", task, "session_2")
+    for attempt, session, _ in fresh.entity_rows("tasks", task):
+        assert migrated.new_fields("tasks", task, attempt, session) == fresh.new_fields(
+            "tasks", task, attempt, session
+        )
+    again = migrated.ingest(copy.deepcopy(events), now=2000.0)
+    assert (again.stored, again.duplicates) == (0, len(events))
+    assert fresh.ingest(copy.deepcopy(events), now=2000.0) == again
+    later = _session_copy(EVENTS, 3)
+    assert migrated.ingest(copy.deepcopy(later), now=3000.0) == fresh.ingest(copy.deepcopy(later), now=3000.0)
+    assert _all_rows(migrated) == _all_rows(fresh)
+    assert migrated.session_list() == fresh.session_list()
+    kind, ids, values = _session_ids(url)
+    assert kind == "integer" and sorted(ids.values()) == ["session_1", "session_2", "session_3"]
+    assert sorted(values) == sorted(number for number in ids for _ in range(17))
+    for store in (migrated, fresh):
+        store.close()
+
+
+def _waiting_for_lock(admin: psycopg.Connection[Any], name: str) -> bool:
+    """Whether the connection named `name` waits for a lock."""
+    return bool(
+        admin.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock'",
+            (name,),
+        ).fetchone()
+    )
+
+
+def test_a_session_dropped_while_another_store_writes_it_leaves_no_row_without_its_record(
+    postgres_server: PostgresServer,
+) -> None:
+    """A writer holds its batch's session record (read, not yet committed) while another store
+    drops that session: the drop waits for the writer's commit, then deletes its rows too, so no
+    row is left naming a deleted record (read with no session name); a batch written after the
+    drop records the session anew, under another id."""
+    url = postgres_server.new_database("drop_while_writing")
+    events = _session_copy(EVENTS, 1)
+    first_key = prepare(events[0]).key
+    first = [e for e in events if prepare(e).key == first_key]
+    rest = [e for e in events if prepare(e).key != first_key]
+    holding, go = threading.Event(), threading.Event()
+
+    class Paused(PostgresStore):
+        """Waits, in its next batch's transaction, with the session held and its rows not written."""
+
+        pause = False
+
+        def _fold(self, *args: Any, **kwargs: Any) -> int:
+            if self.pause:
+                holding.set()
+                assert go.wait(60)
+            return super()._fold(*args, **kwargs)
+
+    writer = Paused(url)
+    dropper = PostgresStore(url + "?application_name=dropper")
+    assert writer.ingest(copy.deepcopy(first), now=1000.0).stored == len(first)
+    with psycopg.connect(url) as db:
+        ((before,),) = db.execute("SELECT id FROM sessions").fetchall()
+    writer.pause = True
+    results: dict[str, Any] = {}
+    errors: list[BaseException] = []
+
+    def run(name: str, call: Callable[[], Any]) -> None:
+        try:
+            results[name] = call()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = {
+        "write": threading.Thread(target=run, args=("write", lambda: writer.ingest(copy.deepcopy(rest)))),
+        "drop": threading.Thread(target=run, args=("drop", lambda: dropper.drop_session("session_1"))),
+    }
+    threads["write"].start()
+    assert holding.wait(60)
+    threads["drop"].start()
+    with psycopg.connect(url, autocommit=True) as admin:
+        _wait_for(lambda: _waiting_for_lock(admin, "dropper"))  # for the writer's session record
+    go.set()
+    for thread in threads.values():
+        thread.join(timeout=60)
+    assert errors == []
+    writer.pause = False
+    assert results["write"].stored == len(rest)
+    assert results["drop"] == 17  # the first batch's row and the writer's rows, committed before
+    with psycopg.connect(url) as db:
+        assert db.execute("SELECT COUNT(*) FROM state_rows").fetchone() == (0,)
+        assert db.execute("SELECT COUNT(*) FROM sessions").fetchone() == (0,)
+    assert writer.sessions() == dropper.sessions() == [] and writer.session_list() == []
+    assert writer.ingest(copy.deepcopy(events), now=2000.0).stored == len(events)
+    _, ids, values = _session_ids(url)
+    assert list(ids.values()) == ["session_1"] and before not in ids and set(values) == set(ids)
+    assert [s["name"] for s in dropper.session_list()] == ["session_1"]
+    assert dropper.session_list()[0]["tasks"] == dropper.total("tasks") > 0
+    task = dropper.select("tasks", limit=1).rows[0]["task_id"]
+    assert {session for _, session, _ in dropper.entity_rows("tasks", task)} == {"session_1"}
+    for store in (writer, dropper):
+        store.close()

@@ -92,9 +92,10 @@ def test_a_deadlock_between_two_writers_is_retried_and_each_batch_applied_once(
         psycopg.connect(url) as holds_y,
         psycopg.connect(url) as holds_z,
     ):
+        admin.execute("INSERT INTO sessions(name, first_seen, last_seen) VALUES (%s, 0, 0)", (session,))
         holds_y.execute(  # uncommitted: A's insert of Y waits for it
             "INSERT INTO state_rows(resource, entity_id, attempt, session, updated, data, event_ids)"
-            " VALUES (%s, %s, %s, %s, 0, '{}', '')",
+            " VALUES (%s, %s, %s, (SELECT id FROM sessions WHERE name = %s), 0, '{}', '')",
             (resource, entity_id, attempt, session),
         )
         caplog.set_level(logging.WARNING, logger="ray_otel_events.store.postgres_store")
@@ -156,7 +157,9 @@ def test_a_batch_rolled_back_at_every_try_is_store_busy_and_nothing_is_written(
     with pytest.raises(StoreBusy, match=r"rolled a batch of \d+ rows back 5 times: deadlock detected"):
         store.ingest(copy.deepcopy(EVENTS))
     assert store.rolled_back == 4  # five tries
-    assert store.size()["state_rows"] == 0 and store.sessions() == []
+    # no row; the session's record, committed before the batch's transaction (`_record_sessions`)
+    assert store.size()["state_rows"] == 0 and store.sessions() == [EVENTS[0]["sessionName"]]
+    assert store.session_list()[0]["tasks"] == 0
     _refusing(url, False)
     assert store.ingest(copy.deepcopy(EVENTS)).stored > 0 and store.size()["state_rows"] == 17
     assert store.rolled_back == 4

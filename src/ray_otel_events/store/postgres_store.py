@@ -22,9 +22,11 @@ The schema is created and migrated on open by numbered steps recorded in `schema
 under a lock, so processes starting together apply each step once. Text columns are `citext`
 (compared ignoring case, ordered bytewise once lowered), as SQLite's `COLLATE NOCASE` does.
 
-Sessions (a `sessions` table, each batch's names upserted in name order so two writers never wait
-on each other) and raw events (compressed blocks per session, read back by `rebuild`)
-are kept as sqlite_store keeps them, in the fold's transaction.
+Sessions (a `sessions` table) and raw events (compressed blocks per session, read back by
+`rebuild`) are kept as sqlite_store keeps them, in the fold's transaction. A state row names its
+session by the number of its record (since schema step 11, as SQLite's schema 6 does), so each
+batch reads its sessions' records first (in name order), holding them until it commits with a lock
+other writers do not wait for but `drop_session` does (`_held_sessions`).
 
 A connection lost (server restarted, network) raises StoreUnavailable; the next call connects
 again, so `serve` comes back by itself when the server does.
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import binascii
 import contextlib
+import dataclasses
 import hashlib
 import itertools
 import logging
@@ -87,6 +90,25 @@ _SEEN = (
     "INSERT INTO sessions(name, first_seen, last_seen) VALUES (%s, %s, %s)"
     " ON CONFLICT (name) DO UPDATE SET last_seen = GREATEST(sessions.last_seen, excluded.last_seen)"
 )
+# A batch's sessions, before its rows are locked (in name order): each one's record read and held
+# with a KEY SHARE lock until the batch commits, which other writers' locks (theirs, and the
+# last_seen update's NO KEY UPDATE) do not wait for, while `drop_session`'s FOR UPDATE does: the
+# id stays that session's until the batch's rows are committed. A record missing (one dropped
+# meanwhile) is inserted in the batch's transaction (`_NEW_SESSION`), which another writer of that
+# session waits for; so a session this store has not recorded yet is recorded in a transaction of
+# its own first (`_RECORD_SESSION`), and its first batch holds no other writer of it (a batch that
+# then fails leaves the record, without rows).
+_SESSION_HELD = "SELECT id, last_seen FROM sessions WHERE name = %s FOR KEY SHARE"
+_NEW_SESSION = (
+    "INSERT INTO sessions(name, first_seen, last_seen) VALUES (%s, %s, %s)"
+    " ON CONFLICT (name) DO NOTHING RETURNING id, last_seen"
+)
+# After the batch's rows, in name order: a session's last event seen (a NO KEY UPDATE lock).
+_RECORD_SESSION = _NEW_SESSION.removesuffix(" RETURNING id, last_seen")
+_SESSION_SEEN = "UPDATE sessions SET last_seen = %s WHERE id = %s AND last_seen < %s"
+# state_rows.session (since step 11): the id of the session named by `{}`, and the name of a row's.
+_SESSION_VALUE = "(SELECT id FROM sessions WHERE name = {})"
+_SESSION_NAME = "(SELECT name FROM sessions WHERE sessions.id = state_rows.session)"
 _KEEP_RAW = "INSERT INTO raw_events(session, received, data) VALUES (%s, %s, %s)"
 # The data that counts against `max_bytes`: the text (and compressed blocks) each table holds.
 _DATA_BYTES = (
@@ -185,9 +207,10 @@ def _kept_hashes(stored: bytes) -> list[int]:
     return [event_hash(event_id) for event_id in _event_ids(stored)]
 
 
-def _stored(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A folded row's upsert values as its columns will hold them, in this order: each text value
-    in its stored form (`_enc`, then `_indexed` in an _INDEXED_TEXT column), then its JSON packed
+def _stored(row: tuple[Any, ...], sessions: dict[str, int]) -> tuple[Any, ...]:
+    """A folded row's upsert values as its columns will hold them, in this order: its session as
+    the id of its record (`sessions`: the batch's, by name), each text value in its stored form
+    (`_enc`, then `_indexed` in an _INDEXED_TEXT column), then its JSON packed
     PACKED_V2 with the stored values of its key columns (`_ROW_IDS_AT`: entity id, node, worker, as
     a reader reads them back beside it; row_packing.row_ids_text) and its kept ids' hashes
     (kept_ids.packed) after `HASHED`. Packed after, not before, those forms: a node value past
@@ -198,6 +221,7 @@ def _stored(row: tuple[Any, ...]) -> tuple[Any, ...]:
     stored as PostgreSQL writes it as text) is packed PACKED_V1, without ids: its text form here
     could differ from what the column holds."""
     values = list(row)
+    values[_SESSION_AT] = sessions[row[_SESSION_AT]]
     for i in _ENC_AT:
         value = values[i]
         if isinstance(value, str):
@@ -402,13 +426,36 @@ CREATE INDEX chunks_by_time ON log_file_chunks(received);
         " since step 10 may be PACKED_V2 (0x02), its dictionary followed by the row''s entity_id, node"
         " and worker as stored'",
     ),
+    # A row's session as the number of its record in `sessions` (as SQLite's schema 6 keeps it), not
+    # its name: the ~41 bytes of "session_2026-12-02_22-31-05_123456_12345" were in every row and
+    # every primary-key entry. Every session a row names gets a record if it lacks one; the column
+    # is converted in place (the table and its indexes rewritten, packed): a USING expression takes
+    # no subquery, so the lookup is a function, dropped after. Reads name the session through the
+    # dialect (`session_value`, `session_name`); the other tables keep the name.
+    (
+        11,
+        """
+ALTER TABLE sessions ADD COLUMN id integer GENERATED BY DEFAULT AS IDENTITY;
+ALTER TABLE sessions ADD CONSTRAINT sessions_id_key UNIQUE (id);
+INSERT INTO sessions(name, first_seen, last_seen)
+    SELECT session, MIN(updated), MAX(updated) FROM state_rows GROUP BY session
+    ON CONFLICT (name) DO NOTHING;
+CREATE FUNCTION ray_otel_events_session_id(text) RETURNS integer
+    LANGUAGE sql STABLE AS 'SELECT id FROM sessions WHERE name = $1';
+ALTER TABLE state_rows ALTER COLUMN session TYPE integer USING ray_otel_events_session_id(session);
+DROP FUNCTION ray_otel_events_session_id(text);
+COMMENT ON COLUMN state_rows.session IS 'the id of the row''s session in sessions (before step 11, its name)';
+""",
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
+_SESSION_IDS_SINCE = 11  # the schema step since which state_rows.session is a sessions.id
 
 _KEY_COLUMNS = "resource, entity_id, attempt, session"
 _ROW_COLUMNS = (*_KEY_COLUMNS.split(", "), "updated", "data", "event_ids", *INDEXED_COLUMNS)
 _ROW_TYPES = {
     "attempt": "bigint",
+    "session": "integer",  # the id of its record in `sessions` (step 11)
     "updated": "float8",
     "data": "bytea",
     "event_ids": "bytea",
@@ -430,7 +477,7 @@ _KEY_MATCH = (
 # in a cycle), each the newest committed version once a writer holding it has committed.
 _LOCK_ROWS = (
     f"SELECT k.n, s.data, s.event_ids, {', '.join(f's.{c}' for c in ROW_IDS.split(', '))} FROM state_rows s"
-    " JOIN unnest(%b::text[], %b::text[], %b::bigint[], %b::text[]) WITH ORDINALITY"
+    " JOIN unnest(%b::text[], %b::text[], %b::bigint[], %b::integer[]) WITH ORDINALITY"
     f" AS k(resource, entity_id, attempt, session, n) ON {_KEY_MATCH}"
     f" ORDER BY s.resource, s.entity_id, s.attempt, s.session FOR UPDATE OF s"
 )
@@ -492,11 +539,14 @@ _UPSERT_ROW = (
     + ", ".join(f"{c} = excluded.{c}" for c in _ROW_COLUMNS[4:])
 )
 _DATA_AT = _ROW_COLUMNS.index("data")
-_ENC_AT = tuple(i for i in range(len(_ROW_COLUMNS)) if i not in (_DATA_AT, _DATA_AT + 1))  # (str: `_enc`)
+_SESSION_AT = _ROW_COLUMNS.index("session")
+_ENC_AT = tuple(  # (str: `_enc`)
+    i for i in range(len(_ROW_COLUMNS)) if i not in (_DATA_AT, _DATA_AT + 1, _SESSION_AT)
+)
 _ROW_IDS_AT = tuple(_ROW_COLUMNS.index(c) for c in ROW_IDS.split(", "))  # a PACKED_V2 dictionary's ids
 _INDEXED_AT = frozenset(_ROW_COLUMNS.index(c) for c in _INDEXED_TEXT)
 _TEXT_AT = tuple(i for i, c in enumerate(_ROW_COLUMNS) if _ROW_TYPES.get(c, "text") == "text")
-_INT_AT = tuple(i for i, c in enumerate(_ROW_COLUMNS) if _ROW_TYPES.get(c) == "bigint")
+_INT_AT = tuple(i for i, c in enumerate(_ROW_COLUMNS) if _ROW_TYPES.get(c) in ("bigint", "integer"))
 
 
 # PostgreSQL's text cannot hold NUL, which SQLite's can: a string holding one (or the escape
@@ -584,10 +634,12 @@ def _fold_keys(
     stored: dict[int, tuple[Any, ...]],
     received: float,
     result: IngestResult,
+    sessions: dict[str, int],
 ) -> list[tuple[Any, ...]]:
     """The upsert rows of `keys` folded onto `stored` (by index in `keys`; absent: a new row),
-    as their columns will hold them (`_stored`), counted in `result`. A row whose fold fails is
-    folded again piece by piece, leaving out (naming) the bad ones."""
+    as their columns will hold them (`_stored`, with the batch's session ids), counted in
+    `result`. A row whose fold fails is folded again piece by piece, leaving out (naming) the bad
+    ones."""
     rows = {key: _stored_row(stored.get(n)) for n, key in enumerate(keys)}
     changed, duplicates = fold_keys(
         keys,
@@ -599,18 +651,41 @@ def _fold_keys(
         lambda key: _stored_row(stored.get(keys.index(key))),
     )
     result.duplicates += duplicates
-    return [_stored(row) for row in changed]
+    return [_stored(row, sessions) for row in changed]
 
 
-def _stored_key(key: Key) -> tuple[Any, ...]:
-    """A row's key as its stored row (`_stored`) holds it."""
-    return tuple(_enc(value) for value in key)
+def _held_sessions(
+    db: psycopg.Connection[Any], names: list[str], received: float
+) -> tuple[dict[str, int], list[int]]:
+    """The id of each of `names`' records (in name order), held until commit (`_SESSION_HELD`),
+    recorded if missing; and the ids whose last event seen is before `received`."""
+    ids: dict[str, int] = {}
+    later: list[int] = []
+    for name in names:
+        params = (_enc(name),)
+        while True:  # a record dropped between the read and the insert is read again, once inserted
+            found = db.execute(_SESSION_HELD, params).fetchone()
+            if found is None:
+                found = db.execute(_NEW_SESSION, (_enc(name), received, received)).fetchone()
+            if found is not None:
+                break
+        ids[name] = int(found[0])
+        if float(found[1]) < received:
+            later.append(ids[name])
+    return ids, later
 
 
-def _given_key(row: tuple[Any, ...]) -> Key:
-    """A stored row's key as the batch gave it (`_stored_key` undone)."""
-    resource, entity_id, attempt, session = (_dec(value) for value in row[:4])
-    return resource, entity_id, attempt, session
+def _stored_key(key: Key, sessions: dict[str, int]) -> tuple[Any, ...]:
+    """A row's key as its stored row (`_stored`) holds it: its session as its record's id."""
+    resource, entity_id, attempt, session = key
+    return _enc(resource), _enc(entity_id), attempt, sessions[session]
+
+
+def _given_key(row: tuple[Any, ...], names: dict[int, str]) -> Key:
+    """A stored row's key as the batch gave it (`_stored_key` undone; `names`: the batch's
+    sessions by id)."""
+    resource, entity_id, attempt, session = row[:4]
+    return _dec(resource), _dec(entity_id), attempt, names[session]
 
 
 class PostgresStore(SqlUpkeep):
@@ -634,7 +709,14 @@ class PostgresStore(SqlUpkeep):
         indexed_columns=_INDEXED_TEXT,
         is_indexed_form=_is_indexed_form,
         kept_hashes=_kept_hashes,
+        session_value=_SESSION_VALUE,
+        session_name=_SESSION_NAME,
+        # a writer that recorded the session holds its record until it commits: a drop waits for
+        # its rows, and a writer after the drop records the session anew (another id)
+        session_lock="SELECT 1 FROM sessions WHERE name = %s FOR UPDATE",
     )
+    # A database before step 11 opened read-only: its rows name their session.
+    _session_names_dialect = dataclasses.replace(dialect, session_value="{}", session_name="session")
 
     writer = "python"
     writer_reason: str | None = "PostgreSQL: the compiled row writer writes SQLite only"
@@ -652,10 +734,12 @@ class PostgresStore(SqlUpkeep):
         self._writer: psycopg.Connection[Any] | None = None
         self._reader: psycopg.Connection[Any] | None = None
         self.rolled_back = 0  # batches PostgreSQL rolled back (a deadlock) and this store did again
+        self._recorded: set[str] = set()  # sessions whose record this store committed or found
         self._vacuum = None if read_only else DeadRowVacuum(self._connect, min_dead=self.vacuum_min_dead)
         with self._reading() as db:
             if read_only:
-                self._check_version(db)
+                if self._check_version(db) < _SESSION_IDS_SINCE:
+                    self.dialect = self._session_names_dialect
             else:
                 self._migrate(db)
 
@@ -736,12 +820,14 @@ class PostgresStore(SqlUpkeep):
         row = db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()
         return int(row[0]) if row else 0
 
-    def _check_version(self, db: psycopg.Connection[Any]) -> None:
+    def _check_version(self, db: psycopg.Connection[Any]) -> int:
+        """The database's schema step, if this version reads it."""
         version = self._applied(db)
         if version == 0:
             raise StoreError(f"no store in the database at {self._where()} (no `serve` has written it)")
         if version > SCHEMA_VERSION:
             raise StoreError(f"the database has schema {version}, newer than this version's {SCHEMA_VERSION}")
+        return version
 
     def _migrate(self, db: psycopg.Connection[Any]) -> None:
         """Applies the steps the database lacks, each in its transaction, under a lock."""
@@ -779,9 +865,10 @@ class PostgresStore(SqlUpkeep):
         db.execute("SELECT nextval('store_generation')")
 
     def _ingest(self, events: list[Prepared], received: float, texts: dict[str, list[bytes]]) -> IngestResult:
-        """One transaction: the batch's rows locked, folded and written (a statement each way), the
-        raw texts and the sessions seen (in name order, so two writers never wait on each other's
-        session records). A transaction PostgreSQL rolled back to break a deadlock with another
+        """One transaction: the sessions seen recorded first (in name order, so two writers never
+        wait on each other's session records in a cycle), each one's id returned (a row names its
+        session by it), then the batch's rows locked, folded and written (a statement each way) and
+        the raw texts kept. A transaction PostgreSQL rolled back to break a deadlock with another
         writer is done again."""
         pieces, ignored = group_pieces(events)
         if not pieces and not texts:
@@ -791,21 +878,38 @@ class PostgresStore(SqlUpkeep):
         kept = [(_enc(session), received, raw_events.compress(parts)) for session, parts in texts.items()]
 
         updated = 0
+        if not self._recorded.issuperset(seen):
+            self._record_sessions(seen, received)
 
         def write(db: psycopg.Connection[Any]) -> IngestResult:
             nonlocal updated
             result = IngestResult(ignored=ignored)
-            updated = self._fold(db, pieces, received, result)
+            sessions, later = _held_sessions(db, seen, received)
+            updated = self._fold(db, pieces, received, result, sessions)
             with db.cursor() as cursor:
                 if kept:
                     cursor.executemany(_KEEP_RAW, kept)
-                cursor.executemany(_SEEN, [(_enc(name), received, received) for name in seen])
+                if later:
+                    cursor.executemany(_SESSION_SEEN, [(received, number, received) for number in later])
             return result
 
         done = self._retried(write, f"a batch of {len(pieces)} rows")
         if self._vacuum is not None:
             self._vacuum.count(updated)
         return done
+
+    def _record_sessions(self, names: list[str], received: float) -> None:
+        """The records of `names` that are missing inserted (in name order) and committed: a batch
+        that inserted one in its transaction would hold every other writer of that session until it
+        commits (`_held_sessions`). The names are remembered (a record dropped since is inserted by
+        the batch)."""
+
+        def record(db: psycopg.Connection[Any]) -> None:
+            with db.cursor() as cursor:
+                cursor.executemany(_RECORD_SESSION, [(_enc(name), received, received) for name in names])
+
+        self._retried(record, f"{len(names)} session records")
+        self._recorded.update(names)
 
     def _retried(self, write: Callable[[psycopg.Connection[Any]], _T], what: str) -> _T:
         """`write` in one transaction, done again (up to `_ROLLBACK_TRIES` in all) while PostgreSQL
@@ -838,16 +942,23 @@ class PostgresStore(SqlUpkeep):
         raise AssertionError("unreachable")
 
     def _fold(
-        self, db: psycopg.Connection[Any], pieces: Pieces, received: float, result: IngestResult
+        self,
+        db: psycopg.Connection[Any],
+        pieces: Pieces,
+        received: float,
+        result: IngestResult,
+        sessions: dict[str, int],
     ) -> int:
         """As EventStore._fold, for the whole batch at once: its stored rows read and locked,
         folded, the new ones inserted and the others updated (a statement each). A row another
         writer inserted since it was read is folded again onto that writer's row, now locked.
-        Returns how many rows were updated (each left a dead version)."""
+        The keys hold session names as the fold gives them; `sessions` (each one's id, recorded
+        in this transaction) converts them where a statement meets state_rows. Returns how many
+        rows were updated (each left a dead version)."""
         keys = list(pieces)
-        stored = self._lock_rows(db, keys)
-        changed = _fold_keys(keys, pieces, stored, received, result)
-        present = {_stored_key(keys[n]) for n in stored}
+        stored = self._lock_rows(db, keys, sessions)
+        changed = _fold_keys(keys, pieces, stored, received, result, sessions)
+        present = {_stored_key(keys[n], sessions) for n in stored}
         updated = [row for row in changed if tuple(row[:4]) in present]
         self._write_rows(db, _UPDATE_ROWS, _UPDATE_ROW, updated)
         inserted = self._write_rows(
@@ -855,10 +966,11 @@ class PostgresStore(SqlUpkeep):
         )
         if inserted is None:
             return len(updated)
-        late = [_given_key(row) for row in inserted]
+        names = {number: name for name, number in sessions.items()}
+        late = [_given_key(row, names) for row in inserted]
         # Take back what folding them onto nothing counted, and count their fold onto what is stored.
         undone = IngestResult()
-        _fold_keys(late, pieces, {}, received, undone)
+        _fold_keys(late, pieces, {}, received, undone, sessions)
         for event_type, count in undone.by_type.items():
             result.by_type[event_type] -= count
             if not result.by_type[event_type]:
@@ -866,22 +978,25 @@ class PostgresStore(SqlUpkeep):
         result.duplicates -= undone.duplicates
         for refusal in undone.refused:
             result.refused.remove(refusal)
-        found = self._lock_rows(db, late)
-        changed = _fold_keys(late, pieces, found, received, result)
-        present = {_stored_key(late[n]) for n in found}
+        found = self._lock_rows(db, late, sessions)
+        changed = _fold_keys(late, pieces, found, received, result, sessions)
+        present = {_stored_key(late[n], sessions) for n in found}
         self._write_rows(db, _UPDATE_ROWS, _UPDATE_ROW, [r for r in changed if tuple(r[:4]) in present])
         for row in changed:  # gone again (retention), or equal to another of the batch's keys
             if tuple(row[:4]) not in present:
                 db.execute(_UPSERT_ROW, row)
         return len(updated) + len(changed)
 
-    def _lock_rows(self, db: psycopg.Connection[Any], keys: list[Key]) -> dict[int, tuple[Any, ...]]:
+    def _lock_rows(
+        self, db: psycopg.Connection[Any], keys: list[Key], sessions: dict[str, int]
+    ) -> dict[int, tuple[Any, ...]]:
         """(data, event ids, then the `ROW_IDS` a PACKED_V2 row's dictionary is made of) of the
-        stored rows of `keys`, by index in `keys`, locked until commit."""
+        stored rows of `keys` (their sessions' ids in `sessions`), by index in `keys`, locked until
+        commit."""
         if not keys:
             return {}
-        resources, entity_ids, attempts, sessions = (list(column) for column in zip(*keys, strict=True))
-        params = [resources, _encoded_texts(entity_ids), attempts, _encoded_texts(sessions)]
+        resources, entity_ids, attempts, names = (list(column) for column in zip(*keys, strict=True))
+        params = [resources, _encoded_texts(entity_ids), attempts, [sessions[name] for name in names]]
         return {int(n) - 1: tuple(found) for n, *found in db.execute(_LOCK_ROWS, params)}
 
     def _write_rows(

@@ -77,6 +77,10 @@ class SqlDialect:
     # and the name of a row's session as a column of a query of state_rows alone.
     session_value: str = "{}"
     session_name: str = "session"
+    # SQL that locks the record of the session named by one parameter until the transaction ends
+    # (empty: none needed): `drop_session` takes it before deleting the session's last rows and
+    # record, so that no writer still writing that session commits rows naming a deleted record.
+    session_lock: str = ""
     entity_text: str = "entity_id"  # state_rows.entity_id as the text a search's LIKE matches
     resource_value: Callable[[str], Any] = _same  # a resource's name as state_rows.resource holds it
     resource_name: Callable[[Any], str] = _same  # state_rows.resource read as the resource's name

@@ -113,7 +113,11 @@ class SqlUpkeep(SqlWrites, SqlExportRows):
                 break
         with self._transaction() as db:
             # rows a batch stored since the last chunk went: with the record, so that no row is
-            # left naming a session that is gone (SQLite names it by the record's number)
+            # left naming a session that is gone (SQLite and PostgreSQL name it by the record's
+            # number). The record locked first (where a writer holds it until its commit, as on
+            # PostgreSQL): a writer of this session commits before, or records it anew after.
+            if d.session_lock:
+                db.execute(d.session_lock, (d.enc(name),))
             deleted += int(
                 db.execute(f"DELETE FROM state_rows WHERE {d.session_is()}", (d.enc(name),)).rowcount
             )
