@@ -70,7 +70,7 @@ from ray_otel_events.store.postgres_vacuum import MIN_DEAD, DeadRowVacuum
 from ray_otel_events.store.row_fold import Pieces, StoredRow, fold_keys, group_pieces
 from ray_otel_events.store.row_packing import pack_row, row_json
 from ray_otel_events.store.sql_export import EXPORT_TABLE
-from ray_otel_events.store.sql_reads import ROW_IDS, TEXT_COLUMNS, SqlDialect
+from ray_otel_events.store.sql_reads import ROW_IDS, SESSION_NAME, SESSION_NUMBER, TEXT_COLUMNS, SqlDialect
 from ray_otel_events.store.sql_upkeep import SqlUpkeep
 from ray_otel_events.store.sql_writes import RAW_INCOMPLETE
 from ray_otel_events.store.state_merge import INDEXED_COLUMNS, Key, Prepared
@@ -106,9 +106,6 @@ _NEW_SESSION = (
 # After the batch's rows, in name order: a session's last event seen (a NO KEY UPDATE lock).
 _RECORD_SESSION = _NEW_SESSION.removesuffix(" RETURNING id, last_seen")
 _SESSION_SEEN = "UPDATE sessions SET last_seen = %s WHERE id = %s AND last_seen < %s"
-# state_rows.session (since step 11): the id of the session named by `{}`, and the name of a row's.
-_SESSION_VALUE = "(SELECT id FROM sessions WHERE name = {})"
-_SESSION_NAME = "(SELECT name FROM sessions WHERE sessions.id = state_rows.session)"
 _KEEP_RAW = "INSERT INTO raw_events(session, received, data) VALUES (%s, %s, %s)"
 # The data that counts against `max_bytes`: the text (and compressed blocks) each table holds.
 _DATA_BYTES = (
@@ -709,8 +706,8 @@ class PostgresStore(SqlUpkeep):
         indexed_columns=_INDEXED_TEXT,
         is_indexed_form=_is_indexed_form,
         kept_hashes=_kept_hashes,
-        session_value=_SESSION_VALUE,
-        session_name=_SESSION_NAME,
+        session_value=SESSION_NUMBER,
+        session_name=SESSION_NAME,
         # a writer that recorded the session holds its record until it commits: a drop waits for
         # its rows, and a writer after the drop records the session anew (another id)
         session_lock="SELECT 1 FROM sessions WHERE name = %s FOR UPDATE",

@@ -30,6 +30,10 @@ SESSION_COUNTED = ("jobs", "tasks", "actors", "nodes")
 # A row's key columns as stored beside its packed JSON, which a PACKED_V2 row's dictionary ends
 # with (row_packing.row_ids_text), in this order: every read of `data` reads them too.
 ROW_IDS = "entity_id, node, worker"
+# state_rows.session as the number of its record in `sessions` (SQLite since schema 6, PostgreSQL
+# since step 11): the number of the session named by `{}`, and the name of a row's session.
+SESSION_NUMBER = "(SELECT id FROM sessions WHERE name = {})"
+SESSION_NAME = "(SELECT name FROM sessions WHERE sessions.id = state_rows.session)"
 _DATA = f"data, {ROW_IDS}"
 WINDOW_SLACK_S = 60.0  # spans and log lines may arrive this long before or after a session's events
 

@@ -50,7 +50,7 @@ from ray_otel_events.store.posted_body import Accepted, PostedBody, item_prepare
 from ray_otel_events.store.row_fold import Pieces, StoredRow, fold_keys, group_pieces
 from ray_otel_events.store.row_packing import ROW_DICTIONARY, id_value, pack_row, row_json
 from ray_otel_events.store.sql_export import EXPORT_TABLE
-from ray_otel_events.store.sql_reads import ROW_IDS, TEXT_COLUMNS, SqlDialect
+from ray_otel_events.store.sql_reads import ROW_IDS, SESSION_NAME, SESSION_NUMBER, TEXT_COLUMNS, SqlDialect
 from ray_otel_events.store.sql_upkeep import SqlUpkeep
 from ray_otel_events.store.sqlite_library import (
     SqliteLibrary,
@@ -121,8 +121,6 @@ _FOLD_CHUNK = 128  # rows folded before their upserts are handed to the row writ
 # A row's session is the number of its name in `sessions`, and a hex entity id is kept as its
 # bytes: read back as the key the fold gives (lower-case hex, as `prepare` writes ids).
 _ENTITY_TEXT = "CASE WHEN typeof(entity_id) = 'blob' THEN lower(hex(entity_id)) ELSE entity_id END"
-_SESSION_NAME = "(SELECT name FROM sessions WHERE sessions.id = state_rows.session)"
-_SESSION_VALUE = "(SELECT id FROM sessions WHERE name = {})"
 # A row's resource kept as a small number (in the row, its key and every index: tasks' 1 takes no
 # byte of a record), any other as its name. The number is part of the format: never renumber.
 RESOURCE_NUMBERS = {TASKS: 1, ACTORS: 2, JOBS: 3, NODES: 4, WORKERS: 5, PLACEMENT_GROUPS: 6}
@@ -150,7 +148,7 @@ _RESOURCE_VALUE = (
 # them but the schema-6 rewrite of hex texts as their bytes, which the dictionary reads alike.
 # The stored rows of some keys: by entity id (the compiled fold matches the whole key).
 _SELECT_ROWS = (
-    f"SELECT {_ENTITY_TEXT}, attempt, {_SESSION_NAME}, data, event_ids, {ROW_IDS} FROM state_rows"
+    f"SELECT {_ENTITY_TEXT}, attempt, {SESSION_NAME}, data, event_ids, {ROW_IDS} FROM state_rows"
     f" WHERE resource = {_RESOURCE_VALUE.replace('{}', '?1')} AND entity_id IN ({{marks}})"
 )
 _SELECT_CHUNK = _SELECT_ROWS.format(marks=", ".join("?" * _FOLD_CHUNK))
@@ -363,8 +361,8 @@ class EventStore(SqlUpkeep):
         indexed=id_value,
         indexed_columns=(*_HEX_ID_COLUMNS, "entity_id"),
         is_indexed_form=lambda value: isinstance(value, bytes),
-        session_value=_SESSION_VALUE,
-        session_name=_SESSION_NAME,
+        session_value=SESSION_NUMBER,
+        session_name=SESSION_NAME,
         entity_text=_ENTITY_TEXT,
         resource_value=resource_value,
         resource_name=resource_name,
