@@ -1,6 +1,7 @@
 """The raw events' compression (native/_raw_deflate.c, the row writer's `raw_deflate.h`) against its
 Python twin (store/raw_events.compress_python): the POST bodies `serve` keeps are outside bytes, and
-both must find each array's items alike and write the same deflate stream, whatever the bytes."""
+both must find each array's items alike and write the same deflate stream, whatever the bytes; the
+PostgreSQL store's Zstandard blob (raw_events.compress_zstd) must hold the same array."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ def check(data: bytes) -> None:
     bodies = data.split(_SPLIT)[:8]
     compiled = raw_events._raw_deflate.compress(bodies, raw_events.RAW_DICTIONARY)
     assert compiled == raw_events.compress_python(bodies), bodies
-    assert raw_events.decompress(compiled).startswith(b"[")
+    text = raw_events.decompress(compiled)
+    assert text.startswith(b"[")
+    assert raw_events.decompress(raw_events.compress_zstd(bodies)) == text
 
 
 def _seeds() -> list[bytes]:

@@ -114,32 +114,73 @@ def _rows(store: Any) -> list[Any]:
     return [store.select(resource, limit=1000, order="start").rows for resource in RESOURCES]
 
 
-def _as_earlier_format(store: Any) -> int:
-    """Every raw events blob of the store rewritten as the earlier code wrote it; how many."""
+def _rewritten(store: Any, write: Callable[[bytes], bytes], after: int = 0) -> int:
+    """The store's raw events blobs after its first `after` rewritten (`write` of their texts); how many."""
     d = store.dialect
-    blobs = store._query(f"SELECT {d.serial}, data FROM raw_events ORDER BY {d.serial}")
+    blobs = store._query(f"SELECT {d.serial}, data FROM raw_events ORDER BY {d.serial}")[after:]
     with store._transaction() as db:
         for serial, blob in blobs:
-            old = old_raw_blob(raw_events.decompress(bytes(blob)))
+            old = write(raw_events.decompress(bytes(blob)))
             db.execute(f"UPDATE raw_events SET data = {d.mark} WHERE {d.serial} = {d.mark}", (old, serial))
     return len(blobs)
+
+
+def _formats(store: Any) -> dict[int, int]:
+    """How many of the store's raw events blobs start with each first byte."""
+    firsts = [bytes(blob)[0] for (blob,) in store._query("SELECT data FROM raw_events")]
+    return {first: firsts.count(first) for first in set(firsts)}
+
+
+def test_the_zstandard_format_reads_back_and_refuses_damage() -> None:
+    """FORMAT_V2 (the PostgreSQL store's): the array `compress` deflates, fewer bytes, its frame
+    primed with the dictionary; a damaged or cut blob, or one claiming a huge text, is a zlib.error
+    (as deflate's damage is), never a wrong text or a huge allocation."""
+    bodies = [*_bodies(), b"[]", b"not an array", b"[ \n ]"]
+    new = raw_events.compress_zstd(bodies)
+    old = raw_events.compress_python(bodies)
+    assert new[0] == raw_events.FORMAT_V2 and old[0] == raw_events.FORMAT_V1
+    text = raw_events.decompress(new)
+    assert text == raw_events.decompress(old) and len(orjson.loads(text)) > 100
+    assert len(new) < 0.9 * len(old)
+    for damaged in (new[:-3], new[: len(new) // 2], new[:1], new[:-9] + bytes([new[-9] ^ 1]) + new[-8:]):
+        with pytest.raises(zlib.error):
+            raw_events.decompress(damaged)
+    import zstandard
+
+    with pytest.raises(zstandard.ZstdError):  # it reaches back into the dictionary
+        zstandard.ZstdDecompressor().decompress(new[1:])
+    # a frame header claiming 2 GiB: refused before any allocation
+    packer = zstandard.ZstdCompressor(level=1).compressobj(size=2 << 30)
+    huge = packer.compress(b"[" * 100) + packer.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+    assert zstandard.frame_content_size(huge) == 2 << 30
+    with pytest.raises(zlib.error, match="claims"):
+        raw_events.decompress(bytes([raw_events.FORMAT_V2]) + huge)
 
 
 def test_a_store_holding_blobs_of_both_formats_rebuilds_and_shows_later_fields(
     store_location: str | Path, new_store_location: Callable[[str], str | Path]
 ) -> None:
-    """A store whose first POSTs were kept by the earlier code and the rest since: `get`'s new
-    fields come from an earlier blob, its events are found by id in both kinds, and a rebuild
-    (every blob read) folds the rows a store written since holds."""
+    """A store whose first POSTs were kept by the earlier code, the next in the other backend's
+    format (FORMAT_V2 on SQLite, V1 on PostgreSQL) and the rest in its own: `get`'s new fields come
+    from an earlier blob, its events are found by id in every kind, and a rebuild (every blob
+    read) folds the rows a store written since holds."""
     bodies = _bodies()
     store, reference = open_store(store_location), open_store(new_store_location("reference"))
+    own, other = (
+        (raw_events.FORMAT_V2, lambda text: raw_events.compress_python([text]))
+        if isinstance(store_location, str)
+        else (raw_events.FORMAT_V1, lambda text: raw_events.compress_zstd([text]))
+    )
     try:
         _fold(reference, bodies, 0)
         _fold(store, bodies[:6], 0)
-        assert _as_earlier_format(store) == 6
-        _fold(store, bodies[6:], 6)
-        firsts = sorted(bytes(blob)[0] for (blob,) in store._query("SELECT data FROM raw_events"))
-        assert firsts.count(raw_events.FORMAT_V1) == len(bodies) - 6 and len(firsts) == len(bodies)
+        assert _rewritten(store, old_raw_blob) == 6
+        _fold(store, bodies[6:9], 6)
+        assert _rewritten(store, other, after=6) == 3
+        _fold(store, bodies[9:], 9)
+        formats = _formats(store)
+        assert formats.pop(own) == len(bodies) - 9 and formats.pop(other(b"[]")[0]) == 3
+        assert sum(formats.values()) == 6 and all(first & 0b110 != 0b110 for first in formats)
         assert _rows(store) == _rows(reference)
         task, session = _later_task(bodies)
         for target in (store, reference):

@@ -238,20 +238,18 @@ def test_ending_the_cluster_under_a_running_job_loses_no_finished_task(
     driver = None
     try:
         start_head(env, temp_dir, port, num_cpus=2, tracing_hook=OTLP_HOOK)
-        driver = subprocess.Popen(
-            [sys.executable, DRIVER, "stream"],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
+        driver_log = tmp_path / "driver.stderr"
+        with driver_log.open("wb") as stderr:
+            driver = subprocess.Popen(
+                [sys.executable, DRIVER, "stream"], env=env, stdout=subprocess.PIPE, stderr=stderr, text=True
+            )
         assert driver.stdout is not None
         done = 0
         for line in driver.stdout:
             done = json.loads(line)["done"]
             if done >= 300:
                 break
-        assert done >= 300
+        assert done >= 300, (driver.poll(), driver_log.read_text(errors="replace")[-3000:])
         stop_cluster(temp_dir)  # as `ray stop`: SIGTERM to the cluster's processes, then SIGKILL
         driver.terminate()
         driver.wait(30)

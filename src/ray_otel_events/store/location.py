@@ -50,6 +50,6 @@ def open_store(location: str | Path, *, read_only: bool = False) -> Store:
         from ray_otel_events.store.postgres_store import PostgresStore
     except ImportError as exc:
         raise UnsupportedStoreError(
-            f"a PostgreSQL store needs psycopg ({exc}): pip install 'ray-otel-events[postgres]'"
+            f"a PostgreSQL store needs psycopg and zstandard ({exc}): pip install 'ray-otel-events[postgres]'"
         ) from None
     return PostgresStore(str(location), read_only=read_only)

@@ -54,6 +54,7 @@ from typing import Any, TypeVar
 
 import orjson
 import psycopg
+import zstandard  # noqa: F401  # its raw events (raw_events.compress_zstd): missing, open_store says so
 from psycopg.sql import SQL, Identifier
 
 from ray_otel_events.store import raw_events
@@ -872,7 +873,7 @@ class PostgresStore(SqlUpkeep):
             return IngestResult(ignored=ignored)
         pieces = _merged_case_variants(pieces)
         seen = sorted({key[3] for key in pieces} | texts.keys())
-        kept = [(_enc(session), received, raw_events.compress(parts)) for session, parts in texts.items()]
+        kept = [(_enc(session), received, raw_events.compress_zstd(texts[session])) for session in texts]
 
         updated = 0
         if not self._recorded.issuperset(seen):
