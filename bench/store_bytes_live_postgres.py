@@ -37,7 +37,6 @@ from ray_otel_events.store.postgres_store import PostgresStore  # noqa: E402
 
 _COUNT = "SELECT COUNT(*) FROM state_rows WHERE resource = 'tasks'"
 _WRITES = "SELECT n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'state_rows'"
-_STATES = "SELECT state::text, COUNT(*) FROM state_rows WHERE resource = 'tasks' GROUP BY state ORDER BY 1"
 
 
 def attempts(url: str) -> int:
@@ -61,7 +60,9 @@ def report(url: str, count: int, empty: int, reindex: bool) -> None:
     sizes = postgres_breakdown(url)
     with psycopg.connect(url) as db:
         found = db.execute("SELECT COUNT(*) FROM state_rows").fetchone()
-        states = db.execute(_STATES).fetchall()
+    store = PostgresStore(url, read_only=True)
+    states = sorted(store.counts("tasks", "state"))
+    store.close()
     print(f"{count:,} task attempts, {found[0] if found else 0:,} rows, states {states}")
     print(f"{(sizes['file'] - empty) / count:,.0f} bytes per attempt over an empty store ({empty:,} bytes)")
     with psycopg.connect(url) as db:  # how often a row was written, and what a live row takes

@@ -151,6 +151,67 @@ def _is_indexed_form(value: Any) -> bool:
     )
 
 
+# PostgreSQL's text cannot hold NUL, which SQLite's can: a string holding one (or the escape
+# character itself) is stored with NUL as ESC "0" and ESC as ESC ESC, and read back, so equality and
+# every answer stay as on SQLite. (The rows' JSON never holds one: orjson writes it as \\u0000.)
+_ESC = "\ue000"
+
+
+# Ray's enum names a state or kind column holds most (task states and types, actor states), each
+# kept there as one control character: an index entry carrying them (every index of state_rows but
+# one has the state, the kind or both) takes 16 bytes less, and rows_by_kind's entries 34 less
+# (bench/store_bytes_live_postgres.py). Part of the stored format: append, never reorder. Any other
+# value is kept as it is, but for one that is itself a single control character of the codes'
+# (from outside: no enum name is one), kept escaped (_ESC then it, which _dec reads back).
+_CODED_NAMES = (
+    *("NIL", "PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "PENDING_OBJ_STORE_MEM_AVAIL"),
+    *("PENDING_ARGS_FETCH", "SUBMITTED_TO_WORKER", "PENDING_ACTOR_TASK_ARGS_FETCH"),
+    *("PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY", "RUNNING", "RUNNING_IN_RAY_GET", "RUNNING_IN_RAY_WAIT"),
+    *("FINISHED", "FAILED", "GETTING_AND_PINNING_ARGS"),
+    *("NORMAL_TASK", "ACTOR_CREATION_TASK", "ACTOR_TASK", "DRIVER_TASK"),
+    *("DEPENDENCIES_UNREADY", "PENDING_CREATION", "ALIVE", "RESTARTING", "DEAD"),
+)
+_CODES = {name: chr(1 + number) for number, name in enumerate(_CODED_NAMES)}
+_NAMES = {code: name for name, code in _CODES.items()}
+_CODED_TEXT = ("state", "kind")
+_CODES_SINCE = 12  # the schema step since which they hold codes
+
+
+def _coded(value: Any) -> Any:
+    """A value as a _CODED_TEXT column holds it, given as stored (`_enc`); itself when not coded."""
+    if isinstance(value, str):
+        code = _CODES.get(value)
+        if code is not None:
+            return code
+        if value in _NAMES:  # a single control character from outside, which would read as a name
+            return _ESC + value
+    return value
+
+
+def _uncoded(value: Any) -> Any:
+    """A _CODED_TEXT column's value read, as stored (`_enc`) before it was coded."""
+    return _NAMES.get(value, value) if isinstance(value, str) else value
+
+
+def _coding_sql(column: str) -> str:
+    """`_coded` of a column in SQL (exact case, as `_coded`: citext's = would ignore it)."""
+    cases = " ".join(f"WHEN '{name}' THEN chr({ord(code)})" for name, code in _CODES.items())
+    escapes = " ".join(f"WHEN chr({ord(code)}) THEN chr({ord(_ESC)}) || chr({ord(code)})" for code in _NAMES)
+    return f"CASE {column}::text {cases} {escapes} ELSE {column}::text END"
+
+
+# What `_coding_sql` changes: the names and the single characters of the codes.
+_CODED_ARRAY = (
+    "ARRAY[" + ", ".join([*(f"'{name}'" for name in _CODES), *(f"chr({ord(code)})" for code in _NAMES)]) + "]"
+)
+
+
+def _named_sql(column: str) -> str:
+    """A _CODED_TEXT column read as stored (`_uncoded` in SQL), comparing and sorting as the column."""
+    cases = " ".join(f"WHEN chr({ord(code)}) THEN '{name}'" for code, name in _NAMES.items())
+    return f'(CASE {column}::text {cases} ELSE {column}::text END)::citext COLLATE "C"'
+
+
 _TEXT_ID = 0x80  # in a row's kept event ids: an id kept as its text (see _packed_ids)
 
 
@@ -208,9 +269,9 @@ def _kept_hashes(stored: bytes) -> list[int]:
 def _stored(row: tuple[Any, ...], sessions: dict[str, int]) -> tuple[Any, ...]:
     """A folded row's upsert values as its columns will hold them, in this order: its session as
     the id of its record (`sessions`: the batch's, by name), each text value in its stored form
-    (`_enc`, then `_indexed` in an _INDEXED_TEXT column), then its JSON packed
-    PACKED_V2 with the stored values of its key columns (`_ROW_IDS_AT`: entity id, node, worker, as
-    a reader reads them back beside it; row_packing.row_ids_text) and its kept ids' hashes
+    (`_enc`, then `_coded` in a _CODED_TEXT column or `_indexed` in an _INDEXED_TEXT one), then its
+    JSON packed PACKED_V2 with the stored values of its key columns (`_ROW_IDS_AT`: entity id,
+    node, worker, as a reader reads them back beside it; row_packing.row_ids_text) and its kept ids' hashes
     (kept_ids.packed) after `HASHED`. Packed after, not before, those forms: a node value past
     _WHOLE_CHARS is stored as its prefix and hash, and the dictionary is made of what is stored.
     The entity id is not updated with the row (citext keeps the case it was first inserted in),
@@ -223,7 +284,11 @@ def _stored(row: tuple[Any, ...], sessions: dict[str, int]) -> tuple[Any, ...]:
     for i in _ENC_AT:
         value = values[i]
         if isinstance(value, str):
-            values[i] = _indexed(_enc(value)) if i in _INDEXED_AT else _enc(value)
+            value = _enc(value)
+            if i in _CODED_AT and (code := _coded(value)) is not value:
+                values[i] = code
+            else:
+                values[i] = _indexed(value) if i in _INDEXED_AT else value
     ids = [values[i] for i in _ROW_IDS_AT]
     texts = all(value is None or isinstance(value, str) for value in ids)
     values[_DATA_AT] = pack_row(values[_DATA_AT], ids if texts else None)
@@ -445,6 +510,18 @@ DROP FUNCTION ray_otel_events_session_id(text);
 COMMENT ON COLUMN state_rows.session IS 'the id of the row''s session in sessions (before step 11, its name)';
 """,
     ),
+    # A state or kind that is one of Ray's commonest enum names as its code (`_CODED_NAMES`): the
+    # rows written before are given that form here (their table and indexes rewritten once, at the
+    # first start). A version from before it would read the codes as states: it refuses the database.
+    (
+        _CODES_SINCE,
+        "UPDATE state_rows SET "
+        + ", ".join(f"{c} = {_coding_sql(c)}" for c in _CODED_TEXT)
+        + " WHERE "
+        + " OR ".join(f"{c}::text = ANY({_CODED_ARRAY})" for c in _CODED_TEXT)
+        + ";\nCOMMENT ON COLUMN state_rows.state IS 'one of Ray''s enum names as its code since step 12"
+        " (chr(1) for NIL...: postgres_store._CODED_NAMES)'",
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 _SESSION_IDS_SINCE = 11  # the schema step since which state_rows.session is a sessions.id
@@ -543,14 +620,9 @@ _ENC_AT = tuple(  # (str: `_enc`)
 )
 _ROW_IDS_AT = tuple(_ROW_COLUMNS.index(c) for c in ROW_IDS.split(", "))  # a PACKED_V2 dictionary's ids
 _INDEXED_AT = frozenset(_ROW_COLUMNS.index(c) for c in _INDEXED_TEXT)
+_CODED_AT = frozenset(_ROW_COLUMNS.index(c) for c in _CODED_TEXT)
 _TEXT_AT = tuple(i for i, c in enumerate(_ROW_COLUMNS) if _ROW_TYPES.get(c, "text") == "text")
 _INT_AT = tuple(i for i, c in enumerate(_ROW_COLUMNS) if _ROW_TYPES.get(c) in ("bigint", "integer"))
-
-
-# PostgreSQL's text cannot hold NUL, which SQLite's can: a string holding one (or the escape
-# character itself) is stored with NUL as ESC "0" and ESC as ESC ESC, and read back, so equality and
-# every answer stay as on SQLite. (The rows' JSON never holds one: orjson writes it as \\u0000.)
-_ESC = "\ue000"
 
 
 def _enc(value: Any) -> Any:
@@ -709,12 +781,20 @@ class PostgresStore(SqlUpkeep):
         kept_hashes=_kept_hashes,
         session_value=SESSION_NUMBER,
         session_name=SESSION_NAME,
+        coded_columns=_CODED_TEXT,
+        coded=_coded,
+        uncoded=_uncoded,
+        named=_named_sql("{0}"),
         # a writer that recorded the session holds its record until it commits: a drop waits for
         # its rows, and a writer after the drop records the session anew (another id)
         session_lock="SELECT 1 FROM sessions WHERE name = %s FOR UPDATE",
     )
-    # A database before step 11 opened read-only: its rows name their session.
-    _session_names_dialect = dataclasses.replace(dialect, session_value="{}", session_name="session")
+    # A database before step 11 opened read-only: its rows name their session (and hold no codes).
+    _session_names_dialect = dataclasses.replace(
+        dialect, session_value="{}", session_name="session", coded_columns=()
+    )
+    # A database before step 12 opened read-only: its states and kinds as they were given.
+    _uncoded_dialect = dataclasses.replace(dialect, coded_columns=())
 
     writer = "python"
     writer_reason: str | None = "PostgreSQL: the compiled row writer writes SQLite only"
@@ -739,8 +819,11 @@ class PostgresStore(SqlUpkeep):
         self._vacuum = None if read_only else DeadRowVacuum(self._connect, min_dead=self.vacuum_min_dead)
         with self._reading() as db:
             if read_only:
-                if self._check_version(db) < _SESSION_IDS_SINCE:
+                version = self._check_version(db)
+                if version < _SESSION_IDS_SINCE:
                     self.dialect = self._session_names_dialect
+                elif version < _CODES_SINCE:
+                    self.dialect = self._uncoded_dialect
             else:
                 self._migrate(db)
 

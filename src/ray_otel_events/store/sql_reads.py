@@ -86,12 +86,30 @@ class SqlDialect:
     # record, so that no writer still writing that session commits rows naming a deleted record.
     session_lock: str = ""
     entity_text: str = "entity_id"  # state_rows.entity_id as the text a search's LIKE matches
+    # Columns whose commonest values (Ray's enum names) are kept as short codes: `coded` gives a
+    # stored (`enc`) value as such a column holds it, `uncoded` a value read as stored, and
+    # `named` the SQL of such a column read as stored (`{0}`: the column).
+    coded_columns: tuple[str, ...] = ()
+    coded: Callable[[Any], Any] = _same
+    uncoded: Callable[[Any], Any] = _same
+    named: str = "{0}"
     resource_value: Callable[[str], Any] = _same  # a resource's name as state_rows.resource holds it
     resource_name: Callable[[Any], str] = _same  # state_rows.resource read as the resource's name
 
     def session_is(self) -> str:
         """state_rows.session equal to the session named by one parameter."""
         return f"session = {self.session_value.format(self.mark)}"
+
+    def column_value(self, column: str, value: Any) -> Any:
+        """A stored (`enc`) value as `column` holds it: coded, or in its indexed form."""
+        if column in self.coded_columns and (code := self.coded(value)) is not value:
+            return code
+        return self.indexed(value) if column in self.indexed_columns else value
+
+    def constant(self, column: str, name: str) -> str:
+        """SQL of a constant (an enum name of Ray's: no quote to escape) as `column` holds it."""
+        value = self.column_value(column, name)
+        return f"chr({ord(value)})" if len(value) == 1 and value < " " else f"'{value}'"
 
     def entity_value(self, entity_id: str) -> Any:
         """An entity id parameter as state_rows.entity_id holds it (compared with `id_mark`)."""
@@ -122,10 +140,14 @@ class SqlDialect:
             sql, params = self.session_is(), [self.enc(f.value)]
         else:
             value = self.enc(f.value)
-            sql, params = (
-                f"{f.column} = {self.mark}",
-                [self.indexed(value) if f.column in self.indexed_columns else value],
-            )
+            stored = self.column_value(f.column, value)
+            sql, params = f"{f.column} = {self.mark}", [stored]
+            if f.column in self.coded_columns and isinstance(value, str):
+                # the column's case-blind equality, which the codes (of names as Ray writes them) lack
+                upper = value.upper()
+                code = self.coded(upper)
+                if code is not upper and code != stored:
+                    sql, params = f"({sql} OR {f.column} = {self.mark})", [stored, code]
             if null_like(f.value):
                 sql = f"({sql} OR {f.column} IS NULL OR {f.column} = '')"
         return (sql, params) if f.equal else (self.negated.format(sql), params)
@@ -210,6 +232,8 @@ class SqlReads(ABC):
         clause, params = self.dialect.where(resource, filters, search, session)
         direction = "DESC" if descending else "ASC"
         column = ORDERS[order]
+        if column in self.dialect.coded_columns:
+            column = self.dialect.named.format(column)
         # Sorting by `updated` (never NULL) follows an index, so a page stops after `limit` rows.
         # Another order is sorted whole, ties (rows of one batch share `updated`) by their key: the
         # same order whichever index the plan reads, so the pages of one sort neither repeat nor
@@ -279,15 +303,16 @@ class SqlReads(ABC):
         )
         d = self.dialect
         shortened = [c in d.indexed_columns for c in columns]
-        if not any(shortened):
+        coded = [c in d.coded_columns for c in columns]
+        if not any(shortened) and not any(coded):
             return d.decoded(found)
         return [
             (
                 *(
                     self._whole(resource, column, value)
                     if short and d.is_indexed_form(value)
-                    else d.dec(value)
-                    for column, short, value in zip(columns, shortened, row, strict=False)
+                    else d.dec(d.uncoded(value) if code else value)
+                    for column, short, code, value in zip(columns, shortened, coded, row, strict=False)
                 ),
                 row[-1],
             )
@@ -469,13 +494,17 @@ class SqlReads(ABC):
         lifecycle events alone has neither, its type defaulting to NORMAL_TASK) or a state (a
         lifecycle event: `tasks_stated`), and settled rows of actor creations and of defined
         non-driver tasks (`user_tasks_settled`)."""
-        mark = self.dialect.mark
+        d = self.dialect
+        mark = d.mark
         found = self._query(
-            f"SELECT {self.dialect.session_name}, resource, COUNT(*),"
+            f"SELECT {d.session_name}, resource, COUNT(*),"
             f" SUM(CASE WHEN updated <= {mark} THEN 1 ELSE 0 END),"
-            " SUM(CASE WHEN (func IS NOT NULL AND func <> '') OR kind = 'DRIVER_TASK' THEN 1 ELSE 0 END),"
-            " SUM(CASE WHEN state IS NOT NULL AND state <> '' AND state <> 'NIL' THEN 1 ELSE 0 END),"
-            f" SUM(CASE WHEN updated <= {mark} AND kind = 'ACTOR_CREATION_TASK' THEN 1 ELSE 0 END),"
+            f" SUM(CASE WHEN (func IS NOT NULL AND func <> '') OR kind = {d.constant('kind', 'DRIVER_TASK')}"
+            " THEN 1 ELSE 0 END),"
+            f" SUM(CASE WHEN state IS NOT NULL AND state <> '' AND state <> {d.constant('state', 'NIL')}"
+            " THEN 1 ELSE 0 END),"
+            f" SUM(CASE WHEN updated <= {mark} AND kind = {d.constant('kind', 'ACTOR_CREATION_TASK')}"
+            " THEN 1 ELSE 0 END),"
             f" SUM(CASE WHEN updated <= {mark} AND func IS NOT NULL AND func <> '' THEN 1 ELSE 0 END)"
             " FROM state_rows GROUP BY session, resource",
             [settled_before] * 3,
