@@ -591,13 +591,19 @@ _TASK = "4NwXTINZkDT///////////////8BAAAA"  # a task of the fixture that fails o
 _LONG_NODE = base64.b64encode(bytes(range(100))).decode()  # 200 hex digits: stored in its indexed form
 
 
+def _id_text(value: Any) -> Any:
+    """An id column's value as text: since step 13 its bytes read back (`_id_text`), before as it is."""
+    return postgres_store._id_text(value) if isinstance(value, bytes) else value
+
+
 def _stored_data(url: str) -> list[tuple[Any, ...]]:
     """Each row's resource, attempt, the columns of a PACKED_V2 dictionary (`ROW_IDS`: entity id,
-    node, worker, as a reader reads them) and data, in key order."""
+    node, worker, as text: `_id_text`) and data, in key order."""
     with psycopg.connect(url) as db:
-        return db.execute(
+        found = db.execute(
             f"SELECT resource, attempt, {ROW_IDS}, data FROM state_rows ORDER BY resource, entity_id, attempt"
         ).fetchall()
+    return [(resource, attempt, *map(_id_text, ids), data) for resource, attempt, *ids, data in found]
 
 
 def _needs_its_ids(data: bytes, ids: list[Any]) -> bool:
@@ -696,8 +702,8 @@ def _cased(prepared: Prepared, case: Callable[[str], str]) -> Prepared:
 def test_an_entity_id_in_another_case_folds_onto_its_row_as_on_sqlite(
     postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
-    """A task's id upper-case in one POST and lower-case in the next ones: one row (entity_id is
-    citext, which keeps the case it was first inserted in, while each fold packs with its batch's
+    """A task's id upper-case in one POST and lower-case in the next ones: one row (entity_id keeps
+    a hex id as its bytes since step 13, whatever its case; each fold packs with its batch's
     case), PACKED_V2 with a dictionary that reads the id case-blind, so the next fold and every read
     of the row work, with the answers SQLite gives. The other way round (lower-case first, then
     upper-case) folds to the same row on PostgreSQL (SQLite's fold finds no row for a hex id that
@@ -712,7 +718,7 @@ def test_an_entity_id_in_another_case_folds_onto_its_row_as_on_sqlite(
             for target in (store, sqlite) if store is postgres[0] else (store,):
                 assert target.ingest_prepared([_cased(prepared, case)], now=1000.0).stored == 1
         ((_, _, entity_id, _, worker, data),) = _stored_data(store.url)
-        assert entity_id == cases[0](entity_id) != cases[1](entity_id) and worker and data[0] == PACKED_V2
+        assert entity_id == entity_id.lower() != entity_id.upper() and worker and data[0] == PACKED_V2
         assert _needs_its_ids(data, [entity_id, None, None])  # read with its entity id (node: indexed)
     assert _all_rows(postgres[0]) == _all_rows(sqlite)
     task = entity_id.lower()
@@ -854,6 +860,8 @@ def _written_by_step_10(url: str, events: list[dict[str, Any]], now: float, reco
             stored = list(postgres_store._stored(row, names))
             for i in postgres_store._CODED_AT:  # no codes before step 12
                 stored[i] = postgres_store._uncoded(stored[i])
+            for i in postgres_store._ROW_IDS_AT:  # its ids as text, as before step 13
+                stored[i] = _id_text(stored[i])
             db.execute(
                 f"INSERT INTO state_rows({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))})",
                 stored,

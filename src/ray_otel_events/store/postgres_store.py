@@ -20,7 +20,8 @@ writes.
 
 The schema is created and migrated on open by numbered steps recorded in `schema_migrations`,
 under a lock, so processes starting together apply each step once. Text columns are `citext`
-(compared ignoring case, ordered bytewise once lowered), as SQLite's `COLLATE NOCASE` does.
+(compared ignoring case, ordered bytewise once lowered), as SQLite's `COLLATE NOCASE` does; a
+row's entity id, node and worker are `bytea` since step 13, a hex id as its bytes (`_ID_COLUMNS`).
 
 Sessions (a `sessions` table) and raw events (compressed blocks per session, read back by
 `rebuild`) are kept as sqlite_store keeps them, in the fold's transaction. A state row names its
@@ -43,9 +44,11 @@ from __future__ import annotations
 import binascii
 import contextlib
 import dataclasses
+import decimal
 import hashlib
 import itertools
 import logging
+import math
 import string
 import threading
 import time
@@ -69,7 +72,7 @@ from ray_otel_events.store.backend import (
 from ray_otel_events.store.kept_ids import HASHED, event_hash, unpacked
 from ray_otel_events.store.postgres_vacuum import MIN_DEAD, DeadRowVacuum
 from ray_otel_events.store.row_fold import Pieces, StoredRow, fold_keys, group_pieces
-from ray_otel_events.store.row_packing import pack_row, row_json
+from ray_otel_events.store.row_packing import id_value, pack_row, row_json
 from ray_otel_events.store.sql_export import EXPORT_TABLE
 from ray_otel_events.store.sql_reads import ROW_IDS, SESSION_NAME, SESSION_NUMBER, TEXT_COLUMNS, SqlDialect
 from ray_otel_events.store.sql_upkeep import SqlUpkeep
@@ -212,6 +215,78 @@ def _named_sql(column: str) -> str:
     return f'(CASE {column}::text {cases} ELSE {column}::text END)::citext COLLATE "C"'
 
 
+# Since step 13 state_rows' entity_id, node and worker are bytea (`_ID_COLUMNS`): a hex text of 1 to
+# 512 bytes (an entity's id, 48 digits of a task's; Ray's node and worker ids, 56) as its bytes, as
+# SQLite keeps them (row_packing.id_value), half its digits in the row and in the primary key and
+# rows_by_node; any other text (a malformed id, a node's name, `_indexed`'s form of a long one) as
+# the byte 0x00 then its UTF-8, ASCII letters lowered (the columns compared ignoring case as citext
+# did, as SQLite's NOCASE does). An id whose first byte is 0x00 is kept as 0x00 0xFF then its other
+# bytes: 0xFF is never a byte of UTF-8, so no text's form equals an id's (`_id_stored` is one to
+# one), and the forms sort as on SQLite (texts before ids, ids in the order of their hex).
+_ID_COLUMNS = ("entity_id", "node", "worker")
+_IDS_AS_BYTES_SINCE = 13  # the schema step since which they are bytea
+_TEXT_FORM = b"\x00"
+_ZERO_ID = b"\x00\xff"  # what an id's first byte 0x00 is kept as
+
+
+def _id_stored(value: str) -> bytes:
+    """A text (as stored: `_enc`, and `_indexed` in an _INDEXED_TEXT column) as an id column holds
+    it (see _ID_COLUMNS)."""
+    raw = id_value(value)
+    if isinstance(raw, bytes):
+        return raw if raw[0] else _ZERO_ID + raw[1:]
+    return _TEXT_FORM + value.translate(_ASCII_LOWER).encode()
+
+
+def _id_text(stored: bytes) -> str:
+    """An id column's value read (`_id_stored`) as text: an id as lower-case hex, a text as stored
+    (`_enc`'s form, ASCII letters lowered)."""
+    if stored[:1] != _TEXT_FORM:
+        return stored.hex()
+    if stored[1:2] == b"\xff":
+        return "00" + stored[2:].hex()
+    return stored[1:].decode()
+
+
+def _read(value: Any) -> Any:
+    """A value read as it was given (`_dec`), an id column's (bytes) as its text (`_id_text`)."""
+    if isinstance(value, bytes):
+        return _dec(_id_text(value))
+    return _dec(value)
+
+
+def _id_or_indexed_form(value: Any) -> bool:
+    """Whether a value read from an id column is a text's form (its whole text, in the case given,
+    is read from a row's JSON, as SQLite reads its ids), or from another _INDEXED_TEXT column
+    `_indexed`'s form of a longer one."""
+    if isinstance(value, bytes):
+        return value[:1] == _TEXT_FORM and value[1:2] != b"\xff"
+    return _is_indexed_form(value)
+
+
+# An id column `{0}` as the values a PACKED_V2 row's dictionary is made of (row_ids_text): an id's
+# bytes, NULL for a text (which adds nothing to it, nor did it as the text stored before step 13).
+_ID_BYTES_SQL = (
+    "CASE WHEN substring({0} for 1) <> '\\x00'::bytea THEN {0}"
+    " WHEN substring({0} from 2 for 1) = '\\xff'::bytea THEN '\\x00'::bytea || substring({0} from 3) END"
+)
+# An id column `{0}` as text (`_id_text`): what a search's LIKE matches of state_rows.entity_id.
+_ID_TEXT_SQL = (
+    "CASE WHEN substring({0} for 1) <> '\\x00'::bytea THEN encode({0}, 'hex')"
+    " WHEN substring({0} from 2 for 1) = '\\xff'::bytea THEN '00' || encode(substring({0} from 3), 'hex')"
+    " ELSE convert_from(substring({0} from 2), 'UTF8') END"
+)
+_ROW_ID_BYTES = ", ".join(_ID_BYTES_SQL.format(c) for c in ROW_IDS.split(", "))
+# `_id_stored` in SQL, of a text column `{0}` (step 13 converts the stored texts with it).
+_ID_STORED_SQL = (
+    "CASE WHEN {0} ~ '^[0-9a-fA-F]+$' AND mod(length({0}), 2) = 0 AND length({0}) <= 1024 THEN"
+    " CASE WHEN left({0}, 2) = '00' THEN '\\x00ff'::bytea || decode(substr({0}, 3), 'hex')"
+    " ELSE decode({0}, 'hex') END"
+    f" ELSE '\\x00'::bytea || convert_to(translate({{0}}, '{string.ascii_uppercase}',"
+    f" '{string.ascii_lowercase}'), 'UTF8') END"
+)
+
+
 _TEXT_ID = 0x80  # in a row's kept event ids: an id kept as its text (see _packed_ids)
 
 
@@ -274,11 +349,11 @@ def _stored(row: tuple[Any, ...], sessions: dict[str, int]) -> tuple[Any, ...]:
     node, worker, as a reader reads them back beside it; row_packing.row_ids_text) and its kept ids' hashes
     (kept_ids.packed) after `HASHED`. Packed after, not before, those forms: a node value past
     _WHOLE_CHARS is stored as its prefix and hash, and the dictionary is made of what is stored.
-    The entity id is not updated with the row (citext keeps the case it was first inserted in),
-    which the dictionary reads case-blind (a hex id as its bytes; a text not hex adds nothing), as
-    on SQLite. A row with an id of another type than text (a number where a worker id belongs,
-    stored as PostgreSQL writes it as text) is packed PACKED_V1, without ids: its text form here
-    could differ from what the column holds."""
+    The dictionary reads the ids case-blind (a hex id as its bytes; a text not hex adds nothing),
+    as on SQLite. Those three are then kept as their id columns hold them (`_id_stored`: bytes).
+    A row with an id of another type than text (a number where a worker id belongs) keeps it as
+    the text PostgreSQL wrote for it before step 13 (`_sql_text`), and is packed PACKED_V1, without
+    ids, as it was then."""
     values = list(row)
     values[_SESSION_AT] = sessions[row[_SESSION_AT]]
     for i in _ENC_AT:
@@ -293,7 +368,31 @@ def _stored(row: tuple[Any, ...], sessions: dict[str, int]) -> tuple[Any, ...]:
     texts = all(value is None or isinstance(value, str) for value in ids)
     values[_DATA_AT] = pack_row(values[_DATA_AT], ids if texts else None)
     values[_DATA_AT + 1] = HASHED + values[_DATA_AT + 1]
+    for i, value in zip(_ROW_IDS_AT, ids, strict=True):
+        if value is not None:
+            values[i] = _id_stored(value if isinstance(value, str) else _sql_text(value))
     return tuple(values)
+
+
+def _sql_text(value: bool | int | float) -> str:
+    """A number (or boolean) as PostgreSQL writes it as text (float8out's shortest form)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    exact = decimal.Decimal(repr(value)).normalize()  # repr: the shortest digits that read back
+    sign, digits, exponent = exact.as_tuple()
+    assert isinstance(exponent, int)
+    power = len(digits) + exponent - 1
+    if -4 <= power < 15:
+        return format(exact, "f")
+    mantissa = "".join(map(str, digits))
+    mantissa = mantissa[0] + ("." + mantissa[1:] if len(mantissa) > 1 else "")
+    return f"{'-' if sign else ''}{mantissa}e{'+' if power >= 0 else '-'}{abs(power):02d}"
 
 
 _REPACK_CHUNK = 2000  # rows read and written again at a time by migration 7
@@ -522,6 +621,25 @@ COMMENT ON COLUMN state_rows.session IS 'the id of the row''s session in session
         + ";\nCOMMENT ON COLUMN state_rows.state IS 'one of Ray''s enum names as its code since step 12"
         " (chr(1) for NIL...: postgres_store._CODED_NAMES)'",
     ),
+    # A row's entity id, node and worker as bytea (`_ID_COLUMNS`): a hex id as its bytes, half its
+    # digits (a task attempt's row, primary-key entry and rows_by_node entry held ~180 bytes of
+    # hex), any other text in a form no id takes. Converted in place (the table and its indexes
+    # rewritten, packed). A PACKED_V2 row's dictionary is read from an id's bytes as it was from
+    # its hex (row_packing.row_ids_text), so no row is repacked. A marker too, as step 8: a version
+    # from before it refuses the database as newer.
+    (
+        _IDS_AS_BYTES_SINCE,
+        "ALTER TABLE state_rows "
+        + ", ".join(
+            f"ALTER COLUMN {c} TYPE bytea USING {_ID_STORED_SQL.format(f'({c}::text)')}" for c in _ID_COLUMNS
+        )
+        + ";\n"
+        + "\n".join(
+            f"COMMENT ON COLUMN state_rows.{c} IS 'a hex id as its bytes (a first byte 0x00 as 0x00 0xff),"
+            f" any other text as 0x00 then its UTF-8 with ASCII letters lowered (before step 13, citext)';"
+            for c in _ID_COLUMNS
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 _SESSION_IDS_SINCE = 11  # the schema step since which state_rows.session is a sessions.id
@@ -531,6 +649,7 @@ _ROW_COLUMNS = (*_KEY_COLUMNS.split(", "), "updated", "data", "event_ids", *INDE
 _ROW_TYPES = {
     "attempt": "bigint",
     "session": "integer",  # the id of its record in `sessions` (step 11)
+    **dict.fromkeys(_ID_COLUMNS, "bytea"),  # `_id_stored` (step 13)
     "updated": "float8",
     "data": "bytea",
     "event_ids": "bytea",
@@ -545,14 +664,15 @@ _ROW_ARRAYS = (
     + f") AS v({', '.join(_ROW_COLUMNS)})"
 )
 _KEY_MATCH = (
-    "s.resource = k.resource AND s.entity_id = k.entity_id::citext AND s.attempt = k.attempt"
+    "s.resource = k.resource AND s.entity_id = k.entity_id AND s.attempt = k.attempt"
     " AND s.session = k.session"
 )
 # The stored rows of a batch's keys, locked in one order (so two writers never wait on each other
 # in a cycle), each the newest committed version once a writer holding it has committed.
+_LOCKED_IDS = ", ".join(_ID_BYTES_SQL.format(f"s.{c}") for c in ROW_IDS.split(", "))
 _LOCK_ROWS = (
-    f"SELECT k.n, s.data, s.event_ids, {', '.join(f's.{c}' for c in ROW_IDS.split(', '))} FROM state_rows s"
-    " JOIN unnest(%b::text[], %b::text[], %b::bigint[], %b::integer[]) WITH ORDINALITY"
+    f"SELECT k.n, s.data, s.event_ids, {_LOCKED_IDS}"
+    " FROM state_rows s JOIN unnest(%b::text[], %b::bytea[], %b::bigint[], %b::integer[]) WITH ORDINALITY"
     f" AS k(resource, entity_id, attempt, session, n) ON {_KEY_MATCH}"
     f" ORDER BY s.resource, s.entity_id, s.attempt, s.session FOR UPDATE OF s"
 )
@@ -560,8 +680,7 @@ _LOCK_ROWS = (
 # from what the insert returns).
 _INSERT_ROWS = (
     f"INSERT INTO state_rows({', '.join(_ROW_COLUMNS)}) SELECT * FROM {_ROW_ARRAYS}"
-    " ORDER BY resource, entity_id::citext, attempt, session ON CONFLICT DO NOTHING"
-    f" RETURNING {_KEY_COLUMNS.replace('entity_id', 'entity_id::text')}"
+    f" ORDER BY {_KEY_COLUMNS} ON CONFLICT DO NOTHING RETURNING {_KEY_COLUMNS}"
 )
 # Rows read present (and locked since).
 _UPDATE_ROWS = (
@@ -579,7 +698,7 @@ _INSERT_ROW = (
 _UPDATE_ROW = (
     "UPDATE state_rows SET "
     + ", ".join(f"{c} = %s" for c in _ROW_COLUMNS[4:])
-    + " WHERE resource = %s AND entity_id = %s::citext AND attempt = %s AND session = %s"
+    + " WHERE resource = %s AND entity_id = %s AND attempt = %s AND session = %s"
 )
 # state_rows' valid indexes: name, bytes, and the bytes of their entries' columns in an average row
 # (ANALYZE's widths, NULLs counted as nothing; NULL while a column has no statistics yet).
@@ -746,16 +865,10 @@ def _held_sessions(
 
 
 def _stored_key(key: Key, sessions: dict[str, int]) -> tuple[Any, ...]:
-    """A row's key as its stored row (`_stored`) holds it: its session as its record's id."""
+    """A row's key as its stored row (`_stored`) holds it: its entity id as its column holds it
+    (`_id_stored`), its session as its record's id."""
     resource, entity_id, attempt, session = key
-    return _enc(resource), _enc(entity_id), attempt, sessions[session]
-
-
-def _given_key(row: tuple[Any, ...], names: dict[int, str]) -> Key:
-    """A stored row's key as the batch gave it (`_stored_key` undone; `names`: the batch's
-    sessions by id)."""
-    resource, entity_id, attempt, session = row[:4]
-    return _dec(resource), _dec(entity_id), attempt, names[session]
+    return _enc(resource), _id_stored(_enc(entity_id)), attempt, sessions[session]
 
 
 class PostgresStore(SqlUpkeep):
@@ -763,7 +876,7 @@ class PostgresStore(SqlUpkeep):
 
     dialect = SqlDialect(
         mark="%s",
-        id_mark="%s::citext",  # a text parameter would compare the column as text: case and index lost
+        id_mark="%s",  # bytea since step 13 (`_id_stored`)
         false="false",
         negated="NOT COALESCE(({}), false)",
         like="ILIKE",  # spans' and logs' text columns are plain text; the citext ones ignore case anyway
@@ -774,10 +887,10 @@ class PostgresStore(SqlUpkeep):
         byte_length="octet_length",
         bytewise=' COLLATE "C"',
         enc=_enc,
-        dec=_dec,
+        dec=_read,
         indexed=_indexed,
         indexed_columns=_INDEXED_TEXT,
-        is_indexed_form=_is_indexed_form,
+        is_indexed_form=_id_or_indexed_form,
         kept_hashes=_kept_hashes,
         session_value=SESSION_NUMBER,
         session_name=SESSION_NAME,
@@ -788,13 +901,28 @@ class PostgresStore(SqlUpkeep):
         # a writer that recorded the session holds its record until it commits: a drop waits for
         # its rows, and a writer after the drop records the session anew (another id)
         session_lock="SELECT 1 FROM sessions WHERE name = %s FOR UPDATE",
+        entity_text=_ID_TEXT_SQL.format("entity_id"),
+        id_columns=_ID_COLUMNS,
+        id_value=_id_stored,
+        empty_id=f"'\\x{_TEXT_FORM.hex()}'::bytea",  # `_id_stored("")`
+        row_ids=_ROW_ID_BYTES,
     )
-    # A database before step 11 opened read-only: its rows name their session (and hold no codes).
-    _session_names_dialect = dataclasses.replace(
-        dialect, session_value="{}", session_name="session", coded_columns=()
+    # A database before step 13 opened read-only: its ids as citext (a text parameter would compare
+    # the column as text: case and index lost); before step 12, its states and kinds as they were
+    # given; before step 11, its rows name their session too.
+    _text_ids_dialect = dataclasses.replace(
+        dialect,
+        id_mark="%s::citext",
+        dec=_dec,
+        is_indexed_form=_is_indexed_form,
+        entity_text="entity_id",
+        id_columns=(),
+        id_value=lambda value: value,
+        empty_id="''",
+        row_ids=ROW_IDS,
     )
-    # A database before step 12 opened read-only: its states and kinds as they were given.
-    _uncoded_dialect = dataclasses.replace(dialect, coded_columns=())
+    _uncoded_dialect = dataclasses.replace(_text_ids_dialect, coded_columns=())
+    _session_names_dialect = dataclasses.replace(_uncoded_dialect, session_value="{}", session_name="session")
 
     writer = "python"
     writer_reason: str | None = "PostgreSQL: the compiled row writer writes SQLite only"
@@ -824,6 +952,8 @@ class PostgresStore(SqlUpkeep):
                     self.dialect = self._session_names_dialect
                 elif version < _CODES_SINCE:
                     self.dialect = self._uncoded_dialect
+                elif version < _IDS_AS_BYTES_SINCE:
+                    self.dialect = self._text_ids_dialect
             else:
                 self._migrate(db)
 
@@ -1050,8 +1180,8 @@ class PostgresStore(SqlUpkeep):
         )
         if inserted is None:
             return len(updated)
-        names = {number: name for name, number in sessions.items()}
-        late = [_given_key(row, names) for row in inserted]
+        given = {_stored_key(key, sessions): key for key in keys}
+        late = [given[tuple(row[:4])] for row in inserted]
         # Take back what folding them onto nothing counted, and count their fold onto what is stored.
         undone = IngestResult()
         _fold_keys(late, pieces, {}, received, undone, sessions)
@@ -1080,7 +1210,8 @@ class PostgresStore(SqlUpkeep):
         if not keys:
             return {}
         resources, entity_ids, attempts, names = (list(column) for column in zip(*keys, strict=True))
-        params = [resources, _encoded_texts(entity_ids), attempts, [sessions[name] for name in names]]
+        ids = [_id_stored(entity_id) for entity_id in _encoded_texts(entity_ids)]
+        params = [resources, ids, attempts, [sessions[name] for name in names]]
         return {int(n) - 1: tuple(found) for n, *found in db.execute(_LOCK_ROWS, params)}
 
     def _write_rows(

@@ -34,7 +34,6 @@ ROW_IDS = "entity_id, node, worker"
 # since step 11): the number of the session named by `{}`, and the name of a row's session.
 SESSION_NUMBER = "(SELECT id FROM sessions WHERE name = {})"
 SESSION_NAME = "(SELECT name FROM sessions WHERE sessions.id = state_rows.session)"
-_DATA = f"data, {ROW_IDS}"
 WINDOW_SLACK_S = 60.0  # spans and log lines may arrive this long before or after a session's events
 
 ORDERS = {
@@ -93,6 +92,16 @@ class SqlDialect:
     coded: Callable[[Any], Any] = _same
     uncoded: Callable[[Any], Any] = _same
     named: str = "{0}"
+    # Columns of state_rows that keep their text in another form than `indexed` gives (PostgreSQL
+    # since step 13: hex ids as bytes): a value compared with one is `id_value` of its `indexed`
+    # form; the column is read as it is (not `text_out`), `dec` giving its text; `empty_id` is the
+    # empty text as such a column holds it.
+    id_columns: tuple[str, ...] = ()
+    id_value: Callable[[Any], Any] = _same
+    empty_id: str = "''"
+    # What every read of `data` reads beside it: the values a PACKED_V2 row's dictionary
+    # is made of (row_packing.row_ids_text), from its key columns (ROW_IDS) as stored.
+    row_ids: str = ROW_IDS
     resource_value: Callable[[str], Any] = _same  # a resource's name as state_rows.resource holds it
     resource_name: Callable[[Any], str] = _same  # state_rows.resource read as the resource's name
 
@@ -101,10 +110,12 @@ class SqlDialect:
         return f"session = {self.session_value.format(self.mark)}"
 
     def column_value(self, column: str, value: Any) -> Any:
-        """A stored (`enc`) value as `column` holds it: coded, or in its indexed form."""
+        """A stored (`enc`) value as `column` holds it: coded, or in its indexed form, and in an
+        id column as `id_value` gives that."""
         if column in self.coded_columns and (code := self.coded(value)) is not value:
             return code
-        return self.indexed(value) if column in self.indexed_columns else value
+        value = self.indexed(value) if column in self.indexed_columns else value
+        return self.id_value(value) if column in self.id_columns else value
 
     def constant(self, column: str, name: str) -> str:
         """SQL of a constant (an enum name of Ray's: no quote to escape) as `column` holds it."""
@@ -113,8 +124,7 @@ class SqlDialect:
 
     def entity_value(self, entity_id: str) -> Any:
         """An entity id parameter as state_rows.entity_id holds it (compared with `id_mark`)."""
-        value = self.enc(entity_id)
-        return self.indexed(value) if "entity_id" in self.indexed_columns else value
+        return self.column_value("entity_id", self.enc(entity_id))
 
     def decoded(self, rows: list[Any]) -> list[Any]:
         """`rows` with every value as it was given."""
@@ -149,7 +159,8 @@ class SqlDialect:
                 if code is not upper and code != stored:
                     sql, params = f"({sql} OR {f.column} = {self.mark})", [stored, code]
             if null_like(f.value):
-                sql = f"({sql} OR {f.column} IS NULL OR {f.column} = '')"
+                empty = self.empty_id if f.column in self.id_columns else "''"
+                sql = f"({sql} OR {f.column} IS NULL OR {f.column} = {empty})"
         return (sql, params) if f.equal else (self.negated.format(sql), params)
 
     def where(
@@ -243,7 +254,7 @@ class SqlReads(ABC):
             if order == "updated"
             else f"{column} IS NULL, {column} {direction}, updated DESC, entity_id, attempt"
         )
-        query = f"SELECT {_DATA} FROM state_rows WHERE {clause} ORDER BY {ordering}"
+        query = f"SELECT data, {self.dialect.row_ids} FROM state_rows WHERE {clause} ORDER BY {ordering}"
         total = self.total(resource, session)
         if keep is None:
             matched = self._matched(resource, filters, search, session)
@@ -296,12 +307,14 @@ class SqlReads(ABC):
             if column not in INDEXED_COLUMNS:
                 raise ValueError(f"{column!r} is not an indexed column")
         names = ", ".join(columns)
-        selected = ", ".join(self.dialect.text_out.format(c) if c in TEXT_COLUMNS else c for c in columns)
+        d = self.dialect
+        selected = ", ".join(
+            d.text_out.format(c) if c in TEXT_COLUMNS and c not in d.id_columns else c for c in columns
+        )
         clause, params = self.dialect.where(resource, (), "", self._scope(session))
         found = self._query(
             f"SELECT {selected}, COUNT(*) FROM state_rows WHERE {clause} GROUP BY {names}", params
         )
-        d = self.dialect
         shortened = [c in d.indexed_columns for c in columns]
         coded = [c in d.coded_columns for c in columns]
         if not any(shortened) and not any(coded):
@@ -323,7 +336,8 @@ class SqlReads(ABC):
         """The whole value a column holds as `dialect.indexed` shortened it: from a row's JSON."""
         d = self.dialect
         found = self._query(
-            f"SELECT {_DATA} FROM state_rows WHERE resource = {d.mark} AND {column} = {d.mark} LIMIT 1",
+            f"SELECT data, {d.row_ids} FROM state_rows WHERE resource = {d.mark} AND {column} = {d.mark}"
+            " LIMIT 1",
             (d.resource_value(resource), form),
         )
         field = INDEXED_FIELDS[resource].get(column)
@@ -337,7 +351,7 @@ class SqlReads(ABC):
         """(attempt, session, row) of every row of one entity: of every session, or of `session`."""
         d = self.dialect
         sql = (
-            f"SELECT attempt, {d.session_name}, {_DATA} FROM state_rows"
+            f"SELECT attempt, {d.session_name}, data, {d.row_ids} FROM state_rows"
             f" WHERE resource = {d.mark} AND entity_id = {d.id_mark}"
         )
         params: list[Any] = [d.resource_value(resource), d.entity_value(entity_id.lower())]
