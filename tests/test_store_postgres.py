@@ -1125,3 +1125,253 @@ def test_states_and_kinds_are_kept_as_codes_with_the_same_answers(
     assert len(named) == (len(finished) if resource == "tasks" else 0)
     postgres.close()
     sqlite.close()
+
+
+# -- ids as bytes (schema step 13) ---------------------------------------------------------------
+
+_LONG_TEXT_NODE = "Node-" + "long name " * 19 + "end"  # 200 characters, not hex: kept `_indexed`
+# (entity id, node, worker) of rows written directly: texts in any case, and ids a form without
+# its escape would confuse with them (the id 0x00 0x61 and the text "a"; an empty worker, and none).
+_ODD_IDS = [
+    ("Task-Alpha", "Node-Name", "Worker X"),
+    ("0061", _LONG_TEXT_NODE, "00" + "ab" * 27),
+    ("a", "0061", ""),
+    ("b0" * 24, "A", None),
+]
+
+
+def _odd_rows(session: str) -> list[tuple[Any, ...]]:
+    """The upsert rows (as the fold gives them) of `_ODD_IDS`' tasks."""
+    rows = []
+    for n, (entity, node, worker) in enumerate(_ODD_IDS):
+        fields = {
+            "task_id": entity,
+            "node_id": node,
+            "worker_id": worker,
+            "name": f"odd {n}",
+            "state": "RUNNING",
+        }
+        data = json.dumps({k: v for k, v in fields.items() if v is not None}).encode()
+        values = {**dict.fromkeys(INDEXED_COLUMNS), "node": node, "worker": worker, "name": f"odd {n}"}
+        values["state"] = "RUNNING"
+        rows.append(
+            ("tasks", entity, 0, session, 1000.0 + n, data, b"", *(values[c] for c in INDEXED_COLUMNS))
+        )
+    return rows
+
+
+def _write_odd_rows(store: PostgresStore, session: str) -> None:
+    with store._transaction() as db:
+        sessions, _ = postgres_store._held_sessions(db, [session], 1000.0)
+        stored = [postgres_store._stored(row, sessions) for row in _odd_rows(session)]
+        assert store._write_rows(db, postgres_store._INSERT_ROWS, postgres_store._INSERT_ROW, stored) is None
+
+
+def _ids_found(store: Any, filters: list[ColumnFilter], search: str = "") -> list[str]:
+    """The task ids of the rows `filters` and `search` find, sorted."""
+    return sorted(row["task_id"] for row in store.select("tasks", filters, search=search, limit=1000).rows)
+
+
+def _id_columns(url: str) -> dict[str, str]:
+    with psycopg.connect(url) as db:
+        return dict(
+            db.execute(
+                "SELECT column_name, udt_name FROM information_schema.columns WHERE table_name = 'state_rows'"
+                " AND column_name IN ('entity_id', 'node', 'worker')"
+            ).fetchall()
+        )
+
+
+def test_a_rows_hex_ids_are_kept_as_their_bytes_and_found_in_any_case(
+    postgres_server: PostgresServer,
+) -> None:
+    """Since step 13 entity_id, node and worker are bytea: a task's hex ids are stored as their
+    bytes (24, 28 and 28), which its JSON names in hex; filters given them upper-case find the
+    rows the lower-case ones find (and `!=` the others), as does a read of the entity's rows."""
+    url = postgres_server.new_database("ids_as_bytes")
+    store = PostgresStore(url)
+    store.ingest(copy.deepcopy(EVENTS), now=1000.0)
+    assert _id_columns(url) == dict.fromkeys(("entity_id", "node", "worker"), "bytea")
+    with psycopg.connect(url) as db:
+        found = db.execute(
+            "SELECT pg_typeof(entity_id)::text, octet_length(entity_id), octet_length(node),"
+            " octet_length(worker), entity_id, node, worker FROM state_rows"
+            " WHERE resource = 'tasks' AND worker IS NOT NULL ORDER BY entity_id"
+        ).fetchall()
+    assert found and {row[:4] for row in found} == {("bytea", 24, 28, 28)}
+    total = store.total("tasks")
+    for _, _, _, _, entity, node, worker in found:
+        task, node_id, worker_id = entity.hex(), node.hex(), worker.hex()
+        rows = [row for _, _, row in store.entity_rows("tasks", task.upper())]
+        assert any(row["node_id"] == node_id and row["worker_id"] == worker_id for row in rows)
+        assert rows == [row for _, _, row in store.entity_rows("tasks", task)]
+        for column, value in (("entity_id", task), ("node", node_id), ("worker", worker_id)):
+            lower = store.select("tasks", [ColumnFilter(column, True, value)], limit=1000)
+            upper = store.select("tasks", [ColumnFilter(column, True, value.upper())], limit=1000)
+            assert upper == lower and lower.matched >= 1 and task in {r["task_id"] for r in lower.rows}
+            other = store.select("tasks", [ColumnFilter(column, False, value.upper())], limit=1000)
+            assert other.matched == total - lower.matched
+    nodes = store.counts("tasks", "node")
+    assert {node for node, _ in nodes} >= {node.hex() for *_, node, _ in found}
+    store.close()
+
+
+def test_texts_in_id_columns_round_trip_apart_from_every_id(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """Entity ids, nodes and workers that are not hex (a name, a 200-character node kept as its
+    indexed form, an empty worker) are kept in a form no id's bytes take: the id 0x00 0x61 and the
+    text "a" are two rows, each found by its own filter in any case (the texts compared ignoring
+    case, as citext and SQLite's NOCASE do), by a search of its text, by `!=` and by a filter for
+    no value; counts read them back as given, and a text entity id folds case-blind."""
+    url = postgres_server.new_database("text_ids")
+    store = PostgresStore(url)
+    _write_odd_rows(store, "s")
+    with psycopg.connect(url) as db:
+        stored = dict(db.execute("SELECT entity_id, node FROM state_rows").fetchall())
+    assert stored == {
+        b"\x00task-alpha": b"\x00node-name",
+        b"\x00\xffa": postgres_store._TEXT_FORM + postgres_store._indexed(_LONG_TEXT_NODE.lower()).encode(),
+        b"\x00a": b"\x00\xffa",
+        bytes.fromhex("b0" * 24): b"\x00a",
+    }
+    written = sorted((json.loads(row[5]) for row in _odd_rows("s")), key=lambda row: row["task_id"])
+    assert sorted(store.select("tasks").rows, key=lambda row: row["task_id"]) == written
+    task_b0 = "b0" * 24
+    cases: list[tuple[str, bool, str, list[str]]] = [
+        ("entity_id", True, "TASK-ALPHA", ["Task-Alpha"]),
+        ("entity_id", True, "0061", ["0061"]),
+        ("entity_id", True, "A", ["a"]),
+        ("entity_id", True, task_b0.upper(), [task_b0]),
+        ("entity_id", False, "a", sorted(["Task-Alpha", "0061", task_b0])),
+        ("node", True, "NODE-NAME", ["Task-Alpha"]),
+        ("node", True, _LONG_TEXT_NODE.upper(), ["0061"]),
+        ("node", True, "0061", ["a"]),
+        ("node", True, "a", [task_b0]),
+        ("node", False, "a", sorted(["Task-Alpha", "0061", "a"])),
+        ("worker", True, "worker x", ["Task-Alpha"]),
+        ("worker", True, "00" + "AB" * 27, ["0061"]),
+        ("worker", True, "none", sorted(["a", task_b0])),
+        ("worker", False, "", sorted(["Task-Alpha", "0061"])),
+    ]
+    for column, equal, value, expected in cases:
+        assert _ids_found(store, [ColumnFilter(column, equal, value)]) == expected, (column, equal, value)
+    for search, expected in (("ASK-al", ["Task-Alpha"]), ("0061", ["0061"]), ("B0B0", [task_b0])):
+        assert _ids_found(store, [], search) == expected, search
+    by_node = sorted(store.counts("tasks", "node"))
+    assert by_node == sorted([("Node-Name", 1), (_LONG_TEXT_NODE, 1), ("0061", 1), ("A", 1)])
+    by_worker = sorted(store.counts("tasks", "worker"), key=lambda found: str(found[0]))
+    assert by_worker == [("", 1), ("00" + "ab" * 27, 1), (None, 1), ("Worker X", 1)]
+    assert [row["task_id"] for _, _, row in store.entity_rows("tasks", "TASK-alpha")] == ["Task-Alpha"]
+    # a text entity id folded in one case, then in another: one row, read back by each fold
+    definition, early, late = (prepare(event) for event in _task_pieces())
+    for prepared, entity in ((definition, "Task-Beta"), (early, "TASK-BETA"), (late, "task-beta")):
+        assert prepared.key is not None and prepared.piece is not None
+        renamed = prepared._replace(
+            key=(prepared.key[0], entity, *prepared.key[2:]), piece=prepared.piece._replace(entity_id=entity)
+        )
+        assert store.ingest_prepared([renamed], now=2000.0).stored == 1
+    (row,) = store.select("tasks", [ColumnFilter("entity_id", True, "TASK-beta")]).rows
+    assert row["task_id"] == "task-beta" and row["name"] == "flaky" and row["state"] == "FAILED"
+    store.close()
+
+
+def _written_by_step_12(url: str, rows: list[tuple[Any, ...]], session: str) -> None:
+    """`rows` (upserts as the fold gives them) as the code of schema step 12 wrote them, into a
+    database at that step: their session as its record's id, their ids as text in their stored
+    form (`_enc`, a long node `_indexed`); every third row PACKED_V1 (as written before step 10),
+    the others PACKED_V2, and every other row's entity id upper-case (citext keeps the case first
+    inserted; the dictionary reads it case-blind)."""
+    columns = postgres_store._ROW_COLUMNS
+    with psycopg.connect(url, autocommit=True) as db:
+        db.execute("INSERT INTO sessions(name, first_seen, last_seen) VALUES (%s, 1000, 1000)", (session,))
+        ((number,),) = db.execute("SELECT id FROM sessions WHERE name = %s", (session,)).fetchall()
+        for n, row in enumerate(rows):
+            values = list(postgres_store._stored(row, {session: number}))
+            for i in postgres_store._ROW_IDS_AT:
+                value = row[i]
+                if isinstance(value, str):
+                    value = postgres_store._enc(value)
+                    value = postgres_store._indexed(value) if i in postgres_store._INDEXED_AT else value
+                values[i] = value.upper() if n % 2 and i == 1 else value
+            if n % 3 == 0:
+                values[postgres_store._DATA_AT] = pack_row(row[postgres_store._DATA_AT])
+            db.execute(
+                f"INSERT INTO state_rows({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))})",
+                values,
+            )
+
+
+def _id_answers(store: Any, tasks: list[dict[str, Any]]) -> list[Any]:
+    """What the reads of the id columns answer: every row, counts, and per task filters by its
+    ids (in either case, `=` and `!=`), searches and its entity's rows."""
+    out: list[Any] = [_all_rows(store)]
+    out += [sorted(store.counts(r, c), key=str) for r in RESOURCES for c in ("node", "worker", "state")]
+    for task in tasks:
+        entity = task["task_id"]
+        out.append(
+            sorted((a, json.dumps(row, sort_keys=True)) for a, _, row in store.entity_rows("tasks", entity))
+        )
+        out.append(_ids_found(store, [], entity[1:7].upper()))
+        for column, field in (("entity_id", "task_id"), ("node", "node_id"), ("worker", "worker_id")):
+            for value in {task.get(field) or "", (task.get(field) or "").upper()}:
+                for equal in (True, False):
+                    out.append(
+                        (column, value, equal, _ids_found(store, [ColumnFilter(column, equal, value)]))
+                    )
+    return out
+
+
+def test_a_database_at_step_12_gets_ids_as_bytes_with_the_same_answers(
+    postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database at schema step 12 holding rows with hex ids (some upper-case) and texts in their
+    id columns, PACKED_V1 and PACKED_V2 rows: step 13 converts the columns in place (bytea; each
+    row's data untouched) and every read answers as before (read-only at step 12); a version of
+    step 12 then refuses the database; an event folded before is a duplicate, and later ones fold
+    onto the rows."""
+    url = postgres_server.new_database("before_ids_as_bytes")
+    with monkeypatch.context() as patched:
+        patched.setattr(postgres_store, "MIGRATIONS", postgres_store.MIGRATIONS[:12])
+        patched.setattr(postgres_store, "SCHEMA_VERSION", 12)
+        PostgresStore(url).close()
+    session = prepare(EVENTS[0]).key[3]  # type: ignore[index]
+    pieces, _ = group_pieces([prepare(event) for event in EVENTS])
+    keys = list(pieces)
+    rows, _ = fold_keys(
+        keys, pieces, {k: StoredRow({}, []) for k in keys}, 1000.0, {}, [], lambda _: StoredRow({}, [])
+    )
+    rows += _odd_rows(session)
+    _written_by_step_12(url, rows, session)
+    with psycopg.connect(url) as db:
+        data = sorted(bytes(d) for (d,) in db.execute("SELECT data FROM state_rows"))
+    assert {d[0] for d in data} == {PACKED_V1, PACKED_V2} and len(data) == 17 + len(_ODD_IDS)
+    old = open_store(url, read_only=True)
+    assert old.dialect is PostgresStore._text_ids_dialect
+    tasks = old.select("tasks", limit=1000).rows
+    before = _id_answers(old, tasks)
+    old.close()
+    assert _id_columns(url) == dict.fromkeys(("entity_id", "node", "worker"), "citext")
+
+    migrated = PostgresStore(url)
+    assert _id_columns(url) == dict.fromkeys(("entity_id", "node", "worker"), "bytea")
+    with psycopg.connect(url) as db:
+        assert sorted(bytes(d) for (d,) in db.execute("SELECT data FROM state_rows")) == data
+        assert db.execute("SELECT MAX(version) FROM schema_migrations").fetchone() == (13,)
+    assert _id_answers(migrated, tasks) == before
+    with monkeypatch.context() as patched:  # a version of step 12 refuses it
+        patched.setattr(postgres_store, "MIGRATIONS", postgres_store.MIGRATIONS[:12])
+        patched.setattr(postgres_store, "SCHEMA_VERSION", 12)
+        with pytest.raises(StoreError, match="newer than this version"):
+            PostgresStore(url)
+    again = migrated.ingest(copy.deepcopy(EVENTS), now=2000.0)
+    assert (again.stored, again.duplicates) == (0, len(EVENTS))
+    fresh = PostgresStore(postgres_server.new_database("ids_as_bytes_from_start"))
+    fresh.ingest(copy.deepcopy(EVENTS), now=1000.0)
+    _write_odd_rows(fresh, session)
+    later = _session_copy(EVENTS, 3)
+    for store in (migrated, fresh):
+        store.ingest(copy.deepcopy(later), now=3000.0)
+    assert _id_answers(migrated, tasks) == _id_answers(fresh, tasks)
+    for store in (migrated, fresh):
+        store.close()

@@ -315,7 +315,7 @@ class SqlReads(ABC):
         found = self._query(
             f"SELECT {selected}, COUNT(*) FROM state_rows WHERE {clause} GROUP BY {names}", params
         )
-        shortened = [c in d.indexed_columns for c in columns]
+        shortened = [c in d.indexed_columns or c in d.id_columns for c in columns]
         coded = [c in d.coded_columns for c in columns]
         if not any(shortened) and not any(coded):
             return d.decoded(found)
@@ -343,7 +343,8 @@ class SqlReads(ABC):
         field = INDEXED_FIELDS[resource].get(column)
         if not found or not field:
             return d.dec(form)
-        return orjson.loads(row_json(found[0][0], found[0][1:])).get(field, form)
+        value = orjson.loads(row_json(found[0][0], found[0][1:])).get(field)
+        return d.dec(form) if value is None else value  # None: the column holds the field's default
 
     def entity_rows(
         self, resource: str, entity_id: str, session: str | None = None
