@@ -26,7 +26,7 @@ from ray_otel_events.otel.log_records import log_record_wire
 from ray_otel_events.protobuf.events_base_event_pb2 import RayEvent
 from ray_otel_events.store.backend import IngestResult, StoreBusy
 from ray_otel_events.store.kept_ids import event_hash
-from ray_otel_events.store.postgres_store import PostgresStore, _kept_hashes
+from ray_otel_events.store.postgres_store import PostgresStore, _id_stored, _kept_hashes
 from ray_otel_events.store.sqlite_store import EventStore
 from ray_otel_events.store.state_merge import prepare
 from tests.test_store_postgres import EVENTS, _all_rows, _get, _post, _session_copy, _tasks, _wait_for
@@ -96,14 +96,14 @@ def test_a_deadlock_between_two_writers_is_retried_and_each_batch_applied_once(
         holds_y.execute(  # uncommitted: A's insert of Y waits for it
             "INSERT INTO state_rows(resource, entity_id, attempt, session, updated, data, event_ids)"
             " VALUES (%s, %s, %s, (SELECT id FROM sessions WHERE name = %s), 0, '{}', '')",
-            (resource, entity_id, attempt, session),
+            (resource, _id_stored(entity_id), attempt, session),  # as the column holds it (bytes)
         )
         caplog.set_level(logging.WARNING, logger="ray_otel_events.store.postgres_store")
         a = threading.Thread(target=ingest, args=("a", writer_a, of_a))
         a.start()
         _wait_for(lambda: _waiting(admin, "writer-a"))  # A has read Y and Z absent
         assert writer_b.ingest(copy.deepcopy(first_of_b)).stored == 1  # Z committed
-        holds_z.execute("SELECT 1 FROM state_rows WHERE entity_id = %s FOR UPDATE", (_Z,))
+        holds_z.execute("SELECT 1 FROM state_rows WHERE entity_id = %s FOR UPDATE", (_id_stored(_Z),))
         b = threading.Thread(target=ingest, args=("b", writer_b, of_b))
         b.start()
         _wait_for(lambda: _waiting(admin, "writer-b"))  # B reads Z, waiting for its lock
