@@ -51,7 +51,7 @@ from bench_store import (  # noqa: E402
 )
 from helpers.postgres import PostgresServer  # noqa: E402
 
-from ray_otel_events.store.postgres_store import PostgresStore  # noqa: E402
+from ray_otel_events.store.postgres_store import _ID_STORED_SQL, _ID_TEXT_SQL, PostgresStore  # noqa: E402
 from ray_otel_events.store.views import StoreViews  # noqa: E402
 
 
@@ -136,8 +136,9 @@ TEMPLATES = 1_000  # attempts folded through the store; the rest are copies made
 # (i % 20), function (i % 200), node (i % 50) and end (FAILED when i % 10 == 3) repeat every 1,000.
 # A copy's row JSON is its template's as stored (packed: SQL cannot put the copy's task id in it),
 # the same size and work to read; its event ids are kept as the store keeps them (16 bytes each,
-# after their count).
-_COPIES = """
+# after their count), its task id too (bytes since schema step 13: `_ID_STORED_SQL` of its hex,
+# the template's `hex`).
+_COPIES = f"""
 INSERT INTO state_rows
 SELECT t.resource, e.id, t.attempt, t.session, t.updated + c.n * 1e-3, t.data,
        (SELECT string_agg(decode('10' || p || lpad(to_hex(e.i), 30, '0'), 'hex'), ''::bytea ORDER BY o)
@@ -146,7 +147,8 @@ SELECT t.resource, e.id, t.attempt, t.session, t.updated + c.n * 1e-3, t.data,
 FROM templates t
 CROSS JOIN generate_series(%(first)s::bigint, %(last)s::bigint) AS c(n)
 CROSS JOIN LATERAL (SELECT c.n * %(templates)s::bigint + t.i AS i) n
-CROSS JOIN LATERAL (SELECT n.i, lpad(to_hex(n.i), 16, '0') || substr(t.entity_id::text, 17) AS id) e
+CROSS JOIN LATERAL (SELECT n.i, lpad(to_hex(n.i), 16, '0') || substr(t.hex, 17) AS id_hex) h
+CROSS JOIN LATERAL (SELECT h.i, {_ID_STORED_SQL.format("h.id_hex")} AS id) e
 """
 
 
@@ -172,7 +174,8 @@ def fill(store: PostgresStore, attempts: int) -> dict[str, float]:
         db.execute("ALTER TABLE state_rows DROP CONSTRAINT state_rows_pkey")
         db.execute(
             "CREATE TEMPORARY TABLE templates AS"
-            " SELECT *, ('x' || left(entity_id::text, 16))::bit(64)::bigint AS i FROM state_rows"
+            f" SELECT *, ('x' || left(hex, 16))::bit(64)::bigint AS i"
+            f" FROM (SELECT *, {_ID_TEXT_SQL.format('entity_id')} AS hex FROM state_rows) s"
         )
         step = 100
         for first in range(1, attempts // TEMPLATES, step):
