@@ -1061,6 +1061,8 @@ def _answers(store: Any) -> list[Any]:
         [ColumnFilter("state", False, "FINISHED")],
         [ColumnFilter("state", False, "Failed"), ColumnFilter("kind", False, "DRIVER_TASK")],
         [ColumnFilter("kind", True, "actor_task")],
+        [ColumnFilter("kind", True, "worker")],
+        [ColumnFilter("kind", False, "Driver")],
         [ColumnFilter("state", True, "NIL")],
         [ColumnFilter("state", True, "")],
         [ColumnFilter("state", True, "NOT_A_STATE")],
@@ -1081,8 +1083,9 @@ def _answers(store: Any) -> list[Any]:
 def test_states_and_kinds_are_kept_as_codes_with_the_same_answers(
     postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
-    """A state or kind that is one of Ray's commonest enum names is kept as a one-character code
-    (step 12): filters (either case, `!=`), sorts, counts and the wiring checks answer as on SQLite.
+    """A state or kind that is one of Ray's commonest enum names (every kind of the captures: task,
+    worker and job types) is kept as a one-character code (step 12), the kind as plain text:
+    filters (either case, `!=`), sorts, counts and the wiring checks answer as on SQLite.
     A value from outside that is itself a code's character is kept escaped: it reads back as
     itself, and neither matches nor is matched by the name of that code."""
     url = postgres_server.new_database("codes")
@@ -1097,6 +1100,11 @@ def test_states_and_kinds_are_kept_as_codes_with_the_same_answers(
             " WHERE resource = 'tasks'"
         ).fetchall()
     assert lengths == [(1, 1)]
+    with psycopg.connect(url) as db:  # text, not citext: rows_by_kind's entries are deduplicated
+        kinds = db.execute(
+            "SELECT DISTINCT pg_typeof(kind)::text, octet_length(kind) FROM state_rows WHERE kind IS NOT NULL"
+        ).fetchall()
+    assert kinds == [("text", 1)]
     assert _answers(postgres) == _answers(sqlite)
     finished = postgres.select("tasks", [ColumnFilter("state", True, "FINISHED")], limit=1000).rows
     assert finished and all(row["state"] == "FINISHED" for row in finished)

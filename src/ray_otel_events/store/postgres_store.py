@@ -160,12 +160,16 @@ def _is_indexed_form(value: Any) -> bool:
 _ESC = "\ue000"
 
 
-# Ray's enum names a state or kind column holds most (task states and types, actor states), each
-# kept there as one control character: an index entry carrying them (every index of state_rows but
-# one has the state, the kind or both) takes 16 bytes less, and rows_by_kind's entries 34 less
-# (bench/store_bytes_live_postgres.py). Part of the stored format: append, never reorder. Any other
-# value is kept as it is, but for one that is itself a single control character of the codes'
-# (from outside: no enum name is one), kept escaped (_ESC then it, which _dec reads back).
+# Ray's enum names a state or kind column holds most (task states, actor states, and every kind:
+# task, worker and job types), each kept there as one control character: an index entry carrying
+# them (every index of state_rows but one has the state, the kind or both) takes 16 bytes less
+# (bench/store_bytes_live_postgres.py). Part of the stored format: append, never reorder (chr(1)
+# to chr(31) at most). Any other value is kept as it is, but for one that is itself a single
+# control character of the codes' (from outside: no enum name is one), kept escaped (_ESC then it,
+# which _dec reads back). The kind column is plain text since (not citext, which B-tree entries
+# cannot deduplicate): rows_by_kind (resource, kind) keeps one entry per kind and a list of rows,
+# ~8 bytes a row instead of 24 packed and ~67 as updates left it between repacks. Its filters keep
+# citext's case-blind equality for every coded name (sql_reads' `condition`).
 _CODED_NAMES = (
     *("NIL", "PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "PENDING_OBJ_STORE_MEM_AVAIL"),
     *("PENDING_ARGS_FETCH", "SUBMITTED_TO_WORKER", "PENDING_ACTOR_TASK_ARGS_FETCH"),
@@ -173,6 +177,7 @@ _CODED_NAMES = (
     *("FINISHED", "FAILED", "GETTING_AND_PINNING_ARGS"),
     *("NORMAL_TASK", "ACTOR_CREATION_TASK", "ACTOR_TASK", "DRIVER_TASK"),
     *("DEPENDENCIES_UNREADY", "PENDING_CREATION", "ALIVE", "RESTARTING", "DEAD"),
+    *("WORKER", "DRIVER", "SPILL_WORKER", "RESTORE_WORKER", "SUBMISSION"),
 )
 _CODES = {name: chr(1 + number) for number, name in enumerate(_CODED_NAMES)}
 _NAMES = {code: name for name, code in _CODES.items()}
@@ -609,11 +614,13 @@ DROP FUNCTION ray_otel_events_session_id(text);
 COMMENT ON COLUMN state_rows.session IS 'the id of the row''s session in sessions (before step 11, its name)';
 """,
     ),
-    # A state or kind that is one of Ray's commonest enum names as its code (`_CODED_NAMES`): the
-    # rows written before are given that form here (their table and indexes rewritten once, at the
-    # first start). A version from before it would read the codes as states: it refuses the database.
+    # A state or kind that is one of Ray's commonest enum names as its code (`_CODED_NAMES`), and
+    # the kind as plain text: the rows written before are given that form here (their table and
+    # indexes rewritten once, at the first start). A version from before it would read the codes
+    # as states: it refuses the database.
     (
         _CODES_SINCE,
+        'ALTER TABLE state_rows ALTER COLUMN kind TYPE text COLLATE "C";\n'
         "UPDATE state_rows SET "
         + ", ".join(f"{c} = {_coding_sql(c)}" for c in _CODED_TEXT)
         + " WHERE "
