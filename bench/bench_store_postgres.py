@@ -52,6 +52,7 @@ from bench_store import (  # noqa: E402
 from helpers.postgres import PostgresServer  # noqa: E402
 
 from ray_otel_events.store.postgres_store import _ID_STORED_SQL, _ID_TEXT_SQL, PostgresStore  # noqa: E402
+from ray_otel_events.store.row_packing import pack_row, row_json  # noqa: E402
 from ray_otel_events.store.views import StoreViews  # noqa: E402
 
 
@@ -134,10 +135,11 @@ TEMPLATES = 1_000  # attempts folded through the store; the rest are copies made
 # bench_store's attempt i differs from attempt i % 1,000 only in its task id (the first 8 bytes
 # are i, big-endian) and its event ids (b"d", b"\\0" or b"\\1", then i in 15 bytes, base64): its job
 # (i % 20), function (i % 200), node (i % 50) and end (FAILED when i % 10 == 3) repeat every 1,000.
-# A copy's row JSON is its template's as stored (packed: SQL cannot put the copy's task id in it),
-# the same size and work to read; its event ids are kept as the store keeps them (16 bytes each,
-# after their count), its task id too (bytes since schema step 13: `_ID_STORED_SQL` of its hex,
-# the template's `hex`).
+# A copy's row JSON is its template's as stored, packed PACKED_V1 first (without ids: a PACKED_V2
+# row's deflate refers to its own task id, even for digits of its times, so the template's text read
+# beside a copy's id would not be JSON; SQL cannot pack the copy's own), the same work to read;
+# its event ids are kept as the store keeps them (16 bytes each, after their count), its task id
+# too (bytes since schema step 13: `_ID_STORED_SQL` of its hex, the template's `hex`).
 _COPIES = f"""
 INSERT INTO state_rows
 SELECT t.resource, e.id, t.attempt, t.session, t.updated + c.n * 1e-3, t.data,
@@ -170,6 +172,12 @@ def fill(store: PostgresStore, attempts: int) -> dict[str, float]:
         ]
         for sql in indexes:
             db.execute("DROP INDEX " + sql.split(" INDEX ", 1)[1].split(" ON ", 1)[0])
+        for ctid, data, *ids in db.execute(
+            f"SELECT ctid, data, {store.dialect.row_ids} FROM state_rows"
+        ).fetchall():
+            db.execute(
+                "UPDATE state_rows SET data = %s WHERE ctid = %s", (pack_row(row_json(data, ids)), ctid)
+            )
         db.execute("ALTER TABLE state_rows SET (autovacuum_enabled = false)")
         db.execute("ALTER TABLE state_rows DROP CONSTRAINT state_rows_pkey")
         db.execute(
