@@ -25,7 +25,10 @@ if not Path("/proc/self/cmdline").exists():
 pytestmark = pytest.mark.ray
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 # Values that differ from one cluster to the next; compared by where they recur instead.
-RUN_IDS = ("ray.pid", "ray.job_id", "ray.node_id", "ray.worker_id", "ray.task_id", "ray.actor_id")
+RUN_IDS = ("ray.job_id", "ray.node_id", "ray.task_id", "ray.actor_id")
+# Which worker process runs a task is Ray's scheduling choice, so it differs between two runs of
+# one workload: these are checked for their presence and their pairing, not for which one it was.
+WORKER_IDS = ("ray.pid", "ray.worker_id")
 
 
 def _run(script: str, env: dict[str, str], *args: str) -> dict[str, Any]:
@@ -79,8 +82,14 @@ def _spans(spans_dir: Path, summary: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _canonical(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The spans keyed by their chain of names to the root, ids replaced by the order in which
-    they first appear: two runs of one workload give equal lists when only the ids differ."""
+    they first appear (per attribute): two runs of one workload give equal lists when only the
+    ids differ."""
     by_id = {sid(s): s for s in spans}
+    worker_of_pid: dict[str, str] = {}
+    for span in spans:
+        pid, worker = (span["attributes"].get(key) for key in WORKER_IDS)
+        if pid is not None and worker is not None:
+            assert worker_of_pid.setdefault(pid, worker) == worker, "a pid with two worker ids"
 
     def chain(span: dict[str, Any]) -> tuple[str, ...]:
         names = [span["name"]]
@@ -97,7 +106,10 @@ def _canonical(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
         attributes = {}
         for key, value in span["attributes"].items():
             if key in RUN_IDS:
-                value = labels.setdefault((key, value), f"{key}#{len(labels)}")
+                count = sum(1 for k, _ in labels if k == key)
+                value = labels.setdefault((key, value), f"{key}#{count}")
+            elif key in WORKER_IDS:
+                value = f"{key}#a-worker"
             attributes[key] = value
         out.append(
             {
