@@ -31,6 +31,7 @@ from helpers.ray_workload import tasks_and_actor_class
 
 from ray_otel_events.config import ConfigError, wiring_check_delay_s
 from ray_otel_events.services.wiring_watch import serve_url
+from ray_otel_events.store.session_checks import SessionJudge
 
 EVENTS: list[dict[str, Any]] = [item.get("event", item) for item in json.loads(Path(FIXTURE).read_text())]
 
@@ -447,6 +448,19 @@ def test_a_cluster_wired_by_ray_env_sends_everything_and_one_wired_wrong_is_told
     assert sessions[right]["missing"] == [] and sessions[right]["tasks"] > 0, sessions[right]
     serve.stop()
     assert sum(WARNING_NOTHING in w for w in _warnings(serve)) == 1
+
+
+def test_a_session_told_it_lacks_a_kind_stays_told_while_its_rows_are_written_again() -> None:
+    """A cluster stopping ends its job and its actors: those rows, written again, are unsettled for
+    the wiring delay, and the session must not read as whole meanwhile (the live test above saw it)."""
+    judge = SessionJudge()
+    settled = {"jobs": 1, "jobs_settled": 1, "actors": 2, "actors_settled": 2, "nodes": 1, "nodes_settled": 1}
+    assert [m["check"] for m in judge.missing("s", settled)] == ["task_events"]
+    rewritten = {**settled, "jobs_settled": 0, "actors_settled": 0}
+    assert [m["check"] for m in judge.missing("s", rewritten)] == ["task_events"]
+    assert judge.missing("in_flight", rewritten) == []  # evidence never settled: events may be on the way
+    arrived = {**rewritten, "tasks": 3, "tasks_defined": 3, "tasks_stated": 3}
+    assert judge.missing("s", arrived) == []  # the kind came after all: no longer missing
 
 
 @pytest.mark.parametrize(

@@ -95,11 +95,21 @@ CHECKS: tuple[SessionCheck, ...] = (
 )
 
 
-def missing_events(counts: Counts) -> list[dict[str, Any]]:
-    """What the session with these counts (`Store.session_evidence`) lacks: one entry per failed
-    check, `{"check", "events", "why"}`; empty when it is wired right, as far as its rows tell."""
-    return [
-        {"check": c.name, "events": list(c.events), "why": c.why}
-        for c in CHECKS
-        if c.needed(counts) and c.absent(counts)
-    ]
+class SessionJudge:
+    """Judges sessions by their counts (`Store.session_evidence`), remembering evidence once it
+    settled: a row written again (a job ending, an actor dying as its cluster stops) is unsettled
+    for the wiring delay, and a session told it lacks a kind must not read as whole meanwhile."""
+
+    def __init__(self) -> None:
+        self._evidenced: set[tuple[str, str]] = set()  # (session, check) whose evidence settled
+
+    def missing(self, session: str, counts: Counts) -> list[dict[str, Any]]:
+        """What `session` lacks: one entry per failed check, `{"check", "events", "why"}`; empty
+        when it is wired right, as far as its rows tell."""
+        failed = []
+        for check in CHECKS:
+            if check.needed(counts):
+                self._evidenced.add((session, check.name))
+            if (session, check.name) in self._evidenced and check.absent(counts):
+                failed.append({"check": check.name, "events": list(check.events), "why": check.why})
+        return failed

@@ -21,7 +21,7 @@ from ray_otel_events.config import DEFAULT_WIRING_CHECK_DELAY_S
 from ray_otel_events.encoding.ray_export_events import DATASET, TRAIN_RUN, TRAIN_RUN_ATTEMPT
 from ray_otel_events.store import ray_export_views, state_query
 from ray_otel_events.store.backend import ColumnFilter, Store
-from ray_otel_events.store.session_checks import missing_events
+from ray_otel_events.store.session_checks import SessionJudge
 from ray_otel_events.store.sql_reads import ORDERS
 from ray_otel_events.store.state_merge import ACTORS, ID_COLUMN, JOBS, TASKS, Row, field_value
 
@@ -108,6 +108,7 @@ class StoreViews:
         self.session_name = session_name
         self.wiring_delay_s = wiring_delay_s  # evidence this old before a missing kind is reported
         self._evidence: tuple[float, dict[str, dict[str, int]]] = (-EVIDENCE_MAX_AGE_S, {})  # (when, what)
+        self._judge = SessionJudge()
         self._routes: list[tuple[re.Pattern[str], Callable[..., Answer]]] = [
             (re.compile(r"/api/version"), self.version),
             (re.compile(r"/api/sessions"), self.sessions),
@@ -226,7 +227,7 @@ class StoreViews:
         """`Store.session_list` with each session's `missing` kinds of event (none: an empty list)."""
         evidence = self._session_evidence()
         return [
-            {**entry, "missing": missing_events(evidence.get(entry["name"], {}))}
+            {**entry, "missing": self._judge.missing(entry["name"], evidence.get(entry["name"], {}))}
             for entry in self.store.session_list()
         ]
 
