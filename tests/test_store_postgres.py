@@ -1053,6 +1053,60 @@ def test_a_session_dropped_while_another_store_writes_it_leaves_no_row_without_i
         store.close()
 
 
+def test_a_session_written_without_pause_by_three_stores_is_dropped_and_none_deadlocks(
+    postgres_server: PostgresServer,
+) -> None:
+    """Three stores (three serves) write one session batch after batch, their transactions
+    overlapping, while a fourth drops it. A row lock is not queued fairly: each writer's shared
+    hold on the session's record went ahead of the drop's (it waited as long as they wrote), and a
+    chunk's deletes deadlocked with a writer's rows (the drop failed). The drop ends while they
+    write, and no one fails."""
+    url = postgres_server.new_database("drop_under_writers")
+    open_store(url).close()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    batches = [0, 0, 0]
+    dropped: list[int] = []
+
+    def write(i: int) -> None:
+        store = PostgresStore(url)
+        try:
+            while not stop.is_set():
+                batch = [
+                    dict(e, sessionName="session_1", eventId=f"{i}-{batches[i]}-{k}-{e['eventId']}")
+                    for k in range(20)
+                    for e in EVENTS[:40]
+                ]
+                store.ingest(batch)
+                batches[i] += 1
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            store.close()
+
+    writers = [threading.Thread(target=write, args=(i,)) for i in range(3)]
+    for thread in writers:
+        thread.start()
+    dropper = PostgresStore(url)
+    try:
+        _wait_for(lambda: min(batches) >= 3)
+        drop = threading.Thread(target=lambda: dropped.append(dropper.drop_session("session_1")))
+        drop.start()
+        drop.join(timeout=120)  # a bound on waiting, not a speed: before, it waited as long as they wrote
+        still_writing = all(thread.is_alive() for thread in writers) and not errors
+        stop.set()
+        for thread in writers:
+            thread.join(timeout=60)
+        drop.join(timeout=60)
+        assert errors == [], errors
+        assert dropped and dropped[0] > 0 and still_writing, (dropped, batches)
+        # the writers went on after the drop: the session recorded anew, its rows under the new record
+        assert dropper.sessions() == ["session_1"] and dropper.total("tasks") > 0
+    finally:
+        stop.set()
+        dropper.close()
+
+
 def _answers(store: Any) -> list[Any]:
     """What the state API and the wiring checks ask of states and kinds, answered by `store`."""
     filters = [

@@ -27,7 +27,9 @@ Sessions (a `sessions` table) and raw events (compressed blocks per session, rea
 `rebuild`) are kept as sqlite_store keeps them, in the fold's transaction. A state row names its
 session by the number of its record (since schema step 11, as SQLite's schema 6 does), so each
 batch reads its sessions' records first (in name order), holding them until it commits with a lock
-other writers do not wait for but `drop_session` does (`_held_sessions`).
+other writers do not wait for but `drop_session` does (`_held_sessions`); before that, each
+session's advisory lock, shared, which a drop takes exclusive, so that writers arriving without
+pause cannot keep a drop waiting (`_hold_session_alone`).
 
 A connection lost (server restarted, network) raises StoreUnavailable; the next call connects
 again, so `serve` comes back by itself when the server does.
@@ -52,6 +54,7 @@ import math
 import string
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -850,11 +853,33 @@ def _fold_keys(
     return [_stored(row, sessions) for row in changed]
 
 
+def _session_key(name: str) -> int:
+    """The second key of session `name`'s advisory lock: at least 0, so apart from _MIGRATION_LOCK
+    and _REPACK_LOCK (two names that share one only wait for each other's drops)."""
+    return zlib.crc32(name.encode("utf-8", "surrogatepass")) & 0x7FFF_FFFF
+
+
+def _hold_session_alone(db: psycopg.Connection[Any], name: str) -> None:
+    """`drop_session`'s lock (SqlDialect.session_lock): the session's advisory lock, exclusive,
+    which writers ask for shared before any other lock (`_held_sessions`). Unlike a row lock, it is
+    queued fairly: writers that come after wait for the drop, so a session written without pause
+    is still dropped; and with its writers out, a chunk's deletes cannot deadlock with theirs.
+    Then the record: a writer of this session commits before, or records it anew after (another id)."""
+    db.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_SPACE, _session_key(name)))
+    db.execute("SELECT 1 FROM sessions WHERE name = %s FOR UPDATE", (_enc(name),))
+
+
 def _held_sessions(
     db: psycopg.Connection[Any], names: list[str], received: float
 ) -> tuple[dict[str, int], list[int]]:
     """The id of each of `names`' records (in name order), held until commit (`_SESSION_HELD`),
-    recorded if missing; and the ids whose last event seen is before `received`."""
+    recorded if missing; and the ids whose last event seen is before `received`. First the
+    sessions' advisory locks, shared, in key order (`_hold_session_alone`)."""
+    db.execute(
+        "SELECT pg_advisory_xact_lock_shared(%s, key) FROM unnest(%s::int[]) WITH ORDINALITY AS k(key, n)"
+        " ORDER BY n",
+        (_LOCK_SPACE, sorted({_session_key(name) for name in names})),
+    )
     ids: dict[str, int] = {}
     later: list[int] = []
     for name in names:
@@ -905,9 +930,7 @@ class PostgresStore(SqlUpkeep):
         coded=_coded,
         uncoded=_uncoded,
         named=_named_sql("{0}"),
-        # a writer that recorded the session holds its record until it commits: a drop waits for
-        # its rows, and a writer after the drop records the session anew (another id)
-        session_lock="SELECT 1 FROM sessions WHERE name = %s FOR UPDATE",
+        session_lock=_hold_session_alone,
         entity_text=_ID_TEXT_SQL.format("entity_id"),
         id_columns=_ID_COLUMNS,
         id_value=_id_stored,

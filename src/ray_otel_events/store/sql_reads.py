@@ -80,10 +80,11 @@ class SqlDialect:
     # and the name of a row's session as a column of a query of state_rows alone.
     session_value: str = "{}"
     session_name: str = "session"
-    # SQL that locks the record of the session named by one parameter until the transaction ends
-    # (empty: none needed): `drop_session` takes it before deleting the session's last rows and
-    # record, so that no writer still writing that session commits rows naming a deleted record.
-    session_lock: str = ""
+    # Locks the session named by its second argument against its writers until the transaction
+    # (its first) ends (None: none needed, SQLite has one writer at a time): `drop_session` takes
+    # it before deleting each chunk of the session's rows and its record, so that no writer still
+    # writing that session commits rows naming a deleted record, or deadlocks with a chunk.
+    session_lock: Callable[[Any, str], None] | None = None
     entity_text: str = "entity_id"  # state_rows.entity_id as the text a search's LIKE matches
     # Columns whose commonest values (Ray's enum names) are kept as short codes: `coded` gives a
     # stored (`enc`) value as such a column holds it, `uncoded` a value read as stored, and

@@ -101,6 +101,8 @@ class SqlUpkeep(SqlWrites, SqlExportRows):
         deleted = 0
         while True:
             with self._transaction() as db:
+                if d.session_lock:
+                    d.session_lock(db, name)
                 gone = int(
                     db.execute(
                         f"DELETE FROM state_rows WHERE {d.row_ref} IN"
@@ -117,7 +119,7 @@ class SqlUpkeep(SqlWrites, SqlExportRows):
             # number). The record locked first (where a writer holds it until its commit, as on
             # PostgreSQL): a writer of this session commits before, or records it anew after.
             if d.session_lock:
-                db.execute(d.session_lock, (d.enc(name),))
+                d.session_lock(db, name)
             deleted += int(
                 db.execute(f"DELETE FROM state_rows WHERE {d.session_is()}", (d.enc(name),)).rowcount
             )
