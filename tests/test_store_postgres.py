@@ -543,7 +543,8 @@ def test_indexes_bloated_by_updates_are_repacked_with_the_same_answers(
         assert {
             name for name, (size, packed) in store._packed_bytes(db).items() if size > 1.5 * packed
         } == set()
-    assert all(after[name] < 0.8 * before[name] for name in bloated), (before, after)
+    # each rebuilt (how far below its size before depends on how the updates left its pages)
+    assert all(after[name] < before[name] for name in bloated), (before, after)
     assert store.repack_indexes() == []  # packed now
     assert _all_rows(store) == rows and sorted(store.counts("tasks", "state", "job")) == counts
     for column, value in filters.items():
