@@ -18,7 +18,10 @@ from ray_otel_events import native
 
 # No per-example deadline: speed is measured in bench/, and on a loaded machine hypothesis's default
 # 200 ms deadline fails a correct example (a timing assertion in all but name).
-settings.register_profile("no-deadline", deadline=None)
+# Half of each property test's examples (helpers.examples scales the counts the tests set): the
+# suite stays under 10 minutes on 2 cores, hypothesis draws new examples each run, and `make fuzz`
+# runs the compiled readers these tests compare for as long as it is given.
+settings.register_profile("no-deadline", deadline=None, max_examples=50)
 # `make sanitize` (fuzz/sanitize.py) sets HYPOTHESIS_PROFILE=sanitized: an example costs tens of
 # times more under ASan and UBSan, so every property test runs a tenth of its examples
 # (helpers.examples scales the counts the tests set), and the fuzzing covers the rest.

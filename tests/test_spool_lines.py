@@ -266,7 +266,8 @@ def test_mutated_lines_make_the_same_requests_and_counters_both_ways() -> None:
     lines = [line for data in fixture_chunks() for line in data.splitlines()]
     lines += ray_tasks(12).splitlines()
     for i, line in enumerate(lines):
-        for mutated in _mutations(line):
+        # most mutations match only some lines: the others give the line itself, checked once
+        for mutated in dict.fromkeys(_mutations(line)).keys() - {line}:
             context = b"\n".join([*lines[max(0, i - 2) : i], mutated, *lines[i + 1 : i + 3]]) + b"\n"
             assert_same(context)
 
