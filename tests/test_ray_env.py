@@ -454,13 +454,20 @@ def test_a_session_told_it_lacks_a_kind_stays_told_while_its_rows_are_written_ag
     """A cluster stopping ends its job and its actors: those rows, written again, are unsettled for
     the wiring delay, and the session must not read as whole meanwhile (the live test above saw it)."""
     judge = SessionJudge()
+
+    def checks(counts_by_session: dict[str, dict[str, int]]) -> dict[str, list[str]]:
+        return {name: [m["check"] for m in found] for name, found in judge.missing(counts_by_session).items()}
+
     settled = {"jobs": 1, "jobs_settled": 1, "actors": 2, "actors_settled": 2, "nodes": 1, "nodes_settled": 1}
-    assert [m["check"] for m in judge.missing("s", settled)] == ["task_events"]
+    assert checks({"s": settled}) == {"s": ["task_events"]}
     rewritten = {**settled, "jobs_settled": 0, "actors_settled": 0}
-    assert [m["check"] for m in judge.missing("s", rewritten)] == ["task_events"]
-    assert judge.missing("in_flight", rewritten) == []  # evidence never settled: events may be on the way
+    # "in_flight": evidence never settled, its events may be on the way
+    assert checks({"s": rewritten, "in_flight": rewritten}) == {"s": ["task_events"], "in_flight": []}
     arrived = {**rewritten, "tasks": 3, "tasks_defined": 3, "tasks_stated": 3}
-    assert judge.missing("s", arrived) == []  # the kind came after all: no longer missing
+    assert checks({"s": arrived}) == {"s": []}  # the kind came after all: no longer missing
+    # a session the store no longer holds is forgotten: back under another cluster, judged anew
+    assert checks({"t": settled}) == {"t": ["task_events"]}
+    assert checks({"s": rewritten}) == {"s": []}
 
 
 @pytest.mark.parametrize(

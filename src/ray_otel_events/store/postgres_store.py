@@ -855,7 +855,7 @@ def _fold_keys(
 
 def _session_key(name: str) -> int:
     """The second key of session `name`'s advisory lock: at least 0, so apart from _MIGRATION_LOCK
-    and _REPACK_LOCK (two names that share one only wait for each other's drops)."""
+    and _REPACK_LOCK (two names that share one: a drop of either also holds off the other's writers)."""
     return zlib.crc32(name.encode("utf-8", "surrogatepass")) & 0x7FFF_FFFF
 
 

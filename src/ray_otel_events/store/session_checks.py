@@ -15,6 +15,7 @@ worker check says it applies from Ray 2.60.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -98,18 +99,29 @@ CHECKS: tuple[SessionCheck, ...] = (
 class SessionJudge:
     """Judges sessions by their counts (`Store.session_evidence`), remembering evidence once it
     settled: a row written again (a job ending, an actor dying as its cluster stops) is unsettled
-    for the wiring delay, and a session told it lacks a kind must not read as whole meanwhile."""
+    for the wiring delay, and a session told it lacks a kind must not read as whole meanwhile.
+    Only the sessions of the last judgement are remembered (the store's retention bounds them)."""
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()  # the wiring watch's thread and the page's requests judge
         self._evidenced: set[tuple[str, str]] = set()  # (session, check) whose evidence settled
 
-    def missing(self, session: str, counts: Counts) -> list[dict[str, Any]]:
-        """What `session` lacks: one entry per failed check, `{"check", "events", "why"}`; empty
-        when it is wired right, as far as its rows tell."""
-        failed = []
-        for check in CHECKS:
-            if check.needed(counts):
-                self._evidenced.add((session, check.name))
-            if (session, check.name) in self._evidenced and check.absent(counts):
-                failed.append({"check": check.name, "events": list(check.events), "why": check.why})
-        return failed
+    def missing(self, counts_by_session: Mapping[str, Counts]) -> dict[str, list[dict[str, Any]]]:
+        """What each session lacks: one entry per failed check, `{"check", "events", "why"}`;
+        empty when it is wired right, as far as its rows tell."""
+        with self._lock:
+            evidenced = {
+                (session, check.name)
+                for session, counts in counts_by_session.items()
+                for check in CHECKS
+                if check.needed(counts) or (session, check.name) in self._evidenced
+            }
+            self._evidenced = evidenced
+        return {
+            session: [
+                {"check": check.name, "events": list(check.events), "why": check.why}
+                for check in CHECKS
+                if (session, check.name) in evidenced and check.absent(counts)
+            ]
+            for session, counts in counts_by_session.items()
+        }

@@ -226,10 +226,9 @@ class StoreViews:
     def session_list(self) -> list[dict[str, Any]]:
         """`Store.session_list` with each session's `missing` kinds of event (none: an empty list)."""
         evidence = self._session_evidence()
-        return [
-            {**entry, "missing": self._judge.missing(entry["name"], evidence.get(entry["name"], {}))}
-            for entry in self.store.session_list()
-        ]
+        entries = self.store.session_list()
+        missing = self._judge.missing({entry["name"]: evidence.get(entry["name"], {}) for entry in entries})
+        return [{**entry, "missing": missing[entry["name"]]} for entry in entries]
 
     def _session_evidence(self) -> dict[str, dict[str, int]]:
         """`Store.session_evidence`, a pass over every row: asked again only once EVIDENCE_MAX_AGE_S
