@@ -4,7 +4,8 @@ python otlp_spool_driver.py burst HOOK TEMP_DIR N   # own cluster: N no-op tasks
     # max_calls=1 workers, an actor killed after its calls, tasks that print and log (one failing),
     # then ray.shutdown() at once
 python otlp_spool_driver.py stream                  # the `ray start` cluster RAY_ADDRESS names:
-    # no-op tasks in rounds of 20 until the cluster goes away, printing each round's total
+    # no-op tasks in rounds of 20 until the cluster goes away (the test ends the driver then),
+    # printing each round's total
 """
 
 from __future__ import annotations
@@ -14,8 +15,13 @@ import json
 import logging
 import os
 import sys
+import time
 
 import ray
+
+# A round waits this long: the first one starts the workers, each importing the hook, which takes
+# seconds on a machine busy with other clusters (10 s was once too short in CI).
+ROUND_SECONDS = 120
 
 
 @ray.remote
@@ -78,14 +84,17 @@ def burst(hook: str, temp_dir: str, n: int) -> None:
 def stream() -> None:
     ray.init(logging_level="ERROR")
     done = 0
+    start = time.monotonic()
     while True:
         refs = [noop.remote() for _ in range(20)]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=10)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=ROUND_SECONDS)
         if len(ready) < len(refs):
-            return
+            # Said on stderr, which the test shows: the cluster went away, or its workers were slow.
+            print(f"stream: {len(ready)} of {len(refs)} tasks done in {ROUND_SECONDS} s", file=sys.stderr)
+            sys.exit(1)
         ray.get(ready)
         done += len(ready)
-        print(json.dumps({"done": done}), flush=True)
+        print(json.dumps({"done": done, "seconds": round(time.monotonic() - start, 2)}), flush=True)
 
 
 if __name__ == "__main__":
