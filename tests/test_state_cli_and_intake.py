@@ -213,7 +213,7 @@ def test_writes_are_checkpointed_off_the_write_path_and_on_close(tmp_path: Path)
     empty = path.stat().st_size
     first = store.ingest(events)
     assert first.stored == len(events) and store.ingest(events[:3]).duplicates == 3
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while path.stat().st_size == empty and time.monotonic() < deadline:
         time.sleep(0.05)
     assert path.stat().st_size > empty  # copied while the store stays open

@@ -283,7 +283,7 @@ def test_a_fold_the_disk_refuses_is_tried_again_not_dropped(tmp_path: Path) -> N
     try:
         for body in bodies:
             fold.put([prepare(e) for e in body], orjson.dumps(body))
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while not fold.failures and time.monotonic() < deadline:
             time.sleep(0.05)
         assert fold.failures and not results  # refused by the disk, nothing counted as stored
