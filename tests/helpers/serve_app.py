@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import urllib.request
 from typing import Any
 
@@ -23,6 +24,7 @@ from ray.serve.handle import DeploymentHandle
 from starlette.requests import Request
 
 SERVE_EXPORTER = "ray_otel_events.tracing.serve:span_processors"
+PROXY_WAIT_SECONDS = 180
 
 
 @ray.remote(num_cpus=0)
@@ -65,13 +67,32 @@ class Ingress:
 app = Ingress.bind(Inner.bind())
 
 
+def _wait_for_proxy(port: int, seconds: float) -> None:
+    """Until Serve's proxy answers its health route: on a machine busy with the suite's other
+    clusters, a proxy importing Serve once took longer than Serve's own wait."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/healthz", timeout=10) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.5)
+
+
 def main() -> None:
     port, ratio, requests = int(sys.argv[1]), float(sys.argv[2]), json.loads(sys.argv[3])
     ray.init(logging_level="ERROR")
-    serve.start(
-        http_options={"host": "127.0.0.1", "port": port},
-        tracing_config={"enabled": True, "sampling_ratio": ratio, "exporter_import_path": SERVE_EXPORTER},
-    )
+    try:
+        serve.start(
+            http_options={"host": "127.0.0.1", "port": port},
+            tracing_config={"enabled": True, "sampling_ratio": ratio, "exporter_import_path": SERVE_EXPORTER},
+        )
+    except TimeoutError as slow:  # Serve waits 60 s for its proxy, a bound no setting changes
+        print(f"serve_app: {slow}; waiting longer for the proxy", file=sys.stderr)
+        _wait_for_proxy(port, PROXY_WAIT_SECONDS)
     serve.run(app, name="traced", route_prefix="/", blocking=False)
     responses = []
     for i, spec in enumerate(requests):

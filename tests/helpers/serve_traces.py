@@ -68,6 +68,11 @@ def serve_cluster(hook: str, env: dict[str, str], ratio: float) -> Iterator[dict
         "RAY_ADDRESS": f"127.0.0.1:{port}",
         "RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH": SERVE_EXPORTER,
         "RAY_SERVE_TRACING_SAMPLING_RATIO": str(ratio),
+        # Serve's controller restarts a proxy not ready within 5 s three times in a row, and its
+        # start then fails: a proxy importing Serve on a machine busy with the suite's other
+        # clusters once took longer in CI. What is traced is the same.
+        "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60",
+        "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60",
     }
     try:
         start_head(env, temp_dir, port, tracing_hook=hook)
