@@ -9,6 +9,7 @@ all-f unique part, are shown by what tells them apart (the actor id, the job id)
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,8 @@ def test_page_signs_in_with_rays_cookie_and_tells_actor_and_driver_tasks_apart(
     browser.find_element(By.ID, "sign-in-token").send_keys("not-the-token")
     browser.find_element(By.CSS_SELECTOR, "#sign-in button").click()
     _wait(lambda: "refused" in browser.find_element(By.ID, "live-status").text, what="a refused token said")
+    time.sleep(2.5)  # the page asks for news each second, still without a token: the refusal stays said
+    assert "the token was refused" in browser.find_element(By.ID, "live-status").text
     browser.save_screenshot(str(SCREENSHOTS / "page-auth-sign-in.png"))
     browser.find_element(By.ID, "sign-in-token").send_keys(TOKEN)
     browser.find_element(By.CSS_SELECTOR, "#sign-in button").click()

@@ -8,6 +8,7 @@ const state = {
   limit: 100,
   taskId: null,
   traceId: null,
+  tokenRefused: false, // said until a token is taken: the polls, still without one, would hide it
 };
 
 const $ = (selector) => document.querySelector(selector);
@@ -32,7 +33,8 @@ async function getJson(path) {
   if (response.status === 401 || response.status === 403) {
     // serve wants a token: Ray's dashboard way, traded once for an HttpOnly cookie.
     $("#sign-in").hidden = false;
-    throw new Error(response.status === 401 ? "this store needs a token" : "the token was refused");
+    const refused = response.status === 403 || state.tokenRefused;
+    throw new Error(refused ? "the token was refused" : "this store needs a token");
   }
   $("#sign-in").hidden = true;  // (a request sent before signing in may have shown it since)
   const body = await response.json();
@@ -45,8 +47,9 @@ async function signIn(event) {
   const token = $("#sign-in-token").value.trim();
   const response = await fetch("/api/authenticate", { method: "POST", headers: { Authorization: `Bearer ${token}` } });
   $("#sign-in-token").value = "";
+  state.tokenRefused = response.status === 403;
   if (!response.ok) {
-    showError(new Error(response.status === 403 ? "the token was refused" : "no token given"));
+    showError(new Error(state.tokenRefused ? "the token was refused" : "no token given"));
     return;
   }
   $("#sign-in").hidden = true;
